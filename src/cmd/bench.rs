@@ -1,0 +1,237 @@
+//! `sandbench bench`: start→exit latency of `print(1)` on a tier, measured
+//! side by side (interleaved, one round at a time) with the baselines the
+//! tier is judged against, reported as p50/p95 and ratios.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::cli::{BenchArgs, Format};
+use crate::config::Config;
+use crate::report::Outcome;
+use crate::spec::{Language, RunSpec};
+use crate::tier::{self, Tier};
+use crate::runner;
+
+use super::usage;
+
+pub const PRINT1: &str = "print(1)\n";
+
+/// One thing to time.
+pub enum Contender {
+    /// A run through a sandbench tier (the full runner, as users get it).
+    Tier { name: String, tier: Arc<dyn Tier> },
+    /// A baseline command, spawned and waited for.
+    Command { name: String, argv: Vec<String> },
+}
+
+impl Contender {
+    pub fn name(&self) -> &str {
+        match self {
+            Contender::Tier { name, .. } | Contender::Command { name, .. } => name,
+        }
+    }
+
+    async fn once(&self) -> anyhow::Result<Duration> {
+        let t0 = Instant::now();
+        match self {
+            Contender::Tier { tier, .. } => {
+                let mut spec = RunSpec::new(Language::Python, PRINT1);
+                spec.label = "bench".into();
+                let r = runner::run(tier.clone(), spec).await;
+                if r.outcome != Outcome::Ok || r.stdout.trim() != "1" {
+                    anyhow::bail!("{} run failed: {}", tier.name(), r.summary_line());
+                }
+            }
+            Contender::Command { argv, .. } => {
+                let out = tokio::process::Command::new(&argv[0]).args(&argv[1..]).output().await?;
+                if !out.status.success() || String::from_utf8_lossy(&out.stdout).trim() != "1" {
+                    anyhow::bail!("{} failed: {}", argv[0], String::from_utf8_lossy(&out.stderr).trim());
+                }
+            }
+        }
+        Ok(t0.elapsed())
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Stats {
+    pub name: String,
+    pub runs: usize,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub mean_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Ratio {
+    pub what: String,
+    pub against: String,
+    pub p50_ratio: f64,
+    pub p95_ratio: f64,
+    pub target: Option<String>,
+    pub met: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub tier: String,
+    pub program: String,
+    pub contenders: Vec<Stats>,
+    pub ratios: Vec<Ratio>,
+    pub skipped: Vec<String>,
+}
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+pub fn stats(name: &str, mut ms: Vec<f64>) -> Stats {
+    ms.sort_by(f64::total_cmp);
+    Stats {
+        name: name.into(),
+        runs: ms.len(),
+        p50_ms: percentile(&ms, 0.5),
+        p95_ms: percentile(&ms, 0.95),
+        mean_ms: ms.iter().sum::<f64>() / ms.len().max(1) as f64,
+    }
+}
+
+fn which(cmd: &str) -> Option<String> {
+    std::env::var("PATH")
+        .ok()?
+        .split(':')
+        .map(|d| format!("{d}/{cmd}"))
+        .find(|p| std::path::Path::new(p).is_file())
+}
+
+/// Contenders and targets for a tier: (contenders, [(what, against, target p50 ratio)], skipped).
+type Plan = (Vec<Contender>, Vec<(String, String, Option<f64>)>, Vec<String>);
+
+fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
+    let tier = tier::by_name(tier_name, config).map_err(|e| usage(e.to_string()))?;
+    let mut skipped = vec![];
+    let mut c = vec![Contender::Tier { name: format!("sandbench {tier_name}"), tier }];
+    let mut targets = vec![];
+    match tier_name {
+        "process" => {
+            // The same interpreter the sandbox uses, started the plain way.
+            let py = ["/usr/local/bin/python3", "/usr/bin/python3"]
+                .into_iter()
+                .find(|p| std::path::Path::new(p).exists())
+                .unwrap_or("python3")
+                .to_string();
+            c.push(Contender::Command { name: "bare python3".into(), argv: vec![py.clone(), "-c".into(), "print(1)".into()] });
+            targets.push((format!("sandbench {tier_name}"), "bare python3".into(), Some(1.3)));
+            match which("bwrap") {
+                Some(bwrap) => {
+                    c.push(Contender::Command {
+                        name: "bwrap --unshare-all".into(),
+                        argv: [bwrap.as_str(), "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", &py, "-c", "print(1)"]
+                            .map(String::from)
+                            .to_vec(),
+                    });
+                    targets.push((format!("sandbench {tier_name}"), "bwrap --unshare-all".into(), Some(1.0)));
+                }
+                None => skipped.push("bwrap is not installed (apt-get install bubblewrap)".into()),
+            }
+        }
+        other => anyhow::bail!("no benchmark is defined for the {other} tier yet"),
+    }
+    Ok((c, targets, skipped))
+}
+
+pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
+    if args.runs == 0 {
+        return Err(usage("--runs must be at least 1"));
+    }
+    let (contenders, targets, skipped) = plan(&args.tier, config)?;
+    let mut samples: Vec<Vec<f64>> = vec![vec![]; contenders.len()];
+    // One warm-up each (page cache, first cgroup), then interleaved rounds so
+    // that machine noise hits every contender alike.
+    for c in &contenders {
+        c.once().await?;
+    }
+    for round in 0..args.runs {
+        for (i, c) in contenders.iter().enumerate() {
+            let d = c.once().await?;
+            samples[i].push(d.as_secs_f64() * 1000.0);
+        }
+        if args.format == Format::Text {
+            eprint!("\rround {}/{}", round + 1, args.runs);
+        }
+    }
+    if args.format == Format::Text {
+        eprintln!();
+    }
+    let stats: Vec<Stats> = contenders.iter().zip(samples).map(|(c, s)| stats(c.name(), s)).collect();
+    let find = |n: &str| stats.iter().find(|s| s.name == n);
+    let ratios = targets
+        .into_iter()
+        .filter_map(|(what, against, target)| {
+            let (a, b) = (find(&what)?, find(&against)?);
+            let p50 = a.p50_ms / b.p50_ms;
+            Some(Ratio {
+                p50_ratio: p50,
+                p95_ratio: a.p95_ms / b.p95_ms,
+                target: target.map(|t| format!("p50 ≤ {t}×")),
+                met: target.map(|t| p50 <= t),
+                what,
+                against,
+            })
+        })
+        .collect();
+    let report = BenchReport { tier: args.tier.clone(), program: "print(1)".into(), contenders: stats, ratios, skipped };
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Text => print!("{}", render(&report)),
+    }
+    Ok(0)
+}
+
+pub fn render(r: &BenchReport) -> String {
+    let mut s = format!("bench {} · start→exit of {} · {} runs each, interleaved\n", r.tier, r.program, r.contenders.first().map(|c| c.runs).unwrap_or(0));
+    s.push_str(&format!("{:<28} {:>9} {:>9} {:>9}\n", "contender", "p50 ms", "p95 ms", "mean ms"));
+    for c in &r.contenders {
+        s.push_str(&format!("{:<28} {:>9.2} {:>9.2} {:>9.2}\n", c.name, c.p50_ms, c.p95_ms, c.mean_ms));
+    }
+    for x in &r.ratios {
+        s.push_str(&format!(
+            "{} / {}: p50 {:.2}× · p95 {:.2}×{}\n",
+            x.what,
+            x.against,
+            x.p50_ratio,
+            x.p95_ratio,
+            match (&x.target, x.met) {
+                (Some(t), Some(true)) => format!("  (target {t}: met)"),
+                (Some(t), Some(false)) => format!("  (target {t}: NOT met)"),
+                _ => String::new(),
+            }
+        ));
+    }
+    for k in &r.skipped {
+        s.push_str(&format!("skipped: {k}\n"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 51.0);
+        assert_eq!(percentile(&v, 0.95), 95.0);
+        assert!(percentile(&[], 0.5).is_nan());
+        let s = stats("x", vec![3.0, 1.0, 2.0]);
+        assert_eq!(s.p50_ms, 2.0);
+        assert_eq!(s.mean_ms, 2.0);
+    }
+}

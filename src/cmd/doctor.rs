@@ -1,0 +1,44 @@
+//! `sandbench doctor`: per tier, available or exactly why not, and the fix.
+
+use crate::cli::{DoctorArgs, Format};
+use crate::config::Config;
+use crate::tier::{self, Availability};
+
+pub async fn probe_all(config: &Config) -> Vec<Availability> {
+    let mut out = vec![];
+    for name in tier::KNOWN {
+        match tier::by_name(name, config) {
+            Ok(t) => out.push(t.probe().await),
+            Err(e) => out.push(Availability {
+                tier: name.to_string(),
+                available: false,
+                summary: format!("{e:#}"),
+                checks: vec![],
+            }),
+        }
+    }
+    out
+}
+
+pub async fn run(args: DoctorArgs, config: &Config) -> anyhow::Result<i32> {
+    let all = probe_all(config).await;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&all)?),
+        Format::Text => print!("{}", render(&all)),
+    }
+    Ok(0)
+}
+
+pub fn render(all: &[Availability]) -> String {
+    let mut s = String::new();
+    for a in all {
+        s.push_str(&format!("{:<9} {} {}\n", a.tier, if a.available { "✓" } else { "✗" }, a.summary));
+        for c in &a.checks {
+            s.push_str(&format!("    {} {:<11} {}\n", if c.ok { "✓" } else { "✗" }, c.name, c.detail));
+            if let Some(fix) = &c.fix {
+                s.push_str(&format!("      fix: {fix}\n"));
+            }
+        }
+    }
+    s
+}

@@ -1,0 +1,91 @@
+//! User configuration: `$SANDBENCH_CONFIG`, else `$XDG_CONFIG_HOME/sandbench/config.toml`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::spec::Limits;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub default_tier: String,
+    pub theme: String,
+    pub limits: Limits,
+    pub process: ProcessConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProcessConfig {
+    /// uid/gid the program runs as when sandbench runs as root.
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Default for ProcessConfig {
+    fn default() -> Self {
+        // nobody/nogroup: owns no files, so a program that gets out of its
+        // mount namespace still cannot write anything of the host's.
+        ProcessConfig { uid: 65534, gid: 65534 }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            default_tier: "process".into(),
+            theme: "dark".into(),
+            limits: Limits::default(),
+            process: ProcessConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    pub fn path() -> Option<PathBuf> {
+        if let Some(p) = std::env::var_os("SANDBENCH_CONFIG") {
+            return Some(PathBuf::from(p));
+        }
+        dirs::config_dir().map(|d| d.join("sandbench").join("config.toml"))
+    }
+
+    /// Load the config file; a missing file gives the defaults, a broken one an error.
+    pub fn load() -> anyhow::Result<Config> {
+        let Some(path) = Config::path() else { return Ok(Config::default()) };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).with_context(|| {
+                format!("config file {} is not valid; fix it or move it away", path.display())
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(e).with_context(|| format!("cannot read config file {}", path.display())),
+        }
+    }
+}
+
+/// Where sandbench keeps built artefacts (images, guest kernels).
+pub fn data_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("SANDBENCH_DATA_DIR") {
+        return PathBuf::from(p);
+    }
+    dirs::data_dir().unwrap_or_else(std::env::temp_dir).join("sandbench")
+}
+
+/// Where logs go (never to the terminal).
+pub fn log_dir() -> PathBuf {
+    dirs::state_dir().or_else(dirs::cache_dir).unwrap_or_else(std::env::temp_dir).join("sandbench")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_config_fills_defaults() {
+        let c: Config = toml::from_str("default_tier = \"docker\"\n[limits]\nmemory_bytes = 1048576\n").unwrap();
+        assert_eq!(c.default_tier, "docker");
+        assert_eq!(c.limits.memory_bytes, 1 << 20);
+        assert_eq!(c.limits.pids, Limits::default().pids);
+    }
+}

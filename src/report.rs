@@ -1,0 +1,95 @@
+//! The verdict record of one run (like isolate's meta file). Field names are a
+//! public contract: other tools parse them. Add fields freely, rename none.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{ExitStatus, Violation, ViolationKind};
+use crate::spec::Limits;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The program ran to its end within every limit (whatever its exit code).
+    Ok,
+    /// A limit stopped or constrained the program.
+    Violation,
+    /// sandbench (or the tier) failed; the program's behaviour is unknown.
+    Error,
+    /// The user cancelled the run.
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Violation => "violation",
+            Outcome::Error => "error",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Start of the run until the program was started (sandbox creation, boot).
+    pub setup: f64,
+    /// Start of the run until the first byte of output, if any arrived.
+    pub first_output: Option<f64>,
+    /// Program start until its exit.
+    pub run: f64,
+    /// Program exit until everything of the run was gone.
+    pub teardown: f64,
+    pub total: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU time of the whole sandbox; null when the tier cannot measure it.
+    pub cpu_ms: Option<u64>,
+    pub peak_memory_bytes: Option<u64>,
+    pub peak_pids: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub tier: String,
+    pub language: String,
+    /// What was run (file name, sample name or "-").
+    pub label: String,
+    pub outcome: Outcome,
+    pub exit: ExitStatus,
+    pub violations: Vec<Violation>,
+    pub timings_ms: Timings,
+    pub usage: Usage,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// Why the run failed when `outcome` is `error`.
+    pub error: Option<String>,
+    /// The limits the run was given.
+    pub limits: Limits,
+    /// Tier-specific facts: isolation actually applied, warm or cold start,
+    /// accelerator, limits the tier could not enforce.
+    pub details: serde_json::Value,
+}
+
+impl RunReport {
+    pub fn has_violation(&self, kind: ViolationKind) -> bool {
+        self.violations.iter().any(|v| v.kind == kind)
+    }
+
+    /// One human line: "ok · exit code 0 · 25 ms".
+    pub fn summary_line(&self) -> String {
+        let mut s = format!("{} · {}", self.outcome.name(), self.exit.describe());
+        if let Some(e) = &self.error {
+            s = format!("{} · {e}", self.outcome.name());
+        }
+        for v in &self.violations {
+            s.push_str(&format!(" · {} at {:.0} ms", v.kind.name(), v.at_ms));
+        }
+        s.push_str(&format!(" · {:.1} ms total", self.timings_ms.total));
+        s
+    }
+}

@@ -1,0 +1,129 @@
+//! Isolation tiers. A tier knows how to probe whether it can run here, and how
+//! to run one program and stream `RunEvent`s; it knows nothing of front ends.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
+use crate::spec::RunSpec;
+
+pub mod process;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Every tier sandbench knows, in order of isolation strength.
+pub const KNOWN: &[&str] = &["process"];
+
+/// What a run needs from the runner: a clock, a place to send events and a
+/// token that says "stop now" (cancel, wall timeout, output limit).
+#[derive(Clone)]
+pub struct RunContext {
+    pub started: Instant,
+    pub tx: mpsc::Sender<RunEvent>,
+    pub stop: CancellationToken,
+}
+
+impl RunContext {
+    pub fn ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    pub async fn emit(&self, kind: EventKind) {
+        // The runner outlives every tier future; a send error means it was
+        // torn down, and the tier's own cleanup still runs.
+        let _ = self.tx.send(RunEvent { at_ms: self.ms(), kind }).await;
+    }
+
+    pub async fn violation(&self, kind: ViolationKind, detail: impl Into<String>) {
+        let v = Violation { kind, at_ms: self.ms(), detail: detail.into() };
+        self.emit(EventKind::Violation(v)).await;
+    }
+
+    pub async fn usage(&self, u: UsageSample) {
+        self.emit(EventKind::Usage(u)).await;
+    }
+}
+
+/// What a tier returns when the program is gone and everything is cleaned up.
+#[derive(Debug, Default)]
+pub struct TierExit {
+    /// Final totals, when better than the last sample (e.g. cgroup CPU at exit).
+    pub usage: Option<UsageSample>,
+    /// Tier-specific facts for the report's `details`.
+    pub details: serde_json::Value,
+}
+
+/// One fact `doctor` reports about a tier.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+    /// The command or step that fixes it, when not ok.
+    pub fix: Option<String>,
+}
+
+impl Check {
+    pub fn ok(name: &str, detail: impl Into<String>) -> Check {
+        Check { name: name.into(), ok: true, detail: detail.into(), fix: None }
+    }
+    pub fn fail(name: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { name: name.into(), ok: false, detail: detail.into(), fix: Some(fix.into()) }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Availability {
+    pub tier: String,
+    pub available: bool,
+    /// One line: "ready (cgroup v1, landlock ABI 7)" or why not.
+    pub summary: String,
+    pub checks: Vec<Check>,
+}
+
+pub trait Tier: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// One line for listings.
+    fn describe(&self) -> &'static str;
+    fn probe(&self) -> BoxFuture<'_, Availability>;
+    /// Run one program. Must return only once every process, container, VM
+    /// and temp file of the run is gone, also when `ctx.stop` fires.
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;
+}
+
+/// Build the named tier.
+pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
+    match name {
+        "process" => Ok(Arc::new(process::ProcessTier::new(config))),
+        other => anyhow::bail!("unknown tier '{other}' (known: {})", KNOWN.join(", ")),
+    }
+}
+
+/// Parse a comma-separated tier list, refusing unknown names.
+pub fn parse_list(s: &str) -> Result<Vec<String>, String> {
+    let mut out = vec![];
+    for t in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        if !KNOWN.contains(&t) {
+            return Err(format!("unknown tier '{t}' (known: {})", KNOWN.join(", ")));
+        }
+        if !out.iter().any(|o| o == t) {
+            out.push(t.to_string());
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("no tier given (known: {})", KNOWN.join(", ")));
+    }
+    Ok(out)
+}
+
+/// Reap what earlier, dead sandbench processes left behind, for every tier.
+pub async fn reap_leftovers() {
+    process::reap_leftovers();
+}
