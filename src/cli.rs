@@ -22,6 +22,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Measure start→exit latency of a tier against its baselines.
     Bench(BenchArgs),
+    /// Get a tier ready here: images, runtimes (docker, gvisor, ...). Idempotent.
+    Setup(SetupArgs),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -112,6 +114,12 @@ pub struct RunArgs {
 pub struct DoctorArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// What to set up: docker, gvisor, ...
+    pub target: String,
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ pub struct Config {
     pub theme: String,
     pub limits: Limits,
     pub process: ProcessConfig,
+    pub docker: DockerConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -32,6 +33,36 @@ impl Default for ProcessConfig {
     }
 }
 
+/// The `docker` and `gvisor` tiers (`[docker]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DockerConfig {
+    /// Image the sandboxes run (needs python3 and /bin/sh). `sandbench setup
+    /// docker` writes the name of the image it built here when it had to build one.
+    /// `$SANDBENCH_DOCKER_IMAGE` overrides it.
+    pub image: String,
+    /// Warm containers kept ready per tier (0 = every run starts cold).
+    pub pool_size: usize,
+    /// uid:gid the program runs as inside the container.
+    pub user: String,
+    /// Debian suite and mirror `sandbench setup docker` builds a local image from
+    /// when the image is neither present nor pullable.
+    pub debian_suite: String,
+    pub debian_mirror: String,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            image: "python:3.12-slim".into(),
+            pool_size: 2,
+            user: "65534:65534".into(),
+            debian_suite: "bookworm".into(),
+            debian_mirror: "http://deb.debian.org/debian".into(),
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -39,6 +70,7 @@ impl Default for Config {
             theme: "dark".into(),
             limits: Limits::default(),
             process: ProcessConfig::default(),
+            docker: DockerConfig::default(),
         }
     }
 }

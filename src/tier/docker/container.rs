@@ -1,0 +1,307 @@
+//! The hardened container every run gets, cold or warm, and the way code goes
+//! in: over the attached stdin, never through the host's filesystem.
+//!
+//! Each container starts a small resident Python loader (`LOADER`) that waits
+//! on stdin for one payload — a JSON header line (language, file name, the
+//! user's `--env`) followed by the program — writes the program into the
+//! container's tmpfs working directory, detaches stdin, then runs Python code
+//! in that same, already started interpreter (or execs `/bin/sh` for shell).
+//! A warm container has paid for container creation and interpreter start
+//! before the code exists; it still runs exactly one program.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, ResourcesUlimits};
+use serde_json::json;
+
+use crate::spec::{Limits, RunSpec};
+
+pub const WORKDIR: &str = "/work";
+pub const TMPDIR: &str = "/tmp";
+
+/// Label keys. `sandbench` holds the run id (or `warm` for a pool container
+/// not yet given a program); `sandbench.owner` identifies the sandbench
+/// process that owns it, so a later start can tell whether that one is dead.
+pub const LABEL_RUN: &str = "sandbench";
+pub const LABEL_PID: &str = "sandbench.pid";
+pub const LABEL_OWNER: &str = "sandbench.owner";
+pub const LABEL_TIER: &str = "sandbench.tier";
+
+/// The resident loader. It must stay importable by any Python 3.8+.
+pub const LOADER: &str = r#"import sys, os, json
+os.chdir("/work")
+def _sandbench_load():
+    data = sys.stdin.buffer.read()
+    nl = data.find(b"\n")
+    if nl < 0:
+        sys.exit(0)
+    hdr = json.loads(data[:nl])
+    code = data[nl + 1:]
+    fd = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(fd, 0)
+    os.close(fd)
+    os.environ.update(hdr["env"])
+    path = "/work/" + hdr["file"]
+    with open(path, "wb") as f:
+        f.write(code)
+    if hdr["lang"] != "python":
+        argv = hdr["argv"] + [path]
+        os.execvpe(argv[0], argv, dict(os.environ))
+    return path, code
+_p, _c = _sandbench_load()
+del _sandbench_load
+import types
+_m = types.ModuleType("__main__")
+_m.__file__ = _p
+sys.modules["__main__"] = _m
+sys.argv = [_p]
+sys.path[0] = "/work"
+sys.stdin = open(0, "r", closefd=False)
+try:
+    exec(compile(_c, _p, "exec"), _m.__dict__)
+except SystemExit:
+    raise
+except BaseException as _e:
+    import traceback
+    traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
+    sys.exit(1)
+"#;
+
+/// Everything a container is created with. Two runs can share a warm
+/// container only when their shapes are equal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    pub image: String,
+    /// None = the daemon's default (runc); Some("runsc") for gVisor.
+    pub runtime: Option<String>,
+    pub user: String,
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub cpus: f64,
+    pub file_size_bytes: u64,
+    pub disk_bytes: u64,
+    pub open_files: u64,
+    /// RLIMIT_CPU backstop in seconds (the CPU limit proper is judged from
+    /// the engine's stats).
+    pub cpu_secs: u64,
+}
+
+impl Shape {
+    pub fn new(image: &str, runtime: Option<&str>, user: &str, l: &Limits) -> Shape {
+        Shape {
+            image: image.into(),
+            runtime: runtime.map(String::from),
+            user: user.into(),
+            memory_bytes: l.memory_bytes,
+            pids: l.pids,
+            cpus: l.cpus,
+            file_size_bytes: l.file_size_bytes,
+            disk_bytes: l.disk_bytes,
+            open_files: l.open_files,
+            cpu_secs: l.cpu_time.as_secs_f64().ceil().max(1.0) as u64 + 1,
+        }
+    }
+
+    fn gvisor(&self) -> bool {
+        self.runtime.as_deref() == Some("runsc")
+    }
+
+    /// The cgroup pids limit. Under runc it counts the program's processes.
+    /// Under gVisor it counts the sandbox kernel's own host threads: the
+    /// program's limit is RLIMIT_NPROC inside the sandbox (gVisor enforces it
+    /// per sandbox), and the host limit only guards against a runaway
+    /// sandbox — set as low, it kills the whole sandbox (FACTS: exit 2).
+    fn host_pids_limit(&self) -> i64 {
+        if self.gvisor() {
+            (self.pids.saturating_mul(8)).max(1024) as i64
+        } else {
+            self.pids as i64
+        }
+    }
+
+    fn ulimits(&self) -> Vec<ResourcesUlimits> {
+        let ulimit = |name: &str, soft: u64, hard: u64| ResourcesUlimits {
+            name: Some(name.into()),
+            soft: Some(soft.min(i64::MAX as u64) as i64),
+            hard: Some(hard.min(i64::MAX as u64) as i64),
+        };
+        let mut v = vec![
+            ulimit("fsize", self.file_size_bytes, self.file_size_bytes),
+            ulimit("nofile", self.open_files, self.open_files),
+            ulimit("core", 0, 0),
+            ulimit("cpu", self.cpu_secs, self.cpu_secs + 1),
+        ];
+        // Never under runc: there RLIMIT_NPROC counts every process of the
+        // uid on the host kernel, across containers.
+        if self.gvisor() {
+            v.push(ulimit("nproc", self.pids, self.pids));
+        }
+        v
+    }
+
+    /// The hardening, as facts for the report.
+    pub fn hardening(&self) -> serde_json::Value {
+        json!({
+            "network": "none",
+            "rootfs": "read-only",
+            "tmpfs": { WORKDIR: self.disk_bytes, TMPDIR: self.disk_bytes },
+            "cap_drop": "ALL",
+            "no_new_privileges": true,
+            "user": self.user,
+            "pids_limit": self.pids,
+            "pids_enforced_by": if self.gvisor() { "RLIMIT_NPROC inside the gVisor kernel" } else { "cgroup pids.max" },
+            "host_pids_limit": self.host_pids_limit(),
+            "memory_bytes": self.memory_bytes,
+            "memory_swap_bytes": self.memory_bytes,
+            "cpus": self.cpus,
+            "ulimits": { "fsize": self.file_size_bytes, "nofile": self.open_files, "core": 0, "cpu_secs": self.cpu_secs },
+            "init": true,
+            "mounts": [],
+            "devices": [],
+            "log_driver": "none",
+        })
+    }
+
+    /// The create request. `labels` carry run id and owner.
+    pub fn body(&self, labels: HashMap<String, String>) -> ContainerCreateBody {
+        let base = RunSpec::new(crate::spec::Language::Python, "");
+        let env = base
+            .sandbox_env(WORKDIR, TMPDIR)
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let tmpfs_opts = format!("rw,nosuid,nodev,noexec,size={},mode=1777", self.disk_bytes);
+        let mut tmpfs = HashMap::new();
+        tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
+        tmpfs.insert(TMPDIR.to_string(), tmpfs_opts);
+        let host = HostConfig {
+            network_mode: Some("none".into()),
+            readonly_rootfs: Some(true),
+            tmpfs: Some(tmpfs),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            privileged: Some(false),
+            pids_limit: Some(self.host_pids_limit()),
+            memory: Some(self.memory_bytes as i64),
+            memory_swap: Some(self.memory_bytes as i64),
+            nano_cpus: Some((self.cpus * 1e9) as i64),
+            shm_size: Some(self.disk_bytes.min(64 << 20) as i64),
+            ulimits: Some(self.ulimits()),
+            init: Some(true),
+            runtime: self.runtime.clone(),
+            binds: Some(vec![]),
+            devices: Some(vec![]),
+            // Output reaches sandbench over the attach stream; a log file
+            // on the host would let an output flood fill the host's disk.
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
+            auto_remove: Some(false),
+            ..Default::default()
+        };
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            entrypoint: Some(vec![
+                "python3".into(),
+                "-u".into(),
+                "-c".into(),
+                LOADER.into(),
+            ]),
+            cmd: Some(vec![]),
+            env: Some(env),
+            user: Some(self.user.clone()),
+            // Not `working_dir`: Docker then remakes the tmpfs mount point
+            // 0755 root, unwritable for the program; the loader changes into it.
+            hostname: Some("sandbox".into()),
+            labels: Some(labels),
+            network_disabled: Some(true),
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            host_config: Some(host),
+            ..Default::default()
+        }
+    }
+}
+
+/// What the loader reads from stdin: one JSON header line, then the code.
+pub fn payload(spec: &RunSpec) -> Vec<u8> {
+    let header = json!({
+        "lang": spec.language.name(),
+        "file": spec.language.file_name(),
+        "argv": spec.language.interpreter(),
+        "env": spec.env,
+    });
+    let mut out = serde_json::to_vec(&header).expect("a JSON value serializes");
+    out.push(b'\n');
+    out.extend_from_slice(spec.code.as_bytes());
+    out
+}
+
+/// A run id unique in this process and, with the pid, across processes.
+pub fn new_run_id() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{n}-{nanos:08x}", std::process::id())
+}
+
+/// Exit code of the container's init (tini) → (code, signal). tini exits
+/// with 128+N when the program died of signal N, as shells do.
+pub fn split_exit(code: i64) -> (Option<i32>, Option<i32>) {
+    if (129..=128 + 64).contains(&code) {
+        (None, Some((code - 128) as i32))
+    } else {
+        (Some(code as i32), None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_is_header_then_code() {
+        let mut spec = RunSpec::new(crate::spec::Language::Sh, "echo hi\n");
+        spec.env.insert("A".into(), "b\nc".into());
+        let p = payload(&spec);
+        let nl = p.iter().position(|&b| b == b'\n').unwrap();
+        let h: serde_json::Value = serde_json::from_slice(&p[..nl]).unwrap();
+        assert_eq!(h["lang"], "sh");
+        assert_eq!(h["env"]["A"], "b\nc");
+        assert_eq!(&p[nl + 1..], b"echo hi\n");
+    }
+
+    #[test]
+    fn body_is_hardened() {
+        let s = Shape::new("img", Some("runsc"), "65534:65534", &Limits::default());
+        let b = s.body(HashMap::new());
+        let h = b.host_config.unwrap();
+        assert_eq!(h.network_mode.as_deref(), Some("none"));
+        assert_eq!(h.readonly_rootfs, Some(true));
+        assert_eq!(h.cap_drop.unwrap(), vec!["ALL"]);
+        assert_eq!(h.memory, h.memory_swap);
+        assert_eq!(h.init, Some(true));
+        assert_eq!(h.runtime.as_deref(), Some("runsc"));
+        assert!(h.binds.unwrap().is_empty());
+        let env = b.env.unwrap();
+        assert!(env.iter().all(|e| !e.starts_with("ANTHROPIC")));
+        assert!(env.iter().any(|e| e == "HOME=/work"));
+    }
+
+    #[test]
+    fn exits() {
+        assert_eq!(split_exit(0), (Some(0), None));
+        assert_eq!(split_exit(137), (None, Some(9)));
+        assert_eq!(split_exit(153), (None, Some(25)));
+        assert_eq!(split_exit(3), (Some(3), None));
+    }
+}

@@ -1,0 +1,965 @@
+//! The `docker` and `gvisor` tiers: one hardened container per run through
+//! the Docker Engine API (bollard; never the docker CLI), on the daemon's
+//! default runtime (runc) or on `runsc` (gVisor, a user-space kernel).
+//!
+//! - `engine.rs`: DOCKER_HOST, version negotiation, errors a user can act on.
+//! - `container.rs`: the hardened container shape and the resident loader
+//!   that takes the program over the attached stdin.
+//! - `pool.rs`: warm containers, single use, refilled in the background.
+//! - `reap.rs`: owner labels; removing what dead sandbench processes left.
+//! - `image.rs`: `sandbench setup docker` — use, pull, or build the image.
+
+pub mod container;
+pub mod engine;
+pub mod image;
+pub mod pool;
+pub mod reap;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use bollard::container::LogOutput;
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, KillContainerOptions, RemoveContainerOptions,
+    StatsOptions, WaitContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use crate::config::{Config, DockerConfig};
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample, ViolationKind};
+use crate::spec::{format_size, Language, RunSpec};
+use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+use container::Shape;
+use engine::Engine;
+use pool::Pool;
+
+const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+const STDERR_TAIL: usize = 4096;
+/// After the container exited, how long the output stream may take to end.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// The image a run uses: `$SANDBENCH_DOCKER_IMAGE`, else `[docker] image`.
+pub fn configured_image(cfg: &DockerConfig) -> String {
+    match std::env::var("SANDBENCH_DOCKER_IMAGE") {
+        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
+        _ => cfg.image.clone(),
+    }
+}
+
+pub struct DockerTier {
+    name: &'static str,
+    /// None = the daemon's default runtime; Some("runsc") for gVisor.
+    runtime: Option<&'static str>,
+    cfg: DockerConfig,
+    image: String,
+    engine: tokio::sync::OnceCell<Engine>,
+    pool: OnceLock<Arc<Pool>>,
+    runs: AtomicU64,
+    prewarmed: AtomicBool,
+}
+
+impl DockerTier {
+    pub fn docker(config: &Config) -> DockerTier {
+        Self::build("docker", None, config)
+    }
+
+    pub fn gvisor(config: &Config) -> DockerTier {
+        Self::build("gvisor", Some("runsc"), config)
+    }
+
+    fn build(name: &'static str, runtime: Option<&'static str>, config: &Config) -> DockerTier {
+        DockerTier {
+            name,
+            runtime,
+            cfg: config.docker.clone(),
+            image: configured_image(&config.docker),
+            engine: tokio::sync::OnceCell::new(),
+            pool: OnceLock::new(),
+            runs: AtomicU64::new(0),
+            prewarmed: AtomicBool::new(false),
+        }
+    }
+
+    /// The engine, connected once per tier (a failure is retried next time).
+    pub async fn engine(&self) -> anyhow::Result<&Engine> {
+        self.engine.get_or_try_init(Engine::connect).await
+    }
+
+    fn runtime_name(&self) -> &'static str {
+        self.runtime.unwrap_or("runc")
+    }
+
+    fn shape(&self, spec: &RunSpec) -> Shape {
+        Shape::new(&self.image, self.runtime, &self.cfg.user, &spec.limits)
+    }
+
+    fn pool(&self, engine: &Engine) -> Option<&Arc<Pool>> {
+        if self.cfg.pool_size == 0 {
+            return None;
+        }
+        Some(
+            self.pool
+                .get_or_init(|| Pool::new(engine.clone(), self.cfg.pool_size, self.name)),
+        )
+    }
+
+    /// Fill the warm pool for runs with these limits, and wait until it is
+    /// full (or cannot fill). Front ends that will run many programs call it;
+    /// without it the pool starts filling at the second run of a process.
+    pub async fn prewarm(&self, limits: &crate::spec::Limits) -> anyhow::Result<usize> {
+        let engine = self.engine().await?;
+        self.check_ready(engine).await?;
+        self.prewarmed.store(true, Ordering::Relaxed);
+        let Some(pool) = self.pool(engine) else {
+            return Ok(0);
+        };
+        let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, limits);
+        pool.want(&shape);
+        pool.settle().await;
+        if pool.ready() == 0 {
+            if let Some(e) = pool.last_error() {
+                anyhow::bail!("{e}");
+            }
+        }
+        Ok(pool.ready())
+    }
+
+    /// Wait for background refills to finish (benchmarks use this so a
+    /// refill never overlaps a measurement).
+    pub async fn settle(&self) {
+        if let Some(p) = self.pool.get() {
+            p.settle().await;
+        }
+    }
+
+    /// Runtime registered and image present, or one line saying what to do.
+    async fn check_ready(&self, engine: &Engine) -> anyhow::Result<()> {
+        if let Some(rt) = self.runtime {
+            if !engine.runtimes.contains(rt) {
+                anyhow::bail!(
+                    "the Docker daemon at {} has no '{rt}' runtime: {}",
+                    engine.host,
+                    runsc_fix()
+                );
+            }
+        }
+        if !engine.has_image(&self.image).await? {
+            anyhow::bail!(
+                "image {} is not present at {}: run `sandbench setup {}` (or set [docker] image in the config)",
+                self.image,
+                engine.host,
+                self.name
+            );
+        }
+        Ok(())
+    }
+}
+
+pub fn runsc_fix() -> String {
+    "apt-get install runsc; add {\"runtimes\":{\"runsc\":{\"path\":\"/usr/bin/runsc\",\"runtimeArgs\":[\"--network=none\"]}}} to /etc/docker/daemon.json; then restart dockerd (or kill -HUP it)".into()
+}
+
+/// Drain the warm pools (at exit).
+pub async fn shutdown() {
+    pool::drain_all().await;
+}
+
+/// Remove containers of dead sandbench processes and stray runsc processes.
+/// Quiet and quick when there is no daemon.
+pub async fn reap_leftovers() {
+    let work = async {
+        let engine = Engine::connect().await?;
+        reap::reap(&engine).await
+    };
+    match tokio::time::timeout(Duration::from_secs(10), work).await {
+        Ok(Ok((c, p))) if c + p > 0 => {
+            tracing::info!("reaped {c} leftover container(s), {p} stray runsc process(es)")
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!("docker leftovers not checked: {e:#}"),
+        Err(_) => {
+            tracing::debug!("docker leftovers not checked: the daemon did not answer in time")
+        }
+    }
+}
+
+/// Create and start a hardened container whose loader waits for a program.
+/// On failure nothing is left behind.
+pub(crate) async fn launch(
+    engine: &Engine,
+    shape: &Shape,
+    run_id: &str,
+    tier: &str,
+) -> anyhow::Result<String> {
+    let body = shape.body(reap::labels(run_id, tier));
+    let name = format!("sandbench-{tier}-{run_id}");
+    let created = engine
+        .docker
+        .create_container(Some(CreateContainerOptions { name: Some(name), ..Default::default() }), body)
+        .await
+        .map_err(|e| {
+            if engine::is_not_found(&e) {
+                anyhow!(
+                    "image {} is not present at {}: run `sandbench setup {tier}` (or set [docker] image in the config)",
+                    shape.image,
+                    engine.host
+                )
+            } else {
+                anyhow!("cannot create the container: {}", engine::cause(&e))
+            }
+        })?;
+    let id = created.id;
+    if let Err(e) = engine
+        .docker
+        .start_container(
+            &id,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+    {
+        remove(&engine.docker, &id).await;
+        let why = engine::cause(&e);
+        if shape.runtime.as_deref() == Some("runsc") && why.contains("network") {
+            anyhow::bail!("cannot start the gVisor container: {why} (register runsc with runtimeArgs [\"--network=none\"])");
+        }
+        anyhow::bail!("cannot start the container: {why}");
+    }
+    Ok(id)
+}
+
+/// Remove a container for good (kill if running). Errors are logged: the
+/// next start reaps whatever this could not remove.
+pub(crate) async fn remove(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    for attempt in 0..3 {
+        match docker.remove_container(id, Some(opts.clone())).await {
+            Ok(()) => return,
+            Err(e) if engine::is_not_found(&e) => return,
+            // "removal already in progress" and similar races settle quickly.
+            Err(e) => {
+                if attempt == 2 {
+                    tracing::warn!(
+                        "cannot remove container {}: {}",
+                        short(id),
+                        engine::cause(&e)
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..12.min(id.len())]
+}
+
+impl Tier for DockerTier {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn describe(&self) -> &'static str {
+        match self.runtime {
+            None => "hardened Docker container (runc): namespaces, cgroups, seccomp, no network, read-only root",
+            Some(_) => "hardened Docker container on gVisor (runsc): a user-space kernel between program and host",
+        }
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Availability> {
+        Box::pin(self.probe_inner())
+    }
+
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+        Box::pin(self.run_inner(spec, ctx))
+    }
+}
+
+/// What the sampler learned; judged in the run loop.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    usage: UsageSample,
+    pids_limit: Option<u64>,
+    /// Times the pids limit refused a fork (cgroup pids.events, local engines).
+    pids_max_events: Option<u64>,
+}
+
+impl DockerTier {
+    async fn probe_inner(&self) -> Availability {
+        let mut checks = vec![];
+        let name = self.name.to_string();
+        let engine = match self.engine().await {
+            Ok(e) => e,
+            Err(e) => {
+                checks.push(Check::fail(
+                    "daemon",
+                    format!("{e:#}"),
+                    engine::start_daemon_hint(&engine::docker_host()),
+                ));
+                return Availability {
+                    tier: name,
+                    available: false,
+                    summary: "unavailable: no Docker daemon answers".into(),
+                    checks,
+                };
+            }
+        };
+        checks.push(Check::ok(
+            "daemon",
+            format!(
+                "{} — engine {}, API {} (negotiated)",
+                engine.host, engine.server_version, engine.api_version
+            ),
+        ));
+        let mut ok = true;
+        if let Some(rt) = self.runtime {
+            if engine.runtimes.contains(rt) {
+                checks.push(Check::ok("runtime", format!("{rt} registered")));
+            } else {
+                ok = false;
+                checks.push(Check::fail(
+                    "runtime",
+                    format!(
+                        "the daemon has no '{rt}' runtime (it has: {})",
+                        engine
+                            .runtimes
+                            .iter()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    runsc_fix(),
+                ));
+            }
+        }
+        match engine.has_image(&self.image).await {
+            Ok(true) => checks.push(Check::ok("image", self.image.clone())),
+            Ok(false) => {
+                ok = false;
+                checks.push(Check::fail(
+                    "image",
+                    format!("{} is not present", self.image),
+                    format!("sandbench setup {}", self.name),
+                ));
+            }
+            Err(e) => {
+                ok = false;
+                checks.push(Check::fail(
+                    "image",
+                    format!("{e:#}"),
+                    format!("sandbench setup {}", self.name),
+                ));
+            }
+        }
+        if ok {
+            // The honest test: a real container runs a trivial program.
+            let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
+            spec.label = "doctor probe".into();
+            let probe = DockerTier {
+                name: self.name,
+                runtime: self.runtime,
+                cfg: DockerConfig {
+                    pool_size: 0,
+                    ..self.cfg.clone()
+                },
+                image: self.image.clone(),
+                engine: self.engine.clone(),
+                pool: OnceLock::new(),
+                runs: AtomicU64::new(0),
+                prewarmed: AtomicBool::new(false),
+            };
+            let report = crate::runner::run(Arc::new(probe), spec).await;
+            if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
+                checks.push(Check::ok(
+                    "container",
+                    format!(
+                        "a hardened container ran a trivial program in {:.0} ms",
+                        report.timings_ms.total
+                    ),
+                ));
+            } else {
+                ok = false;
+                let why = report
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| report.summary_line());
+                checks.push(Check::fail(
+                    "container",
+                    format!("a trivial program failed: {why}"),
+                    "see the log (sandbench.log) and the daemon's log",
+                ));
+            }
+        }
+        let summary = if ok {
+            format!(
+                "ready ({}, image {}, engine API {})",
+                self.runtime_name(),
+                self.image,
+                engine.api_version
+            )
+        } else {
+            "unavailable: see the failed checks".into()
+        };
+        Availability {
+            tier: name,
+            available: ok,
+            summary,
+            checks,
+        }
+    }
+
+    async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
+        ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+        let engine = self.engine().await?;
+        if let Some(rt) = self.runtime {
+            if !engine.runtimes.contains(rt) {
+                anyhow::bail!(
+                    "the Docker daemon at {} has no '{rt}' runtime: {}",
+                    engine.host,
+                    runsc_fix()
+                );
+            }
+        }
+        let shape = self.shape(&spec);
+        let nth = self.runs.fetch_add(1, Ordering::Relaxed);
+        let pool = self.pool(engine);
+        let mut warm = None;
+        if let Some(p) = pool {
+            if self.prewarmed.load(Ordering::Relaxed) || nth >= 1 {
+                warm = p.take(&shape);
+                // Also (re)targets the pool at this shape.
+                p.want(&shape);
+            }
+        }
+        let run_id = container::new_run_id();
+        let (id, start) = match warm {
+            Some(id) => {
+                ctx.emit(EventKind::Note(format!("warm container {}", short(&id))))
+                    .await;
+                (id, "warm")
+            }
+            None => {
+                ctx.emit(EventKind::Note(format!(
+                    "creating a {} container",
+                    self.runtime_name()
+                )))
+                .await;
+                (launch(engine, &shape, &run_id, self.name).await?, "cold")
+            }
+        };
+        let result = self.execute(engine, &id, &spec, &ctx).await;
+        ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+        remove(&engine.docker, &id).await;
+        let (usage, mut details) = result?;
+        details["runtime"] = json!(self.runtime_name());
+        details["start"] = json!(start);
+        details["image"] = json!(self.image);
+        details["container"] = json!(short(&id));
+        details["engine"] = json!({ "host": engine.host, "api_version": engine.api_version, "server_version": engine.server_version });
+        details["hardening"] = shape.hardening();
+        Ok(TierExit {
+            usage: Some(usage),
+            details,
+        })
+    }
+
+    async fn execute(
+        &self,
+        engine: &Engine,
+        id: &str,
+        spec: &RunSpec,
+        ctx: &RunContext,
+    ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
+        let docker = &engine.docker;
+        let limits = &spec.limits;
+        let attach = docker
+            .attach_container(
+                id,
+                Some(AttachContainerOptions {
+                    stdin: true,
+                    stdout: true,
+                    stderr: true,
+                    stream: true,
+                    logs: false,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
+        let mut output = attach.output;
+        let mut input = attach.input;
+        let mut wait = Box::pin(docker.wait_container(
+            id,
+            Some(WaitContainerOptions {
+                condition: "not-running".into(),
+            }),
+        ));
+
+        ctx.emit(EventKind::Phase(Phase::Running)).await;
+        // The program exists from now on: count it even if it exits before
+        // the first sample.
+        ctx.usage(UsageSample {
+            cpu_ms: None,
+            memory_bytes: None,
+            pids: Some(1),
+        })
+        .await;
+        let payload = container::payload(spec);
+        let writer = tokio::spawn(async move {
+            let r = async {
+                input.write_all(&payload).await?;
+                input.flush().await?;
+                input.shutdown().await
+            }
+            .await;
+            if let Err(e) = r {
+                tracing::debug!("writing the program to the container: {e}");
+            }
+        });
+
+        let (sample_tx, mut sample_rx) = mpsc::channel::<Sample>(4);
+        let guest_pids = self.runtime.is_none();
+        let sampler = tokio::spawn(sample_loop(
+            docker.clone(),
+            id.to_string(),
+            engine.local,
+            guest_pids,
+            sample_tx,
+        ));
+
+        let mut stderr_tail: Vec<u8> = vec![];
+        let mut exit_code: Option<i64> = None;
+        let mut wait_error: Option<String> = None;
+        let mut output_done = false;
+        let mut killed = false;
+        let mut last = UsageSample::default();
+        let mut peak_mem: Option<u64> = None;
+        let mut pids_seen = false;
+        let cpu_limit_ms = limits.cpu_time.as_millis() as u64;
+        let mut cpu_killed = false;
+        let grace = tokio::time::sleep(Duration::from_secs(86_400 * 365));
+        tokio::pin!(grace);
+
+        while exit_code.is_none() && wait_error.is_none() || !output_done {
+            tokio::select! {
+                item = output.next(), if !output_done => match item {
+                    Some(Ok(LogOutput::StdOut { message })) => ctx.emit(EventKind::Output(Stream::Stdout, message.to_vec())).await,
+                    Some(Ok(LogOutput::StdErr { message })) => {
+                        stderr_tail.extend_from_slice(&message);
+                        let excess = stderr_tail.len().saturating_sub(STDERR_TAIL);
+                        stderr_tail.drain(..excess);
+                        ctx.emit(EventKind::Output(Stream::Stderr, message.to_vec())).await
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::debug!("attach stream: {e}");
+                        output_done = true;
+                    }
+                    None => output_done = true,
+                },
+                w = wait.next(), if exit_code.is_none() && wait_error.is_none() => {
+                    match w {
+                        Some(Ok(r)) => exit_code = Some(r.status_code),
+                        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => exit_code = Some(code),
+                        Some(Err(e)) => wait_error = Some(engine::cause(&e)),
+                        None => wait_error = Some("the wait stream ended without a status".into()),
+                    }
+                    grace.as_mut().reset(tokio::time::Instant::now() + OUTPUT_GRACE);
+                }
+                _ = &mut grace, if !output_done => {
+                    tracing::debug!("output stream did not end after the container exited");
+                    output_done = true;
+                }
+                _ = ctx.stop.cancelled(), if !killed => {
+                    killed = true;
+                    kill(docker, id).await;
+                }
+                Some(s) = sample_rx.recv() => {
+                    if exit_code.is_some() {
+                        continue;
+                    }
+                    last = s.usage;
+                    if let Some(m) = s.usage.memory_bytes {
+                        peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
+                    }
+                    ctx.usage(s.usage).await;
+                    let at_limit = matches!((s.usage.pids, s.pids_limit), (Some(c), Some(l)) if l > 0 && c >= l);
+                    if !pids_seen && (at_limit || s.pids_max_events.unwrap_or(0) > 0) {
+                        pids_seen = true;
+                        ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids)).await;
+                    }
+                    if !killed && s.usage.cpu_ms.unwrap_or(0) > cpu_limit_ms {
+                        killed = true;
+                        cpu_killed = true;
+                        ctx.violation(ViolationKind::CpuTime, format!(
+                            "CPU time limit {} used by the whole container — killed", crate::runner::fmt_dur(limits.cpu_time))).await;
+                        kill(docker, id).await;
+                    }
+                }
+            }
+        }
+        sampler.abort();
+        writer.abort();
+        if let Some(e) = wait_error {
+            if !(killed || ctx.stop.is_cancelled()) {
+                return Err(anyhow!("lost the container while waiting for it: {e}"));
+            }
+        }
+        let state = docker
+            .inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .ok()
+            .and_then(|i| i.state);
+        let oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
+        let raw = exit_code
+            .or_else(|| state.as_ref().and_then(|s| s.exit_code))
+            .unwrap_or(137);
+        let (code, signal) = container::split_exit(raw);
+        let tail = String::from_utf8_lossy(&stderr_tail);
+        if oom {
+            ctx.violation(
+                ViolationKind::Memory,
+                format!(
+                    "memory limit {} hit — killed (out of memory)",
+                    format_size(limits.memory_bytes)
+                ),
+            )
+            .await;
+        } else if code.is_some_and(|c| c != 0) && allocation_failed(&tail) {
+            ctx.violation(
+                ViolationKind::Memory,
+                format!(
+                    "memory limit {} hit — allocation refused",
+                    format_size(limits.memory_bytes)
+                ),
+            )
+            .await;
+        }
+        match signal {
+            Some(libc::SIGXCPU) => {
+                ctx.violation(
+                    ViolationKind::CpuTime,
+                    format!(
+                        "CPU time limit {} hit — killed (SIGXCPU)",
+                        crate::runner::fmt_dur(limits.cpu_time)
+                    ),
+                )
+                .await
+            }
+            Some(libc::SIGXFSZ) => {
+                ctx.violation(
+                    ViolationKind::FileSize,
+                    format!(
+                        "file size limit {} hit — killed (SIGXFSZ)",
+                        format_size(limits.file_size_bytes)
+                    ),
+                )
+                .await
+            }
+            _ => {}
+        }
+        if tail.contains("File too large") {
+            ctx.violation(
+                ViolationKind::FileSize,
+                format!(
+                    "file size limit {} hit — write refused (EFBIG)",
+                    format_size(limits.file_size_bytes)
+                ),
+            )
+            .await;
+        }
+        if tail.contains("No space left on device") {
+            ctx.violation(
+                ViolationKind::Disk,
+                format!(
+                    "scratch space full ({} per writable mount)",
+                    format_size(limits.disk_bytes)
+                ),
+            )
+            .await;
+        }
+        if !pids_seen && fork_refused(&tail) {
+            ctx.violation(
+                ViolationKind::Pids,
+                format!("pids limit {} reached — new processes refused", limits.pids),
+            )
+            .await;
+        }
+        let exit = if killed && !cpu_killed && exit_code.is_none() {
+            ExitStatus {
+                code: None,
+                signal: Some(libc::SIGKILL),
+            }
+        } else {
+            ExitStatus { code, signal }
+        };
+        ctx.emit(EventKind::Exit(exit)).await;
+        let usage = UsageSample {
+            cpu_ms: last.cpu_ms,
+            memory_bytes: peak_mem,
+            pids: None,
+        };
+        let details = json!({ "oom_killed": oom, "container_exit_code": raw });
+        Ok((usage, details))
+    }
+}
+
+async fn kill(docker: &Docker, id: &str) {
+    if let Err(e) = docker
+        .kill_container(
+            id,
+            Some(KillContainerOptions {
+                signal: "SIGKILL".into(),
+            }),
+        )
+        .await
+    {
+        // 409: not running any more — the goal is reached.
+        tracing::debug!("kill {}: {}", short(id), engine::cause(&e));
+    }
+}
+
+/// Program output says it could not allocate (Python's MemoryError, libc's
+/// ENOMEM message).
+fn allocation_failed(t: &str) -> bool {
+    t.contains("MemoryError")
+        || t.contains("Cannot allocate memory")
+        || t.contains("std::bad_alloc")
+}
+
+/// Program output says fork was refused (EAGAIN from the pids limit).
+fn fork_refused(t: &str) -> bool {
+    t.contains("Resource temporarily unavailable")
+        || t.contains("can't fork")
+        || t.contains("Cannot fork")
+        || t.contains("BlockingIOError")
+}
+
+/// Where the container's cgroup lives on this machine (local engines with
+/// the cgroupfs or systemd driver, v1 or v2).
+#[derive(Debug, Clone)]
+enum Cgroup {
+    V1 {
+        cpu: PathBuf,
+        memory: PathBuf,
+        pids: PathBuf,
+    },
+    V2(PathBuf),
+}
+
+impl Cgroup {
+    fn find(id: &str) -> Option<Cgroup> {
+        let root = Path::new("/sys/fs/cgroup");
+        let v1 = |c: &str| root.join(c).join("docker").join(id);
+        if v1("memory").join("memory.usage_in_bytes").exists() {
+            let cpu = ["cpuacct", "cpu,cpuacct", "cpu"]
+                .iter()
+                .map(|c| v1(c))
+                .find(|p| p.join("cpuacct.usage").exists())?;
+            return Some(Cgroup::V1 {
+                cpu,
+                memory: v1("memory"),
+                pids: v1("pids"),
+            });
+        }
+        [
+            root.join("docker").join(id),
+            root.join("system.slice").join(format!("docker-{id}.scope")),
+        ]
+        .into_iter()
+        .find(|p| p.join("cgroup.procs").exists())
+        .map(Cgroup::V2)
+    }
+
+    fn read(p: PathBuf) -> Option<String> {
+        std::fs::read_to_string(p).ok()
+    }
+
+    fn num(p: PathBuf) -> Option<u64> {
+        Self::read(p)?.trim().parse().ok()
+    }
+
+    fn field(p: PathBuf, key: &str) -> Option<u64> {
+        Self::read(p)?
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// (usage, pids.max hits).
+    fn sample(&self, count_pids: bool) -> (UsageSample, Option<u64>) {
+        match self {
+            Cgroup::V1 { cpu, memory, pids } => {
+                let mem = Self::num(memory.join("memory.usage_in_bytes")).map(|u| {
+                    u.saturating_sub(
+                        Self::field(memory.join("memory.stat"), "total_inactive_file").unwrap_or(0),
+                    )
+                });
+                let usage = UsageSample {
+                    cpu_ms: Self::num(cpu.join("cpuacct.usage")).map(|ns| ns / 1_000_000),
+                    memory_bytes: mem,
+                    pids: if count_pids {
+                        Self::num(pids.join("pids.current"))
+                    } else {
+                        None
+                    },
+                };
+                (
+                    usage,
+                    if count_pids {
+                        Self::field(pids.join("pids.events"), "max")
+                    } else {
+                        None
+                    },
+                )
+            }
+            Cgroup::V2(dir) => {
+                let mem = Self::num(dir.join("memory.current")).map(|u| {
+                    u.saturating_sub(
+                        Self::field(dir.join("memory.stat"), "inactive_file").unwrap_or(0),
+                    )
+                });
+                let usage = UsageSample {
+                    cpu_ms: Self::field(dir.join("cpu.stat"), "usage_usec").map(|us| us / 1000),
+                    memory_bytes: mem,
+                    pids: if count_pids {
+                        Self::num(dir.join("pids.current"))
+                    } else {
+                        None
+                    },
+                };
+                (
+                    usage,
+                    if count_pids {
+                        Self::field(dir.join("pids.events"), "max")
+                    } else {
+                        None
+                    },
+                )
+            }
+        }
+    }
+}
+
+/// Sample the container: its cgroup files when the engine is local (cheap
+/// and immediate), else the engine's stats stream (one sample a second).
+/// `guest_pids` is false on gVisor, where the host only sees the sandbox's
+/// own threads, not the program's processes.
+async fn sample_loop(
+    docker: Docker,
+    id: String,
+    local: bool,
+    guest_pids: bool,
+    tx: mpsc::Sender<Sample>,
+) {
+    if local {
+        if let Some(cg) = Cgroup::find(&id) {
+            let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                let (usage, pids_max_events) = cg.sample(guest_pids);
+                if tx
+                    .send(Sample {
+                        usage,
+                        pids_limit: None,
+                        pids_max_events,
+                    })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+    let mut stream = docker.stats(
+        &id,
+        Some(StatsOptions {
+            stream: true,
+            one_shot: false,
+        }),
+    );
+    while let Some(Ok(s)) = stream.next().await {
+        let mem = s.memory_stats.as_ref().and_then(|m| {
+            let usage = m.usage?;
+            // Like `docker stats`: page cache the kernel can drop is not
+            // the program's memory.
+            let cache = m
+                .stats
+                .as_ref()
+                .and_then(|st| {
+                    st.get("total_inactive_file")
+                        .or(st.get("inactive_file"))
+                        .copied()
+                })
+                .unwrap_or(0);
+            Some(usage.saturating_sub(cache))
+        });
+        let cpu_ms = s
+            .cpu_stats
+            .as_ref()
+            .and_then(|c| c.cpu_usage.as_ref())
+            .and_then(|u| u.total_usage)
+            .map(|ns| ns / 1_000_000);
+        let pids = if guest_pids {
+            s.pids_stats.as_ref().and_then(|p| p.current)
+        } else {
+            None
+        };
+        let pids_limit = if guest_pids {
+            s.pids_stats.as_ref().and_then(|p| p.limit)
+        } else {
+            None
+        };
+        let sample = Sample {
+            usage: UsageSample {
+                cpu_ms,
+                memory_bytes: mem,
+                pids,
+            },
+            pids_limit,
+            pids_max_events: None,
+        };
+        if tx.send(sample).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stderr_signals() {
+        assert!(allocation_failed("Traceback\nMemoryError\n"));
+        assert!(fork_refused("sh: 1: Cannot fork"));
+        assert!(fork_refused(
+            "BlockingIOError: [Errno 11] Resource temporarily unavailable"
+        ));
+        assert!(!fork_refused("ok"));
+    }
+
+    #[test]
+    fn image_env_override() {
+        let cfg = DockerConfig::default();
+        // Only read: the variable is not set in unit tests.
+        if std::env::var_os("SANDBENCH_DOCKER_IMAGE").is_none() {
+            assert_eq!(configured_image(&cfg), "python:3.12-slim");
+        }
+    }
+}

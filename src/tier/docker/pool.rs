@@ -1,0 +1,202 @@
+//! Warm pool: containers created and started ahead of time, with the same
+//! hardened shape a cold run gets, their resident loader already waiting on
+//! stdin. Single use — a container runs one program and is removed — and
+//! refilled in the background. Sized by `[docker] pool_size`; drained at exit
+//! (`tier::shutdown`), and reaped by the next start if sandbench was killed.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
+
+use super::container::Shape;
+use super::engine::Engine;
+
+struct State {
+    /// The shape the pool keeps containers of (the last one asked for).
+    shape: Option<Shape>,
+    ready: VecDeque<String>,
+    filling: usize,
+    closed: bool,
+    /// Consecutive failures; the pool stops refilling after a few until the
+    /// next take or want.
+    failures: u32,
+    last_error: Option<String>,
+}
+
+pub struct Pool {
+    engine: Engine,
+    size: usize,
+    tier: &'static str,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+const MAX_FAILURES: u32 = 3;
+
+fn registry() -> &'static Mutex<Vec<Weak<Pool>>> {
+    static R: std::sync::OnceLock<Mutex<Vec<Weak<Pool>>>> = std::sync::OnceLock::new();
+    R.get_or_init(|| Mutex::new(vec![]))
+}
+
+/// Drain every live pool of this process (called once at exit).
+pub async fn drain_all() {
+    let pools: Vec<Arc<Pool>> = {
+        let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
+        r.retain(|w| w.strong_count() > 0);
+        r.iter().filter_map(Weak::upgrade).collect()
+    };
+    futures_util::future::join_all(pools.iter().map(|p| p.drain())).await;
+}
+
+impl Pool {
+    pub fn new(engine: Engine, size: usize, tier: &'static str) -> Arc<Pool> {
+        let p = Arc::new(Pool {
+            engine,
+            size,
+            tier,
+            state: Mutex::new(State {
+                shape: None,
+                ready: VecDeque::new(),
+                filling: 0,
+                closed: false,
+                failures: 0,
+                last_error: None,
+            }),
+            changed: Notify::new(),
+        });
+        registry()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&p));
+        p
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keep containers of `shape` ready from now on. Containers of another
+    /// shape are removed.
+    pub fn want(self: &Arc<Self>, shape: &Shape) {
+        let stale: Vec<String> = {
+            let mut st = self.lock();
+            if st.closed || self.size == 0 {
+                return;
+            }
+            if st.shape.as_ref() == Some(shape) {
+                vec![]
+            } else {
+                st.shape = Some(shape.clone());
+                st.failures = 0;
+                st.ready.drain(..).collect()
+            }
+        };
+        for id in stale {
+            let docker = self.engine.docker.clone();
+            tokio::spawn(async move { super::remove(&docker, &id).await });
+        }
+        self.refill();
+    }
+
+    /// A ready container of `shape`, if there is one. Starts a refill either way.
+    pub fn take(self: &Arc<Self>, shape: &Shape) -> Option<String> {
+        let got = {
+            let mut st = self.lock();
+            st.failures = 0;
+            if st.shape.as_ref() == Some(shape) {
+                st.ready.pop_front()
+            } else {
+                None
+            }
+        };
+        self.refill();
+        got
+    }
+
+    fn refill(self: &Arc<Self>) {
+        loop {
+            let shape = {
+                let mut st = self.lock();
+                let Some(shape) = st.shape.clone() else {
+                    return;
+                };
+                if st.closed
+                    || st.failures >= MAX_FAILURES
+                    || st.ready.len() + st.filling >= self.size
+                {
+                    return;
+                }
+                st.filling += 1;
+                shape
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let run_id = format!("warm-{}", super::container::new_run_id());
+                let r = super::launch(&me.engine, &shape, &run_id, me.tier).await;
+                let extra = {
+                    let mut st = me.lock();
+                    st.filling -= 1;
+                    match r {
+                        Ok(id) if !st.closed && st.shape.as_ref() == Some(&shape) => {
+                            st.failures = 0;
+                            st.ready.push_back(id);
+                            None
+                        }
+                        Ok(id) => Some(id),
+                        Err(e) => {
+                            st.failures += 1;
+                            tracing::warn!("warm pool ({}): {e:#}", me.tier);
+                            st.last_error = Some(format!("{e:#}"));
+                            None
+                        }
+                    }
+                };
+                if let Some(id) = extra {
+                    super::remove(&me.engine.docker, &id).await;
+                }
+                me.changed.notify_waiters();
+                me.refill();
+            });
+        }
+    }
+
+    /// Wait until the pool is full again (or cannot fill, or is closed).
+    pub async fn settle(&self) {
+        loop {
+            let notified = self.changed.notified();
+            {
+                let st = self.lock();
+                let full = st.ready.len() >= self.size;
+                if st.shape.is_none() || st.closed || full || (st.filling == 0 && st.failures > 0) {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    pub fn ready(&self) -> usize {
+        self.lock().ready.len()
+    }
+
+    pub fn last_error(&self) -> Option<String> {
+        self.lock().last_error.clone()
+    }
+
+    /// Stop refilling and remove every container the pool holds, including
+    /// ones still being created.
+    pub async fn drain(&self) {
+        self.lock().closed = true;
+        loop {
+            let notified = self.changed.notified();
+            if self.lock().filling == 0 {
+                break;
+            }
+            notified.await;
+        }
+        let ids: Vec<String> = self.lock().ready.drain(..).collect();
+        let docker = &self.engine.docker;
+        futures_util::future::join_all(ids.iter().map(|id| super::remove(docker, id))).await;
+    }
+}

@@ -1,0 +1,226 @@
+//! Who owns a container, and removing what dead sandbench processes left:
+//! containers labelled by an owner that is gone, and `runsc-sandbox` /
+//! `runsc-gofer` processes of containers the engine no longer lists (a runsc
+//! container that failed to start can leave those behind, FACTS.md).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
+
+use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+
+use super::container::{LABEL_OWNER, LABEL_PID, LABEL_RUN};
+use super::engine::Engine;
+
+/// This machine, so that containers of other machines sharing a remote
+/// engine are never judged by our process table.
+fn machine_id() -> String {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        for p in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
+            if let Ok(s) = std::fs::read_to_string(p) {
+                let s = s.trim();
+                if !s.is_empty() {
+                    return s.to_string();
+                }
+            }
+        }
+        nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "unknown".into())
+    })
+    .clone()
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of stat):
+/// with the pid it names one process, even after pid reuse.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// `machine:pid:starttime` of this process.
+pub fn owner() -> String {
+    static O: OnceLock<String> = OnceLock::new();
+    O.get_or_init(|| {
+        let pid = std::process::id();
+        format!("{}:{pid}:{}", machine_id(), start_time(pid).unwrap_or(0))
+    })
+    .clone()
+}
+
+/// The labels of a container owned by this process.
+pub fn labels(run_id: &str, tier: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_RUN.to_string(), run_id.to_string()),
+        (LABEL_PID.to_string(), std::process::id().to_string()),
+        (LABEL_OWNER.to_string(), owner()),
+        (super::container::LABEL_TIER.to_string(), tier.to_string()),
+    ])
+}
+
+/// Is the owner named by a label value dead? Unknown machines are never
+/// judged; a malformed label on this machine counts as dead.
+pub fn owner_is_dead(label: &str) -> bool {
+    let mut it = label.rsplitn(3, ':');
+    let (Some(st), Some(pid), Some(machine)) = (it.next(), it.next(), it.next()) else {
+        return true;
+    };
+    if machine != machine_id() {
+        return false;
+    }
+    let (Ok(pid), Ok(st)) = (pid.parse::<u32>(), st.parse::<u64>()) else {
+        return true;
+    };
+    start_time(pid) != Some(st)
+}
+
+/// Remove containers of dead owners; kill stray runsc processes when the
+/// engine is local. Returns how many containers and processes went.
+pub async fn reap(engine: &Engine) -> anyhow::Result<(usize, usize)> {
+    let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
+    let list = engine
+        .docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot list containers: {}", super::engine::cause(&e)))?;
+    let mut gone = 0;
+    let mut removals = vec![];
+    for c in &list {
+        let Some(id) = c.id.clone() else { continue };
+        let owner = c
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_OWNER))
+            .map(String::as_str)
+            .unwrap_or("");
+        if owner_is_dead(owner) {
+            let docker = engine.docker.clone();
+            removals.push(async move {
+                docker
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptions {
+                            force: true,
+                            v: true,
+                            ..Default::default()
+                        }),
+                    )
+                    .await
+                    .map(|_| id)
+            });
+        }
+    }
+    for r in futures_util::future::join_all(removals).await {
+        match r {
+            Ok(id) => {
+                tracing::info!("removed leftover container {}", &id[..12.min(id.len())]);
+                gone += 1;
+            }
+            Err(e) if super::engine::is_not_found(&e) => {}
+            Err(e) => tracing::warn!("cannot remove a leftover container: {e}"),
+        }
+    }
+    let mut killed = 0;
+    if engine.local {
+        // Every container the engine knows, whoever made it: a runsc process
+        // of a known container is none of our business.
+        let all = engine
+            .docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot list containers: {}", super::engine::cause(&e)))?;
+        let known: HashSet<String> = all.into_iter().filter_map(|c| c.id).collect();
+        for (pid, id) in runsc_processes() {
+            if !known.contains(&id) {
+                tracing::info!(
+                    "killing stray runsc process {pid} of vanished container {}",
+                    &id[..12]
+                );
+                if nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                )
+                .is_ok()
+                {
+                    killed += 1;
+                }
+            }
+        }
+    }
+    Ok((gone, killed))
+}
+
+/// (pid, container id) of every runsc sandbox/gofer process Docker started
+/// (their bundle lives under containerd's `moby` namespace).
+pub fn runsc_processes() -> Vec<(i32, String)> {
+    let mut out = vec![];
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if let Some(id) = runsc_container_id(&cmdline) {
+            out.push((pid, id));
+        }
+    }
+    out
+}
+
+fn runsc_container_id(cmdline: &[u8]) -> Option<String> {
+    let mut args = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let argv0 = args.next()?;
+    if argv0 != "runsc-sandbox" && argv0 != "runsc-gofer" {
+        return None;
+    }
+    for a in args {
+        if let Some(i) = a.find("/moby/") {
+            let id: String = a[i + 6..]
+                .chars()
+                .take_while(|c| c.is_ascii_hexdigit())
+                .collect();
+            if id.len() == 64 {
+                return Some(id);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_alive_and_others_are_judged() {
+        assert!(!owner_is_dead(&owner()));
+        let mut dead = owner();
+        dead.push('7'); // a different start time
+        assert!(owner_is_dead(&dead));
+        assert!(owner_is_dead("garbage"));
+        assert!(!owner_is_dead("another-machine:1:1"));
+    }
+
+    #[test]
+    fn runsc_ids_come_from_the_bundle_path() {
+        let id = "fe44b7de5eec98126b5d7c219eb3afd145f4b1ab53d2a43aa813971f30e70b9a";
+        let cmd = format!("runsc-gofer\0--root=/var/run/docker/runtime-runc/moby\0gofer\0--bundle\0/var/run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/{id}\0");
+        assert_eq!(runsc_container_id(cmd.as_bytes()).as_deref(), Some(id));
+        assert_eq!(runsc_container_id(b"runsc\0--bundle\0/x/moby/abc\0"), None);
+        assert_eq!(runsc_container_id(b"sleep\x0030\0"), None);
+    }
+}
