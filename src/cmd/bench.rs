@@ -24,18 +24,34 @@ pub enum Contender {
     Tier { name: String, tier: Arc<dyn Tier> },
     /// A baseline command, spawned and waited for.
     Command { name: String, argv: Vec<String> },
+    /// A tier run followed, untimed, by `settle` (e.g. a warm pool refilling),
+    /// so that background work never overlaps another contender's measurement.
+    Settled { name: String, tier: Arc<dyn Tier>, settle: Settle },
 }
+
+pub type Settle = Arc<dyn Fn() -> tier::BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
 impl Contender {
     pub fn name(&self) -> &str {
         match self {
-            Contender::Tier { name, .. } | Contender::Command { name, .. } => name,
+            Contender::Tier { name, .. } | Contender::Command { name, .. } | Contender::Settled { name, .. } => name,
         }
     }
 
     async fn once(&self) -> anyhow::Result<Duration> {
         let t0 = Instant::now();
         match self {
+            Contender::Settled { tier, settle, .. } => {
+                let mut spec = RunSpec::new(Language::Python, PRINT1);
+                spec.label = "bench".into();
+                let r = runner::run(tier.clone(), spec).await;
+                let took = t0.elapsed();
+                if r.outcome != Outcome::Ok || r.stdout.trim() != "1" {
+                    anyhow::bail!("{} run failed: {}", tier.name(), r.summary_line());
+                }
+                settle().await?;
+                return Ok(took);
+            }
             Contender::Tier { tier, .. } => {
                 let mut spec = RunSpec::new(Language::Python, PRINT1);
                 spec.label = "bench".into();
@@ -140,6 +156,10 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
                 }
                 None => skipped.push("bwrap is not installed (apt-get install bubblewrap)".into()),
             }
+        }
+        "docker" | "gvisor" => {
+            c.clear();
+            targets = crate::tier::docker::bench_plan(tier_name, config, &mut c, &mut skipped);
         }
         other => anyhow::bail!("no benchmark is defined for the {other} tier yet"),
     }

@@ -229,6 +229,42 @@ impl Shape {
     }
 }
 
+impl Shape {
+    /// The same container as `docker run` flags (the benchmark's baseline).
+    pub fn cli_flags(&self) -> Vec<String> {
+        let tmpfs = format!("rw,nosuid,nodev,noexec,size={},mode=1777", self.disk_bytes);
+        let mut f: Vec<String> = vec![
+            "--network=none".into(),
+            "--read-only".into(),
+            format!("--tmpfs=/work:{tmpfs}"),
+            format!("--tmpfs=/tmp:{tmpfs}"),
+            "--cap-drop=ALL".into(),
+            "--security-opt=no-new-privileges".into(),
+            format!("--user={}", self.user),
+            format!("--pids-limit={}", self.host_pids_limit()),
+            format!("--memory={}", self.memory_bytes),
+            format!("--memory-swap={}", self.memory_bytes),
+            format!("--cpus={}", self.cpus),
+            format!("--shm-size={}", self.disk_bytes.min(64 << 20)),
+            "--init".into(),
+            "--log-driver=none".into(),
+            "--hostname=sandbox".into(),
+        ];
+        for u in self.ulimits() {
+            f.push(format!(
+                "--ulimit={}={}:{}",
+                u.name.unwrap_or_default(),
+                u.soft.unwrap_or(0),
+                u.hard.unwrap_or(0)
+            ));
+        }
+        if let Some(rt) = &self.runtime {
+            f.push(format!("--runtime={rt}"));
+        }
+        f
+    }
+}
+
 /// What the loader reads from stdin: one JSON header line, then the code.
 pub fn payload(spec: &RunSpec) -> Vec<u8> {
     let header = json!({

@@ -9,6 +9,7 @@
 //! - `reap.rs`: owner labels; removing what dead sandbench processes left.
 //! - `image.rs`: `sandbench setup docker` — use, pull, or build the image.
 
+pub mod bench;
 pub mod container;
 pub mod engine;
 pub mod image;
@@ -36,6 +37,7 @@ use crate::config::{Config, DockerConfig};
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample, ViolationKind};
 use crate::spec::{format_size, Language, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+pub use bench::bench_plan;
 use container::Shape;
 use engine::Engine;
 use pool::Pool;
@@ -616,14 +618,20 @@ impl DockerTier {
                 return Err(anyhow!("lost the container while waiting for it: {e}"));
             }
         }
-        let state = docker
-            .inspect_container(
-                id,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            )
-            .await
-            .ok()
-            .and_then(|i| i.state);
+        // Only a killed container can have been killed by the OOM killer:
+        // skip the extra round trip for the common case.
+        let state = if exit_code.is_none_or(|c| c >= 128) {
+            docker
+                .inspect_container(
+                    id,
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                )
+                .await
+                .ok()
+                .and_then(|i| i.state)
+        } else {
+            None
+        };
         let oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
         let raw = exit_code
             .or_else(|| state.as_ref().and_then(|s| s.exit_code))
