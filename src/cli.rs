@@ -22,6 +22,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Measure start→exit latency of a tier against its baselines.
     Bench(BenchArgs),
+    /// Every hostile sample on every tier: which tier stops what, at what cost.
+    Gauntlet(GauntletArgs),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -124,4 +126,28 @@ pub struct BenchArgs {
     pub runs: usize,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MatrixFormat {
+    Table,
+    Markdown,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct GauntletArgs {
+    /// Comma-separated tiers (default: every available tier).
+    #[arg(long, value_name = "TIERS")]
+    pub tiers: Option<String>,
+    /// Samples folder (with benign/ and hostile/).
+    #[arg(long, value_name = "DIR")]
+    pub samples: Option<PathBuf>,
+    /// Runs of each benign control per tier (for the latency figures).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[arg(long, value_enum, default_value_t = MatrixFormat::Table)]
+    pub format: MatrixFormat,
 }

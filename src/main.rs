@@ -27,6 +27,11 @@ fn main() -> ExitCode {
         }
     };
     init_logging();
+    if matches!(cli.command, Some(Command::Gauntlet(_))) && std::env::var_os(sandbench::gauntlet::canary::SECRET_VAR).is_none() {
+        // The gauntlet's secret canary lives in sandbench's own environment.
+        // Set it before any thread exists.
+        std::env::set_var(sandbench::gauntlet::canary::SECRET_VAR, "sk-ant-sandbench-canary-not-a-real-key");
+    }
     let config = match Config::load() {
         Ok(c) => c,
         Err(e) => {
@@ -47,6 +52,7 @@ fn main() -> ExitCode {
             Some(Command::Run(a)) => cmd::run::run(a, &config).await,
             Some(Command::Doctor(a)) => cmd::doctor::run(a, &config).await,
             Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
+            Some(Command::Gauntlet(a)) => cmd::gauntlet::run(a, &config).await,
             Some(Command::Completions { shell }) => {
                 clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
                 Ok(0)

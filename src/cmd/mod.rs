@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod doctor;
+pub mod gauntlet;
 pub mod run;
 
 use std::fmt;
