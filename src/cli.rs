@@ -8,7 +8,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::spec::{self, Limits};
 
 #[derive(Debug, Parser)]
-#[command(name = "sandbench", version, about = "Run untrusted, agent-written code in sandboxes and compare what each one costs and what it stops")]
+#[command(
+    name = "sandbench",
+    version,
+    about = "Run untrusted, agent-written code in sandboxes and compare what each one costs and what it stops"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

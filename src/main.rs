@@ -27,7 +27,9 @@ fn main() -> ExitCode {
         }
     };
     init_logging();
-    if matches!(cli.command, Some(Command::Gauntlet(_))) && std::env::var_os(sandbench::gauntlet::canary::SECRET_VAR).is_none() {
+    if matches!(cli.command, Some(Command::Gauntlet(_)))
+        && std::env::var_os(sandbench::gauntlet::canary::SECRET_VAR).is_none()
+    {
         // The gauntlet's secret canary lives in sandbench's own environment.
         // Set it before any thread exists.
         std::env::set_var(sandbench::gauntlet::canary::SECRET_VAR, "sk-ant-sandbench-canary-not-a-real-key");
@@ -79,7 +81,13 @@ fn init_logging() {
     if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
-    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sandbench.log")) else { return };
+    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sandbench.log")) else {
+        return;
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBENCH_LOG").unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::sync::Mutex::new(file)).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .try_init();
 }

@@ -49,7 +49,12 @@ impl Expect {
     /// Does a report meet this expectation? `Err` says how it does not.
     pub fn check(&self, r: &RunReport) -> Result<(), String> {
         if r.outcome != self.outcome {
-            return Err(format!("expected outcome {}, got {} ({})", self.outcome.name(), r.outcome.name(), r.summary_line()));
+            return Err(format!(
+                "expected outcome {}, got {} ({})",
+                self.outcome.name(),
+                r.outcome.name(),
+                r.summary_line()
+            ));
         }
         if !self.kinds.is_empty() && !self.kinds.iter().any(|k| r.has_violation(*k)) {
             let want: Vec<_> = self.kinds.iter().map(|k| k.name()).collect();

@@ -24,10 +24,13 @@ fn flipped_expectation_fails_the_gauntlet() {
     copy_samples(&["benign/hello.py", "hostile/fork_bomb.py", "hostile/net_loopback.py"], dir.path());
     let net = OuterNet::new();
     let ok = net.output(
-        Command::new(bin()).args(["gauntlet", "--tiers", "process", "--repeat", "1", "--format", "json", "--samples"]).arg(dir.path()),
+        Command::new(bin())
+            .args(["gauntlet", "--tiers", "process", "--repeat", "1", "--format", "json", "--samples"])
+            .arg(dir.path()),
         Duration::from_secs(120),
     );
-    let m: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&ok.stderr)));
+    let m: serde_json::Value =
+        serde_json::from_slice(&ok.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&ok.stderr)));
     assert_eq!(ok.status.code(), Some(0), "{m:#}");
     assert_eq!(m["cells"].as_array().unwrap().len(), 3);
     assert_eq!(m["mismatches"], 0);
@@ -41,7 +44,9 @@ fn flipped_expectation_fails_the_gauntlet() {
     let flipped = std::fs::read_to_string(&p).unwrap().replace("# expect: *=violation:pids", "# expect: *=ok");
     std::fs::write(&p, flipped).unwrap();
     let bad = net.output(
-        Command::new(bin()).args(["gauntlet", "--tiers", "process", "--repeat", "1", "--format", "markdown", "--samples"]).arg(dir.path()),
+        Command::new(bin())
+            .args(["gauntlet", "--tiers", "process", "--repeat", "1", "--format", "markdown", "--samples"])
+            .arg(dir.path()),
         Duration::from_secs(120),
     );
     let md = String::from_utf8_lossy(&bad.stdout);

@@ -61,7 +61,10 @@ fn program_from_stdin_with_user_env_only() {
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
     let names: Vec<&str> = r.stdout.lines().filter_map(|l| l.split('=').next()).collect();
     for n in &names {
-        assert!(["GREETING", "HOME", "LANG", "PATH", "PWD", "TMPDIR", "SHLVL", "OLDPWD", "_"].contains(n), "unexpected variable {n}");
+        assert!(
+            ["GREETING", "HOME", "LANG", "PATH", "PWD", "TMPDIR", "SHLVL", "OLDPWD", "_"].contains(n),
+            "unexpected variable {n}"
+        );
     }
     assert!(r.stdout.contains("GREETING=hi"));
     assert!(r.stdout.contains("HOME=/work"));
@@ -166,7 +169,10 @@ fn killed_sandbench_takes_its_sandbox_along_and_is_reaped_next_start() {
     if common::is_root() {
         assert!(!net.leftover_cgroups().is_empty(), "expected the dead run's cgroup to be left for reaping");
         // The next start reaps what the dead process left.
-        let out = net.output(Command::new(bin()).args(["run"]).arg(samples_dir().join("benign/hello.sh")), Duration::from_secs(30));
+        let out = net.output(
+            Command::new(bin()).args(["run"]).arg(samples_dir().join("benign/hello.sh")),
+            Duration::from_secs(30),
+        );
         assert!(out.status.success());
         assert!(net.leftover_cgroups().is_empty(), "not reaped: {:?}", net.leftover_cgroups());
     }

@@ -21,8 +21,20 @@ fn every_sample_behaves_as_declared_on_the_process_tier() {
         let net = OuterNet::new();
         let mut c = Canaries::plant(Some(SECRET.into())).unwrap();
         let mut cmd = Command::new(bin());
-        cmd.args(["run", "--tier", "process", "--format", "json", "--cpu", "2s", "--timeout", "5s", "--memory", "128M"])
-            .env(gauntlet::canary::SECRET_VAR, SECRET);
+        cmd.args([
+            "run",
+            "--tier",
+            "process",
+            "--format",
+            "json",
+            "--cpu",
+            "2s",
+            "--timeout",
+            "5s",
+            "--memory",
+            "128M",
+        ])
+        .env(gauntlet::canary::SECRET_VAR, SECRET);
         for (k, v) in c.env() {
             cmd.arg("--env").arg(format!("{k}={v}"));
         }

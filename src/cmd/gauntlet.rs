@@ -5,8 +5,8 @@ use std::sync::Arc;
 use crate::cli::{GauntletArgs, MatrixFormat};
 use crate::config::Config;
 use crate::gauntlet::{self, render};
-use crate::tier::{self, Tier};
 use crate::samples;
+use crate::tier::{self, Tier};
 
 use super::usage;
 

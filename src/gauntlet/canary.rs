@@ -132,7 +132,8 @@ impl Canaries {
             let addr = std::os::unix::net::SocketAddr::from_abstract_name(unix_name.as_bytes())?;
             let lu = UnixListener::bind_addr(&addr)?;
             lu.set_nonblocking(true)?;
-            listeners.push(Listener::spawn(format!("abstract unix @{unix_name}"), move || nonblocking_accept(lu.accept())));
+            listeners
+                .push(Listener::spawn(format!("abstract unix @{unix_name}"), move || nonblocking_accept(lu.accept())));
         }
 
         // A host process of the sandbox's uid: a sandbox that can signal the
@@ -380,11 +381,7 @@ mod tests {
     #[test]
     fn survivors_are_found_by_marker() {
         let c = Canaries::plant(None).unwrap();
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .env("CANARY_MARK", &c.marker)
-            .spawn()
-            .unwrap();
+        let mut child = std::process::Command::new("sleep").arg("30").env("CANARY_MARK", &c.marker).spawn().unwrap();
         // /proc/<pid>/environ is readable once exec is done.
         std::thread::sleep(Duration::from_millis(100));
         let found = processes_with(&c.marker);

@@ -36,9 +36,8 @@ pub fn table(m: &Matrix) -> String {
         }
         rows.push(r);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0).min(48))
-        .collect();
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0).min(48)).collect();
     let mut out = String::new();
     for (n, r) in rows.iter().enumerate() {
         let line: Vec<String> = r
@@ -65,7 +64,10 @@ fn footer(m: &Matrix) -> String {
     if !m.latency.is_empty() {
         out.push_str("\nbenign latency (start→exit, ms):\n");
         for l in &m.latency {
-            out.push_str(&format!("  {:<8} {:<8} p50 {:>8.1}  p95 {:>8.1}  ({} runs)\n", l.tier, l.start, l.p50_ms, l.p95_ms, l.runs));
+            out.push_str(&format!(
+                "  {:<8} {:<8} p50 {:>8.1}  p95 {:>8.1}  ({} runs)\n",
+                l.tier, l.start, l.p50_ms, l.p95_ms, l.runs
+            ));
         }
     }
     let lat: Vec<String> = m

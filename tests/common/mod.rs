@@ -22,10 +22,7 @@ pub fn is_root() -> bool {
 
 /// Is `tier` required by CI (`SANDBENCH_REQUIRE_TIERS`)?
 pub fn required(tier: &str) -> bool {
-    std::env::var("SANDBENCH_REQUIRE_TIERS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|t| t.trim() == tier)
+    std::env::var("SANDBENCH_REQUIRE_TIERS").unwrap_or_default().split(',').any(|t| t.trim() == tier)
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);

@@ -21,8 +21,15 @@ pub enum Version {
 #[derive(Debug, Clone)]
 pub enum Layout {
     /// One parent directory per controller (memory, pids, cpu, cpuacct).
-    V1 { memory: PathBuf, pids: PathBuf, cpu: Option<PathBuf>, cpuacct: Option<PathBuf> },
-    V2 { parent: PathBuf },
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: Option<PathBuf>,
+        cpuacct: Option<PathBuf>,
+    },
+    V2 {
+        parent: PathBuf,
+    },
 }
 
 impl Layout {
