@@ -539,43 +539,41 @@ fn count_user_processes(uid: u32) -> u64 {
 
 /// Usage without a cgroup: walk /proc for the helper's descendants.
 fn proc_tree_sample(root: i32) -> UsageSample {
-    {
-        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-        let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
-        if let Ok(rd) = std::fs::read_dir("/proc") {
-            for e in rd.flatten() {
-                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-                // The command name may contain spaces and parentheses: parse after the last ')'.
-                let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
-                let f: Vec<&str> = rest.split(' ').collect();
-                if f.len() < 22 {
-                    continue;
-                }
-                let ppid = f[1].parse().unwrap_or(0);
-                let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
-                let rss = f[21].parse::<u64>().unwrap_or(0);
-                procs.push((pid, ppid, cpu, rss));
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // The command name may contain spaces and parentheses: parse after the last ')'.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+            let f: Vec<&str> = rest.split(' ').collect();
+            if f.len() < 22 {
+                continue;
+            }
+            let ppid = f[1].parse().unwrap_or(0);
+            let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+            let rss = f[21].parse::<u64>().unwrap_or(0);
+            procs.push((pid, ppid, cpu, rss));
+        }
+    }
+    let mut set = vec![root];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for p in &procs {
+            if !set.contains(&p.0) && set.contains(&p.1) {
+                set.push(p.0);
+                grew = true;
             }
         }
-        let mut set = vec![root];
-        let mut grew = true;
-        while grew {
-            grew = false;
-            for p in &procs {
-                if !set.contains(&p.0) && set.contains(&p.1) {
-                    set.push(p.0);
-                    grew = true;
-                }
-            }
-        }
-        let ours: Vec<_> = procs.iter().filter(|p| set.contains(&p.0) && p.0 != root).collect();
-        UsageSample {
-            cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
-            memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
-            pids: Some(ours.len() as u64),
-        }
+    }
+    let ours: Vec<_> = procs.iter().filter(|p| set.contains(&p.0) && p.0 != root).collect();
+    UsageSample {
+        cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
+        memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
+        pids: Some(ours.len() as u64),
     }
 }
 
