@@ -231,6 +231,7 @@ impl ProcessTier {
         if let Some(s) = final_stats {
             if let Some(u) = out.usage.as_mut() {
                 u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
+                u.pids = s.pids_peak.or(u.pids);
                 // The cgroup charges shared pages to whoever touched them
                 // first, rusage counts the biggest process: keep the larger.
                 u.memory_bytes = match (s.memory_peak, u.memory_bytes) {
