@@ -22,6 +22,8 @@ pub struct Cli {
 pub enum Command {
     /// Run one program in a sandbox and report what happened.
     Run(RunArgs),
+    /// Run one program on several tiers side by side.
+    Compare(CompareArgs),
     /// Say, per tier, whether it works here, and what fixes it when not.
     Doctor(DoctorArgs),
     /// Measure start→exit latency of a tier against its baselines.
@@ -154,4 +156,26 @@ pub struct GauntletArgs {
     pub limits: LimitArgs,
     #[arg(long, value_enum, default_value_t = MatrixFormat::Table)]
     pub format: MatrixFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Comma-separated tiers (default: every available tier).
+    #[arg(long, value_name = "TIERS")]
+    pub tiers: Option<String>,
+    /// Language (python, sh); default from the file extension.
+    #[arg(long, value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
+    pub lang: Option<spec::Language>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Pass KEY=VALUE into every sandbox.
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = spec::parse_env)]
+    pub env: Vec<(String, String)>,
+    /// One tier after the other (cleaner timings) instead of all at once.
+    #[arg(long)]
+    pub sequential: bool,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// The program, or - for standard input.
+    pub file: PathBuf,
 }

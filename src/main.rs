@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         sandbench::tier::reap_leftovers().await;
         match cli.command {
             Some(Command::Run(a)) => cmd::run::run(a, &config).await,
+            Some(Command::Compare(a)) => cmd::compare::run(a, &config).await,
             Some(Command::Doctor(a)) => cmd::doctor::run(a, &config).await,
             Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
             Some(Command::Gauntlet(a)) => cmd::gauntlet::run(a, &config).await,

@@ -229,3 +229,26 @@ fn doctor_reports_the_process_tier() {
     let text = Command::new(bin()).arg("doctor").output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("process"));
 }
+
+#[test]
+fn compare_runs_every_available_tier_and_reports_json() {
+    let net = OuterNet::new();
+    let out = net.output(
+        Command::new(bin()).args(["compare", "--format", "json"]).arg(samples_dir().join("benign/hello.py")),
+        Duration::from_secs(600),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reports = v["reports"].as_array().unwrap();
+    let p = reports.iter().find(|r| r["tier"] == "process").expect("process tier in compare");
+    assert_eq!(p["outcome"], "ok");
+    assert_eq!(p["stdout"], "hello from the sandbox\n");
+    for r in reports {
+        assert_eq!(r["outcome"], "ok", "{r}");
+    }
+    let text = net.output(
+        Command::new(bin()).args(["compare", "--tiers", "process"]).arg(samples_dir().join("benign/hello.py")),
+        Duration::from_secs(60),
+    );
+    assert!(String::from_utf8_lossy(&text.stdout).contains("process   ok"));
+}

@@ -1,6 +1,7 @@
 //! Headless subcommands. Each returns the process exit code.
 
 pub mod bench;
+pub mod compare;
 pub mod doctor;
 pub mod gauntlet;
 pub mod run;
