@@ -8,7 +8,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::spec::{self, Limits};
 
 #[derive(Debug, Parser)]
-#[command(name = "sandbench", version, about = "Run untrusted, agent-written code in sandboxes and compare what each one costs and what it stops")]
+#[command(
+    name = "sandbench",
+    version,
+    about = "Run untrusted, agent-written code in sandboxes and compare what each one costs and what it stops"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -18,10 +22,14 @@ pub struct Cli {
 pub enum Command {
     /// Run one program in a sandbox and report what happened.
     Run(RunArgs),
+    /// Run one program on several tiers side by side.
+    Compare(CompareArgs),
     /// Say, per tier, whether it works here, and what fixes it when not.
     Doctor(DoctorArgs),
     /// Measure start→exit latency of a tier against its baselines.
     Bench(BenchArgs),
+    /// Every hostile sample on every tier: which tier stops what, at what cost.
+    Gauntlet(GauntletArgs),
     /// Get a tier ready here: images, runtimes (docker, gvisor, ...). Idempotent.
     Setup(SetupArgs),
     /// Print shell completions.
@@ -132,4 +140,50 @@ pub struct BenchArgs {
     pub runs: usize,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MatrixFormat {
+    Table,
+    Markdown,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct GauntletArgs {
+    /// Comma-separated tiers (default: every available tier).
+    #[arg(long, value_name = "TIERS")]
+    pub tiers: Option<String>,
+    /// Samples folder (with benign/ and hostile/).
+    #[arg(long, value_name = "DIR")]
+    pub samples: Option<PathBuf>,
+    /// Runs of each benign control per tier (for the latency figures).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[arg(long, value_enum, default_value_t = MatrixFormat::Table)]
+    pub format: MatrixFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Comma-separated tiers (default: every available tier).
+    #[arg(long, value_name = "TIERS")]
+    pub tiers: Option<String>,
+    /// Language (python, sh); default from the file extension.
+    #[arg(long, value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
+    pub lang: Option<spec::Language>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Pass KEY=VALUE into every sandbox.
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = spec::parse_env)]
+    pub env: Vec<(String, String)>,
+    /// One tier after the other (cleaner timings) instead of all at once.
+    #[arg(long)]
+    pub sequential: bool,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// The program, or - for standard input.
+    pub file: PathBuf,
 }

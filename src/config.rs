@@ -87,9 +87,8 @@ impl Config {
     pub fn load() -> anyhow::Result<Config> {
         let Some(path) = Config::path() else { return Ok(Config::default()) };
         match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str(&text).with_context(|| {
-                format!("config file {} is not valid; fix it or move it away", path.display())
-            }),
+            Ok(text) => toml::from_str(&text)
+                .with_context(|| format!("config file {} is not valid; fix it or move it away", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(e) => Err(e).with_context(|| format!("cannot read config file {}", path.display())),
         }

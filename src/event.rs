@@ -53,9 +53,7 @@ impl ViolationKind {
 
     pub fn parse(s: &str) -> Option<ViolationKind> {
         use ViolationKind::*;
-        [CpuTime, Memory, WallTimeout, Pids, FileSize, OutputLimit, Disk]
-            .into_iter()
-            .find(|k| k.name() == s)
+        [CpuTime, Memory, WallTimeout, Pids, FileSize, OutputLimit, Disk].into_iter().find(|k| k.name() == s)
     }
 }
 

@@ -3,12 +3,14 @@
 //!
 //! `RunSpec` → [`tier::Tier`] → stream of [`event::RunEvent`] → [`runner`] → [`report::RunReport`].
 
-pub mod config;
-pub mod event;
-pub mod report;
-pub mod runner;
-pub mod spec;
-pub mod tier;
 pub mod cli;
 pub mod cmd;
+pub mod config;
+pub mod event;
+pub mod gauntlet;
+pub mod report;
+pub mod runner;
+pub mod samples;
 pub mod sanitize;
+pub mod spec;
+pub mod tier;

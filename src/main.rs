@@ -27,6 +27,13 @@ fn main() -> ExitCode {
         }
     };
     init_logging();
+    if matches!(cli.command, Some(Command::Gauntlet(_)))
+        && std::env::var_os(sandbench::gauntlet::canary::SECRET_VAR).is_none()
+    {
+        // The gauntlet's secret canary lives in sandbench's own environment.
+        // Set it before any thread exists.
+        std::env::set_var(sandbench::gauntlet::canary::SECRET_VAR, "sk-ant-sandbench-canary-not-a-real-key");
+    }
     let config = match Config::load() {
         Ok(c) => c,
         Err(e) => {
@@ -45,8 +52,10 @@ fn main() -> ExitCode {
         sandbench::tier::reap_leftovers().await;
         let r = match cli.command {
             Some(Command::Run(a)) => cmd::run::run(a, &config).await,
+            Some(Command::Compare(a)) => cmd::compare::run(a, &config).await,
             Some(Command::Doctor(a)) => cmd::doctor::run(a, &config).await,
             Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
+            Some(Command::Gauntlet(a)) => cmd::gauntlet::run(a, &config).await,
             Some(Command::Setup(a)) => cmd::setup::run(a, &config).await,
             Some(Command::Completions { shell }) => {
                 clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
@@ -76,7 +85,13 @@ fn init_logging() {
     if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
-    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sandbench.log")) else { return };
+    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sandbench.log")) else {
+        return;
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBENCH_LOG").unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::sync::Mutex::new(file)).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .try_init();
 }

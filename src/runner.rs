@@ -140,12 +140,7 @@ impl Fold {
     }
 }
 
-async fn drive(
-    tier: Arc<dyn Tier>,
-    spec: RunSpec,
-    out: mpsc::Sender<RunEvent>,
-    cancel: CancellationToken,
-) {
+async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<RunEvent>, cancel: CancellationToken) {
     let started = Instant::now();
     let ms = move || started.elapsed().as_secs_f64() * 1000.0;
     let (tx, mut rx) = mpsc::channel::<RunEvent>(256);
@@ -235,7 +230,10 @@ async fn drive(
                     let v = Violation {
                         kind: ViolationKind::OutputLimit,
                         at_ms: ev.at_ms,
-                        detail: format!("output limit {} reached — stopped reading and killed", format_size(limits.output_bytes)),
+                        detail: format!(
+                            "output limit {} reached — stopped reading and killed",
+                            format_size(limits.output_bytes)
+                        ),
                     };
                     f.violations.push(v.clone());
                     forward(RunEvent { at_ms: v.at_ms, kind: EventKind::Violation(v) }).await;
@@ -311,11 +309,7 @@ async fn drive(
             teardown: round(teardown.map(|t| end - t).unwrap_or(0.0)),
             total: round(end),
         },
-        usage: Usage {
-            cpu_ms: f.last.cpu_ms,
-            peak_memory_bytes: f.peak.memory_bytes,
-            peak_pids: f.peak.pids,
-        },
+        usage: Usage { cpu_ms: f.last.cpu_ms, peak_memory_bytes: f.peak.memory_bytes, peak_pids: f.peak.pids },
         stdout: String::from_utf8_lossy(&f.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&f.stderr).into_owned(),
         stdout_truncated: f.stdout_truncated,
@@ -324,9 +318,7 @@ async fn drive(
         limits,
         details,
     };
-    let _ = out
-        .send(RunEvent { at_ms: end, kind: EventKind::Finished(Box::new(report)) })
-        .await;
+    let _ = out.send(RunEvent { at_ms: end, kind: EventKind::Finished(Box::new(report)) }).await;
 }
 
 fn round(ms: f64) -> f64 {
@@ -334,7 +326,7 @@ fn round(ms: f64) -> f64 {
 }
 
 pub fn fmt_dur(d: Duration) -> String {
-    if d.as_millis() % 1000 == 0 {
+    if d.as_millis().is_multiple_of(1000) {
         format!("{} s", d.as_secs())
     } else {
         format!("{:.2} s", d.as_secs_f64())

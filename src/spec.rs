@@ -65,10 +65,7 @@ impl FromStr for Language {
         match s.to_ascii_lowercase().as_str() {
             "python" | "python3" | "py" => Ok(Language::Python),
             "sh" | "shell" => Ok(Language::Sh),
-            other => Err(format!(
-                "unknown language '{other}' (known: {})",
-                Language::ALL.map(|l| l.name()).join(", ")
-            )),
+            other => Err(format!("unknown language '{other}' (known: {})", Language::ALL.map(|l| l.name()).join(", "))),
         }
     }
 }
@@ -185,11 +182,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "invalid size '{s}': unknown unit '{unit}' (use K, M or G, e.g. 256M)"
-            ))
-        }
+        _ => return Err(format!("invalid size '{s}': unknown unit '{unit}' (use K, M or G, e.g. 256M)")),
     };
     let v = n.checked_mul(mult).ok_or_else(|| format!("invalid size '{s}': too large"))?;
     if v == 0 {
@@ -201,23 +194,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Parse a duration such as `5s`, `500ms`, `2m`, `1.5s` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration '{s}': expected e.g. 5s, 500ms or 2m"))?;
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration '{s}': expected e.g. 5s, 500ms or 2m"))?;
     let secs = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "s" | "sec" => n,
         "ms" => n / 1000.0,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration '{s}': unknown unit '{unit}' (use ms, s, m or h)"
-            ))
-        }
+        _ => return Err(format!("invalid duration '{s}': unknown unit '{unit}' (use ms, s, m or h)")),
     };
     if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
         return Err(format!("invalid duration '{s}': must be between 1ms and 24h"));
@@ -235,11 +220,11 @@ pub fn parse_count(s: &str) -> Result<u64, String> {
 
 /// Human form of a byte size, the inverse of `parse_size` for whole units.
 pub fn format_size(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{}G", b >> 30)
-    } else if b >= 1 << 20 && b % (1 << 20) == 0 {
+    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{}M", b >> 20)
-    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
         format!("{}K", b >> 10)
     } else if b >= 1 << 20 {
         format!("{:.1}M", b as f64 / (1u64 << 20) as f64)
@@ -250,9 +235,7 @@ pub fn format_size(b: u64) -> String {
 
 /// Parse `K=V` for `--env`.
 pub fn parse_env(s: &str) -> Result<(String, String), String> {
-    let (k, v) = s
-        .split_once('=')
-        .ok_or_else(|| format!("invalid --env '{s}': expected KEY=VALUE"))?;
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("invalid --env '{s}': expected KEY=VALUE"))?;
     if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(format!("invalid --env '{s}': the name must be letters, digits and _"));
     }

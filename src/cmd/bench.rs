@@ -10,9 +10,9 @@ use serde::Serialize;
 use crate::cli::{BenchArgs, Format};
 use crate::config::Config;
 use crate::report::Outcome;
+use crate::runner;
 use crate::spec::{Language, RunSpec};
 use crate::tier::{self, Tier};
-use crate::runner;
 
 use super::usage;
 
@@ -119,11 +119,7 @@ pub fn stats(name: &str, mut ms: Vec<f64>) -> Stats {
 }
 
 fn which(cmd: &str) -> Option<String> {
-    std::env::var("PATH")
-        .ok()?
-        .split(':')
-        .map(|d| format!("{d}/{cmd}"))
-        .find(|p| std::path::Path::new(p).is_file())
+    std::env::var("PATH").ok()?.split(':').map(|d| format!("{d}/{cmd}")).find(|p| std::path::Path::new(p).is_file())
 }
 
 /// Contenders and targets for a tier: (contenders, [(what, against, target p50 ratio)], skipped).
@@ -142,15 +138,32 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
                 .find(|p| std::path::Path::new(p).exists())
                 .unwrap_or("python3")
                 .to_string();
-            c.push(Contender::Command { name: "bare python3".into(), argv: vec![py.clone(), "-c".into(), "print(1)".into()] });
+            c.push(Contender::Command {
+                name: "bare python3".into(),
+                argv: vec![py.clone(), "-c".into(), "print(1)".into()],
+            });
             targets.push((format!("sandbench {tier_name}"), "bare python3".into(), Some(1.3)));
             match which("bwrap") {
                 Some(bwrap) => {
                     c.push(Contender::Command {
                         name: "bwrap --unshare-all".into(),
-                        argv: [bwrap.as_str(), "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", &py, "-c", "print(1)"]
-                            .map(String::from)
-                            .to_vec(),
+                        argv: [
+                            bwrap.as_str(),
+                            "--unshare-all",
+                            "--die-with-parent",
+                            "--ro-bind",
+                            "/",
+                            "/",
+                            "--proc",
+                            "/proc",
+                            "--dev",
+                            "/dev",
+                            &py,
+                            "-c",
+                            "print(1)",
+                        ]
+                        .map(String::from)
+                        .to_vec(),
                     });
                     targets.push((format!("sandbench {tier_name}"), "bwrap --unshare-all".into(), Some(1.0)));
                 }
@@ -206,7 +219,8 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
             })
         })
         .collect();
-    let report = BenchReport { tier: args.tier.clone(), program: "print(1)".into(), contenders: stats, ratios, skipped };
+    let report =
+        BenchReport { tier: args.tier.clone(), program: "print(1)".into(), contenders: stats, ratios, skipped };
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Text => print!("{}", render(&report)),
@@ -215,7 +229,12 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
 }
 
 pub fn render(r: &BenchReport) -> String {
-    let mut s = format!("bench {} · start→exit of {} · {} runs each, interleaved\n", r.tier, r.program, r.contenders.first().map(|c| c.runs).unwrap_or(0));
+    let mut s = format!(
+        "bench {} · start→exit of {} · {} runs each, interleaved\n",
+        r.tier,
+        r.program,
+        r.contenders.first().map(|c| c.runs).unwrap_or(0)
+    );
     s.push_str(&format!("{:<28} {:>9} {:>9} {:>9}\n", "contender", "p50 ms", "p95 ms", "mean ms"));
     for c in &r.contenders {
         s.push_str(&format!("{:<28} {:>9.2} {:>9.2} {:>9.2}\n", c.name, c.p50_ms, c.p95_ms, c.mean_ms));

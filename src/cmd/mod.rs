@@ -1,7 +1,9 @@
 //! Headless subcommands. Each returns the process exit code.
 
 pub mod bench;
+pub mod compare;
 pub mod doctor;
+pub mod gauntlet;
 pub mod run;
 pub mod setup;
 

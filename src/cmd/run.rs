@@ -85,7 +85,12 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
                 };
             }
             EventKind::Violation(v) if text => {
-                eprintln!("\nsandbench: {} — {} (at {:.0} ms)", v.kind.name(), sanitize::visible_controls(v.detail.as_bytes()), v.at_ms);
+                eprintln!(
+                    "\nsandbench: {} — {} (at {:.0} ms)",
+                    v.kind.name(),
+                    sanitize::visible_controls(v.detail.as_bytes()),
+                    v.at_ms
+                );
             }
             EventKind::Note(n) if text => eprintln!("sandbench: {}", sanitize::visible_controls(n.as_bytes())),
             EventKind::Finished(r) => report = Some(*r),

@@ -21,8 +21,15 @@ pub enum Version {
 #[derive(Debug, Clone)]
 pub enum Layout {
     /// One parent directory per controller (memory, pids, cpu, cpuacct).
-    V1 { memory: PathBuf, pids: PathBuf, cpu: Option<PathBuf>, cpuacct: Option<PathBuf> },
-    V2 { parent: PathBuf },
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: Option<PathBuf>,
+        cpuacct: Option<PathBuf>,
+    },
+    V2 {
+        parent: PathBuf,
+    },
 }
 
 impl Layout {
@@ -164,12 +171,18 @@ pub struct RunCgroup {
     oom_base: u64,
 }
 
+/// Processes of sandbench's own in the run's cgroup (the helper and the
+/// namespace's init): the pids limit and counts are about the program's.
+pub const SUPERVISORS: u64 = 2;
+
 /// Counters read from the cgroup.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Stats {
     pub memory: Option<u64>,
     pub memory_peak: Option<u64>,
     pub pids: Option<u64>,
+    /// Highest pids count the kernel saw (newer kernels), finer than sampling.
+    pub pids_peak: Option<u64>,
     pub cpu_ns: Option<u64>,
     pub oom_kills: u64,
     /// Times an allocation hit the memory limit (v1 failcnt / v2 `max` events).
@@ -205,7 +218,7 @@ impl RunCgroup {
                 // No swap: memsw is the sum of memory and swap.
                 let _ = fs::write(m.join("memory.memsw.limit_in_bytes"), &mem);
                 let _ = fs::write(m.join("memory.swappiness"), "0");
-                fs::write(pids.join(&cg.name).join("pids.max"), limits.pids.to_string())?;
+                fs::write(pids.join(&cg.name).join("pids.max"), (limits.pids + SUPERVISORS).to_string())?;
                 if let Some(c) = cpu {
                     let c = c.join(&cg.name);
                     let _ = fs::write(c.join("cpu.cfs_period_us"), "100000");
@@ -217,7 +230,7 @@ impl RunCgroup {
                 fs::write(d.join("memory.max"), &mem)?;
                 let _ = fs::write(d.join("memory.swap.max"), "0");
                 let _ = fs::write(d.join("memory.oom.group"), "0");
-                fs::write(d.join("pids.max"), limits.pids.to_string())?;
+                fs::write(d.join("pids.max"), (limits.pids + SUPERVISORS).to_string())?;
                 let _ = fs::write(d.join("cpu.max"), format!("{quota} 100000"));
             }
         }
@@ -250,6 +263,7 @@ impl RunCgroup {
                 s.oom_kills = read_key(&m.join("memory.oom_control"), "oom_kill").unwrap_or(0);
                 let p = pids.join(&self.name);
                 s.pids = read_u64(&p.join("pids.current"));
+                s.pids_peak = read_u64(&p.join("pids.peak"));
                 s.pids_max_events = read_key(&p.join("pids.events"), "max").unwrap_or(0);
                 s.cpu_ns = cpuacct.as_ref().and_then(|c| read_u64(&c.join(&self.name).join("cpuacct.usage")));
             }
@@ -260,11 +274,14 @@ impl RunCgroup {
                 s.memory_max_events = read_key(&d.join("memory.events"), "max").unwrap_or(0);
                 s.oom_kills = read_key(&d.join("memory.events"), "oom_kill").unwrap_or(0);
                 s.pids = read_u64(&d.join("pids.current"));
+                s.pids_peak = read_u64(&d.join("pids.peak"));
                 s.pids_max_events = read_key(&d.join("pids.events"), "max").unwrap_or(0);
                 s.cpu_ns = read_key(&d.join("cpu.stat"), "usage_usec").map(|u| u * 1000);
             }
         }
         s.oom_kills = s.oom_kills.saturating_sub(self.oom_base);
+        s.pids = s.pids.map(|p| p.saturating_sub(SUPERVISORS));
+        s.pids_peak = s.pids_peak.map(|p| p.saturating_sub(SUPERVISORS));
         s
     }
 

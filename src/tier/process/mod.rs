@@ -142,7 +142,10 @@ impl ProcessTier {
                     "boot with lsm=landlock,... (CONFIG_SECURITY_LANDLOCK); the mount namespace still applies",
                 ));
             }
-            checks.push(Check::ok("seccomp", format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len())));
+            checks.push(Check::ok(
+                "seccomp",
+                format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len()),
+            ));
             checks.push(Check::ok("uid", format!("programs run as uid {}", d["uid"])));
         } else {
             let why = report.error.clone().unwrap_or_else(|| report.summary_line());
@@ -182,7 +185,9 @@ impl ProcessTier {
                 }
             },
             Err(e) => {
-                warnings.push(format!("no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"));
+                warnings.push(format!(
+                    "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
+                ));
                 None
             }
         };
@@ -226,6 +231,7 @@ impl ProcessTier {
         if let Some(s) = final_stats {
             if let Some(u) = out.usage.as_mut() {
                 u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
+                u.pids = s.pids_peak.or(u.pids);
                 // The cgroup charges shared pages to whoever touched them
                 // first, rusage counts the biggest process: keep the larger.
                 u.memory_bytes = match (s.memory_peak, u.memory_bytes) {
@@ -297,7 +303,6 @@ impl ProcessTier {
         let mut status_eof = false;
         let mut line = Vec::new();
         let cpu_limit_ms = limits.cpu_time.as_millis() as u64;
-        let mut tree = ProcTree::default();
 
         while !(helper_done && status_eof) {
             tokio::select! {
@@ -341,7 +346,7 @@ impl ProcessTier {
                             judge_sample(ctx, limits, &s, &mut seen).await;
                             UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }
                         }
-                        None => tree.sample(helper_pid),
+                        None => proc_tree_sample(helper_pid),
                     };
                     ctx.usage(sample).await;
                     if sample.cpu_ms.unwrap_or(0) > cpu_limit_ms && !killed {
@@ -376,32 +381,50 @@ impl ProcessTier {
         let x = ExitStatus { code, signal };
         match signal {
             Some(libc::SIGXCPU) => {
-                ctx.violation(ViolationKind::CpuTime, format!(
-                    "CPU time limit {} hit — killed (SIGXCPU)", crate::runner::fmt_dur(limits.cpu_time))).await
+                ctx.violation(
+                    ViolationKind::CpuTime,
+                    format!("CPU time limit {} hit — killed (SIGXCPU)", crate::runner::fmt_dur(limits.cpu_time)),
+                )
+                .await
             }
             Some(libc::SIGKILL) if cpu_ms + 50 >= limits.cpu_time.as_millis() as u64 => {
-                ctx.violation(ViolationKind::CpuTime, format!(
-                    "CPU time limit {} hit — killed", crate::runner::fmt_dur(limits.cpu_time))).await
+                ctx.violation(
+                    ViolationKind::CpuTime,
+                    format!("CPU time limit {} hit — killed", crate::runner::fmt_dur(limits.cpu_time)),
+                )
+                .await
             }
             Some(libc::SIGXFSZ) => {
-                ctx.violation(ViolationKind::FileSize, format!(
-                    "file size limit {} hit — killed (SIGXFSZ)", format_size(limits.file_size_bytes))).await
+                ctx.violation(
+                    ViolationKind::FileSize,
+                    format!("file size limit {} hit — killed (SIGXFSZ)", format_size(limits.file_size_bytes)),
+                )
+                .await
             }
             _ => {}
         }
         if let Some(path) = fsize_hit {
-            ctx.violation(ViolationKind::FileSize, format!(
-                "file size limit {} hit: {} was capped", format_size(limits.file_size_bytes), path)).await;
+            ctx.violation(
+                ViolationKind::FileSize,
+                format!("file size limit {} hit: {} was capped", format_size(limits.file_size_bytes), path),
+            )
+            .await;
         }
         if disk_full {
-            ctx.violation(ViolationKind::Disk, format!(
-                "scratch space full ({} per writable mount)", format_size(limits.disk_bytes))).await;
+            ctx.violation(
+                ViolationKind::Disk,
+                format!("scratch space full ({} per writable mount)", format_size(limits.disk_bytes)),
+            )
+            .await;
         }
         if code.is_some_and(|c| c != 0) {
             let tail = stderr_tail.lock().map(|t| t.clone()).unwrap_or_default();
             if allocation_failed(&tail) {
-                ctx.violation(ViolationKind::Memory, format!(
-                    "memory limit {} hit — allocation refused", format_size(limits.memory_bytes))).await;
+                ctx.violation(
+                    ViolationKind::Memory,
+                    format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes)),
+                )
+                .await;
             }
         }
         ctx.emit(EventKind::Exit(x)).await;
@@ -421,7 +444,9 @@ fn isolation_details(mut iso: serde_json::Value, cg: Option<&RunCgroup>) -> serd
     };
     iso["namespaces"] = json!(["pid", "net", "mount", "ipc", "uts", "cgroup"]);
     if iso["user_ns"].as_bool() == Some(true) {
-        iso["namespaces"].as_array_mut().map(|a| a.push(json!("user")));
+        if let Some(a) = iso["namespaces"].as_array_mut() {
+            a.push(json!("user"));
+        }
     }
     iso["start"] = json!("cold");
     iso
@@ -443,13 +468,20 @@ struct Seen {
 async fn judge_sample(ctx: &RunContext, limits: &crate::spec::Limits, s: &cgroup::Stats, seen: &mut Seen) {
     if s.oom_kills > seen.oom {
         seen.oom = s.oom_kills;
-        ctx.violation(ViolationKind::Memory, format!(
-            "memory limit {} hit at {:.2} s — killed (out of memory)", format_size(limits.memory_bytes), ctx.ms() / 1000.0)).await;
+        ctx.violation(
+            ViolationKind::Memory,
+            format!(
+                "memory limit {} hit at {:.2} s — killed (out of memory)",
+                format_size(limits.memory_bytes),
+                ctx.ms() / 1000.0
+            ),
+        )
+        .await;
     }
     if s.pids_max_events > seen.pids {
         if seen.pids == 0 {
-            ctx.violation(ViolationKind::Pids, format!(
-                "pids limit {} reached — new processes refused", limits.pids)).await;
+            ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids))
+                .await;
         }
         seen.pids = s.pids_max_events;
     }
@@ -457,7 +489,10 @@ async fn judge_sample(ctx: &RunContext, limits: &crate::spec::Limits, s: &cgroup
 
 /// Read one line of at most 64 KiB; longer lines are cut (the rest is read as
 /// further lines and fails to parse, which is reported, not trusted).
-async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R, line: &mut Vec<u8>) -> std::io::Result<usize> {
+async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+) -> std::io::Result<usize> {
     line.clear();
     let n = (&mut *r).take(64 * 1024).read_until(b'\n', line).await?;
     if line.last() == Some(&b'\n') {
@@ -504,47 +539,42 @@ fn count_user_processes(uid: u32) -> u64 {
 }
 
 /// Usage without a cgroup: walk /proc for the helper's descendants.
-#[derive(Default)]
-struct ProcTree;
-
-impl ProcTree {
-    fn sample(&mut self, root: i32) -> UsageSample {
-        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-        let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
-        if let Ok(rd) = std::fs::read_dir("/proc") {
-            for e in rd.flatten() {
-                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-                // The command name may contain spaces and parentheses: parse after the last ')'.
-                let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
-                let f: Vec<&str> = rest.split(' ').collect();
-                if f.len() < 22 {
-                    continue;
-                }
-                let ppid = f[1].parse().unwrap_or(0);
-                let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
-                let rss = f[21].parse::<u64>().unwrap_or(0);
-                procs.push((pid, ppid, cpu, rss));
+fn proc_tree_sample(root: i32) -> UsageSample {
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // The command name may contain spaces and parentheses: parse after the last ')'.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+            let f: Vec<&str> = rest.split(' ').collect();
+            if f.len() < 22 {
+                continue;
+            }
+            let ppid = f[1].parse().unwrap_or(0);
+            let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+            let rss = f[21].parse::<u64>().unwrap_or(0);
+            procs.push((pid, ppid, cpu, rss));
+        }
+    }
+    let mut set = vec![root];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for p in &procs {
+            if !set.contains(&p.0) && set.contains(&p.1) {
+                set.push(p.0);
+                grew = true;
             }
         }
-        let mut set = vec![root];
-        let mut grew = true;
-        while grew {
-            grew = false;
-            for p in &procs {
-                if !set.contains(&p.0) && set.contains(&p.1) {
-                    set.push(p.0);
-                    grew = true;
-                }
-            }
-        }
-        let ours: Vec<_> = procs.iter().filter(|p| set.contains(&p.0) && p.0 != root).collect();
-        UsageSample {
-            cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
-            memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
-            pids: Some(ours.len() as u64),
-        }
+    }
+    let ours: Vec<_> = procs.iter().filter(|p| set.contains(&p.0) && p.0 != root).collect();
+    UsageSample {
+        cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
+        memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
+        pids: Some(ours.len() as u64),
     }
 }
 

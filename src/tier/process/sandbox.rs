@@ -56,11 +56,20 @@ pub struct SandboxConfig {
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Status {
     /// What was actually applied.
-    Isolation { landlock: String, seccomp: bool, uid: u32, user_ns: bool },
+    Isolation {
+        landlock: String,
+        seccomp: bool,
+        uid: u32,
+        user_ns: bool,
+    },
     /// The program is about to exec.
     Started,
-    Warning { msg: String },
-    Error { msg: String },
+    Warning {
+        msg: String,
+    },
+    Error {
+        msg: String,
+    },
     Exit {
         code: Option<i32>,
         signal: Option<i32>,
@@ -249,7 +258,12 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
         mount(Some(&Path::new("/dev").join(n)), &dst, None::<&str>, MsFlags::MS_BIND, None::<&str>)
             .map_err(|e| r(e, &format!("bind /dev/{n}")))?;
     }
-    for (l, t) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
+    for (l, t) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
         std::os::unix::fs::symlink(t, dev.join(l)).map_err(|e| format!("symlink /dev/{l}: {e}"))?;
     }
     fs::create_dir(dev.join("shm")).map_err(|e| format!("mkdir /dev/shm: {e}"))?;
@@ -257,7 +271,11 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
     let inodes = 4096;
     tmpfs(&dev.join("shm"), &format!("size=8m,nr_inodes=64,mode=1777,uid={uid},gid={gid}"), MsFlags::MS_NOEXEC)?;
     let size = cfg.disk_bytes.max(4096);
-    tmpfs(&root.join("work"), &format!("size={size},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}"), MsFlags::empty())?;
+    tmpfs(
+        &root.join("work"),
+        &format!("size={size},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}"),
+        MsFlags::empty(),
+    )?;
     tmpfs(&root.join("tmp"), &format!("size={size},nr_inodes={inodes},mode=1777"), MsFlags::empty())?;
     let prog = root.join("work").join(&cfg.file_name);
     fs::write(&prog, &cfg.code).map_err(|e| format!("write the program: {e}"))?;
@@ -268,8 +286,14 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
     nix::unistd::pivot_root(".", ".").map_err(|e| r(e, "pivot_root"))?;
     umount2(".", MntFlags::MNT_DETACH).map_err(|e| r(e, "detach the old root"))?;
     nix::unistd::chdir("/").map_err(|e| r(e, "chdir /"))?;
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV, None::<&str>)
-        .map_err(|e| r(e, "make the root read-only"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .map_err(|e| r(e, "make the root read-only"))?;
     let _ = nix::unistd::sethostname("sandbench");
     Ok(())
 }
@@ -450,11 +474,7 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
     for a in cfg.interpreter.iter().chain(std::iter::once(&cfg.file_name)) {
         argv.push(CString::new(a.as_str()).unwrap_or_default());
     }
-    let envp: Vec<CString> = cfg
-        .env
-        .iter()
-        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
-        .collect();
+    let envp: Vec<CString> = cfg.env.iter().filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok()).collect();
     let programs = match super::seccomp::programs() {
         Ok(p) => p,
         Err(e) => fail(e),
@@ -476,7 +496,6 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
 
 /// Decode one status line; anything malformed is an error line, never a panic.
 pub fn parse_status(line: &[u8]) -> Status {
-    serde_json::from_slice(line).unwrap_or_else(|e| Status::Error {
-        msg: format!("malformed status from the sandbox: {e}"),
-    })
+    serde_json::from_slice(line)
+        .unwrap_or_else(|e| Status::Error { msg: format!("malformed status from the sandbox: {e}") })
 }

@@ -1,0 +1,14 @@
+# name: kill-parent
+# tries: kill its parent (the sandbox's supervisor) and pid 1
+# must: survive it: the supervisor is out of reach, the run is still judged and cleaned up
+# expect: *=ok
+import os
+import signal
+
+for pid in {os.getppid(), 1}:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        print(f"sent SIGKILL to {pid}")
+    except OSError as e:
+        print(f"cannot kill {pid}: {e.strerror}")
+print("still here")
