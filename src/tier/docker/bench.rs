@@ -12,11 +12,7 @@ use super::container::Shape;
 use super::{configured_image, DockerTier};
 
 fn which(cmd: &str) -> Option<String> {
-    std::env::var("PATH")
-        .ok()?
-        .split(':')
-        .map(|d| format!("{d}/{cmd}"))
-        .find(|p| std::path::Path::new(p).is_file())
+    std::env::var("PATH").ok()?.split(':').map(|d| format!("{d}/{cmd}")).find(|p| std::path::Path::new(p).is_file())
 }
 
 /// Fill `c` with the contenders; returns the targets (what, against, p50 ratio).
@@ -27,18 +23,9 @@ pub fn bench_plan(
     skipped: &mut Vec<String>,
 ) -> Vec<(String, String, Option<f64>)> {
     let runtime = (tier_name == "gvisor").then_some("runsc");
-    let cold_cfg = Config {
-        docker: DockerConfig {
-            pool_size: 0,
-            ..config.docker.clone()
-        },
-        ..config.clone()
-    };
+    let cold_cfg = Config { docker: DockerConfig { pool_size: 0, ..config.docker.clone() }, ..config.clone() };
     let warm_cfg = Config {
-        docker: DockerConfig {
-            pool_size: config.docker.pool_size.max(1),
-            ..config.docker.clone()
-        },
+        docker: DockerConfig { pool_size: config.docker.pool_size.max(1), ..config.docker.clone() },
         ..config.clone()
     };
     let build = |cfg: &Config| {
@@ -50,40 +37,17 @@ pub fn bench_plan(
     };
     let cold_name = format!("sandbench {tier_name} cold");
     let warm_name = format!("sandbench {tier_name} warm");
-    let cli_name = if runtime.is_some() {
-        "docker run --rm --runtime=runsc"
-    } else {
-        "docker run --rm"
-    }
-    .to_string();
-    c.push(Contender::Tier {
-        name: cold_name.clone(),
-        tier: Arc::new(build(&cold_cfg)),
-    });
+    let cli_name = if runtime.is_some() { "docker run --rm --runtime=runsc" } else { "docker run --rm" }.to_string();
+    c.push(Contender::Tier { name: cold_name.clone(), tier: Arc::new(build(&cold_cfg)) });
     match which("docker") {
         Some(docker) => {
-            let shape = Shape::new(
-                &configured_image(&config.docker),
-                runtime,
-                &config.docker.user,
-                &Limits::default(),
-            );
+            let shape = Shape::new(&configured_image(&config.docker), runtime, &config.docker.user, &Limits::default());
             let mut argv = vec![docker, "run".into(), "--rm".into()];
             argv.extend(shape.cli_flags());
-            argv.extend([
-                shape.image.clone(),
-                "python3".into(),
-                "-c".into(),
-                "print(1)".into(),
-            ]);
-            c.push(Contender::Command {
-                name: cli_name.clone(),
-                argv,
-            });
+            argv.extend([shape.image.clone(), "python3".into(), "-c".into(), "print(1)".into()]);
+            c.push(Contender::Command { name: cli_name.clone(), argv });
         }
-        None => skipped.push(
-            "the docker CLI is not installed (apt-get install docker.io): no baseline".into(),
-        ),
+        None => skipped.push("the docker CLI is not installed (apt-get install docker.io): no baseline".into()),
     }
     let warm = Arc::new(build(&warm_cfg));
     let w = warm.clone();
@@ -91,13 +55,6 @@ pub fn bench_plan(
         let w = w.clone();
         Box::pin(async move { w.prewarm(&Limits::default()).await.map(|_| ()) })
     });
-    c.push(Contender::Settled {
-        name: warm_name.clone(),
-        tier: warm,
-        settle,
-    });
-    vec![
-        (cold_name, cli_name.clone(), Some(1.0)),
-        (warm_name, cli_name, Some(0.15)),
-    ]
+    c.push(Contender::Settled { name: warm_name.clone(), tier: warm, settle });
+    vec![(cold_name, cli_name.clone(), Some(1.0)), (warm_name, cli_name, Some(0.15))]
 }

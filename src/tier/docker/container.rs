@@ -166,11 +166,7 @@ impl Shape {
     /// The create request. `labels` carry run id and owner.
     pub fn body(&self, labels: HashMap<String, String>) -> ContainerCreateBody {
         let base = RunSpec::new(crate::spec::Language::Python, "");
-        let env = base
-            .sandbox_env(WORKDIR, TMPDIR)
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
+        let env = base.sandbox_env(WORKDIR, TMPDIR).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let tmpfs_opts = format!("rw,nosuid,nodev,noexec,size={},mode=1777", self.disk_bytes);
         let mut tmpfs = HashMap::new();
         tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
@@ -194,21 +190,13 @@ impl Shape {
             devices: Some(vec![]),
             // Output reaches sandbench over the attach stream; a log file
             // on the host would let an output flood fill the host's disk.
-            log_config: Some(HostConfigLogConfig {
-                typ: Some("none".into()),
-                config: None,
-            }),
+            log_config: Some(HostConfigLogConfig { typ: Some("none".into()), config: None }),
             auto_remove: Some(false),
             ..Default::default()
         };
         ContainerCreateBody {
             image: Some(self.image.clone()),
-            entrypoint: Some(vec![
-                "python3".into(),
-                "-u".into(),
-                "-c".into(),
-                LOADER.into(),
-            ]),
+            entrypoint: Some(vec!["python3".into(), "-u".into(), "-c".into(), LOADER.into()]),
             cmd: Some(vec![]),
             env: Some(env),
             user: Some(self.user.clone()),
@@ -251,12 +239,7 @@ impl Shape {
             "--hostname=sandbox".into(),
         ];
         for u in self.ulimits() {
-            f.push(format!(
-                "--ulimit={}={}:{}",
-                u.name.unwrap_or_default(),
-                u.soft.unwrap_or(0),
-                u.hard.unwrap_or(0)
-            ));
+            f.push(format!("--ulimit={}={}:{}", u.name.unwrap_or_default(), u.soft.unwrap_or(0), u.hard.unwrap_or(0)));
         }
         if let Some(rt) = &self.runtime {
             f.push(format!("--runtime={rt}"));
@@ -283,10 +266,8 @@ pub fn payload(spec: &RunSpec) -> Vec<u8> {
 pub fn new_run_id() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!("{}-{n}-{nanos:08x}", std::process::id())
 }
 

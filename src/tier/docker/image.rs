@@ -36,9 +36,7 @@ pub enum Ensured {
 impl Ensured {
     pub fn image(&self) -> &str {
         match self {
-            Ensured::Present(i) | Ensured::Pulled(i) | Ensured::Switched(i) | Ensured::Built(i) => {
-                i
-            }
+            Ensured::Present(i) | Ensured::Pulled(i) | Ensured::Switched(i) | Ensured::Built(i) => i,
         }
     }
 }
@@ -63,25 +61,17 @@ pub async fn ensure(engine: &Engine, cfg: &DockerConfig, image: &str) -> anyhow:
     if engine.has_image(image).await? {
         return Ok(Ensured::Present(image.to_string()));
     }
-    step(&format!(
-        "image {image} is not present at {}; trying to pull it",
-        engine.host
-    ));
+    step(&format!("image {image} is not present at {}; trying to pull it", engine.host));
     match pull(engine, image).await {
         Ok(()) => return Ok(Ensured::Pulled(image.to_string())),
         Err(e) => step(&format!("pull failed: {e:#}")),
     }
     let local = local_image_name(cfg);
     if local != image && engine.has_image(&local).await? {
-        step(&format!(
-            "using {local}, built earlier from Debian packages"
-        ));
+        step(&format!("using {local}, built earlier from Debian packages"));
         return Ok(Ensured::Switched(local));
     }
-    step(&format!(
-        "building {local} from Debian {} packages (python3, essential tools)",
-        cfg.debian_suite
-    ));
+    step(&format!("building {local} from Debian {} packages (python3, essential tools)", cfg.debian_suite));
     build(engine, cfg, &local).await?;
     Ok(Ensured::Built(local))
 }
@@ -100,20 +90,12 @@ async fn pull(engine: &Engine, image: &str) -> anyhow::Result<()> {
     );
     let r = loop {
         match tokio::time::timeout(PULL_SILENCE, stream.next()).await {
-            Err(_) => {
-                break Err(anyhow!(
-                    "no progress for {} s (is a registry reachable?)",
-                    PULL_SILENCE.as_secs()
-                ))
-            }
+            Err(_) => break Err(anyhow!("no progress for {} s (is a registry reachable?)", PULL_SILENCE.as_secs())),
             Ok(None) => break Ok(()),
             Ok(Some(Err(e))) => break Err(anyhow!("{}", cause(&e))),
             Ok(Some(Ok(info))) => {
                 if let Some(s) = info.status {
-                    pb.set_message(format!(
-                        "pulling {image}: {s} {}",
-                        info.progress.unwrap_or_default()
-                    ));
+                    pb.set_message(format!("pulling {image}: {s} {}", info.progress.unwrap_or_default()));
                 }
             }
         }
@@ -135,11 +117,7 @@ fn split_tag(image: &str) -> (&str, &str) {
 }
 
 fn which(cmd: &str) -> Option<PathBuf> {
-    std::env::var("PATH")
-        .ok()?
-        .split(':')
-        .map(|d| Path::new(d).join(cmd))
-        .find(|p| p.is_file())
+    std::env::var("PATH").ok()?.split(':').map(|d| Path::new(d).join(cmd)).find(|p| p.is_file())
 }
 
 async fn build(engine: &Engine, cfg: &DockerConfig, name: &str) -> anyhow::Result<()> {
@@ -171,21 +149,12 @@ async fn build(engine: &Engine, cfg: &DockerConfig, name: &str) -> anyhow::Resul
         .kill_on_drop(true)
         .spawn()
         .context("cannot start mmdebstrap")?;
-    let mut lines = tokio::io::BufReader::new(
-        child
-            .stderr
-            .take()
-            .ok_or_else(|| anyhow!("mmdebstrap has no stderr"))?,
-    )
-    .lines();
+    let mut lines =
+        tokio::io::BufReader::new(child.stderr.take().ok_or_else(|| anyhow!("mmdebstrap has no stderr"))?).lines();
     let mut tail: Vec<String> = vec![];
     while let Ok(Some(line)) = lines.next_line().await {
         let clean = crate::sanitize::visible_controls(line.as_bytes());
-        pb.set_message(format!(
-            "mmdebstrap {}: {}",
-            cfg.debian_suite,
-            clean.trim_start_matches("I: ")
-        ));
+        pb.set_message(format!("mmdebstrap {}: {}", cfg.debian_suite, clean.trim_start_matches("I: ")));
         tail.push(clean);
         if tail.len() > 15 {
             tail.remove(0);
@@ -195,11 +164,7 @@ async fn build(engine: &Engine, cfg: &DockerConfig, name: &str) -> anyhow::Resul
     pb.finish_and_clear();
     if !status.success() {
         let _ = std::fs::remove_file(&partial);
-        bail!(
-            "mmdebstrap failed ({status}); is {} reachable? last lines: {}",
-            cfg.debian_mirror,
-            tail.join(" | ")
-        );
+        bail!("mmdebstrap failed ({status}); is {} reachable? last lines: {}", cfg.debian_mirror, tail.join(" | "));
     }
     std::fs::rename(&partial, &tar).context("cannot keep the rootfs tarball")?;
     step(&format!(
@@ -220,9 +185,7 @@ async fn import(engine: &Engine, tar: &Path, name: &str) -> anyhow::Result<()> {
             .progress_chars("=> "),
     );
     pb.set_message(format!("importing {name}"));
-    let file = tokio::fs::File::open(tar)
-        .await
-        .with_context(|| format!("cannot open {}", tar.display()))?;
+    let file = tokio::fs::File::open(tar).await.with_context(|| format!("cannot open {}", tar.display()))?;
     let bar = pb.clone();
     let body = futures_util::stream::unfold(file, move |mut f| {
         let bar = bar.clone();
@@ -275,10 +238,7 @@ pub fn record_image(path: &Path, image: &str) -> anyhow::Result<()> {
     };
     let updated = set_image_in(&text, image);
     toml::from_str::<Config>(&updated).with_context(|| {
-        format!(
-            "{} would not stay valid; set [docker] image = \"{image}\" by hand",
-            path.display()
-        )
+        format!("{} would not stay valid; set [docker] image = \"{image}\" by hand", path.display())
     })?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -292,14 +252,11 @@ fn set_image_in(text: &str, image: &str) -> String {
     let header = lines.iter().position(|l| l.trim() == "[docker]");
     match header {
         Some(h) => {
-            let end = lines[h + 1..]
-                .iter()
-                .position(|l| l.trim_start().starts_with('['))
-                .map_or(lines.len(), |i| h + 1 + i);
+            let end =
+                lines[h + 1..].iter().position(|l| l.trim_start().starts_with('[')).map_or(lines.len(), |i| h + 1 + i);
             let existing = (h + 1..end).find(|&i| {
                 let l = lines[i].trim_start();
-                l.strip_prefix("image")
-                    .is_some_and(|r| r.trim_start().starts_with('='))
+                l.strip_prefix("image").is_some_and(|r| r.trim_start().starts_with('='))
             });
             match existing {
                 Some(i) => lines[i] = value,

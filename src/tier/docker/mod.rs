@@ -24,8 +24,8 @@ use std::time::Duration;
 use anyhow::anyhow;
 use bollard::container::LogOutput;
 use bollard::query_parameters::{
-    AttachContainerOptions, CreateContainerOptions, KillContainerOptions, RemoveContainerOptions,
-    StatsOptions, WaitContainerOptions,
+    AttachContainerOptions, CreateContainerOptions, KillContainerOptions, RemoveContainerOptions, StatsOptions,
+    WaitContainerOptions,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -106,10 +106,7 @@ impl DockerTier {
         if self.cfg.pool_size == 0 {
             return None;
         }
-        Some(
-            self.pool
-                .get_or_init(|| Pool::new(engine.clone(), self.cfg.pool_size, self.name)),
-        )
+        Some(self.pool.get_or_init(|| Pool::new(engine.clone(), self.cfg.pool_size, self.name)))
     }
 
     /// Fill the warm pool for runs with these limits, and wait until it is
@@ -145,11 +142,7 @@ impl DockerTier {
     async fn check_ready(&self, engine: &Engine) -> anyhow::Result<()> {
         if let Some(rt) = self.runtime {
             if !engine.runtimes.contains(rt) {
-                anyhow::bail!(
-                    "the Docker daemon at {} has no '{rt}' runtime: {}",
-                    engine.host,
-                    runsc_fix()
-                );
+                anyhow::bail!("the Docker daemon at {} has no '{rt}' runtime: {}", engine.host, runsc_fix());
             }
         }
         if !engine.has_image(&self.image).await? {
@@ -194,12 +187,7 @@ pub async fn reap_leftovers() {
 
 /// Create and start a hardened container whose loader waits for a program.
 /// On failure nothing is left behind.
-pub(crate) async fn launch(
-    engine: &Engine,
-    shape: &Shape,
-    run_id: &str,
-    tier: &str,
-) -> anyhow::Result<String> {
+pub(crate) async fn launch(engine: &Engine, shape: &Shape, run_id: &str, tier: &str) -> anyhow::Result<String> {
     let body = shape.body(reap::labels(run_id, tier));
     let name = format!("sandbench-{tier}-{run_id}");
     let created = engine
@@ -218,18 +206,13 @@ pub(crate) async fn launch(
             }
         })?;
     let id = created.id;
-    if let Err(e) = engine
-        .docker
-        .start_container(
-            &id,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-    {
+    if let Err(e) = engine.docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await {
         remove(&engine.docker, &id).await;
         let why = engine::cause(&e);
         if shape.runtime.as_deref() == Some("runsc") && why.contains("network") {
-            anyhow::bail!("cannot start the gVisor container: {why} (register runsc with runtimeArgs [\"--network=none\"])");
+            anyhow::bail!(
+                "cannot start the gVisor container: {why} (register runsc with runtimeArgs [\"--network=none\"])"
+            );
         }
         anyhow::bail!("cannot start the container: {why}");
     }
@@ -239,11 +222,7 @@ pub(crate) async fn launch(
 /// Remove a container for good (kill if running). Errors are logged: the
 /// next start reaps whatever this could not remove.
 pub(crate) async fn remove(docker: &Docker, id: &str) {
-    let opts = RemoveContainerOptions {
-        force: true,
-        v: true,
-        ..Default::default()
-    };
+    let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
     for attempt in 0..3 {
         match docker.remove_container(id, Some(opts.clone())).await {
             Ok(()) => return,
@@ -251,11 +230,7 @@ pub(crate) async fn remove(docker: &Docker, id: &str) {
             // "removal already in progress" and similar races settle quickly.
             Err(e) => {
                 if attempt == 2 {
-                    tracing::warn!(
-                        "cannot remove container {}: {}",
-                        short(id),
-                        engine::cause(&e)
-                    );
+                    tracing::warn!("cannot remove container {}: {}", short(id), engine::cause(&e));
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -304,11 +279,7 @@ impl DockerTier {
         let engine = match self.engine().await {
             Ok(e) => e,
             Err(e) => {
-                checks.push(Check::fail(
-                    "daemon",
-                    format!("{e:#}"),
-                    engine::start_daemon_hint(&engine::docker_host()),
-                ));
+                checks.push(Check::fail("daemon", format!("{e:#}"), engine::start_daemon_hint(&engine::docker_host())));
                 return Availability {
                     tier: name,
                     available: false,
@@ -319,10 +290,7 @@ impl DockerTier {
         };
         checks.push(Check::ok(
             "daemon",
-            format!(
-                "{} — engine {}, API {} (negotiated)",
-                engine.host, engine.server_version, engine.api_version
-            ),
+            format!("{} — engine {}, API {} (negotiated)", engine.host, engine.server_version, engine.api_version),
         ));
         let mut ok = true;
         if let Some(rt) = self.runtime {
@@ -334,12 +302,7 @@ impl DockerTier {
                     "runtime",
                     format!(
                         "the daemon has no '{rt}' runtime (it has: {})",
-                        engine
-                            .runtimes
-                            .iter()
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        engine.runtimes.iter().cloned().collect::<Vec<_>>().join(", ")
                     ),
                     runsc_fix(),
                 ));
@@ -357,11 +320,7 @@ impl DockerTier {
             }
             Err(e) => {
                 ok = false;
-                checks.push(Check::fail(
-                    "image",
-                    format!("{e:#}"),
-                    format!("sandbench setup {}", self.name),
-                ));
+                checks.push(Check::fail("image", format!("{e:#}"), format!("sandbench setup {}", self.name)));
             }
         }
         if ok {
@@ -371,10 +330,7 @@ impl DockerTier {
             let probe = DockerTier {
                 name: self.name,
                 runtime: self.runtime,
-                cfg: DockerConfig {
-                    pool_size: 0,
-                    ..self.cfg.clone()
-                },
+                cfg: DockerConfig { pool_size: 0, ..self.cfg.clone() },
                 image: self.image.clone(),
                 engine: self.engine.clone(),
                 pool: OnceLock::new(),
@@ -385,17 +341,11 @@ impl DockerTier {
             if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
                 checks.push(Check::ok(
                     "container",
-                    format!(
-                        "a hardened container ran a trivial program in {:.0} ms",
-                        report.timings_ms.total
-                    ),
+                    format!("a hardened container ran a trivial program in {:.0} ms", report.timings_ms.total),
                 ));
             } else {
                 ok = false;
-                let why = report
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| report.summary_line());
+                let why = report.error.clone().unwrap_or_else(|| report.summary_line());
                 checks.push(Check::fail(
                     "container",
                     format!("a trivial program failed: {why}"),
@@ -404,21 +354,11 @@ impl DockerTier {
             }
         }
         let summary = if ok {
-            format!(
-                "ready ({}, image {}, engine API {})",
-                self.runtime_name(),
-                self.image,
-                engine.api_version
-            )
+            format!("ready ({}, image {}, engine API {})", self.runtime_name(), self.image, engine.api_version)
         } else {
             "unavailable: see the failed checks".into()
         };
-        Availability {
-            tier: name,
-            available: ok,
-            summary,
-            checks,
-        }
+        Availability { tier: name, available: ok, summary, checks }
     }
 
     async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
@@ -426,11 +366,7 @@ impl DockerTier {
         let engine = self.engine().await?;
         if let Some(rt) = self.runtime {
             if !engine.runtimes.contains(rt) {
-                anyhow::bail!(
-                    "the Docker daemon at {} has no '{rt}' runtime: {}",
-                    engine.host,
-                    runsc_fix()
-                );
+                anyhow::bail!("the Docker daemon at {} has no '{rt}' runtime: {}", engine.host, runsc_fix());
             }
         }
         let shape = self.shape(&spec);
@@ -447,16 +383,11 @@ impl DockerTier {
         let run_id = container::new_run_id();
         let (id, start) = match warm {
             Some(id) => {
-                ctx.emit(EventKind::Note(format!("warm container {}", short(&id))))
-                    .await;
+                ctx.emit(EventKind::Note(format!("warm container {}", short(&id)))).await;
                 (id, "warm")
             }
             None => {
-                ctx.emit(EventKind::Note(format!(
-                    "creating a {} container",
-                    self.runtime_name()
-                )))
-                .await;
+                ctx.emit(EventKind::Note(format!("creating a {} container", self.runtime_name()))).await;
                 (launch(engine, &shape, &run_id, self.name).await?, "cold")
             }
         };
@@ -468,12 +399,10 @@ impl DockerTier {
         details["start"] = json!(start);
         details["image"] = json!(self.image);
         details["container"] = json!(short(&id));
-        details["engine"] = json!({ "host": engine.host, "api_version": engine.api_version, "server_version": engine.server_version });
+        details["engine"] =
+            json!({ "host": engine.host, "api_version": engine.api_version, "server_version": engine.server_version });
         details["hardening"] = shape.hardening();
-        Ok(TierExit {
-            usage: Some(usage),
-            details,
-        })
+        Ok(TierExit { usage: Some(usage), details })
     }
 
     async fn execute(
@@ -501,22 +430,13 @@ impl DockerTier {
             .map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
         let mut output = attach.output;
         let mut input = attach.input;
-        let mut wait = Box::pin(docker.wait_container(
-            id,
-            Some(WaitContainerOptions {
-                condition: "not-running".into(),
-            }),
-        ));
+        let mut wait =
+            Box::pin(docker.wait_container(id, Some(WaitContainerOptions { condition: "not-running".into() })));
 
         ctx.emit(EventKind::Phase(Phase::Running)).await;
         // The program exists from now on: count it even if it exits before
         // the first sample.
-        ctx.usage(UsageSample {
-            cpu_ms: None,
-            memory_bytes: None,
-            pids: Some(1),
-        })
-        .await;
+        ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
         let payload = container::payload(spec);
         let writer = tokio::spawn(async move {
             let r = async {
@@ -532,13 +452,7 @@ impl DockerTier {
 
         let (sample_tx, mut sample_rx) = mpsc::channel::<Sample>(4);
         let guest_pids = self.runtime.is_none();
-        let sampler = tokio::spawn(sample_loop(
-            docker.clone(),
-            id.to_string(),
-            engine.local,
-            guest_pids,
-            sample_tx,
-        ));
+        let sampler = tokio::spawn(sample_loop(docker.clone(), id.to_string(), engine.local, guest_pids, sample_tx));
 
         let mut stderr_tail: Vec<u8> = vec![];
         let mut exit_code: Option<i64> = None;
@@ -622,10 +536,7 @@ impl DockerTier {
         // skip the extra round trip for the common case.
         let state = if exit_code.is_none_or(|c| c >= 128) {
             docker
-                .inspect_container(
-                    id,
-                    None::<bollard::query_parameters::InspectContainerOptions>,
-                )
+                .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
                 .await
                 .ok()
                 .and_then(|i| i.state)
@@ -633,27 +544,19 @@ impl DockerTier {
             None
         };
         let oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
-        let raw = exit_code
-            .or_else(|| state.as_ref().and_then(|s| s.exit_code))
-            .unwrap_or(137);
+        let raw = exit_code.or_else(|| state.as_ref().and_then(|s| s.exit_code)).unwrap_or(137);
         let (code, signal) = container::split_exit(raw);
         let tail = String::from_utf8_lossy(&stderr_tail);
         if oom {
             ctx.violation(
                 ViolationKind::Memory,
-                format!(
-                    "memory limit {} hit — killed (out of memory)",
-                    format_size(limits.memory_bytes)
-                ),
+                format!("memory limit {} hit — killed (out of memory)", format_size(limits.memory_bytes)),
             )
             .await;
         } else if code.is_some_and(|c| c != 0) && allocation_failed(&tail) {
             ctx.violation(
                 ViolationKind::Memory,
-                format!(
-                    "memory limit {} hit — allocation refused",
-                    format_size(limits.memory_bytes)
-                ),
+                format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes)),
             )
             .await;
         }
@@ -661,20 +564,14 @@ impl DockerTier {
             Some(libc::SIGXCPU) => {
                 ctx.violation(
                     ViolationKind::CpuTime,
-                    format!(
-                        "CPU time limit {} hit — killed (SIGXCPU)",
-                        crate::runner::fmt_dur(limits.cpu_time)
-                    ),
+                    format!("CPU time limit {} hit — killed (SIGXCPU)", crate::runner::fmt_dur(limits.cpu_time)),
                 )
                 .await
             }
             Some(libc::SIGXFSZ) => {
                 ctx.violation(
                     ViolationKind::FileSize,
-                    format!(
-                        "file size limit {} hit — killed (SIGXFSZ)",
-                        format_size(limits.file_size_bytes)
-                    ),
+                    format!("file size limit {} hit — killed (SIGXFSZ)", format_size(limits.file_size_bytes)),
                 )
                 .await
             }
@@ -683,59 +580,35 @@ impl DockerTier {
         if tail.contains("File too large") {
             ctx.violation(
                 ViolationKind::FileSize,
-                format!(
-                    "file size limit {} hit — write refused (EFBIG)",
-                    format_size(limits.file_size_bytes)
-                ),
+                format!("file size limit {} hit — write refused (EFBIG)", format_size(limits.file_size_bytes)),
             )
             .await;
         }
         if tail.contains("No space left on device") {
             ctx.violation(
                 ViolationKind::Disk,
-                format!(
-                    "scratch space full ({} per writable mount)",
-                    format_size(limits.disk_bytes)
-                ),
+                format!("scratch space full ({} per writable mount)", format_size(limits.disk_bytes)),
             )
             .await;
         }
         if !pids_seen && fork_refused(&tail) {
-            ctx.violation(
-                ViolationKind::Pids,
-                format!("pids limit {} reached — new processes refused", limits.pids),
-            )
-            .await;
+            ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids))
+                .await;
         }
         let exit = if killed && !cpu_killed && exit_code.is_none() {
-            ExitStatus {
-                code: None,
-                signal: Some(libc::SIGKILL),
-            }
+            ExitStatus { code: None, signal: Some(libc::SIGKILL) }
         } else {
             ExitStatus { code, signal }
         };
         ctx.emit(EventKind::Exit(exit)).await;
-        let usage = UsageSample {
-            cpu_ms: last.cpu_ms,
-            memory_bytes: peak_mem,
-            pids: None,
-        };
+        let usage = UsageSample { cpu_ms: last.cpu_ms, memory_bytes: peak_mem, pids: None };
         let details = json!({ "oom_killed": oom, "container_exit_code": raw });
         Ok((usage, details))
     }
 }
 
 async fn kill(docker: &Docker, id: &str) {
-    if let Err(e) = docker
-        .kill_container(
-            id,
-            Some(KillContainerOptions {
-                signal: "SIGKILL".into(),
-            }),
-        )
-        .await
-    {
+    if let Err(e) = docker.kill_container(id, Some(KillContainerOptions { signal: "SIGKILL".into() })).await {
         // 409: not running any more — the goal is reached.
         tracing::debug!("kill {}: {}", short(id), engine::cause(&e));
     }
@@ -744,9 +617,7 @@ async fn kill(docker: &Docker, id: &str) {
 /// Program output says it could not allocate (Python's MemoryError, libc's
 /// ENOMEM message).
 fn allocation_failed(t: &str) -> bool {
-    t.contains("MemoryError")
-        || t.contains("Cannot allocate memory")
-        || t.contains("std::bad_alloc")
+    t.contains("MemoryError") || t.contains("Cannot allocate memory") || t.contains("std::bad_alloc")
 }
 
 /// Program output says fork was refused (EAGAIN from the pids limit).
@@ -761,11 +632,7 @@ fn fork_refused(t: &str) -> bool {
 /// the cgroupfs or systemd driver, v1 or v2).
 #[derive(Debug, Clone)]
 enum Cgroup {
-    V1 {
-        cpu: PathBuf,
-        memory: PathBuf,
-        pids: PathBuf,
-    },
+    V1 { cpu: PathBuf, memory: PathBuf, pids: PathBuf },
     V2(PathBuf),
 }
 
@@ -774,23 +641,14 @@ impl Cgroup {
         let root = Path::new("/sys/fs/cgroup");
         let v1 = |c: &str| root.join(c).join("docker").join(id);
         if v1("memory").join("memory.usage_in_bytes").exists() {
-            let cpu = ["cpuacct", "cpu,cpuacct", "cpu"]
-                .iter()
-                .map(|c| v1(c))
-                .find(|p| p.join("cpuacct.usage").exists())?;
-            return Some(Cgroup::V1 {
-                cpu,
-                memory: v1("memory"),
-                pids: v1("pids"),
-            });
+            let cpu =
+                ["cpuacct", "cpu,cpuacct", "cpu"].iter().map(|c| v1(c)).find(|p| p.join("cpuacct.usage").exists())?;
+            return Some(Cgroup::V1 { cpu, memory: v1("memory"), pids: v1("pids") });
         }
-        [
-            root.join("docker").join(id),
-            root.join("system.slice").join(format!("docker-{id}.scope")),
-        ]
-        .into_iter()
-        .find(|p| p.join("cgroup.procs").exists())
-        .map(Cgroup::V2)
+        [root.join("docker").join(id), root.join("system.slice").join(format!("docker-{id}.scope"))]
+            .into_iter()
+            .find(|p| p.join("cgroup.procs").exists())
+            .map(Cgroup::V2)
     }
 
     fn read(p: PathBuf) -> Option<String> {
@@ -802,9 +660,7 @@ impl Cgroup {
     }
 
     fn field(p: PathBuf, key: &str) -> Option<u64> {
-        Self::read(p)?
-            .lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        Self::read(p)?.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
     /// (usage, pids.max hits).
@@ -812,51 +668,24 @@ impl Cgroup {
         match self {
             Cgroup::V1 { cpu, memory, pids } => {
                 let mem = Self::num(memory.join("memory.usage_in_bytes")).map(|u| {
-                    u.saturating_sub(
-                        Self::field(memory.join("memory.stat"), "total_inactive_file").unwrap_or(0),
-                    )
+                    u.saturating_sub(Self::field(memory.join("memory.stat"), "total_inactive_file").unwrap_or(0))
                 });
                 let usage = UsageSample {
                     cpu_ms: Self::num(cpu.join("cpuacct.usage")).map(|ns| ns / 1_000_000),
                     memory_bytes: mem,
-                    pids: if count_pids {
-                        Self::num(pids.join("pids.current"))
-                    } else {
-                        None
-                    },
+                    pids: if count_pids { Self::num(pids.join("pids.current")) } else { None },
                 };
-                (
-                    usage,
-                    if count_pids {
-                        Self::field(pids.join("pids.events"), "max")
-                    } else {
-                        None
-                    },
-                )
+                (usage, if count_pids { Self::field(pids.join("pids.events"), "max") } else { None })
             }
             Cgroup::V2(dir) => {
-                let mem = Self::num(dir.join("memory.current")).map(|u| {
-                    u.saturating_sub(
-                        Self::field(dir.join("memory.stat"), "inactive_file").unwrap_or(0),
-                    )
-                });
+                let mem = Self::num(dir.join("memory.current"))
+                    .map(|u| u.saturating_sub(Self::field(dir.join("memory.stat"), "inactive_file").unwrap_or(0)));
                 let usage = UsageSample {
                     cpu_ms: Self::field(dir.join("cpu.stat"), "usage_usec").map(|us| us / 1000),
                     memory_bytes: mem,
-                    pids: if count_pids {
-                        Self::num(dir.join("pids.current"))
-                    } else {
-                        None
-                    },
+                    pids: if count_pids { Self::num(dir.join("pids.current")) } else { None },
                 };
-                (
-                    usage,
-                    if count_pids {
-                        Self::field(dir.join("pids.events"), "max")
-                    } else {
-                        None
-                    },
-                )
+                (usage, if count_pids { Self::field(dir.join("pids.events"), "max") } else { None })
             }
         }
     }
@@ -866,13 +695,7 @@ impl Cgroup {
 /// and immediate), else the engine's stats stream (one sample a second).
 /// `guest_pids` is false on gVisor, where the host only sees the sandbox's
 /// own threads, not the program's processes.
-async fn sample_loop(
-    docker: Docker,
-    id: String,
-    local: bool,
-    guest_pids: bool,
-    tx: mpsc::Sender<Sample>,
-) {
+async fn sample_loop(docker: Docker, id: String, local: bool, guest_pids: bool, tx: mpsc::Sender<Sample>) {
     if local {
         if let Some(cg) = Cgroup::find(&id) {
             let mut ticker = tokio::time::interval(SAMPLE_EVERY);
@@ -880,27 +703,13 @@ async fn sample_loop(
             loop {
                 ticker.tick().await;
                 let (usage, pids_max_events) = cg.sample(guest_pids);
-                if tx
-                    .send(Sample {
-                        usage,
-                        pids_limit: None,
-                        pids_max_events,
-                    })
-                    .await
-                    .is_err()
-                {
+                if tx.send(Sample { usage, pids_limit: None, pids_max_events }).await.is_err() {
                     return;
                 }
             }
         }
     }
-    let mut stream = docker.stats(
-        &id,
-        Some(StatsOptions {
-            stream: true,
-            one_shot: false,
-        }),
-    );
+    let mut stream = docker.stats(&id, Some(StatsOptions { stream: true, one_shot: false }));
     while let Some(Ok(s)) = stream.next().await {
         let mem = s.memory_stats.as_ref().and_then(|m| {
             let usage = m.usage?;
@@ -909,11 +718,7 @@ async fn sample_loop(
             let cache = m
                 .stats
                 .as_ref()
-                .and_then(|st| {
-                    st.get("total_inactive_file")
-                        .or(st.get("inactive_file"))
-                        .copied()
-                })
+                .and_then(|st| st.get("total_inactive_file").or(st.get("inactive_file")).copied())
                 .unwrap_or(0);
             Some(usage.saturating_sub(cache))
         });
@@ -923,25 +728,10 @@ async fn sample_loop(
             .and_then(|c| c.cpu_usage.as_ref())
             .and_then(|u| u.total_usage)
             .map(|ns| ns / 1_000_000);
-        let pids = if guest_pids {
-            s.pids_stats.as_ref().and_then(|p| p.current)
-        } else {
-            None
-        };
-        let pids_limit = if guest_pids {
-            s.pids_stats.as_ref().and_then(|p| p.limit)
-        } else {
-            None
-        };
-        let sample = Sample {
-            usage: UsageSample {
-                cpu_ms,
-                memory_bytes: mem,
-                pids,
-            },
-            pids_limit,
-            pids_max_events: None,
-        };
+        let pids = if guest_pids { s.pids_stats.as_ref().and_then(|p| p.current) } else { None };
+        let pids_limit = if guest_pids { s.pids_stats.as_ref().and_then(|p| p.limit) } else { None };
+        let sample =
+            Sample { usage: UsageSample { cpu_ms, memory_bytes: mem, pids }, pids_limit, pids_max_events: None };
         if tx.send(sample).await.is_err() {
             return;
         }
@@ -956,9 +746,7 @@ mod tests {
     fn stderr_signals() {
         assert!(allocation_failed("Traceback\nMemoryError\n"));
         assert!(fork_refused("sh: 1: Cannot fork"));
-        assert!(fork_refused(
-            "BlockingIOError: [Errno 11] Resource temporarily unavailable"
-        ));
+        assert!(fork_refused("BlockingIOError: [Errno 11] Resource temporarily unavailable"));
         assert!(!fork_refused("ok"));
     }
 

@@ -65,10 +65,7 @@ impl Pool {
             }),
             changed: Notify::new(),
         });
-        registry()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::downgrade(&p));
+        registry().lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&p));
         p
     }
 
@@ -121,10 +118,7 @@ impl Pool {
                 let Some(shape) = st.shape.clone() else {
                     return;
                 };
-                if st.closed
-                    || st.failures >= MAX_FAILURES
-                    || st.ready.len() + st.filling >= self.size
-                {
+                if st.closed || st.failures >= MAX_FAILURES || st.ready.len() + st.filling >= self.size {
                     return;
                 }
                 st.filling += 1;

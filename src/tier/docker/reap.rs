@@ -24,9 +24,7 @@ fn machine_id() -> String {
                 }
             }
         }
-        nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "unknown".into())
+        nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "unknown".into())
     })
     .clone()
 }
@@ -81,35 +79,19 @@ pub async fn reap(engine: &Engine) -> anyhow::Result<(usize, usize)> {
     let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
     let list = engine
         .docker
-        .list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
+        .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
         .await
         .map_err(|e| anyhow::anyhow!("cannot list containers: {}", super::engine::cause(&e)))?;
     let mut gone = 0;
     let mut removals = vec![];
     for c in &list {
         let Some(id) = c.id.clone() else { continue };
-        let owner = c
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(LABEL_OWNER))
-            .map(String::as_str)
-            .unwrap_or("");
+        let owner = c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).map(String::as_str).unwrap_or("");
         if owner_is_dead(owner) {
             let docker = engine.docker.clone();
             removals.push(async move {
                 docker
-                    .remove_container(
-                        &id,
-                        Some(RemoveContainerOptions {
-                            force: true,
-                            v: true,
-                            ..Default::default()
-                        }),
-                    )
+                    .remove_container(&id, Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }))
                     .await
                     .map(|_| id)
             });
@@ -131,25 +113,14 @@ pub async fn reap(engine: &Engine) -> anyhow::Result<(usize, usize)> {
         // of a known container is none of our business.
         let all = engine
             .docker
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                ..Default::default()
-            }))
+            .list_containers(Some(ListContainersOptions { all: true, ..Default::default() }))
             .await
             .map_err(|e| anyhow::anyhow!("cannot list containers: {}", super::engine::cause(&e)))?;
         let known: HashSet<String> = all.into_iter().filter_map(|c| c.id).collect();
         for (pid, id) in runsc_processes() {
             if !known.contains(&id) {
-                tracing::info!(
-                    "killing stray runsc process {pid} of vanished container {}",
-                    &id[..12]
-                );
-                if nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                )
-                .is_ok()
-                {
+                tracing::info!("killing stray runsc process {pid} of vanished container {}", &id[..12]);
+                if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).is_ok() {
                     killed += 1;
                 }
             }
@@ -180,19 +151,14 @@ pub fn runsc_processes() -> Vec<(i32, String)> {
 }
 
 fn runsc_container_id(cmdline: &[u8]) -> Option<String> {
-    let mut args = cmdline
-        .split(|&b| b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let mut args = cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned());
     let argv0 = args.next()?;
     if argv0 != "runsc-sandbox" && argv0 != "runsc-gofer" {
         return None;
     }
     for a in args {
         if let Some(i) = a.find("/moby/") {
-            let id: String = a[i + 6..]
-                .chars()
-                .take_while(|c| c.is_ascii_hexdigit())
-                .collect();
+            let id: String = a[i + 6..].chars().take_while(|c| c.is_ascii_hexdigit()).collect();
             if id.len() == 64 {
                 return Some(id);
             }
