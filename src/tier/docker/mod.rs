@@ -242,6 +242,14 @@ fn short(id: &str) -> &str {
     &id[..12.min(id.len())]
 }
 
+impl Drop for DockerTier {
+    fn drop(&mut self) {
+        if let Some(p) = self.pool.take() {
+            pool::release(p);
+        }
+    }
+}
+
 impl Tier for DockerTier {
     fn name(&self) -> &'static str {
         self.name

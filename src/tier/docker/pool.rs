@@ -5,7 +5,7 @@
 //! (`tier::shutdown`), and reaped by the next start if sandbench was killed.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
@@ -30,23 +30,31 @@ pub struct Pool {
     tier: &'static str,
     state: Mutex<State>,
     changed: Notify,
+    /// One drain at a time; a second waits for the first to finish.
+    draining: tokio::sync::Mutex<()>,
 }
 
 const MAX_FAILURES: u32 = 3;
 
-fn registry() -> &'static Mutex<Vec<Weak<Pool>>> {
-    static R: std::sync::OnceLock<Mutex<Vec<Weak<Pool>>>> = std::sync::OnceLock::new();
+fn registry() -> &'static Mutex<Vec<Arc<Pool>>> {
+    static R: std::sync::OnceLock<Mutex<Vec<Arc<Pool>>>> = std::sync::OnceLock::new();
     R.get_or_init(|| Mutex::new(vec![]))
 }
 
-/// Drain every live pool of this process (called once at exit).
+/// Drain every pool of this process (called once at exit). Pools stay
+/// registered until drained, so a tier dropped early leaves nothing behind.
 pub async fn drain_all() {
-    let pools: Vec<Arc<Pool>> = {
-        let mut r = registry().lock().unwrap_or_else(|e| e.into_inner());
-        r.retain(|w| w.strong_count() > 0);
-        r.iter().filter_map(Weak::upgrade).collect()
-    };
+    let pools: Vec<Arc<Pool>> = std::mem::take(&mut *registry().lock().unwrap_or_else(|e| e.into_inner()));
     futures_util::future::join_all(pools.iter().map(|p| p.drain())).await;
+}
+
+/// Drain one pool in the background and forget it (its tier was dropped).
+pub fn release(pool: Arc<Pool>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    rt.spawn(async move {
+        pool.drain().await;
+        registry().lock().unwrap_or_else(|e| e.into_inner()).retain(|p| !Arc::ptr_eq(p, &pool));
+    });
 }
 
 impl Pool {
@@ -64,8 +72,9 @@ impl Pool {
                 last_error: None,
             }),
             changed: Notify::new(),
+            draining: tokio::sync::Mutex::new(()),
         });
-        registry().lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&p));
+        registry().lock().unwrap_or_else(|e| e.into_inner()).push(p.clone());
         p
     }
 
@@ -89,9 +98,16 @@ impl Pool {
                 st.ready.drain(..).collect()
             }
         };
-        for id in stale {
-            let docker = self.engine.docker.clone();
-            tokio::spawn(async move { super::remove(&docker, &id).await });
+        if !stale.is_empty() {
+            // Counted as in flight, so that a drain waits for them.
+            self.lock().filling += 1;
+            let me = self.clone();
+            tokio::spawn(async move {
+                futures_util::future::join_all(stale.iter().map(|id| super::remove(&me.engine.docker, id))).await;
+                me.lock().filling -= 1;
+                me.changed.notify_waiters();
+                me.refill();
+            });
         }
         self.refill();
     }
@@ -181,6 +197,7 @@ impl Pool {
     /// Stop refilling and remove every container the pool holds, including
     /// ones still being created.
     pub async fn drain(&self) {
+        let _one = self.draining.lock().await;
         self.lock().closed = true;
         loop {
             let notified = self.changed.notified();
