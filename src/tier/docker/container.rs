@@ -45,12 +45,49 @@ def _sandbench_load():
     path = "/work/" + hdr["file"]
     with open(path, "wb") as f:
         f.write(code)
-    if hdr["lang"] != "python":
-        argv = hdr["argv"] + [path]
-        os.execvpe(argv[0], argv, dict(os.environ))
-    return path, code
-_p, _c = _sandbench_load()
+    return hdr, path, code
+def _sandbench_report(hdr):
+    # What the program met on its way, for the host to judge: a full
+    # scratch space, files at the size limit. Best effort, after the program.
+    found = {}
+    try:
+        for d in ("/work", "/tmp"):
+            st = os.statvfs(d)
+            if st.f_bavail * st.f_frsize < 1 << 20 or (st.f_files > 0 and st.f_favail == 0):
+                found.setdefault("disk", []).append(d)
+            n = 0
+            for root, dirs, files in os.walk(d):
+                for f in files:
+                    n += 1
+                    p = os.path.join(root, f)
+                    try:
+                        if os.lstat(p).st_size >= hdr["fsize"]:
+                            found.setdefault("fsize", []).append(p)
+                    except OSError:
+                        pass
+                if n > 5000 or len(found.get("fsize", ())) > 5:
+                    break
+    except Exception:
+        pass
+    if found:
+        msg = b"\0sandbench-status " + hdr["nonce"].encode() + b" " + json.dumps(found).encode()[:2000] + b"\n"
+        try:
+            os.write(2, msg)
+        except OSError:
+            pass
+_h, _p, _c = _sandbench_load()
 del _sandbench_load
+if _h["lang"] != "python":
+    _argv = _h["argv"] + [_p]
+    _pid = os.fork()
+    if _pid == 0:
+        try:
+            os.execvpe(_argv[0], _argv, dict(os.environ))
+        finally:
+            os._exit(127)
+    _st = os.waitpid(_pid, 0)[1]
+    _sandbench_report(_h)
+    os._exit(128 + os.WTERMSIG(_st) if os.WIFSIGNALED(_st) else os.WEXITSTATUS(_st))
 import types
 _m = types.ModuleType("__main__")
 _m.__file__ = _p
@@ -66,6 +103,8 @@ except BaseException as _e:
     import traceback
     traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
     sys.exit(1)
+finally:
+    _sandbench_report(_h)
 "#;
 
 /// Everything a container is created with. Two runs can share a warm
@@ -101,6 +140,16 @@ impl Shape {
             open_files: l.open_files,
             cpu_secs: l.cpu_time.as_secs_f64().ceil().max(1.0) as u64 + 1,
         }
+    }
+
+    /// Size- and inode-limited (one inode per 4 KiB of space, at least
+    /// 1024), so neither big files nor millions of empty ones escape the quota.
+    fn tmpfs_options(&self) -> String {
+        format!(
+            "rw,nosuid,nodev,noexec,size={},nr_inodes={},mode=1777",
+            self.disk_bytes,
+            (self.disk_bytes / 4096).max(1024)
+        )
     }
 
     fn gvisor(&self) -> bool {
@@ -167,7 +216,7 @@ impl Shape {
     pub fn body(&self, labels: HashMap<String, String>) -> ContainerCreateBody {
         let base = RunSpec::new(crate::spec::Language::Python, "");
         let env = base.sandbox_env(WORKDIR, TMPDIR).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let tmpfs_opts = format!("rw,nosuid,nodev,noexec,size={},mode=1777", self.disk_bytes);
+        let tmpfs_opts = self.tmpfs_options();
         let mut tmpfs = HashMap::new();
         tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
         tmpfs.insert(TMPDIR.to_string(), tmpfs_opts);
@@ -220,7 +269,7 @@ impl Shape {
 impl Shape {
     /// The same container as `docker run` flags (the benchmark's baseline).
     pub fn cli_flags(&self) -> Vec<String> {
-        let tmpfs = format!("rw,nosuid,nodev,noexec,size={},mode=1777", self.disk_bytes);
+        let tmpfs = self.tmpfs_options();
         let mut f: Vec<String> = vec![
             "--network=none".into(),
             "--read-only".into(),
@@ -248,9 +297,78 @@ impl Shape {
     }
 }
 
+/// The marker the loader's status line starts with on stderr.
+pub fn status_marker(nonce: &str) -> Vec<u8> {
+    format!("\0sandbench-status {nonce} ").into_bytes()
+}
+
+/// A fresh random nonce (so a status line cannot appear by accident).
+pub fn new_nonce() -> String {
+    let mut b = [0u8; 12];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Takes the loader's status line out of the stderr stream, across chunk
+/// boundaries; everything else passes through unchanged.
+pub struct StatusFilter {
+    marker: Vec<u8>,
+    /// Bytes of a status line seen so far (None: not inside one).
+    inside: Option<Vec<u8>>,
+    pub status: Option<serde_json::Value>,
+}
+
+impl StatusFilter {
+    pub fn new(nonce: &str) -> Self {
+        StatusFilter { marker: status_marker(nonce), inside: None, status: None }
+    }
+
+    /// Returns the bytes that belong to the program's stderr.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut out = vec![];
+        let mut rest = chunk;
+        loop {
+            if let Some(buf) = self.inside.as_mut() {
+                match rest.iter().position(|&b| b == b'\n') {
+                    Some(nl) => {
+                        buf.extend_from_slice(&rest[..nl]);
+                        let line = self.inside.take().unwrap_or_default();
+                        if let Ok(v) = serde_json::from_slice(&line) {
+                            self.status = Some(v);
+                        }
+                        rest = &rest[nl + 1..];
+                    }
+                    None => {
+                        if buf.len() < 4096 {
+                            buf.extend_from_slice(rest);
+                        }
+                        return out;
+                    }
+                }
+            }
+            match rest.windows(self.marker.len()).position(|w| w == self.marker.as_slice()) {
+                Some(i) => {
+                    out.extend_from_slice(&rest[..i]);
+                    rest = &rest[i + self.marker.len()..];
+                    self.inside = Some(vec![]);
+                }
+                None => {
+                    out.extend_from_slice(rest);
+                    return out;
+                }
+            }
+        }
+    }
+}
+
 /// What the loader reads from stdin: one JSON header line, then the code.
-pub fn payload(spec: &RunSpec) -> Vec<u8> {
+pub fn payload(spec: &RunSpec, nonce: &str) -> Vec<u8> {
     let header = json!({
+        "nonce": nonce,
+        "fsize": spec.limits.file_size_bytes,
         "lang": spec.language.name(),
         "file": spec.language.file_name(),
         "argv": spec.language.interpreter(),
@@ -289,7 +407,7 @@ mod tests {
     fn payload_is_header_then_code() {
         let mut spec = RunSpec::new(crate::spec::Language::Sh, "echo hi\n");
         spec.env.insert("A".into(), "b\nc".into());
-        let p = payload(&spec);
+        let p = payload(&spec, "n");
         let nl = p.iter().position(|&b| b == b'\n').unwrap();
         let h: serde_json::Value = serde_json::from_slice(&p[..nl]).unwrap();
         assert_eq!(h["lang"], "sh");
@@ -312,6 +430,18 @@ mod tests {
         let env = b.env.unwrap();
         assert!(env.iter().all(|e| !e.starts_with("ANTHROPIC")));
         assert!(env.iter().any(|e| e == "HOME=/work"));
+    }
+
+    #[test]
+    fn status_lines_are_taken_out_across_chunks() {
+        let mut f = StatusFilter::new("abc");
+        let mut out = f.feed(b"err1\n\0sandbench-status abc {\"disk\"");
+        out.extend(f.feed(b": [\"/work\"]}\nafter"));
+        assert_eq!(out, b"err1\nafter");
+        assert_eq!(f.status.as_ref().unwrap()["disk"][0], "/work");
+        let mut g = StatusFilter::new("abc");
+        assert_eq!(g.feed(b"\0sandbench-status xyz {}\n"), b"\0sandbench-status xyz {}\n");
+        assert!(g.status.is_none());
     }
 
     #[test]

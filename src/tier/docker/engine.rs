@@ -108,7 +108,10 @@ impl Engine {
         let host = docker_host();
         if let Some(path) = host.strip_prefix("unix://") {
             if !std::path::Path::new(path).exists() {
-                anyhow::bail!("cannot reach the Docker daemon at {host} (no socket at {path}): {}", start_daemon_hint(&host));
+                anyhow::bail!(
+                    "cannot reach the Docker daemon at {host} (no socket at {path}): {}",
+                    start_daemon_hint(&host)
+                );
             }
         }
         let docker = client_for(&host)?;

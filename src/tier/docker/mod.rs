@@ -445,7 +445,9 @@ impl DockerTier {
         // The program exists from now on: count it even if it exits before
         // the first sample.
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
-        let payload = container::payload(spec);
+        let nonce = container::new_nonce();
+        let mut status = container::StatusFilter::new(&nonce);
+        let payload = container::payload(spec, &nonce);
         let writer = tokio::spawn(async move {
             let r = async {
                 input.write_all(&payload).await?;
@@ -480,10 +482,13 @@ impl DockerTier {
                 item = output.next(), if !output_done => match item {
                     Some(Ok(LogOutput::StdOut { message })) => ctx.emit(EventKind::Output(Stream::Stdout, message.to_vec())).await,
                     Some(Ok(LogOutput::StdErr { message })) => {
+                        let message = status.feed(&message);
                         stderr_tail.extend_from_slice(&message);
                         let excess = stderr_tail.len().saturating_sub(STDERR_TAIL);
                         stderr_tail.drain(..excess);
-                        ctx.emit(EventKind::Output(Stream::Stderr, message.to_vec())).await
+                        if !message.is_empty() {
+                            ctx.emit(EventKind::Output(Stream::Stderr, message)).await
+                        }
                     }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
@@ -584,6 +589,34 @@ impl DockerTier {
                 .await
             }
             _ => {}
+        }
+        // What the loader found after the program: files at the size
+        // limit, a full scratch space (a program that catches its EFBIG or
+        // ENOSPC says nothing on stderr).
+        let found = status.status.take().unwrap_or_default();
+        if let Some(files) = found.get("fsize").and_then(|v| v.as_array()).filter(|a| !a.is_empty()) {
+            let first = files[0].as_str().unwrap_or("?");
+            ctx.violation(
+                ViolationKind::FileSize,
+                format!(
+                    "file size limit {} hit: {} was capped",
+                    format_size(limits.file_size_bytes),
+                    crate::sanitize::visible_controls(first.as_bytes())
+                ),
+            )
+            .await;
+        }
+        if let Some(dirs) = found.get("disk").and_then(|v| v.as_array()).filter(|a| !a.is_empty()) {
+            let names: Vec<&str> = dirs.iter().filter_map(|d| d.as_str()).collect();
+            ctx.violation(
+                ViolationKind::Disk,
+                format!(
+                    "scratch space full ({} per writable mount): {}",
+                    format_size(limits.disk_bytes),
+                    names.join(", ")
+                ),
+            )
+            .await;
         }
         if tail.contains("File too large") {
             ctx.violation(
