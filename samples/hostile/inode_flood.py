@@ -1,7 +1,7 @@
 # name: inode-flood
 # tries: create empty files without end to exhaust the file system's inodes
 # must: stop at the scratch space's inode quota
-# expect: *=violation:disk
+# expect: *=violation:disk gvisor=violation:disk|cpu_time|memory
 import os
 
 n = 0

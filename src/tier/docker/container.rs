@@ -29,13 +29,14 @@ pub const LABEL_OWNER: &str = "sandbench.owner";
 pub const LABEL_TIER: &str = "sandbench.tier";
 
 /// The resident loader. It must stay importable by any Python 3.8+.
-pub const LOADER: &str = r#"import sys, os, json
+pub const LOADER: &str = r#"import sys, os, json, ctypes, signal
 os.chdir("/work")
+_libc = ctypes.CDLL(None, use_errno=True)
 def _sandbench_load():
     data = sys.stdin.buffer.read()
     nl = data.find(b"\n")
     if nl < 0:
-        sys.exit(0)
+        os._exit(0)
     hdr = json.loads(data[:nl])
     code = data[nl + 1:]
     fd = os.open("/dev/null", os.O_RDONLY)
@@ -46,23 +47,70 @@ def _sandbench_load():
     with open(path, "wb") as f:
         f.write(code)
     return hdr, path, code
-def _sandbench_report(hdr):
-    # What the program met on its way, for the host to judge: a full
-    # scratch space, files at the size limit. Best effort, after the program.
+_h, _p, _c = _sandbench_load()
+del _sandbench_load
+# This process is the container's init (PID 1). Not dumpable: the program,
+# same uid, cannot ptrace it. The program runs in a forked child of this
+# already started interpreter.
+_libc.prctl(4, 0, 0, 0, 0)
+_pid = os.fork()
+if _pid == 0:
+    _libc.prctl(4, 1, 0, 0, 0)
+    if _h["lang"] != "python":
+        _argv = _h["argv"] + [_p]
+        try:
+            os.execvpe(_argv[0], _argv, dict(os.environ))
+        finally:
+            os._exit(127)
+    import types
+    _m = types.ModuleType("__main__")
+    _m.__file__ = _p
+    sys.modules["__main__"] = _m
+    sys.argv = [_p]
+    sys.path[0] = "/work"
+    sys.stdin = open(0, "r", closefd=False)
+    try:
+        exec(compile(_c, _p, "exec"), _m.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as _e:
+        import traceback
+        traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
+        sys.exit(1)
+    sys.exit(0)
+_said = set()
+def _say(found):
+    # One nonce-marked status line on stderr; the host takes it out.
+    msg = b"\0sandbench-status " + _h["nonce"].encode() + b" " + json.dumps(found).encode()[:2000] + b"\n"
+    try:
+        os.write(2, msg)
+    except OSError:
+        pass
+def _watch(final):
+    # What the program meets, seen from inside: processes at the pids limit
+    # (the only view of them on gVisor), a full scratch space, files at the
+    # size limit (a program that catches EFBIG/ENOSPC says nothing).
     found = {}
     try:
+        if "pids" not in _said:
+            n = sum(1 for d in os.listdir("/proc") if d.isdigit())
+            if n >= _h["pids"]:
+                found["pids"] = n
         for d in ("/work", "/tmp"):
             st = os.statvfs(d)
             if st.f_bavail * st.f_frsize < 1 << 20 or (st.f_files > 0 and st.f_favail == 0):
-                found.setdefault("disk", []).append(d)
+                if "disk:" + d not in _said:
+                    found.setdefault("disk", []).append(d)
+            if not final:
+                continue
             n = 0
             for root, dirs, files in os.walk(d):
                 for f in files:
                     n += 1
-                    p = os.path.join(root, f)
+                    q = os.path.join(root, f)
                     try:
-                        if os.lstat(p).st_size >= hdr["fsize"]:
-                            found.setdefault("fsize", []).append(p)
+                        if os.lstat(q).st_size >= _h["fsize"]:
+                            found.setdefault("fsize", []).append(q)
                     except OSError:
                         pass
                 if n > 5000 or len(found.get("fsize", ())) > 5:
@@ -70,41 +118,23 @@ def _sandbench_report(hdr):
     except Exception:
         pass
     if found:
-        msg = b"\0sandbench-status " + hdr["nonce"].encode() + b" " + json.dumps(found).encode()[:2000] + b"\n"
-        try:
-            os.write(2, msg)
-        except OSError:
-            pass
-_h, _p, _c = _sandbench_load()
-del _sandbench_load
-if _h["lang"] != "python":
-    _argv = _h["argv"] + [_p]
-    _pid = os.fork()
-    if _pid == 0:
-        try:
-            os.execvpe(_argv[0], _argv, dict(os.environ))
-        finally:
-            os._exit(127)
-    _st = os.waitpid(_pid, 0)[1]
-    _sandbench_report(_h)
-    os._exit(128 + os.WTERMSIG(_st) if os.WIFSIGNALED(_st) else os.WEXITSTATUS(_st))
-import types
-_m = types.ModuleType("__main__")
-_m.__file__ = _p
-sys.modules["__main__"] = _m
-sys.argv = [_p]
-sys.path[0] = "/work"
-sys.stdin = open(0, "r", closefd=False)
-try:
-    exec(compile(_c, _p, "exec"), _m.__dict__)
-except SystemExit:
-    raise
-except BaseException as _e:
-    import traceback
-    traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
-    sys.exit(1)
-finally:
-    _sandbench_report(_h)
+        _said.update(["pids"] if "pids" in found else [])
+        _said.update("disk:" + d for d in found.get("disk", []))
+        _say(found)
+signal.signal(signal.SIGALRM, lambda *a: _watch(False))
+signal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)
+_st = 0
+while True:
+    try:
+        _w, _s = os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+    if _w == _pid:
+        _st = _s
+        break
+signal.setitimer(signal.ITIMER_REAL, 0)
+_watch(True)
+os._exit(128 + os.WTERMSIG(_st) if os.WIFSIGNALED(_st) else os.WEXITSTATUS(_st))
 "#;
 
 /// Everything a container is created with. Two runs can share a warm
@@ -205,7 +235,7 @@ impl Shape {
             "memory_swap_bytes": self.memory_bytes,
             "cpus": self.cpus,
             "ulimits": { "fsize": self.file_size_bytes, "nofile": self.open_files, "core": 0, "cpu_secs": self.cpu_secs },
-            "init": true,
+            "init": "sandbench loader as PID 1 (reaps orphans, not ptrace-able)",
             "mounts": [],
             "devices": [],
             "log_driver": "none",
@@ -233,7 +263,9 @@ impl Shape {
             nano_cpus: Some((self.cpus * 1e9) as i64),
             shm_size: Some(self.disk_bytes.min(64 << 20) as i64),
             ulimits: Some(self.ulimits()),
-            init: Some(true),
+            // The loader is the init (PID 1): it reaps orphans like
+            // docker-init would, and unlike it cannot be ptraced by the program.
+            init: Some(false),
             runtime: self.runtime.clone(),
             binds: Some(vec![]),
             devices: Some(vec![]),
@@ -283,7 +315,6 @@ impl Shape {
             format!("--memory-swap={}", self.memory_bytes),
             format!("--cpus={}", self.cpus),
             format!("--shm-size={}", self.disk_bytes.min(64 << 20)),
-            "--init".into(),
             "--log-driver=none".into(),
             "--hostname=sandbox".into(),
         ];
@@ -318,12 +349,13 @@ pub struct StatusFilter {
     marker: Vec<u8>,
     /// Bytes of a status line seen so far (None: not inside one).
     inside: Option<Vec<u8>>,
-    pub status: Option<serde_json::Value>,
+    /// Status lines seen and not yet taken.
+    pub statuses: Vec<serde_json::Value>,
 }
 
 impl StatusFilter {
     pub fn new(nonce: &str) -> Self {
-        StatusFilter { marker: status_marker(nonce), inside: None, status: None }
+        StatusFilter { marker: status_marker(nonce), inside: None, statuses: vec![] }
     }
 
     /// Returns the bytes that belong to the program's stderr.
@@ -337,7 +369,7 @@ impl StatusFilter {
                         buf.extend_from_slice(&rest[..nl]);
                         let line = self.inside.take().unwrap_or_default();
                         if let Ok(v) = serde_json::from_slice(&line) {
-                            self.status = Some(v);
+                            self.statuses.push(v);
                         }
                         rest = &rest[nl + 1..];
                     }
@@ -369,6 +401,7 @@ pub fn payload(spec: &RunSpec, nonce: &str) -> Vec<u8> {
     let header = json!({
         "nonce": nonce,
         "fsize": spec.limits.file_size_bytes,
+        "pids": spec.limits.pids,
         "lang": spec.language.name(),
         "file": spec.language.file_name(),
         "argv": spec.language.interpreter(),
@@ -424,7 +457,7 @@ mod tests {
         assert_eq!(h.readonly_rootfs, Some(true));
         assert_eq!(h.cap_drop.unwrap(), vec!["ALL"]);
         assert_eq!(h.memory, h.memory_swap);
-        assert_eq!(h.init, Some(true));
+        assert_eq!(h.init, Some(false));
         assert_eq!(h.runtime.as_deref(), Some("runsc"));
         assert!(h.binds.unwrap().is_empty());
         let env = b.env.unwrap();
@@ -438,10 +471,10 @@ mod tests {
         let mut out = f.feed(b"err1\n\0sandbench-status abc {\"disk\"");
         out.extend(f.feed(b": [\"/work\"]}\nafter"));
         assert_eq!(out, b"err1\nafter");
-        assert_eq!(f.status.as_ref().unwrap()["disk"][0], "/work");
+        assert_eq!(f.statuses[0]["disk"][0], "/work");
         let mut g = StatusFilter::new("abc");
         assert_eq!(g.feed(b"\0sandbench-status xyz {}\n"), b"\0sandbench-status xyz {}\n");
-        assert!(g.status.is_none());
+        assert!(g.statuses.is_empty());
     }
 
     #[test]

@@ -447,6 +447,7 @@ impl DockerTier {
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
         let nonce = container::new_nonce();
         let mut status = container::StatusFilter::new(&nonce);
+        let mut status_seen = StatusSeen::default();
         let payload = container::payload(spec, &nonce);
         let writer = tokio::spawn(async move {
             let r = async {
@@ -483,6 +484,9 @@ impl DockerTier {
                     Some(Ok(LogOutput::StdOut { message })) => ctx.emit(EventKind::Output(Stream::Stdout, message.to_vec())).await,
                     Some(Ok(LogOutput::StdErr { message })) => {
                         let message = status.feed(&message);
+                        for found in std::mem::take(&mut status.statuses) {
+                            judge_status(ctx, limits, &found, &mut status_seen).await;
+                        }
                         stderr_tail.extend_from_slice(&message);
                         let excess = stderr_tail.len().saturating_sub(STDERR_TAIL);
                         stderr_tail.drain(..excess);
@@ -512,7 +516,7 @@ impl DockerTier {
                 }
                 _ = ctx.stop.cancelled(), if !killed => {
                     killed = true;
-                    kill(docker, id).await;
+                    kill(docker, id);
                 }
                 Some(s) = sample_rx.recv() => {
                     if exit_code.is_some() {
@@ -533,7 +537,7 @@ impl DockerTier {
                         cpu_killed = true;
                         ctx.violation(ViolationKind::CpuTime, format!(
                             "CPU time limit {} used by the whole container — killed", crate::runner::fmt_dur(limits.cpu_time))).await;
-                        kill(docker, id).await;
+                        kill(docker, id);
                     }
                 }
             }
@@ -590,33 +594,8 @@ impl DockerTier {
             }
             _ => {}
         }
-        // What the loader found after the program: files at the size
-        // limit, a full scratch space (a program that catches its EFBIG or
-        // ENOSPC says nothing on stderr).
-        let found = status.status.take().unwrap_or_default();
-        if let Some(files) = found.get("fsize").and_then(|v| v.as_array()).filter(|a| !a.is_empty()) {
-            let first = files[0].as_str().unwrap_or("?");
-            ctx.violation(
-                ViolationKind::FileSize,
-                format!(
-                    "file size limit {} hit: {} was capped",
-                    format_size(limits.file_size_bytes),
-                    crate::sanitize::visible_controls(first.as_bytes())
-                ),
-            )
-            .await;
-        }
-        if let Some(dirs) = found.get("disk").and_then(|v| v.as_array()).filter(|a| !a.is_empty()) {
-            let names: Vec<&str> = dirs.iter().filter_map(|d| d.as_str()).collect();
-            ctx.violation(
-                ViolationKind::Disk,
-                format!(
-                    "scratch space full ({} per writable mount): {}",
-                    format_size(limits.disk_bytes),
-                    names.join(", ")
-                ),
-            )
-            .await;
+        for found in std::mem::take(&mut status.statuses) {
+            judge_status(ctx, limits, &found, &mut status_seen).await;
         }
         if tail.contains("File too large") {
             ctx.violation(
@@ -632,7 +611,7 @@ impl DockerTier {
             )
             .await;
         }
-        if !pids_seen && fork_refused(&tail) {
+        if !pids_seen && !status_seen.pids && fork_refused(&tail) {
             ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids))
                 .await;
         }
@@ -648,11 +627,74 @@ impl DockerTier {
     }
 }
 
-async fn kill(docker: &Docker, id: &str) {
-    if let Err(e) = docker.kill_container(id, Some(KillContainerOptions { signal: "SIGKILL".into() })).await {
-        // 409: not running any more — the goal is reached.
-        tracing::debug!("kill {}: {}", short(id), engine::cause(&e));
+#[derive(Default)]
+struct StatusSeen {
+    pids: bool,
+    disk: bool,
+    fsize: bool,
+}
+
+/// Violations from the loader's status line: what the program met, seen from
+/// inside the container (live for pids and disk, at the end for file sizes).
+async fn judge_status(
+    ctx: &RunContext,
+    limits: &crate::spec::Limits,
+    found: &serde_json::Value,
+    seen: &mut StatusSeen,
+) {
+    if let Some(n) = found.get("pids").and_then(|v| v.as_u64()) {
+        if !seen.pids {
+            seen.pids = true;
+            ctx.violation(
+                ViolationKind::Pids,
+                format!("pids limit {} reached ({n} processes in the container) — new processes refused", limits.pids),
+            )
+            .await;
+        }
     }
+    if let Some(files) = found.get("fsize").and_then(|v| v.as_array()).filter(|a| !a.is_empty()) {
+        if !seen.fsize {
+            seen.fsize = true;
+            let first = files[0].as_str().unwrap_or("?");
+            ctx.violation(
+                ViolationKind::FileSize,
+                format!(
+                    "file size limit {} hit: {} was capped",
+                    format_size(limits.file_size_bytes),
+                    crate::sanitize::visible_controls(first.as_bytes())
+                ),
+            )
+            .await;
+        }
+    }
+    if let Some(dirs) = found.get("disk").and_then(|v| v.as_array()).filter(|a| !a.is_empty()) {
+        if !seen.disk {
+            seen.disk = true;
+            let names: Vec<&str> = dirs.iter().filter_map(|d| d.as_str()).collect();
+            ctx.violation(
+                ViolationKind::Disk,
+                format!(
+                    "scratch space full ({} per writable mount): {}",
+                    format_size(limits.disk_bytes),
+                    names.join(", ")
+                ),
+            )
+            .await;
+        }
+    }
+}
+
+/// Kill in the background: the engine answers a SIGKILL only once the
+/// container has stopped, and it stops only once its output is drained — so
+/// the run loop must keep reading output meanwhile, never wait for the kill.
+fn kill(docker: &Docker, id: &str) {
+    let (docker, id) = (docker.clone(), id.to_string());
+    tokio::spawn(async move {
+        if let Err(e) = docker.kill_container(&id, Some(KillContainerOptions { signal: "SIGKILL".into() })).await {
+            // 409: not running any more — the goal is reached.
+            tracing::debug!("kill {}: {}", short(&id), engine::cause(&e));
+        }
+    });
 }
 
 /// Program output says it could not allocate (Python's MemoryError, libc's
