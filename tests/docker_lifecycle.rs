@@ -31,7 +31,11 @@ fn program(dir: &tempfile::TempDir, name: &str, code: &str) -> String {
 
 fn json_report(out: &std::process::Output) -> RunReport {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("no JSON report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "no JSON report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
     })
 }
 
@@ -44,7 +48,11 @@ fn a_dead_daemon_is_one_clear_line() {
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     for host in [format!("unix://{}", sock.display()), "unix:///nonexistent/docker.sock".into()] {
         for tier in ["docker", "gvisor"] {
-            let out = bin().env("DOCKER_HOST", &host).args(["run", "--tier", tier, "--format", "json", &hello]).output().unwrap();
+            let out = bin()
+                .env("DOCKER_HOST", &host)
+                .args(["run", "--tier", tier, "--format", "json", &hello])
+                .output()
+                .unwrap();
             assert_eq!(out.status.code(), Some(1), "{tier} {host}");
             let r = json_report(&out);
             assert_eq!(r.outcome, Outcome::Error);

@@ -23,8 +23,7 @@ pub fn tier_ready(tier: &str) -> bool {
         return true;
     }
     let why = format!("{tier} tier unavailable: {} {}", me["summary"], me["checks"]);
-    let required =
-        std::env::var("SANDBENCH_REQUIRE_TIERS").unwrap_or_default().split(',').any(|t| t.trim() == tier);
+    let required = std::env::var("SANDBENCH_REQUIRE_TIERS").unwrap_or_default().split(',').any(|t| t.trim() == tier);
     if required {
         panic!("SANDBENCH_REQUIRE_TIERS names {tier}, but {why}");
     }
