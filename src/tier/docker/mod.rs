@@ -380,14 +380,8 @@ impl DockerTier {
         let shape = self.shape(&spec);
         let nth = self.runs.fetch_add(1, Ordering::Relaxed);
         let pool = self.pool(engine);
-        let mut warm = None;
-        if let Some(p) = pool {
-            if self.prewarmed.load(Ordering::Relaxed) || nth >= 1 {
-                warm = p.take(&shape);
-                // Also (re)targets the pool at this shape.
-                p.want(&shape);
-            }
-        }
+        let use_pool = pool.filter(|_| self.prewarmed.load(Ordering::Relaxed) || nth >= 1);
+        let warm = use_pool.and_then(|p| p.take(&shape));
         let run_id = container::new_run_id();
         let (id, start) = match warm {
             Some(id) => {
@@ -402,6 +396,10 @@ impl DockerTier {
         let result = self.execute(engine, &id, &spec, &ctx).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         remove(&engine.docker, &id).await;
+        // Refill (and retarget to this run's shape) only now, off this run's path.
+        if let Some(p) = use_pool {
+            p.want(&shape);
+        }
         let (usage, mut details) = result?;
         details["runtime"] = json!(self.runtime_name());
         details["start"] = json!(start);

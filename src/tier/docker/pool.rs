@@ -112,7 +112,9 @@ impl Pool {
         self.refill();
     }
 
-    /// A ready container of `shape`, if there is one. Starts a refill either way.
+    /// A ready container of `shape`, if there is one. Does not refill: the
+    /// caller calls `want` once its run is over, so that creating the next
+    /// container never competes with the run for the daemon and the CPU.
     pub fn take(self: &Arc<Self>, shape: &Shape) -> Option<String> {
         let got = {
             let mut st = self.lock();
@@ -123,7 +125,6 @@ impl Pool {
                 None
             }
         };
-        self.refill();
         got
     }
 
