@@ -123,6 +123,25 @@ pub fn parse_list(s: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Probe the named tiers: the available ones, and (name, why) for the rest.
+pub async fn probe_selected(
+    names: &[String],
+    config: &Config,
+) -> anyhow::Result<(Vec<Arc<dyn Tier>>, Vec<(String, String)>)> {
+    let mut ready = vec![];
+    let mut skipped = vec![];
+    for n in names {
+        let t = by_name(n, config)?;
+        let a = t.probe().await;
+        if a.available {
+            ready.push(t);
+        } else {
+            skipped.push((n.clone(), a.summary));
+        }
+    }
+    Ok((ready, skipped))
+}
+
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
 pub async fn reap_leftovers() {
     process::reap_leftovers();
