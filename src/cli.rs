@@ -22,6 +22,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Measure start→exit latency of a tier against its baselines.
     Bench(BenchArgs),
+    /// Let a model solve a task with one tool, run_code, executed in a sandbox.
+    Agent(AgentArgs),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -124,4 +126,23 @@ pub struct BenchArgs {
     pub runs: usize,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Tier the model's code runs on (default: the configured default tier).
+    #[arg(long, short, value_name = "TIER")]
+    pub tier: Option<String>,
+    /// Model name (default from [agent] model in the config).
+    #[arg(long, short, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Model turns before the loop stops without a final answer.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=200))]
+    pub max_turns: Option<u32>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// What the model should do.
+    pub task: String,
 }

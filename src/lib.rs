@@ -3,6 +3,7 @@
 //!
 //! `RunSpec` → [`tier::Tier`] → stream of [`event::RunEvent`] → [`runner`] → [`report::RunReport`].
 
+pub mod agent;
 pub mod config;
 pub mod event;
 pub mod report;

@@ -1,0 +1,117 @@
+//! `sandbench agent`: a model with one tool, `run_code`, executed on a tier.
+//! Text mode streams the transcript; `--format json` prints it at the end.
+
+use std::io::Write;
+
+use crate::agent::{self, AgentOptions, EndReason, TranscriptEvent};
+use crate::cli::{AgentArgs, Format};
+use crate::config::Config;
+use crate::event::Stream;
+use crate::sanitize::visible_controls;
+use crate::tier;
+
+use super::usage;
+
+pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
+    let tier_name = args.tier.clone().unwrap_or_else(|| config.default_tier.clone());
+    let tier = tier::by_name(&tier_name, config).map_err(|e| usage(e.to_string()))?;
+    if args.task.trim().is_empty() {
+        return Err(usage("the task is empty: say what the model should do"));
+    }
+    let limits = args.limits.apply(config.limits.clone());
+    let mut opts = AgentOptions::from_env(tier, limits, &config.agent)?;
+    if let Some(m) = &args.model {
+        opts.model = m.clone();
+    }
+    if let Some(n) = args.max_turns {
+        opts.max_turns = n;
+    }
+    let mut handle = agent::start(opts, args.task.clone());
+    let canceller = handle.canceller();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            canceller.cancel();
+        }
+    });
+    let text = args.format == Format::Text;
+    let mut out = std::io::stdout();
+    let mut mid_line = false;
+    while let Some(ev) = handle.events.recv().await {
+        if text {
+            render(&mut out, &ev, &mut mid_line);
+            let _ = out.flush();
+        }
+    }
+    let t = handle.finish().await;
+    if !text {
+        println!("{}", serde_json::to_string_pretty(&t)?);
+    }
+    if let (EndReason::Error, Some(e)) = (t.reason, &t.error) {
+        eprintln!("sandbench: agent stopped: {}", visible_controls(e.as_bytes()));
+    }
+    Ok(match t.reason {
+        EndReason::FinalAnswer => 0,
+        EndReason::TurnLimit => 3,
+        EndReason::Error => 1,
+        EndReason::Cancelled => 130,
+    })
+}
+
+/// One transcript event as terminal text. Everything from the model or a
+/// sandbox goes through `visible_controls`: neither may drive the terminal.
+pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
+    let clean = |s: &str| visible_controls(s.as_bytes());
+    let mut line = |out: &mut dyn Write, s: String| {
+        if *mid_line {
+            let _ = writeln!(out);
+            *mid_line = false;
+        }
+        let _ = writeln!(out, "{s}");
+    };
+    match ev {
+        TranscriptEvent::Started { task, model, tier, max_turns } => {
+            line(out, format!("── sandbench agent · {} · tier {tier} · up to {max_turns} turns ──", clean(model)));
+            line(out, format!("task: {}", clean(task)));
+        }
+        TranscriptEvent::Text { turn, text } => {
+            line(out, format!("\n[turn {turn}] model:"));
+            line(out, clean(text));
+        }
+        TranscriptEvent::Turn { .. } => {}
+        TranscriptEvent::ToolCall { turn, id, language, code } => {
+            line(out, format!("\n[turn {turn}] run_code · {language} · {}", clean(id)));
+            for l in clean(code).lines() {
+                line(out, format!("  │ {l}"));
+            }
+            line(out, "  ── output ──".into());
+        }
+        TranscriptEvent::ToolOutput { stream, text, .. } => {
+            let t = clean(text);
+            let t = match stream {
+                Stream::Stdout => t,
+                // stderr shown dimmed-free but marked, line by line.
+                Stream::Stderr => t.split_inclusive('\n').map(|l| format!("! {l}")).collect(),
+            };
+            let _ = write!(out, "{t}");
+            *mid_line = !t.ends_with('\n') && !t.is_empty();
+        }
+        TranscriptEvent::ToolResult { summary, .. } => {
+            line(out, format!("  ── verdict: {}", clean(summary)));
+        }
+        TranscriptEvent::ToolRejected { id, reason } => {
+            line(out, format!("  ── tool call {} refused: {}", clean(id), clean(reason)));
+        }
+        TranscriptEvent::Retrying { attempt, wait_ms, reason, .. } => {
+            line(out, format!("  (retry {attempt} in {:.1} s: {})", *wait_ms as f64 / 1000.0, clean(reason)));
+        }
+        TranscriptEvent::Finished { reason, turns, error, .. } => match reason {
+            EndReason::FinalAnswer => line(out, format!("\n── final answer after {turns} turn(s) ──")),
+            EndReason::TurnLimit => line(out, format!("\n── stopped: turn limit reached ({turns}) without a final answer ──")),
+            EndReason::Cancelled => line(out, format!("\n── cancelled after {turns} turn(s) ──")),
+            EndReason::Error => line(
+                out,
+                format!("\n── error after {turns} turn(s): {} ──", clean(error.as_deref().unwrap_or("unknown error"))),
+            ),
+        },
+    }
+}
