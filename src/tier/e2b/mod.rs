@@ -222,9 +222,13 @@ pub fn command(spec: &RunSpec) -> (String, Vec<String>) {
     let l = &spec.limits;
     let file = format!("{WORK_DIR}/{}", spec.language.file_name());
     let interp = spec.language.interpreter().join(" ");
+    // The CPU hard limit sits one second above the soft one: at the soft
+    // limit the kernel sends SIGXCPU (reported as a cpu_time violation); with
+    // soft == hard it would SIGKILL, indistinguishable from any other kill.
+    let cpu = l.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
     let script = format!(
-        "ulimit -t {} && ulimit -f {} && ulimit -n {} && exec {interp} {file}",
-        l.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
+        "ulimit -S -t {cpu} && ulimit -H -t {} && ulimit -f {} && ulimit -n {} && exec {interp} {file}",
+        cpu + 1,
         l.file_size_bytes.div_ceil(1024).max(1),
         l.open_files,
     );
@@ -464,7 +468,7 @@ mod tests {
         let (cmd, args) = command(&spec);
         assert_eq!(cmd, "/bin/bash");
         assert_eq!(args[0], "-c");
-        assert!(args[1].contains("ulimit -t 5"), "{}", args[1]);
+        assert!(args[1].contains("ulimit -S -t 5"), "{}", args[1]);
         assert!(args[1].contains("ulimit -f 16384"), "{}", args[1]);
         assert!(args[1].ends_with("exec python3 -u /home/user/sandbench/main.py"), "{}", args[1]);
     }
