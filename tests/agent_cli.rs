@@ -2,10 +2,10 @@
 //! on loopback): the missing-key message, the key never reaching a sandbox,
 //! and hostile bytes never reaching the terminal raw.
 
-#[path = "e2b_support/http.rs"]
-mod http;
 #[path = "e2b_support/fake_anthropic.rs"]
 mod fake_anthropic;
+#[path = "e2b_support/http.rs"]
+mod http;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -32,12 +32,22 @@ fn sandbench(dir: &tempfile::TempDir) -> tokio::process::Command {
 /// Whether the process tier works here; a skip is printed, or a failure when
 /// SANDBENCH_REQUIRE_TIERS names it.
 async fn process_tier_available(dir: &tempfile::TempDir) -> bool {
-    let out = sandbench(dir).args(["doctor", "--format", "json"]).output().await.unwrap();
+    let out = sandbench(dir)
+        .args(["doctor", "--format", "json"])
+        .output()
+        .await
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let ok = v.as_array().and_then(|a| a.iter().find(|t| t["tier"] == "process")).is_some_and(|t| t["available"] == true);
+    let ok = v
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["tier"] == "process"))
+        .is_some_and(|t| t["available"] == true);
     if !ok {
         let required = std::env::var("SANDBENCH_REQUIRE_TIERS").unwrap_or_default();
-        assert!(!required.split(',').any(|s| s.trim() == "process"), "process tier required but unavailable");
+        assert!(
+            !required.split(',').any(|s| s.trim() == "process"),
+            "process tier required but unavailable"
+        );
         eprintln!("skipped: process tier unavailable here");
     }
     ok
@@ -46,7 +56,11 @@ async fn process_tier_available(dir: &tempfile::TempDir) -> bool {
 #[tokio::test]
 async fn without_a_key_it_exits_non_zero_naming_the_variable() {
     let dir = tempfile::tempdir().unwrap();
-    let out = sandbench(&dir).args(["agent", "--tier", "process", "say hi"]).output().await.unwrap();
+    let out = sandbench(&dir)
+        .args(["agent", "--tier", "process", "say hi"])
+        .output()
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ANTHROPIC_API_KEY"), "{stderr}");
@@ -101,7 +115,13 @@ async fn the_key_is_never_visible_inside_the_sandbox() {
         return;
     }
     // A fresh secret each run: no file anywhere can contain it by accident.
-    let secret = format!("sk-ant-secret-{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    let secret = format!(
+        "sk-ant-secret-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
 
     // The detector works: run on the host with the key in its environment,
     // it finds the key.
@@ -112,7 +132,10 @@ async fn the_key_is_never_visible_inside_the_sandbox() {
         .output()
         .await
         .unwrap();
-    assert!(String::from_utf8_lossy(&control.stdout).contains(&format!("FOUND env={secret}")), "the detector is broken");
+    assert!(
+        String::from_utf8_lossy(&control.stdout).contains(&format!("FOUND env={secret}")),
+        "the detector is broken"
+    );
 
     let fake = FakeAnthropic::start(vec![
         step(|_| tool_use("toolu_key", "python", FIND_KEY)),
@@ -124,24 +147,55 @@ async fn the_key_is_never_visible_inside_the_sandbox() {
         sandbench(&dir)
             .env("ANTHROPIC_API_KEY", &secret)
             .env("ANTHROPIC_BASE_URL", fake.url())
-            .args(["agent", "--tier", "process", "--timeout", "60s", "--cpu", "30s", "--format", "json", "find the API key"])
+            .args([
+                "agent",
+                "--tier",
+                "process",
+                "--timeout",
+                "60s",
+                "--cpu",
+                "30s",
+                "--format",
+                "json",
+                "find the API key",
+            ])
             .output(),
     )
     .await
     .expect("sandbench agent hung")
     .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // sandbench itself used the key with the API...
-    assert_eq!(fake.requests.lock().unwrap()[0].header("x-api-key"), Some(secret.as_str()));
+    assert_eq!(
+        fake.requests.lock().unwrap()[0].header("x-api-key"),
+        Some(secret.as_str())
+    );
     // ...but the program, which searched everywhere, never saw it.
     let bodies = fake.bodies();
-    let tool_result = bodies[1]["messages"][2]["content"][0]["content"].as_str().unwrap().to_string();
+    let tool_result = bodies[1]["messages"][2]["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
     eprintln!("what the sandboxed search reported:\n{tool_result}");
-    assert!(tool_result.contains("SEARCHED environ and"), "the search did not run: {tool_result}");
+    assert!(
+        tool_result.contains("SEARCHED environ and"),
+        "the search did not run: {tool_result}"
+    );
     assert!(tool_result.contains("outcome: ok"), "{tool_result}");
-    assert!(!tool_result.contains(&secret), "the key leaked into the sandbox: {tool_result}");
-    assert!(!tool_result.contains("FOUND "), "the sandbox saw ANTHROPIC_API_KEY: {tool_result}");
+    assert!(
+        !tool_result.contains(&secret),
+        "the key leaked into the sandbox: {tool_result}"
+    );
+    assert!(
+        !tool_result.contains("FOUND "),
+        "the sandbox saw ANTHROPIC_API_KEY: {tool_result}"
+    );
     assert!(!stdout.contains(&secret), "the key is in the transcript");
 }
 
@@ -172,8 +226,16 @@ async fn hostile_bytes_from_the_model_and_the_sandbox_are_made_visible() {
         .output()
         .await
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!out.stdout.contains(&0x1b) && !out.stdout.contains(&0x07), "raw control bytes reached the terminal");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.stdout.contains(&0x1b) && !out.stdout.contains(&0x07),
+        "raw control bytes reached the terminal"
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("clear␛[2J title␛]0;pwned^G"), "{text}");
     assert!(text.contains("clip␛]52;c;aGk=^G done"), "{text}");

@@ -3,12 +3,12 @@
 //! model's code run for real on the process tier (and on the e2b tier against
 //! the fake E2B). Loopback only.
 
-#[path = "e2b_support/http.rs"]
-mod http;
 #[path = "e2b_support/fake_anthropic.rs"]
 mod fake_anthropic;
 #[path = "e2b_support/fake_e2b.rs"]
 mod fake_e2b;
+#[path = "e2b_support/http.rs"]
+mod http;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,7 +72,9 @@ async fn session(o: AgentOptions, task: &str) -> (Vec<TranscriptEvent>, Transcri
 
 #[tokio::test]
 async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
-    let Some(tier) = process_tier_or_skip().await else { return };
+    let Some(tier) = process_tier_or_skip().await else {
+        return;
+    };
     let fake = FakeAnthropic::start(vec![
         step(|_| tool_use("toolu_01", "python", "print(6 * 7)")),
         step(|_| final_text("The answer is 42.")),
@@ -85,16 +87,32 @@ async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
 
     // Live stream: the call with its code, the program's output, the verdict.
     assert!(live.iter().any(|e| matches!(e, TranscriptEvent::ToolCall { code, language, .. } if code == "print(6 * 7)" && language == "python")));
-    assert!(live.iter().any(|e| matches!(e, TranscriptEvent::ToolOutput { text, .. } if text.contains("42"))));
+    assert!(live
+        .iter()
+        .any(|e| matches!(e, TranscriptEvent::ToolOutput { text, .. } if text.contains("42"))));
     let result = live.iter().find_map(|e| match e {
-        TranscriptEvent::ToolResult { outcome, content, is_error, .. } => Some((outcome.clone(), content.clone(), *is_error)),
+        TranscriptEvent::ToolResult {
+            outcome,
+            content,
+            is_error,
+            ..
+        } => Some((outcome.clone(), content.clone(), *is_error)),
         _ => None,
     });
     let (outcome, content, is_error) = result.expect("a tool result");
     assert_eq!(outcome, "ok");
     assert!(!is_error);
-    assert!(content.contains("outcome: ok") && content.contains("42"), "{content}");
-    assert!(matches!(live.last(), Some(TranscriptEvent::Finished { reason: EndReason::FinalAnswer, .. })));
+    assert!(
+        content.contains("outcome: ok") && content.contains("42"),
+        "{content}"
+    );
+    assert!(matches!(
+        live.last(),
+        Some(TranscriptEvent::Finished {
+            reason: EndReason::FinalAnswer,
+            ..
+        })
+    ));
 
     // Request shapes: headers, the tool's schema, and the tool_result turn.
     let reqs = fake.requests.lock().unwrap().clone();
@@ -108,7 +126,10 @@ async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
     assert_eq!(first["model"], "claude-test");
     assert_eq!(first["max_tokens"], 1024);
     assert_eq!(first["tools"][0]["name"], "run_code");
-    assert_eq!(first["tools"][0]["input_schema"]["required"], json!(["language", "code"]));
+    assert_eq!(
+        first["tools"][0]["input_schema"]["required"],
+        json!(["language", "code"])
+    );
     assert_eq!(first["messages"][0]["role"], "user");
     let second = reqs[1].json();
     let msgs = second["messages"].as_array().unwrap();
@@ -123,65 +144,122 @@ async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
     assert!(tr["content"].as_str().unwrap().contains("42"));
 
     // The saved transcript keeps everything but the live output chunks.
-    assert!(t.events.iter().all(|e| !matches!(e, TranscriptEvent::ToolOutput { .. })));
+    assert!(t
+        .events
+        .iter()
+        .all(|e| !matches!(e, TranscriptEvent::ToolOutput { .. })));
     let j = serde_json::to_value(&t).unwrap();
     assert_eq!(j["reason"], "final_answer");
-    assert!(j["events"].as_array().unwrap().iter().any(|e| e["type"] == "tool_call"));
+    assert!(j["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["type"] == "tool_call"));
 }
 
 #[tokio::test]
 async fn a_rejected_key_is_a_clear_error() {
-    let fake = FakeAnthropic::start(vec![step(|_| error(401, "authentication_error", "invalid x-api-key"))]).await;
+    let fake = FakeAnthropic::start(vec![step(|_| {
+        error(401, "authentication_error", "invalid x-api-key")
+    })])
+    .await;
     let (_, t) = session(opts(&fake, process_tier()), "hi").await;
     assert_eq!(t.reason, EndReason::Error);
     let e = t.error.unwrap();
-    assert!(e.contains("ANTHROPIC_API_KEY") && e.contains("401") && e.contains("invalid x-api-key"), "{e}");
-    assert_eq!(fake.requests.lock().unwrap().len(), 1, "a 401 is not retried");
+    assert!(
+        e.contains("ANTHROPIC_API_KEY") && e.contains("401") && e.contains("invalid x-api-key"),
+        "{e}"
+    );
+    assert_eq!(
+        fake.requests.lock().unwrap().len(),
+        1,
+        "a 401 is not retried"
+    );
     assert!(matches!(t.events[0], TranscriptEvent::Started { .. }));
 }
 
 #[tokio::test]
 async fn rate_limit_waits_as_long_as_retry_after_says() {
     let fake = FakeAnthropic::start(vec![
-        step(|_| error(429, "rate_limit_error", "Number of requests has exceeded your rate limit").with_header("retry-after", "1")),
+        step(|_| {
+            error(
+                429,
+                "rate_limit_error",
+                "Number of requests has exceeded your rate limit",
+            )
+            .with_header("retry-after", "1")
+        }),
         step(|_| final_text("done")),
     ])
     .await;
     let started = std::time::Instant::now();
     let (live, t) = session(opts(&fake, process_tier()), "hi").await;
     assert_eq!(t.reason, EndReason::FinalAnswer, "{t:#?}");
-    assert!(started.elapsed() >= Duration::from_secs(1), "retry-after ignored");
-    assert!(live.iter().any(|e| matches!(e, TranscriptEvent::Retrying { status: Some(429), wait_ms: 1000, .. })));
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "retry-after ignored"
+    );
+    assert!(live.iter().any(|e| matches!(
+        e,
+        TranscriptEvent::Retrying {
+            status: Some(429),
+            wait_ms: 1000,
+            ..
+        }
+    )));
 }
 
 #[tokio::test]
 async fn overload_is_retried_with_backoff_then_reported() {
-    let steps = (0..5).map(|_| step(|_| error(529, "overloaded_error", "Overloaded"))).collect();
+    let steps = (0..5)
+        .map(|_| step(|_| error(529, "overloaded_error", "Overloaded")))
+        .collect();
     let fake = FakeAnthropic::start(steps).await;
     let (live, t) = session(opts(&fake, process_tier()), "hi").await;
     assert_eq!(t.reason, EndReason::Error);
     let e = t.error.unwrap();
-    assert!(e.contains("overloaded") && e.contains("529") && e.contains("5 attempt"), "{e}");
+    assert!(
+        e.contains("overloaded") && e.contains("529") && e.contains("5 attempt"),
+        "{e}"
+    );
     assert_eq!(fake.requests.lock().unwrap().len(), 5);
-    assert_eq!(live.iter().filter(|e| matches!(e, TranscriptEvent::Retrying { .. })).count(), 4);
+    assert_eq!(
+        live.iter()
+            .filter(|e| matches!(e, TranscriptEvent::Retrying { .. }))
+            .count(),
+        4
+    );
 }
 
 #[tokio::test]
 async fn a_network_that_is_down_is_a_clear_error() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let fake = FakeAnthropic::start(vec![]).await;
     let mut o = opts(&fake, process_tier());
     o.base_url = format!("http://127.0.0.1:{port}");
     let (live, t) = session(o, "hi").await;
     assert_eq!(t.reason, EndReason::Error);
     assert!(t.error.unwrap().contains("cannot reach Anthropic"));
-    assert_eq!(live.iter().filter(|e| matches!(e, TranscriptEvent::Retrying { status: None, .. })).count(), 4);
+    assert_eq!(
+        live.iter()
+            .filter(|e| matches!(e, TranscriptEvent::Retrying { status: None, .. }))
+            .count(),
+        4
+    );
 }
 
 #[tokio::test]
 async fn malformed_replies_are_errors_not_panics() {
     for bad in [
-        step(|_| http::Reply::Full { status: 200, headers: vec![], body: b"<html>not json".to_vec() }),
+        step(|_| http::Reply::Full {
+            status: 200,
+            headers: vec![],
+            body: b"<html>not json".to_vec(),
+        }),
         step(|_| http::Reply::json(200, json!({"type": "message"}))),
         step(|_| message(json!([{"type": "tool_use", "input": {}}]), "tool_use")),
         step(|_| message(json!([{"type": "text", "text": "x"}]), "tool_use")),
@@ -195,15 +273,28 @@ async fn malformed_replies_are_errors_not_panics() {
 
 #[tokio::test]
 async fn the_transcript_so_far_survives_a_later_api_error() {
-    let Some(tier) = process_tier_or_skip().await else { return };
+    let Some(tier) = process_tier_or_skip().await else {
+        return;
+    };
     let mut steps = vec![step(|_| tool_use("toolu_a", "sh", "echo step-one"))];
     steps.extend((0..5).map(|_| step(|_| error(500, "api_error", "Internal server error"))));
     let fake = FakeAnthropic::start(steps).await;
     let (_, t) = session(opts(&fake, tier), "do it").await;
     assert_eq!(t.reason, EndReason::Error);
-    assert!(t.events.iter().any(|e| matches!(e, TranscriptEvent::ToolCall { code, .. } if code == "echo step-one")));
-    assert!(t.events.iter().any(|e| matches!(e, TranscriptEvent::ToolResult { content, .. } if content.contains("step-one"))));
-    assert!(matches!(t.events.last(), Some(TranscriptEvent::Finished { reason: EndReason::Error, .. })));
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, TranscriptEvent::ToolCall { code, .. } if code == "echo step-one")));
+    assert!(t.events.iter().any(
+        |e| matches!(e, TranscriptEvent::ToolResult { content, .. } if content.contains("step-one"))
+    ));
+    assert!(matches!(
+        t.events.last(),
+        Some(TranscriptEvent::Finished {
+            reason: EndReason::Error,
+            ..
+        })
+    ));
 }
 
 #[tokio::test]
@@ -223,14 +314,29 @@ async fn bad_tool_calls_are_answered_with_errors_not_run() {
     .await;
     let (_, t) = session(opts(&fake, process_tier()), "hi").await;
     assert_eq!(t.reason, EndReason::FinalAnswer);
-    assert_eq!(t.events.iter().filter(|e| matches!(e, TranscriptEvent::ToolRejected { .. })).count(), 2);
-    assert!(!t.events.iter().any(|e| matches!(e, TranscriptEvent::ToolCall { .. })));
+    assert_eq!(
+        t.events
+            .iter()
+            .filter(|e| matches!(e, TranscriptEvent::ToolRejected { .. }))
+            .count(),
+        2
+    );
+    assert!(!t
+        .events
+        .iter()
+        .any(|e| matches!(e, TranscriptEvent::ToolCall { .. })));
     let second = &fake.bodies()[1];
     let results = second["messages"][2]["content"].as_array().unwrap();
     assert_eq!(results.len(), 2);
     assert!(results.iter().all(|r| r["is_error"] == true));
-    assert!(results[0]["content"].as_str().unwrap().contains("unknown tool"));
-    assert!(results[1]["content"].as_str().unwrap().contains("unknown language"));
+    assert!(results[0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("unknown tool"));
+    assert!(results[1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("unknown language"));
 }
 
 #[tokio::test]
@@ -238,15 +344,25 @@ async fn the_turn_limit_ends_the_loop_on_the_e2b_tier() {
     // The model never stops calling the tool; its code runs on the e2b tier
     // (against the fake E2B), one sandbox per call, each one killed.
     let e2b = fake_e2b::FakeE2b::start("e2b_00ff").await;
-    let tier: Arc<dyn Tier> = Arc::new(sandbench::tier::e2b::E2bTier::with_settings(e2b.settings("e2b_00ff")));
-    let steps = (0..3).map(|i| step(move |_| tool_use(&format!("toolu_{i}"), "sh", "echo again"))).collect();
+    let tier: Arc<dyn Tier> = Arc::new(sandbench::tier::e2b::E2bTier::with_settings(
+        e2b.settings("e2b_00ff"),
+    ));
+    let steps = (0..3)
+        .map(|i| step(move |_| tool_use(&format!("toolu_{i}"), "sh", "echo again")))
+        .collect();
     let fake = FakeAnthropic::start(steps).await;
     let mut o = opts(&fake, tier);
     o.max_turns = 3;
     let (_, t) = session(o, "loop forever").await;
     assert_eq!(t.reason, EndReason::TurnLimit, "{t:#?}");
     assert_eq!(t.turns, 3);
-    assert_eq!(t.events.iter().filter(|e| matches!(e, TranscriptEvent::ToolResult { outcome, .. } if outcome == "ok")).count(), 3);
+    assert_eq!(
+        t.events
+            .iter()
+            .filter(|e| matches!(e, TranscriptEvent::ToolResult { outcome, .. } if outcome == "ok"))
+            .count(),
+        3
+    );
     assert_eq!(e2b.created().len(), 3);
     assert_eq!(e2b.live_count(), 0, "a sandbox was left running");
 }
@@ -254,8 +370,13 @@ async fn the_turn_limit_ends_the_loop_on_the_e2b_tier() {
 #[tokio::test]
 async fn cancel_stops_a_running_tool_call() {
     let e2b = fake_e2b::FakeE2b::start("e2b_00ff").await;
-    let tier: Arc<dyn Tier> = Arc::new(sandbench::tier::e2b::E2bTier::with_settings(e2b.settings("e2b_00ff")));
-    let fake = FakeAnthropic::start(vec![step(|_| tool_use("toolu_x", "sh", "echo started; sleep 60"))]).await;
+    let tier: Arc<dyn Tier> = Arc::new(sandbench::tier::e2b::E2bTier::with_settings(
+        e2b.settings("e2b_00ff"),
+    ));
+    let fake = FakeAnthropic::start(vec![step(|_| {
+        tool_use("toolu_x", "sh", "echo started; sleep 60")
+    })])
+    .await;
     let mut h = agent::start(opts(&fake, tier), "wait".into());
     let t = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(ev) = h.events.recv().await {

@@ -2,10 +2,10 @@
 //! the local fake E2B through the SDKs' environment variables, and the
 //! sandbox being killed when sandbench is told to exit (SIGTERM) mid-run.
 
-#[path = "e2b_support/http.rs"]
-mod http;
 #[path = "e2b_support/fake_e2b.rs"]
 mod fake_e2b;
+#[path = "e2b_support/http.rs"]
+mod http;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -41,19 +41,37 @@ fn sandbench(dir: &tempfile::TempDir) -> tokio::process::Command {
 async fn run_without_a_key_exits_non_zero_naming_the_variable() {
     let dir = tempfile::tempdir().unwrap();
     let p = program(&dir, "a.py", "print(1)\n");
-    let out = sandbench(&dir).args(["run", "--tier", "e2b"]).arg(&p).output().await.unwrap();
+    let out = sandbench(&dir)
+        .args(["run", "--tier", "e2b"])
+        .arg(&p)
+        .output()
+        .await
+        .unwrap();
     assert_ne!(out.status.code(), Some(0));
-    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(all.contains("E2B_API_KEY"), "{all}");
 }
 
 #[tokio::test]
 async fn doctor_without_a_key_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let out = sandbench(&dir).args(["doctor", "--format", "json"]).output().await.unwrap();
+    let out = sandbench(&dir)
+        .args(["doctor", "--format", "json"])
+        .output()
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let e2b = v.as_array().unwrap().iter().find(|a| a["tier"] == "e2b").expect("e2b in doctor");
+    let e2b = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["tier"] == "e2b")
+        .expect("e2b in doctor");
     assert_eq!(e2b["available"], false);
     assert!(e2b["summary"].as_str().unwrap().contains("E2B_API_KEY"));
 }
@@ -78,7 +96,10 @@ async fn run_through_the_sdk_variables_against_the_fake() {
     assert_eq!(r["tier"], "e2b");
     assert_eq!(r["outcome"], "ok");
     assert_eq!(r["stdout"], "from e2b\n");
-    assert!(r["details"]["limits"]["memory"].as_str().unwrap().starts_with("not enforced"));
+    assert!(r["details"]["limits"]["memory"]
+        .as_str()
+        .unwrap()
+        .starts_with("not enforced"));
     assert_eq!(fake.created().len(), 1);
     assert_eq!(fake.live_count(), 0, "sandbox left running");
 }
@@ -87,7 +108,11 @@ async fn run_through_the_sdk_variables_against_the_fake() {
 async fn sigterm_mid_run_still_kills_the_sandbox() {
     let fake = FakeE2b::start(KEY).await;
     let dir = tempfile::tempdir().unwrap();
-    let p = program(&dir, "a.py", "import time\nprint('up', flush=True)\ntime.sleep(60)\n");
+    let p = program(
+        &dir,
+        "a.py",
+        "import time\nprint('up', flush=True)\ntime.sleep(60)\n",
+    );
     let mut child = sandbench(&dir)
         .env("E2B_API_KEY", KEY)
         .env("E2B_API_URL", fake.url())
@@ -107,8 +132,15 @@ async fn sigterm_mid_run_still_kills_the_sandbox() {
     })
     .await;
     assert!(up.is_ok(), "the sandbox never started");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id().unwrap() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("sandbench did not exit").unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("sandbench did not exit")
+        .unwrap();
     assert_eq!(status.code(), Some(128 + 15));
     assert_eq!(fake.live_count(), 0, "SIGTERM left the sandbox running");
     assert_eq!(fake.killed().len(), 1);
@@ -119,7 +151,10 @@ async fn sigterm_mid_run_still_kills_the_sandbox() {
 async fn a_sandbox_whose_kill_failed_is_killed_when_sandbench_exits() {
     let fake = FakeE2b::start(KEY).await;
     // The run's own kill makes 4 attempts; all fail. The exit hook's works.
-    fake.knobs(fake_e2b::Knobs { kill_failures: 4, ..Default::default() });
+    fake.knobs(fake_e2b::Knobs {
+        kill_failures: 4,
+        ..Default::default()
+    });
     let dir = tempfile::tempdir().unwrap();
     let p = program(&dir, "a.sh", "echo hi\n");
     let out = sandbench(&dir)
@@ -131,10 +166,19 @@ async fn a_sandbox_whose_kill_failed_is_killed_when_sandbench_exits() {
         .output()
         .await
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["details"]["sandbox_killed"], false);
-    assert_eq!(fake.live_count(), 0, "the exit hook did not kill the sandbox");
+    assert_eq!(
+        fake.live_count(),
+        0,
+        "the exit hook did not kill the sandbox"
+    );
     assert_eq!(fake.killed().len(), 1);
 }
 
@@ -142,10 +186,17 @@ async fn a_sandbox_whose_kill_failed_is_killed_when_sandbench_exits() {
 async fn kill_live_kills_what_a_run_could_not() {
     use sandbench::event::EventKind;
     let fake = FakeE2b::start(KEY).await;
-    fake.knobs(fake_e2b::Knobs { kill_failures: 4, ..Default::default() });
-    let tier: std::sync::Arc<dyn sandbench::tier::Tier> =
-        std::sync::Arc::new(sandbench::tier::e2b::E2bTier::with_settings(fake.settings(KEY)));
-    let mut h = sandbench::runner::start(tier, sandbench::spec::RunSpec::new(sandbench::spec::Language::Sh, "echo hi\n"));
+    fake.knobs(fake_e2b::Knobs {
+        kill_failures: 4,
+        ..Default::default()
+    });
+    let tier: std::sync::Arc<dyn sandbench::tier::Tier> = std::sync::Arc::new(
+        sandbench::tier::e2b::E2bTier::with_settings(fake.settings(KEY)),
+    );
+    let mut h = sandbench::runner::start(
+        tier,
+        sandbench::spec::RunSpec::new(sandbench::spec::Language::Sh, "echo hi\n"),
+    );
     let mut warned = false;
     let mut report = None;
     while let Some(ev) = h.events.recv().await {

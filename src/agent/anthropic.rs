@@ -65,15 +65,27 @@ pub struct TokenUsage {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
     Text(String),
-    ToolUse { id: String, name: String, input: Value },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
     Other,
 }
 
 pub fn parse_block(v: &Value) -> Result<Block, ApiError> {
     match v.get("type").and_then(|t| t.as_str()) {
-        Some("text") => Ok(Block::Text(v.get("text").and_then(|t| t.as_str()).unwrap_or("").to_string())),
+        Some("text") => Ok(Block::Text(
+            v.get("text")
+                .and_then(|t| t.as_str())
+                .unwrap_or("")
+                .to_string(),
+        )),
         Some("tool_use") => {
-            let id = v.get("id").and_then(|t| t.as_str()).filter(|s| !s.is_empty());
+            let id = v
+                .get("id")
+                .and_then(|t| t.as_str())
+                .filter(|s| !s.is_empty());
             let name = v.get("name").and_then(|t| t.as_str());
             match (id, name) {
                 (Some(id), Some(name)) => Ok(Block::ToolUse {
@@ -81,7 +93,9 @@ pub fn parse_block(v: &Value) -> Result<Block, ApiError> {
                     name: name.to_string(),
                     input: v.get("input").cloned().unwrap_or(Value::Null),
                 }),
-                _ => Err(ApiError::Malformed("a tool_use block without id or name".into())),
+                _ => Err(ApiError::Malformed(
+                    "a tool_use block without id or name".into(),
+                )),
             }
         }
         Some(_) => Ok(Block::Other),
@@ -91,16 +105,43 @@ pub fn parse_block(v: &Value) -> Result<Block, ApiError> {
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ApiError {
-    #[error("Anthropic rejected the API key (HTTP {status} {kind}: {message}); check ANTHROPIC_API_KEY")]
-    Auth { status: u16, kind: String, message: String },
-    #[error("Anthropic rate limit (HTTP 429 {kind}: {message}) after {attempts} attempt(s){after}")]
-    RateLimited { kind: String, message: String, attempts: u32, after: String },
+    #[error(
+        "Anthropic rejected the API key (HTTP {status} {kind}: {message}); check ANTHROPIC_API_KEY"
+    )]
+    Auth {
+        status: u16,
+        kind: String,
+        message: String,
+    },
+    #[error(
+        "Anthropic rate limit (HTTP 429 {kind}: {message}) after {attempts} attempt(s){after}"
+    )]
+    RateLimited {
+        kind: String,
+        message: String,
+        attempts: u32,
+        after: String,
+    },
     #[error("Anthropic API overloaded (HTTP {status} {kind}: {message}) after {attempts} attempt(s); try again later")]
-    Overloaded { status: u16, kind: String, message: String, attempts: u32 },
+    Overloaded {
+        status: u16,
+        kind: String,
+        message: String,
+        attempts: u32,
+    },
     #[error("Anthropic refused the request (HTTP {status} {kind}: {message}){hint}")]
-    Request { status: u16, kind: String, message: String, hint: String },
+    Request {
+        status: u16,
+        kind: String,
+        message: String,
+        hint: String,
+    },
     #[error("cannot reach Anthropic at {url} after {attempts} attempt(s): {detail}")]
-    Unreachable { url: String, detail: String, attempts: u32 },
+    Unreachable {
+        url: String,
+        detail: String,
+        attempts: u32,
+    },
     #[error("Anthropic answered something sandbench cannot read ({0})")]
     Malformed(String),
     #[error("cancelled")]
@@ -135,7 +176,12 @@ impl Client {
         if crate::tier::e2b::api::is_loopback(&base) {
             b = b.no_proxy();
         }
-        Ok(Client { http: b.build()?, base, key: key.to_string(), backoff: Duration::from_millis(500) })
+        Ok(Client {
+            http: b.build()?,
+            base,
+            key: key.to_string(),
+            backoff: Duration::from_millis(500),
+        })
     }
 
     pub fn base_url(&self) -> &str {
@@ -168,7 +214,15 @@ impl Client {
             let (status, wait_hint, err) = match result {
                 Err(e) => {
                     let detail = crate::tier::e2b::api::one_line(&e);
-                    (None, None, ApiError::Unreachable { url: self.base.clone(), detail, attempts: attempt })
+                    (
+                        None,
+                        None,
+                        ApiError::Unreachable {
+                            url: self.base.clone(),
+                            detail,
+                            attempts: attempt,
+                        },
+                    )
                 }
                 Ok(resp) => {
                     let status = resp.status().as_u16();
@@ -179,8 +233,19 @@ impl Client {
                     };
                     match body {
                         Err(e) => {
-                            let detail = format!("the reply broke off: {}", crate::tier::e2b::api::one_line(&e));
-                            (Some(status), hint, ApiError::Unreachable { url: self.base.clone(), detail, attempts: attempt })
+                            let detail = format!(
+                                "the reply broke off: {}",
+                                crate::tier::e2b::api::one_line(&e)
+                            );
+                            (
+                                Some(status),
+                                hint,
+                                ApiError::Unreachable {
+                                    url: self.base.clone(),
+                                    detail,
+                                    attempts: attempt,
+                                },
+                            )
                         }
                         Ok(text) if (200..300).contains(&status) => {
                             return parse_response(&text);
@@ -218,7 +283,10 @@ impl Client {
     fn backoff_for(&self, attempt: u32) -> Duration {
         let base = self.backoff.as_secs_f64() * 2f64.powi(attempt as i32 - 1);
         // Up to 25 % jitter so that many clients do not retry in step.
-        let jitter = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0)
+        let jitter = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
             % 1000) as f64
             / 4000.0;
         Duration::from_secs_f64((base * (1.0 - jitter)).min(8.0))
@@ -226,11 +294,16 @@ impl Client {
 }
 
 fn parse_response(text: &str) -> Result<Response, ApiError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| ApiError::Malformed(format!("not JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| ApiError::Malformed(format!("not JSON: {e}")))?;
     if v.get("type").and_then(|t| t.as_str()) == Some("error") {
-        return Err(ApiError::Malformed(format!("an error inside a success reply: {}", error_parts(&v).1)));
+        return Err(ApiError::Malformed(format!(
+            "an error inside a success reply: {}",
+            error_parts(&v).1
+        )));
     }
-    let r: Response = serde_json::from_value(v).map_err(|e| ApiError::Malformed(format!("not a message: {e}")))?;
+    let r: Response = serde_json::from_value(v)
+        .map_err(|e| ApiError::Malformed(format!("not a message: {e}")))?;
     for b in &r.content {
         parse_block(b)?;
     }
@@ -239,41 +312,72 @@ fn parse_response(text: &str) -> Result<Response, ApiError> {
 
 fn error_parts(v: &Value) -> (String, String) {
     let e = v.get("error");
-    let kind = e.and_then(|e| e.get("type")).and_then(|t| t.as_str()).unwrap_or("error").to_string();
-    let msg = e.and_then(|e| e.get("message")).and_then(|t| t.as_str()).unwrap_or("no message");
+    let kind = e
+        .and_then(|e| e.get("type"))
+        .and_then(|t| t.as_str())
+        .unwrap_or("error")
+        .to_string();
+    let msg = e
+        .and_then(|e| e.get("message"))
+        .and_then(|t| t.as_str())
+        .unwrap_or("no message");
     (kind, crate::tier::e2b::api::bounded(msg, 300))
 }
 
 fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>) -> ApiError {
     let (kind, message) = match serde_json::from_str::<Value>(body) {
         Ok(v) => error_parts(&v),
-        Err(_) => ("error".into(), crate::tier::e2b::api::bounded(body.lines().next().unwrap_or(""), 200)),
+        Err(_) => (
+            "error".into(),
+            crate::tier::e2b::api::bounded(body.lines().next().unwrap_or(""), 200),
+        ),
     };
     match status {
-        401 | 403 => ApiError::Auth { status, kind, message },
+        401 | 403 => ApiError::Auth {
+            status,
+            kind,
+            message,
+        },
         429 => ApiError::RateLimited {
             kind,
             message,
             attempts,
-            after: retry.map(|w| format!("; the API asks to wait {:.0} s", w.as_secs_f64().ceil())).unwrap_or_default(),
+            after: retry
+                .map(|w| format!("; the API asks to wait {:.0} s", w.as_secs_f64().ceil()))
+                .unwrap_or_default(),
         },
-        529 | 500..=599 => ApiError::Overloaded { status, kind, message, attempts },
+        500..=599 => ApiError::Overloaded {
+            status,
+            kind,
+            message,
+            attempts,
+        },
         _ => ApiError::Request {
             status,
             kind,
             message,
-            hint: if status == 404 { "; is the model name right? (--model)".into() } else { String::new() },
+            hint: if status == 404 {
+                "; is the model name right? (--model)".into()
+            } else {
+                String::new()
+            },
         },
     }
 }
 
 /// `retry-after-ms` (the SDKs' extension) or `retry-after` in seconds.
 fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
+    let get = |k: &str| {
+        h.get(k)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
     if let Some(ms) = get("retry-after-ms").filter(|v| v.is_finite() && *v >= 0.0) {
         return Some(Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0));
     }
-    get("retry-after").filter(|v| v.is_finite() && *v >= 0.0).map(|s| Duration::from_secs_f64(s.min(86_400.0)))
+    get("retry-after")
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|s| Duration::from_secs_f64(s.min(86_400.0)))
 }
 
 #[cfg(test)]
@@ -283,12 +387,18 @@ mod tests {
 
     #[test]
     fn blocks_parse() {
-        assert_eq!(parse_block(&json!({"type":"text","text":"hi"})).unwrap(), Block::Text("hi".into()));
+        assert_eq!(
+            parse_block(&json!({"type":"text","text":"hi"})).unwrap(),
+            Block::Text("hi".into())
+        );
         assert!(matches!(
             parse_block(&json!({"type":"tool_use","id":"t1","name":"run_code","input":{"language":"sh","code":"echo"}})).unwrap(),
             Block::ToolUse { .. }
         ));
-        assert_eq!(parse_block(&json!({"type":"thinking","thinking":"..."})).unwrap(), Block::Other);
+        assert_eq!(
+            parse_block(&json!({"type":"thinking","thinking":"..."})).unwrap(),
+            Block::Other
+        );
         assert!(parse_block(&json!({"type":"tool_use","name":"x"})).is_err());
         assert!(parse_block(&json!({"text":"x"})).is_err());
     }
@@ -298,12 +408,20 @@ mod tests {
         let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
         let e = classify(401, body, 1, None);
         assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
-        let e = classify(529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, 5, None);
+        let e = classify(
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            5,
+            None,
+        );
         assert!(matches!(e, ApiError::Overloaded { status: 529, .. }));
         let e = classify(404, "<html>", 1, None);
         assert!(e.to_string().contains("--model"), "{e}");
         assert!(parse_response("{}").is_err());
         assert!(parse_response("nope").is_err());
-        assert!(parse_response(r#"{"content":[{"type":"text","text":"x"}],"stop_reason":"end_turn"}"#).is_ok());
+        assert!(parse_response(
+            r#"{"content":[{"type":"text","text":"x"}],"stop_reason":"end_turn"}"#
+        )
+        .is_ok());
     }
 }

@@ -48,7 +48,11 @@ pub struct AgentOptions {
 
 impl AgentOptions {
     /// Key and base URL from the environment, the official SDKs' names.
-    pub fn from_env(tier: Arc<dyn Tier>, limits: Limits, config: &crate::config::AgentConfig) -> anyhow::Result<AgentOptions> {
+    pub fn from_env(
+        tier: Arc<dyn Tier>,
+        limits: Limits,
+        config: &crate::config::AgentConfig,
+    ) -> anyhow::Result<AgentOptions> {
         let key = std::env::var("ANTHROPIC_API_KEY").ok().filter(|k| !k.trim().is_empty()).ok_or_else(|| {
             anyhow::anyhow!("ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=sk-ant-... to use sandbench agent")
         })?;
@@ -84,15 +88,34 @@ pub enum EndReason {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TranscriptEvent {
-    Started { task: String, model: String, tier: String, max_turns: u32 },
+    Started {
+        task: String,
+        model: String,
+        tier: String,
+        max_turns: u32,
+    },
     /// The model's text of one turn.
     Text { turn: u32, text: String },
     /// One model reply arrived.
-    Turn { turn: u32, stop_reason: Option<String>, input_tokens: Option<u64>, output_tokens: Option<u64> },
-    ToolCall { turn: u32, id: String, language: String, code: String },
+    Turn {
+        turn: u32,
+        stop_reason: Option<String>,
+        input_tokens: Option<u64>,
+        output_tokens: Option<u64>,
+    },
+    ToolCall {
+        turn: u32,
+        id: String,
+        language: String,
+        code: String,
+    },
     /// Live output of the running program (not kept in the transcript: the
     /// result below has it, bounded).
-    ToolOutput { id: String, stream: Stream, text: String },
+    ToolOutput {
+        id: String,
+        stream: Stream,
+        text: String,
+    },
     ToolResult {
         id: String,
         outcome: String,
@@ -104,8 +127,19 @@ pub enum TranscriptEvent {
     },
     /// A tool call the loop refused (unknown tool, bad input).
     ToolRejected { id: String, reason: String },
-    Retrying { turn: u32, attempt: u32, status: Option<u16>, wait_ms: u64, reason: String },
-    Finished { reason: EndReason, turns: u32, answer: Option<String>, error: Option<String> },
+    Retrying {
+        turn: u32,
+        attempt: u32,
+        status: Option<u16>,
+        wait_ms: u64,
+        reason: String,
+    },
+    Finished {
+        reason: EndReason,
+        turns: u32,
+        answer: Option<String>,
+        error: Option<String>,
+    },
 }
 
 /// The whole session.
@@ -161,7 +195,11 @@ pub fn start(opts: AgentOptions, task: String) -> AgentHandle {
     let cancel = CancellationToken::new();
     let c = cancel.clone();
     let task = tokio::spawn(async move { Session::new(opts, task, tx, c).run().await });
-    AgentHandle { events: rx, cancel, task }
+    AgentHandle {
+        events: rx,
+        cancel,
+        task,
+    }
 }
 
 struct Session {
@@ -173,8 +211,19 @@ struct Session {
 }
 
 impl Session {
-    fn new(opts: AgentOptions, task: String, tx: mpsc::Sender<TranscriptEvent>, cancel: CancellationToken) -> Session {
-        Session { opts, task, tx, cancel, kept: vec![] }
+    fn new(
+        opts: AgentOptions,
+        task: String,
+        tx: mpsc::Sender<TranscriptEvent>,
+        cancel: CancellationToken,
+    ) -> Session {
+        Session {
+            opts,
+            task,
+            tx,
+            cancel,
+            kept: vec![],
+        }
     }
 
     async fn emit(&mut self, ev: TranscriptEvent) {
@@ -186,8 +235,20 @@ impl Session {
         let _ = self.tx.send(ev).await;
     }
 
-    async fn end(mut self, reason: EndReason, turns: u32, answer: Option<String>, error: Option<String>) -> Transcript {
-        self.emit(TranscriptEvent::Finished { reason, turns, answer: answer.clone(), error: error.clone() }).await;
+    async fn end(
+        mut self,
+        reason: EndReason,
+        turns: u32,
+        answer: Option<String>,
+        error: Option<String>,
+    ) -> Transcript {
+        self.emit(TranscriptEvent::Finished {
+            reason,
+            turns,
+            answer: answer.clone(),
+            error: error.clone(),
+        })
+        .await;
         Transcript {
             task: self.task,
             model: self.opts.model,
@@ -211,12 +272,24 @@ impl Session {
         .await;
         let mut client = match anthropic::Client::new(&o.base_url, &o.api_key) {
             Ok(c) => c,
-            Err(e) => return self.end(EndReason::Error, 0, None, Some(format!("cannot build the HTTP client: {e}"))).await,
+            Err(e) => {
+                return self
+                    .end(
+                        EndReason::Error,
+                        0,
+                        None,
+                        Some(format!("cannot build the HTTP client: {e}")),
+                    )
+                    .await
+            }
         };
         client.backoff = o.retry_backoff;
         let system = tool::system_prompt(o.tier.name(), &o.limits);
         let tools = [tool::definition()];
-        let mut messages = vec![Message { role: "user".into(), content: vec![json!({"type": "text", "text": self.task})] }];
+        let mut messages = vec![Message {
+            role: "user".into(),
+            content: vec![json!({"type": "text", "text": self.task})],
+        }];
         for turn in 1..=o.max_turns {
             let req = anthropic::Request {
                 model: &o.model,
@@ -229,15 +302,27 @@ impl Session {
             let tx = self.tx.clone();
             let kept = &mut self.kept;
             let mut on_retry = |r: anthropic::Retry| {
-                let ev = TranscriptEvent::Retrying { turn, attempt: r.attempt, status: r.status, wait_ms: r.wait_ms, reason: r.reason };
+                let ev = TranscriptEvent::Retrying {
+                    turn,
+                    attempt: r.attempt,
+                    status: r.status,
+                    wait_ms: r.wait_ms,
+                    reason: r.reason,
+                };
                 kept.push(ev.clone());
                 let _ = tx.try_send(ev);
             };
             let result = client.create(&req, &self.cancel, &mut on_retry).await;
             let resp = match result {
                 Ok(r) => r,
-                Err(anthropic::ApiError::Cancelled) => return self.end(EndReason::Cancelled, turn - 1, None, None).await,
-                Err(e) => return self.end(EndReason::Error, turn - 1, None, Some(e.to_string())).await,
+                Err(anthropic::ApiError::Cancelled) => {
+                    return self.end(EndReason::Cancelled, turn - 1, None, None).await
+                }
+                Err(e) => {
+                    return self
+                        .end(EndReason::Error, turn - 1, None, Some(e.to_string()))
+                        .await
+                }
             };
             self.emit(TranscriptEvent::Turn {
                 turn,
@@ -258,20 +343,43 @@ impl Session {
                     }
                     Ok(Block::ToolUse { id, name, input }) => calls.push((id, name, input)),
                     Ok(Block::Other) => {}
-                    Err(e) => return self.end(EndReason::Error, turn, None, Some(e.to_string())).await,
+                    Err(e) => {
+                        return self
+                            .end(EndReason::Error, turn, None, Some(e.to_string()))
+                            .await
+                    }
                 }
             }
             if !text.is_empty() {
-                self.emit(TranscriptEvent::Text { turn, text: text.clone() }).await;
+                self.emit(TranscriptEvent::Text {
+                    turn,
+                    text: text.clone(),
+                })
+                .await;
             }
-            messages.push(Message { role: "assistant".into(), content: resp.content.clone() });
+            messages.push(Message {
+                role: "assistant".into(),
+                content: resp.content.clone(),
+            });
             if calls.is_empty() {
                 if resp.stop_reason.as_deref() == Some("tool_use") {
                     return self
-                        .end(EndReason::Error, turn, None, Some(anthropic::ApiError::Malformed("stop_reason tool_use without a tool_use block".into()).to_string()))
+                        .end(
+                            EndReason::Error,
+                            turn,
+                            None,
+                            Some(
+                                anthropic::ApiError::Malformed(
+                                    "stop_reason tool_use without a tool_use block".into(),
+                                )
+                                .to_string(),
+                            ),
+                        )
                         .await;
                 }
-                return self.end(EndReason::FinalAnswer, turn, Some(text), None).await;
+                return self
+                    .end(EndReason::FinalAnswer, turn, Some(text), None)
+                    .await;
             }
             let mut results = vec![];
             for (id, name, input) in calls {
@@ -281,10 +389,19 @@ impl Session {
                 }
                 results.push(r);
             }
-            messages.push(Message { role: "user".into(), content: results });
+            messages.push(Message {
+                role: "user".into(),
+                content: results,
+            });
         }
         let turns = o.max_turns;
-        self.end(EndReason::TurnLimit, turns, None, Some(format!("no final answer within {turns} turn(s)"))).await
+        self.end(
+            EndReason::TurnLimit,
+            turns,
+            None,
+            Some(format!("no final answer within {turns} turn(s)")),
+        )
+        .await
     }
 
     /// Run one tool call; returns the `tool_result` block for the model.
@@ -292,18 +409,32 @@ impl Session {
         let reject = |reason: String| json!({"type": "tool_result", "tool_use_id": id, "content": reason, "is_error": true});
         if name != tool::NAME {
             let reason = format!("unknown tool '{name}': the only tool is {}", tool::NAME);
-            self.emit(TranscriptEvent::ToolRejected { id: id.into(), reason: reason.clone() }).await;
+            self.emit(TranscriptEvent::ToolRejected {
+                id: id.into(),
+                reason: reason.clone(),
+            })
+            .await;
             return reject(reason);
         }
         let (language, code) = match tool::parse_input(input) {
             Ok(x) => x,
             Err(e) => {
                 let reason = format!("invalid input: {e}");
-                self.emit(TranscriptEvent::ToolRejected { id: id.into(), reason: reason.clone() }).await;
+                self.emit(TranscriptEvent::ToolRejected {
+                    id: id.into(),
+                    reason: reason.clone(),
+                })
+                .await;
                 return reject(reason);
             }
         };
-        self.emit(TranscriptEvent::ToolCall { turn, id: id.into(), language: language.name().into(), code: code.clone() }).await;
+        self.emit(TranscriptEvent::ToolCall {
+            turn,
+            id: id.into(),
+            language: language.name().into(),
+            code: code.clone(),
+        })
+        .await;
         let mut spec = RunSpec::new(language, code);
         spec.limits = self.opts.limits.clone();
         spec.label = format!("agent turn {turn}");
@@ -320,7 +451,12 @@ impl Session {
             match ev.kind {
                 EventKind::Output(stream, bytes) => {
                     let text = String::from_utf8_lossy(&bytes).into_owned();
-                    self.emit(TranscriptEvent::ToolOutput { id: id.into(), stream, text }).await;
+                    self.emit(TranscriptEvent::ToolOutput {
+                        id: id.into(),
+                        stream,
+                        text,
+                    })
+                    .await;
                 }
                 EventKind::Finished(r) => report = Some(r),
                 _ => {}
@@ -328,7 +464,11 @@ impl Session {
         }
         let Some(report) = report else {
             let reason = "the run ended without a report".to_string();
-            self.emit(TranscriptEvent::ToolRejected { id: id.into(), reason: reason.clone() }).await;
+            self.emit(TranscriptEvent::ToolRejected {
+                id: id.into(),
+                reason: reason.clone(),
+            })
+            .await;
             return reject(reason);
         };
         let content = tool::compact_report(&report);

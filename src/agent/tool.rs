@@ -47,7 +47,10 @@ pub fn parse_input(input: &Value) -> Result<(Language, String), String> {
         .and_then(|v| v.as_str())
         .ok_or("missing string field 'language' (python or sh)")?;
     let language: Language = lang.parse()?;
-    let code = input.get("code").and_then(|v| v.as_str()).ok_or("missing string field 'code'")?;
+    let code = input
+        .get("code")
+        .and_then(|v| v.as_str())
+        .ok_or("missing string field 'code'")?;
     if code.trim().is_empty() {
         return Err("'code' is empty".into());
     }
@@ -78,7 +81,11 @@ pub fn bounded(text: &str, budget: usize) -> String {
 
 /// The run report as the model sees it.
 pub fn compact_report(r: &RunReport) -> String {
-    let mut s = format!("outcome: {}\nexit: {}\n", r.outcome.name(), r.exit.describe());
+    let mut s = format!(
+        "outcome: {}\nexit: {}\n",
+        r.outcome.name(),
+        r.exit.describe()
+    );
     if let Some(e) = &r.error {
         s.push_str(&format!("error: {e}\n"));
     }
@@ -87,18 +94,30 @@ pub fn compact_report(r: &RunReport) -> String {
     } else {
         s.push_str("violations:\n");
         for v in &r.violations {
-            s.push_str(&format!("- {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+            s.push_str(&format!(
+                "- {} at {:.0} ms: {}\n",
+                v.kind.name(),
+                v.at_ms,
+                v.detail
+            ));
         }
     }
     s.push_str(&format!("time: {:.0} ms\n", r.timings_ms.total));
-    for (name, text, cut) in [("stdout", &r.stdout, r.stdout_truncated), ("stderr", &r.stderr, r.stderr_truncated)] {
+    for (name, text, cut) in [
+        ("stdout", &r.stdout, r.stdout_truncated),
+        ("stderr", &r.stderr, r.stderr_truncated),
+    ] {
         if text.is_empty() {
             s.push_str(&format!("{name}: (empty)\n"));
         } else {
             s.push_str(&format!(
                 "{name} ({} bytes{}):\n{}\n",
                 text.len(),
-                if cut { ", stopped at the output limit" } else { "" },
+                if cut {
+                    ", stopped at the output limit"
+                } else {
+                    ""
+                },
                 bounded(text, OUTPUT_BUDGET)
             ));
         }
@@ -118,7 +137,9 @@ mod tests {
     #[test]
     fn input_is_validated() {
         assert!(parse_input(&json!({"language":"python","code":"print(1)"})).is_ok());
-        assert!(parse_input(&json!({"language":"ruby","code":"p 1"})).unwrap_err().contains("unknown language"));
+        assert!(parse_input(&json!({"language":"ruby","code":"p 1"}))
+            .unwrap_err()
+            .contains("unknown language"));
         assert!(parse_input(&json!({"language":"sh"})).is_err());
         assert!(parse_input(&json!({"language":"sh","code":"  "})).is_err());
         assert!(parse_input(&json!("echo")).is_err());

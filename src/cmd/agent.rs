@@ -13,7 +13,10 @@ use crate::tier;
 use super::usage;
 
 pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
-    let tier_name = args.tier.clone().unwrap_or_else(|| config.default_tier.clone());
+    let tier_name = args
+        .tier
+        .clone()
+        .unwrap_or_else(|| config.default_tier.clone());
     let tier = tier::by_name(&tier_name, config).map_err(|e| usage(e.to_string()))?;
     if args.task.trim().is_empty() {
         return Err(usage("the task is empty: say what the model should do"));
@@ -47,7 +50,10 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&t)?);
     }
     if let (EndReason::Error, Some(e)) = (t.reason, &t.error) {
-        eprintln!("sandbench: agent stopped: {}", visible_controls(e.as_bytes()));
+        eprintln!(
+            "sandbench: agent stopped: {}",
+            visible_controls(e.as_bytes())
+        );
     }
     Ok(match t.reason {
         EndReason::FinalAnswer => 0,
@@ -69,8 +75,19 @@ pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
         let _ = writeln!(out, "{s}");
     };
     match ev {
-        TranscriptEvent::Started { task, model, tier, max_turns } => {
-            line(out, format!("── sandbench agent · {} · tier {tier} · up to {max_turns} turns ──", clean(model)));
+        TranscriptEvent::Started {
+            task,
+            model,
+            tier,
+            max_turns,
+        } => {
+            line(
+                out,
+                format!(
+                    "── sandbench agent · {} · tier {tier} · up to {max_turns} turns ──",
+                    clean(model)
+                ),
+            );
             line(out, format!("task: {}", clean(task)));
         }
         TranscriptEvent::Text { turn, text } => {
@@ -78,8 +95,16 @@ pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
             line(out, clean(text));
         }
         TranscriptEvent::Turn { .. } => {}
-        TranscriptEvent::ToolCall { turn, id, language, code } => {
-            line(out, format!("\n[turn {turn}] run_code · {language} · {}", clean(id)));
+        TranscriptEvent::ToolCall {
+            turn,
+            id,
+            language,
+            code,
+        } => {
+            line(
+                out,
+                format!("\n[turn {turn}] run_code · {language} · {}", clean(id)),
+            );
             for l in clean(code).lines() {
                 line(out, format!("  │ {l}"));
             }
@@ -99,18 +124,46 @@ pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
             line(out, format!("  ── verdict: {}", clean(summary)));
         }
         TranscriptEvent::ToolRejected { id, reason } => {
-            line(out, format!("  ── tool call {} refused: {}", clean(id), clean(reason)));
+            line(
+                out,
+                format!("  ── tool call {} refused: {}", clean(id), clean(reason)),
+            );
         }
-        TranscriptEvent::Retrying { attempt, wait_ms, reason, .. } => {
-            line(out, format!("  (retry {attempt} in {:.1} s: {})", *wait_ms as f64 / 1000.0, clean(reason)));
+        TranscriptEvent::Retrying {
+            attempt,
+            wait_ms,
+            reason,
+            ..
+        } => {
+            line(
+                out,
+                format!(
+                    "  (retry {attempt} in {:.1} s: {})",
+                    *wait_ms as f64 / 1000.0,
+                    clean(reason)
+                ),
+            );
         }
-        TranscriptEvent::Finished { reason, turns, error, .. } => match reason {
-            EndReason::FinalAnswer => line(out, format!("\n── final answer after {turns} turn(s) ──")),
-            EndReason::TurnLimit => line(out, format!("\n── stopped: turn limit reached ({turns}) without a final answer ──")),
+        TranscriptEvent::Finished {
+            reason,
+            turns,
+            error,
+            ..
+        } => match reason {
+            EndReason::FinalAnswer => {
+                line(out, format!("\n── final answer after {turns} turn(s) ──"))
+            }
+            EndReason::TurnLimit => line(
+                out,
+                format!("\n── stopped: turn limit reached ({turns}) without a final answer ──"),
+            ),
             EndReason::Cancelled => line(out, format!("\n── cancelled after {turns} turn(s) ──")),
             EndReason::Error => line(
                 out,
-                format!("\n── error after {turns} turn(s): {} ──", clean(error.as_deref().unwrap_or("unknown error"))),
+                format!(
+                    "\n── error after {turns} turn(s): {} ──",
+                    clean(error.as_deref().unwrap_or("unknown error"))
+                ),
             ),
         },
     }

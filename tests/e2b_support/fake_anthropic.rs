@@ -39,7 +39,11 @@ impl FakeAnthropic {
             }
         })
         .await;
-        FakeAnthropic { addr, requests, script }
+        FakeAnthropic {
+            addr,
+            requests,
+            script,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -47,12 +51,20 @@ impl FakeAnthropic {
     }
 
     pub fn bodies(&self) -> Vec<Value> {
-        self.requests.lock().unwrap().iter().map(|r| r.json()).collect()
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.json())
+            .collect()
     }
 }
 
 pub fn error(status: u16, kind: &str, message: &str) -> Reply {
-    Reply::json(status, json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_011CTest"}))
+    Reply::json(
+        status,
+        json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_011CTest"}),
+    )
 }
 
 pub fn message(content: Value, stop_reason: &str) -> Reply {

@@ -47,7 +47,11 @@ pub struct Knobs {
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { create_failures: vec![], start: StartMode::Real, kill_failures: 0 }
+        Knobs {
+            create_failures: vec![],
+            start: StartMode::Real,
+            kill_failures: 0,
+        }
     }
 }
 
@@ -85,7 +89,10 @@ pub struct FakeE2b {
 
 impl FakeE2b {
     pub async fn start(key: &str) -> FakeE2b {
-        let state = Arc::new(Mutex::new(State { key: key.into(), ..Default::default() }));
+        let state = Arc::new(Mutex::new(State {
+            key: key.into(),
+            ..Default::default()
+        }));
         let s = state.clone();
         let addr = serve(move |req| handle(s.clone(), req)).await;
         FakeE2b { addr, state }
@@ -152,20 +159,33 @@ fn b64(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in data.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
-            out.push(if i <= c.len() { T[(n >> (18 - 6 * i)) as usize & 63] as char } else { '=' });
+            out.push(if i <= c.len() {
+                T[(n >> (18 - 6 * i)) as usize & 63] as char
+            } else {
+                '='
+            });
         }
     }
     out
 }
 
 fn event(v: Value) -> Chunk {
-    Chunk::Data(envelope(0, &serde_json::to_vec(&json!({ "event": v })).unwrap()))
+    Chunk::Data(envelope(
+        0,
+        &serde_json::to_vec(&json!({ "event": v })).unwrap(),
+    ))
 }
 
 async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
-    state.lock().unwrap().log.push(format!("{} {}", req.method, req.path()));
+    state
+        .lock()
+        .unwrap()
+        .log
+        .push(format!("{} {}", req.method, req.path()));
     let path = req.path().to_string();
     match (req.method.as_str(), path.as_str()) {
         ("POST", "/sandboxes") => create(&state, &req),
@@ -174,7 +194,11 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
                 return r;
             }
             let st = state.lock().unwrap();
-            let list: Vec<Value> = st.live.iter().map(|(id, s)| json!({"sandboxID": id, "templateID": s.template})).collect();
+            let list: Vec<Value> = st
+                .live
+                .iter()
+                .map(|(id, s)| json!({"sandboxID": id, "templateID": s.template}))
+                .collect();
             Reply::json(200, Value::Array(list))
         }
         ("DELETE", p) if p.starts_with("/sandboxes/") => {
@@ -198,7 +222,10 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
         }
         ("POST", "/files") => upload(&state, &req),
         ("GET", "/metrics") => match sandbox_for(&state, &req) {
-            Ok(_) => Reply::json(200, json!({"ts": 1, "cpu_count": 2, "cpu_used_pct": 3.5, "mem_total": 1u64 << 30, "mem_used": MEM_USED, "disk_used": 1, "disk_total": 2})),
+            Ok(_) => Reply::json(
+                200,
+                json!({"ts": 1, "cpu_count": 2, "cpu_used_pct": 3.5, "mem_total": 1u64 << 30, "mem_used": MEM_USED, "disk_used": 1, "disk_total": 2}),
+            ),
             Err(r) => r,
         },
         ("POST", "/process.Process/Start") => start(state, req).await,
@@ -208,7 +235,8 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
 
 fn check_key(state: &Arc<Mutex<State>>, req: &Request) -> Option<Reply> {
     let st = state.lock().unwrap();
-    (req.header("x-api-key") != Some(st.key.as_str())).then(|| err(401, "Invalid API key, it must start with 'e2b_'"))
+    (req.header("x-api-key") != Some(st.key.as_str()))
+        .then(|| err(401, "Invalid API key, it must start with 'e2b_'"))
 }
 
 fn create(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
@@ -253,7 +281,10 @@ fn create(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
 }
 
 /// The sandbox a request to envd is for: `E2b-Sandbox-Id` + `X-Access-Token`.
-fn sandbox_for(state: &Arc<Mutex<State>>, req: &Request) -> Result<(String, std::path::PathBuf, CancellationToken), Reply> {
+fn sandbox_for(
+    state: &Arc<Mutex<State>>,
+    req: &Request,
+) -> Result<(String, std::path::PathBuf, CancellationToken), Reply> {
     let st = state.lock().unwrap();
     let id = req.header("e2b-sandbox-id").unwrap_or("");
     let Some(sb) = st.live.get(id) else {
@@ -275,7 +306,9 @@ fn upload(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let Some(path) = req.query("path") else { return err(400, "path is required") };
+    let Some(path) = req.query("path") else {
+        return err(400, "path is required");
+    };
     if req.query("username").as_deref() != Some("user") {
         return err(400, "username must be user");
     }
@@ -284,20 +317,30 @@ fn upload(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
         return err(400, "expected multipart/form-data");
     };
     let body = &req.body;
-    let Some(start) = body.windows(4).position(|w| w == b"\r\n\r\n") else { return err(400, "bad multipart") };
+    let Some(start) = body.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return err(400, "bad multipart");
+    };
     let head = String::from_utf8_lossy(&body[..start]);
     if !head.contains("name=\"file\"") {
         return err(400, "missing file field");
     }
     let end_marker = format!("\r\n--{boundary}--");
-    let Some(end) = body.windows(end_marker.len()).rposition(|w| w == end_marker.as_bytes()) else {
+    let Some(end) = body
+        .windows(end_marker.len())
+        .rposition(|w| w == end_marker.as_bytes())
+    else {
         return err(400, "unterminated multipart");
     };
     let content = &body[start + 4..end];
-    let Some(local) = local_path(&dir, &path) else { return err(400, "path outside the work dir") };
+    let Some(local) = local_path(&dir, &path) else {
+        return err(400, "path outside the work dir");
+    };
     std::fs::create_dir_all(local.parent().unwrap()).unwrap();
     std::fs::write(&local, content).unwrap();
-    Reply::json(200, json!([{"path": path, "name": local.file_name().unwrap().to_string_lossy(), "type": "file"}]))
+    Reply::json(
+        200,
+        json!([{"path": path, "name": local.file_name().unwrap().to_string_lossy(), "type": "file"}]),
+    )
 }
 
 async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
@@ -305,7 +348,11 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    state.lock().unwrap().start_headers.push(req.headers.clone());
+    state
+        .lock()
+        .unwrap()
+        .start_headers
+        .push(req.headers.clone());
     if req.header("content-type") != Some("application/connect+json") {
         return err(415, "expected application/connect+json");
     }
@@ -313,7 +360,10 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
         return err(401, "user must be 'user'");
     }
     let b = &req.body;
-    if b.len() < 5 || b[0] != 0 || u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize != b.len() - 5 {
+    if b.len() < 5
+        || b[0] != 0
+        || u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize != b.len() - 5
+    {
         return err(400, "bad envelope");
     }
     let msg: Value = serde_json::from_slice(&b[5..]).unwrap_or(Value::Null);
@@ -332,7 +382,9 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
         StartMode::DropAfterFirstChunk => {
             tokio::spawn(async move {
                 let _ = tx.send(event(json!({"start": {"pid": 1}}))).await;
-                let _ = tx.send(event(json!({"data": {"stdout": b64(b"partial\n")}}))).await;
+                let _ = tx
+                    .send(event(json!({"data": {"stdout": b64(b"partial\n")}})))
+                    .await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let _ = tx.send(Chunk::Abort).await;
             });
@@ -350,11 +402,21 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     }
     let map = |s: &str| s.replace(WORK_DIR, &dir.to_string_lossy());
     let cmd = p["cmd"].as_str().unwrap_or("").to_string();
-    let args: Vec<String> = p["args"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).map(map).collect()).unwrap_or_default();
-    let cwd = p["cwd"].as_str().map(map).unwrap_or_else(|| dir.to_string_lossy().into_owned());
+    let args: Vec<String> = p["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_str()).map(map).collect())
+        .unwrap_or_default();
+    let cwd = p["cwd"]
+        .as_str()
+        .map(map)
+        .unwrap_or_else(|| dir.to_string_lossy().into_owned());
     let envs: Vec<(String, String)> = p["envs"]
         .as_object()
-        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect()
+        })
         .unwrap_or_default();
     let child = tokio::process::Command::new(&cmd)
         .args(&args)
@@ -369,7 +431,12 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
-            let _ = tx.try_send(Chunk::Data(envelope(2, json!({"error": {"code": "internal", "message": e.to_string()}}).to_string().as_bytes())));
+            let _ = tx.try_send(Chunk::Data(envelope(
+                2,
+                json!({"error": {"code": "internal", "message": e.to_string()}})
+                    .to_string()
+                    .as_bytes(),
+            )));
             return reply;
         }
     };

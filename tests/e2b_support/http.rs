@@ -25,7 +25,10 @@ pub struct Request {
 impl Request {
     pub fn header(&self, name: &str) -> Option<&str> {
         let n = name.to_ascii_lowercase();
-        self.headers.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.as_str())
     }
     pub fn path(&self) -> &str {
         self.target.split('?').next().unwrap_or("")
@@ -67,9 +70,17 @@ pub enum Chunk {
 }
 
 pub enum Reply {
-    Full { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
+    Full {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
     /// Chunked body; ends when the sender is dropped (or at `Chunk::Abort`).
-    Stream { status: u16, headers: Vec<(String, String)>, chunks: mpsc::Receiver<Chunk> },
+    Stream {
+        status: u16,
+        headers: Vec<(String, String)>,
+        chunks: mpsc::Receiver<Chunk>,
+    },
     /// Close without answering.
     Hangup,
 }
@@ -83,17 +94,37 @@ impl Reply {
         }
     }
     pub fn empty(status: u16) -> Reply {
-        Reply::Full { status, headers: vec![], body: vec![] }
+        Reply::Full {
+            status,
+            headers: vec![],
+            body: vec![],
+        }
     }
     pub fn with_header(self, k: &str, v: &str) -> Reply {
         match self {
-            Reply::Full { status, mut headers, body } => {
+            Reply::Full {
+                status,
+                mut headers,
+                body,
+            } => {
                 headers.push((k.into(), v.into()));
-                Reply::Full { status, headers, body }
+                Reply::Full {
+                    status,
+                    headers,
+                    body,
+                }
             }
-            Reply::Stream { status, mut headers, chunks } => {
+            Reply::Stream {
+                status,
+                mut headers,
+                chunks,
+            } => {
                 headers.push((k.into(), v.into()));
-                Reply::Stream { status, headers, chunks }
+                Reply::Stream {
+                    status,
+                    headers,
+                    chunks,
+                }
             }
             Reply::Hangup => Reply::Hangup,
         }
@@ -123,15 +154,21 @@ where
     F: Fn(Request) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Reply> + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
     let addr = listener.local_addr().unwrap();
     let handler = Arc::new(handler);
     tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else { return };
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
             let handler = handler.clone();
             tokio::spawn(async move {
-                let Some(req) = read_request(&mut sock).await else { return };
+                let Some(req) = read_request(&mut sock).await else {
+                    return;
+                };
                 let reply = handler(req).await;
                 let _ = write_reply(&mut sock, reply).await;
             });
@@ -162,7 +199,11 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<Request> {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    let len: usize = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
     let mut body = buf[head_end + 4..].to_vec();
     while body.len() < len {
         let n = sock.read(&mut tmp).await.ok()?;
@@ -172,14 +213,27 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<Request> {
         body.extend_from_slice(&tmp[..n]);
     }
     body.truncate(len);
-    Some(Request { method, target, headers, body })
+    Some(Request {
+        method,
+        target,
+        headers,
+        body,
+    })
 }
 
 async fn write_reply(sock: &mut tokio::net::TcpStream, reply: Reply) -> std::io::Result<()> {
     match reply {
         Reply::Hangup => sock.shutdown().await,
-        Reply::Full { status, headers, body } => {
-            let mut head = format!("HTTP/1.1 {status} {}\r\nconnection: close\r\ncontent-length: {}\r\n", reason(status), body.len());
+        Reply::Full {
+            status,
+            headers,
+            body,
+        } => {
+            let mut head = format!(
+                "HTTP/1.1 {status} {}\r\nconnection: close\r\ncontent-length: {}\r\n",
+                reason(status),
+                body.len()
+            );
             for (k, v) in headers {
                 head.push_str(&format!("{k}: {v}\r\n"));
             }
@@ -188,8 +242,15 @@ async fn write_reply(sock: &mut tokio::net::TcpStream, reply: Reply) -> std::io:
             sock.write_all(&body).await?;
             sock.flush().await
         }
-        Reply::Stream { status, headers, mut chunks } => {
-            let mut head = format!("HTTP/1.1 {status} {}\r\nconnection: close\r\ntransfer-encoding: chunked\r\n", reason(status));
+        Reply::Stream {
+            status,
+            headers,
+            mut chunks,
+        } => {
+            let mut head = format!(
+                "HTTP/1.1 {status} {}\r\nconnection: close\r\ntransfer-encoding: chunked\r\n",
+                reason(status)
+            );
             for (k, v) in headers {
                 head.push_str(&format!("{k}: {v}\r\n"));
             }
@@ -200,7 +261,8 @@ async fn write_reply(sock: &mut tokio::net::TcpStream, reply: Reply) -> std::io:
                 match c {
                     Chunk::Data(d) if d.is_empty() => {}
                     Chunk::Data(d) => {
-                        sock.write_all(format!("{:x}\r\n", d.len()).as_bytes()).await?;
+                        sock.write_all(format!("{:x}\r\n", d.len()).as_bytes())
+                            .await?;
                         sock.write_all(&d).await?;
                         sock.write_all(b"\r\n").await?;
                         sock.flush().await?;

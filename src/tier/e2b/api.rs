@@ -71,10 +71,16 @@ pub fn http_client(urls: &[&str]) -> anyhow::Result<reqwest::Client> {
 }
 
 pub fn is_loopback(url: &str) -> bool {
-    let Ok(u) = reqwest::Url::parse(url) else { return false };
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
     match u.host_str() {
         Some("localhost") => true,
-        Some(h) => h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()),
+        Some(h) => h
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
         None => false,
     }
 }
@@ -85,7 +91,11 @@ impl Api {
         if let Some(u) = &s.sandbox_url {
             urls.push(u);
         }
-        Ok(Api { http: http_client(&urls)?, base: s.api_url.trim_end_matches('/').to_string(), key: key.to_string() })
+        Ok(Api {
+            http: http_client(&urls)?,
+            base: s.api_url.trim_end_matches('/').to_string(),
+            key: key.to_string(),
+        })
     }
 
     pub fn base(&self) -> &str {
@@ -100,7 +110,10 @@ impl Api {
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> ApiError {
-        ApiError::Unreachable { url: self.base.clone(), detail: one_line(e) }
+        ApiError::Unreachable {
+            url: self.base.clone(),
+            detail: one_line(e),
+        }
     }
 
     /// Create a sandbox. Retries a 429 as long as `retry-after` stays short;
@@ -138,7 +151,10 @@ impl Api {
             let message = error_message(resp).await;
             if status == 429 && attempt < CREATE_ATTEMPTS {
                 if let Some(wait) = retry_after.filter(|w| *w <= MAX_RETRY_WAIT) {
-                    on_wait(format!("E2B rate limit (429); retrying in {:.1} s as it asks", wait.as_secs_f64()));
+                    on_wait(format!(
+                        "E2B rate limit (429); retrying in {:.1} s as it asks",
+                        wait.as_secs_f64()
+                    ));
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                     continue;
@@ -193,14 +209,20 @@ impl Api {
         let status = resp.status().as_u16();
         if status == 200 {
             let text = resp.text().await.map_err(|e| self.unreachable(&e))?;
-            return serde_json::from_str(&text).map_err(|e| ApiError::Malformed(format!("list sandboxes: {e}")));
+            return serde_json::from_str(&text)
+                .map_err(|e| ApiError::Malformed(format!("list sandboxes: {e}")));
         }
         let ra = retry_after(resp.headers());
         Err(classify(status, error_message(resp).await, ra, None))
     }
 }
 
-pub fn classify(status: u16, message: String, retry_after: Option<Duration>, template: Option<&str>) -> ApiError {
+pub fn classify(
+    status: u16,
+    message: String,
+    retry_after: Option<Duration>,
+    template: Option<&str>,
+) -> ApiError {
     match status {
         401 | 403 => ApiError::Unauthorized { status, message },
         404 => ApiError::NotFound {
@@ -223,7 +245,13 @@ pub fn classify(status: u16, message: String, retry_after: Option<Duration>, tem
 
 /// `retry-after` as seconds (integer or decimal); HTTP dates are not used by E2B.
 pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let v = h.get("retry-after")?.to_str().ok()?.trim().parse::<f64>().ok()?;
+    let v = h
+        .get("retry-after")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<f64>()
+        .ok()?;
     (v.is_finite() && v >= 0.0).then(|| Duration::from_secs_f64(v.min(86_400.0)))
 }
 
@@ -232,13 +260,20 @@ pub async fn error_message(resp: reqwest::Response) -> String {
     let text = resp.text().await.unwrap_or_default();
     let msg = serde_json::from_str::<serde_json::Value>(&text)
         .ok()
-        .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+        .and_then(|v| {
+            v.get("message")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| text.lines().next().unwrap_or("").to_string());
     bounded(&msg, 200)
 }
 
 pub fn bounded(s: &str, max: usize) -> String {
-    let clean: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let clean: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     let clean = clean.trim();
     if clean.is_empty() {
         return "no message".into();
@@ -253,7 +288,13 @@ pub fn bounded(s: &str, max: usize) -> String {
 /// reqwest errors chain their causes; keep it to one readable line.
 pub fn one_line(e: &reqwest::Error) -> String {
     use std::error::Error;
-    let mut s = if e.is_timeout() { "timed out".to_string() } else if e.is_connect() { "connection failed".to_string() } else { "request failed".to_string() };
+    let mut s = if e.is_timeout() {
+        "timed out".to_string()
+    } else if e.is_connect() {
+        "connection failed".to_string()
+    } else {
+        "request failed".to_string()
+    };
     let mut src = e.source();
     let mut last = String::new();
     while let Some(c) = src {

@@ -82,8 +82,18 @@ pub enum EnvdError {
 }
 
 impl Envd {
-    pub fn new(http: reqwest::Client, url: String, sandbox_id: String, token: Option<String>) -> Envd {
-        Envd { http, url: url.trim_end_matches('/').to_string(), sandbox_id, token }
+    pub fn new(
+        http: reqwest::Client,
+        url: String,
+        sandbox_id: String,
+        token: Option<String>,
+    ) -> Envd {
+        Envd {
+            http,
+            url: url.trim_end_matches('/').to_string(),
+            sandbox_id,
+            token,
+        }
     }
 
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
@@ -99,7 +109,10 @@ impl Envd {
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> EnvdError {
-        EnvdError::Unreachable { url: self.url.clone(), detail: one_line(e) }
+        EnvdError::Unreachable {
+            url: self.url.clone(),
+            detail: one_line(e),
+        }
     }
 
     async fn http_error(resp: reqwest::Response) -> EnvdError {
@@ -129,7 +142,10 @@ impl Envd {
         let resp = self
             .req(reqwest::Method::POST, "/files")
             .query(&[("path", path), ("username", USER)])
-            .header("Content-Type", format!("multipart/form-data; boundary={boundary}"))
+            .header(
+                "Content-Type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
             .timeout(Duration::from_secs(60))
             .body(body)
             .send()
@@ -144,7 +160,12 @@ impl Envd {
 
     /// `GET /metrics`: memory of the whole VM (None when envd has no such route).
     pub async fn metrics(&self) -> Option<serde_json::Value> {
-        let resp = self.req(reqwest::Method::GET, "/metrics").timeout(Duration::from_secs(5)).send().await.ok()?;
+        let resp = self
+            .req(reqwest::Method::GET, "/metrics")
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
         if !resp.status().is_success() {
             return None;
         }
@@ -167,7 +188,10 @@ impl Envd {
             .req(reqwest::Method::POST, "/process.Process/Start")
             .header("Content-Type", "application/connect+json")
             .header("Connect-Protocol-Version", "1")
-            .header("Authorization", format!("Basic {}", b64_encode(format!("{USER}:").as_bytes())))
+            .header(
+                "Authorization",
+                format!("Basic {}", b64_encode(format!("{USER}:").as_bytes())),
+            )
             .header("Keepalive-Ping-Interval", KEEPALIVE_S.to_string())
             .body(body)
             .send()
@@ -176,12 +200,19 @@ impl Envd {
         if !resp.status().is_success() {
             return Err(Self::http_error(resp).await);
         }
-        let body = resp.bytes_stream().map(|r| r.map(|b| b.to_vec()).map_err(|e| one_line(&e)));
-        Ok(ProcStream { body: Box::pin(body), buf: Vec::new(), ended: false })
+        let body = resp
+            .bytes_stream()
+            .map(|r| r.map(|b| b.to_vec()).map_err(|e| one_line(&e)));
+        Ok(ProcStream {
+            body: Box::pin(body),
+            buf: Vec::new(),
+            ended: false,
+        })
     }
 }
 
-type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>, String>> + Send>>;
+type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>, String>> + Send>>;
 
 pub struct ProcStream {
     body: ByteStream,
@@ -198,7 +229,9 @@ impl ProcStream {
             }
             if let Some((flags, payload)) = take_envelope(&mut self.buf)? {
                 if flags & 0x01 != 0 {
-                    return Err(EnvdError::Malformed("a compressed message though none was asked for".into()));
+                    return Err(EnvdError::Malformed(
+                        "a compressed message though none was asked for".into(),
+                    ));
                 }
                 if flags & 0x02 != 0 {
                     self.ended = true;
@@ -207,7 +240,12 @@ impl ProcStream {
                 return decode_event(&payload).map(Some);
             }
             match tokio::time::timeout(STREAM_IDLE, self.body.next()).await {
-                Err(_) => return Err(EnvdError::Dropped(format!("nothing for {} s, not even a keepalive", STREAM_IDLE.as_secs()))),
+                Err(_) => {
+                    return Err(EnvdError::Dropped(format!(
+                        "nothing for {} s, not even a keepalive",
+                        STREAM_IDLE.as_secs()
+                    )))
+                }
                 Ok(None) => {
                     return Err(EnvdError::Dropped(if self.buf.is_empty() {
                         "connection closed".into()
@@ -255,13 +293,20 @@ fn end_of_stream(payload: &[u8]) -> Result<(), EnvdError> {
     if payload.is_empty() {
         return Ok(());
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(payload).map_err(|e| EnvdError::Malformed(format!("end of stream: {e}")))?;
+    let v: serde_json::Value = serde_json::from_slice(payload)
+        .map_err(|e| EnvdError::Malformed(format!("end of stream: {e}")))?;
     match v.get("error") {
         None | Some(serde_json::Value::Null) => Ok(()),
         Some(err) => Err(EnvdError::Rpc {
-            code: err.get("code").and_then(|c| c.as_str()).unwrap_or("unknown").to_string(),
-            message: bounded(err.get("message").and_then(|m| m.as_str()).unwrap_or(""), 200),
+            code: err
+                .get("code")
+                .and_then(|c| c.as_str())
+                .unwrap_or("unknown")
+                .to_string(),
+            message: bounded(
+                err.get("message").and_then(|m| m.as_str()).unwrap_or(""),
+                200,
+            ),
         }),
     }
 }
@@ -270,23 +315,32 @@ fn end_of_stream(payload: &[u8]) -> Result<(), EnvdError> {
 pub fn decode_event(payload: &[u8]) -> Result<ProcEvent, EnvdError> {
     let v: serde_json::Value =
         serde_json::from_slice(payload).map_err(|e| EnvdError::Malformed(format!("event: {e}")))?;
-    let ev = v.get("event").ok_or_else(|| EnvdError::Malformed("a message without an event".into()))?;
+    let ev = v
+        .get("event")
+        .ok_or_else(|| EnvdError::Malformed("a message without an event".into()))?;
     if let Some(s) = ev.get("start") {
-        return Ok(ProcEvent::Start { pid: s.get("pid").and_then(|p| p.as_u64()).unwrap_or(0) });
+        return Ok(ProcEvent::Start {
+            pid: s.get("pid").and_then(|p| p.as_u64()).unwrap_or(0),
+        });
     }
     if let Some(d) = ev.get("data") {
         for (name, out) in [("stdout", true), ("stderr", false)] {
             if let Some(s) = d.get(name).and_then(|x| x.as_str()) {
-                let bytes = b64_decode(s).ok_or_else(|| EnvdError::Malformed(format!("{name} is not base64")))?;
-                return Ok(if out { ProcEvent::Stdout(bytes) } else { ProcEvent::Stderr(bytes) });
+                let bytes = b64_decode(s)
+                    .ok_or_else(|| EnvdError::Malformed(format!("{name} is not base64")))?;
+                return Ok(if out {
+                    ProcEvent::Stdout(bytes)
+                } else {
+                    ProcEvent::Stderr(bytes)
+                });
             }
         }
         // pty output or an empty chunk: nothing to show.
         return Ok(ProcEvent::KeepAlive);
     }
     if let Some(e) = ev.get("end") {
-        let end: EndInfo =
-            serde_json::from_value(e.clone()).map_err(|e| EnvdError::Malformed(format!("end event: {e}")))?;
+        let end: EndInfo = serde_json::from_value(e.clone())
+            .map_err(|e| EnvdError::Malformed(format!("end event: {e}")))?;
         return Ok(ProcEvent::End(end));
     }
     if ev.get("keepalive").is_some() {
@@ -318,15 +372,22 @@ pub fn signal_from_status(status: &str) -> Option<i32> {
         ("file size limit exceeded", 25),
         ("bad system call", 31),
     ];
-    table.iter().find(|(n, _)| *n == name).map(|(_, s)| *s).or_else(|| {
-        name.strip_prefix("signal ").and_then(|n| n.parse().ok())
-    })
+    table
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .or_else(|| name.strip_prefix("signal ").and_then(|n| n.parse().ok()))
 }
 
 fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     h.finish()
 }
 
@@ -335,7 +396,11 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub fn b64_encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = ((b[0] as u32) << 16) | ((b[1] as u32) << 8) | b[2] as u32;
         for i in 0..4 {
             if i <= chunk.len() {
@@ -381,7 +446,16 @@ mod tests {
 
     #[test]
     fn base64_round_trips() {
-        for s in [&b""[..], b"f", b"fo", b"foo", b"foob", b"fooba", b"foobar", b"\x00\xff\x10"] {
+        for s in [
+            &b""[..],
+            b"f",
+            b"fo",
+            b"foo",
+            b"foob",
+            b"fooba",
+            b"foobar",
+            b"\x00\xff\x10",
+        ] {
             assert_eq!(b64_decode(&b64_encode(s)).unwrap(), s);
         }
         assert_eq!(b64_encode(b"user:"), "dXNlcjo=");
@@ -392,7 +466,10 @@ mod tests {
     fn envelopes_split_across_chunks() {
         let mut all = envelope(0, br#"{"event":{"start":{"pid":7}}}"#);
         all.extend(envelope(0, br#"{"event":{"data":{"stdout":"aGkK"}}}"#));
-        all.extend(envelope(0, br#"{"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3"}}}"#));
+        all.extend(envelope(
+            0,
+            br#"{"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3"}}}"#,
+        ));
         all.extend(envelope(2, b"{}"));
         let mut buf = vec![];
         let mut got = vec![];
@@ -403,8 +480,14 @@ mod tests {
             }
         }
         assert_eq!(got.len(), 4);
-        assert_eq!(decode_event(&got[0].1).unwrap(), ProcEvent::Start { pid: 7 });
-        assert_eq!(decode_event(&got[1].1).unwrap(), ProcEvent::Stdout(b"hi\n".to_vec()));
+        assert_eq!(
+            decode_event(&got[0].1).unwrap(),
+            ProcEvent::Start { pid: 7 }
+        );
+        assert_eq!(
+            decode_event(&got[1].1).unwrap(),
+            ProcEvent::Stdout(b"hi\n".to_vec())
+        );
         match decode_event(&got[2].1).unwrap() {
             ProcEvent::End(e) => assert_eq!((e.exit_code, e.exited), (3, true)),
             other => panic!("{other:?}"),
@@ -429,8 +512,14 @@ mod tests {
     #[test]
     fn signals_from_go_status_strings() {
         assert_eq!(signal_from_status("signal: killed"), Some(9));
-        assert_eq!(signal_from_status("signal: CPU time limit exceeded"), Some(24));
-        assert_eq!(signal_from_status("signal: file size limit exceeded"), Some(25));
+        assert_eq!(
+            signal_from_status("signal: CPU time limit exceeded"),
+            Some(24)
+        );
+        assert_eq!(
+            signal_from_status("signal: file size limit exceeded"),
+            Some(25)
+        );
         assert_eq!(signal_from_status("exit status 1"), None);
     }
 }

@@ -52,7 +52,12 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_env(config: &Config) -> Settings {
-        let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let var = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         let domain = var("E2B_DOMAIN").unwrap_or_else(|| "e2b.app".into());
         Settings {
             api_key: var("E2B_API_KEY"),
@@ -67,7 +72,11 @@ impl Settings {
     fn envd_url(&self, id: &str, domain: Option<&str>) -> String {
         match &self.sandbox_url {
             Some(u) => u.clone(),
-            None => format!("https://{}-{id}.{}", envd::ENVD_PORT, domain.unwrap_or(&self.domain)),
+            None => format!(
+                "https://{}-{id}.{}",
+                envd::ENVD_PORT,
+                domain.unwrap_or(&self.domain)
+            ),
         }
     }
 }
@@ -78,7 +87,9 @@ pub struct E2bTier {
 
 impl E2bTier {
     pub fn new(config: &Config) -> Self {
-        E2bTier { settings: Settings::from_env(config) }
+        E2bTier {
+            settings: Settings::from_env(config),
+        }
     }
 
     pub fn with_settings(settings: Settings) -> Self {
@@ -107,7 +118,10 @@ fn live() -> &'static Mutex<HashMap<String, LiveEntry>> {
 
 /// Ids of sandboxes this process created and has not killed yet.
 pub fn live_sandboxes() -> Vec<String> {
-    live().lock().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    live()
+        .lock()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// Kill every sandbox this process still has (sandbench exiting). Bounded:
@@ -142,7 +156,10 @@ fn install_exit_hook() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         use tokio::signal::unix::{signal, SignalKind};
-        for (kind, num) in [(SignalKind::terminate(), libc::SIGTERM), (SignalKind::hangup(), libc::SIGHUP)] {
+        for (kind, num) in [
+            (SignalKind::terminate(), libc::SIGTERM),
+            (SignalKind::hangup(), libc::SIGHUP),
+        ] {
             if let Ok(mut s) = signal(kind) {
                 tokio::spawn(async move {
                     if s.recv().await.is_some() {
@@ -164,7 +181,11 @@ impl LiveGuard {
         if let Ok(mut m) = live().lock() {
             m.insert(
                 id.to_string(),
-                LiveEntry { api_url: s.api_url.clone(), api_key: key.to_string(), sandbox_url: s.sandbox_url.clone() },
+                LiveEntry {
+                    api_url: s.api_url.clone(),
+                    api_key: key.to_string(),
+                    sandbox_url: s.sandbox_url.clone(),
+                },
             );
         }
         install_exit_hook();
@@ -260,25 +281,51 @@ impl E2bTier {
         };
         match api.list().await {
             Ok(list) => {
-                checks.push(Check::ok("api", format!("{} answers; the key is accepted ({} sandbox(es) running)", api.base(), list.len())));
-                checks.push(Check::ok("template", format!("'{}' (set [e2b] template in the config)", s.template)));
+                checks.push(Check::ok(
+                    "api",
+                    format!(
+                        "{} answers; the key is accepted ({} sandbox(es) running)",
+                        api.base(),
+                        list.len()
+                    ),
+                ));
+                checks.push(Check::ok(
+                    "template",
+                    format!("'{}' (set [e2b] template in the config)", s.template),
+                ));
                 Availability {
                     tier: "e2b".into(),
                     available: true,
-                    summary: format!("ready ({}, template {}; no sandbox was started by this check)", api.base(), s.template),
+                    summary: format!(
+                        "ready ({}, template {}; no sandbox was started by this check)",
+                        api.base(),
+                        s.template
+                    ),
                     checks,
                 }
             }
             Err(e @ api::ApiError::Unauthorized { .. }) => {
-                checks.push(Check::fail("key", e.to_string(), "create a new key at https://e2b.dev/dashboard?tab=keys and export E2B_API_KEY"));
+                checks.push(Check::fail(
+                    "key",
+                    e.to_string(),
+                    "create a new key at https://e2b.dev/dashboard?tab=keys and export E2B_API_KEY",
+                ));
                 unavailable("key rejected by E2B".into(), checks)
             }
             Err(e @ api::ApiError::Unreachable { .. }) => {
-                checks.push(Check::fail("api", e.to_string(), "check the network, or E2B_DOMAIN / E2B_API_URL"));
+                checks.push(Check::fail(
+                    "api",
+                    e.to_string(),
+                    "check the network, or E2B_DOMAIN / E2B_API_URL",
+                ));
                 unavailable(format!("unreachable: {}", api.base()), checks)
             }
             Err(e) => {
-                checks.push(Check::fail("api", e.to_string(), "see https://status.e2b.dev and try again"));
+                checks.push(Check::fail(
+                    "api",
+                    e.to_string(),
+                    "see https://status.e2b.dev and try again",
+                ));
                 unavailable(format!("E2B API error: {e}"), checks)
             }
         }
@@ -289,7 +336,9 @@ impl E2bTier {
         let s = &self.settings;
         let key = self.key()?;
         let api = Api::new(s, key)?;
-        let ttl = (spec.limits.wall_time + s.timeout_margin).as_secs_f64().ceil() as u64;
+        let ttl = (spec.limits.wall_time + s.timeout_margin)
+            .as_secs_f64()
+            .ceil() as u64;
         ctx.emit(EventKind::Phase(Phase::Booting)).await;
         // Not raced against ctx.stop: a create that completes after we gave up
         // would leave a sandbox whose id we never learnt.
@@ -306,11 +355,20 @@ impl E2bTier {
         }
         let created = created?;
         let guard = LiveGuard::register(&created.sandbox_id, s, key);
-        ctx.emit(EventKind::Note(format!("e2b sandbox {} (template {})", created.sandbox_id, s.template))).await;
+        ctx.emit(EventKind::Note(format!(
+            "e2b sandbox {} (template {})",
+            created.sandbox_id, s.template
+        )))
+        .await;
 
         let envd_url = s.envd_url(&created.sandbox_id, created.domain.as_deref());
         let http = api::http_client(&[envd_url.as_str()])?;
-        let envd = Envd::new(http, envd_url.clone(), created.sandbox_id.clone(), created.envd_access_token.clone());
+        let envd = Envd::new(
+            http,
+            envd_url.clone(),
+            created.sandbox_id.clone(),
+            created.envd_access_token.clone(),
+        );
         let result = if ctx.stop.is_cancelled() {
             ctx.emit(EventKind::Exit(ExitStatus::default())).await;
             Ok(Usage::default())
@@ -352,7 +410,11 @@ impl E2bTier {
             "usage_source": if usage.sampled { "envd /metrics: memory of the whole VM, guest OS included" } else { "unavailable: envd /metrics did not answer" },
         });
         Ok(TierExit {
-            usage: Some(UsageSample { cpu_ms: None, memory_bytes: usage.peak_memory, pids: None }),
+            usage: Some(UsageSample {
+                cpu_ms: None,
+                memory_bytes: usage.peak_memory,
+                pids: None,
+            }),
             details,
         })
     }
@@ -369,7 +431,8 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Resul
     let file = format!("{WORK_DIR}/{}", spec.language.file_name());
     envd.upload(&file, spec.code.as_bytes()).await?;
     let (cmd, args) = command(spec);
-    let envs: BTreeMap<String, String> = spec.sandbox_env("/home/user", "/tmp").into_iter().collect();
+    let envs: BTreeMap<String, String> =
+        spec.sandbox_env("/home/user", "/tmp").into_iter().collect();
     let mut stream = tokio::select! {
         r = envd.start(&cmd, &args, &envs, WORK_DIR) => r?,
         _ = ctx.stop.cancelled() => {
@@ -428,28 +491,49 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Resul
         }
     }
     let Some(end) = end else {
-        return Err(anyhow!("envd ended the process stream without the program's exit status"));
+        return Err(anyhow!(
+            "envd ended the process stream without the program's exit status"
+        ));
     };
     if !started {
         ctx.emit(EventKind::Phase(Phase::Running)).await;
     }
     if let Some(err) = end.error.as_deref().filter(|e| !e.is_empty()) {
-        ctx.emit(EventKind::Note(format!("envd: {}", api::bounded(err, 200)))).await;
+        ctx.emit(EventKind::Note(format!("envd: {}", api::bounded(err, 200))))
+            .await;
     }
     let signal = envd::signal_from_status(&end.status);
     let x = if let Some(sig) = signal {
-        ExitStatus { code: None, signal: Some(sig) }
+        ExitStatus {
+            code: None,
+            signal: Some(sig),
+        }
     } else {
-        ExitStatus { code: Some(end.exit_code), signal: None }
+        ExitStatus {
+            code: Some(end.exit_code),
+            signal: None,
+        }
     };
     match signal {
         Some(libc::SIGXCPU) => {
-            ctx.violation(ViolationKind::CpuTime, format!(
-                "CPU time limit {} hit — killed (SIGXCPU, per-process rlimit)", crate::runner::fmt_dur(spec.limits.cpu_time))).await
+            ctx.violation(
+                ViolationKind::CpuTime,
+                format!(
+                    "CPU time limit {} hit — killed (SIGXCPU, per-process rlimit)",
+                    crate::runner::fmt_dur(spec.limits.cpu_time)
+                ),
+            )
+            .await
         }
         Some(libc::SIGXFSZ) => {
-            ctx.violation(ViolationKind::FileSize, format!(
-                "file size limit {} hit — killed (SIGXFSZ)", format_size(spec.limits.file_size_bytes))).await
+            ctx.violation(
+                ViolationKind::FileSize,
+                format!(
+                    "file size limit {} hit — killed (SIGXFSZ)",
+                    format_size(spec.limits.file_size_bytes)
+                ),
+            )
+            .await
         }
         _ => {}
     }
@@ -470,7 +554,11 @@ mod tests {
         assert_eq!(args[0], "-c");
         assert!(args[1].contains("ulimit -S -t 5"), "{}", args[1]);
         assert!(args[1].contains("ulimit -f 16384"), "{}", args[1]);
-        assert!(args[1].ends_with("exec python3 -u /home/user/sandbench/main.py"), "{}", args[1]);
+        assert!(
+            args[1].ends_with("exec python3 -u /home/user/sandbench/main.py"),
+            "{}",
+            args[1]
+        );
     }
 
     #[test]
@@ -492,6 +580,9 @@ mod tests {
         s.sandbox_url = None;
         s.domain = "e2b.app".into();
         assert_eq!(s.envd_url("abc", None), "https://49983-abc.e2b.app");
-        assert_eq!(s.envd_url("abc", Some("eu.e2b.dev")), "https://49983-abc.eu.e2b.dev");
+        assert_eq!(
+            s.envd_url("abc", Some("eu.e2b.dev")),
+            "https://49983-abc.eu.e2b.dev"
+        );
     }
 }
