@@ -243,3 +243,26 @@ async fn hostile_bytes_from_the_model_and_the_sandbox_are_made_visible() {
     assert!(text.contains("verdict: ok"), "{text}");
     assert!(text.contains("final answer after 2 turn(s)"), "{text}");
 }
+
+#[tokio::test]
+async fn an_unavailable_tier_stops_before_the_model_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeAnthropic::start(vec![]).await;
+    let out = sandbench(&dir)
+        .env("ANTHROPIC_API_KEY", "sk-ant-x")
+        .env("ANTHROPIC_BASE_URL", fake.url())
+        .args(["agent", "--tier", "e2b", "hi"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("e2b tier is not available") && stderr.contains("E2B_API_KEY"),
+        "{stderr}"
+    );
+    assert!(
+        fake.requests.lock().unwrap().is_empty(),
+        "the model was called"
+    );
+}

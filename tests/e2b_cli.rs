@@ -141,7 +141,9 @@ async fn sigterm_mid_run_still_kills_the_sandbox() {
         .await
         .expect("sandbench did not exit")
         .unwrap();
-    assert_eq!(status.code(), Some(128 + 15));
+    // It dies of the signal it got, after the cleanup.
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(15), "{status:?}");
     assert_eq!(fake.live_count(), 0, "SIGTERM left the sandbox running");
     assert_eq!(fake.killed().len(), 1);
     assert!(fake.wait_programs_gone(Duration::from_secs(5)).await);
@@ -215,4 +217,32 @@ async fn kill_live_kills_what_a_run_could_not() {
     sandbench::tier::shutdown().await;
     assert_eq!(fake.live_count(), 0);
     assert!(sandbench::tier::e2b::live_sandboxes().is_empty());
+}
+
+#[tokio::test]
+async fn orphans_of_dead_sandbench_processes_on_this_host_are_reaped_and_nothing_else() {
+    let fake = FakeE2b::start(KEY).await;
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    dead.wait().unwrap();
+    let dead_pid = dead.id().to_string();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let md = |by: &str, host: &str, pid: &str| serde_json::json!({"created_by": by, "sandbench_host": host, "sandbench_pid": pid});
+    fake.insert_foreign("orphan", md("sandbench", &host, &dead_pid));
+    fake.insert_foreign(
+        "ours-alive",
+        md("sandbench", &host, &std::process::id().to_string()),
+    );
+    fake.insert_foreign(
+        "other-host",
+        md("sandbench", "elsewhere.example", &dead_pid),
+    );
+    fake.insert_foreign("not-sandbench", md("someone", &host, &dead_pid));
+    let api = sandbench::tier::e2b::api::Api::new(&fake.settings(KEY), KEY).unwrap();
+    let n = sandbench::tier::e2b::reap_orphans(&api).await;
+    assert_eq!(n, 1);
+    assert_eq!(fake.killed(), ["orphan"]);
+    assert_eq!(
+        fake.live_ids(),
+        ["not-sandbench", "other-host", "ours-alive"]
+    );
 }

@@ -133,6 +133,12 @@ async fn lifecycle_streams_output_live_reports_exit_and_kills() {
         assert_eq!(body["templateID"], "base");
         assert_eq!(body["timeout"], 10 + 30);
         assert_eq!(body["allow_internet_access"], false);
+        assert_eq!(body["secure"], true);
+        assert_eq!(body["metadata"]["created_by"], "sandbench");
+        assert_eq!(
+            body["metadata"]["sandbench_pid"],
+            std::process::id().to_string()
+        );
         let h = &st.start_headers[0];
         let get = |k: &str| h.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("x-access-token").as_deref(), Some("tok-sbx0001"));

@@ -22,7 +22,17 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
         return Err(usage("the task is empty: say what the model should do"));
     }
     let limits = args.limits.apply(config.limits.clone());
-    let mut opts = AgentOptions::from_env(tier, limits, &config.agent)?;
+    let mut opts = AgentOptions::from_env(tier.clone(), limits, &config.agent)?;
+    // Before the model is asked anything: a tier that cannot run programs
+    // would only feed it errors.
+    let avail = tier.probe().await;
+    if !avail.available {
+        anyhow::bail!(
+            "the {} tier is not available here: {} (see sandbench doctor)",
+            tier.name(),
+            avail.summary
+        );
+    }
     if let Some(m) = &args.model {
         opts.model = m.clone();
     }

@@ -106,6 +106,25 @@ impl FakeE2b {
         self.state.lock().unwrap().knobs = k;
     }
 
+    /// A sandbox created by someone else (another process, another host).
+    pub fn insert_foreign(&self, id: &str, metadata: Value) {
+        let sb = Sandbox {
+            template: "base".into(),
+            timeout: 300,
+            body: json!({"templateID": "base", "metadata": metadata}),
+            token: format!("tok-{id}"),
+            dir: tempfile::tempdir().unwrap(),
+            stop: CancellationToken::new(),
+        };
+        self.state.lock().unwrap().live.insert(id.into(), sb);
+    }
+
+    pub fn live_ids(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.state.lock().unwrap().live.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
     pub fn live_count(&self) -> usize {
         self.state.lock().unwrap().live.len()
     }
@@ -193,11 +212,29 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
             if let Some(r) = check_key(&state, &req) {
                 return r;
             }
+            // `metadata=k%3Dv&k2%3Dv2`: every pair must match.
+            let filter: Vec<(String, String)> = req
+                .query("metadata")
+                .map(|m| {
+                    m.split('&')
+                        .filter_map(|kv| kv.split_once('='))
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
             let st = state.lock().unwrap();
             let list: Vec<Value> = st
                 .live
                 .iter()
-                .map(|(id, s)| json!({"sandboxID": id, "templateID": s.template}))
+                .filter(|(_, s)| {
+                    filter
+                        .iter()
+                        .all(|(k, v)| s.body["metadata"][k] == v.as_str())
+                })
+                .map(|(id, s)| {
+                    json!({"sandboxID": id, "templateID": s.template, "clientID": "6532622b",
+                           "state": "running", "metadata": s.body["metadata"]})
+                })
                 .collect();
             Reply::json(200, Value::Array(list))
         }

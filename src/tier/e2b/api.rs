@@ -131,7 +131,7 @@ impl Api {
             "timeout": timeout_s,
             "secure": true,
             "allow_internet_access": internet,
-            "metadata": { "created_by": "sandbench", "sandbench_pid": std::process::id().to_string() },
+            "metadata": super::ownership_metadata(),
         });
         let mut attempt = 1;
         loop {
@@ -168,7 +168,7 @@ impl Api {
     pub async fn kill(&self, id: &str) -> Result<bool, ApiError> {
         let resp = self
             .req(reqwest::Method::DELETE, &format!("/sandboxes/{id}"))
-            .timeout(Duration::from_secs(15))
+            .timeout(Duration::from_secs(10))
             .send()
             .await
             .map_err(|e| self.unreachable(&e))?;
@@ -200,12 +200,22 @@ impl Api {
 
     /// `GET /sandboxes`: the cheapest authenticated call, used by `doctor`.
     pub async fn list(&self) -> Result<Vec<serde_json::Value>, ApiError> {
-        let resp = self
+        self.list_query(None).await
+    }
+
+    /// `GET /sandboxes?metadata=k%3Dv`: running sandboxes whose metadata match.
+    pub async fn list_by_metadata(&self, filter: &str) -> Result<Vec<serde_json::Value>, ApiError> {
+        self.list_query(Some(filter)).await
+    }
+
+    async fn list_query(&self, metadata: Option<&str>) -> Result<Vec<serde_json::Value>, ApiError> {
+        let mut req = self
             .req(reqwest::Method::GET, "/sandboxes")
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| self.unreachable(&e))?;
+            .timeout(Duration::from_secs(10));
+        if let Some(m) = metadata {
+            req = req.query(&[("metadata", m)]);
+        }
+        let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
         let status = resp.status().as_u16();
         if status == 200 {
             let text = resp.text().await.map_err(|e| self.unreachable(&e))?;

@@ -151,7 +151,8 @@ pub async fn kill_live() {
 }
 
 /// SIGTERM / SIGHUP would end sandbench without any cleanup: once a sandbox
-/// exists, catch them, kill the live sandboxes, then exit as the signal would.
+/// exists, catch them, kill the live sandboxes, then die of the same signal
+/// (default action restored), so the parent sees the usual status.
 fn install_exit_hook() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
@@ -164,12 +165,87 @@ fn install_exit_hook() {
                 tokio::spawn(async move {
                     if s.recv().await.is_some() {
                         kill_live().await;
+                        // SAFETY: restoring the default disposition and raising
+                        // a signal are async-signal-safe libc calls.
+                        unsafe {
+                            libc::signal(num, libc::SIG_DFL);
+                            libc::raise(num);
+                        }
                         std::process::exit(128 + num);
                     }
                 });
             }
         }
     });
+}
+
+/// This host's name, to tell our sandboxes from other machines' on one key.
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Metadata every sandbox gets, so that a later sandbench can tell its own
+/// orphans (a sandbench killed with SIGKILL cannot clean up) from anyone else's.
+pub fn ownership_metadata() -> serde_json::Value {
+    json!({
+        "created_by": "sandbench",
+        "sandbench_host": host_name(),
+        "sandbench_pid": std::process::id().to_string(),
+    })
+}
+
+/// Kill the sandboxes that a dead sandbench process on this host left
+/// running. Only ours: same host, created by sandbench, and the pid that
+/// created them is gone. Runs once per process, in the background, the first
+/// time the tier is used (not at every start: that would be a network call
+/// for every command). E2B's own timeout reaps them anyway; this is sooner.
+fn reap_orphans_once(s: &Settings, key: &str) {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    if ONCE.set(()).is_err() {
+        return;
+    }
+    let Ok(api) = Api::new(s, key) else { return };
+    tokio::spawn(async move {
+        let n = reap_orphans(&api).await;
+        if n > 0 {
+            tracing::info!("killed {n} e2b sandbox(es) left by dead sandbench processes");
+        }
+    });
+}
+
+/// The reaping itself; returns how many were killed.
+pub async fn reap_orphans(api: &Api) -> usize {
+    let Ok(list) = api.list_by_metadata("created_by=sandbench").await else {
+        return 0;
+    };
+    let host = host_name();
+    let mut killed = 0;
+    for sb in list {
+        let md = &sb["metadata"];
+        let (Some(id), Some(pid)) = (
+            sb["sandboxID"].as_str(),
+            md["sandbench_pid"]
+                .as_str()
+                .and_then(|p| p.parse::<i32>().ok()),
+        ) else {
+            continue;
+        };
+        if md["created_by"] != "sandbench" || md["sandbench_host"].as_str() != Some(host.as_str()) {
+            continue;
+        }
+        let alive = pid == std::process::id() as i32
+            || !matches!(
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                Err(nix::errno::Errno::ESRCH)
+            );
+        if !alive && matches!(api.kill(id).await, Ok(true)) {
+            killed += 1;
+        }
+    }
+    killed
 }
 
 struct LiveGuard {
@@ -336,6 +412,7 @@ impl E2bTier {
         let s = &self.settings;
         let key = self.key()?;
         let api = Api::new(s, key)?;
+        reap_orphans_once(s, key);
         let ttl = (spec.limits.wall_time + s.timeout_margin)
             .as_secs_f64()
             .ceil() as u64;
@@ -429,7 +506,13 @@ struct Usage {
 /// Upload, start, stream; returns once the program ended or was stopped.
 async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Result<Usage> {
     let file = format!("{WORK_DIR}/{}", spec.language.file_name());
-    envd.upload(&file, spec.code.as_bytes()).await?;
+    tokio::select! {
+        r = envd.upload(&file, spec.code.as_bytes()) => r?,
+        _ = ctx.stop.cancelled() => {
+            ctx.emit(EventKind::Exit(ExitStatus::default())).await;
+            return Ok(Usage::default());
+        }
+    }
     let (cmd, args) = command(spec);
     let envs: BTreeMap<String, String> =
         spec.sandbox_env("/home/user", "/tmp").into_iter().collect();
