@@ -121,14 +121,15 @@ pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
             line(out, "  ── output ──".into());
         }
         TranscriptEvent::ToolOutput { stream, text, .. } => {
-            let t = clean(text);
-            let t = match stream {
-                Stream::Stdout => t,
-                // stderr shown dimmed-free but marked, line by line.
-                Stream::Stderr => t.split_inclusive('\n').map(|l| format!("! {l}")).collect(),
-            };
-            let _ = write!(out, "{t}");
-            *mid_line = !t.ends_with('\n') && !t.is_empty();
+            // stderr lines are marked "! " (at line starts only: a line may
+            // come in several chunks).
+            for piece in clean(text).split_inclusive('\n') {
+                if *stream == Stream::Stderr && !*mid_line {
+                    let _ = write!(out, "! ");
+                }
+                let _ = write!(out, "{piece}");
+                *mid_line = !piece.ends_with('\n');
+            }
         }
         TranscriptEvent::ToolResult { summary, .. } => {
             line(out, format!("  ── verdict: {}", clean(summary)));
@@ -176,5 +177,30 @@ pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
                 ),
             ),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stderr_is_marked_once_per_line_across_chunks() {
+        let mut out = Vec::new();
+        let mut mid = false;
+        for (stream, text) in [
+            (Stream::Stdout, "a\n"),
+            (Stream::Stderr, "oops"),
+            (Stream::Stderr, "\n"),
+            (Stream::Stderr, "x\ny\n"),
+        ] {
+            let ev = TranscriptEvent::ToolOutput {
+                id: "t".into(),
+                stream,
+                text: text.into(),
+            };
+            render(&mut out, &ev, &mut mid);
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), "a\n! oops\n! x\n! y\n");
     }
 }
