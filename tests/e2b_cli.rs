@@ -246,3 +246,30 @@ async fn orphans_of_dead_sandbench_processes_on_this_host_are_reaped_and_nothing
         ["not-sandbench", "other-host", "ours-alive"]
     );
 }
+
+#[tokio::test]
+async fn bench_runs_against_the_fake_and_leaves_nothing() {
+    let fake = FakeE2b::start(KEY).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = sandbench(&dir)
+        .env("E2B_API_KEY", KEY)
+        .env("E2B_API_URL", fake.url())
+        .env("E2B_SANDBOX_URL", fake.url())
+        .args(["bench", "--tier", "e2b", "--runs", "2", "--format", "json"])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("process") && out.status.code() != Some(0) {
+        // The baseline is the local process tier; without it there is no bench.
+        eprintln!("skipped: {stderr}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["contenders"][0]["name"], "sandbench e2b");
+    assert_eq!(v["contenders"][0]["runs"], 2);
+    // One warm-up and two measured runs, each its own sandbox, all killed.
+    assert_eq!(fake.created().len(), 3);
+    assert_eq!(fake.live_count(), 0);
+}
