@@ -125,6 +125,7 @@ async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
     let first = reqs[0].json();
     assert_eq!(first["model"], "claude-test");
     assert_eq!(first["max_tokens"], 1024);
+    assert_eq!(first["stream"], true);
     assert_eq!(first["tools"][0]["name"], "run_code");
     assert_eq!(
         first["tools"][0]["input_schema"]["required"],
@@ -254,21 +255,163 @@ async fn a_network_that_is_down_is_a_clear_error() {
 
 #[tokio::test]
 async fn malformed_replies_are_errors_not_panics() {
-    for bad in [
+    let raw_json = |v: serde_json::Value| http::Reply::Full {
+        status: 200,
+        headers: vec![(
+            "content-type".into(),
+            "application/json; charset=utf-8".into(),
+        )],
+        body: serde_json::to_vec(&v).unwrap(),
+    };
+    let start = json!({"type": "message_start", "message": {"id": "m", "content": [], "usage": {"input_tokens": 1}}});
+    let bad_sse: Vec<Vec<serde_json::Value>> = vec![
+        // A delta for a block that never started.
+        vec![
+            start.clone(),
+            json!({"type": "content_block_delta", "index": 3, "delta": {"type": "text_delta", "text": "x"}}),
+        ],
+        // Tool input that does not add up to JSON.
+        vec![
+            start.clone(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "run_code", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"lang"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ],
+    ];
+    let mut cases: Vec<fake_anthropic::Step> = vec![
+        // Not JSON at all.
         step(|_| http::Reply::Full {
             status: 200,
             headers: vec![],
             body: b"<html>not json".to_vec(),
         }),
-        step(|_| http::Reply::json(200, json!({"type": "message"}))),
+        // JSON, but not a message (sent as plain JSON, not streamed).
+        step(move |_| raw_json(json!({"type": "message"}))),
+        // A tool_use block without an id.
         step(|_| message(json!([{"type": "tool_use", "input": {}}]), "tool_use")),
+        // stop_reason tool_use without a tool_use block.
         step(|_| message(json!([{"type": "text", "text": "x"}]), "tool_use")),
-    ] {
+        // An SSE event whose data is not JSON.
+        step(|_| http::Reply::Full {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            body: b"event: message_start\ndata: {oops\n\n".to_vec(),
+        }),
+    ];
+    for evs in bad_sse {
+        cases.push(step(move |_| fake_anthropic::sse(&evs)));
+    }
+    for bad in cases {
         let fake = FakeAnthropic::start(vec![bad]).await;
         let (_, t) = session(opts(&fake, process_tier()), "hi").await;
         assert_eq!(t.reason, EndReason::Error, "{t:#?}");
-        assert!(t.error.unwrap().contains("cannot read"));
+        let e = t.error.unwrap();
+        assert!(e.contains("cannot read"), "{e}");
+        assert_eq!(
+            fake.requests.lock().unwrap().len(),
+            1,
+            "a malformed reply is not retried"
+        );
     }
+}
+
+#[tokio::test]
+async fn text_streams_live_before_the_reply_is_complete() {
+    use http::{Chunk, Reply};
+    let fake = FakeAnthropic::start(vec![step(|_| {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let msg = json!({"id": "m1", "model": "claude-test", "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": "Hello, streaming world"}],
+            "usage": {"input_tokens": 3, "output_tokens": 5}});
+        let events = fake_anthropic::to_events(&msg);
+        tokio::spawn(async move {
+            for (i, e) in events.iter().enumerate() {
+                // A pause after the first text delta.
+                if i > 0
+                    && events[i - 1]["type"] == "content_block_delta"
+                    && e["type"] == "content_block_delta"
+                {
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                }
+                let _ = tx.send(Chunk::Data(fake_anthropic::sse_block(e))).await;
+            }
+        });
+        Reply::Stream {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            chunks: rx,
+        }
+    })])
+    .await;
+    let mut h = agent::start(opts(&fake, process_tier()), "hi".into());
+    let t0 = std::time::Instant::now();
+    let mut first_delta = None;
+    let mut text_at = None;
+    let mut deltas = String::new();
+    while let Some(ev) = h.events.recv().await {
+        match ev {
+            TranscriptEvent::TextDelta { text, .. } => {
+                first_delta.get_or_insert(t0.elapsed());
+                deltas.push_str(&text);
+            }
+            TranscriptEvent::Text { .. } => text_at = Some(t0.elapsed()),
+            _ => {}
+        }
+    }
+    let t = h.finish().await;
+    assert_eq!(t.answer.as_deref(), Some("Hello, streaming world"));
+    assert_eq!(deltas, "Hello, streaming world");
+    let (d, full) = (first_delta.unwrap(), text_at.unwrap());
+    assert!(
+        full - d >= Duration::from_millis(500),
+        "the first delta came {d:?}, the whole text {full:?}"
+    );
+    // Deltas are live only; the kept transcript has the whole text once.
+    assert!(t
+        .events
+        .iter()
+        .all(|e| !matches!(e, TranscriptEvent::TextDelta { .. })));
+}
+
+#[tokio::test]
+async fn an_overload_mid_stream_and_a_broken_stream_are_retried() {
+    use http::{Chunk, Reply};
+    let fake = FakeAnthropic::start(vec![
+        // Overloaded after the stream began.
+        step(|_| {
+            fake_anthropic::sse(&[
+                json!({"type": "message_start", "message": {"id": "m", "content": [], "usage": {"input_tokens": 1}}}),
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            ])
+        }),
+        // The connection drops in the middle of the reply.
+        step(|_| {
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tokio::spawn(async move {
+                let _ = tx
+                    .send(Chunk::Data(fake_anthropic::sse_block(&json!({"type": "message_start",
+                        "message": {"id": "m", "content": [], "usage": {"input_tokens": 1}}}))))
+                    .await;
+                let _ = tx.send(Chunk::Abort).await;
+            });
+            Reply::Stream { status: 200, headers: vec![("content-type".into(), "text/event-stream".into())], chunks: rx }
+        }),
+        step(|_| final_text("third time lucky")),
+    ])
+    .await;
+    let (live, t) = session(opts(&fake, process_tier()), "hi").await;
+    assert_eq!(t.reason, EndReason::FinalAnswer, "{t:#?}");
+    assert_eq!(t.answer.as_deref(), Some("third time lucky"));
+    let retries: Vec<_> = live
+        .iter()
+        .filter_map(|e| match e {
+            TranscriptEvent::Retrying { status, reason, .. } => Some((*status, reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert_eq!(retries[0].0, Some(529));
+    assert!(retries[1].1.contains("broke off"), "{:?}", retries[1]);
 }
 
 #[tokio::test]

@@ -11,11 +11,18 @@
 //! Like the official SDKs, transient failures (408, 409, 429, 5xx, 529,
 //! connection errors) are retried with exponential backoff that honours
 //! `retry-after-ms` / `retry-after`.
+//!
+//! With `stream: true` the reply is server-sent events (`message_start`,
+//! `content_block_start`, `content_block_delta` with `text_delta` /
+//! `input_json_delta`, `content_block_stop`, `message_delta` with the
+//! `stop_reason`, `message_stop`, `ping`, and `error` mid-stream); text deltas
+//! are handed out as they arrive and the message is assembled from them. A
+//! plain JSON reply is accepted too.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -32,6 +39,7 @@ pub struct Request<'a> {
     pub system: &'a str,
     pub messages: &'a [Message],
     pub tools: &'a [Value],
+    pub stream: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -148,6 +156,16 @@ pub enum ApiError {
     Cancelled,
 }
 
+/// What the client reports while a call is under way.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// Model text as it streams in.
+    TextDelta(String),
+    /// A retry about to be made (after a failure; text already streamed by
+    /// the failed attempt will come again).
+    Retry(Retry),
+}
+
 /// A retry the client is about to make, for the transcript.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Retry {
@@ -188,13 +206,13 @@ impl Client {
         &self.base
     }
 
-    /// One Messages call, retried on transient failures. `on_retry` is told
-    /// before each wait.
+    /// One Messages call, retried on transient failures. `on_progress` gets
+    /// streamed text and each retry before its wait.
     pub async fn create(
         &self,
         req: &Request<'_>,
         cancel: &CancellationToken,
-        on_retry: &mut (dyn FnMut(Retry) + Send),
+        on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Response, ApiError> {
         let url = format!("{}/v1/messages", self.base);
         let mut attempt = 1;
@@ -227,30 +245,45 @@ impl Client {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     let hint = retry_after(resp.headers());
-                    let body = tokio::select! {
-                        b = resp.text() => b,
-                        _ = cancel.cancelled() => return Err(ApiError::Cancelled),
-                    };
-                    match body {
-                        Err(e) => {
-                            let detail = format!(
-                                "the reply broke off: {}",
-                                crate::tier::e2b::api::one_line(&e)
-                            );
-                            (
-                                Some(status),
-                                hint,
-                                ApiError::Unreachable {
-                                    url: self.base.clone(),
-                                    detail,
-                                    attempts: attempt,
-                                },
-                            )
+                    let sse = resp
+                        .headers()
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|v| v.starts_with("text/event-stream"));
+                    if (200..300).contains(&status) && sse {
+                        match read_sse(resp, cancel, attempt, on_progress).await {
+                            Ok(r) => return Ok(r),
+                            Err(SseFailure::Fatal(e)) => return Err(e),
+                            Err(SseFailure::Retryable(status, e)) => (status, None, e),
                         }
-                        Ok(text) if (200..300).contains(&status) => {
-                            return parse_response(&text);
+                    } else {
+                        let body = tokio::select! {
+                            b = resp.text() => b,
+                            _ = cancel.cancelled() => return Err(ApiError::Cancelled),
+                        };
+                        match body {
+                            Err(e) => {
+                                let detail = format!(
+                                    "the reply broke off: {}",
+                                    crate::tier::e2b::api::one_line(&e)
+                                );
+                                (
+                                    Some(status),
+                                    hint,
+                                    ApiError::Unreachable {
+                                        url: self.base.clone(),
+                                        detail,
+                                        attempts: attempt,
+                                    },
+                                )
+                            }
+                            Ok(text) if (200..300).contains(&status) => {
+                                return parse_response(&text);
+                            }
+                            Ok(text) => {
+                                (Some(status), hint, classify(status, &text, attempt, hint))
+                            }
                         }
-                        Ok(text) => (Some(status), hint, classify(status, &text, attempt, hint)),
                     }
                 }
             };
@@ -266,12 +299,12 @@ impl Client {
                 Some(w) => w,
                 None => self.backoff_for(attempt),
             };
-            on_retry(Retry {
+            on_progress(Progress::Retry(Retry {
                 attempt: attempt + 1,
                 status,
                 wait_ms: wait.as_millis() as u64,
                 reason: err.to_string(),
-            });
+            }));
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = cancel.cancelled() => return Err(ApiError::Cancelled),
@@ -290,6 +323,235 @@ impl Client {
             % 1000) as f64
             / 4000.0;
         Duration::from_secs_f64((base * (1.0 - jitter)).min(8.0))
+    }
+}
+
+enum SseFailure {
+    /// Not worth retrying (a malformed stream, cancel).
+    Fatal(ApiError),
+    /// A broken-off stream or an `error` event of a transient kind; the
+    /// status is the one the error type stands for.
+    Retryable(Option<u16>, ApiError),
+}
+
+/// Read a streamed reply to its `message_stop`, handing out text deltas.
+async fn read_sse(
+    resp: reqwest::Response,
+    cancel: &CancellationToken,
+    attempt: u32,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<Response, SseFailure> {
+    use futures_util::StreamExt;
+    let url = resp.url().origin().ascii_serialization();
+    let mut body = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut asm = Assembler::default();
+    loop {
+        // Every complete event in the buffer first.
+        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = buf.drain(..end + 2).collect();
+            let (name, data) = sse_fields(&block);
+            if data.is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&data).map_err(|e| {
+                SseFailure::Fatal(ApiError::Malformed(format!(
+                    "a {name} event that is not JSON: {e}"
+                )))
+            })?;
+            asm.event(&v, attempt, on_progress)?;
+            if asm.done {
+                return asm.finish().map_err(SseFailure::Fatal);
+            }
+        }
+        let chunk = tokio::select! {
+            c = body.next() => c,
+            _ = cancel.cancelled() => return Err(SseFailure::Fatal(ApiError::Cancelled)),
+        };
+        let broke = |detail: String| {
+            SseFailure::Retryable(
+                None,
+                ApiError::Unreachable {
+                    url: url.clone(),
+                    detail,
+                    attempts: attempt,
+                },
+            )
+        };
+        match chunk {
+            None => {
+                return Err(broke(
+                    "the reply stream broke off before message_stop".into(),
+                ))
+            }
+            Some(Err(e)) => {
+                return Err(broke(format!(
+                    "the reply stream broke off: {}",
+                    crate::tier::e2b::api::one_line(&e)
+                )))
+            }
+            // SSE allows CRLF line ends; JSON data never holds a raw CR.
+            Some(Ok(b)) => buf.extend(b.iter().filter(|c| **c != b'\r')),
+        }
+        if buf.len() > 64 << 20 {
+            return Err(SseFailure::Fatal(ApiError::Malformed(
+                "an event larger than 64 MiB".into(),
+            )));
+        }
+    }
+}
+
+/// `event:` and the joined `data:` lines of one SSE block.
+fn sse_fields(block: &[u8]) -> (String, String) {
+    let text = String::from_utf8_lossy(block);
+    let mut name = String::from("message");
+    let mut data: Vec<&str> = vec![];
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            name = v.trim().to_string();
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push(v.strip_prefix(' ').unwrap_or(v));
+        }
+    }
+    (name, data.join("\n"))
+}
+
+/// Builds the message from its stream of events.
+#[derive(Default)]
+struct Assembler {
+    id: String,
+    blocks: Vec<Value>,
+    partial_json: Vec<String>,
+    stop_reason: Option<String>,
+    usage: TokenUsage,
+    done: bool,
+}
+
+impl Assembler {
+    fn block(&mut self, v: &Value) -> Result<usize, SseFailure> {
+        let i = v.get("index").and_then(|i| i.as_u64()).unwrap_or(u64::MAX) as usize;
+        if i >= self.blocks.len() {
+            return Err(SseFailure::Fatal(ApiError::Malformed(format!(
+                "an event for content block {i}, which never started"
+            ))));
+        }
+        Ok(i)
+    }
+
+    fn event(
+        &mut self,
+        v: &Value,
+        attempt: u32,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<(), SseFailure> {
+        match v.get("type").and_then(|t| t.as_str()).unwrap_or("") {
+            "message_start" => {
+                let m = &v["message"];
+                self.id = m["id"].as_str().unwrap_or("").to_string();
+                self.usage.input_tokens = m["usage"]["input_tokens"].as_u64().unwrap_or(0);
+                self.usage.output_tokens = m["usage"]["output_tokens"].as_u64().unwrap_or(0);
+            }
+            "content_block_start" => {
+                let i = v.get("index").and_then(|i| i.as_u64()).unwrap_or(u64::MAX) as usize;
+                if i != self.blocks.len() {
+                    return Err(SseFailure::Fatal(ApiError::Malformed(format!(
+                        "content block {i} started out of order"
+                    ))));
+                }
+                self.blocks
+                    .push(v.get("content_block").cloned().unwrap_or(Value::Null));
+                self.partial_json.push(String::new());
+            }
+            "content_block_delta" => {
+                let i = self.block(v)?;
+                let d = &v["delta"];
+                match d["type"].as_str().unwrap_or("") {
+                    "text_delta" => {
+                        let t = d["text"].as_str().unwrap_or("");
+                        let cur = self.blocks[i]["text"].as_str().unwrap_or("").to_string();
+                        self.blocks[i]["text"] = Value::String(cur + t);
+                        if !t.is_empty() {
+                            on_progress(Progress::TextDelta(t.to_string()));
+                        }
+                    }
+                    "input_json_delta" => {
+                        self.partial_json[i].push_str(d["partial_json"].as_str().unwrap_or(""))
+                    }
+                    "thinking_delta" => {
+                        let cur = self.blocks[i]["thinking"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string();
+                        self.blocks[i]["thinking"] =
+                            Value::String(cur + d["thinking"].as_str().unwrap_or(""));
+                    }
+                    "signature_delta" => self.blocks[i]["signature"] = d["signature"].clone(),
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                let i = self.block(v)?;
+                if self.blocks[i]["type"] == "tool_use" {
+                    let raw = self.partial_json[i].trim();
+                    let input = if raw.is_empty() {
+                        json!({})
+                    } else {
+                        serde_json::from_str(raw).map_err(|e| {
+                            SseFailure::Fatal(ApiError::Malformed(format!(
+                                "tool input that is not JSON: {e}"
+                            )))
+                        })?
+                    };
+                    self.blocks[i]["input"] = input;
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                    self.stop_reason = Some(r.to_string());
+                }
+                if let Some(o) = v["usage"]["output_tokens"].as_u64() {
+                    self.usage.output_tokens = o;
+                }
+            }
+            "message_stop" => self.done = true,
+            "error" => {
+                let (kind, message) = error_parts(v);
+                let status = match kind.as_str() {
+                    "overloaded_error" => 529,
+                    "rate_limit_error" => 429,
+                    "api_error" => 500,
+                    "request_too_large" => 413,
+                    "not_found_error" => 404,
+                    "permission_error" => 403,
+                    "authentication_error" => 401,
+                    _ => 400,
+                };
+                let body = json!({"type": "error", "error": {"type": kind, "message": message}})
+                    .to_string();
+                let e = classify(status, &body, attempt, None);
+                return Err(if matches!(status, 429 | 500 | 529) {
+                    SseFailure::Retryable(Some(status), e)
+                } else {
+                    SseFailure::Fatal(e)
+                });
+            }
+            // ping, and event types added after this was written.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Response, ApiError> {
+        let r = Response {
+            id: self.id,
+            content: self.blocks,
+            stop_reason: self.stop_reason,
+            usage: Some(self.usage),
+        };
+        for b in &r.content {
+            parse_block(b)?;
+        }
+        Ok(r)
     }
 }
 

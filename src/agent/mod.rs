@@ -94,6 +94,9 @@ pub enum TranscriptEvent {
         tier: String,
         max_turns: u32,
     },
+    /// Model text as it streams in (live only: the turn's whole text follows
+    /// in `Text`, which the transcript keeps).
+    TextDelta { turn: u32, text: String },
     /// The model's text of one turn.
     Text { turn: u32, text: String },
     /// One model reply arrived.
@@ -227,7 +230,10 @@ impl Session {
     }
 
     async fn emit(&mut self, ev: TranscriptEvent) {
-        if !matches!(ev, TranscriptEvent::ToolOutput { .. }) {
+        if !matches!(
+            ev,
+            TranscriptEvent::ToolOutput { .. } | TranscriptEvent::TextDelta { .. }
+        ) {
             self.kept.push(ev.clone());
         }
         // A closed channel means the front end went away; the session still
@@ -297,22 +303,30 @@ impl Session {
                 system: &system,
                 messages: &messages,
                 tools: &tools,
+                stream: true,
             };
-            // Retries are told live (try_send: the callback cannot await).
+            // Streamed text and retries are told live (try_send: the
+            // callback cannot await; text deltas are for display only, the
+            // full text follows in a Text event).
             let tx = self.tx.clone();
             let kept = &mut self.kept;
-            let mut on_retry = |r: anthropic::Retry| {
-                let ev = TranscriptEvent::Retrying {
-                    turn,
-                    attempt: r.attempt,
-                    status: r.status,
-                    wait_ms: r.wait_ms,
-                    reason: r.reason,
-                };
-                kept.push(ev.clone());
-                let _ = tx.try_send(ev);
+            let mut on_progress = |p: anthropic::Progress| match p {
+                anthropic::Progress::TextDelta(text) => {
+                    let _ = tx.try_send(TranscriptEvent::TextDelta { turn, text });
+                }
+                anthropic::Progress::Retry(r) => {
+                    let ev = TranscriptEvent::Retrying {
+                        turn,
+                        attempt: r.attempt,
+                        status: r.status,
+                        wait_ms: r.wait_ms,
+                        reason: r.reason,
+                    };
+                    kept.push(ev.clone());
+                    let _ = tx.try_send(ev);
+                }
             };
-            let result = client.create(&req, &self.cancel, &mut on_retry).await;
+            let result = client.create(&req, &self.cancel, &mut on_progress).await;
             let resp = match result {
                 Ok(r) => r,
                 Err(anthropic::ApiError::Cancelled) => {

@@ -48,10 +48,10 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
     });
     let text = args.format == Format::Text;
     let mut out = std::io::stdout();
-    let mut mid_line = false;
+    let mut view = View::default();
     while let Some(ev) = handle.events.recv().await {
         if text {
-            render(&mut out, &ev, &mut mid_line);
+            render(&mut out, &ev, &mut view);
             let _ = out.flush();
         }
     }
@@ -73,10 +73,20 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
     })
 }
 
+/// What the text view remembers between events.
+#[derive(Debug, Default)]
+pub struct View {
+    /// The cursor is not at the start of a line.
+    mid_line: bool,
+    /// The turn whose text has been streamed already.
+    streamed_turn: Option<u32>,
+}
+
 /// One transcript event as terminal text. Everything from the model or a
 /// sandbox goes through `visible_controls`: neither may drive the terminal.
-pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
+pub fn render(out: &mut impl Write, ev: &TranscriptEvent, view: &mut View) {
     let clean = |s: &str| visible_controls(s.as_bytes());
+    let mid_line = &mut view.mid_line;
     let mut line = |out: &mut dyn Write, s: String| {
         if *mid_line {
             let _ = writeln!(out);
@@ -100,9 +110,28 @@ pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
             );
             line(out, format!("task: {}", clean(task)));
         }
+        TranscriptEvent::TextDelta { turn, text } => {
+            if view.streamed_turn != Some(*turn) {
+                line(out, format!("\n[turn {turn}] model:"));
+                view.streamed_turn = Some(*turn);
+            }
+            let t = clean(text);
+            let _ = write!(out, "{t}");
+            if !t.is_empty() {
+                *mid_line = !t.ends_with('\n');
+            }
+        }
         TranscriptEvent::Text { turn, text } => {
-            line(out, format!("\n[turn {turn}] model:"));
-            line(out, clean(text));
+            if view.streamed_turn == Some(*turn) {
+                // Already on screen, delta by delta.
+                if *mid_line {
+                    let _ = writeln!(out);
+                    *mid_line = false;
+                }
+            } else {
+                line(out, format!("\n[turn {turn}] model:"));
+                line(out, clean(text));
+            }
         }
         TranscriptEvent::Turn { .. } => {}
         TranscriptEvent::ToolCall {
@@ -124,11 +153,11 @@ pub fn render(out: &mut impl Write, ev: &TranscriptEvent, mid_line: &mut bool) {
             // stderr lines are marked "! " (at line starts only: a line may
             // come in several chunks).
             for piece in clean(text).split_inclusive('\n') {
-                if *stream == Stream::Stderr && !*mid_line {
+                if *stream == Stream::Stderr && !view.mid_line {
                     let _ = write!(out, "! ");
                 }
                 let _ = write!(out, "{piece}");
-                *mid_line = !piece.ends_with('\n');
+                view.mid_line = !piece.ends_with('\n');
             }
         }
         TranscriptEvent::ToolResult { summary, .. } => {
@@ -187,7 +216,7 @@ mod tests {
     #[test]
     fn stderr_is_marked_once_per_line_across_chunks() {
         let mut out = Vec::new();
-        let mut mid = false;
+        let mut mid = View::default();
         for (stream, text) in [
             (Stream::Stdout, "a\n"),
             (Stream::Stderr, "oops"),
@@ -202,5 +231,35 @@ mod tests {
             render(&mut out, &ev, &mut mid);
         }
         assert_eq!(String::from_utf8(out).unwrap(), "a\n! oops\n! x\n! y\n");
+    }
+
+    #[test]
+    fn streamed_text_is_shown_once() {
+        let mut out = Vec::new();
+        let mut v = View::default();
+        for ev in [
+            TranscriptEvent::TextDelta {
+                turn: 1,
+                text: "Hel".into(),
+            },
+            TranscriptEvent::TextDelta {
+                turn: 1,
+                text: "lo\u{1b}[2J".into(),
+            },
+            TranscriptEvent::Text {
+                turn: 1,
+                text: "Hello\u{1b}[2J".into(),
+            },
+            TranscriptEvent::Text {
+                turn: 2,
+                text: "unstreamed".into(),
+            },
+        ] {
+            render(&mut out, &ev, &mut v);
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "\n[turn 1] model:\nHello␛[2J\n\n[turn 2] model:\nunstreamed\n"
+        );
     }
 }

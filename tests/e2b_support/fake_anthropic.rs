@@ -32,9 +32,26 @@ impl FakeAnthropic {
                     return error(404, "not_found_error", "no such route");
                 }
                 let step = s.lock().unwrap().pop_front();
-                match step {
+                let reply = match step {
                     Some(f) => f(&req),
                     None => error(500, "api_error", "the test script is exhausted"),
+                };
+                // A whole message, asked for as a stream: send it as the
+                // API's server-sent events.
+                match reply {
+                    Reply::Full {
+                        status: 200,
+                        ref headers,
+                        ref body,
+                    } if req.json()["stream"] == true
+                        && headers
+                            .iter()
+                            .any(|(k, v)| k == "content-type" && v == "application/json") =>
+                    {
+                        let msg: Value = serde_json::from_slice(body).unwrap();
+                        sse(&to_events(&msg))
+                    }
+                    other => other,
                 }
             }
         })
@@ -95,4 +112,74 @@ pub fn final_text(text: &str) -> Reply {
 /// A step that always gives the same reply.
 pub fn step(f: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Step {
     Box::new(f)
+}
+
+/// The SSE events the API sends for a whole message: message_start, per block
+/// content_block_start / two deltas / content_block_stop, message_delta,
+/// message_stop (with a ping, as the API sends).
+pub fn to_events(msg: &Value) -> Vec<Value> {
+    let mut ev = vec![json!({"type": "message_start", "message": {
+        "id": msg["id"], "type": "message", "role": "assistant", "model": msg["model"], "content": [],
+        "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": msg["usage"]["input_tokens"], "output_tokens": 1}}})];
+    ev.push(json!({"type": "ping"}));
+    for (i, b) in msg["content"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let split = |s: &str| {
+            let mut at = s.len() / 2;
+            while !s.is_char_boundary(at) {
+                at -= 1;
+            }
+            (s[..at].to_string(), s[at..].to_string())
+        };
+        match b["type"].as_str() {
+            Some("text") => {
+                ev.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}));
+                let (a, c) = split(b["text"].as_str().unwrap_or(""));
+                for part in [a, c] {
+                    ev.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": part}}));
+                }
+            }
+            Some("tool_use") => {
+                ev.push(json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}}));
+                let (a, c) = split(&b["input"].to_string());
+                for part in [a, c] {
+                    ev.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": part}}));
+                }
+            }
+            _ => ev.push(json!({"type": "content_block_start", "index": i, "content_block": b})),
+        }
+        ev.push(json!({"type": "content_block_stop", "index": i}));
+    }
+    ev.push(json!({"type": "message_delta", "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": null},
+        "usage": {"output_tokens": msg["usage"]["output_tokens"]}}));
+    ev.push(json!({"type": "message_stop"}));
+    ev
+}
+
+/// One SSE block (`event:` + `data:`), with CRLF line ends as servers may use.
+pub fn sse_block(v: &Value) -> Vec<u8> {
+    format!(
+        "event: {}\r\ndata: {}\r\n\r\n",
+        v["type"].as_str().unwrap_or("message"),
+        v
+    )
+    .into_bytes()
+}
+
+pub fn sse(events: &[Value]) -> Reply {
+    Reply::Full {
+        status: 200,
+        headers: vec![(
+            "content-type".into(),
+            "text/event-stream; charset=utf-8".into(),
+        )],
+        body: events.iter().flat_map(sse_block).collect(),
+    }
 }
