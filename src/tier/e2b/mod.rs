@@ -419,17 +419,15 @@ impl E2bTier {
         ctx.emit(EventKind::Phase(Phase::Booting)).await;
         // Not raced against ctx.stop: a create that completes after we gave up
         // would leave a sandbox whose id we never learnt.
-        let notes = std::sync::Mutex::new(Vec::<String>::new());
         let created = api
             .create(&s.template, ttl, spec.limits.network, &|m| {
-                if let Ok(mut n) = notes.lock() {
-                    n.push(m)
-                }
+                // Live (the callback cannot await; a full channel only loses the note).
+                let _ = ctx.tx.try_send(crate::event::RunEvent {
+                    at_ms: ctx.ms(),
+                    kind: EventKind::Note(m),
+                });
             })
             .await;
-        for n in notes.into_inner().unwrap_or_default() {
-            ctx.emit(EventKind::Note(n)).await;
-        }
         let created = created?;
         let guard = LiveGuard::register(&created.sandbox_id, s, key);
         ctx.emit(EventKind::Note(format!(
@@ -439,19 +437,24 @@ impl E2bTier {
         .await;
 
         let envd_url = s.envd_url(&created.sandbox_id, created.domain.as_deref());
-        let http = api::http_client(&[envd_url.as_str()])?;
-        let envd = Envd::new(
-            http,
-            envd_url.clone(),
-            created.sandbox_id.clone(),
-            created.envd_access_token.clone(),
-        );
-        let result = if ctx.stop.is_cancelled() {
-            ctx.emit(EventKind::Exit(ExitStatus::default())).await;
-            Ok(Usage::default())
-        } else {
-            execute(&envd, &spec, &ctx).await
-        };
+        // Everything between create and kill is in here, so that no `?`
+        // can skip the kill.
+        let result = async {
+            let http = api::http_client(&[envd_url.as_str()])?;
+            let envd = Envd::new(
+                http,
+                envd_url.clone(),
+                created.sandbox_id.clone(),
+                created.envd_access_token.clone(),
+            );
+            if ctx.stop.is_cancelled() {
+                ctx.emit(EventKind::Exit(ExitStatus::default())).await;
+                Ok(Usage::default())
+            } else {
+                execute(&envd, &spec, &ctx).await
+            }
+        }
+        .await;
 
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         let kill = api.kill_with_retry(&created.sandbox_id).await;
