@@ -143,6 +143,13 @@ async fn lifecycle_streams_output_live_reports_exit_and_kills() {
         let get = |k: &str| h.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("x-access-token").as_deref(), Some("tok-sbx0001"));
         assert_eq!(get("authorization").as_deref(), Some("Basic dXNlcjo="));
+        // The program's environment is sandbench's scrubbed one: nothing of
+        // this process's (E2B_API_KEY included) goes along.
+        let envs = st.start_process[0]["envs"].as_object().unwrap();
+        let names: Vec<&str> = envs.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["HOME", "LANG", "PATH", "TMPDIR"]);
+        assert!(!st.start_process[0].to_string().contains(KEY));
+        assert_eq!(st.start_process[0]["cwd"], "/home/user/sandbench");
         assert_eq!(st.killed, st.created);
     }
     assert_nothing_left(&fake).await;

@@ -76,6 +76,8 @@ pub struct State {
     pub create_bodies: Vec<Value>,
     /// Headers of each Start call.
     pub start_headers: Vec<Vec<(String, String)>>,
+    /// The `process` config of each Start call.
+    pub start_process: Vec<Value>,
     /// Programs still running (pid) in the fake.
     pub running: Vec<u32>,
     pub log: Vec<String>,
@@ -405,6 +407,7 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     }
     let msg: Value = serde_json::from_slice(&b[5..]).unwrap_or(Value::Null);
     let p = &msg["process"];
+    state.lock().unwrap().start_process.push(p.clone());
     let mode = state.lock().unwrap().knobs.start.clone();
     if mode == StartMode::Http502 {
         return err(502, "The sandbox was not found");
