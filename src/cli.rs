@@ -30,6 +30,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Every hostile sample on every tier: which tier stops what, at what cost.
     Gauntlet(GauntletArgs),
+    /// Let a model solve a task with one tool, run_code, executed in a sandbox.
+    Agent(AgentArgs),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -178,4 +180,23 @@ pub struct CompareArgs {
     pub format: Format,
     /// The program, or - for standard input.
     pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Tier the model's code runs on (default: the configured default tier).
+    #[arg(long, short, value_name = "TIER")]
+    pub tier: Option<String>,
+    /// Model name (default from [agent] model in the config).
+    #[arg(long, short, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Model turns before the loop stops without a final answer.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=200))]
+    pub max_turns: Option<u32>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// What the model should do.
+    pub task: String,
 }

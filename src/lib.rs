@@ -3,6 +3,7 @@
 //!
 //! `RunSpec` → [`tier::Tier`] → stream of [`event::RunEvent`] → [`runner`] → [`report::RunReport`].
 
+pub mod agent;
 pub mod cli;
 pub mod cmd;
 pub mod config;

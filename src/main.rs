@@ -50,12 +50,13 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         sandbench::tier::reap_leftovers().await;
-        match cli.command {
+        let r = match cli.command {
             Some(Command::Run(a)) => cmd::run::run(a, &config).await,
             Some(Command::Compare(a)) => cmd::compare::run(a, &config).await,
             Some(Command::Doctor(a)) => cmd::doctor::run(a, &config).await,
             Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
             Some(Command::Gauntlet(a)) => cmd::gauntlet::run(a, &config).await,
+            Some(Command::Agent(a)) => cmd::agent::run(a, &config).await,
             Some(Command::Completions { shell }) => {
                 clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
                 Ok(0)
@@ -64,7 +65,9 @@ fn main() -> ExitCode {
                 let _ = Cli::command().print_help();
                 Ok(0)
             }
-        }
+        };
+        sandbench::tier::shutdown().await;
+        r
     });
     match result {
         Ok(code) => ExitCode::from(code as u8),

@@ -14,12 +14,13 @@ use crate::config::Config;
 use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
 use crate::spec::RunSpec;
 
+pub mod e2b;
 pub mod process;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Every tier sandbench knows, in order of isolation strength.
-pub const KNOWN: &[&str] = &["process"];
+pub const KNOWN: &[&str] = &["process", "e2b"];
 
 /// What a run needs from the runner: a clock, a place to send events and a
 /// token that says "stop now" (cancel, wall timeout, output limit).
@@ -102,6 +103,7 @@ pub trait Tier: Send + Sync {
 pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
     match name {
         "process" => Ok(Arc::new(process::ProcessTier::new(config))),
+        "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
         other => anyhow::bail!("unknown tier '{other}' (known: {})", KNOWN.join(", ")),
     }
 }
@@ -145,4 +147,10 @@ pub async fn probe_selected(
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
 pub async fn reap_leftovers() {
     process::reap_leftovers();
+}
+
+/// Clean up what this process still holds, before it exits (remote
+/// sandboxes cost money and outlive us otherwise).
+pub async fn shutdown() {
+    e2b::kill_live().await;
 }
