@@ -12,3 +12,5 @@ pub mod tier;
 pub mod cli;
 pub mod cmd;
 pub mod sanitize;
+pub mod samples;
+pub mod tui;
