@@ -217,6 +217,8 @@ pub struct App {
     /// Something changed since the last draw.
     pub dirty: bool,
     pub areas: Areas,
+    /// Run clocks follow the wall clock (tests turn this off).
+    pub live_clock: bool,
 }
 
 impl App {
@@ -252,6 +254,7 @@ impl App {
             quit_armed: false,
             dirty: true,
             areas: Areas::default(),
+            live_clock: true,
         }
     }
 
@@ -727,7 +730,9 @@ impl App {
     fn start(&mut self, tier: &str, spec: RunSpec) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.runs.insert(id, RunView::new(id, tier, &spec.label, spec.limits.clone()));
+        let mut view = RunView::new(id, tier, &spec.label, spec.limits.clone());
+        view.live_clock = self.live_clock;
+        self.runs.insert(id, view);
         self.effects.push(Effect::Start { id, tier: tier.to_string(), spec });
         self.prune();
         id

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod editor;
+pub mod headless;
 pub mod event_loop;
 pub mod highlight;
 pub mod keymap;

@@ -59,6 +59,9 @@ pub struct RunView {
     pub report: Option<Box<RunReport>>,
     pub bytes: u64,
     pub cancelling: bool,
+    /// Elapsed time follows the wall clock (off: the latest event's time,
+    /// which makes headless renders deterministic).
+    pub live_clock: bool,
 }
 
 impl RunView {
@@ -85,6 +88,7 @@ impl RunView {
             report: None,
             bytes: 0,
             cancelling: false,
+            live_clock: true,
         }
     }
 
@@ -104,7 +108,8 @@ impl RunView {
     pub fn elapsed_ms(&self) -> f64 {
         match &self.report {
             Some(r) => r.timings_ms.total,
-            None => self.started.elapsed().as_secs_f64() * 1000.0,
+            None if self.live_clock => self.started.elapsed().as_secs_f64() * 1000.0,
+            None => self.last_ms,
         }
     }
 

@@ -31,9 +31,9 @@ fn draw_column(app: &App, run: &RunView, f: &mut Frame, area: Rect) {
     let block = pane(app, format!(" {} · {} ", run.tier, run.state_line()), focused);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    let res_h = (6 + run.violations.len() as u16 + if run.finished() { 2 } else { 0 }).min(inner.height / 2 + 2);
+    let res_h = (7 + run.violations.len() as u16 + if run.finished() { 2 } else { 0 }).min(inner.height / 2 + 2);
     let [res, out] = Layout::vertical([Constraint::Length(res_h), Constraint::Min(0)]).areas(inner);
-    draw_run_resources(app, run, f, res);
+    draw_run_resources(app, run, f, res, false);
     // The tail of the output.
     let partials: Vec<OutLine> = run.partials().collect();
     let n = run.lines.len() + partials.len();

@@ -1,7 +1,7 @@
 //! The output pane: sanitized stdout/stderr, phase and violation lines.
 
 use ratatui::layout::Rect;
-use ratatui::style::{Color, Style};
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
@@ -86,7 +86,7 @@ pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static
         }
     }
     if l.line.cut > 0 && used + 4 < room {
-        spans.push(Span::styled(format!(" …+{} chars", l.line.cut), Style::new().fg(app.theme.ui.dim).bg(Color::Reset)));
+        spans.push(Span::styled(format!(" …+{} chars", l.line.cut), Style::new().fg(app.theme.ui.dim)));
     }
     Line::from(spans)
 }

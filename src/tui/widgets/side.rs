@@ -12,6 +12,49 @@ use crate::event::Phase;
 use crate::tui::app::App;
 use crate::tui::run_view::{fmt_ms, RunView};
 
+/// Rows the tier pane wants at `width` (borders included).
+pub fn tiers_height(app: &App, width: u16) -> u16 {
+    let w = width.saturating_sub(2).max(1) as usize;
+    let detail: usize = detail_lines(app).iter().map(|l| wrapped_rows(&l.to_string(), w)).sum();
+    (app.tiers.len() + detail + 2) as u16
+}
+
+/// Rows a greedy word wrap at `w` columns takes.
+fn wrapped_rows(text: &str, w: usize) -> usize {
+    let mut rows = 1;
+    let mut col = 0;
+    for word in text.split(' ') {
+        let n = word.chars().count();
+        let need = if col == 0 { n } else { col + 1 + n };
+        if need <= w {
+            col = need;
+        } else {
+            rows += usize::from(col > 0);
+            rows += n.saturating_sub(1) / w.max(1);
+            col = n % w.max(1);
+        }
+    }
+    rows
+}
+
+/// The selected tier's summary, and what failed and the fix when unavailable.
+fn detail_lines(app: &App) -> Vec<Line<'static>> {
+    let t = &app.theme;
+    let mut lines = vec![];
+    if let Some(a) = &app.selected_tier().avail {
+        lines.push(Line::from(Span::styled(a.summary.clone(), t.dim())));
+        if !a.available {
+            if let Some(c) = a.checks.iter().find(|c| !c.ok) {
+                lines.push(Line::from(Span::styled(format!("{}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
+                if let Some(fix) = &c.fix {
+                    lines.push(Line::from(vec![Span::styled("fix: ", t.key()), Span::styled(fix.clone(), Style::new().fg(t.ui.fg))]));
+                }
+            }
+        }
+    }
+    lines
+}
+
 pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
     let block = pane(app, " tiers ", false);
@@ -32,19 +75,8 @@ pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
             Span::styled(format!("{glyph} {state}"), st),
         ]));
     }
-    // The selected tier's one-line summary, and the fix when unavailable.
-    if let Some(a) = &app.selected_tier().avail {
-        lines.push(Line::from(Span::styled(a.summary.clone(), t.dim())));
-        if !a.available {
-            if let Some(c) = a.checks.iter().find(|c| !c.ok) {
-                lines.push(Line::from(Span::styled(format!("{}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
-                if let Some(fix) = &c.fix {
-                    lines.push(Line::from(vec![Span::styled("fix: ", t.key()), Span::styled(fix.clone(), Style::new().fg(t.ui.fg))]));
-                }
-            }
-        }
-    }
-    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner);
+    lines.extend(detail_lines(app));
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
 pub fn draw_resources(app: &App, f: &mut Frame, area: Rect) {
@@ -61,10 +93,10 @@ pub fn draw_resources(app: &App, f: &mut Frame, area: Rect) {
         f.render_widget(Paragraph::new(text).block(block), area);
         return;
     };
-    let block = pane(app, format!(" {} · {} ", run.tier, run.state_line()), false);
+    let block = pane(app, format!(" resources · {} ", run.tier), false);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    draw_run_resources(app, run, f, inner);
+    draw_run_resources(app, run, f, inner, true);
 }
 
 /// Phase times of a run: (setup, run, teardown) so far.
@@ -84,11 +116,16 @@ pub fn phase_times(run: &RunView) -> (Option<f64>, Option<f64>, Option<f64>) {
 }
 
 /// The body of the resources pane (also used by compare columns).
-pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect) {
+pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
     let t = &app.theme;
     let (setup, ran, down) = phase_times(run);
     let opt = |v: Option<f64>| v.map(fmt_ms).unwrap_or_else(|| "–".into());
+    let state_style = match &run.report {
+        Some(r) => outcome_style(app, r.outcome).0,
+        None => bold(Style::new().fg(t.ui.accent)),
+    };
     let mut top = vec![
+        Line::from(Span::styled(run.state_line(), state_style)),
         Line::from(vec![
             Span::styled("setup ", t.dim()),
             Span::styled(opt(setup), Style::new().fg(t.ui.fg)),
@@ -102,12 +139,15 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect) {
         ]),
     ];
     if run.bytes == 0 {
-        top[1].spans.pop();
+        top[2].spans.pop();
+    }
+    if !with_state {
+        top.remove(0);
     }
     let outcome_lines = outcome_lines(app, run);
     let spark_h = if area.height >= 14 { 2 } else { 1 };
     let [head, cpu_l, mem_l, mem_g, pid_g, tail] = Layout::vertical([
-        Constraint::Length(2),
+        Constraint::Length(top.len() as u16),
         Constraint::Length(spark_h),
         Constraint::Length(spark_h),
         Constraint::Length(1),
@@ -119,7 +159,11 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect) {
     let label_w = 9u16;
     let cpu_txt = run.cpu_pct().map(|c| format!("cpu {c:>3}%")).unwrap_or_else(|| "cpu    –".into());
     sparkline(f, cpu_l, label_w, &cpu_txt, run.cpu_hist.iter().copied(), Some(100), Style::new().fg(t.ui.cpu), t.dim());
-    let mem_txt = format!("mem {:>4}", run.usage.memory_bytes.map(short_size).unwrap_or_else(|| "–".into()));
+    // Once the run is over, the gauges and labels show peaks.
+    let done = run.finished();
+    let mem = if done { Some(run.peak_memory) } else { run.usage.memory_bytes };
+    let pids = if done { run.peak_pids } else { run.usage.pids.unwrap_or(0) };
+    let mem_txt = format!("{} {:>4}", if done { "peak" } else { "mem " }, mem.map(short_size).unwrap_or_else(|| "–".into()));
     sparkline(
         f,
         mem_l,
@@ -130,9 +174,8 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect) {
         Style::new().fg(t.ui.memory),
         t.dim(),
     );
-    let mem = run.usage.memory_bytes.unwrap_or(0);
+    let mem = mem.unwrap_or(0);
     gauge(app, f, mem_g, "mem", mem as f64 / run.limits.memory_bytes.max(1) as f64, format!("{}/{}", short_size(mem), short_size(run.limits.memory_bytes)));
-    let pids = run.usage.pids.unwrap_or(0);
     gauge(app, f, pid_g, "pids", pids as f64 / run.limits.pids.max(1) as f64, format!("{}/{}", pids, run.limits.pids));
     f.render_widget(Paragraph::new(outcome_lines).wrap(Wrap { trim: true }), tail);
 }
