@@ -88,6 +88,10 @@ impl Theme {
         Theme::load("dark").expect("the built-in dark theme parses")
     }
 
+    pub fn light() -> Theme {
+        Theme::load("light").expect("the built-in light theme parses")
+    }
+
     pub fn base(&self) -> Style {
         Style::new().fg(self.ui.fg).bg(self.ui.bg)
     }

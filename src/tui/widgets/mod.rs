@@ -37,7 +37,7 @@ fn main_layout(app: &App, area: Rect) -> Main {
     let right_w = (area.width * 32 / 100).clamp(26, 44).min(area.width / 2);
     let [left, right] = Layout::horizontal([Constraint::Min(10), Constraint::Length(right_w)]).areas(body);
     let [editor, output] = Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(left);
-    let tiers_h = side::tiers_height(app, right.width).clamp(app.tiers.len() as u16 + 3, right.height / 2);
+    let tiers_h = side::tiers_height(app, right.width).max(app.tiers.len() as u16 + 3).min(right.height / 2);
     let [tiers, resources] = Layout::vertical([Constraint::Length(tiers_h), Constraint::Min(3)]).areas(right);
     Main { body, status, keybar, left, editor, output, tiers, resources }
 }

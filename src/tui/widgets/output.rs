@@ -27,7 +27,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     };
     let mut title = format!(" output · {} · {} ", run.tier, if app.follow { "following" } else { "scrolled" });
     if run.lines.dropped > 0 {
-        title.push_str(&format!("· {} older lines dropped ", run.lines.dropped));
+        title.push_str(&format!("· {} dropped ", run.lines.dropped));
     }
     let block = pane(app, title, focused);
     let inner = block.inner(area);
@@ -62,7 +62,9 @@ pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static
     };
     let mut spans = vec![gutter];
     let mut col = 0usize;
-    let room = width.saturating_sub(1);
+    // A cut line ends with how much was cut, always visible.
+    let note = (l.line.cut > 0).then(|| format!(" …+{}", l.line.cut));
+    let room = width.saturating_sub(1).saturating_sub(note.as_ref().map_or(0, |n| n.chars().count()));
     let mut used = 0usize;
     'outer: for (style, text) in &l.line.segments {
         let st = base.patch(*style);
@@ -85,8 +87,8 @@ pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static
             spans.push(Span::styled(s, st));
         }
     }
-    if l.line.cut > 0 && used + 4 < room {
-        spans.push(Span::styled(format!(" …+{} chars", l.line.cut), Style::new().fg(app.theme.ui.dim)));
+    if let Some(n) = note {
+        spans.push(Span::styled(n, Style::new().fg(app.theme.ui.dim)));
     }
     Line::from(spans)
 }

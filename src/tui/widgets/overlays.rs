@@ -65,6 +65,7 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPic
         .collect();
     let list = List::new(items)
         .style(Style::new().fg(t.ui.fg))
+        .highlight_symbol("▶")
         .highlight_style(Style::new().bg(t.ui.selection_bg).add_modifier(Modifier::BOLD));
     let mut state = ListState::default().with_selected(Some(p.selected));
     f.render_stateful_widget(list, left, &mut state);
@@ -95,7 +96,8 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPic
             exp.push("—".into());
         }
         lines.push(field("expect", exp.join(" ")));
-        lines.push(field("file", s.path.display().to_string()));
+        let file = s.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        lines.push(field("file", format!("{group}/{file}")));
         lines.push(Line::default());
         for code in s.code.lines().filter(|l| !l.starts_with('#')).take(right.height as usize) {
             lines.push(Line::from(Span::styled(crate::sanitize::visible_controls(code.as_bytes()), t.dim())));
