@@ -14,6 +14,8 @@ pub struct Config {
     pub theme: String,
     pub limits: Limits,
     pub process: ProcessConfig,
+    /// Where the workbench's samples picker looks first (holding benign/ and hostile/).
+    pub samples_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -39,6 +41,7 @@ impl Default for Config {
             theme: "dark".into(),
             limits: Limits::default(),
             process: ProcessConfig::default(),
+            samples_dir: None,
         }
     }
 }

@@ -36,8 +36,9 @@ const DRAIN_BUDGET: Duration = Duration::from_millis(6);
 const HIGHLIGHT_BUDGET: Duration = Duration::from_millis(3);
 /// After a quit, how long running runs get to stop and clean up.
 const QUIT_GRACE: Duration = Duration::from_secs(30);
-/// Run events waiting for the UI (backpressure beyond this).
-const CHANNEL: usize = 1024;
+/// Run events waiting for the UI (backpressure beyond this). Output chunks
+/// are up to 64 KiB, so this bounds queued output to about 8 MiB.
+const CHANNEL: usize = 128;
 
 /// Runs and probes: the only part that touches tiers.
 struct Engine {
@@ -227,6 +228,28 @@ impl<B: Backend> Loop<'_, B> {
     }
 }
 
+impl<B: Backend> Loop<'_, B> {
+    /// Whatever ended the loop (quit, a terminal error), runs still going are
+    /// cancelled and waited for, so that nothing of theirs is left behind.
+    async fn shutdown(&mut self) {
+        if self.app.active_runs().is_empty() {
+            return;
+        }
+        self.app.quit(true);
+        self.effects();
+        let deadline = tokio::time::Instant::now() + QUIT_GRACE;
+        while !self.app.active_runs().is_empty() {
+            match tokio::time::timeout_at(deadline, self.run_rx.recv()).await {
+                Ok(Some(m)) => self.app.update(m),
+                Ok(None) | Err(_) => {
+                    tracing::warn!("runs did not end within {QUIT_GRACE:?} of shutting down");
+                    break;
+                }
+            }
+        }
+    }
+}
+
 fn new_loop<'a, B: Backend>(terminal: &'a mut Terminal<B>, app: &'a mut App, config: &Config, input: Input) -> Loop<'a, B> {
     let (run_tx, run_rx) = mpsc::channel(CHANNEL);
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
@@ -242,6 +265,11 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
     if let Some(f) = &file {
         app.open(f).map_err(|e| usage(format!("{e:#}")))?;
     }
+    if let Some(d) = &config.samples_dir {
+        // $SANDBENCH_SAMPLES (first when set) still wins over the config.
+        let at = usize::from(std::env::var_os("SANDBENCH_SAMPLES").is_some());
+        app.samples_dirs.insert(at, d.clone());
+    }
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(usage("the workbench needs a terminal; for headless runs use `sandbench run FILE`"));
     }
@@ -253,6 +281,7 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
         lp.engine.load_assets();
         spawn_signals(lp.engine.ctl_tx.clone());
         let r = lp.run(|_| false).await;
+        lp.shutdown().await;
         let s = &lp.stats;
         tracing::info!(
             frames = s.frames.len(),

@@ -21,7 +21,46 @@ pub struct SyntaxAssets {
 
 impl SyntaxAssets {
     pub fn load() -> SyntaxAssets {
-        SyntaxAssets { syntaxes: SyntaxSet::load_defaults_newlines(), themes: ThemeSet::load_defaults() }
+        let a = SyntaxAssets { syntaxes: SyntaxSet::load_defaults_newlines(), themes: ThemeSet::load_defaults() };
+        a.warm_up();
+        a
+    }
+
+    /// syntect compiles each regex on first use (hundreds of ms in a debug
+    /// build): parse typical code once here, on the loading thread, so the
+    /// first highlight on the UI thread is not the one that pays.
+    fn warm_up(&self) {
+        const PY: &str = r#"import os, sys
+@dec
+class A(B):
+    def f(self, x=1, *a, **k) -> int:
+        '''doc'''
+        s = f"{x!r:>3}" + r'\d' + b'\x00' # c
+        return [i for i in range(10) if i % 2 == 0 and not None]
+while True:
+    try:
+        pass
+    except Exception as e:
+        raise
+x = lambda y: y ** 2; print(x(3), 0x1f, 1.5e3)
+"#;
+        const SH: &str = r#"#!/bin/sh
+set -eu
+for i in $(seq 1 3); do
+  echo "$i ${HOME:-x}" 'q' > /dev/null 2>&1 | cat
+done
+if [ -n "$1" ]; then f() { local a=$((1+2)); }; fi
+case $x in a) ;; esac
+while :; do :; done & wait
+"#;
+        for (ext, code) in [("py", PY), ("sh", SH)] {
+            if let Some(syntax) = self.syntaxes.find_syntax_by_extension(ext) {
+                let mut ps = ParseState::new(syntax);
+                for line in code.split_inclusive('\n') {
+                    let _ = ps.parse_line(line, &self.syntaxes);
+                }
+            }
+        }
     }
 }
 

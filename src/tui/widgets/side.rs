@@ -156,7 +156,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     ])
     .areas(area);
     f.render_widget(Paragraph::new(top), head);
-    let label_w = 9u16;
+    let label_w = 10u16;
     let cpu_txt = run.cpu_pct().map(|c| format!("cpu {c:>3}%")).unwrap_or_else(|| "cpu    –".into());
     sparkline(f, cpu_l, label_w, &cpu_txt, run.cpu_hist.iter().copied(), Some(100), Style::new().fg(t.ui.cpu), t.dim());
     // Once the run is over, the gauges and labels show peaks.
