@@ -321,6 +321,19 @@ fn printable_bytes(b: &[u8]) -> String {
 impl vte::Perform for Performer {
     fn print(&mut self, c: char) {
         self.heard = true;
+        // Fast path: printable ASCII (the bulk of any flood).
+        if (' '..='~').contains(&c) && !self.cr {
+            if self.line.width >= self.max_cols {
+                self.line.cut += 1;
+                return;
+            }
+            match self.line.segments.last_mut() {
+                Some((s, text)) if *s == self.style => text.push(c),
+                _ => self.line.segments.push((self.style, String::from(c))),
+            }
+            self.line.width += 1;
+            return;
+        }
         // A C1 control split across two chunks arrives here, not in execute.
         if c.is_control() && c != '\x7f' && (c as u32) < 0x100 {
             return self.execute(c as u32 as u8);

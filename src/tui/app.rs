@@ -27,6 +27,8 @@ pub enum Msg {
     Key(KeyEvent),
     Paste(String),
     Run(u64, RunEvent),
+    /// Output of a run, already sanitized off the UI thread.
+    Lines { id: u64, at_ms: f64, stream: crate::event::Stream, lines: Vec<crate::sanitize::StyledLine>, partial: crate::sanitize::StyledLine, bytes: u64 },
     Probed(Availability),
     Assets(Arc<SyntaxAssets>),
     /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
@@ -325,6 +327,11 @@ impl App {
             Msg::Key(k) => self.on_key(k),
             Msg::Paste(s) => self.on_paste(&s),
             Msg::Run(id, ev) => self.on_run_event(id, ev),
+            Msg::Lines { id, at_ms, stream, lines, partial, bytes } => {
+                if let Some(r) = self.runs.get_mut(&id) {
+                    r.apply_lines(at_ms, stream, lines, partial, bytes);
+                }
+            }
             Msg::Probed(a) => {
                 if let Some(t) = self.tiers.iter_mut().find(|t| t.name == a.tier) {
                     t.avail = Some(a);

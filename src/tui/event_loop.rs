@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::app::{App, Effect, Msg};
 use super::highlight::SyntaxAssets;
+use super::run_view::PreSanitizer;
 use super::theme::Theme;
 use super::widgets;
 use crate::cmd::usage;
@@ -84,8 +85,9 @@ impl Engine {
                 self.cancels.insert(id, handle.canceller());
                 let tx = self.run_tx.clone();
                 tokio::spawn(async move {
+                    let mut pre = PreSanitizer::default();
                     while let Some(ev) = handle.events.recv().await {
-                        if tx.send(Msg::Run(id, ev)).await.is_err() {
+                        if tx.send(pre.convert(id, ev)).await.is_err() {
                             // The UI is gone: still drain so the run ends and cleans up.
                             handle.cancel();
                         }
@@ -395,7 +397,9 @@ pub async fn bench_ui(config: &Config, source: FloodSource, secs: u64, width: u1
                 let long = vec![b'y'; 1 << 16];
                 let t0 = Instant::now();
                 let mut k = 0u64;
-                let ev = |kind| Msg::Run(id, RunEvent { at_ms: t0.elapsed().as_secs_f64() * 1000.0, kind });
+                // The same path as real runs: sanitized in this task, not on the UI thread.
+                let mut pre = PreSanitizer::default();
+                let mut ev = |kind| pre.convert(id, RunEvent { at_ms: t0.elapsed().as_secs_f64() * 1000.0, kind });
                 let _ = tx.send(ev(EventKind::Phase(crate::event::Phase::Running))).await;
                 while t0.elapsed() < Duration::from_secs(secs) {
                     // Every 16th chunk is part of one endless line (20 MB+ over a run).

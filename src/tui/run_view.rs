@@ -43,6 +43,8 @@ pub struct RunView {
     pub lines: LineRing<OutLine>,
     stdout: Sanitizer,
     stderr: Sanitizer,
+    /// The lines being written on stdout / stderr (no newline yet).
+    partial: [StyledLine; 2],
     pub phases: Vec<(Phase, f64)>,
     /// Time of the latest event (ms since the run started).
     pub last_ms: f64,
@@ -74,6 +76,7 @@ impl RunView {
             lines: LineRing::new(MAX_LINES),
             stdout: Sanitizer::new(MAX_LINE_COLS),
             stderr: Sanitizer::new(MAX_LINE_COLS),
+            partial: Default::default(),
             phases: vec![],
             last_ms: 0.0,
             started: Instant::now(),
@@ -115,10 +118,25 @@ impl RunView {
 
     /// The lines being written on stdout / stderr (no newline yet).
     pub fn partials(&self) -> impl Iterator<Item = OutLine> + '_ {
-        [(Origin::Stdout, &self.stdout), (Origin::Stderr, &self.stderr)]
+        [(Origin::Stdout, &self.partial[0]), (Origin::Stderr, &self.partial[1])]
             .into_iter()
-            .filter(|(_, s)| !s.partial().is_empty())
-            .map(|(origin, s)| OutLine { origin, line: s.partial().clone() })
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(origin, l)| OutLine { origin, line: l.clone() })
+    }
+
+    /// Output already sanitized (off the UI thread, see `PreSanitizer`):
+    /// complete lines, and the line being written.
+    pub fn apply_lines(&mut self, at_ms: f64, stream: Stream, lines: Vec<StyledLine>, partial: StyledLine, bytes: u64) {
+        self.last_ms = self.last_ms.max(at_ms);
+        self.bytes += bytes;
+        let origin = match stream {
+            Stream::Stdout => Origin::Stdout,
+            Stream::Stderr => Origin::Stderr,
+        };
+        for line in lines {
+            self.lines.push(OutLine { origin, line });
+        }
+        self.partial[stream_index(stream)] = partial;
     }
 
     /// How many lines the output pane has (ring + partial lines).
@@ -134,11 +152,13 @@ impl RunView {
     /// Phase and violation lines interrupt output mid-line: end the partial
     /// lines first so the order on screen is the order of events.
     fn flush_partials(&mut self) {
-        if let Some(l) = self.stdout.finish() {
-            self.lines.push(OutLine { origin: Origin::Stdout, line: l });
-        }
-        if let Some(l) = self.stderr.finish() {
-            self.lines.push(OutLine { origin: Origin::Stderr, line: l });
+        self.stdout.finish();
+        self.stderr.finish();
+        for (i, origin) in [(0, Origin::Stdout), (1, Origin::Stderr)] {
+            let l = std::mem::take(&mut self.partial[i]);
+            if !l.is_empty() {
+                self.lines.push(OutLine { origin, line: l });
+            }
         }
     }
 
@@ -151,16 +171,14 @@ impl RunView {
                 self.meta(Origin::Phase, format!("── {} at {at}", p.name()));
             }
             EventKind::Output(stream, bytes) => {
-                self.bytes += bytes.len() as u64;
-                let (san, origin) = match stream {
-                    Stream::Stdout => (&mut self.stdout, Origin::Stdout),
-                    Stream::Stderr => (&mut self.stderr, Origin::Stderr),
+                let san = match stream {
+                    Stream::Stdout => &mut self.stdout,
+                    Stream::Stderr => &mut self.stderr,
                 };
                 let mut done = vec![];
                 san.feed(&bytes, &mut done);
-                for line in done {
-                    self.lines.push(OutLine { origin, line });
-                }
+                let partial = san.partial().clone();
+                self.apply_lines(ev.at_ms, stream, done, partial, bytes.len() as u64);
             }
             EventKind::Usage(u) => self.usage_sample(ev.at_ms, u),
             EventKind::Violation(v) => {
@@ -244,6 +262,47 @@ impl RunView {
             crate::runner::fmt_dur(self.limits.wall_time),
             self.limits.pids
         )
+    }
+}
+
+fn stream_index(s: Stream) -> usize {
+    match s {
+        Stream::Stdout => 0,
+        Stream::Stderr => 1,
+    }
+}
+
+/// Sanitizes a run's output before it reaches the UI thread (in the task
+/// that forwards the run's events), so that the UI only moves finished
+/// lines into its ring, whatever the flood. Its line state ends where the
+/// `RunView`'s does: at every non-output event.
+pub struct PreSanitizer {
+    san: [Sanitizer; 2],
+}
+
+impl Default for PreSanitizer {
+    fn default() -> Self {
+        PreSanitizer { san: [Sanitizer::new(MAX_LINE_COLS), Sanitizer::new(MAX_LINE_COLS)] }
+    }
+}
+
+impl PreSanitizer {
+    pub fn convert(&mut self, id: u64, ev: RunEvent) -> crate::tui::app::Msg {
+        use crate::tui::app::Msg;
+        match ev.kind {
+            EventKind::Output(stream, bytes) => {
+                let s = &mut self.san[stream_index(stream)];
+                let mut lines = vec![];
+                s.feed(&bytes, &mut lines);
+                Msg::Lines { id, at_ms: ev.at_ms, stream, lines, partial: s.partial().clone(), bytes: bytes.len() as u64 }
+            }
+            kind => {
+                for s in &mut self.san {
+                    s.finish();
+                }
+                Msg::Run(id, RunEvent { at_ms: ev.at_ms, kind })
+            }
+        }
     }
 }
 
