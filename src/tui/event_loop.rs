@@ -38,8 +38,9 @@ const HIGHLIGHT_BUDGET: Duration = Duration::from_millis(3);
 /// After a quit, how long running runs get to stop and clean up.
 const QUIT_GRACE: Duration = Duration::from_secs(30);
 /// Run events waiting for the UI (backpressure beyond this). Output chunks
-/// are up to 64 KiB, so this bounds queued output to about 8 MiB.
-const CHANNEL: usize = 128;
+/// are up to 64 KiB (a few hundred KiB once split into styled lines), so
+/// this bounds what waits for the UI to about 10 MiB.
+const CHANNEL: usize = 32;
 
 /// Runs and probes: the only part that touches tiers.
 struct Engine {

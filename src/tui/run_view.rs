@@ -344,7 +344,7 @@ mod tests {
         v.apply(ev(200.0, EventKind::Usage(UsageSample { cpu_ms: Some(60), memory_bytes: Some(3 << 20), pids: Some(3) })));
         assert_eq!(v.cpu_pct(), Some(50));
         v.apply(ev(1420.0, EventKind::Violation(Violation { kind: ViolationKind::Memory, at_ms: 1420.0, detail: "memory limit 256M hit — killed".into() })));
-        let texts: Vec<String> = v.lines.iter().map(|l| l.line.text()).collect();
+        let texts: Vec<&str> = v.lines.iter().map(|l| l.line.text()).collect();
         assert_eq!(
             texts,
             [

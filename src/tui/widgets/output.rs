@@ -66,8 +66,8 @@ pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static
     let note = (l.line.cut > 0).then(|| format!(" …+{}", l.line.cut));
     let room = width.saturating_sub(1).saturating_sub(note.as_ref().map_or(0, |n| n.chars().count()));
     let mut used = 0usize;
-    'outer: for (style, text) in &l.line.segments {
-        let st = base.patch(*style);
+    'outer: for (style, text) in l.line.segments() {
+        let st = base.patch(style);
         let mut s = String::new();
         for c in text.chars() {
             let w = c.width().unwrap_or(0);
