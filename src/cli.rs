@@ -142,6 +142,9 @@ pub struct BenchUiArgs {
     /// Seconds of flood.
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
+    /// Output limit of the process-source run (the runner keeps that much for its report).
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = spec::parse_size)]
+    pub output: u64,
     /// Screen size, WIDTHxHEIGHT.
     #[arg(long, default_value = "120x40", value_parser = parse_wxh)]
     pub size: (u16, u16),

@@ -47,7 +47,7 @@ fn main() -> ExitCode {
             Some(Command::Run(a)) => cmd::run::run(a, &config).await,
             Some(Command::Doctor(a)) => cmd::doctor::run(a, &config).await,
             Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
-            Some(Command::BenchUi(a)) => sandbench::tui::bench_ui(&config, a.source, a.seconds, a.size.0, a.size.1).await,
+            Some(Command::BenchUi(a)) => sandbench::tui::bench_ui(&config, a.source, a.seconds, a.output, a.size.0, a.size.1).await,
             Some(Command::Completions { shell }) => {
                 clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
                 Ok(0)

@@ -191,8 +191,12 @@ impl RunView {
                 self.exit = Some(x);
                 self.meta(Origin::Exit, format!("── {} at {at}", x.describe()));
             }
-            EventKind::Finished(r) => {
+            EventKind::Finished(mut r) => {
                 self.flush_partials();
+                // The pane already has the output (sanitized, bounded); the
+                // report's copy can be as large as the output limit.
+                r.stdout = String::new();
+                r.stderr = String::new();
                 if let Some(cpu) = r.usage.cpu_ms {
                     self.usage.cpu_ms = Some(cpu);
                 }
