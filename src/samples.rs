@@ -58,21 +58,37 @@ impl Sample {
                 }
                 break;
             };
-            let Some((key, value)) = rest.split_once(':') else { continue };
+            let Some((key, value)) = rest.split_once(':') else {
+                continue;
+            };
             let value = value.trim();
             match key.trim() {
                 "name" => name = Some(value.to_string()),
                 "tries" => tries = value.to_string(),
                 "must" => must = value.to_string(),
-                "expect" => expect = parse_expect(value).with_context(|| format!("{}: bad expect line", path.display()))?,
+                "expect" => {
+                    expect = parse_expect(value)
+                        .with_context(|| format!("{}: bad expect line", path.display()))?
+                }
                 _ => {}
             }
         }
         let name = match name {
             Some(n) => n,
-            None => path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            None => path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
         };
-        Ok(Sample { path: path.to_path_buf(), name, language, tries, must, expect, code })
+        Ok(Sample {
+            path: path.to_path_buf(),
+            name,
+            language,
+            tries,
+            must,
+            expect,
+            code,
+        })
     }
 }
 
@@ -80,7 +96,9 @@ impl Sample {
 pub fn parse_expect(s: &str) -> anyhow::Result<BTreeMap<String, Expect>> {
     let mut out = BTreeMap::new();
     for item in s.split_whitespace() {
-        let (tier, rest) = item.split_once('=').with_context(|| format!("'{item}': expected tier=outcome[:kinds]"))?;
+        let (tier, rest) = item
+            .split_once('=')
+            .with_context(|| format!("'{item}': expected tier=outcome[:kinds]"))?;
         let (outcome, kinds) = match rest.split_once(':') {
             Some((o, k)) => (o, Some(k)),
             None => (rest, None),
@@ -93,8 +111,15 @@ pub fn parse_expect(s: &str) -> anyhow::Result<BTreeMap<String, Expect>> {
             o => bail!("'{item}': unknown outcome '{o}'"),
         };
         let mut ks = vec![];
-        for k in kinds.into_iter().flat_map(|k| k.split('|')).filter(|k| !k.is_empty()) {
-            ks.push(ViolationKind::parse(k).with_context(|| format!("'{item}': unknown violation kind '{k}'"))?);
+        for k in kinds
+            .into_iter()
+            .flat_map(|k| k.split('|'))
+            .filter(|k| !k.is_empty())
+        {
+            ks.push(
+                ViolationKind::parse(k)
+                    .with_context(|| format!("'{item}': unknown violation kind '{k}'"))?,
+            );
         }
         out.insert(tier.to_string(), Expect { outcome, kinds: ks });
     }
@@ -105,7 +130,9 @@ pub fn parse_expect(s: &str) -> anyhow::Result<BTreeMap<String, Expect>> {
 pub fn load_dir(dir: impl AsRef<Path>) -> anyhow::Result<Vec<Sample>> {
     let dir = dir.as_ref();
     let mut paths = vec![];
-    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read sample directory {}", dir.display()))? {
+    for entry in std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read sample directory {}", dir.display()))?
+    {
         let path = entry?.path();
         if path.is_file() && Language::from_path(&path).is_some() {
             paths.push(path);
@@ -115,7 +142,8 @@ pub fn load_dir(dir: impl AsRef<Path>) -> anyhow::Result<Vec<Sample>> {
     paths
         .into_iter()
         .map(|p| {
-            let code = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+            let code = std::fs::read_to_string(&p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
             Sample::parse(&p, code)
         })
         .collect()
@@ -136,8 +164,17 @@ mod tests {
         let e = s.expect_for("process").unwrap();
         assert_eq!(e.outcome, Outcome::Violation);
         assert_eq!(e.kinds, [ViolationKind::Pids, ViolationKind::CpuTime]);
-        assert_eq!(s.expect_for("microvm").unwrap().kinds, [ViolationKind::WallTimeout]);
-        assert_eq!(s.expect_for("docker").unwrap(), &Expect { outcome: Outcome::Ok, kinds: vec![] });
+        assert_eq!(
+            s.expect_for("microvm").unwrap().kinds,
+            [ViolationKind::WallTimeout]
+        );
+        assert_eq!(
+            s.expect_for("docker").unwrap(),
+            &Expect {
+                outcome: Outcome::Ok,
+                kinds: vec![]
+            }
+        );
     }
 
     #[test]
@@ -157,6 +194,9 @@ mod tests {
         std::fs::write(d.path().join("a.py"), "# name: a\nprint(1)\n").unwrap();
         std::fs::write(d.path().join("README.md"), "no").unwrap();
         let s = load_dir(d.path()).unwrap();
-        assert_eq!(s.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            s.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
     }
 }

@@ -32,7 +32,9 @@ pub fn visible_controls(bytes: &[u8]) -> String {
                 out.push(char::from_u32(c as u32 + 0x40).unwrap_or('?'));
             }
             '\x7f' => out.push_str("^?"),
-            c if ('\u{80}'..='\u{9f}').contains(&c) => out.push_str(&format!("<U+{:04X}>", c as u32)),
+            c if ('\u{80}'..='\u{9f}').contains(&c) => {
+                out.push_str(&format!("<U+{:04X}>", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -101,10 +103,16 @@ impl StyledLine {
 
     /// The style runs: (style, text).
     pub fn segments(&self) -> impl Iterator<Item = (Style, &str)> + '_ {
-        self.runs.iter().enumerate().map(move |(i, (start, style))| {
-            let end = self.runs.get(i + 1).map_or(self.text.len(), |(e, _)| *e as usize);
-            (*style, &self.text[*start as usize..end])
-        })
+        self.runs
+            .iter()
+            .enumerate()
+            .map(move |(i, (start, style))| {
+                let end = self
+                    .runs
+                    .get(i + 1)
+                    .map_or(self.text.len(), |(e, _)| *e as usize);
+                (*style, &self.text[*start as usize..end])
+            })
     }
 
     /// The text without styles.
@@ -267,7 +275,13 @@ impl Performer {
                         if let Some(kind) = it.next() {
                             let kind = kind.first().copied().unwrap_or(0);
                             v.push(kind);
-                            let n = if kind == 5 { 1 } else if kind == 2 { 3 } else { 0 };
+                            let n = if kind == 5 {
+                                1
+                            } else if kind == 2 {
+                                3
+                            } else {
+                                0
+                            };
                             for _ in 0..n {
                                 v.push(it.next().and_then(|x| x.first().copied()).unwrap_or(0));
                             }
@@ -277,9 +291,11 @@ impl Performer {
                     let color = match rest.as_slice() {
                         [5, n, ..] => Some(Color::Indexed((*n).min(255) as u8)),
                         // `38:2::r:g:b` has an empty colour-space id.
-                        [2, _, r, g, b] | [2, r, g, b] => {
-                            Some(Color::Rgb((*r).min(255) as u8, (*g).min(255) as u8, (*b).min(255) as u8))
-                        }
+                        [2, _, r, g, b] | [2, r, g, b] => Some(Color::Rgb(
+                            (*r).min(255) as u8,
+                            (*g).min(255) as u8,
+                            (*b).min(255) as u8,
+                        )),
                         _ => None,
                     };
                     if let Some(c) = color {
@@ -329,7 +345,15 @@ fn params_text(params: &vte::Params) -> String {
 }
 
 fn printable_bytes(b: &[u8]) -> String {
-    b.iter().map(|&c| if (0x20..0x7f).contains(&c) { c as char } else { '?' }).collect()
+    b.iter()
+        .map(|&c| {
+            if (0x20..0x7f).contains(&c) {
+                c as char
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 impl vte::Perform for Performer {
@@ -383,7 +407,11 @@ impl vte::Perform for Performer {
 
     fn hook(&mut self, params: &vte::Params, intermediates: &[u8], _ignore: bool, action: char) {
         self.heard = true;
-        let s = format!("␛P{}{}{action}", params_text(params), printable_bytes(intermediates));
+        let s = format!(
+            "␛P{}{}{action}",
+            params_text(params),
+            printable_bytes(intermediates)
+        );
         self.marker(&short(&s));
     }
 
@@ -398,17 +426,30 @@ impl vte::Perform for Performer {
     fn osc_dispatch(&mut self, params: &[&[u8]], _bell_terminated: bool) {
         self.heard = true;
         // Show which command it was (52 = clipboard, 0/2 = title), not its payload.
-        let what = params.first().map(|p| printable_bytes(&p[..p.len().min(8)])).unwrap_or_default();
+        let what = params
+            .first()
+            .map(|p| printable_bytes(&p[..p.len().min(8)]))
+            .unwrap_or_default();
         self.marker(&format!("␛]{what}…"));
     }
 
-    fn csi_dispatch(&mut self, params: &vte::Params, intermediates: &[u8], ignore: bool, action: char) {
+    fn csi_dispatch(
+        &mut self,
+        params: &vte::Params,
+        intermediates: &[u8],
+        ignore: bool,
+        action: char,
+    ) {
         self.heard = true;
         if action == 'm' && intermediates.is_empty() && !ignore {
             self.sgr(params);
             return;
         }
-        let s = format!("␛[{}{}{action}", printable_bytes(intermediates), params_text(params));
+        let s = format!(
+            "␛[{}{}{action}",
+            printable_bytes(intermediates),
+            params_text(params)
+        );
         self.marker(&short(&s));
     }
 
@@ -418,7 +459,11 @@ impl vte::Perform for Performer {
             // String terminator of an OSC/DCS already shown.
             return;
         }
-        let s = format!("␛{}{}", printable_bytes(intermediates), printable_bytes(&[byte]));
+        let s = format!(
+            "␛{}{}",
+            printable_bytes(intermediates),
+            printable_bytes(&[byte])
+        );
         self.marker(&short(&s));
     }
 }
@@ -434,7 +479,11 @@ pub struct LineRing<T> {
 
 impl<T> LineRing<T> {
     pub fn new(cap: usize) -> Self {
-        LineRing { lines: VecDeque::new(), cap: cap.max(1), dropped: 0 }
+        LineRing {
+            lines: VecDeque::new(),
+            cap: cap.max(1),
+            dropped: 0,
+        }
     }
 
     pub fn push(&mut self, line: T) {
@@ -492,7 +541,12 @@ mod tests {
         let whole = run(&[input]);
         for i in 0..=input.len() {
             let (a, b) = input.split_at(i);
-            assert_eq!(run(&[a, b]), whole, "split at byte {i} of {:?}", String::from_utf8_lossy(input));
+            assert_eq!(
+                run(&[a, b]),
+                whole,
+                "split at byte {i} of {:?}",
+                String::from_utf8_lossy(input)
+            );
         }
         let bytes: Vec<&[u8]> = input.chunks(1).collect();
         assert_eq!(run(&bytes), whole, "byte by byte");
@@ -524,21 +578,39 @@ mod tests {
 
     #[test]
     fn sgr_colours_become_styles() {
-        let lines = lines_all_splits(b"\x1b[31mred\x1b[0m plain \x1b[1;38;5;208mor\x1b[38:2::1:2:3mrgb\x1b[m\n");
+        let lines = lines_all_splits(
+            b"\x1b[31mred\x1b[0m plain \x1b[1;38;5;208mor\x1b[38:2::1:2:3mrgb\x1b[m\n",
+        );
         let l = &lines[0];
         assert_eq!(l.text(), "red plain orrgb");
         let segs: Vec<(Style, &str)> = l.segments().collect();
         assert_eq!(segs[0], (Style::new().fg(Color::Indexed(1)), "red"));
         assert_eq!(segs[1], (Style::new(), " plain "));
-        assert_eq!(segs[2], (Style::new().fg(Color::Indexed(208)).add_modifier(Modifier::BOLD), "or"));
+        assert_eq!(
+            segs[2],
+            (
+                Style::new()
+                    .fg(Color::Indexed(208))
+                    .add_modifier(Modifier::BOLD),
+                "or"
+            )
+        );
         assert_eq!(segs[3].0.fg, Some(Color::Rgb(1, 2, 3)));
     }
 
     #[test]
     fn controls_tabs_and_bad_utf8() {
-        let lines = lines_all_splits(b"a\x07b\tc\x08\xff\xfe\xe2\x82\xac\xe2\x82 \xc2\x85z\x7f\n\xe2\x80\xaeevil\n");
+        let lines = lines_all_splits(
+            b"a\x07b\tc\x08\xff\xfe\xe2\x82\xac\xe2\x82 \xc2\x85z\x7f\n\xe2\x80\xaeevil\n",
+        );
         assert_clean(&lines);
-        assert_eq!(texts(&lines), ["a^Gb    c^H\u{FFFD}\u{FFFD}€\u{FFFD} <U+0085>z^?", "<U+202E>evil"]);
+        assert_eq!(
+            texts(&lines),
+            [
+                "a^Gb    c^H\u{FFFD}\u{FFFD}€\u{FFFD} <U+0085>z^?",
+                "<U+202E>evil"
+            ]
+        );
     }
 
     #[test]

@@ -13,7 +13,12 @@ use sandbench::tui::theme::Theme;
 fn app() -> App {
     let mut app = App::new(Theme::dark(), &["process"], "process", Limits::default());
     app.live_clock = false;
-    app.update(Msg::Probed(Availability { tier: "process".into(), available: true, summary: "ready".into(), checks: vec![] }));
+    app.update(Msg::Probed(Availability {
+        tier: "process".into(),
+        available: true,
+        summary: "ready".into(),
+        checks: vec![],
+    }));
     app
 }
 
@@ -30,12 +35,24 @@ fn start(app: &mut App) -> u64 {
 }
 
 fn out(app: &mut App, id: u64, bytes: &[u8]) {
-    app.update(Msg::Run(id, RunEvent { at_ms: 1.0, kind: EventKind::Output(Stream::Stdout, bytes.to_vec()) }));
+    app.update(Msg::Run(
+        id,
+        RunEvent {
+            at_ms: 1.0,
+            kind: EventKind::Output(Stream::Stdout, bytes.to_vec()),
+        },
+    ));
 }
 
 fn finish(app: &mut App, id: u64, outcome: Outcome) {
     let r = sandbench::tui::headless::report("process", outcome);
-    app.update(Msg::Run(id, RunEvent { at_ms: 5.0, kind: EventKind::Finished(Box::new(r)) }));
+    app.update(Msg::Run(
+        id,
+        RunEvent {
+            at_ms: 5.0,
+            kind: EventKind::Finished(Box::new(r)),
+        },
+    ));
 }
 
 #[test]
@@ -43,7 +60,10 @@ fn typing_undo_and_the_run_gets_the_edited_code() {
     let mut app = app();
     app.update(ctrl('a'));
     type_text(&mut app, "import os\nif True:\nprint(os.getpid())");
-    assert_eq!(app.editor.text(), "import os\nif True:\n    print(os.getpid())");
+    assert_eq!(
+        app.editor.text(),
+        "import os\nif True:\n    print(os.getpid())"
+    );
     app.update(ctrl('z'));
     assert_eq!(app.editor.text(), "import os\nif True:\n    ");
     app.update(ctrl('y'));
@@ -58,10 +78,12 @@ fn copy_paste_and_selection() {
     let mut app = app();
     app.update(ctrl('a'));
     type_text(&mut app, "abc");
-    app.update(sandbench::tui::app::Msg::Key(ratatui::crossterm::event::KeyEvent::new(
-        KeyCode::Left,
-        ratatui::crossterm::event::KeyModifiers::SHIFT,
-    )));
+    app.update(sandbench::tui::app::Msg::Key(
+        ratatui::crossterm::event::KeyEvent::new(
+            KeyCode::Left,
+            ratatui::crossterm::event::KeyModifiers::SHIFT,
+        ),
+    ));
     app.update(ctrl('c'));
     app.update(key(KeyCode::End));
     app.update(ctrl('v'));
@@ -129,7 +151,13 @@ fn terminate_quits_even_with_unsaved_changes() {
 fn hostile_output_never_reaches_the_screen_buffer() {
     let mut app = app();
     let id = start(&mut app);
-    app.update(Msg::Run(id, RunEvent { at_ms: 0.0, kind: EventKind::Phase(Phase::Running) }));
+    app.update(Msg::Run(
+        id,
+        RunEvent {
+            at_ms: 0.0,
+            kind: EventKind::Phase(Phase::Running),
+        },
+    ));
     let nasty: &[&[u8]] = &[
         b"\x1b]52;c;ZXZpbA==",
         b"\x07\x1b]0;PWNED\x07\x1b[?1049h\x1b[2J\x1b",
@@ -148,7 +176,10 @@ fn hostile_output_never_reaches_the_screen_buffer() {
     let s = sandbench::tui::headless::text(&buf);
     assert!(s.contains("moved"), "{s}");
     assert!(s.contains("^G^@"), "{s}");
-    assert!(!s.contains("ZXZpbA"), "the clipboard payload is not shown: {s}");
+    assert!(
+        !s.contains("ZXZpbA"),
+        "the clipboard payload is not shown: {s}"
+    );
     assert!(!s.contains("PWNED"), "the title payload is not shown: {s}");
 }
 
@@ -156,7 +187,9 @@ fn hostile_output_never_reaches_the_screen_buffer() {
 fn flood_is_bounded_and_scrolling_stops_following() {
     let mut app = app();
     let id = start(&mut app);
-    let chunk: Vec<u8> = (0..1000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+    let chunk: Vec<u8> = (0..1000)
+        .flat_map(|i| format!("line {i}\n").into_bytes())
+        .collect();
     for _ in 0..20 {
         out(&mut app, id, &chunk);
     }
@@ -170,7 +203,10 @@ fn flood_is_bounded_and_scrolling_stops_following() {
     assert!(run.lines.dropped > 0);
     let partial = run.partials().next().unwrap();
     assert_eq!(partial.line.width, sandbench::tui::run_view::MAX_LINE_COLS);
-    assert_eq!(partial.line.cut, 20 * (1 << 20) - sandbench::tui::run_view::MAX_LINE_COLS as u64);
+    assert_eq!(
+        partial.line.cut,
+        20 * (1 << 20) - sandbench::tui::run_view::MAX_LINE_COLS as u64
+    );
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("following"), "{s}");
     assert!(s.contains("15000 dropped"), "{s}");
@@ -197,7 +233,10 @@ fn limits_form_applies_valid_values() {
     assert!(app.overlay.is_none());
     assert_eq!(app.limits.cpu_time, std::time::Duration::from_millis(500));
     let id = start(&mut app);
-    assert_eq!(app.runs[&id].limits.cpu_time, std::time::Duration::from_millis(500));
+    assert_eq!(
+        app.runs[&id].limits.cpu_time,
+        std::time::Duration::from_millis(500)
+    );
     // Esc discards.
     app.update(key(KeyCode::F(3)));
     type_text(&mut app, "999");
@@ -210,7 +249,11 @@ fn samples_picker_loads_a_sample() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("benign")).unwrap();
     std::fs::create_dir_all(dir.path().join("hostile")).unwrap();
-    std::fs::write(dir.path().join("benign/hello.py"), "# name: hello\n# tries: print a line\n# must: finish ok\n# expect: *=ok\nprint('hi')\n").unwrap();
+    std::fs::write(
+        dir.path().join("benign/hello.py"),
+        "# name: hello\n# tries: print a line\n# must: finish ok\n# expect: *=ok\nprint('hi')\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("hostile/bomb.sh"),
         "# name: fork-bomb\n# tries: fork forever\n# must: stop at the pids limit\n# expect: *=violation:pids|cpu_time\n:(){ :|:& };:\n",
@@ -237,7 +280,9 @@ fn save_as_then_save() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app();
     app.update(ctrl('s'));
-    let Some(Overlay::SaveAs { input }) = &app.overlay else { panic!("save-as prompt expected") };
+    let Some(Overlay::SaveAs { input }) = &app.overlay else {
+        panic!("save-as prompt expected")
+    };
     assert_eq!(input, "untitled.py");
     let target = dir.path().join("prog.sh");
     for _ in 0..20 {
@@ -245,7 +290,10 @@ fn save_as_then_save() {
     }
     type_text(&mut app, target.to_str().unwrap());
     app.update(key(KeyCode::Enter));
-    assert_eq!(std::fs::read_to_string(&target).unwrap(), "print(\"hello from the sandbox\")\n");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "print(\"hello from the sandbox\")\n"
+    );
     assert_eq!(app.language, sandbench::spec::Language::Sh);
     type_text(&mut app, "x");
     app.update(ctrl('s'));
@@ -255,8 +303,18 @@ fn save_as_then_save() {
 
 #[test]
 fn compare_view_toggles_and_only_runs_ready_tiers() {
-    let mut app = App::new(Theme::light(), &["process", "docker"], "process", Limits::default());
-    app.update(Msg::Probed(Availability { tier: "process".into(), available: true, summary: "ready".into(), checks: vec![] }));
+    let mut app = App::new(
+        Theme::light(),
+        &["process", "docker"],
+        "process",
+        Limits::default(),
+    );
+    app.update(Msg::Probed(Availability {
+        tier: "process".into(),
+        available: true,
+        summary: "ready".into(),
+        checks: vec![],
+    }));
     app.update(key(KeyCode::F(6)));
     let n = app.take_effects().len();
     assert_eq!(n, 1, "docker is still being probed: not started");

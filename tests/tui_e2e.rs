@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn required() -> bool {
-    std::env::var("SANDBENCH_REQUIRE_TIERS").is_ok_and(|v| v.split(',').any(|t| t.trim() == "process"))
+    std::env::var("SANDBENCH_REQUIRE_TIERS")
+        .is_ok_and(|v| v.split(',').any(|t| t.trim() == "process"))
 }
 
 fn skip(why: &str) {
@@ -25,7 +26,12 @@ struct Tmux {
 
 impl Tmux {
     fn cmd(&self, args: &[&str]) -> std::process::Output {
-        Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().expect("tmux runs")
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux runs")
     }
 
     fn screen(&self) -> String {
@@ -68,7 +74,8 @@ fn process_tier_available() -> Result<(), String> {
     std::env::set_var("SANDBENCH_HELPER", env!("CARGO_BIN_EXE_sandbench"));
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let t = sandbench::tier::by_name("process", &sandbench::config::Config::default()).map_err(|e| e.to_string())?;
+        let t = sandbench::tier::by_name("process", &sandbench::config::Config::default())
+            .map_err(|e| e.to_string())?;
         let a = t.probe().await;
         if a.available {
             Ok(())
@@ -107,9 +114,27 @@ fn workbench_runs_a_sample_on_the_process_tier_in_tmux() {
         dir.path().join("no-config.toml").display(),
         dir.path().join("state").display(),
     );
-    let tmux = Tmux { socket: format!("sandbench-e2e-{}", std::process::id()) };
-    let out = tmux.cmd(&["-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", &cmd]);
-    assert!(out.status.success(), "tmux new-session: {}", String::from_utf8_lossy(&out.stderr));
+    let tmux = Tmux {
+        socket: format!("sandbench-e2e-{}", std::process::id()),
+    };
+    let out = tmux.cmd(&[
+        "-f",
+        "/dev/null",
+        "new-session",
+        "-d",
+        "-s",
+        "e2e",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        &cmd,
+    ]);
+    assert!(
+        out.status.success(),
+        "tmux new-session: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     tmux.wait_for("✔ ready", Duration::from_secs(30));
     tmux.keys(&["F2"]);
@@ -118,14 +143,24 @@ fn workbench_runs_a_sample_on_the_process_tier_in_tmux() {
     tmux.wait_for("loaded sample e2e-hello", Duration::from_secs(10));
     tmux.keys(&["F5"]);
     let s = tmux.wait_for("══ ok", Duration::from_secs(60));
-    assert!(s.contains("e2e-marker-42"), "the program's output is on screen:\n{s}");
+    assert!(
+        s.contains("e2e-marker-42"),
+        "the program's output is on screen:\n{s}"
+    );
     assert!(s.contains("── exit code 0"), "{s}");
-    assert!(s.contains("✔ ok · exit code 0"), "the resources pane shows the outcome:\n{s}");
+    assert!(
+        s.contains("✔ ok · exit code 0"),
+        "the resources pane shows the outcome:\n{s}"
+    );
 
     tmux.keys(&["C-q"]);
     let start = Instant::now();
     while tmux.alive() {
-        assert!(start.elapsed() < Duration::from_secs(15), "sandbench did not quit on ^Q:\n{}", tmux.screen());
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "sandbench did not quit on ^Q:\n{}",
+            tmux.screen()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

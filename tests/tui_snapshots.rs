@@ -2,7 +2,9 @@
 //! keys, rendered on a `TestBackend` at 80×24 and compared with insta.
 
 use ratatui::crossterm::event::KeyCode;
-use sandbench::event::{EventKind, ExitStatus, Phase, RunEvent, Stream, UsageSample, Violation, ViolationKind};
+use sandbench::event::{
+    EventKind, ExitStatus, Phase, RunEvent, Stream, UsageSample, Violation, ViolationKind,
+};
 use sandbench::report::{Outcome, RunReport, Timings, Usage};
 use sandbench::spec::Limits;
 use sandbench::tier::{Availability, Check};
@@ -39,7 +41,13 @@ fn started(app: &mut App) -> Vec<u64> {
         .collect()
 }
 
-fn report(tier: &str, outcome: Outcome, exit: ExitStatus, violations: Vec<Violation>, total: f64) -> RunReport {
+fn report(
+    tier: &str,
+    outcome: Outcome,
+    exit: ExitStatus,
+    violations: Vec<Violation>,
+    total: f64,
+) -> RunReport {
     RunReport {
         tier: tier.into(),
         language: "python".into(),
@@ -47,8 +55,18 @@ fn report(tier: &str, outcome: Outcome, exit: ExitStatus, violations: Vec<Violat
         outcome,
         exit,
         violations,
-        timings_ms: Timings { setup: 24.0, first_output: Some(30.0), run: total - 30.0, teardown: 3.0, total },
-        usage: Usage { cpu_ms: Some(120), peak_memory_bytes: Some(48 << 20), peak_pids: Some(3) },
+        timings_ms: Timings {
+            setup: 24.0,
+            first_output: Some(30.0),
+            run: total - 30.0,
+            teardown: 3.0,
+            total,
+        },
+        usage: Usage {
+            cpu_ms: Some(120),
+            peak_memory_bytes: Some(48 << 20),
+            peak_pids: Some(3),
+        },
         stdout: String::new(),
         stderr: String::new(),
         stdout_truncated: false,
@@ -63,16 +81,36 @@ fn report(tier: &str, outcome: Outcome, exit: ExitStatus, violations: Vec<Violat
 fn feed_running(app: &mut App, id: u64) {
     app.update(ev(id, 0.0, EventKind::Phase(Phase::Preparing)));
     app.update(ev(id, 24.0, EventKind::Phase(Phase::Running)));
-    app.update(ev(id, 30.0, EventKind::Output(Stream::Stdout, b"hello from the sandbox\n\x1b[32mgreen\x1b[0m and \x1b]52;c;ZXZpbA==\x07clipboard\n".to_vec())));
-    app.update(ev(id, 31.0, EventKind::Output(Stream::Stderr, b"warning: on stderr\n".to_vec())));
+    app.update(ev(
+        id,
+        30.0,
+        EventKind::Output(
+            Stream::Stdout,
+            b"hello from the sandbox\n\x1b[32mgreen\x1b[0m and \x1b]52;c;ZXZpbA==\x07clipboard\n"
+                .to_vec(),
+        ),
+    ));
+    app.update(ev(
+        id,
+        31.0,
+        EventKind::Output(Stream::Stderr, b"warning: on stderr\n".to_vec()),
+    ));
     for i in 0..8u64 {
         app.update(ev(
             id,
             100.0 + 100.0 * i as f64,
-            EventKind::Usage(UsageSample { cpu_ms: Some(i * 60), memory_bytes: Some((i + 1) * (8 << 20)), pids: Some(2) }),
+            EventKind::Usage(UsageSample {
+                cpu_ms: Some(i * 60),
+                memory_bytes: Some((i + 1) * (8 << 20)),
+                pids: Some(2),
+            }),
         ));
     }
-    app.update(ev(id, 820.0, EventKind::Output(Stream::Stdout, b"allocating".to_vec())));
+    app.update(ev(
+        id,
+        820.0,
+        EventKind::Output(Stream::Stdout, b"allocating".to_vec()),
+    ));
 }
 
 #[test]
@@ -100,14 +138,34 @@ fn violation_shown() {
     app.update(key(KeyCode::F(5)));
     let id = started(&mut app)[0];
     feed_running(&mut app, id);
-    let v = Violation { kind: ViolationKind::Memory, at_ms: 1420.0, detail: "memory limit 256M hit — killed".into() };
+    let v = Violation {
+        kind: ViolationKind::Memory,
+        at_ms: 1420.0,
+        detail: "memory limit 256M hit — killed".into(),
+    };
     app.update(ev(id, 1420.0, EventKind::Violation(v.clone())));
-    let exit = ExitStatus { code: None, signal: Some(9) };
+    let exit = ExitStatus {
+        code: None,
+        signal: Some(9),
+    };
     app.update(ev(id, 1421.0, EventKind::Exit(exit)));
     app.update(ev(id, 1421.0, EventKind::Phase(Phase::TearingDown)));
-    app.update(ev(id, 1424.0, EventKind::Finished(Box::new(report("process", Outcome::Violation, exit, vec![v], 1424.0)))));
+    app.update(ev(
+        id,
+        1424.0,
+        EventKind::Finished(Box::new(report(
+            "process",
+            Outcome::Violation,
+            exit,
+            vec![v],
+            1424.0,
+        ))),
+    ));
     let s = screen(&mut app, 80, 24);
-    assert!(s.contains("✖ memory at 1.42 s: memory limit 256M hit — killed"), "{s}");
+    assert!(
+        s.contains("✖ memory at 1.42 s: memory limit 256M hit — killed"),
+        "{s}"
+    );
     insta::assert_snapshot!(s);
 }
 
@@ -120,18 +178,39 @@ fn compare_mode() {
         tier: "microvm".into(),
         available: false,
         summary: "qemu-system-x86_64 not found".into(),
-        checks: vec![Check::fail("qemu", "not installed", "apt-get install qemu-system-x86")],
+        checks: vec![Check::fail(
+            "qemu",
+            "not installed",
+            "apt-get install qemu-system-x86",
+        )],
     }));
     app.update(key(KeyCode::F(6)));
     let ids = started(&mut app);
     assert_eq!(ids.len(), 2, "only the available tiers run");
     feed_running(&mut app, ids[0]);
-    let exit = ExitStatus { code: Some(0), signal: None };
+    let exit = ExitStatus {
+        code: Some(0),
+        signal: None,
+    };
     app.update(ev(ids[0], 900.0, EventKind::Exit(exit)));
-    app.update(ev(ids[0], 901.0, EventKind::Finished(Box::new(report("process", Outcome::Ok, exit, vec![], 904.0)))));
+    app.update(ev(
+        ids[0],
+        901.0,
+        EventKind::Finished(Box::new(report(
+            "process",
+            Outcome::Ok,
+            exit,
+            vec![],
+            904.0,
+        ))),
+    ));
     app.update(ev(ids[1], 0.0, EventKind::Phase(Phase::Preparing)));
     app.update(ev(ids[1], 280.0, EventKind::Phase(Phase::Running)));
-    app.update(ev(ids[1], 300.0, EventKind::Output(Stream::Stdout, b"hello from the sandbox\n".to_vec())));
+    app.update(ev(
+        ids[1],
+        300.0,
+        EventKind::Output(Stream::Stdout, b"hello from the sandbox\n".to_vec()),
+    ));
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("summary (live)"), "{s}");
     insta::assert_snapshot!(s);
@@ -155,11 +234,18 @@ fn unavailable_tier() {
         tier: "e2b".into(),
         available: false,
         summary: "no E2B_API_KEY".into(),
-        checks: vec![Check::fail("api key", "E2B_API_KEY is not set", "export E2B_API_KEY=... (from e2b.dev)")],
+        checks: vec![Check::fail(
+            "api key",
+            "E2B_API_KEY is not set",
+            "export E2B_API_KEY=... (from e2b.dev)",
+        )],
     }));
     app.update(key(KeyCode::F(4)));
     app.update(key(KeyCode::F(5)));
-    assert!(started(&mut app).is_empty(), "an unavailable tier never runs");
+    assert!(
+        started(&mut app).is_empty(),
+        "an unavailable tier never runs"
+    );
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("e2b is unavailable"), "{s}");
     insta::assert_snapshot!(s);

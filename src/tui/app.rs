@@ -28,7 +28,14 @@ pub enum Msg {
     Paste(String),
     Run(u64, RunEvent),
     /// Output of a run, already sanitized off the UI thread.
-    Lines { id: u64, at_ms: f64, stream: crate::event::Stream, lines: Vec<crate::sanitize::StyledLine>, partial: crate::sanitize::StyledLine, bytes: u64 },
+    Lines {
+        id: u64,
+        at_ms: f64,
+        stream: crate::event::Stream,
+        lines: Vec<crate::sanitize::StyledLine>,
+        partial: crate::sanitize::StyledLine,
+        bytes: u64,
+    },
     Probed(Availability),
     Assets(Arc<SyntaxAssets>),
     /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
@@ -44,7 +51,11 @@ impl std::fmt::Debug for SyntaxAssets {
 /// What the app asks the event loop to do.
 #[derive(Debug, Clone)]
 pub enum Effect {
-    Start { id: u64, tier: String, spec: RunSpec },
+    Start {
+        id: u64,
+        tier: String,
+        spec: RunSpec,
+    },
     Cancel(u64),
 }
 
@@ -158,7 +169,7 @@ impl LimitField {
 
 pub fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
@@ -225,8 +236,17 @@ pub struct App {
 
 impl App {
     pub fn new(theme: Theme, tiers: &[&str], default_tier: &str, limits: Limits) -> App {
-        let tiers: Vec<TierEntry> = tiers.iter().map(|n| TierEntry { name: n.to_string(), avail: None }).collect();
-        let tier = tiers.iter().position(|t| t.name == default_tier).unwrap_or(0);
+        let tiers: Vec<TierEntry> = tiers
+            .iter()
+            .map(|n| TierEntry {
+                name: n.to_string(),
+                avail: None,
+            })
+            .collect();
+        let tier = tiers
+            .iter()
+            .position(|t| t.name == default_tier)
+            .unwrap_or(0);
         App {
             theme,
             editor: Editor::new("print(\"hello from the sandbox\")\n"),
@@ -263,14 +283,18 @@ impl App {
     /// Open a file: its text, or an empty buffer that saves there when it does not exist yet.
     pub fn open(&mut self, path: &Path) -> anyhow::Result<()> {
         let text = match std::fs::read(path) {
-            Ok(b) => String::from_utf8(b).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?,
+            Ok(b) => String::from_utf8(b)
+                .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
         };
         self.editor = Editor::new(&text);
         self.set_language(Language::from_path(path).unwrap_or(Language::Python));
         self.path = Some(path.to_path_buf());
-        self.label = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "-".into());
+        self.label = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "-".into());
         Ok(())
     }
 
@@ -290,7 +314,11 @@ impl App {
     }
 
     pub fn active_runs(&self) -> Vec<u64> {
-        self.runs.values().filter(|r| !r.finished()).map(|r| r.id).collect()
+        self.runs
+            .values()
+            .filter(|r| !r.finished())
+            .map(|r| r.id)
+            .collect()
     }
 
     /// The loop may stop: quit was asked for and nothing runs any more.
@@ -303,7 +331,11 @@ impl App {
     }
 
     pub fn say(&mut self, level: Level, text: impl Into<String>) {
-        self.status = Some(Status { text: text.into(), level, at: Instant::now() });
+        self.status = Some(Status {
+            text: text.into(),
+            level,
+            at: Instant::now(),
+        });
         self.dirty = true;
     }
 
@@ -327,7 +359,14 @@ impl App {
             Msg::Key(k) => self.on_key(k),
             Msg::Paste(s) => self.on_paste(&s),
             Msg::Run(id, ev) => self.on_run_event(id, ev),
-            Msg::Lines { id, at_ms, stream, lines, partial, bytes } => {
+            Msg::Lines {
+                id,
+                at_ms,
+                stream,
+                lines,
+                partial,
+                bytes,
+            } => {
                 if let Some(r) = self.runs.get_mut(&id) {
                     r.apply_lines(at_ms, stream, lines, partial, bytes);
                 }
@@ -338,7 +377,11 @@ impl App {
                 }
             }
             Msg::Assets(a) => {
-                self.highlighter = Some(Highlighter::new(a.clone(), &self.theme.syntax, self.language));
+                self.highlighter = Some(Highlighter::new(
+                    a.clone(),
+                    &self.theme.syntax,
+                    self.language,
+                ));
                 self.assets = Some(a);
             }
             Msg::Terminate => self.quit(true),
@@ -347,13 +390,23 @@ impl App {
 
     fn on_run_event(&mut self, id: u64, ev: RunEvent) {
         let finished = matches!(ev.kind, EventKind::Finished(_));
-        let Some(run) = self.runs.get_mut(&id) else { return };
+        let Some(run) = self.runs.get_mut(&id) else {
+            return;
+        };
         run.apply(ev);
         if finished {
-            let line = run.report.as_ref().map(|r| format!("{}: {}", r.tier, r.summary_line())).unwrap_or_default();
+            let line = run
+                .report
+                .as_ref()
+                .map(|r| format!("{}: {}", r.tier, r.summary_line()))
+                .unwrap_or_default();
             let bad = run.report.as_ref().is_some_and(|r| r.error.is_some());
             if self.compare.contains(&id) {
-                if self.compare.iter().all(|c| self.runs.get(c).is_none_or(|r| r.finished())) {
+                if self
+                    .compare
+                    .iter()
+                    .all(|c| self.runs.get(c).is_none_or(|r| r.finished()))
+                {
                     self.say(Level::Info, "compare finished: summary below the columns");
                 }
             } else {
@@ -365,11 +418,15 @@ impl App {
     fn on_paste(&mut self, s: &str) {
         match &mut self.overlay {
             Some(Overlay::Limits(f)) => {
-                f.fields[f.selected].1.push_str(s.lines().next().unwrap_or(""));
+                f.fields[f.selected]
+                    .1
+                    .push_str(s.lines().next().unwrap_or(""));
             }
             Some(Overlay::SaveAs { input }) => input.push_str(s.lines().next().unwrap_or("")),
             Some(_) => {}
-            None if self.view == View::Single && self.focus == Focus::Editor => self.editor.insert_str(s),
+            None if self.view == View::Single && self.focus == Focus::Editor => {
+                self.editor.insert_str(s)
+            }
             None => {}
         }
     }
@@ -385,7 +442,9 @@ impl App {
         }
         let typed = match key.code {
             ratatui::crossterm::event::KeyCode::Char(c)
-                if !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) =>
+                if !key
+                    .modifiers
+                    .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) =>
             {
                 Some(c)
             }
@@ -416,16 +475,15 @@ impl App {
             Action::Help => self.overlay = Some(Overlay::Help { scroll: 0 }),
             Action::Run => self.run(),
             Action::Compare => self.compare(),
-            Action::Cancel => {
-                if !self.cancel_all() {
-                    self.quit(false);
-                }
-            }
+            Action::Cancel if !self.cancel_all() => self.quit(false),
             Action::ToggleView => {
                 self.view = match self.view {
                     View::Single if !self.compare.is_empty() => View::Compare,
                     View::Single => {
-                        self.say(Level::Info, "no compare yet: F6 runs the code on every available tier");
+                        self.say(
+                            Level::Info,
+                            "no compare yet: F6 runs the code on every available tier",
+                        );
                         View::Single
                     }
                     View::Compare => View::Single,
@@ -433,11 +491,20 @@ impl App {
             }
             Action::Samples => self.open_samples(),
             Action::Limits => {
-                let fields = LimitField::ALL.iter().map(|f| (*f, f.get(&self.limits))).collect();
-                self.overlay = Some(Overlay::Limits(LimitsForm { fields, selected: 0, error: None }));
+                let fields = LimitField::ALL
+                    .iter()
+                    .map(|f| (*f, f.get(&self.limits)))
+                    .collect();
+                self.overlay = Some(Overlay::Limits(LimitsForm {
+                    fields,
+                    selected: 0,
+                    error: None,
+                }));
             }
             Action::NextTier => self.tier = (self.tier + 1) % self.tiers.len().max(1),
-            Action::PrevTier => self.tier = (self.tier + self.tiers.len().max(1) - 1) % self.tiers.len().max(1),
+            Action::PrevTier => {
+                self.tier = (self.tier + self.tiers.len().max(1) - 1) % self.tiers.len().max(1)
+            }
             Action::Save => self.save(),
             Action::FocusNext => {
                 self.view = View::Single;
@@ -448,7 +515,10 @@ impl App {
             }
             Action::ThemeNext => {
                 let names = Theme::builtin_names();
-                let i = names.iter().position(|n| *n == self.theme.name).map_or(0, |i| (i + 1) % names.len());
+                let i = names
+                    .iter()
+                    .position(|n| *n == self.theme.name)
+                    .map_or(0, |i| (i + 1) % names.len());
                 if let Ok(t) = Theme::load(names[i]) {
                     self.set_theme(t);
                 }
@@ -496,7 +566,10 @@ impl App {
             }
             Action::Paste => {
                 if self.clipboard.is_empty() {
-                    self.say(Level::Info, "clipboard empty (your terminal's paste works too)");
+                    self.say(
+                        Level::Info,
+                        "clipboard empty (your terminal's paste works too)",
+                    );
                 } else {
                     let t = self.clipboard.clone();
                     self.editor.insert_str(&t);
@@ -518,14 +591,17 @@ impl App {
 
     /// Absolute index of the first line the output pane shows.
     pub fn output_top(&self) -> u64 {
-        let Some(r) = self.current_run() else { return 0 };
+        let Some(r) = self.current_run() else {
+            return 0;
+        };
         let total = r.lines.dropped + r.line_count() as u64;
         let rows = self.output_rows() as u64;
         let max_top = total.saturating_sub(rows);
         if self.follow {
             max_top
         } else {
-            self.out_top.clamp(r.lines.dropped, max_top.max(r.lines.dropped))
+            self.out_top
+                .clamp(r.lines.dropped, max_top.max(r.lines.dropped))
         }
     }
 
@@ -536,7 +612,11 @@ impl App {
             app.follow = false;
             app.out_top = t;
             // Back at the end: follow again.
-            if app.output_top() >= app.current_run().map_or(0, |r| (r.lines.dropped + r.line_count() as u64).saturating_sub(rows)) {
+            if app.output_top()
+                >= app.current_run().map_or(0, |r| {
+                    (r.lines.dropped + r.line_count() as u64).saturating_sub(rows)
+                })
+            {
                 app.follow = true;
             }
         };
@@ -552,7 +632,14 @@ impl App {
             Some(Action::Follow) => {
                 self.follow = !self.follow;
                 self.out_top = top;
-                self.say(Level::Info, if self.follow { "following the output" } else { "follow off" });
+                self.say(
+                    Level::Info,
+                    if self.follow {
+                        "following the output"
+                    } else {
+                        "follow off"
+                    },
+                );
             }
             Some(Action::Clear) => {
                 if let Some(r) = self.current.and_then(|id| self.runs.get(&id)) {
@@ -569,7 +656,9 @@ impl App {
     }
 
     fn help_key(&mut self, action: Option<Action>) {
-        let Some(Overlay::Help { scroll }) = &mut self.overlay else { return };
+        let Some(Overlay::Help { scroll }) = &mut self.overlay else {
+            return;
+        };
         match action {
             Some(Action::Close) => self.overlay = None,
             Some(Action::Up) => *scroll = scroll.saturating_sub(1),
@@ -582,7 +671,9 @@ impl App {
     }
 
     fn samples_key(&mut self, action: Option<Action>) {
-        let Some(Overlay::Samples(p)) = &mut self.overlay else { return };
+        let Some(Overlay::Samples(p)) = &mut self.overlay else {
+            return;
+        };
         let n = p.items.len();
         match action {
             Some(Action::Close) => self.overlay = None,
@@ -602,7 +693,9 @@ impl App {
     }
 
     fn limits_key(&mut self, action: Option<Action>, typed: Option<char>) {
-        let Some(Overlay::Limits(f)) = &mut self.overlay else { return };
+        let Some(Overlay::Limits(f)) = &mut self.overlay else {
+            return;
+        };
         let n = f.fields.len();
         match (action, typed) {
             (Some(Action::Close), _) => {
@@ -641,7 +734,9 @@ impl App {
     }
 
     fn prompt_key(&mut self, action: Option<Action>, typed: Option<char>) {
-        let Some(Overlay::SaveAs { input }) = &mut self.overlay else { return };
+        let Some(Overlay::SaveAs { input }) = &mut self.overlay else {
+            return;
+        };
         match (action, typed) {
             (Some(Action::Close), _) => self.overlay = None,
             (Some(Action::Backspace), _) => {
@@ -665,10 +760,14 @@ impl App {
         match self.path.clone() {
             Some(p) => self.write_to(&p),
             None => {
-                let input = format!("{}.{}", self.label.trim_end_matches(".py").trim_end_matches(".sh"), match self.language {
-                    Language::Python => "py",
-                    Language::Sh => "sh",
-                });
+                let input = format!(
+                    "{}.{}",
+                    self.label.trim_end_matches(".py").trim_end_matches(".sh"),
+                    match self.language {
+                        Language::Python => "py",
+                        Language::Sh => "sh",
+                    }
+                );
                 self.overlay = Some(Overlay::SaveAs { input });
             }
         }
@@ -683,7 +782,10 @@ impl App {
             Ok(()) => {
                 self.editor.mark_saved();
                 self.path = Some(p.to_path_buf());
-                self.label = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                self.label = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 if let Some(l) = Language::from_path(p) {
                     self.set_language(l);
                 }
@@ -696,7 +798,10 @@ impl App {
     pub fn quit(&mut self, force: bool) {
         if !force && self.editor.modified && !self.quit_armed {
             self.quit_armed = true;
-            self.say(Level::Warn, "unsaved changes: ^Q again quits without saving, ^S saves");
+            self.say(
+                Level::Warn,
+                "unsaved changes: ^Q again quits without saving, ^S saves",
+            );
             return;
         }
         self.cancel_all();
@@ -740,7 +845,11 @@ impl App {
         let mut view = RunView::new(id, tier, &spec.label, spec.limits.clone());
         view.live_clock = self.live_clock;
         self.runs.insert(id, view);
-        self.effects.push(Effect::Start { id, tier: tier.to_string(), spec });
+        self.effects.push(Effect::Start {
+            id,
+            tier: tier.to_string(),
+            spec,
+        });
         self.prune();
         id
     }
@@ -749,7 +858,8 @@ impl App {
     fn prune(&mut self) {
         let keep: HashSet<u64> = self.compare.iter().copied().chain(self.current).collect();
         let newest = self.next_id - 1;
-        self.runs.retain(|id, r| !r.finished() || keep.contains(id) || *id == newest);
+        self.runs
+            .retain(|id, r| !r.finished() || keep.contains(id) || *id == newest);
     }
 
     pub fn run(&mut self) {
@@ -758,7 +868,12 @@ impl App {
         }
         let t = self.selected_tier().clone();
         match &t.avail {
-            None => return self.say(Level::Warn, format!("{} is still being probed; try again in a moment", t.name)),
+            None => {
+                return self.say(
+                    Level::Warn,
+                    format!("{} is still being probed; try again in a moment", t.name),
+                )
+            }
             Some(a) if !a.available => {
                 let fix = a.checks.iter().find(|c| !c.ok).and_then(|c| c.fix.clone());
                 let mut m = format!("{} is unavailable: {}", t.name, a.summary);
@@ -769,7 +884,9 @@ impl App {
             }
             Some(_) => {}
         }
-        let Some(spec) = self.spec() else { return self.say(Level::Warn, "nothing to run: the editor is empty") };
+        let Some(spec) = self.spec() else {
+            return self.say(Level::Warn, "nothing to run: the editor is empty");
+        };
         self.view = View::Single;
         self.follow = true;
         self.hscroll = 0;
@@ -782,23 +899,44 @@ impl App {
         if !self.active_runs().is_empty() {
             return self.say(Level::Warn, "a run is going: F8 cancels it");
         }
-        let ready: Vec<String> =
-            self.tiers.iter().filter(|t| t.avail.as_ref().is_some_and(|a| a.available)).map(|t| t.name.clone()).collect();
+        let ready: Vec<String> = self
+            .tiers
+            .iter()
+            .filter(|t| t.avail.as_ref().is_some_and(|a| a.available))
+            .map(|t| t.name.clone())
+            .collect();
         if ready.is_empty() {
-            return self.say(Level::Error, "no tier is available to compare (see the tier list, or `sandbench doctor`)");
+            return self.say(
+                Level::Error,
+                "no tier is available to compare (see the tier list, or `sandbench doctor`)",
+            );
         }
-        let Some(spec) = self.spec() else { return self.say(Level::Warn, "nothing to run: the editor is empty") };
+        let Some(spec) = self.spec() else {
+            return self.say(Level::Warn, "nothing to run: the editor is empty");
+        };
         self.compare.clear();
         let ids: Vec<u64> = ready.iter().map(|t| self.start(t, spec.clone())).collect();
         self.compare = ids;
         let sel = self.selected_tier().name.clone();
-        self.current = ready.iter().position(|t| *t == sel).map(|i| self.compare[i]).or(self.compare.first().copied());
+        self.current = ready
+            .iter()
+            .position(|t| *t == sel)
+            .map(|i| self.compare[i])
+            .or(self.compare.first().copied());
         self.follow = true;
         self.view = View::Compare;
         let skipped = self.tiers.len() - ready.len();
         self.say(
             Level::Info,
-            format!("comparing on {} tier(s){}", ready.len(), if skipped > 0 { format!(" ({skipped} unavailable, skipped)") } else { String::new() }),
+            format!(
+                "comparing on {} tier(s){}",
+                ready.len(),
+                if skipped > 0 {
+                    format!(" ({skipped} unavailable, skipped)")
+                } else {
+                    String::new()
+                }
+            ),
         );
     }
 
@@ -823,10 +961,21 @@ impl App {
             }
         }
         if !found_dir {
-            let dirs: Vec<String> = self.samples_dirs.iter().map(|d| d.display().to_string()).collect();
-            problems.push(format!("no samples/benign or samples/hostile found in: {}", dirs.join(", ")));
+            let dirs: Vec<String> = self
+                .samples_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            problems.push(format!(
+                "no samples/benign or samples/hostile found in: {}",
+                dirs.join(", ")
+            ));
         }
-        self.overlay = Some(Overlay::Samples(SamplesPicker { items, selected: 0, problems }));
+        self.overlay = Some(Overlay::Samples(SamplesPicker {
+            items,
+            selected: 0,
+            problems,
+        }));
     }
 
     pub fn load_sample(&mut self, s: &Sample) {
@@ -835,7 +984,10 @@ impl App {
         self.set_language(s.language);
         self.path = None;
         self.label = s.name.clone();
-        self.say(Level::Info, format!("loaded sample {}: {}", s.name, s.tries));
+        self.say(
+            Level::Info,
+            format!("loaded sample {}: {}", s.name, s.tries),
+        );
     }
 
     /// Work between frames, never in draw: layout sizes, editor scroll,
@@ -846,7 +998,8 @@ impl App {
         let gutter = widgets::gutter_width(self.editor.lines().len()) as usize;
         let rows = e.height.saturating_sub(2) as usize;
         let cols = (e.width.saturating_sub(2) as usize).saturating_sub(gutter);
-        self.editor.scroll_to_cursor(rows, cols, widgets::EDITOR_TAB);
+        self.editor
+            .scroll_to_cursor(rows, cols, widgets::EDITOR_TAB);
         if let Some(h) = &mut self.highlighter {
             if let Some(row) = self.editor.take_dirty() {
                 h.invalidate(row);
@@ -874,7 +1027,11 @@ pub fn default_samples_dirs() -> Vec<PathBuf> {
     }
     v.push(PathBuf::from("samples"));
     if let Ok(exe) = std::env::current_exe() {
-        if let Some(root) = exe.parent().and_then(|p| p.parent()).and_then(|p| p.parent()) {
+        if let Some(root) = exe
+            .parent()
+            .and_then(|p| p.parent())
+            .and_then(|p| p.parent())
+        {
             v.push(root.join("samples"));
         }
     }

@@ -91,7 +91,10 @@ pub fn display_col(line: &str, col: usize, tab: usize) -> usize {
 
 impl Editor {
     pub fn new(text: &str) -> Editor {
-        let mut lines: Vec<String> = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect();
+        let mut lines: Vec<String> = text
+            .split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l).to_string())
+            .collect();
         if lines.is_empty() {
             lines.push(String::new());
         }
@@ -144,7 +147,10 @@ impl Editor {
         if kind != EditKind::Other && self.last_edit == Some(kind) {
             return;
         }
-        self.undo.push(Snapshot { lines: self.lines.clone(), cursor: self.cursor });
+        self.undo.push(Snapshot {
+            lines: self.lines.clone(),
+            cursor: self.cursor,
+        });
         if self.undo.len() > UNDO_DEPTH {
             self.undo.remove(0);
         }
@@ -161,9 +167,16 @@ impl Editor {
     }
 
     fn swap_history(&mut self, undo: bool) -> bool {
-        let (from, to) = if undo { (&mut self.undo, &mut self.redo) } else { (&mut self.redo, &mut self.undo) };
+        let (from, to) = if undo {
+            (&mut self.undo, &mut self.redo)
+        } else {
+            (&mut self.redo, &mut self.undo)
+        };
         let Some(s) = from.pop() else { return false };
-        to.push(Snapshot { lines: std::mem::replace(&mut self.lines, s.lines), cursor: self.cursor });
+        to.push(Snapshot {
+            lines: std::mem::replace(&mut self.lines, s.lines),
+            cursor: self.cursor,
+        });
         self.cursor = s.cursor;
         self.anchor = None;
         self.last_edit = None;
@@ -237,14 +250,21 @@ impl Editor {
     pub fn select_all(&mut self) {
         self.anchor = Some(Pos::default());
         let row = self.lines.len() - 1;
-        self.cursor = Pos { row, col: char_len(&self.lines[row]) };
+        self.cursor = Pos {
+            row,
+            col: char_len(&self.lines[row]),
+        };
     }
 
     pub fn insert_char(&mut self, c: char) {
         if c == '\n' {
             return self.newline();
         }
-        let kind = if self.selection().is_some() || c == ' ' { EditKind::Other } else { EditKind::Insert };
+        let kind = if self.selection().is_some() || c == ' ' {
+            EditKind::Other
+        } else {
+            EditKind::Insert
+        };
         self.checkpoint(kind);
         self.delete_selection_raw();
         let Pos { row, col } = self.cursor;
@@ -273,7 +293,10 @@ impl Editor {
         }
         let end_col = char_len(&self.lines[r]);
         self.lines[r].push_str(&tail);
-        self.cursor = Pos { row: r, col: end_col };
+        self.cursor = Pos {
+            row: r,
+            col: end_col,
+        };
         self.last_edit = None;
         self.mark_dirty(row);
     }
@@ -286,13 +309,20 @@ impl Editor {
         let line = &mut self.lines[row];
         let at = byte_idx(line, col);
         let tail = line.split_off(at);
-        let mut indent: String = line.chars().take_while(|c| *c == ' ' || *c == '\t').collect();
+        let mut indent: String = line
+            .chars()
+            .take_while(|c| *c == ' ' || *c == '\t')
+            .collect();
         if line.trim_end().ends_with(':') {
             indent.push_str(&" ".repeat(INDENT));
         }
         let new_col = char_len(&indent);
-        self.lines.insert(row + 1, indent + tail.trim_start_matches([' ', '\t']));
-        self.cursor = Pos { row: row + 1, col: new_col };
+        self.lines
+            .insert(row + 1, indent + tail.trim_start_matches([' ', '\t']));
+        self.cursor = Pos {
+            row: row + 1,
+            col: new_col,
+        };
         self.preferred_col = None;
         self.mark_dirty(row);
     }
@@ -305,7 +335,10 @@ impl Editor {
                 self.lines[r].insert_str(0, &" ".repeat(INDENT));
             }
             self.anchor = Some(Pos { row: s.row, col: 0 });
-            self.cursor = Pos { row: e.row, col: char_len(&self.lines[e.row]) };
+            self.cursor = Pos {
+                row: e.row,
+                col: char_len(&self.lines[e.row]),
+            };
             self.mark_dirty(s.row);
             return;
         }
@@ -320,7 +353,11 @@ impl Editor {
         let (s, e) = self.selection().unwrap_or((self.cursor, self.cursor));
         self.checkpoint(EditKind::Other);
         for r in s.row..=e.row {
-            let n = self.lines[r].chars().take(INDENT).take_while(|c| *c == ' ').count();
+            let n = self.lines[r]
+                .chars()
+                .take(INDENT)
+                .take_while(|c| *c == ' ')
+                .count();
             self.lines[r].drain(..n);
             if r == self.cursor.row {
                 self.cursor.col = self.cursor.col.saturating_sub(n);
@@ -348,13 +385,20 @@ impl Editor {
             let prev = &mut self.lines[row - 1];
             let c = char_len(prev);
             prev.push_str(&line);
-            self.cursor = Pos { row: row - 1, col: c };
+            self.cursor = Pos {
+                row: row - 1,
+                col: c,
+            };
             self.mark_dirty(row - 1);
         } else {
             // Delete back to the previous indent stop inside leading spaces.
             let line = &mut self.lines[row];
             let leading = line.chars().take_while(|c| *c == ' ').count();
-            let n = if col <= leading && col > 0 { (col - 1) % INDENT + 1 } else { 1 };
+            let n = if col <= leading && col > 0 {
+                (col - 1) % INDENT + 1
+            } else {
+                1
+            };
             let from = byte_idx(line, col - n);
             let to = byte_idx(line, col);
             line.replace_range(from..to, "");
@@ -395,7 +439,11 @@ impl Editor {
         }
         self.checkpoint(EditKind::Other);
         let row = self.cursor.row;
-        let t = if self.lines.len() > 1 { self.lines.remove(row) } else { std::mem::take(&mut self.lines[0]) };
+        let t = if self.lines.len() > 1 {
+            self.lines.remove(row)
+        } else {
+            std::mem::take(&mut self.lines[0])
+        };
         self.clamp();
         self.cursor.col = 0;
         self.mark_dirty(row.saturating_sub(1));
@@ -433,31 +481,58 @@ impl Editor {
         let want = self.preferred_col.unwrap_or(col);
         self.cursor = match m {
             Move::Left if col > 0 => Pos { row, col: col - 1 },
-            Move::Left if row > 0 => Pos { row: row - 1, col: len(row - 1) },
+            Move::Left if row > 0 => Pos {
+                row: row - 1,
+                col: len(row - 1),
+            },
             Move::Left => self.cursor,
             Move::Right if col < len(row) => Pos { row, col: col + 1 },
-            Move::Right if row < last => Pos { row: row + 1, col: 0 },
+            Move::Right if row < last => Pos {
+                row: row + 1,
+                col: 0,
+            },
             Move::Right => self.cursor,
-            Move::Up if row > 0 => Pos { row: row - 1, col: min(want, len(row - 1)) },
+            Move::Up if row > 0 => Pos {
+                row: row - 1,
+                col: min(want, len(row - 1)),
+            },
             Move::Up => Pos { row: 0, col: 0 },
-            Move::Down if row < last => Pos { row: row + 1, col: min(want, len(row + 1)) },
+            Move::Down if row < last => Pos {
+                row: row + 1,
+                col: min(want, len(row + 1)),
+            },
             Move::Down => Pos { row, col: len(row) },
             Move::PageUp => {
                 let r = row.saturating_sub(self.page.max(1));
-                Pos { row: r, col: min(want, len(r)) }
+                Pos {
+                    row: r,
+                    col: min(want, len(r)),
+                }
             }
             Move::PageDown => {
                 let r = min(last, row + self.page.max(1));
-                Pos { row: r, col: min(want, len(r)) }
+                Pos {
+                    row: r,
+                    col: min(want, len(r)),
+                }
             }
             Move::Home => {
                 // Smart home: first non-blank, then column 0.
-                let first = self.lines[row].chars().take_while(|c| c.is_whitespace()).count();
-                Pos { row, col: if col == first { 0 } else { first } }
+                let first = self.lines[row]
+                    .chars()
+                    .take_while(|c| c.is_whitespace())
+                    .count();
+                Pos {
+                    row,
+                    col: if col == first { 0 } else { first },
+                }
             }
             Move::End => Pos { row, col: len(row) },
             Move::Top => Pos::default(),
-            Move::Bottom => Pos { row: last, col: len(last) },
+            Move::Bottom => Pos {
+                row: last,
+                col: len(last),
+            },
             Move::WordLeft => self.word_left(),
             Move::WordRight => self.word_right(),
         };
@@ -467,7 +542,14 @@ impl Editor {
     fn word_left(&self) -> Pos {
         let Pos { row, col } = self.cursor;
         if col == 0 {
-            return if row > 0 { Pos { row: row - 1, col: char_len(&self.lines[row - 1]) } } else { self.cursor };
+            return if row > 0 {
+                Pos {
+                    row: row - 1,
+                    col: char_len(&self.lines[row - 1]),
+                }
+            } else {
+                self.cursor
+            };
         }
         let chars: Vec<char> = self.lines[row].chars().collect();
         let mut c = col;
@@ -484,7 +566,14 @@ impl Editor {
         let Pos { row, col } = self.cursor;
         let chars: Vec<char> = self.lines[row].chars().collect();
         if col >= chars.len() {
-            return if row + 1 < self.lines.len() { Pos { row: row + 1, col: 0 } } else { self.cursor };
+            return if row + 1 < self.lines.len() {
+                Pos {
+                    row: row + 1,
+                    col: 0,
+                }
+            } else {
+                self.cursor
+            };
         }
         let mut c = col;
         while c < chars.len() && (chars[c].is_alphanumeric() || chars[c] == '_') {

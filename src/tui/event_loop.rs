@@ -57,7 +57,12 @@ impl Engine {
             tokio::spawn(async move {
                 let avail = match tier::by_name(&name, &config) {
                     Ok(t) => t.probe().await,
-                    Err(e) => tier::Availability { tier: name.clone(), available: false, summary: format!("{e:#}"), checks: vec![] },
+                    Err(e) => tier::Availability {
+                        tier: name.clone(),
+                        available: false,
+                        summary: format!("{e:#}"),
+                        checks: vec![],
+                    },
                 };
                 let _ = tx.send(Msg::Probed(avail));
             });
@@ -73,12 +78,18 @@ impl Engine {
 
     fn apply(&mut self, e: Effect) {
         match e {
-            Effect::Start { id, tier: name, spec } => {
+            Effect::Start {
+                id,
+                tier: name,
+                spec,
+            } => {
                 tracing::info!(id, tier = %name, label = %spec.label, "tui run start");
                 let tier = match tier::by_name(&name, &self.config) {
                     Ok(t) => t,
                     Err(e) => {
-                        let _ = self.ctl_tx.send(Msg::Run(id, failed(&name, &spec, format!("{e:#}"))));
+                        let _ = self
+                            .ctl_tx
+                            .send(Msg::Run(id, failed(&name, &spec, format!("{e:#}"))));
                         return;
                     }
                 };
@@ -123,7 +134,10 @@ fn failed(tier: &str, spec: &crate::spec::RunSpec, error: String) -> RunEvent {
         limits: spec.limits.clone(),
         details: serde_json::Value::Null,
     };
-    RunEvent { at_ms: 0.0, kind: EventKind::Finished(Box::new(report)) }
+    RunEvent {
+        at_ms: 0.0,
+        kind: EventKind::Finished(Box::new(report)),
+    }
 }
 
 /// Frame work times, for the bench and the log.
@@ -253,18 +267,46 @@ impl<B: Backend> Loop<'_, B> {
     }
 }
 
-fn new_loop<'a, B: Backend>(terminal: &'a mut Terminal<B>, app: &'a mut App, config: &Config, input: Input) -> Loop<'a, B> {
+fn new_loop<'a, B: Backend>(
+    terminal: &'a mut Terminal<B>,
+    app: &'a mut App,
+    config: &Config,
+    input: Input,
+) -> Loop<'a, B> {
     let (run_tx, run_rx) = mpsc::channel(CHANNEL);
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
-    let engine = Engine { config: config.clone(), run_tx, ctl_tx, cancels: HashMap::new() };
-    Loop { terminal, app, engine, run_rx, ctl_rx, input, stats: FrameStats::default() }
+    let engine = Engine {
+        config: config.clone(),
+        run_tx,
+        ctl_tx,
+        cancels: HashMap::new(),
+    };
+    Loop {
+        terminal,
+        app,
+        engine,
+        run_rx,
+        ctl_rx,
+        input,
+        stats: FrameStats::default(),
+    }
 }
 
 /// `sandbench [FILE] [--theme T]`: the workbench.
-pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) -> anyhow::Result<i32> {
-    let theme = Theme::load(theme.as_deref().unwrap_or(&config.theme)).map_err(|e| usage(format!("{e:#}")))?;
+pub async fn run(
+    config: &Config,
+    file: Option<PathBuf>,
+    theme: Option<String>,
+) -> anyhow::Result<i32> {
+    let theme = Theme::load(theme.as_deref().unwrap_or(&config.theme))
+        .map_err(|e| usage(format!("{e:#}")))?;
     let names: Vec<String> = tier::KNOWN.iter().map(|s| s.to_string()).collect();
-    let mut app = App::new(theme, tier::KNOWN, &config.default_tier, config.limits.clone());
+    let mut app = App::new(
+        theme,
+        tier::KNOWN,
+        &config.default_tier,
+        config.limits.clone(),
+    );
     if let Some(f) = &file {
         app.open(f).map_err(|e| usage(format!("{e:#}")))?;
     }
@@ -274,12 +316,20 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
         app.samples_dirs.insert(at, d.clone());
     }
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        return Err(usage("the workbench needs a terminal; for headless runs use `sandbench run FILE`"));
+        return Err(usage(
+            "the workbench needs a terminal; for headless runs use `sandbench run FILE`",
+        ));
     }
-    let mut terminal = ratatui::try_init().map_err(|e| anyhow::anyhow!("cannot set up the terminal: {e}"))?;
+    let mut terminal =
+        ratatui::try_init().map_err(|e| anyhow::anyhow!("cannot set up the terminal: {e}"))?;
     let _ = execute!(std::io::stdout(), EnableBracketedPaste);
     let result = {
-        let mut lp = new_loop(&mut terminal, &mut app, config, Input::Terminal(EventStream::new()));
+        let mut lp = new_loop(
+            &mut terminal,
+            &mut app,
+            config,
+            Input::Terminal(EventStream::new()),
+        );
         lp.engine.probe_all(&names);
         lp.engine.load_assets();
         spawn_signals(lp.engine.ctl_tx.clone());
@@ -304,7 +354,11 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
 /// cleanly: runs are cancelled and cleaned up, the terminal restored.
 fn spawn_signals(tx: mpsc::UnboundedSender<Msg>) {
     use tokio::signal::unix::{signal, SignalKind};
-    for kind in [SignalKind::terminate(), SignalKind::hangup(), SignalKind::interrupt()] {
+    for kind in [
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::interrupt(),
+    ] {
         let tx = tx.clone();
         match signal(kind) {
             Ok(mut s) => {
@@ -353,16 +407,25 @@ while time.time() < end:
 "#;
 
 /// `sandbench bench-ui`: frame times and peak RSS while output floods in.
-pub async fn bench_ui(config: &Config, source: FloodSource, secs: u64, output_limit: u64, width: u16, height: u16) -> anyhow::Result<i32> {
+pub async fn bench_ui(
+    config: &Config,
+    source: FloodSource,
+    secs: u64,
+    output_limit: u64,
+    width: u16,
+    height: u16,
+) -> anyhow::Result<i32> {
     let mut app = App::new(Theme::dark(), tier::KNOWN, "process", config.limits.clone());
     app.update(Msg::Assets(Arc::new(SyntaxAssets::load())));
-    app.editor.set_text(&FLOOD_PY.replace("sys.argv[1] if len(sys.argv) > 1 else 5", &secs.to_string()));
+    app.editor
+        .set_text(&FLOOD_PY.replace("sys.argv[1] if len(sys.argv) > 1 else 5", &secs.to_string()));
     app.limits.wall_time = Duration::from_secs(secs + 5);
     app.limits.cpu_time = Duration::from_secs(secs + 5);
     // The runner keeps what it captures for the report; bound it so the
     // measurement is about the UI.
     app.limits.output_bytes = 8 << 40;
-    let mut terminal = Terminal::new(TestBackend::new(width, height)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut terminal =
+        Terminal::new(TestBackend::new(width, height)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let rss_before = peak_rss().unwrap_or(0);
     let started = Instant::now();
     let mut lp = new_loop(&mut terminal, &mut app, config, Input::None);
@@ -383,7 +446,12 @@ pub async fn bench_ui(config: &Config, source: FloodSource, secs: u64, output_li
             lp.effects();
         }
         FloodSource::Synthetic => {
-            lp.app.update(Msg::Probed(tier::Availability { tier: "process".into(), available: true, summary: "synthetic".into(), checks: vec![] }));
+            lp.app.update(Msg::Probed(tier::Availability {
+                tier: "process".into(),
+                available: true,
+                summary: "synthetic".into(),
+                checks: vec![],
+            }));
             lp.app.run();
             let _ = lp.app.take_effects();
             let id = lp.app.current.unwrap_or(1);
@@ -393,7 +461,14 @@ pub async fn bench_ui(config: &Config, source: FloodSource, secs: u64, output_li
                 let mut chunk = Vec::with_capacity(1 << 16);
                 let mut i = 0u64;
                 while chunk.len() < (1 << 16) - 200 {
-                    chunk.extend_from_slice(format!("\x1b[3{}mline {i:06}\x1b[0m {}\t\x1b]52;c;AAAA\x07\n", i % 8, "x".repeat(60)).as_bytes());
+                    chunk.extend_from_slice(
+                        format!(
+                            "\x1b[3{}mline {i:06}\x1b[0m {}\t\x1b]52;c;AAAA\x07\n",
+                            i % 8,
+                            "x".repeat(60)
+                        )
+                        .as_bytes(),
+                    );
                     i += 1;
                 }
                 let long = vec![b'y'; 1 << 16];
@@ -401,18 +476,42 @@ pub async fn bench_ui(config: &Config, source: FloodSource, secs: u64, output_li
                 let mut k = 0u64;
                 // The same path as real runs: sanitized in this task, not on the UI thread.
                 let mut pre = PreSanitizer::default();
-                let mut ev = |kind| pre.convert(id, RunEvent { at_ms: t0.elapsed().as_secs_f64() * 1000.0, kind });
-                let _ = tx.send(ev(EventKind::Phase(crate::event::Phase::Running))).await;
+                let mut ev = |kind| {
+                    pre.convert(
+                        id,
+                        RunEvent {
+                            at_ms: t0.elapsed().as_secs_f64() * 1000.0,
+                            kind,
+                        },
+                    )
+                };
+                let _ = tx
+                    .send(ev(EventKind::Phase(crate::event::Phase::Running)))
+                    .await;
                 while t0.elapsed() < Duration::from_secs(secs) {
                     // Every 16th chunk is part of one endless line (20 MB+ over a run).
-                    let data = if k % 16 == 15 { long.clone() } else { chunk.clone() };
+                    let data = if k % 16 == 15 {
+                        long.clone()
+                    } else {
+                        chunk.clone()
+                    };
                     bytes.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    if tx.send(ev(EventKind::Output(Stream::Stdout, data))).await.is_err() {
+                    if tx
+                        .send(ev(EventKind::Output(Stream::Stdout, data)))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     k += 1;
                 }
-                let report = match failed("process", &crate::spec::RunSpec::new(crate::spec::Language::Python, ""), String::new()).kind {
+                let report = match failed(
+                    "process",
+                    &crate::spec::RunSpec::new(crate::spec::Language::Python, ""),
+                    String::new(),
+                )
+                .kind
+                {
                     EventKind::Finished(mut r) => {
                         r.outcome = crate::report::Outcome::Ok;
                         r.error = None;
@@ -427,11 +526,25 @@ pub async fn bench_ui(config: &Config, source: FloodSource, secs: u64, output_li
     lp.run(|app| app.active_runs().is_empty()).await?;
     let elapsed = started.elapsed();
     let run_bytes = lp.app.current_run().map(|r| r.bytes).unwrap_or(0);
-    let total = if source == FloodSource::Synthetic { bytes.load(std::sync::atomic::Ordering::Relaxed) } else { run_bytes };
+    let total = if source == FloodSource::Synthetic {
+        bytes.load(std::sync::atomic::Ordering::Relaxed)
+    } else {
+        run_bytes
+    };
     let s = &lp.stats;
     let mb = total as f64 / (1 << 20) as f64;
-    println!("bench-ui · source {:?} · {}x{} · {:.1} s", source, width, height, elapsed.as_secs_f64());
-    println!("output      {mb:.0} MiB folded by the UI ({:.0} MiB/s), {} run messages", mb / elapsed.as_secs_f64(), s.msgs);
+    println!(
+        "bench-ui · source {:?} · {}x{} · {:.1} s",
+        source,
+        width,
+        height,
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "output      {mb:.0} MiB folded by the UI ({:.0} MiB/s), {} run messages",
+        mb / elapsed.as_secs_f64(),
+        s.msgs
+    );
     println!(
         "frame work  p50 {:.2} ms · p99 {:.2} ms · max {:.2} ms over {} frames ({} drawn) · target p99 < 16 ms",
         s.percentile(0.5).as_secs_f64() * 1e3,
@@ -447,7 +560,11 @@ pub async fn bench_ui(config: &Config, source: FloodSource, secs: u64, output_li
         rss_before as f64 / (1 << 20) as f64
     );
     if let Some(r) = lp.app.current_run() {
-        println!("kept        {} lines in the ring ({} dropped)", r.lines.len(), r.lines.dropped);
+        println!(
+            "kept        {} lines in the ring ({} dropped)",
+            r.lines.len(),
+            r.lines.dropped
+        );
         if let Some(rep) = &r.report {
             println!("run         {}", rep.summary_line());
         }

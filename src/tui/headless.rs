@@ -14,9 +14,12 @@ use super::widgets;
 
 /// Lay out, prepare and draw `app` on a `width` × `height` screen.
 pub fn render(app: &mut App, width: u16, height: u16) -> Buffer {
-    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("a test backend never fails");
+    let mut terminal =
+        Terminal::new(TestBackend::new(width, height)).expect("a test backend never fails");
     app.prepare(Rect::new(0, 0, width, height), Duration::from_secs(1));
-    terminal.draw(|f| widgets::draw(app, f)).expect("a test backend never fails");
+    terminal
+        .draw(|f| widgets::draw(app, f))
+        .expect("a test backend never fails");
     terminal.backend().buffer().clone()
 }
 
@@ -51,7 +54,11 @@ pub fn ctrl(c: char) -> Msg {
 /// Type text into whatever has focus, a key per character.
 pub fn type_text(app: &mut App, s: &str) {
     for c in s.chars() {
-        let code = if c == '\n' { KeyCode::Enter } else { KeyCode::Char(c) };
+        let code = if c == '\n' {
+            KeyCode::Enter
+        } else {
+            KeyCode::Char(c)
+        };
         app.update(Msg::Key(KeyEvent::new(code, KeyModifiers::NONE)));
     }
 }

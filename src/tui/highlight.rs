@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ratatui::style::{Color, Modifier, Style};
-use syntect::highlighting::{FontStyle, HighlightIterator, HighlightState, Highlighter as SynHighlighter, Theme, ThemeSet};
+use syntect::highlighting::{
+    FontStyle, HighlightIterator, HighlightState, Highlighter as SynHighlighter, Theme, ThemeSet,
+};
 use syntect::parsing::{ParseState, ScopeStack, SyntaxReference, SyntaxSet};
 
 use crate::spec::Language;
@@ -21,7 +23,10 @@ pub struct SyntaxAssets {
 
 impl SyntaxAssets {
     pub fn load() -> SyntaxAssets {
-        let a = SyntaxAssets { syntaxes: SyntaxSet::load_defaults_newlines(), themes: ThemeSet::load_defaults() };
+        let a = SyntaxAssets {
+            syntaxes: SyntaxSet::load_defaults_newlines(),
+            themes: ThemeSet::load_defaults(),
+        };
         a.warm_up();
         a
     }
@@ -87,7 +92,13 @@ impl Highlighter {
             .or_else(|| assets.themes.themes.get("base16-ocean.dark"))
             .cloned()
             .unwrap_or_default();
-        let mut h = Highlighter { assets, theme, language, states: vec![], cached: vec![] };
+        let mut h = Highlighter {
+            assets,
+            theme,
+            language,
+            states: vec![],
+            cached: vec![],
+        };
         h.reset();
         h
     }
@@ -97,12 +108,18 @@ impl Highlighter {
             Language::Python => "py",
             Language::Sh => "sh",
         };
-        self.assets.syntaxes.find_syntax_by_extension(ext).unwrap_or_else(|| self.assets.syntaxes.find_syntax_plain_text())
+        self.assets
+            .syntaxes
+            .find_syntax_by_extension(ext)
+            .unwrap_or_else(|| self.assets.syntaxes.find_syntax_plain_text())
     }
 
     fn reset(&mut self) {
         let hl = SynHighlighter::new(&self.theme);
-        let start = (ParseState::new(self.syntax()), HighlightState::new(&hl, ScopeStack::new()));
+        let start = (
+            ParseState::new(self.syntax()),
+            HighlightState::new(&hl, ScopeStack::new()),
+        );
         self.states = vec![start];
         self.cached.clear();
     }
@@ -191,7 +208,8 @@ mod tests {
         let text: String = h.line(1).unwrap().iter().map(|(_, t)| t.as_str()).collect();
         assert_eq!(text, "    return \"s\"");
         // Keywords and strings get different colours.
-        let styles: std::collections::HashSet<_> = h.line(1).unwrap().iter().map(|(s, _)| s.fg).collect();
+        let styles: std::collections::HashSet<_> =
+            h.line(1).unwrap().iter().map(|(s, _)| s.fg).collect();
         assert!(styles.len() >= 2);
         h.invalidate(1);
         assert!(h.line(1).is_none());

@@ -7,8 +7,8 @@
 
 pub mod app;
 pub mod editor;
-pub mod headless;
 pub mod event_loop;
+pub mod headless;
 pub mod highlight;
 pub mod keymap;
 pub mod run_view;

@@ -118,15 +118,28 @@ impl RunView {
 
     /// The lines being written on stdout / stderr (no newline yet).
     pub fn partials(&self) -> impl Iterator<Item = OutLine> + '_ {
-        [(Origin::Stdout, &self.partial[0]), (Origin::Stderr, &self.partial[1])]
-            .into_iter()
-            .filter(|(_, l)| !l.is_empty())
-            .map(|(origin, l)| OutLine { origin, line: l.clone() })
+        [
+            (Origin::Stdout, &self.partial[0]),
+            (Origin::Stderr, &self.partial[1]),
+        ]
+        .into_iter()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(origin, l)| OutLine {
+            origin,
+            line: l.clone(),
+        })
     }
 
     /// Output already sanitized (off the UI thread, see `PreSanitizer`):
     /// complete lines, and the line being written.
-    pub fn apply_lines(&mut self, at_ms: f64, stream: Stream, lines: Vec<StyledLine>, partial: StyledLine, bytes: u64) {
+    pub fn apply_lines(
+        &mut self,
+        at_ms: f64,
+        stream: Stream,
+        lines: Vec<StyledLine>,
+        partial: StyledLine,
+        bytes: u64,
+    ) {
         self.last_ms = self.last_ms.max(at_ms);
         self.bytes += bytes;
         let origin = match stream {
@@ -146,7 +159,10 @@ impl RunView {
 
     fn meta(&mut self, origin: Origin, text: String) {
         self.flush_partials();
-        self.lines.push(OutLine { origin, line: StyledLine::plain(ratatui::style::Style::new(), &text) });
+        self.lines.push(OutLine {
+            origin,
+            line: StyledLine::plain(ratatui::style::Style::new(), &text),
+        });
     }
 
     /// Phase and violation lines interrupt output mid-line: end the partial
@@ -182,11 +198,18 @@ impl RunView {
             }
             EventKind::Usage(u) => self.usage_sample(ev.at_ms, u),
             EventKind::Violation(v) => {
-                let text = format!("✖ {} at {at}: {}", v.kind.name(), visible_controls(v.detail.as_bytes()));
+                let text = format!(
+                    "✖ {} at {at}: {}",
+                    v.kind.name(),
+                    visible_controls(v.detail.as_bytes())
+                );
                 self.violations.push(v);
                 self.meta(Origin::Violation, text);
             }
-            EventKind::Note(n) => self.meta(Origin::Note, format!("· {}", visible_controls(n.as_bytes()))),
+            EventKind::Note(n) => self.meta(
+                Origin::Note,
+                format!("· {}", visible_controls(n.as_bytes())),
+            ),
             EventKind::Exit(x) => {
                 self.exit = Some(x);
                 self.meta(Origin::Exit, format!("── {} at {at}", x.describe()));
@@ -209,8 +232,17 @@ impl RunView {
                     }
                 }
                 let line = match &r.error {
-                    Some(e) => format!("══ error: {} ({})", visible_controls(e.as_bytes()), fmt_ms(r.timings_ms.total)),
-                    None => format!("══ {} · {} · {} total", r.outcome.name(), r.exit.describe(), fmt_ms(r.timings_ms.total)),
+                    Some(e) => format!(
+                        "══ error: {} ({})",
+                        visible_controls(e.as_bytes()),
+                        fmt_ms(r.timings_ms.total)
+                    ),
+                    None => format!(
+                        "══ {} · {} · {} total",
+                        r.outcome.name(),
+                        r.exit.describe(),
+                        fmt_ms(r.timings_ms.total)
+                    ),
                 };
                 let outcome = r.outcome;
                 self.report = Some(r);
@@ -254,7 +286,11 @@ impl RunView {
         match &self.report {
             Some(r) => format!("{} · {}", r.outcome.name(), fmt_ms(r.timings_ms.total)),
             None if self.cancelling => format!("cancelling · {}", fmt_ms(self.elapsed_ms())),
-            None => format!("{} · {}", self.phase().map(|p| p.name()).unwrap_or("starting"), fmt_ms(self.elapsed_ms())),
+            None => format!(
+                "{} · {}",
+                self.phase().map(|p| p.name()).unwrap_or("starting"),
+                fmt_ms(self.elapsed_ms())
+            ),
         }
     }
 
@@ -286,7 +322,9 @@ pub struct PreSanitizer {
 
 impl Default for PreSanitizer {
     fn default() -> Self {
-        PreSanitizer { san: [Sanitizer::new(MAX_LINE_COLS), Sanitizer::new(MAX_LINE_COLS)] }
+        PreSanitizer {
+            san: [Sanitizer::new(MAX_LINE_COLS), Sanitizer::new(MAX_LINE_COLS)],
+        }
     }
 }
 
@@ -298,13 +336,26 @@ impl PreSanitizer {
                 let s = &mut self.san[stream_index(stream)];
                 let mut lines = vec![];
                 s.feed(&bytes, &mut lines);
-                Msg::Lines { id, at_ms: ev.at_ms, stream, lines, partial: s.partial().clone(), bytes: bytes.len() as u64 }
+                Msg::Lines {
+                    id,
+                    at_ms: ev.at_ms,
+                    stream,
+                    lines,
+                    partial: s.partial().clone(),
+                    bytes: bytes.len() as u64,
+                }
             }
             kind => {
                 for s in &mut self.san {
                     s.finish();
                 }
-                Msg::Run(id, RunEvent { at_ms: ev.at_ms, kind })
+                Msg::Run(
+                    id,
+                    RunEvent {
+                        at_ms: ev.at_ms,
+                        kind,
+                    },
+                )
             }
         }
     }
@@ -341,13 +392,40 @@ mod tests {
         v.apply(ev(0.0, EventKind::Phase(Phase::Preparing)));
         v.apply(ev(10.0, EventKind::Phase(Phase::Running)));
         v.apply(ev(11.0, EventKind::Output(Stream::Stdout, b"hel".to_vec())));
-        v.apply(ev(12.0, EventKind::Output(Stream::Stderr, b"oops\n".to_vec())));
-        v.apply(ev(13.0, EventKind::Output(Stream::Stdout, b"lo\npart".to_vec())));
+        v.apply(ev(
+            12.0,
+            EventKind::Output(Stream::Stderr, b"oops\n".to_vec()),
+        ));
+        v.apply(ev(
+            13.0,
+            EventKind::Output(Stream::Stdout, b"lo\npart".to_vec()),
+        ));
         assert_eq!(v.partials().count(), 1);
-        v.apply(ev(100.0, EventKind::Usage(UsageSample { cpu_ms: Some(10), memory_bytes: Some(1 << 20), pids: Some(2) })));
-        v.apply(ev(200.0, EventKind::Usage(UsageSample { cpu_ms: Some(60), memory_bytes: Some(3 << 20), pids: Some(3) })));
+        v.apply(ev(
+            100.0,
+            EventKind::Usage(UsageSample {
+                cpu_ms: Some(10),
+                memory_bytes: Some(1 << 20),
+                pids: Some(2),
+            }),
+        ));
+        v.apply(ev(
+            200.0,
+            EventKind::Usage(UsageSample {
+                cpu_ms: Some(60),
+                memory_bytes: Some(3 << 20),
+                pids: Some(3),
+            }),
+        ));
         assert_eq!(v.cpu_pct(), Some(50));
-        v.apply(ev(1420.0, EventKind::Violation(Violation { kind: ViolationKind::Memory, at_ms: 1420.0, detail: "memory limit 256M hit — killed".into() })));
+        v.apply(ev(
+            1420.0,
+            EventKind::Violation(Violation {
+                kind: ViolationKind::Memory,
+                at_ms: 1420.0,
+                detail: "memory limit 256M hit — killed".into(),
+            }),
+        ));
         let texts: Vec<&str> = v.lines.iter().map(|l| l.line.text()).collect();
         assert_eq!(
             texts,

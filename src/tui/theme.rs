@@ -9,8 +9,10 @@ use anyhow::{bail, Context};
 use ratatui::style::{Color, Modifier, Style};
 use serde::Deserialize;
 
-const BUILTIN: &[(&str, &str)] =
-    &[("dark", include_str!("../../themes/dark.toml")), ("light", include_str!("../../themes/light.toml"))];
+const BUILTIN: &[(&str, &str)] = &[
+    ("dark", include_str!("../../themes/dark.toml")),
+    ("light", include_str!("../../themes/light.toml")),
+];
 
 #[derive(Debug, Deserialize)]
 struct ThemeFile {
@@ -34,12 +36,36 @@ macro_rules! palette {
 }
 
 palette!(
-    bg, fg, dim, accent, border, border_focus, title, selection_bg, line_number, cursor_line, stdout, stderr, phase,
-    note, violation, ok, warn, error, cpu, memory, gauge, key, keybar_bg, popup_bg,
+    bg,
+    fg,
+    dim,
+    accent,
+    border,
+    border_focus,
+    title,
+    selection_bg,
+    line_number,
+    cursor_line,
+    stdout,
+    stderr,
+    phase,
+    note,
+    violation,
+    ok,
+    warn,
+    error,
+    cpu,
+    memory,
+    gauge,
+    key,
+    keybar_bg,
+    popup_bg,
 );
 
 fn parse_color(field: &str, s: &str) -> anyhow::Result<Color> {
-    Color::from_str(s).map_err(|_| anyhow::anyhow!("colour '{s}' of '{field}' is not a colour name, #rrggbb or 0-255"))
+    Color::from_str(s).map_err(|_| {
+        anyhow::anyhow!("colour '{s}' of '{field}' is not a colour name, #rrggbb or 0-255")
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -58,7 +84,11 @@ impl Theme {
 
     pub fn parse(text: &str, fallback_name: &str) -> anyhow::Result<Theme> {
         let f: ThemeFile = toml::from_str(text)?;
-        Ok(Theme { name: f.name.unwrap_or_else(|| fallback_name.to_string()), syntax: f.syntax, ui: f.ui.parse()? })
+        Ok(Theme {
+            name: f.name.unwrap_or_else(|| fallback_name.to_string()),
+            syntax: f.syntax,
+            ui: f.ui.parse()?,
+        })
     }
 
     /// A built-in name, a theme in the config dir, or a path to a `.toml`.
@@ -67,12 +97,14 @@ impl Theme {
         if name_or_path.ends_with(".toml") || name_or_path.contains('/') {
             let text = std::fs::read_to_string(as_path)
                 .with_context(|| format!("cannot read theme file {}", as_path.display()))?;
-            return Theme::parse(&text, name_or_path).with_context(|| format!("theme file {} is not valid", as_path.display()));
+            return Theme::parse(&text, name_or_path)
+                .with_context(|| format!("theme file {} is not valid", as_path.display()));
         }
         if let Some(dir) = user_theme_dir() {
             let p = dir.join(format!("{name_or_path}.toml"));
             if let Ok(text) = std::fs::read_to_string(&p) {
-                return Theme::parse(&text, name_or_path).with_context(|| format!("theme file {} is not valid", p.display()));
+                return Theme::parse(&text, name_or_path)
+                    .with_context(|| format!("theme file {} is not valid", p.display()));
             }
         }
         match BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
@@ -99,10 +131,18 @@ impl Theme {
         Style::new().fg(self.ui.dim)
     }
     pub fn border(&self, focused: bool) -> Style {
-        Style::new().fg(if focused { self.ui.border_focus } else { self.ui.border })
+        Style::new().fg(if focused {
+            self.ui.border_focus
+        } else {
+            self.ui.border
+        })
     }
     pub fn title(&self, focused: bool) -> Style {
-        let s = Style::new().fg(if focused { self.ui.border_focus } else { self.ui.title });
+        let s = Style::new().fg(if focused {
+            self.ui.border_focus
+        } else {
+            self.ui.title
+        });
         if focused {
             s.add_modifier(Modifier::BOLD)
         } else {
@@ -131,13 +171,20 @@ mod tests {
         for n in Theme::builtin_names() {
             let t = Theme::load(n).unwrap();
             assert_eq!(t.name, n);
-            assert!(set.themes.contains_key(&t.syntax), "{n}: syntect has no theme '{}'", t.syntax);
+            assert!(
+                set.themes.contains_key(&t.syntax),
+                "{n}: syntect has no theme '{}'",
+                t.syntax
+            );
         }
     }
 
     #[test]
     fn bad_themes_are_refused_with_a_reason() {
-        assert!(Theme::load("nope").unwrap_err().to_string().contains("built in: dark, light"));
+        assert!(Theme::load("nope")
+            .unwrap_err()
+            .to_string()
+            .contains("built in: dark, light"));
         let bad = include_str!("../../themes/dark.toml").replace("#1c1f26", "blurple");
         let e = Theme::parse(&bad, "x").unwrap_err();
         assert!(format!("{e:#}").contains("'blurple' of 'bg'"), "{e:#}");

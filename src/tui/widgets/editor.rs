@@ -38,8 +38,15 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let sel = e.selection();
     let mut lines = vec![];
     for row in top..(top + inner.height as usize).min(e.lines().len()) {
-        let num_style = if row == e.cursor.row { Style::new().fg(t.ui.fg) } else { Style::new().fg(t.ui.line_number) };
-        let mut spans = vec![Span::styled(format!("{:>w$} ", row + 1, w = gutter as usize - 1), num_style)];
+        let num_style = if row == e.cursor.row {
+            Style::new().fg(t.ui.fg)
+        } else {
+            Style::new().fg(t.ui.line_number)
+        };
+        let mut spans = vec![Span::styled(
+            format!("{:>w$} ", row + 1, w = gutter as usize - 1),
+            num_style,
+        )];
         let plain;
         let segs: &[(Style, String)] = match app.highlighter.as_ref().and_then(|h| h.line(row)) {
             Some(s) => s,
@@ -48,8 +55,20 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
                 &plain
             }
         };
-        let line_bg = if row == e.cursor.row && focused { Some(t.ui.cursor_line) } else { None };
-        spans.extend(render_line(segs, row, sel, left, text_w, t.ui.selection_bg, line_bg));
+        let line_bg = if row == e.cursor.row && focused {
+            Some(t.ui.cursor_line)
+        } else {
+            None
+        };
+        spans.extend(render_line(
+            segs,
+            row,
+            sel,
+            left,
+            text_w,
+            t.ui.selection_bg,
+            line_bg,
+        ));
         lines.push(Line::from(spans));
     }
     f.render_widget(Paragraph::new(lines), inner);
@@ -110,7 +129,9 @@ fn render_line(
                     break 'outer;
                 }
                 match glyph {
-                    Some(g) if k == 0 && dc + w <= left + width => push(&mut out, st, g.encode_utf8(&mut [0; 4])),
+                    Some(g) if k == 0 && dc + w <= left + width => {
+                        push(&mut out, st, g.encode_utf8(&mut [0; 4]))
+                    }
                     Some(_) if k == 0 => break 'outer,
                     Some(_) => {}
                     None => push(&mut out, st, " "),

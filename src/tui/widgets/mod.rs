@@ -33,19 +33,41 @@ struct Main {
 }
 
 fn main_layout(app: &App, area: Rect) -> Main {
-    let [body, status, keybar] = Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(1)]).areas(area);
+    let [body, status, keybar] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(1),
+        Constraint::Length(1),
+    ])
+    .areas(area);
     let right_w = (area.width * 32 / 100).clamp(26, 44).min(area.width / 2);
-    let [left, right] = Layout::horizontal([Constraint::Min(10), Constraint::Length(right_w)]).areas(body);
-    let [editor, output] = Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(left);
-    let tiers_h = side::tiers_height(app, right.width).max(app.tiers.len() as u16 + 3).min(right.height / 2);
-    let [tiers, resources] = Layout::vertical([Constraint::Length(tiers_h), Constraint::Min(3)]).areas(right);
-    Main { body, status, keybar, left, editor, output, tiers, resources }
+    let [left, right] =
+        Layout::horizontal([Constraint::Min(10), Constraint::Length(right_w)]).areas(body);
+    let [editor, output] =
+        Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(left);
+    let tiers_h = side::tiers_height(app, right.width)
+        .max(app.tiers.len() as u16 + 3)
+        .min(right.height / 2);
+    let [tiers, resources] =
+        Layout::vertical([Constraint::Length(tiers_h), Constraint::Min(3)]).areas(right);
+    Main {
+        body,
+        status,
+        keybar,
+        left,
+        editor,
+        output,
+        tiers,
+        resources,
+    }
 }
 
 /// Pane areas for `App::prepare` (paging and scrolling need their sizes).
 pub fn areas(app: &App, area: Rect) -> Areas {
     let m = main_layout(app, area);
-    Areas { editor: m.editor, output: m.output }
+    Areas {
+        editor: m.editor,
+        output: m.output,
+    }
 }
 
 pub fn draw(app: &App, f: &mut Frame) {
@@ -117,10 +139,13 @@ fn draw_keybar(app: &App, f: &mut Frame, area: Rect) {
             break;
         }
         used += w;
-        spans.push(Span::styled(format!("{key}"), t.key()));
+        spans.push(Span::styled(key.to_string(), t.key()));
         spans.push(Span::styled(format!(" {label} "), Style::new().fg(t.ui.fg)));
     }
-    f.render_widget(Paragraph::new(Line::from(spans)).style(Style::new().bg(t.ui.keybar_bg)), area);
+    f.render_widget(
+        Paragraph::new(Line::from(spans)).style(Style::new().bg(t.ui.keybar_bg)),
+        area,
+    );
 }
 
 /// A bordered block in the theme's colours.
@@ -139,7 +164,12 @@ fn bold(s: Style) -> Style {
 fn centered(area: Rect, w: u16, h: u16) -> Rect {
     let w = w.min(area.width);
     let h = h.min(area.height);
-    Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
 }
 
 /// Style and glyph of an outcome.

@@ -9,7 +9,7 @@ use unicode_width::UnicodeWidthChar;
 
 use super::{bold, outcome_style, pane};
 use crate::tui::app::{App, Focus};
-use crate::tui::run_view::{OutLine, Origin};
+use crate::tui::run_view::{Origin, OutLine};
 
 pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
@@ -25,7 +25,11 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         f.render_widget(Paragraph::new(hint).block(block), area);
         return;
     };
-    let mut title = format!(" output · {} · {} ", run.tier, if app.follow { "following" } else { "scrolled" });
+    let mut title = format!(
+        " output · {} · {} ",
+        run.tier,
+        if app.follow { "following" } else { "scrolled" }
+    );
     if run.lines.dropped > 0 {
         title.push_str(&format!("· {} dropped ", run.lines.dropped));
     }
@@ -36,7 +40,11 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let top = app.output_top().saturating_sub(run.lines.dropped) as usize;
     let partials: Vec<OutLine> = run.partials().collect();
     let all = run.lines.iter().chain(partials.iter());
-    let lines: Vec<Line> = all.skip(top).take(rows).map(|l| render(app, l, app.hscroll, inner.width as usize)).collect();
+    let lines: Vec<Line> = all
+        .skip(top)
+        .take(rows)
+        .map(|l| render(app, l, app.hscroll, inner.width as usize))
+        .collect();
     f.render_widget(Paragraph::new(lines), inner);
 }
 
@@ -64,7 +72,9 @@ pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static
     let mut col = 0usize;
     // A cut line ends with how much was cut, always visible.
     let note = (l.line.cut > 0).then(|| format!(" …+{}", l.line.cut));
-    let room = width.saturating_sub(1).saturating_sub(note.as_ref().map_or(0, |n| n.chars().count()));
+    let room = width
+        .saturating_sub(1)
+        .saturating_sub(note.as_ref().map_or(0, |n| n.chars().count()));
     let mut used = 0usize;
     'outer: for (style, text) in l.line.segments() {
         let st = base.patch(style);

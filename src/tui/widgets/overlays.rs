@@ -22,7 +22,8 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
 
 fn popup(app: &App, f: &mut Frame, rect: Rect, title: &str) -> Rect {
     f.render_widget(Clear, rect);
-    let block = pane(app, title.to_string(), true).style(Style::new().fg(app.theme.ui.fg).bg(app.theme.ui.popup_bg));
+    let block = pane(app, title.to_string(), true)
+        .style(Style::new().fg(app.theme.ui.fg).bg(app.theme.ui.popup_bg));
     let inner = block.inner(rect);
     f.render_widget(block, rect);
     inner
@@ -34,9 +35,15 @@ fn help(app: &App, f: &mut Frame, area: Rect, scroll: usize) {
     let inner = popup(app, f, rect, " help · keys (Esc closes) ");
     let mut lines = vec![];
     for (title, keys) in keymap::help_sections() {
-        lines.push(Line::from(Span::styled(title, bold(Style::new().fg(t.ui.accent)))));
+        lines.push(Line::from(Span::styled(
+            title,
+            bold(Style::new().fg(t.ui.accent)),
+        )));
         for (key, help) in keys {
-            lines.push(Line::from(vec![Span::styled(format!("  {key:<8}"), t.key()), Span::styled(help, Style::new().fg(t.ui.fg))]));
+            lines.push(Line::from(vec![
+                Span::styled(format!("  {key:<8}"), t.key()),
+                Span::styled(help, Style::new().fg(t.ui.fg)),
+            ]));
         }
         lines.push(Line::default());
     }
@@ -47,10 +54,15 @@ fn help(app: &App, f: &mut Frame, area: Rect, scroll: usize) {
 
 fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPicker) {
     let t = &app.theme;
-    let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
+    let rect = centered(
+        area,
+        area.width.saturating_sub(4).max(40),
+        area.height.saturating_sub(2),
+    );
     let inner = popup(app, f, rect, " samples · Enter loads · Esc closes ");
     let list_w = (inner.width / 3).clamp(18, 30);
-    let [left, right] = Layout::horizontal([Constraint::Length(list_w), Constraint::Min(10)]).areas(inner);
+    let [left, right] =
+        Layout::horizontal([Constraint::Length(list_w), Constraint::Min(10)]).areas(inner);
     let items: Vec<ListItem> = p
         .items
         .iter()
@@ -66,18 +78,31 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPic
     let list = List::new(items)
         .style(Style::new().fg(t.ui.fg))
         .highlight_symbol("▶")
-        .highlight_style(Style::new().bg(t.ui.selection_bg).add_modifier(Modifier::BOLD));
+        .highlight_style(
+            Style::new()
+                .bg(t.ui.selection_bg)
+                .add_modifier(Modifier::BOLD),
+        );
     let mut state = ListState::default().with_selected(Some(p.selected));
     f.render_stateful_widget(list, left, &mut state);
     let mut lines = vec![];
     for prob in &p.problems {
-        lines.push(Line::from(Span::styled(prob.clone(), Style::new().fg(t.ui.warn))));
+        lines.push(Line::from(Span::styled(
+            prob.clone(),
+            Style::new().fg(t.ui.warn),
+        )));
     }
     if let Some((group, s)) = p.items.get(p.selected) {
         let field = |k: &str, v: String| {
-            Line::from(vec![Span::styled(format!("{k:<7}"), t.key()), Span::styled(v, Style::new().fg(t.ui.fg))])
+            Line::from(vec![
+                Span::styled(format!("{k:<7}"), t.key()),
+                Span::styled(v, Style::new().fg(t.ui.fg)),
+            ])
         };
-        lines.push(field("name", format!("{} ({group}, {})", s.name, s.language)));
+        lines.push(field(
+            "name",
+            format!("{} ({group}, {})", s.name, s.language),
+        ));
         lines.push(field("tries", s.tries.clone()));
         lines.push(field("must", s.must.clone()));
         let mut exp: Vec<String> = s
@@ -96,16 +121,34 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPic
             exp.push("—".into());
         }
         lines.push(field("expect", exp.join(" ")));
-        let file = s.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let file = s
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         lines.push(field("file", format!("{group}/{file}")));
         lines.push(Line::default());
-        for code in s.code.lines().filter(|l| !l.starts_with('#')).take(right.height as usize) {
-            lines.push(Line::from(Span::styled(crate::sanitize::visible_controls(code.as_bytes()), t.dim())));
+        for code in s
+            .code
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .take(right.height as usize)
+        {
+            lines.push(Line::from(Span::styled(
+                crate::sanitize::visible_controls(code.as_bytes()),
+                t.dim(),
+            )));
         }
     } else if p.problems.is_empty() {
         lines.push(Line::from(Span::styled("no samples", t.dim())));
     }
-    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), right.inner(ratatui::layout::Margin { horizontal: 1, vertical: 0 }));
+    f.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }),
+        right.inner(ratatui::layout::Margin {
+            horizontal: 1,
+            vertical: 0,
+        }),
+    );
 }
 
 fn limits(app: &App, f: &mut Frame, area: Rect, form: &crate::tui::app::LimitsForm) {
@@ -115,18 +158,34 @@ fn limits(app: &App, f: &mut Frame, area: Rect, form: &crate::tui::app::LimitsFo
     let mut lines = vec![];
     for (i, (field, text)) in form.fields.iter().enumerate() {
         let sel = i == form.selected;
-        let val_style = if sel { Style::new().fg(t.ui.fg).bg(t.ui.selection_bg) } else { Style::new().fg(t.ui.fg) };
+        let val_style = if sel {
+            Style::new().fg(t.ui.fg).bg(t.ui.selection_bg)
+        } else {
+            Style::new().fg(t.ui.fg)
+        };
         lines.push(Line::from(vec![
             Span::styled(if sel { "▶ " } else { "  " }, t.key()),
-            Span::styled(format!("{:<10}", field.label()), Style::new().fg(t.ui.title)),
-            Span::styled(format!("{:<12}", format!("{text}{}", if sel { "▏" } else { "" })), val_style),
+            Span::styled(
+                format!("{:<10}", field.label()),
+                Style::new().fg(t.ui.title),
+            ),
+            Span::styled(
+                format!("{:<12}", format!("{text}{}", if sel { "▏" } else { "" })),
+                val_style,
+            ),
             Span::styled(format!(" {}", field.hint()), t.dim()),
         ]));
     }
     lines.push(Line::default());
     match &form.error {
-        Some(e) => lines.push(Line::from(Span::styled(e.clone(), bold(Style::new().fg(t.ui.error))))),
-        None => lines.push(Line::from(Span::styled("↑↓ move · type to edit · Esc discards", t.dim()))),
+        Some(e) => lines.push(Line::from(Span::styled(
+            e.clone(),
+            bold(Style::new().fg(t.ui.error)),
+        ))),
+        None => lines.push(Line::from(Span::styled(
+            "↑↓ move · type to edit · Esc discards",
+            t.dim(),
+        ))),
     }
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
@@ -135,6 +194,9 @@ fn save_as(app: &App, f: &mut Frame, area: Rect, input: &str) {
     let t = &app.theme;
     let rect = centered(area, 60, 4);
     let inner = popup(app, f, rect, " save as · Enter saves · Esc cancels ");
-    let line = Line::from(vec![Span::styled("file: ", t.key()), Span::styled(format!("{input}▏"), Style::new().fg(t.ui.fg))]);
+    let line = Line::from(vec![
+        Span::styled("file: ", t.key()),
+        Span::styled(format!("{input}▏"), Style::new().fg(t.ui.fg)),
+    ]);
     f.render_widget(Paragraph::new(line), inner);
 }

@@ -15,7 +15,10 @@ use crate::tui::run_view::{fmt_ms, RunView};
 /// Rows the tier pane wants at `width` (borders included).
 pub fn tiers_height(app: &App, width: u16) -> u16 {
     let w = width.saturating_sub(2).max(1) as usize;
-    let detail: usize = detail_lines(app).iter().map(|l| wrapped_rows(&l.to_string(), w)).sum();
+    let detail: usize = detail_lines(app)
+        .iter()
+        .map(|l| wrapped_rows(&l.to_string(), w))
+        .sum();
     (app.tiers.len() + detail + 2) as u16
 }
 
@@ -45,9 +48,15 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
         lines.push(Line::from(Span::styled(a.summary.clone(), t.dim())));
         if !a.available {
             if let Some(c) = a.checks.iter().find(|c| !c.ok) {
-                lines.push(Line::from(Span::styled(format!("{}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
+                lines.push(Line::from(Span::styled(
+                    format!("{}: {}", c.name, c.detail),
+                    Style::new().fg(t.ui.warn),
+                )));
                 if let Some(fix) = &c.fix {
-                    lines.push(Line::from(vec![Span::styled("fix: ", t.key()), Span::styled(fix.clone(), Style::new().fg(t.ui.fg))]));
+                    lines.push(Line::from(vec![
+                        Span::styled("fix: ", t.key()),
+                        Span::styled(fix.clone(), Style::new().fg(t.ui.fg)),
+                    ]));
                 }
             }
         }
@@ -68,7 +77,11 @@ pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
             Some(a) if a.available => ("✔", "ready".to_string(), Style::new().fg(t.ui.ok)),
             Some(_) => ("✖", "unavailable".to_string(), Style::new().fg(t.ui.error)),
         };
-        let name_style = if sel { bold(Style::new().fg(t.ui.accent)) } else { Style::new().fg(t.ui.fg) };
+        let name_style = if sel {
+            bold(Style::new().fg(t.ui.accent))
+        } else {
+            Style::new().fg(t.ui.fg)
+        };
         lines.push(Line::from(vec![
             Span::styled(if sel { "▶ " } else { "  " }, name_style),
             Span::styled(format!("{:<9}", tier.name), name_style),
@@ -85,10 +98,28 @@ pub fn draw_resources(app: &App, f: &mut Frame, area: Rect) {
         let block = pane(app, " resources ", false);
         let text = vec![
             Line::from(Span::styled("next run:", t.dim())),
-            Line::from(Span::styled(format!("memory {}", crate::spec::format_size(app.limits.memory_bytes)), Style::new().fg(t.ui.fg))),
-            Line::from(Span::styled(format!("cpu {}", crate::tui::app::fmt_duration(app.limits.cpu_time)), Style::new().fg(t.ui.fg))),
-            Line::from(Span::styled(format!("wall {}", crate::tui::app::fmt_duration(app.limits.wall_time)), Style::new().fg(t.ui.fg))),
-            Line::from(Span::styled(format!("pids {}", app.limits.pids), Style::new().fg(t.ui.fg))),
+            Line::from(Span::styled(
+                format!(
+                    "memory {}",
+                    crate::spec::format_size(app.limits.memory_bytes)
+                ),
+                Style::new().fg(t.ui.fg),
+            )),
+            Line::from(Span::styled(
+                format!("cpu {}", crate::tui::app::fmt_duration(app.limits.cpu_time)),
+                Style::new().fg(t.ui.fg),
+            )),
+            Line::from(Span::styled(
+                format!(
+                    "wall {}",
+                    crate::tui::app::fmt_duration(app.limits.wall_time)
+                ),
+                Style::new().fg(t.ui.fg),
+            )),
+            Line::from(Span::styled(
+                format!("pids {}", app.limits.pids),
+                Style::new().fg(t.ui.fg),
+            )),
         ];
         f.render_widget(Paragraph::new(text).block(block), area);
         return;
@@ -135,7 +166,13 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
         Line::from(vec![
             Span::styled("teardown ", t.dim()),
             Span::styled(opt(down), Style::new().fg(t.ui.fg)),
-            Span::styled(format!(" · {} out", crate::spec::format_size(run.bytes.max(1)).replace("1B", "0B")), t.dim()),
+            Span::styled(
+                format!(
+                    " · {} out",
+                    crate::spec::format_size(run.bytes.max(1)).replace("1B", "0B")
+                ),
+                t.dim(),
+            ),
         ]),
     ];
     if run.bytes == 0 {
@@ -157,13 +194,37 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     .areas(area);
     f.render_widget(Paragraph::new(top), head);
     let label_w = 10u16;
-    let cpu_txt = run.cpu_pct().map(|c| format!("cpu {c:>3}%")).unwrap_or_else(|| "cpu    –".into());
-    sparkline(f, cpu_l, label_w, &cpu_txt, run.cpu_hist.iter().copied(), Some(100), Style::new().fg(t.ui.cpu), t.dim());
+    let cpu_txt = run
+        .cpu_pct()
+        .map(|c| format!("cpu {c:>3}%"))
+        .unwrap_or_else(|| "cpu    –".into());
+    sparkline(
+        f,
+        cpu_l,
+        label_w,
+        &cpu_txt,
+        run.cpu_hist.iter().copied(),
+        Some(100),
+        Style::new().fg(t.ui.cpu),
+        t.dim(),
+    );
     // Once the run is over, the gauges and labels show peaks.
     let done = run.finished();
-    let mem = if done { Some(run.peak_memory) } else { run.usage.memory_bytes };
-    let pids = if done { run.peak_pids } else { run.usage.pids.unwrap_or(0) };
-    let mem_txt = format!("{} {:>4}", if done { "peak" } else { "mem " }, mem.map(short_size).unwrap_or_else(|| "–".into()));
+    let mem = if done {
+        Some(run.peak_memory)
+    } else {
+        run.usage.memory_bytes
+    };
+    let pids = if done {
+        run.peak_pids
+    } else {
+        run.usage.pids.unwrap_or(0)
+    };
+    let mem_txt = format!(
+        "{} {:>4}",
+        if done { "peak" } else { "mem " },
+        mem.map(short_size).unwrap_or_else(|| "–".into())
+    );
     sparkline(
         f,
         mem_l,
@@ -175,9 +236,30 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
         t.dim(),
     );
     let mem = mem.unwrap_or(0);
-    gauge(app, f, mem_g, "mem", mem as f64 / run.limits.memory_bytes.max(1) as f64, format!("{}/{}", short_size(mem), short_size(run.limits.memory_bytes)));
-    gauge(app, f, pid_g, "pids", pids as f64 / run.limits.pids.max(1) as f64, format!("{}/{}", pids, run.limits.pids));
-    f.render_widget(Paragraph::new(outcome_lines).wrap(Wrap { trim: true }), tail);
+    gauge(
+        app,
+        f,
+        mem_g,
+        "mem",
+        mem as f64 / run.limits.memory_bytes.max(1) as f64,
+        format!(
+            "{}/{}",
+            short_size(mem),
+            short_size(run.limits.memory_bytes)
+        ),
+    );
+    gauge(
+        app,
+        f,
+        pid_g,
+        "pids",
+        pids as f64 / run.limits.pids.max(1) as f64,
+        format!("{}/{}", pids, run.limits.pids),
+    );
+    f.render_widget(
+        Paragraph::new(outcome_lines).wrap(Wrap { trim: true }),
+        tail,
+    );
 }
 
 fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
@@ -186,23 +268,41 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
     for v in &run.violations {
         out.push(Line::from(vec![
             Span::styled("✖ ", bold(Style::new().fg(t.ui.violation))),
-            Span::styled(format!("{} at {}", v.kind.name(), fmt_ms(v.at_ms)), bold(Style::new().fg(t.ui.violation))),
+            Span::styled(
+                format!("{} at {}", v.kind.name(), fmt_ms(v.at_ms)),
+                bold(Style::new().fg(t.ui.violation)),
+            ),
         ]));
     }
     if let Some(r) = &run.report {
         let (st, glyph) = outcome_style(app, r.outcome);
         out.push(Line::from(vec![
             Span::styled(format!("{glyph} {}", r.outcome.name()), st),
-            Span::styled(format!(" · {}", r.exit.describe()), Style::new().fg(t.ui.fg)),
+            Span::styled(
+                format!(" · {}", r.exit.describe()),
+                Style::new().fg(t.ui.fg),
+            ),
         ]));
         if let Some(e) = &r.error {
-            out.push(Line::from(Span::styled(crate::sanitize::visible_controls(e.as_bytes()), Style::new().fg(t.ui.error))));
+            out.push(Line::from(Span::styled(
+                crate::sanitize::visible_controls(e.as_bytes()),
+                Style::new().fg(t.ui.error),
+            )));
         }
         let peak = format!(
             "peak mem {} · pids {} · cpu {}",
-            r.usage.peak_memory_bytes.map(short_size).unwrap_or_else(|| "?".into()),
-            r.usage.peak_pids.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
-            r.usage.cpu_ms.map(|c| fmt_ms(c as f64)).unwrap_or_else(|| "?".into())
+            r.usage
+                .peak_memory_bytes
+                .map(short_size)
+                .unwrap_or_else(|| "?".into()),
+            r.usage
+                .peak_pids
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "?".into()),
+            r.usage
+                .cpu_ms
+                .map(|c| fmt_ms(c as f64))
+                .unwrap_or_else(|| "?".into())
         );
         out.push(Line::from(Span::styled(peak, t.dim())));
     }
@@ -237,7 +337,10 @@ fn sparkline(
     label_style: Style,
 ) {
     let [l, r] = Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1)]).areas(area);
-    f.render_widget(Paragraph::new(Span::styled(label.to_string(), label_style)), l);
+    f.render_widget(
+        Paragraph::new(Span::styled(label.to_string(), label_style)),
+        l,
+    );
     // Newest samples on the right: keep the last `width` of them.
     let n = data.len();
     let data: Vec<u64> = data.skip(n.saturating_sub(r.width as usize)).collect();
@@ -251,10 +354,19 @@ fn sparkline(
 fn gauge(app: &App, f: &mut Frame, area: Rect, name: &str, ratio: f64, label: String) {
     let t = &app.theme;
     let ratio = ratio.clamp(0.0, 1.0);
-    let color = if ratio >= 0.9 { t.ui.violation } else if ratio >= 0.7 { t.ui.warn } else { t.ui.gauge };
+    let color = if ratio >= 0.9 {
+        t.ui.violation
+    } else if ratio >= 0.7 {
+        t.ui.warn
+    } else {
+        t.ui.gauge
+    };
     let g = LineGauge::default()
         .ratio(ratio)
-        .label(Line::from(vec![Span::styled(format!("{name:<4} "), t.dim()), Span::styled(format!("{label:<9}"), Style::new().fg(t.ui.fg))]))
+        .label(Line::from(vec![
+            Span::styled(format!("{name:<4} "), t.dim()),
+            Span::styled(format!("{label:<9}"), Style::new().fg(t.ui.fg)),
+        ]))
         .filled_style(Style::new().fg(color))
         .unfilled_style(Style::new().fg(t.ui.border))
         .filled_symbol(symbols::line::THICK_HORIZONTAL)
