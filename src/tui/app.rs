@@ -1025,7 +1025,9 @@ pub fn default_samples_dirs() -> Vec<PathBuf> {
     if let Some(p) = std::env::var_os("SANDBENCH_SAMPLES") {
         v.push(PathBuf::from(p));
     }
-    v.push(PathBuf::from("samples"));
+    if let Ok(cwd) = std::env::current_dir() {
+        v.push(cwd.join("samples"));
+    }
     if let Ok(exe) = std::env::current_exe() {
         if let Some(root) = exe
             .parent()
@@ -1036,5 +1038,7 @@ pub fn default_samples_dirs() -> Vec<PathBuf> {
         }
     }
     v.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("samples"));
+    let mut seen = HashSet::new();
+    v.retain(|p| seen.insert(p.clone()));
     v
 }
