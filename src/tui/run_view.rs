@@ -305,6 +305,12 @@ impl RunView {
     }
 }
 
+/// Events that print a line of their own in the output pane, and so end
+/// the lines being written (usage samples do not).
+pub fn ends_partial_lines(kind: &EventKind) -> bool {
+    !matches!(kind, EventKind::Output(..) | EventKind::Usage(_))
+}
+
 fn stream_index(s: Stream) -> usize {
     match s {
         Stream::Stdout => 0,
@@ -346,8 +352,10 @@ impl PreSanitizer {
                 }
             }
             kind => {
-                for s in &mut self.san {
-                    s.finish();
+                if ends_partial_lines(&kind) {
+                    for s in &mut self.san {
+                        s.finish();
+                    }
                 }
                 Msg::Run(
                     id,
@@ -384,6 +392,65 @@ mod tests {
 
     fn ev(at_ms: f64, kind: EventKind) -> RunEvent {
         RunEvent { at_ms, kind }
+    }
+
+    /// Output sanitized off the UI thread must give the same pane as raw
+    /// events, with usage samples arriving in the middle of a line.
+    #[test]
+    fn pre_sanitized_output_matches_raw() {
+        let events = vec![
+            ev(0.0, EventKind::Phase(Phase::Running)),
+            ev(1.0, EventKind::Output(Stream::Stdout, b"long ".to_vec())),
+            ev(
+                2.0,
+                EventKind::Usage(UsageSample {
+                    cpu_ms: Some(1),
+                    memory_bytes: Some(1),
+                    pids: Some(1),
+                }),
+            ),
+            ev(3.0, EventKind::Output(Stream::Stdout, vec![b'z'; 3000])),
+            ev(
+                3.5,
+                EventKind::Output(Stream::Stderr, b"err\nhalf".to_vec()),
+            ),
+            ev(4.0, EventKind::Note("note".into())),
+            ev(
+                5.0,
+                EventKind::Output(Stream::Stdout, b"\x1b[31mred\n".to_vec()),
+            ),
+        ];
+        let mut raw = RunView::new(1, "t", "l", Limits::default());
+        let mut pre_view = RunView::new(1, "t", "l", Limits::default());
+        let mut pre = PreSanitizer::default();
+        for e in events {
+            raw.apply(e.clone());
+            match pre.convert(1, e) {
+                crate::tui::app::Msg::Lines {
+                    at_ms,
+                    stream,
+                    lines,
+                    partial,
+                    bytes,
+                    ..
+                } => pre_view.apply_lines(at_ms, stream, lines, partial, bytes),
+                crate::tui::app::Msg::Run(_, e) => pre_view.apply(e),
+                _ => unreachable!(),
+            }
+        }
+        let dump = |v: &RunView| {
+            let partials: Vec<OutLine> = v.partials().collect();
+            v.lines
+                .iter()
+                .chain(partials.iter())
+                .map(|l| format!("{:?} {:?}", l.origin, l.line))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(dump(&raw), dump(&pre_view));
+        assert_eq!(
+            raw.lines.iter().nth(2).unwrap().line.cut,
+            5 + 3000 - MAX_LINE_COLS as u64
+        );
     }
 
     #[test]
