@@ -341,6 +341,8 @@ pub async fn run(
             draws = s.draws,
             p50_us = s.percentile(0.5).as_micros() as u64,
             p99_us = s.percentile(0.99).as_micros() as u64,
+            max_us = s.percentile(1.0).as_micros() as u64,
+            peak_rss_mib = peak_rss().unwrap_or(0) >> 20,
             "tui frame times"
         );
         r
