@@ -341,3 +341,40 @@ fn small_and_tiny_terminals_do_not_panic() {
         app.update(key(KeyCode::F(7)));
     }
 }
+
+#[test]
+fn output_search_finds_newest_first_then_steps() {
+    let mut app = app();
+    let id = start(&mut app);
+    let text: String = (0..300)
+        .map(|i| {
+            if i % 100 == 7 {
+                format!("needle {i}\n")
+            } else {
+                format!("hay {i}\n")
+            }
+        })
+        .collect();
+    out(&mut app, id, text.as_bytes());
+    render(&mut app, 80, 24);
+    app.update(ctrl('w'));
+    app.update(key(KeyCode::Char('/')));
+    assert!(
+        matches!(app.overlay, Some(Overlay::Search { .. })),
+        "search prompt open"
+    );
+    type_text(&mut app, "NEEDLE");
+    app.update(key(KeyCode::Enter));
+    assert!(app.overlay.is_none());
+    assert_eq!(app.search.as_deref(), Some("NEEDLE"));
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("needle 207"), "newest match shown first:\n{s}");
+    assert!(!app.follow);
+    app.update(key(KeyCode::Char('N')));
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("needle 107") && !s.contains("needle 207"), "{s}");
+    app.update(key(KeyCode::Char('n')));
+    assert!(screen(&mut app, 80, 24).contains("needle 207"));
+    app.update(key(KeyCode::Char('n')));
+    assert!(app.status.as_ref().unwrap().text.contains("no newer match"));
+}

@@ -187,6 +187,7 @@ pub enum Overlay {
     Samples(SamplesPicker),
     Limits(LimitsForm),
     SaveAs { input: String },
+    Search { input: String },
 }
 
 /// Screen areas from the last layout (for paging and scrolling).
@@ -232,6 +233,9 @@ pub struct App {
     pub areas: Areas,
     /// Run clocks follow the wall clock (tests turn this off).
     pub live_clock: bool,
+    /// Output search: the query, and the absolute line of the current match.
+    pub search: Option<String>,
+    pub found: Option<u64>,
 }
 
 impl App {
@@ -277,6 +281,8 @@ impl App {
             dirty: true,
             areas: Areas::default(),
             live_clock: true,
+            search: None,
+            found: None,
         }
     }
 
@@ -345,7 +351,7 @@ impl App {
             Some(Overlay::Help { .. }) => Ctx::Help,
             Some(Overlay::Samples(_)) => Ctx::Samples,
             Some(Overlay::Limits(_)) => Ctx::Limits,
-            Some(Overlay::SaveAs { .. }) => Ctx::Prompt,
+            Some(Overlay::SaveAs { .. } | Overlay::Search { .. }) => Ctx::Prompt,
             None if self.view == View::Compare => Ctx::Compare,
             None if self.focus == Focus::Output => Ctx::Output,
             None => Ctx::Editor,
@@ -422,7 +428,9 @@ impl App {
                     .1
                     .push_str(s.lines().next().unwrap_or(""));
             }
-            Some(Overlay::SaveAs { input }) => input.push_str(s.lines().next().unwrap_or("")),
+            Some(Overlay::SaveAs { input } | Overlay::Search { input }) => {
+                input.push_str(s.lines().next().unwrap_or(""))
+            }
             Some(_) => {}
             None if self.view == View::Single && self.focus == Focus::Editor => {
                 self.editor.insert_str(s)
@@ -641,6 +649,13 @@ impl App {
                     },
                 );
             }
+            Some(Action::Search) => {
+                self.overlay = Some(Overlay::Search {
+                    input: self.search.clone().unwrap_or_default(),
+                })
+            }
+            Some(Action::SearchNext) => self.find(true),
+            Some(Action::SearchPrev) => self.find(false),
             Some(Action::Clear) => {
                 if let Some(r) = self.current.and_then(|id| self.runs.get(&id)) {
                     if r.finished() {
@@ -652,6 +667,50 @@ impl App {
             }
             Some(a) => self.global(a),
             None => {}
+        }
+    }
+
+    /// Move to the next match of the search: newer (`forward`) or older
+    /// than the current one (from the end when there is none).
+    fn find(&mut self, forward: bool) {
+        let Some(q) = self.search.as_ref().map(|q| q.to_lowercase()) else {
+            return self.say(Level::Info, "no search yet: / searches the output");
+        };
+        let Some(r) = self.current_run() else { return };
+        let partials: Vec<_> = r.partials().collect();
+        let lines: Vec<&crate::sanitize::StyledLine> = r
+            .lines
+            .iter()
+            .map(|l| &l.line)
+            .chain(partials.iter().map(|l| &l.line))
+            .collect();
+        let base = r.lines.dropped;
+        let n = lines.len() as u64;
+        let cur = self
+            .found
+            .filter(|f| *f >= base && *f < base + n)
+            .map(|f| f - base);
+        let hit = |i: &u64| lines[*i as usize].text().to_lowercase().contains(&q);
+        let found = if forward {
+            (cur.map_or(0, |c| c + 1)..n).find(hit)
+        } else {
+            (0..cur.unwrap_or(n)).rev().find(hit)
+        };
+        match found {
+            Some(i) => {
+                let rows = self.output_rows() as u64;
+                self.found = Some(base + i);
+                self.follow = false;
+                self.out_top = (base + i).saturating_sub(rows / 3);
+                self.say(Level::Info, format!("match at line {} of {}", i + 1, n));
+            }
+            None => self.say(
+                Level::Warn,
+                format!(
+                    "no {} match for '{q}'",
+                    if forward { "newer" } else { "older" }
+                ),
+            ),
         }
     }
 
@@ -734,13 +793,24 @@ impl App {
     }
 
     fn prompt_key(&mut self, action: Option<Action>, typed: Option<char>) {
-        let Some(Overlay::SaveAs { input }) = &mut self.overlay else {
-            return;
+        let (input, search) = match &mut self.overlay {
+            Some(Overlay::SaveAs { input }) => (input, false),
+            Some(Overlay::Search { input }) => (input, true),
+            _ => return,
         };
         match (action, typed) {
             (Some(Action::Close), _) => self.overlay = None,
             (Some(Action::Backspace), _) => {
                 input.pop();
+            }
+            (Some(Action::Accept), _) if search => {
+                let q = input.trim().to_string();
+                self.overlay = None;
+                if !q.is_empty() {
+                    self.search = Some(q);
+                    self.found = None;
+                    self.find(false);
+                }
             }
             (Some(Action::Accept), _) => {
                 let p = PathBuf::from(input.trim());

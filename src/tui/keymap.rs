@@ -28,7 +28,7 @@ impl Ctx {
             Ctx::Help => "Help",
             Ctx::Samples => "Samples picker",
             Ctx::Limits => "Limits form",
-            Ctx::Prompt => "Save-as prompt",
+            Ctx::Prompt => "Save-as and search prompts",
         }
     }
 }
@@ -75,6 +75,9 @@ pub enum Action {
     Accept,
     Close,
     Clear,
+    Search,
+    SearchNext,
+    SearchPrev,
 }
 
 pub struct Binding {
@@ -123,410 +126,74 @@ macro_rules! b {
 use Action as A;
 use KeyCode as K;
 
+#[rustfmt::skip]
 pub static BINDINGS: &[Binding] = &[
-    b!(
-        Global,
-        K::F(1),
-        NONE,
-        A::Help,
-        "F1",
-        "show this help",
-        "help"
-    ),
-    b!(
-        Global,
-        K::F(2),
-        NONE,
-        A::Samples,
-        "F2",
-        "browse and load samples",
-        "samples"
-    ),
-    b!(
-        Global,
-        K::F(3),
-        NONE,
-        A::Limits,
-        "F3",
-        "edit the limits of the next run",
-        "limits"
-    ),
-    b!(
-        Global,
-        K::F(4),
-        NONE,
-        A::NextTier,
-        "F4",
-        "select the next tier",
-        "tier"
-    ),
-    b!(
-        Global,
-        K::F(4),
-        SHIFT,
-        A::PrevTier,
-        "S-F4",
-        "select the previous tier"
-    ),
-    b!(
-        Global,
-        K::F(5),
-        NONE,
-        A::Run,
-        "F5",
-        "run the code on the selected tier",
-        "run"
-    ),
+    b!(Global, K::F(1), NONE, A::Help, "F1", "show this help", "help"),
+    b!(Global, K::F(2), NONE, A::Samples, "F2", "browse and load samples", "samples"),
+    b!(Global, K::F(3), NONE, A::Limits, "F3", "edit the limits of the next run", "limits"),
+    b!(Global, K::F(4), NONE, A::NextTier, "F4", "select the next tier", "tier"),
+    b!(Global, K::F(4), SHIFT, A::PrevTier, "S-F4", "select the previous tier"),
+    b!(Global, K::F(5), NONE, A::Run, "F5", "run the code on the selected tier", "run"),
     b!(Global, K::Char('r'), CTRL, A::Run, "^R", "run (same as F5)"),
-    b!(
-        Global,
-        K::F(6),
-        NONE,
-        A::Compare,
-        "F6",
-        "compare: run on every available tier at once",
-        "compare"
-    ),
-    b!(
-        Global,
-        K::F(7),
-        NONE,
-        A::ToggleView,
-        "F7",
-        "switch between the editor and the compare view",
-        "view"
-    ),
-    b!(
-        Global,
-        K::F(8),
-        NONE,
-        A::Cancel,
-        "F8",
-        "cancel the running run(s)",
-        "cancel"
-    ),
-    b!(
-        Global,
-        K::Char('w'),
-        CTRL,
-        A::FocusNext,
-        "^W",
-        "move focus: editor ↔ output"
-    ),
-    b!(
-        Global,
-        K::Char('s'),
-        CTRL,
-        A::Save,
-        "^S",
-        "save the code (asks for a name the first time)"
-    ),
-    b!(
-        Global,
-        K::Char('t'),
-        CTRL,
-        A::ThemeNext,
-        "^T",
-        "next built-in theme"
-    ),
-    b!(
-        Global,
-        K::Char('q'),
-        CTRL,
-        A::Quit,
-        "^Q",
-        "quit (cancels and cleans up running runs)",
-        "quit"
-    ),
-    b!(
-        Global,
-        K::Char('c'),
-        CTRL,
-        A::Cancel,
-        "^C",
-        "copy the selection; else cancel a run; else quit"
-    ),
+    b!(Global, K::F(6), NONE, A::Compare, "F6", "compare: run on every available tier at once", "compare"),
+    b!(Global, K::F(7), NONE, A::ToggleView, "F7", "switch between the editor and the compare view", "view"),
+    b!(Global, K::F(8), NONE, A::Cancel, "F8", "cancel the running run(s)", "cancel"),
+    b!(Global, K::Char('w'), CTRL, A::FocusNext, "^W", "move focus: editor ↔ output"),
+    b!(Global, K::Char('s'), CTRL, A::Save, "^S", "save the code (asks for a name the first time)"),
+    b!(Global, K::Char('t'), CTRL, A::ThemeNext, "^T", "next built-in theme"),
+    b!(Global, K::Char('q'), CTRL, A::Quit, "^Q", "quit (cancels and cleans up running runs)", "quit"),
+    b!(Global, K::Char('c'), CTRL, A::Cancel, "^C", "copy the selection; else cancel a run; else quit"),
     // Editor
-    b!(
-        Editor,
-        K::Left,
-        NONE,
-        A::Move(Move::Left),
-        "←",
-        "cursor left"
-    ),
-    b!(
-        Editor,
-        K::Right,
-        NONE,
-        A::Move(Move::Right),
-        "→",
-        "cursor right"
-    ),
+    b!(Editor, K::Left, NONE, A::Move(Move::Left), "←", "cursor left"),
+    b!(Editor, K::Right, NONE, A::Move(Move::Right), "→", "cursor right"),
     b!(Editor, K::Up, NONE, A::Move(Move::Up), "↑", "cursor up"),
-    b!(
-        Editor,
-        K::Down,
-        NONE,
-        A::Move(Move::Down),
-        "↓",
-        "cursor down"
-    ),
-    b!(
-        Editor,
-        K::Left,
-        CTRL,
-        A::Move(Move::WordLeft),
-        "^←",
-        "word left"
-    ),
-    b!(
-        Editor,
-        K::Right,
-        CTRL,
-        A::Move(Move::WordRight),
-        "^→",
-        "word right"
-    ),
-    b!(
-        Editor,
-        K::Home,
-        NONE,
-        A::Move(Move::Home),
-        "Home",
-        "start of line (first non-blank, then column 0)"
-    ),
-    b!(
-        Editor,
-        K::End,
-        NONE,
-        A::Move(Move::End),
-        "End",
-        "end of line"
-    ),
-    b!(
-        Editor,
-        K::PageUp,
-        NONE,
-        A::Move(Move::PageUp),
-        "PgUp",
-        "page up"
-    ),
-    b!(
-        Editor,
-        K::PageDown,
-        NONE,
-        A::Move(Move::PageDown),
-        "PgDn",
-        "page down"
-    ),
-    b!(
-        Editor,
-        K::Home,
-        CTRL,
-        A::Move(Move::Top),
-        "^Home",
-        "start of file"
-    ),
-    b!(
-        Editor,
-        K::End,
-        CTRL,
-        A::Move(Move::Bottom),
-        "^End",
-        "end of file"
-    ),
-    b!(
-        Editor,
-        K::Left,
-        SHIFT,
-        A::Select(Move::Left),
-        "S-←",
-        "select left"
-    ),
-    b!(
-        Editor,
-        K::Right,
-        SHIFT,
-        A::Select(Move::Right),
-        "S-→",
-        "select right"
-    ),
-    b!(
-        Editor,
-        K::Up,
-        SHIFT,
-        A::Select(Move::Up),
-        "S-↑",
-        "select up"
-    ),
-    b!(
-        Editor,
-        K::Down,
-        SHIFT,
-        A::Select(Move::Down),
-        "S-↓",
-        "select down"
-    ),
-    b!(
-        Editor,
-        K::Left,
-        CTRL_SHIFT,
-        A::Select(Move::WordLeft),
-        "^S-←",
-        "select word left"
-    ),
-    b!(
-        Editor,
-        K::Right,
-        CTRL_SHIFT,
-        A::Select(Move::WordRight),
-        "^S-→",
-        "select word right"
-    ),
-    b!(
-        Editor,
-        K::Home,
-        SHIFT,
-        A::Select(Move::Home),
-        "S-Home",
-        "select to line start"
-    ),
-    b!(
-        Editor,
-        K::End,
-        SHIFT,
-        A::Select(Move::End),
-        "S-End",
-        "select to line end"
-    ),
-    b!(
-        Editor,
-        K::PageUp,
-        SHIFT,
-        A::Select(Move::PageUp),
-        "S-PgUp",
-        "select page up"
-    ),
-    b!(
-        Editor,
-        K::PageDown,
-        SHIFT,
-        A::Select(Move::PageDown),
-        "S-PgDn",
-        "select page down"
-    ),
+    b!(Editor, K::Down, NONE, A::Move(Move::Down), "↓", "cursor down"),
+    b!(Editor, K::Left, CTRL, A::Move(Move::WordLeft), "^←", "word left"),
+    b!(Editor, K::Right, CTRL, A::Move(Move::WordRight), "^→", "word right"),
+    b!(Editor, K::Home, NONE, A::Move(Move::Home), "Home", "start of line (first non-blank, then column 0)"),
+    b!(Editor, K::End, NONE, A::Move(Move::End), "End", "end of line"),
+    b!(Editor, K::PageUp, NONE, A::Move(Move::PageUp), "PgUp", "page up"),
+    b!(Editor, K::PageDown, NONE, A::Move(Move::PageDown), "PgDn", "page down"),
+    b!(Editor, K::Home, CTRL, A::Move(Move::Top), "^Home", "start of file"),
+    b!(Editor, K::End, CTRL, A::Move(Move::Bottom), "^End", "end of file"),
+    b!(Editor, K::Left, SHIFT, A::Select(Move::Left), "S-←", "select left"),
+    b!(Editor, K::Right, SHIFT, A::Select(Move::Right), "S-→", "select right"),
+    b!(Editor, K::Up, SHIFT, A::Select(Move::Up), "S-↑", "select up"),
+    b!(Editor, K::Down, SHIFT, A::Select(Move::Down), "S-↓", "select down"),
+    b!(Editor, K::Left, CTRL_SHIFT, A::Select(Move::WordLeft), "^S-←", "select word left"),
+    b!(Editor, K::Right, CTRL_SHIFT, A::Select(Move::WordRight), "^S-→", "select word right"),
+    b!(Editor, K::Home, SHIFT, A::Select(Move::Home), "S-Home", "select to line start"),
+    b!(Editor, K::End, SHIFT, A::Select(Move::End), "S-End", "select to line end"),
+    b!(Editor, K::PageUp, SHIFT, A::Select(Move::PageUp), "S-PgUp", "select page up"),
+    b!(Editor, K::PageDown, SHIFT, A::Select(Move::PageDown), "S-PgDn", "select page down"),
     b!(Editor, K::Char('a'), CTRL, A::SelectAll, "^A", "select all"),
     b!(Editor, K::Char('z'), CTRL, A::Undo, "^Z", "undo"),
     b!(Editor, K::Char('y'), CTRL, A::Redo, "^Y", "redo"),
     b!(Editor, K::Char('z'), CTRL_SHIFT, A::Redo, "^S-Z", "redo"),
-    b!(
-        Editor,
-        K::Char('c'),
-        CTRL,
-        A::Copy,
-        "^C",
-        "copy the selection"
-    ),
-    b!(
-        Editor,
-        K::Char('x'),
-        CTRL,
-        A::Cut,
-        "^X",
-        "cut the selection (or the line)"
-    ),
-    b!(
-        Editor,
-        K::Char('v'),
-        CTRL,
-        A::Paste,
-        "^V",
-        "paste (terminal paste works too)"
-    ),
-    b!(
-        Editor,
-        K::Backspace,
-        NONE,
-        A::Backspace,
-        "Bksp",
-        "delete back (an indent at a time in leading spaces)"
-    ),
+    b!(Editor, K::Char('c'), CTRL, A::Copy, "^C", "copy the selection"),
+    b!(Editor, K::Char('x'), CTRL, A::Cut, "^X", "cut the selection (or the line)"),
+    b!(Editor, K::Char('v'), CTRL, A::Paste, "^V", "paste (terminal paste works too)"),
+    b!(Editor, K::Backspace, NONE, A::Backspace, "Bksp", "delete back (an indent at a time in leading spaces)"),
     b!(Editor, K::Delete, NONE, A::Delete, "Del", "delete forward"),
-    b!(
-        Editor,
-        K::Enter,
-        NONE,
-        A::Newline,
-        "Enter",
-        "new line, keeping the indentation"
-    ),
-    b!(
-        Editor,
-        K::Tab,
-        NONE,
-        A::Indent,
-        "Tab",
-        "indent (4 spaces, or the selected lines)"
-    ),
-    b!(
-        Editor,
-        K::BackTab,
-        SHIFT,
-        A::Dedent,
-        "S-Tab",
-        "dedent the line or the selected lines"
-    ),
+    b!(Editor, K::Enter, NONE, A::Newline, "Enter", "new line, keeping the indentation"),
+    b!(Editor, K::Tab, NONE, A::Indent, "Tab", "indent (4 spaces, or the selected lines)"),
+    b!(Editor, K::BackTab, SHIFT, A::Dedent, "S-Tab", "dedent the line or the selected lines"),
     // Output
-    b!(
-        Output,
-        K::Up,
-        NONE,
-        A::Up,
-        "↑",
-        "scroll up (stops following)"
-    ),
+    b!(Output, K::Up, NONE, A::Up, "↑", "scroll up (stops following)"),
     b!(Output, K::Down, NONE, A::Down, "↓", "scroll down"),
     b!(Output, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
     b!(Output, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
     b!(Output, K::Home, NONE, A::Top, "Home", "oldest kept line"),
-    b!(
-        Output,
-        K::End,
-        NONE,
-        A::Bottom,
-        "End",
-        "newest line; follow again"
-    ),
+    b!(Output, K::End, NONE, A::Bottom, "End", "newest line; follow again"),
     b!(Output, K::Left, NONE, A::Left, "←", "scroll left"),
     b!(Output, K::Right, NONE, A::Right, "→", "scroll right"),
-    b!(
-        Output,
-        K::Char('f'),
-        NONE,
-        A::Follow,
-        "f",
-        "toggle follow mode",
-        "follow"
-    ),
-    b!(
-        Output,
-        K::Char('c'),
-        NONE,
-        A::Clear,
-        "c",
-        "clear the output pane"
-    ),
+    b!(Output, K::Char('f'), NONE, A::Follow, "f", "toggle follow mode", "follow"),
+    b!(Output, K::Char('c'), NONE, A::Clear, "c", "clear the output pane"),
+    b!(Output, K::Char('/'), NONE, A::Search, "/", "search the output (newest match first)", "search"),
+    b!(Output, K::Char('n'), NONE, A::SearchNext, "n", "next (newer) match"),
+    b!(Output, K::Char('N'), NONE, A::SearchPrev, "N", "previous (older) match"),
     // Compare
-    b!(
-        Compare,
-        K::Esc,
-        NONE,
-        A::Close,
-        "Esc",
-        "back to the editor",
-        "back"
-    ),
+    b!(Compare, K::Esc, NONE, A::Close, "Esc", "back to the editor", "back"),
     // Help
     b!(Help, K::Esc, NONE, A::Close, "Esc", "close help", "close"),
     b!(Help, K::F(1), NONE, A::Close, "F1", "close help"),
@@ -539,57 +206,19 @@ pub static BINDINGS: &[Binding] = &[
     b!(Samples, K::Down, NONE, A::Down, "↓", "next sample"),
     b!(Samples, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
     b!(Samples, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
-    b!(
-        Samples,
-        K::Enter,
-        NONE,
-        A::Accept,
-        "Enter",
-        "load the sample into the editor",
-        "load"
-    ),
+    b!(Samples, K::Enter, NONE, A::Accept, "Enter", "load the sample into the editor", "load"),
     b!(Samples, K::Esc, NONE, A::Close, "Esc", "close", "close"),
     // Limits
     b!(Limits, K::Up, NONE, A::Up, "↑", "previous field"),
     b!(Limits, K::Down, NONE, A::Down, "↓", "next field"),
     b!(Limits, K::Tab, NONE, A::Down, "Tab", "next field"),
     b!(Limits, K::BackTab, SHIFT, A::Up, "S-Tab", "previous field"),
-    b!(
-        Limits,
-        K::Backspace,
-        NONE,
-        A::Backspace,
-        "Bksp",
-        "delete a character"
-    ),
-    b!(
-        Limits,
-        K::Enter,
-        NONE,
-        A::Accept,
-        "Enter",
-        "apply (refused with a message if a value is invalid)",
-        "apply"
-    ),
-    b!(
-        Limits,
-        K::Esc,
-        NONE,
-        A::Close,
-        "Esc",
-        "discard changes",
-        "discard"
-    ),
+    b!(Limits, K::Backspace, NONE, A::Backspace, "Bksp", "delete a character"),
+    b!(Limits, K::Enter, NONE, A::Accept, "Enter", "apply (refused with a message if a value is invalid)", "apply"),
+    b!(Limits, K::Esc, NONE, A::Close, "Esc", "discard changes", "discard"),
     // Prompt
-    b!(
-        Prompt,
-        K::Backspace,
-        NONE,
-        A::Backspace,
-        "Bksp",
-        "delete a character"
-    ),
-    b!(Prompt, K::Enter, NONE, A::Accept, "Enter", "save", "save"),
+    b!(Prompt, K::Backspace, NONE, A::Backspace, "Bksp", "delete a character"),
+    b!(Prompt, K::Enter, NONE, A::Accept, "Enter", "save / search", "ok"),
     b!(Prompt, K::Esc, NONE, A::Close, "Esc", "cancel", "cancel"),
 ];
 

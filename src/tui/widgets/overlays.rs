@@ -16,7 +16,22 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         Some(Overlay::Help { scroll }) => help(app, f, area, *scroll),
         Some(Overlay::Samples(p)) => samples(app, f, area, p),
         Some(Overlay::Limits(form)) => limits(app, f, area, form),
-        Some(Overlay::SaveAs { input }) => save_as(app, f, area, input),
+        Some(Overlay::SaveAs { input }) => prompt(
+            app,
+            f,
+            area,
+            " save as · Enter saves · Esc cancels ",
+            "file: ",
+            input,
+        ),
+        Some(Overlay::Search { input }) => prompt(
+            app,
+            f,
+            area,
+            " search the output · Enter finds · Esc cancels ",
+            "find: ",
+            input,
+        ),
     }
 }
 
@@ -190,12 +205,12 @@ fn limits(app: &App, f: &mut Frame, area: Rect, form: &crate::tui::app::LimitsFo
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
-fn save_as(app: &App, f: &mut Frame, area: Rect, input: &str) {
+fn prompt(app: &App, f: &mut Frame, area: Rect, title: &str, label: &'static str, input: &str) {
     let t = &app.theme;
-    let rect = centered(area, 60, 4);
-    let inner = popup(app, f, rect, " save as · Enter saves · Esc cancels ");
+    let rect = centered(area, 60, 3);
+    let inner = popup(app, f, rect, title);
     let line = Line::from(vec![
-        Span::styled("file: ", t.key()),
+        Span::styled(label, t.key()),
         Span::styled(format!("{input}▏"), Style::new().fg(t.ui.fg)),
     ]);
     f.render_widget(Paragraph::new(line), inner);
