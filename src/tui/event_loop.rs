@@ -146,30 +146,40 @@ pub struct FrameStats {
     pub frames: Vec<Duration>,
     pub draws: usize,
     pub msgs: u64,
+    /// Bench keys: from being sent to the end of the first draw after it.
+    pub key_to_screen: Vec<Duration>,
+    keys_waiting: Vec<Instant>,
+}
+
+pub fn percentile(v: &[Duration], p: f64) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut v = v.to_vec();
+    v.sort();
+    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 impl FrameStats {
     pub fn percentile(&self, p: f64) -> Duration {
-        if self.frames.is_empty() {
-            return Duration::ZERO;
-        }
-        let mut v = self.frames.clone();
-        v.sort();
-        v[((v.len() - 1) as f64 * p).round() as usize]
+        percentile(&self.frames, p)
     }
 }
 
-/// Where keys come from: the terminal, or nowhere (bench).
+/// Where keys come from: the terminal, a channel of timed keys (bench), or nowhere.
 enum Input {
     Terminal(EventStream),
-    None,
+    Timed(mpsc::UnboundedReceiver<(Instant, Event)>),
 }
 
 impl Input {
-    async fn next(&mut self) -> Option<std::io::Result<Event>> {
+    async fn next(&mut self) -> Option<(Option<Instant>, std::io::Result<Event>)> {
         match self {
-            Input::Terminal(s) => s.next().await,
-            Input::None => std::future::pending().await,
+            Input::Terminal(s) => s.next().await.map(|e| (None, e)),
+            Input::Timed(rx) => match rx.recv().await {
+                Some((at, e)) => Some((Some(at), Ok(e))),
+                None => std::future::pending().await,
+            },
         }
     }
 }
@@ -199,11 +209,14 @@ impl<B: Backend> Loop<'_, B> {
             tokio::select! {
                 biased;
                 ev = self.input.next() => match ev {
-                    Some(Ok(Event::Key(k))) => self.app.update(Msg::Key(k)),
-                    Some(Ok(Event::Paste(s))) => self.app.update(Msg::Paste(s)),
-                    Some(Ok(Event::Resize(..))) => self.app.dirty = true,
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => anyhow::bail!("reading the terminal failed: {e}"),
+                    Some((sent, Ok(Event::Key(k)))) => {
+                        self.app.update(Msg::Key(k));
+                        self.stats.keys_waiting.extend(sent);
+                    }
+                    Some((_, Ok(Event::Paste(s)))) => self.app.update(Msg::Paste(s)),
+                    Some((_, Ok(Event::Resize(..)))) => self.app.dirty = true,
+                    Some((_, Ok(_))) => {}
+                    Some((_, Err(e))) => anyhow::bail!("reading the terminal failed: {e}"),
                     None => self.app.update(Msg::Terminate),
                 },
                 Some(m) = self.ctl_rx.recv() => self.app.update(m),
@@ -225,6 +238,9 @@ impl<B: Backend> Loop<'_, B> {
                         self.terminal.draw(|f| widgets::draw(self.app, f)).map_err(|e| anyhow::anyhow!("drawing failed: {e}"))?;
                         self.app.dirty = false;
                         self.stats.draws += 1;
+                        for sent in self.stats.keys_waiting.drain(..) {
+                            self.stats.key_to_screen.push(sent.elapsed());
+                        }
                     }
                     self.stats.frames.push(t0.elapsed());
                     if self.app.should_exit() || stop_when(self.app) {
@@ -430,7 +446,32 @@ pub async fn bench_ui(
         Terminal::new(TestBackend::new(width, height)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let rss_before = peak_rss().unwrap_or(0);
     let started = Instant::now();
-    let mut lp = new_loop(&mut terminal, &mut app, config, Input::None);
+    // A key every 50 ms (cursor down / up in the editor), timed from being
+    // sent to the end of the frame that shows it.
+    let (key_tx, key_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+        let mut i = 0u64;
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let code = if i % 2 == 0 {
+                KeyCode::Down
+            } else {
+                KeyCode::Up
+            };
+            i += 1;
+            if key_tx
+                .send((
+                    Instant::now(),
+                    Event::Key(KeyEvent::new(code, KeyModifiers::NONE)),
+                ))
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut lp = new_loop(&mut terminal, &mut app, config, Input::Timed(key_rx));
     let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     match source {
         FloodSource::Process => {
@@ -554,6 +595,14 @@ pub async fn bench_ui(
         s.percentile(1.0).as_secs_f64() * 1e3,
         s.frames.len(),
         s.draws
+    );
+    println!(
+        "keys        key to screen p50 {:.2} ms · p99 {:.2} ms · max {:.2} ms over {} keys (frame interval {} ms)",
+        percentile(&s.key_to_screen, 0.5).as_secs_f64() * 1e3,
+        percentile(&s.key_to_screen, 0.99).as_secs_f64() * 1e3,
+        percentile(&s.key_to_screen, 1.0).as_secs_f64() * 1e3,
+        s.key_to_screen.len(),
+        FRAME.as_millis()
     );
     let peak = peak_rss().unwrap_or(0);
     println!(
