@@ -14,6 +14,8 @@ pub struct Config {
     pub theme: String,
     pub limits: Limits,
     pub process: ProcessConfig,
+    /// Where the workbench's samples picker looks first (holding benign/ and hostile/).
+    pub samples_dir: Option<PathBuf>,
     pub e2b: E2bConfig,
     pub agent: AgentConfig,
 }
@@ -77,6 +79,7 @@ impl Default for Config {
             process: ProcessConfig::default(),
             e2b: E2bConfig::default(),
             agent: AgentConfig::default(),
+            samples_dir: None,
         }
     }
 }

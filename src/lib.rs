@@ -15,3 +15,4 @@ pub mod samples;
 pub mod sanitize;
 pub mod spec;
 pub mod tier;
+pub mod tui;
