@@ -13,9 +13,15 @@ use crate::spec::{self, Limits};
     version,
     about = "Run untrusted, agent-written code in sandboxes and compare what each one costs and what it stops"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Open this program in the workbench (created on save if it does not exist).
+    pub file: Option<PathBuf>,
+    /// Workbench theme: dark, light, a name in the config dir's themes/, or a .toml path.
+    #[arg(long, value_name = "THEME")]
+    pub theme: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -30,6 +36,11 @@ pub enum Command {
     Bench(BenchArgs),
     /// Every hostile sample on every tier: which tier stops what, at what cost.
     Gauntlet(GauntletArgs),
+    /// Let a model solve a task with one tool, run_code, executed in a sandbox.
+    Agent(AgentArgs),
+    /// Measure the workbench's frame times and memory under an output flood.
+    #[command(hide = true)]
+    BenchUi(BenchUiArgs),
     /// Get a tier ready here: images, runtimes (docker, gvisor, ...). Idempotent.
     Setup(SetupArgs),
     /// Print shell completions.
@@ -186,4 +197,49 @@ pub struct CompareArgs {
     pub format: Format,
     /// The program, or - for standard input.
     pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Tier the model's code runs on (default: the configured default tier).
+    #[arg(long, short, value_name = "TIER")]
+    pub tier: Option<String>,
+    /// Model name (default from [agent] model in the config).
+    #[arg(long, short, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Model turns before the loop stops without a final answer.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=200))]
+    pub max_turns: Option<u32>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// What the model should do.
+    pub task: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchUiArgs {
+    #[arg(long, value_enum, default_value_t = crate::tui::event_loop::FloodSource::Synthetic)]
+    pub source: crate::tui::event_loop::FloodSource,
+    /// Seconds of flood.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Output limit of the process-source run (the runner keeps that much for its report).
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = spec::parse_size)]
+    pub output: u64,
+    /// Screen size, WIDTHxHEIGHT.
+    #[arg(long, default_value = "120x40", value_parser = parse_wxh)]
+    pub size: (u16, u16),
+}
+
+fn parse_wxh(s: &str) -> Result<(u16, u16), String> {
+    let (w, h) = s.split_once('x').ok_or_else(|| format!("invalid size '{s}': expected WIDTHxHEIGHT, e.g. 120x40"))?;
+    let p = |v: &str| {
+        v.parse::<u16>()
+            .ok()
+            .filter(|n| *n >= 10)
+            .ok_or_else(|| format!("invalid size '{s}': expected WIDTHxHEIGHT, e.g. 120x40"))
+    };
+    Ok((p(w)?, p(h)?))
 }

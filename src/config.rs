@@ -15,6 +15,44 @@ pub struct Config {
     pub limits: Limits,
     pub process: ProcessConfig,
     pub docker: DockerConfig,
+    /// Where the workbench's samples picker looks first (holding benign/ and hostile/).
+    pub samples_dir: Option<PathBuf>,
+    pub e2b: E2bConfig,
+    pub agent: AgentConfig,
+}
+
+/// `[e2b]`: the hosted tier. Key and endpoints come from the environment
+/// (E2B_API_KEY, E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct E2bConfig {
+    /// Sandbox template name or id.
+    pub template: String,
+    /// Seconds added to the wall time for the sandbox's own E2B timeout, which
+    /// reaps it even if sandbench dies without killing it.
+    pub timeout_margin_secs: u64,
+}
+
+impl Default for E2bConfig {
+    fn default() -> Self {
+        E2bConfig { template: "base".into(), timeout_margin_secs: 30 }
+    }
+}
+
+/// `[agent]`: the model loop. The key comes from ANTHROPIC_API_KEY only.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentConfig {
+    pub model: String,
+    pub max_turns: u32,
+    /// max_tokens of each model reply.
+    pub max_tokens: u32,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig { model: "claude-sonnet-4-5".into(), max_turns: 10, max_tokens: 4096 }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -71,6 +109,9 @@ impl Default for Config {
             limits: Limits::default(),
             process: ProcessConfig::default(),
             docker: DockerConfig::default(),
+            e2b: E2bConfig::default(),
+            agent: AgentConfig::default(),
+            samples_dir: None,
         }
     }
 }

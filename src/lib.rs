@@ -3,6 +3,7 @@
 //!
 //! `RunSpec` → [`tier::Tier`] → stream of [`event::RunEvent`] → [`runner`] → [`report::RunReport`].
 
+pub mod agent;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -14,3 +15,4 @@ pub mod samples;
 pub mod sanitize;
 pub mod spec;
 pub mod tier;
+pub mod tui;

@@ -56,15 +56,16 @@ fn main() -> ExitCode {
             Some(Command::Doctor(a)) => cmd::doctor::run(a, &config).await,
             Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
             Some(Command::Gauntlet(a)) => cmd::gauntlet::run(a, &config).await,
+            Some(Command::Agent(a)) => cmd::agent::run(a, &config).await,
+            Some(Command::BenchUi(a)) => {
+                sandbench::tui::bench_ui(&config, a.source, a.seconds, a.output, a.size.0, a.size.1).await
+            }
             Some(Command::Setup(a)) => cmd::setup::run(a, &config).await,
             Some(Command::Completions { shell }) => {
                 clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
                 Ok(0)
             }
-            None => {
-                let _ = Cli::command().print_help();
-                Ok(0)
-            }
+            None => sandbench::tui::run(&config, cli.file, cli.theme).await,
         };
         sandbench::tier::shutdown().await;
         r

@@ -66,7 +66,7 @@ fn unreachable_report() -> RunReport {
 
 /// Start `spec` on `tier`. Events arrive on the handle; the last is `Finished`.
 pub fn start(tier: Arc<dyn Tier>, spec: RunSpec) -> RunHandle {
-    let (out_tx, out_rx) = mpsc::channel(1024);
+    let (out_tx, out_rx) = mpsc::channel(128);
     let cancel = CancellationToken::new();
     tokio::spawn(drive(tier, spec, out_tx, cancel.clone()));
     RunHandle { events: out_rx, cancel }

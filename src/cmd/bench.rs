@@ -174,6 +174,14 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
             c.clear();
             targets = crate::tier::docker::bench_plan(tier_name, config, &mut c, &mut skipped);
         }
+        "e2b" => {
+            // Network-bound: measured against the local process tier to show
+            // what leaving the machine costs. No target ratio: it depends on
+            // the distance to E2B's region more than on sandbench.
+            let local = tier::by_name("process", config)?;
+            c.push(Contender::Tier { name: "sandbench process".into(), tier: local });
+            targets.push((format!("sandbench {tier_name}"), "sandbench process".into(), None));
+        }
         other => anyhow::bail!("no benchmark is defined for the {other} tier yet"),
     }
     Ok((c, targets, skipped))

@@ -1,14 +1,12 @@
 //! `sandbench compare`: one program on several tiers, side by side.
 
-use std::sync::Arc;
-
 use futures_util::future::join_all;
 
 use crate::cli::{CompareArgs, Format};
 use crate::config::Config;
 use crate::report::{Outcome, RunReport};
 use crate::runner;
-use crate::tier::{self, Tier};
+use crate::tier;
 
 use super::{run::load_spec, usage};
 
@@ -21,17 +19,7 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
     spec.limits = args.limits.apply(spec.limits);
     spec.env.extend(args.env.iter().cloned());
 
-    let mut tiers: Vec<Arc<dyn Tier>> = vec![];
-    let mut skipped = vec![];
-    for n in &names {
-        let t = tier::by_name(n, config)?;
-        let a = t.probe().await;
-        if a.available {
-            tiers.push(t);
-        } else {
-            skipped.push((n.clone(), a.summary));
-        }
-    }
+    let (tiers, skipped) = tier::probe_selected(&names, config).await?;
     if tiers.is_empty() {
         anyhow::bail!("none of the selected tiers is available here (run `sandbench doctor`)");
     }

@@ -1,12 +1,10 @@
 //! `sandbench gauntlet`: the safety matrix, as a regression check.
 
-use std::sync::Arc;
-
 use crate::cli::{GauntletArgs, MatrixFormat};
 use crate::config::Config;
 use crate::gauntlet::{self, render};
 use crate::samples;
-use crate::tier::{self, Tier};
+use crate::tier;
 
 use super::usage;
 
@@ -31,17 +29,10 @@ pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
         return Err(usage(format!("no samples in {}", dir.display())));
     }
     let required = required_tiers();
-    let mut tiers: Vec<Arc<dyn Tier>> = vec![];
-    let mut skipped = vec![];
-    for n in &names {
-        let t = tier::by_name(n, config)?;
-        let a = t.probe().await;
-        if a.available {
-            tiers.push(t);
-        } else if required.contains(n) || args.tiers.is_some() && names.len() == 1 {
-            anyhow::bail!("the {n} tier is not available: {} (run `sandbench doctor`)", a.summary);
-        } else {
-            skipped.push((n.clone(), a.summary));
+    let (tiers, skipped) = tier::probe_selected(&names, config).await?;
+    for (n, why) in &skipped {
+        if required.contains(n) || args.tiers.is_some() && names.len() == 1 {
+            anyhow::bail!("the {n} tier is not available: {why} (run `sandbench doctor`)");
         }
     }
     if tiers.is_empty() {

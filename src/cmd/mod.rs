@@ -1,5 +1,6 @@
 //! Headless subcommands. Each returns the process exit code.
 
+pub mod agent;
 pub mod bench;
 pub mod compare;
 pub mod doctor;

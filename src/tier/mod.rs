@@ -15,12 +15,13 @@ use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
 use crate::spec::RunSpec;
 
 pub mod docker;
+pub mod e2b;
 pub mod process;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Every tier sandbench knows, in order of isolation strength.
-pub const KNOWN: &[&str] = &["process", "docker", "gvisor"];
+pub const KNOWN: &[&str] = &["process", "docker", "gvisor", "e2b"];
 
 /// What a run needs from the runner: a clock, a place to send events and a
 /// token that says "stop now" (cancel, wall timeout, output limit).
@@ -105,6 +106,7 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
         "process" => Ok(Arc::new(process::ProcessTier::new(config))),
         "docker" => Ok(Arc::new(docker::DockerTier::docker(config))),
         "gvisor" => Ok(Arc::new(docker::DockerTier::gvisor(config))),
+        "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
         other => anyhow::bail!("unknown tier '{other}' (known: {})", KNOWN.join(", ")),
     }
 }
@@ -126,13 +128,34 @@ pub fn parse_list(s: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Probe the named tiers: the available ones, and (name, why) for the rest.
+pub async fn probe_selected(
+    names: &[String],
+    config: &Config,
+) -> anyhow::Result<(Vec<Arc<dyn Tier>>, Vec<(String, String)>)> {
+    let mut ready = vec![];
+    let mut skipped = vec![];
+    for n in names {
+        let t = by_name(n, config)?;
+        let a = t.probe().await;
+        if a.available {
+            ready.push(t);
+        } else {
+            skipped.push((n.clone(), a.summary));
+        }
+    }
+    Ok((ready, skipped))
+}
+
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
 pub async fn reap_leftovers() {
     process::reap_leftovers();
     docker::reap_leftovers().await;
 }
 
-/// Release what tiers keep between runs (warm pools), once, at exit.
+/// Clean up what this process still holds, before it exits (remote
+/// sandboxes cost money and outlive us otherwise; warm containers too).
 pub async fn shutdown() {
+    e2b::kill_live().await;
     docker::shutdown().await;
 }

@@ -1,0 +1,188 @@
+//! `sandbench agent`: a model with one tool, `run_code`, executed on a tier.
+//! Text mode streams the transcript; `--format json` prints it at the end.
+
+use std::io::Write;
+
+use crate::agent::{self, AgentOptions, EndReason, TranscriptEvent};
+use crate::cli::{AgentArgs, Format};
+use crate::config::Config;
+use crate::event::Stream;
+use crate::sanitize::visible_controls;
+use crate::tier;
+
+use super::usage;
+
+pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
+    let tier_name = args.tier.clone().unwrap_or_else(|| config.default_tier.clone());
+    let tier = tier::by_name(&tier_name, config).map_err(|e| usage(e.to_string()))?;
+    if args.task.trim().is_empty() {
+        return Err(usage("the task is empty: say what the model should do"));
+    }
+    let limits = args.limits.apply(config.limits.clone());
+    let mut opts = AgentOptions::from_env(tier.clone(), limits, &config.agent)?;
+    // Before the model is asked anything: a tier that cannot run programs
+    // would only feed it errors.
+    let avail = tier.probe().await;
+    if !avail.available {
+        anyhow::bail!("the {} tier is not available here: {} (see sandbench doctor)", tier.name(), avail.summary);
+    }
+    if let Some(m) = &args.model {
+        opts.model = m.clone();
+    }
+    if let Some(n) = args.max_turns {
+        opts.max_turns = n;
+    }
+    let mut handle = agent::start(opts, args.task.clone());
+    let canceller = handle.canceller();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            canceller.cancel();
+        }
+    });
+    let text = args.format == Format::Text;
+    let mut out = std::io::stdout();
+    let mut view = View::default();
+    while let Some(ev) = handle.events.recv().await {
+        if text {
+            render(&mut out, &ev, &mut view);
+            let _ = out.flush();
+        }
+    }
+    let t = handle.finish().await;
+    if !text {
+        println!("{}", serde_json::to_string_pretty(&t)?);
+    }
+    if let (EndReason::Error, Some(e)) = (t.reason, &t.error) {
+        eprintln!("sandbench: agent stopped: {}", visible_controls(e.as_bytes()));
+    }
+    Ok(match t.reason {
+        EndReason::FinalAnswer => 0,
+        EndReason::TurnLimit => 3,
+        EndReason::Error => 1,
+        EndReason::Cancelled => 130,
+    })
+}
+
+/// What the text view remembers between events.
+#[derive(Debug, Default)]
+pub struct View {
+    /// The cursor is not at the start of a line.
+    mid_line: bool,
+    /// The turn whose text has been streamed already.
+    streamed_turn: Option<u32>,
+}
+
+/// One transcript event as terminal text. Everything from the model or a
+/// sandbox goes through `visible_controls`: neither may drive the terminal.
+pub fn render(out: &mut impl Write, ev: &TranscriptEvent, view: &mut View) {
+    let clean = |s: &str| visible_controls(s.as_bytes());
+    let mid_line = &mut view.mid_line;
+    let mut line = |out: &mut dyn Write, s: String| {
+        if *mid_line {
+            let _ = writeln!(out);
+            *mid_line = false;
+        }
+        let _ = writeln!(out, "{s}");
+    };
+    match ev {
+        TranscriptEvent::Started { task, model, tier, max_turns } => {
+            line(out, format!("── sandbench agent · {} · tier {tier} · up to {max_turns} turns ──", clean(model)));
+            line(out, format!("task: {}", clean(task)));
+        }
+        TranscriptEvent::TextDelta { turn, text } => {
+            if view.streamed_turn != Some(*turn) {
+                line(out, format!("\n[turn {turn}] model:"));
+                view.streamed_turn = Some(*turn);
+            }
+            let t = clean(text);
+            let _ = write!(out, "{t}");
+            if !t.is_empty() {
+                *mid_line = !t.ends_with('\n');
+            }
+        }
+        TranscriptEvent::Text { turn, text } => {
+            if view.streamed_turn == Some(*turn) {
+                // Already on screen, delta by delta.
+                if *mid_line {
+                    let _ = writeln!(out);
+                    *mid_line = false;
+                }
+            } else {
+                line(out, format!("\n[turn {turn}] model:"));
+                line(out, clean(text));
+            }
+        }
+        TranscriptEvent::Turn { .. } => {}
+        TranscriptEvent::ToolCall { turn, id, language, code } => {
+            line(out, format!("\n[turn {turn}] run_code · {language} · {}", clean(id)));
+            for l in clean(code).lines() {
+                line(out, format!("  │ {l}"));
+            }
+            line(out, "  ── output ──".into());
+        }
+        TranscriptEvent::ToolOutput { stream, text, .. } => {
+            // stderr lines are marked "! " (at line starts only: a line may
+            // come in several chunks).
+            for piece in clean(text).split_inclusive('\n') {
+                if *stream == Stream::Stderr && !view.mid_line {
+                    let _ = write!(out, "! ");
+                }
+                let _ = write!(out, "{piece}");
+                view.mid_line = !piece.ends_with('\n');
+            }
+        }
+        TranscriptEvent::ToolResult { summary, .. } => {
+            line(out, format!("  ── verdict: {}", clean(summary)));
+        }
+        TranscriptEvent::ToolRejected { id, reason } => {
+            line(out, format!("  ── tool call {} refused: {}", clean(id), clean(reason)));
+        }
+        TranscriptEvent::Retrying { attempt, wait_ms, reason, .. } => {
+            line(out, format!("  (retry {attempt} in {:.1} s: {})", *wait_ms as f64 / 1000.0, clean(reason)));
+        }
+        TranscriptEvent::Finished { reason, turns, error, .. } => match reason {
+            EndReason::FinalAnswer => line(out, format!("\n── final answer after {turns} turn(s) ──")),
+            EndReason::TurnLimit => {
+                line(out, format!("\n── stopped: turn limit reached ({turns}) without a final answer ──"))
+            }
+            EndReason::Cancelled => line(out, format!("\n── cancelled after {turns} turn(s) ──")),
+            EndReason::Error => line(
+                out,
+                format!("\n── error after {turns} turn(s): {} ──", clean(error.as_deref().unwrap_or("unknown error"))),
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stderr_is_marked_once_per_line_across_chunks() {
+        let mut out = Vec::new();
+        let mut mid = View::default();
+        for (stream, text) in
+            [(Stream::Stdout, "a\n"), (Stream::Stderr, "oops"), (Stream::Stderr, "\n"), (Stream::Stderr, "x\ny\n")]
+        {
+            let ev = TranscriptEvent::ToolOutput { id: "t".into(), stream, text: text.into() };
+            render(&mut out, &ev, &mut mid);
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), "a\n! oops\n! x\n! y\n");
+    }
+
+    #[test]
+    fn streamed_text_is_shown_once() {
+        let mut out = Vec::new();
+        let mut v = View::default();
+        for ev in [
+            TranscriptEvent::TextDelta { turn: 1, text: "Hel".into() },
+            TranscriptEvent::TextDelta { turn: 1, text: "lo\u{1b}[2J".into() },
+            TranscriptEvent::Text { turn: 1, text: "Hello\u{1b}[2J".into() },
+            TranscriptEvent::Text { turn: 2, text: "unstreamed".into() },
+        ] {
+            render(&mut out, &ev, &mut v);
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), "\n[turn 1] model:\nHello␛[2J\n\n[turn 2] model:\nunstreamed\n");
+    }
+}

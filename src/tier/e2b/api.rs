@@ -1,0 +1,286 @@
+//! E2B's REST API (the control plane): create, kill and list sandboxes.
+//!
+//! Shapes follow E2B's OpenAPI spec (`spec/openapi.yml` in e2b-dev/E2B):
+//! `POST /sandboxes` with a `NewSandbox` body (`templateID`, `timeout` in
+//! seconds, `secure`, `allow_internet_access`, `metadata`) answers 201 with a
+//! `Sandbox` (`sandboxID`, `envdVersion`, `envdAccessToken`, `domain`);
+//! `DELETE /sandboxes/{sandboxID}` answers 204 (404 when already gone);
+//! `GET /sandboxes` lists running ones. Every call carries `X-API-Key`.
+//! Errors are `{"code": int, "message": string}`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::Settings;
+
+/// Longest `retry-after` we honour on a 429 before giving up with a message.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
+const CREATE_ATTEMPTS: u32 = 3;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Created {
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "templateID", default)]
+    pub template_id: Option<String>,
+    #[serde(rename = "envdVersion", default)]
+    pub envd_version: Option<String>,
+    #[serde(rename = "envdAccessToken", default)]
+    pub envd_access_token: Option<String>,
+    #[serde(default)]
+    pub domain: Option<String>,
+}
+
+/// What went wrong talking to E2B, already worded for a user.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("E2B rejected the API key (HTTP {status}: {message}); check E2B_API_KEY (keys: https://e2b.dev/dashboard?tab=keys)")]
+    Unauthorized { status: u16, message: String },
+    #[error("E2B says not found (HTTP 404: {message}){hint}")]
+    NotFound { message: String, hint: String },
+    #[error("E2B rate limit (HTTP 429: {message}); {retry}")]
+    RateLimited { message: String, retry: String },
+    #[error("E2B server error (HTTP {status}: {message}); try again later")]
+    Server { status: u16, message: String },
+    #[error("E2B refused the request (HTTP {status}: {message})")]
+    Other { status: u16, message: String },
+    #[error("cannot reach E2B at {url}: {detail}")]
+    Unreachable { url: String, detail: String },
+    #[error("E2B answered something sandbench cannot read ({0})")]
+    Malformed(String),
+}
+
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+/// A client that never uses a proxy for loopback addresses (tests, local
+/// gateways) and otherwise follows the usual proxy variables.
+pub fn http_client(urls: &[&str]) -> anyhow::Result<reqwest::Client> {
+    let mut b = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!("sandbench/", env!("CARGO_PKG_VERSION")));
+    if urls.iter().all(|u| is_loopback(u)) {
+        b = b.no_proxy();
+    }
+    Ok(b.build()?)
+}
+
+pub fn is_loopback(url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    match u.host_str() {
+        Some("localhost") => true,
+        Some(h) => {
+            h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+        None => false,
+    }
+}
+
+impl Api {
+    pub fn new(s: &Settings, key: &str) -> anyhow::Result<Api> {
+        let mut urls = vec![s.api_url.as_str()];
+        if let Some(u) = &s.sandbox_url {
+            urls.push(u);
+        }
+        Ok(Api { http: http_client(&urls)?, base: s.api_url.trim_end_matches('/').to_string(), key: key.to_string() })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .header("X-API-Key", &self.key)
+            .timeout(Duration::from_secs(60))
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> ApiError {
+        ApiError::Unreachable { url: self.base.clone(), detail: one_line(e) }
+    }
+
+    /// Create a sandbox. Retries a 429 as long as `retry-after` stays short;
+    /// never retries 5xx (the sandbox may exist and we would not know its id —
+    /// its own timeout reaps it).
+    pub async fn create(
+        &self,
+        template: &str,
+        timeout_s: u64,
+        internet: bool,
+        on_wait: &(dyn Fn(String) + Sync),
+    ) -> Result<Created, ApiError> {
+        let body = json!({
+            "templateID": template,
+            "timeout": timeout_s,
+            "secure": true,
+            "allow_internet_access": internet,
+            "metadata": super::ownership_metadata(),
+        });
+        let mut attempt = 1;
+        loop {
+            let resp = self
+                .req(reqwest::Method::POST, "/sandboxes")
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| self.unreachable(&e))?;
+            let status = resp.status().as_u16();
+            if status == 200 || status == 201 {
+                let text = resp.text().await.map_err(|e| self.unreachable(&e))?;
+                return serde_json::from_str::<Created>(&text)
+                    .map_err(|e| ApiError::Malformed(format!("create sandbox: {e}")));
+            }
+            let retry_after = retry_after(resp.headers());
+            let message = error_message(resp).await;
+            if status == 429 && attempt < CREATE_ATTEMPTS {
+                if let Some(wait) = retry_after.filter(|w| *w <= MAX_RETRY_WAIT) {
+                    on_wait(format!("E2B rate limit (429); retrying in {:.1} s as it asks", wait.as_secs_f64()));
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                    continue;
+                }
+            }
+            return Err(classify(status, message, retry_after, Some(template)));
+        }
+    }
+
+    /// Kill a sandbox. `Ok(false)` when it was already gone (404).
+    pub async fn kill(&self, id: &str) -> Result<bool, ApiError> {
+        let resp = self
+            .req(reqwest::Method::DELETE, &format!("/sandboxes/{id}"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let status = resp.status().as_u16();
+        match status {
+            200..=299 => Ok(true),
+            404 => Ok(false),
+            _ => {
+                let ra = retry_after(resp.headers());
+                Err(classify(status, error_message(resp).await, ra, None))
+            }
+        }
+    }
+
+    /// Kill with a few retries (network blips, 429, 5xx): the one call that
+    /// must not be skipped.
+    pub async fn kill_with_retry(&self, id: &str) -> Result<bool, ApiError> {
+        let mut last = None;
+        for attempt in 0..4u32 {
+            match self.kill(id).await {
+                Ok(k) => return Ok(k),
+                Err(e @ ApiError::Unauthorized { .. }) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
+        }
+        Err(last.unwrap_or(ApiError::Malformed("kill".into())))
+    }
+
+    /// `GET /sandboxes`: the cheapest authenticated call, used by `doctor`.
+    pub async fn list(&self) -> Result<Vec<serde_json::Value>, ApiError> {
+        self.list_query(None).await
+    }
+
+    /// `GET /sandboxes?metadata=k%3Dv`: running sandboxes whose metadata match.
+    pub async fn list_by_metadata(&self, filter: &str) -> Result<Vec<serde_json::Value>, ApiError> {
+        self.list_query(Some(filter)).await
+    }
+
+    async fn list_query(&self, metadata: Option<&str>) -> Result<Vec<serde_json::Value>, ApiError> {
+        let mut req = self.req(reqwest::Method::GET, "/sandboxes").timeout(Duration::from_secs(10));
+        if let Some(m) = metadata {
+            req = req.query(&[("metadata", m)]);
+        }
+        let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
+        let status = resp.status().as_u16();
+        if status == 200 {
+            let text = resp.text().await.map_err(|e| self.unreachable(&e))?;
+            return serde_json::from_str(&text).map_err(|e| ApiError::Malformed(format!("list sandboxes: {e}")));
+        }
+        let ra = retry_after(resp.headers());
+        Err(classify(status, error_message(resp).await, ra, None))
+    }
+}
+
+pub fn classify(status: u16, message: String, retry_after: Option<Duration>, template: Option<&str>) -> ApiError {
+    match status {
+        401 | 403 => ApiError::Unauthorized { status, message },
+        404 => ApiError::NotFound {
+            message,
+            hint: template
+                .map(|t| format!("; is the template '{t}' right? set [e2b] template in the config"))
+                .unwrap_or_default(),
+        },
+        429 => ApiError::RateLimited {
+            message,
+            retry: match retry_after {
+                Some(w) => format!("E2B asks to retry after {:.0} s", w.as_secs_f64().ceil()),
+                None => "retry later".into(),
+            },
+        },
+        500..=599 => ApiError::Server { status, message },
+        _ => ApiError::Other { status, message },
+    }
+}
+
+/// `retry-after` as seconds (integer or decimal); HTTP dates are not used by E2B.
+pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = h.get("retry-after")?.to_str().ok()?.trim().parse::<f64>().ok()?;
+    (v.is_finite() && v >= 0.0).then(|| Duration::from_secs_f64(v.min(86_400.0)))
+}
+
+/// The `message` of an E2B error body, else the body's first line, bounded.
+pub async fn error_message(resp: reqwest::Response) -> String {
+    let text = resp.text().await.unwrap_or_default();
+    let msg = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+        .unwrap_or_else(|| text.lines().next().unwrap_or("").to_string());
+    bounded(&msg, 200)
+}
+
+pub fn bounded(s: &str, max: usize) -> String {
+    let clean: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let clean = clean.trim();
+    if clean.is_empty() {
+        return "no message".into();
+    }
+    if clean.chars().count() > max {
+        format!("{}…", clean.chars().take(max).collect::<String>())
+    } else {
+        clean.to_string()
+    }
+}
+
+/// reqwest errors chain their causes; keep it to one readable line.
+pub fn one_line(e: &reqwest::Error) -> String {
+    use std::error::Error;
+    let mut s = if e.is_timeout() {
+        "timed out".to_string()
+    } else if e.is_connect() {
+        "connection failed".to_string()
+    } else {
+        "request failed".to_string()
+    };
+    let mut src = e.source();
+    let mut last = String::new();
+    while let Some(c) = src {
+        last = c.to_string();
+        src = c.source();
+    }
+    if !last.is_empty() {
+        s.push_str(": ");
+        s.push_str(&bounded(&last, 160));
+    }
+    s
+}

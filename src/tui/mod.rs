@@ -1,0 +1,18 @@
+//! The workbench: a ratatui app over the same runner every front end uses.
+//!
+//! - `app`: state and input handling, no terminal (driven headless in tests).
+//! - `event_loop`: terminal, fixed frame rate, channels, runs, signals.
+//! - `widgets`: drawing only; `keymap`: the one table of keys (help and key
+//!   bar come from it); `editor`, `highlight`, `run_view`, `theme`.
+
+pub mod app;
+pub mod editor;
+pub mod event_loop;
+pub mod headless;
+pub mod highlight;
+pub mod keymap;
+pub mod run_view;
+pub mod theme;
+pub mod widgets;
+
+pub use event_loop::{bench_ui, run};

@@ -1,0 +1,95 @@
+//! The output pane: sanitized stdout/stderr, phase and violation lines.
+
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+use unicode_width::UnicodeWidthChar;
+
+use super::{bold, outcome_style, pane};
+use crate::tui::app::{App, Focus};
+use crate::tui::run_view::{Origin, OutLine};
+
+pub fn draw(app: &App, f: &mut Frame, area: Rect) {
+    let t = &app.theme;
+    let focused = app.focus == Focus::Output;
+    let Some(run) = app.current_run() else {
+        let block = pane(app, " output ", focused);
+        let hint = Line::from(vec![
+            Span::styled("F5", t.key()),
+            Span::styled(" runs the code on the selected tier, ", t.dim()),
+            Span::styled("F6", t.key()),
+            Span::styled(" on every tier", t.dim()),
+        ]);
+        f.render_widget(Paragraph::new(hint).block(block), area);
+        return;
+    };
+    let mut title = format!(" output · {} · {} ", run.tier, if app.follow { "following" } else { "scrolled" });
+    if run.lines.dropped > 0 {
+        title.push_str(&format!("· {} dropped ", run.lines.dropped));
+    }
+    let block = pane(app, title, focused);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let rows = inner.height as usize;
+    let top = app.output_top().saturating_sub(run.lines.dropped) as usize;
+    let partials: Vec<OutLine> = run.partials().collect();
+    let all = run.lines.iter().chain(partials.iter());
+    let lines: Vec<Line> =
+        all.skip(top).take(rows).map(|l| render(app, l, app.hscroll, inner.width as usize)).collect();
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+pub fn origin_style(app: &App, o: Origin) -> Style {
+    let t = &app.theme.ui;
+    match o {
+        Origin::Stdout => Style::new().fg(t.stdout),
+        Origin::Stderr => Style::new().fg(t.stderr),
+        Origin::Phase | Origin::Exit => Style::new().fg(t.phase),
+        Origin::Note => Style::new().fg(t.note),
+        Origin::Violation => bold(Style::new().fg(t.violation)),
+        Origin::Outcome(o) => outcome_style(app, o).0,
+    }
+}
+
+/// One output line: a one-column gutter (stderr is marked), the text from
+/// display column `left`, at most `width` columns, a note when it was cut.
+pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static> {
+    let base = origin_style(app, l.origin);
+    let gutter = match l.origin {
+        Origin::Stderr => Span::styled("▍", Style::new().fg(app.theme.ui.stderr)),
+        _ => Span::raw(" "),
+    };
+    let mut spans = vec![gutter];
+    let mut col = 0usize;
+    // A cut line ends with how much was cut, always visible.
+    let note = (l.line.cut > 0).then(|| format!(" …+{}", l.line.cut));
+    let room = width.saturating_sub(1).saturating_sub(note.as_ref().map_or(0, |n| n.chars().count()));
+    let mut used = 0usize;
+    'outer: for (style, text) in l.line.segments() {
+        let st = base.patch(style);
+        let mut s = String::new();
+        for c in text.chars() {
+            let w = c.width().unwrap_or(0);
+            if col >= left {
+                if used + w > room {
+                    if !s.is_empty() {
+                        spans.push(Span::styled(std::mem::take(&mut s), st));
+                    }
+                    break 'outer;
+                }
+                s.push(c);
+                used += w;
+            }
+            col += w;
+        }
+        if !s.is_empty() {
+            spans.push(Span::styled(s, st));
+        }
+    }
+    if let Some(n) = note {
+        spans.push(Span::styled(n, Style::new().fg(app.theme.ui.dim)));
+    }
+    Line::from(spans)
+}

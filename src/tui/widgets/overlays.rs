@@ -1,0 +1,152 @@
+//! Popups: help (from the keymap), samples picker, limits form, save-as.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, List, ListItem, ListState, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::{bold, centered, pane};
+use crate::tui::app::{App, Overlay};
+use crate::tui::keymap;
+
+pub fn draw(app: &App, f: &mut Frame, area: Rect) {
+    match &app.overlay {
+        None => {}
+        Some(Overlay::Help { scroll }) => help(app, f, area, *scroll),
+        Some(Overlay::Samples(p)) => samples(app, f, area, p),
+        Some(Overlay::Limits(form)) => limits(app, f, area, form),
+        Some(Overlay::SaveAs { input }) => {
+            prompt(app, f, area, " save as · Enter saves · Esc cancels ", "file: ", input)
+        }
+        Some(Overlay::Search { input }) => {
+            prompt(app, f, area, " search the output · Enter finds · Esc cancels ", "find: ", input)
+        }
+    }
+}
+
+fn popup(app: &App, f: &mut Frame, rect: Rect, title: &str) -> Rect {
+    f.render_widget(Clear, rect);
+    let block = pane(app, title.to_string(), true).style(Style::new().fg(app.theme.ui.fg).bg(app.theme.ui.popup_bg));
+    let inner = block.inner(rect);
+    f.render_widget(block, rect);
+    inner
+}
+
+fn help(app: &App, f: &mut Frame, area: Rect, scroll: usize) {
+    let t = &app.theme;
+    let rect = centered(area, 76, area.height.saturating_sub(2));
+    let inner = popup(app, f, rect, " help · keys (Esc closes) ");
+    let mut lines = vec![];
+    for (title, keys) in keymap::help_sections() {
+        lines.push(Line::from(Span::styled(title, bold(Style::new().fg(t.ui.accent)))));
+        for (key, help) in keys {
+            lines.push(Line::from(vec![
+                Span::styled(format!("  {key:<8}"), t.key()),
+                Span::styled(help, Style::new().fg(t.ui.fg)),
+            ]));
+        }
+        lines.push(Line::default());
+    }
+    let max = lines.len().saturating_sub(inner.height as usize);
+    let scroll = scroll.min(max);
+    f.render_widget(Paragraph::new(lines).scroll((scroll as u16, 0)), inner);
+}
+
+fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPicker) {
+    let t = &app.theme;
+    let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
+    let inner = popup(app, f, rect, " samples · Enter loads · Esc closes ");
+    let list_w = (inner.width / 3).clamp(18, 30);
+    let [left, right] = Layout::horizontal([Constraint::Length(list_w), Constraint::Min(10)]).areas(inner);
+    let items: Vec<ListItem> = p
+        .items
+        .iter()
+        .map(|(group, s)| {
+            let tag = if group == "hostile" {
+                Span::styled("☠ ", Style::new().fg(t.ui.violation))
+            } else {
+                Span::styled("· ", Style::new().fg(t.ui.ok))
+            };
+            ListItem::new(Line::from(vec![tag, Span::raw(s.name.clone())]))
+        })
+        .collect();
+    let list = List::new(items)
+        .style(Style::new().fg(t.ui.fg))
+        .highlight_symbol("▶")
+        .highlight_style(Style::new().bg(t.ui.selection_bg).add_modifier(Modifier::BOLD));
+    let mut state = ListState::default().with_selected(Some(p.selected));
+    f.render_stateful_widget(list, left, &mut state);
+    let mut lines = vec![];
+    for prob in &p.problems {
+        lines.push(Line::from(Span::styled(prob.clone(), Style::new().fg(t.ui.warn))));
+    }
+    if let Some((group, s)) = p.items.get(p.selected) {
+        let field = |k: &str, v: String| {
+            Line::from(vec![Span::styled(format!("{k:<7}"), t.key()), Span::styled(v, Style::new().fg(t.ui.fg))])
+        };
+        lines.push(field("name", format!("{} ({group}, {})", s.name, s.language)));
+        lines.push(field("tries", s.tries.clone()));
+        lines.push(field("must", s.must.clone()));
+        let mut exp: Vec<String> = s
+            .expect
+            .iter()
+            .map(|(tier, e)| {
+                let kinds: Vec<&str> = e.kinds.iter().map(|k| k.name()).collect();
+                if kinds.is_empty() {
+                    format!("{tier}={}", e.outcome.name())
+                } else {
+                    format!("{tier}={}:{}", e.outcome.name(), kinds.join("|"))
+                }
+            })
+            .collect();
+        if exp.is_empty() {
+            exp.push("—".into());
+        }
+        lines.push(field("expect", exp.join(" ")));
+        let file = s.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        lines.push(field("file", format!("{group}/{file}")));
+        lines.push(Line::default());
+        for code in s.code.lines().filter(|l| !l.starts_with('#')).take(right.height as usize) {
+            lines.push(Line::from(Span::styled(crate::sanitize::visible_controls(code.as_bytes()), t.dim())));
+        }
+    } else if p.problems.is_empty() {
+        lines.push(Line::from(Span::styled("no samples", t.dim())));
+    }
+    f.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }),
+        right.inner(ratatui::layout::Margin { horizontal: 1, vertical: 0 }),
+    );
+}
+
+fn limits(app: &App, f: &mut Frame, area: Rect, form: &crate::tui::app::LimitsForm) {
+    let t = &app.theme;
+    let rect = centered(area, 56, form.fields.len() as u16 + 6);
+    let inner = popup(app, f, rect, " limits of the next run · Enter applies ");
+    let mut lines = vec![];
+    for (i, (field, text)) in form.fields.iter().enumerate() {
+        let sel = i == form.selected;
+        let val_style = if sel { Style::new().fg(t.ui.fg).bg(t.ui.selection_bg) } else { Style::new().fg(t.ui.fg) };
+        lines.push(Line::from(vec![
+            Span::styled(if sel { "▶ " } else { "  " }, t.key()),
+            Span::styled(format!("{:<10}", field.label()), Style::new().fg(t.ui.title)),
+            Span::styled(format!("{:<12}", format!("{text}{}", if sel { "▏" } else { "" })), val_style),
+            Span::styled(format!(" {}", field.hint()), t.dim()),
+        ]));
+    }
+    lines.push(Line::default());
+    match &form.error {
+        Some(e) => lines.push(Line::from(Span::styled(e.clone(), bold(Style::new().fg(t.ui.error))))),
+        None => lines.push(Line::from(Span::styled("↑↓ move · type to edit · Esc discards", t.dim()))),
+    }
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+}
+
+fn prompt(app: &App, f: &mut Frame, area: Rect, title: &str, label: &'static str, input: &str) {
+    let t = &app.theme;
+    let rect = centered(area, 60, 3);
+    let inner = popup(app, f, rect, title);
+    let line =
+        Line::from(vec![Span::styled(label, t.key()), Span::styled(format!("{input}▏"), Style::new().fg(t.ui.fg))]);
+    f.render_widget(Paragraph::new(line), inner);
+}
