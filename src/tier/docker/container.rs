@@ -90,6 +90,7 @@ _said = set()
 def _say(found):
     # One nonce-marked status line on stderr; the host takes it out.
     parts = [b"pids=%d" % found["pids"]] if "pids" in found else []
+    parts += [b"oom=%d" % found["oom"]] if "oom" in found else []
     parts += [b"disk=" + os.fsencode(d).hex().encode() for d in found.get("disk", [])]
     parts += [b"fsize=" + os.fsencode(q).hex().encode() for q in found.get("fsize", [])]
     msg = b"\0sandbench-status " + _h["nonce"] + b" " + b" ".join(parts)[:4000] + b"\n"
@@ -144,6 +145,16 @@ while True:
         _st = _s
         break
 _signal.setitimer(_signal.ITIMER_REAL, 0)
+if os.WIFSIGNALED(_st) and os.WTERMSIG(_st) == 9:
+    # Killed: by the kernel's OOM killer? The container's own cgroup says
+    # (runc shows it inside; gVisor does not, the host judges there).
+    for _f in ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"):
+        try:
+            for _l in open(_f):
+                if _l.startswith("oom_kill ") and int(_l.split()[1]) > 0:
+                    _say({"oom": int(_l.split()[1])})
+        except (OSError, ValueError):
+            pass
 _watch(True)
 os._exit(128 + os.WTERMSIG(_st) if os.WIFSIGNALED(_st) else os.WEXITSTATUS(_st))
 "#;
@@ -362,9 +373,9 @@ fn parse_status(line: &[u8]) -> serde_json::Value {
         let t = String::from_utf8_lossy(tok);
         let Some((k, val)) = t.split_once('=') else { continue };
         match k {
-            "pids" => {
+            "pids" | "oom" => {
                 if let Ok(n) = val.parse::<u64>() {
-                    v["pids"] = json!(n);
+                    v[k] = json!(n);
                 }
             }
             "disk" | "fsize" => {

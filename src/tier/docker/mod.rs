@@ -558,9 +558,25 @@ impl DockerTier {
         } else {
             None
         };
-        let oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
+        let mut oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
         let raw = exit_code.or_else(|| state.as_ref().and_then(|s| s.exit_code)).unwrap_or(137);
         let (code, signal) = container::split_exit(raw);
+        let unasked_kill = signal == Some(libc::SIGKILL) && !killed;
+        if unasked_kill && !oom && !status_seen.oom {
+            // The engine may record the OOM event just after the exit.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            oom = docker
+                .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+                .and_then(|s| s.oom_killed)
+                .unwrap_or(false);
+            // A SIGKILL nobody here sent, with memory at the limit: the OOM
+            // killer (gVisor's sandbox does not always surface the event).
+            let near = peak_mem.is_some_and(|m| m as f64 >= 0.9 * limits.memory_bytes as f64);
+            oom = oom || near;
+        }
         let tail = String::from_utf8_lossy(&stderr_tail);
         if oom {
             ctx.violation(
@@ -627,6 +643,7 @@ impl DockerTier {
 
 #[derive(Default)]
 struct StatusSeen {
+    oom: bool,
     pids: bool,
     disk: bool,
     fsize: bool,
@@ -640,6 +657,14 @@ async fn judge_status(
     found: &serde_json::Value,
     seen: &mut StatusSeen,
 ) {
+    if found.get("oom").and_then(|v| v.as_u64()).is_some_and(|n| n > 0) && !seen.oom {
+        seen.oom = true;
+        ctx.violation(
+            ViolationKind::Memory,
+            format!("memory limit {} hit — killed (out of memory)", format_size(limits.memory_bytes)),
+        )
+        .await;
+    }
     if let Some(n) = found.get("pids").and_then(|v| v.as_u64()) {
         if !seen.pids {
             seen.pids = true;
