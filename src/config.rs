@@ -60,13 +60,16 @@ pub struct ProcessConfig {
     /// uid/gid the program runs as when sandbench runs as root.
     pub uid: u32,
     pub gid: u32,
+    /// Keep one sandbox helper started ahead of the next run (a warm start:
+    /// its cgroup is joined already). Single use; off for one-shot `run`.
+    pub spare: bool,
 }
 
 impl Default for ProcessConfig {
     fn default() -> Self {
         // nobody/nogroup: owns no files, so a program that gets out of its
         // mount namespace still cannot write anything of the host's.
-        ProcessConfig { uid: 65534, gid: 65534 }
+        ProcessConfig { uid: 65534, gid: 65534, spare: true }
     }
 }
 

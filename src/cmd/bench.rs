@@ -109,6 +109,10 @@ fn which(cmd: &str) -> Option<String> {
 /// Contenders and targets for a tier: (contenders, [(what, against, target p50 ratio)], skipped).
 type Plan = (Vec<Contender>, Vec<(String, String, Option<f64>)>, Vec<String>);
 
+fn c0_tier(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
+    tier::by_name(name, config).map_err(|e| usage(e.to_string()))
+}
+
 fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
     let tier = tier::by_name(tier_name, config).map_err(|e| usage(e.to_string()))?;
     let mut skipped = vec![];
@@ -116,6 +120,17 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
     let mut targets = vec![];
     match tier_name {
         "process" => {
+            // Cold: every run builds its sandbox from nothing (no spare
+            // helper). The first contender, with spares, is the warm path.
+            let mut cold_cfg = config.clone();
+            cold_cfg.process.spare = false;
+            c[0] = Contender::Tier { name: "sandbench process (warm)".into(), tier: c0_tier(tier_name, config)? };
+            c.insert(
+                0,
+                Contender::Tier { name: "sandbench process (cold)".into(), tier: c0_tier(tier_name, &cold_cfg)? },
+            );
+            let cold = "sandbench process (cold)".to_string();
+            let warm = "sandbench process (warm)".to_string();
             // The same interpreter the sandbox uses, started the plain way.
             let py = ["/usr/local/bin/python3", "/usr/bin/python3"]
                 .into_iter()
@@ -126,7 +141,8 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
                 name: "bare python3".into(),
                 argv: vec![py.clone(), "-c".into(), "print(1)".into()],
             });
-            targets.push((format!("sandbench {tier_name}"), "bare python3".into(), Some(1.3)));
+            targets.push((cold.clone(), "bare python3".into(), Some(1.3)));
+            targets.push((warm.clone(), "bare python3".into(), None));
             match which("bwrap") {
                 Some(bwrap) => {
                     c.push(Contender::Command {
@@ -149,7 +165,8 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
                         .map(String::from)
                         .to_vec(),
                     });
-                    targets.push((format!("sandbench {tier_name}"), "bwrap --unshare-all".into(), Some(1.0)));
+                    targets.push((cold, "bwrap --unshare-all".into(), Some(1.0)));
+                    targets.push((warm, "bwrap --unshare-all".into(), None));
                 }
                 None => skipped.push("bwrap is not installed (apt-get install bubblewrap)".into()),
             }
