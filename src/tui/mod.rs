@@ -5,9 +5,11 @@
 //! - `widgets`: drawing only; `keymap`: the one table of keys (help and key
 //!   bar come from it); `editor`, `highlight`, `run_view`, `theme`.
 
+pub mod agent_view;
 pub mod app;
 pub mod editor;
 pub mod event_loop;
+pub mod gauntlet_view;
 pub mod headless;
 pub mod highlight;
 pub mod keymap;
