@@ -142,14 +142,22 @@ fn gauntlet_fills_live_and_shows_the_selected_cell() {
     assert_eq!(app.view, View::Gauntlet);
     let id = started_gauntlet(&mut app);
     feed_partial(&mut app, id);
-    // Select fork-bomb on docker.
+    // The selection followed the cells as they finished: fork-bomb on docker.
+    assert_eq!(app.gauntlet.as_ref().unwrap().sel, (1, 1));
+    // Keys take it over: it stays where they put it.
+    app.update(key(KeyCode::Up));
     app.update(key(KeyCode::Down));
-    app.update(key(KeyCode::Right));
+    let net = sample("hostile/net_loopback.py", NET);
+    let c = gauntlet::judge(&net, "process", report("process", Outcome::Ok, vec![], ""), findings(&[]));
+    g(&mut app, id, GauntletEvent::CellDone(Box::new(c)));
+    cell_started(&mut app, id, "net-loopback", "docker");
+    assert_eq!(app.gauntlet.as_ref().unwrap().sel, (1, 1));
     // The status line names the (temporary) samples directory.
     assert!(app.status.as_ref().unwrap().text.contains(&dir.path().display().to_string()));
     app.status = None;
     let s = screen(&mut app, 100, 34);
     assert!(s.contains("✗ ESCAPED (3 process(es)"), "{s}");
+    assert!(s.contains("✓ contained (blocked)"), "{s}");
     assert!(s.contains("▶ running…"), "{s}");
     assert!(s.contains("secret canary: not planted (no ANTHROPIC_API_KEY in sandbench's env)"), "{s}");
     assert!(s.contains("␛]52;c;ZXZpbA==^G␛[2Jstill here ok"), "hostile output is shown inert:\n{s}");

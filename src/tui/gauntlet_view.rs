@@ -85,6 +85,12 @@ pub struct CellView {
 }
 
 impl CellView {
+    /// Stopped by the user's cancel, and nothing got out: not a finding
+    /// about the tier (it is not counted as a mismatch here).
+    pub fn cancelled(&self) -> bool {
+        self.cell.report.outcome == crate::report::Outcome::Cancelled && self.cell.findings.escapes.is_empty()
+    }
+
     pub fn new(mut cell: Cell) -> CellView {
         let stdout = Head::of(&cell.report.stdout);
         let stderr = Head::of(&cell.report.stderr);
@@ -116,6 +122,8 @@ pub struct GauntletView {
     pub running: Option<(usize, usize)>,
     /// Selected (row, tier).
     pub sel: (usize, usize),
+    /// The selection follows the cells as they finish (until a key moves it).
+    pub follow: bool,
     /// The details fill the view (Enter), scrolled by `scroll` lines.
     pub zoom: bool,
     pub scroll: usize,
@@ -157,6 +165,7 @@ impl GauntletView {
             cells,
             running: None,
             sel: (0, 0),
+            follow: true,
             zoom: false,
             scroll: 0,
             state: GState::Running,
@@ -185,6 +194,9 @@ impl GauntletView {
             GauntletEvent::CellDone(cell) => {
                 if let Some((r, c)) = self.index(&cell.sample, &cell.tier) {
                     self.cells[r][c] = Some(Box::new(CellView::new(*cell)));
+                    if self.follow && !self.zoom {
+                        self.sel = (r, c);
+                    }
                     if self.running == Some((r, c)) {
                         self.running = None;
                     }
@@ -213,9 +225,10 @@ impl GauntletView {
         self.rows.len() * self.tiers.len()
     }
 
-    /// Finished cells that differ from what their sample declares.
+    /// Finished cells that differ from what their sample declares (a
+    /// cancelled cell where nothing got out is not one).
     pub fn live_mismatches(&self) -> usize {
-        self.cells.iter().flatten().flatten().filter(|c| !c.cell.as_expected).count()
+        self.cells.iter().flatten().flatten().filter(|c| !c.cell.as_expected && !c.cancelled()).count()
     }
 
     pub fn selected(&self) -> Option<&CellView> {
@@ -223,6 +236,7 @@ impl GauntletView {
     }
 
     pub fn move_sel(&mut self, dr: isize, dc: isize) {
+        self.follow = false;
         let rows = self.rows.len().max(1) as isize;
         let cols = self.tiers.len().max(1) as isize;
         let r = (self.sel.0 as isize + dr).clamp(0, rows - 1) as usize;

@@ -85,6 +85,7 @@ fn state_text(g: &GauntletView) -> String {
 fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize) -> (String, Style) {
     let t = &app.theme;
     match &g.cells[r][c] {
+        Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
         Some(cv) => {
             let mark = if cv.cell.as_expected { "✓" } else { "✗" };
             let st = verdict_style(app, &cv.cell.verdict);
