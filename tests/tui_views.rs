@@ -370,7 +370,16 @@ fn agent_streams_the_transcript_live() {
         id,
         TranscriptEvent::Retrying { turn: 2, attempt: 1, status: Some(529), wait_ms: 500, reason: "overloaded".into() },
     );
-    a(&mut app, id, TranscriptEvent::Text { turn: 2, text: "There are 25 primes below 100.".into() });
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::Text {
+            turn: 2,
+            text: "There are 25 primes below 100. The program tested every n from 2 to 99 against every smaller \
+               divisor, which is slow for large bounds but fine here."
+                .into(),
+        },
+    );
     let live = screen(&mut app, 100, 30);
     assert!(live.contains("turn 1 · running"), "{live}");
     a(
@@ -388,7 +397,11 @@ fn agent_streams_the_transcript_live() {
     assert!(s.contains("  25"), "{s}");
     assert!(s.contains("▍ ␛]0;pwned^Gwarning"), "{s}");
     assert!(s.contains("── final answer after 2 turn(s) ──"), "{s}");
+    assert!(s.contains("│divisor, which is slow"), "long model text wraps at a space:\n{s}");
     insta::assert_snapshot!("agent_transcript", s);
+    for (w, h) in [(20, 6), (40, 10), (3, 2)] {
+        screen(&mut app, w, h);
+    }
 }
 
 #[test]

@@ -1224,7 +1224,7 @@ impl App {
             return self.say(Level::Warn, "type a task for the model first, then Enter");
         }
         if !self.api_key_set {
-            let m = "ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=sk-ant-... before starting sandbench to use the agent";
+            let m = "ANTHROPIC_API_KEY is not set: export it before starting sandbench to use the agent";
             self.agent.id = None;
             self.agent.lines.clear();
             self.agent.refuse(m);

@@ -76,10 +76,33 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         f.render_widget(Paragraph::new(hint).wrap(ratatui::widgets::Wrap { trim: false }), inner);
         return;
     }
-    let top = app.agent_top();
-    let lines: Vec<Line> =
-        a.lines.iter().skip(top).take(inner.height as usize).map(|l| render(app, l, inner.width as usize)).collect();
-    f.render_widget(Paragraph::new(lines), inner);
+    let rows = inner.height as usize;
+    let width = inner.width as usize;
+    // Only the lines on screen are wrapped: from the end when following,
+    // from the first shown line otherwise.
+    let mut shown: std::collections::VecDeque<Line> = std::collections::VecDeque::new();
+    if a.follow {
+        for l in a.lines.iter().rev() {
+            for row in wrap(app, l, width).into_iter().rev() {
+                shown.push_front(row);
+            }
+            if shown.len() >= rows {
+                break;
+            }
+        }
+        while shown.len() > rows {
+            shown.pop_front();
+        }
+    } else {
+        for l in a.lines.iter().skip(app.agent_top()) {
+            shown.extend(wrap(app, l, width));
+            if shown.len() >= rows {
+                break;
+            }
+        }
+        shown.truncate(rows);
+    }
+    f.render_widget(Paragraph::new(Vec::from(shown)), inner);
 }
 
 /// The typed task: only printable characters reach the screen.
@@ -108,31 +131,47 @@ fn style(app: &App, k: Kind) -> Style {
     }
 }
 
-/// One transcript line, at most `width` columns; output lines get a gutter
-/// (stderr marked like in the output pane), a cut line says how much was cut.
-fn render(app: &App, l: &ALine, width: usize) -> Line<'static> {
+/// One transcript line wrapped to `width` columns; output lines get a
+/// gutter on every row (stderr marked like in the output pane); a cut line
+/// says how much was cut.
+fn wrap(app: &App, l: &ALine, width: usize) -> Vec<Line<'static>> {
     let st = style(app, l.kind);
-    let (gutter, indent) = match l.kind {
-        Kind::Stdout => (Span::raw("  "), 2),
-        Kind::Stderr => (Span::styled("▍ ", Style::new().fg(app.theme.ui.stderr)), 2),
-        Kind::Code | Kind::Verdict(_) => (Span::raw("  "), 2),
-        _ => (Span::raw(""), 0),
+    let gutter = || match l.kind {
+        Kind::Stderr => Span::styled("▍ ", Style::new().fg(app.theme.ui.stderr)),
+        Kind::Stdout | Kind::Code | Kind::Verdict(_) => Span::raw("  "),
+        _ => Span::raw(""),
     };
-    let note = (l.cut > 0).then(|| format!(" …+{}", l.cut));
-    let room = width.saturating_sub(indent + note.as_ref().map_or(0, |n| n.chars().count()));
-    let mut s = String::new();
-    let mut used = 0;
+    let room = width.saturating_sub(gutter().content.chars().count()).max(1);
+    let mut rows: Vec<(String, usize)> = vec![(String::new(), 0)];
     for c in l.text.chars() {
         let w = c.width().unwrap_or(0);
-        if used + w > room {
-            break;
+        if rows.last().is_some_and(|(_, used)| used + w > room) {
+            // Break after the last space when there is one (word wrap).
+            let (cur, used) = rows.last_mut().expect("never empty");
+            let tail = match cur.rfind(' ') {
+                Some(i) if c != ' ' && i + 1 < cur.len() => cur.split_off(i + 1),
+                _ => String::new(),
+            };
+            *used -= tail.chars().map(|c| c.width().unwrap_or(0)).sum::<usize>();
+            let w_tail = tail.chars().map(|c| c.width().unwrap_or(0)).sum();
+            rows.push((tail, w_tail));
+            if c == ' ' {
+                continue;
+            }
         }
+        let (s, used) = rows.last_mut().expect("never empty");
         s.push(c);
-        used += w;
+        *used += w;
     }
-    let mut spans = vec![gutter, Span::styled(s, st)];
-    if let Some(n) = note {
-        spans.push(Span::styled(n, Style::new().fg(app.theme.ui.dim)));
-    }
-    Line::from(spans)
+    let n = rows.len();
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, (s, _))| {
+            let mut spans = vec![gutter(), Span::styled(s, st)];
+            if i + 1 == n && l.cut > 0 {
+                spans.push(Span::styled(format!(" …+{}", l.cut), Style::new().fg(app.theme.ui.dim)));
+            }
+            Line::from(spans)
+        })
+        .collect()
 }
