@@ -132,6 +132,11 @@ impl Engine {
                 tokio::spawn(async move {
                     let mut finished = false;
                     while let Some(mut ev) = grx.recv().await {
+                        // The view has every cell from CellDone already: the
+                        // matrix's copies (full reports) are not sent again.
+                        if let crate::gauntlet::GauntletEvent::Finished(m) = &mut ev {
+                            m.cells.clear();
+                        }
                         if let Some(s) = &secret {
                             super::gauntlet_view::redact_secret(&mut ev, s);
                         }
