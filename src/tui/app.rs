@@ -42,6 +42,9 @@ pub enum Msg {
     Assets(Arc<SyntaxAssets>),
     /// An event of the gauntlet with this id.
     Gauntlet(u64, crate::gauntlet::GauntletEvent),
+    /// A finished cell of the gauntlet with this id, its output already cut
+    /// to bounded heads off the UI thread (the event loop's form of `CellDone`).
+    GauntletCell(u64, Box<super::gauntlet_view::CellView>),
     /// The gauntlet with this id ended without its `Finished` (the engine failed).
     GauntletFailed(u64, String),
     /// An event of the agent session with this id.
@@ -416,6 +419,11 @@ impl App {
             }
             Msg::Terminate => self.quit(true),
             Msg::Gauntlet(id, ev) => self.on_gauntlet_event(id, ev),
+            Msg::GauntletCell(id, cv) => {
+                if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id) {
+                    g.apply_cell(cv);
+                }
+            }
             Msg::GauntletFailed(id, why) => {
                 if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id && g.active()) {
                     g.fail(why.clone());

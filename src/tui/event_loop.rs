@@ -141,7 +141,14 @@ impl Engine {
                             super::gauntlet_view::redact_secret(&mut ev, s);
                         }
                         finished |= matches!(ev, crate::gauntlet::GauntletEvent::Finished(_));
-                        if tx.send(Msg::Gauntlet(id, ev)).await.is_err() {
+                        let msg = match ev {
+                            // Cut the output to bounded, sanitized heads here, not on the UI thread.
+                            crate::gauntlet::GauntletEvent::CellDone(c) => {
+                                Msg::GauntletCell(id, Box::new(super::gauntlet_view::CellView::new(*c)))
+                            }
+                            ev => Msg::Gauntlet(id, ev),
+                        };
+                        if tx.send(msg).await.is_err() {
                             // The UI is gone: stop after the cell in progress is cleaned up.
                             stop.cancel();
                         }

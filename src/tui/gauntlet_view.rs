@@ -191,22 +191,25 @@ impl GauntletView {
     pub fn apply(&mut self, ev: GauntletEvent) {
         match ev {
             GauntletEvent::CellStarted { sample, tier } => self.running = self.index(&sample, &tier),
-            GauntletEvent::CellDone(cell) => {
-                if let Some((r, c)) = self.index(&cell.sample, &cell.tier) {
-                    self.cells[r][c] = Some(Box::new(CellView::new(*cell)));
-                    if self.follow && !self.zoom {
-                        self.sel = (r, c);
-                    }
-                    if self.running == Some((r, c)) {
-                        self.running = None;
-                    }
-                }
-            }
+            GauntletEvent::CellDone(cell) => self.apply_cell(Box::new(CellView::new(*cell))),
             GauntletEvent::Finished(m) => {
                 self.latency = m.latency;
                 self.mismatches = Some(m.mismatches);
                 self.running = None;
                 self.state = if self.state == GState::Cancelling { GState::Cancelled } else { GState::Finished };
+            }
+        }
+    }
+
+    /// A finished cell (its output heads already cut, e.g. off the UI thread).
+    pub fn apply_cell(&mut self, cv: Box<CellView>) {
+        if let Some((r, c)) = self.index(&cv.cell.sample, &cv.cell.tier) {
+            self.cells[r][c] = Some(cv);
+            if self.follow && !self.zoom {
+                self.sel = (r, c);
+            }
+            if self.running == Some((r, c)) {
+                self.running = None;
             }
         }
     }
