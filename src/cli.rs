@@ -22,6 +22,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Measure start→exit latency of a tier against its baselines.
     Bench(BenchArgs),
+    /// Build what a tier needs on this machine (images, guest kernels).
+    Setup(SetupArgs),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -124,4 +126,13 @@ pub struct BenchArgs {
     pub runs: usize,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// What to set up (e.g. microvm).
+    pub target: String,
+    /// Rebuild everything, also what is up to date.
+    #[arg(long)]
+    pub force: bool,
 }

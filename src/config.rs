@@ -14,6 +14,46 @@ pub struct Config {
     pub theme: String,
     pub limits: Limits,
     pub process: ProcessConfig,
+    pub microvm: MicrovmConfig,
+}
+
+/// `[microvm]`: the QEMU microVM tier.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MicrovmConfig {
+    /// Guest kernel; default: the newest /boot/vmlinuz-*.
+    pub kernel: Option<PathBuf>,
+    /// Modules matching the kernel; default: /lib/modules/<kernel version>.
+    pub modules_dir: Option<PathBuf>,
+    /// The QEMU binary.
+    pub qemu: String,
+    /// "auto" (KVM when a probe guest boots, else TCG), "kvm" or "tcg".
+    pub accel: String,
+    /// Pre-booted, single-use guests kept ready in a long-lived sandbench.
+    pub pool_size: usize,
+    /// Guest memory on top of the run's memory limit (kernel, agent, page cache).
+    pub overhead_bytes: u64,
+    /// Try starting runs from a saved snapshot of a booted guest.
+    pub snapshot: bool,
+    /// Debian mirror and suite for the root disk.
+    pub mirror: String,
+    pub suite: String,
+}
+
+impl Default for MicrovmConfig {
+    fn default() -> Self {
+        MicrovmConfig {
+            kernel: None,
+            modules_dir: None,
+            qemu: "qemu-system-x86_64".into(),
+            accel: "auto".into(),
+            pool_size: 2,
+            overhead_bytes: 192 << 20,
+            snapshot: true,
+            mirror: "http://deb.debian.org/debian".into(),
+            suite: "bookworm".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -39,6 +79,7 @@ impl Default for Config {
             theme: "dark".into(),
             limits: Limits::default(),
             process: ProcessConfig::default(),
+            microvm: MicrovmConfig::default(),
         }
     }
 }

@@ -47,6 +47,7 @@ fn main() -> ExitCode {
             Some(Command::Run(a)) => cmd::run::run(a, &config).await,
             Some(Command::Doctor(a)) => cmd::doctor::run(a, &config).await,
             Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
+            Some(Command::Setup(a)) => cmd::setup::run(a, &config).await,
             Some(Command::Completions { shell }) => {
                 clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
                 Ok(0)

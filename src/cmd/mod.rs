@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod doctor;
 pub mod run;
+pub mod setup;
 
 use std::fmt;
 

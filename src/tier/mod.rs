@@ -14,12 +14,13 @@ use crate::config::Config;
 use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
 use crate::spec::RunSpec;
 
+pub mod microvm;
 pub mod process;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Every tier sandbench knows, in order of isolation strength.
-pub const KNOWN: &[&str] = &["process"];
+pub const KNOWN: &[&str] = &["process", "microvm"];
 
 /// What a run needs from the runner: a clock, a place to send events and a
 /// token that says "stop now" (cancel, wall timeout, output limit).
@@ -102,6 +103,7 @@ pub trait Tier: Send + Sync {
 pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
     match name {
         "process" => Ok(Arc::new(process::ProcessTier::new(config))),
+        "microvm" => Ok(Arc::new(microvm::MicrovmTier::new(config))),
         other => anyhow::bail!("unknown tier '{other}' (known: {})", KNOWN.join(", ")),
     }
 }
@@ -126,4 +128,5 @@ pub fn parse_list(s: &str) -> Result<Vec<String>, String> {
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
 pub async fn reap_leftovers() {
     process::reap_leftovers();
+    microvm::reap_leftovers();
 }
