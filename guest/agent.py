@@ -211,7 +211,10 @@ def child(spec, out_w, err_w):
         cpu_s = max(1, -(-int(lim["cpu_ms"]) // 1000))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(lim["file_size_bytes"]),) * 2)
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["pids"]),) * 2)
+        # With a pids cgroup, RLIMIT_NPROC is only a backstop set above it, so
+        # that the cgroup (which counts refusals) is the limit that bites.
+        nproc = int(lim["pids"]) + (16 if os.path.isdir(RUN_CG) else 0)
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         resource.setrlimit(resource.RLIMIT_NOFILE, (int(lim["open_files"]),) * 2)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
@@ -268,8 +271,10 @@ def run_python():
             except Exception:
                 pass
             code = 1
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as e:
+        # As python3 prints it: without this agent's own frame.
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        traceback.print_exception(type(e), e, tb)
         code = 1
     try:
         threading._shutdown()

@@ -77,14 +77,15 @@ impl MicrovmTier {
         }
     }
 
-    /// Fill the warm pool (sized by `[microvm] pool_size`) and wait for it.
-    /// Returns how many guests are ready.
+    /// Start the warm pool (sized by `[microvm] pool_size`) for this process,
+    /// fill it and wait for it; later runs take pooled guests and the pool
+    /// refills in the background. Returns how many guests are ready.
     pub async fn prewarm(&self) -> anyhow::Result<usize> {
         let p = artefacts::paths();
         self.ready_check()?;
         let accel = accel::choose(&self.cfg, &p).await.accel;
         let shape = self.shape(&self.default_limits, accel);
-        let pool = pool::Pool::get(&self.cfg, &p, shape).ok_or_else(|| anyhow!("the warm pool is off ([microvm] pool_size = 0)"))?;
+        let pool = pool::Pool::activate(&self.cfg, &p, shape).ok_or_else(|| anyhow!("the warm pool is off ([microvm] pool_size = 0)"))?;
         pool.fill().await
     }
 
@@ -196,7 +197,7 @@ impl MicrovmTier {
     /// A guest ready for a program, and how it was started.
     async fn acquire(&self, p: &Paths, shape: Shape, ctx: &RunContext) -> anyhow::Result<Option<(Guest, &'static str, Option<&'static str>)>> {
         if self.policy == Policy::Auto {
-            if let Some(pool) = pool::Pool::get(&self.cfg, p, self.shape(&self.default_limits, shape.accel)) {
+            if let Some(pool) = pool::Pool::current() {
                 if let Some((g, how)) = pool.take(shape) {
                     return Ok(Some((g, "warm", Some(how))));
                 }
@@ -345,7 +346,7 @@ impl MicrovmTier {
                         seen_oom = oom;
                         ctx.violation(ViolationKind::Memory, format!("memory limit {} hit — killed by the guest's OOM killer", format_size(limits.memory_bytes))).await;
                     }
-                    if u.pids_max_events.unwrap_or(0) > 0 && !seen_pids {
+                    if (u.pids_max_events.unwrap_or(0) > 0 || u.pids.unwrap_or(0) >= limits.pids) && !seen_pids {
                         seen_pids = true;
                         ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids)).await;
                     }
@@ -380,7 +381,7 @@ impl MicrovmTier {
         if x.oom_kills.unwrap_or(0) > seen_oom {
             ctx.violation(ViolationKind::Memory, format!("memory limit {} hit — killed by the guest's OOM killer", format_size(limits.memory_bytes))).await;
         }
-        if x.pids_max_events.unwrap_or(0) > 0 && !seen_pids {
+        if (x.pids_max_events.unwrap_or(0) > 0 || x.pids_peak.unwrap_or(0) >= limits.pids) && !seen_pids {
             ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids)).await;
         }
         match x.signal {

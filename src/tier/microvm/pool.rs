@@ -40,8 +40,10 @@ fn registry() -> &'static Mutex<Option<Arc<Pool>>> {
 }
 
 impl Pool {
-    /// The process-wide pool for this shape (replacing one of another shape).
-    pub fn get(cfg: &MicrovmConfig, paths: &Paths, shape: Shape) -> Option<Arc<Pool>> {
+    /// Create (or return) the process-wide pool for this shape, replacing one
+    /// of another shape. Only long-lived sessions do this (`prewarm`): a
+    /// one-shot `sandbench run` would only pay for boots it never uses.
+    pub fn activate(cfg: &MicrovmConfig, paths: &Paths, shape: Shape) -> Option<Arc<Pool>> {
         if cfg.pool_size == 0 {
             return None;
         }
