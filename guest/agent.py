@@ -11,24 +11,25 @@
 # emulation; shell programs are exec'd with /bin/sh.
 #
 # Frame: b"SB" | type u8 | payload length u32 little-endian | payload.
-# The host treats everything that comes from here as untrusted input.
+# Guest -> host payloads are JSON objects (or raw output bytes); the host
+# treats everything that comes from here as untrusted input. The RUN payload
+# (host -> guest) is a list of (key, value) pairs, each a u32 little-endian
+# length and bytes, so the agent needs neither json nor re.
+#
+# Start-up cost matters (a cold run boots a guest under emulation): python3
+# runs with -S, and nothing is imported before READY that the run can do
+# without; the mounts and the cgroup are set up by the initramfs' init.
 
 import os
+T0 = open("/proc/uptime").read().split()[0]
 import sys
-import json
 import struct
 import select
 import signal
 import resource
 import time
-import ctypes
 import gc
-import io
-import traceback
-import types
 import builtins
-import atexit
-import threading
 
 MAGIC = b"SB"
 HEADER = struct.Struct("<2sBI")
@@ -52,11 +53,13 @@ CG = "/sys/fs/cgroup"
 RUN_CG = CG + "/run"
 SAMPLE_EVERY = 0.1
 
-libc = ctypes.CDLL(None, use_errno=True)
 MS_NOSUID, MS_NODEV, MS_REMOUNT = 2, 4, 32
 
 
 def mount(src, target, fstype, flags, data):
+    import ctypes  # only when a run needs a different scratch size
+
+    libc = ctypes.CDLL(None, use_errno=True)
     r = libc.mount(
         src.encode() if src else None,
         target.encode(),
@@ -67,6 +70,47 @@ def mount(src, target, fstype, flags, data):
     if r != 0:
         e = ctypes.get_errno()
         raise OSError(e, "mount %s: %s" % (target, os.strerror(e)))
+
+
+def dumps(d):
+    """JSON for the flat dicts the agent sends (int, float, bool, None, str)."""
+    parts = []
+    for k, v in d.items():
+        if v is None:
+            t = "null"
+        elif v is True:
+            t = "true"
+        elif v is False:
+            t = "false"
+        elif isinstance(v, (int, float)):
+            t = repr(v)
+        else:
+            t = '"%s"' % "".join(c if c.isalnum() or c in " .-_+:/" else "\\u%04x" % ord(c) for c in str(v))
+        parts.append('"%s": %s' % (k, t))
+    return "{" + ", ".join(parts) + "}"
+
+
+def decode_run(payload):
+    """The RUN payload: (key, value) pairs of u32-length-prefixed bytes."""
+    spec = {"env": [], "limits": {}}
+    pos = 0
+    fields = []
+    while pos < len(payload):
+        (n,) = struct.unpack_from("<I", payload, pos)
+        fields.append(payload[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    for k, v in zip(fields[0::2], fields[1::2]):
+        k = k.decode()
+        if k == "env":
+            name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
+            spec["env"].append((name, val))
+        elif k in ("language", "seed"):
+            spec[k] = v.decode()
+        elif k == "code":
+            spec["code"] = v
+        else:
+            spec["limits"][k] = int(v)
+    return spec
 
 
 def write_file(path, text):
@@ -108,7 +152,7 @@ class Port:
         if isinstance(payload, str):
             payload = payload.encode("utf-8", "replace")
         elif not isinstance(payload, (bytes, bytearray)):
-            payload = json.dumps(payload).encode()
+            payload = dumps(payload).encode()
         data = HEADER.pack(MAGIC, kind, len(payload)) + payload
         view = memoryview(data)
         while view:
@@ -146,24 +190,26 @@ def find_port():
 
 
 def setup_guest():
-    """Everything that does not depend on the program: done before READY."""
+    """The initramfs mounted /work, /tmp and the cgroup; say what is missing."""
     notes = []
-    mount("tmpfs", "/work", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=0700,uid=%d,gid=%d" % (UID, GID))
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
-    try:
-        mount("cgroup2", CG, "cgroup2", 0, None)
-        write_file(CG + "/cgroup.subtree_control", "+memory +pids +cpu")
-        os.mkdir(RUN_CG)
-    except OSError as e:
-        notes.append("no cgroup v2 in the guest (%s): limits fall back to rlimits" % e)
+    if not os.path.isdir(RUN_CG):
+        notes.append("no cgroup v2 in the guest: memory and pids rely on rlimits only")
     return notes
+
+
+def scratch_size(path):
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
 
 
 def configure(limits):
     notes = []
     disk = max(int(limits.get("disk_bytes", 64 << 20)), 1 << 20)
-    mount(None, "/work", None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % disk)
-    mount(None, "/tmp", None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % disk)
+    page = os.sysconf("SC_PAGE_SIZE")
+    want = -(-disk // page) * page
+    for path in ("/work", "/tmp"):
+        if scratch_size(path) != want:
+            mount(None, path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % disk)
     if os.path.isdir(RUN_CG):
         try:
             write_file(RUN_CG + "/memory.max", str(int(limits["memory_bytes"])))
@@ -235,7 +281,7 @@ def child(spec, out_w, err_w):
             os.execve("/bin/sh", ["/bin/sh", "/work/main.sh"], env)
         os.environ.clear()
         os.environ.update(env)
-        run_python()
+        run_python(spec["code"])
     except BaseException as e:  # noqa: B902 - the child must never return into the agent
         try:
             os.write(2, ("sandbench agent: cannot start the program: %s\n" % e).encode())
@@ -244,10 +290,19 @@ def child(spec, out_w, err_w):
         os._exit(127)
 
 
-def run_python():
+def run_python(src):
     """Run /work/main.py in this interpreter as `python3 -u main.py` would."""
+    import _sitebuiltins
+
+    # What site would have set up (the agent runs with -S).
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    ver = "%d.%d" % sys.version_info[:2]
+    for d in ("/usr/local/lib/python%s/dist-packages" % ver, "/usr/lib/python3/dist-packages"):
+        if os.path.isdir(d) and d not in sys.path:
+            sys.path.append(d)
     code = 0
-    main = types.ModuleType("__main__")
+    main = type(sys)("__main__")
     main.__file__ = "/work/main.py"
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
@@ -257,8 +312,6 @@ def run_python():
     gc.unfreeze()
     gc.enable()
     try:
-        with open("/work/main.py", "rb") as f:
-            src = f.read()
         exec(compile(src, "/work/main.py", "exec"), main.__dict__)
     except SystemExit as e:
         if e.code is None:
@@ -272,15 +325,21 @@ def run_python():
                 pass
             code = 1
     except BaseException as e:
+        import traceback
+
         # As python3 prints it: without this agent's own frame.
         tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
         traceback.print_exception(type(e), e, tb)
         code = 1
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:
+            pass
     try:
-        threading._shutdown()
-    except BaseException:
-        pass
-    try:
+        import atexit
+
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -303,7 +362,7 @@ def run(port, spec):
         except (OSError, ValueError):
             pass
     name = "/work/main.sh" if spec["language"] == "sh" else "/work/main.py"
-    with open(name, "w") as f:
+    with open(name, "wb") as f:
         f.write(spec["code"])
     os.chown(name, UID, GID)
     out_r, out_w = os.pipe()
@@ -402,6 +461,8 @@ def main():
         "kernel": os.uname().release,
         "python": sys.version.split()[0],
         "cgroup": os.path.isdir(RUN_CG),
+        "uptime_agent_start": float(T0),
+        "uptime_ready": float(read_file("/proc/uptime").split()[0]),
     })
     gc.collect()
     while True:
@@ -412,9 +473,11 @@ def main():
             # A guest restored from a snapshot proves it is alive this way.
             port.send(T_PONG, payload)
     try:
-        spec = json.loads(payload)
+        spec = decode_run(payload)
         run(port, spec)
     except Exception:
+        import traceback
+
         port.send(T_LOG, "agent error: " + traceback.format_exc()[-2000:])
     idle()
 
@@ -425,6 +488,8 @@ if __name__ == "__main__":
     except BaseException:
         # Before READY: say why on the console and end PID 1, which panics
         # the kernel and (with panic=-1 and -no-reboot) ends QEMU at once.
+        import traceback
+
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)

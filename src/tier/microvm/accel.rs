@@ -73,7 +73,7 @@ async fn probe_kvm(cfg: &MicrovmConfig, p: &Paths) -> anyhow::Result<Duration> {
         .arg(&p.kernel)
         .arg("-initrd")
         .arg(&p.initrd)
-        .args(["-append", &kernel_args(true)])
+        .args(["-append", &kernel_args(true, None)])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -40,6 +40,8 @@ pub enum Policy {
     Auto,
     /// Always a cold boot (benchmarks).
     Cold,
+    /// Always a snapshot restore when a snapshot exists (benchmarks).
+    Snapshot,
 }
 
 pub struct MicrovmTier {
@@ -195,7 +197,7 @@ impl MicrovmTier {
     }
 
     /// A guest ready for a program, and how it was started.
-    async fn acquire(&self, p: &Paths, shape: Shape, ctx: &RunContext) -> anyhow::Result<Option<(Guest, &'static str, Option<&'static str>)>> {
+    async fn acquire(&self, p: &Paths, shape: Shape, disk: u64, ctx: &RunContext) -> anyhow::Result<Option<(Guest, &'static str, Option<&'static str>)>> {
         if self.policy == Policy::Auto {
             if let Some(pool) = pool::Pool::current() {
                 if let Some((g, how)) = pool.take(shape) {
@@ -204,10 +206,10 @@ impl MicrovmTier {
             }
         }
         ctx.emit(EventKind::Phase(Phase::Booting)).await;
-        let snap = if self.policy == Policy::Auto && self.cfg.snapshot {
-            snapshot::load(&self.cfg, p, shape).filter(|(_, m)| m.faster_than_boot())
-        } else {
-            None
+        let snap = match self.policy {
+            Policy::Auto if self.cfg.snapshot => snapshot::load(&self.cfg, p, shape).filter(|(_, m)| m.faster_than_boot()),
+            Policy::Snapshot => snapshot::load(&self.cfg, p, shape),
+            _ => None,
         };
         let (mut g, how, want_pong) = match &snap {
             Some((state, _)) => {
@@ -215,7 +217,7 @@ impl MicrovmTier {
                 vm::ping(&mut g).await?;
                 (g, "snapshot", true)
             }
-            None => (Guest::spawn(&self.cfg.qemu, p, shape, Boot::Cold, false)?, "cold", false),
+            None => (Guest::spawn(&self.cfg.qemu, p, shape, Boot::Cold(Some(disk)), false)?, "cold", false),
         };
         match g.wait_for(want_pong, snapshot::BOOT_TIMEOUT, &ctx.stop).await {
             Ok(WaitEnd::Ready) => Ok(Some((g, how, None))),
@@ -248,7 +250,7 @@ impl MicrovmTier {
         if limits.network {
             ctx.emit(EventKind::Note("warning: network access was requested but the microVM has no network device".into())).await;
         }
-        let Some((mut guest, start, pool_boot)) = self.acquire(&p, shape, &ctx).await? else {
+        let Some((mut guest, start, pool_boot)) = self.acquire(&p, shape, limits.disk_bytes, &ctx).await? else {
             // Stopped (cancel / timeout) while booting: nothing ran.
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
             details["start"] = json!("cold");
@@ -263,7 +265,8 @@ impl MicrovmTier {
         }
         details["qemu_pid"] = json!(guest.pid());
         if let Some(r) = &guest.ready {
-            details["guest"] = json!({"kernel": r.kernel, "python": r.python, "cgroup": r.cgroup});
+            details["guest"] = json!({"kernel": r.kernel, "python": r.python, "cgroup": r.cgroup,
+                "uptime_agent_start_s": r.uptime_agent_start, "uptime_ready_s": r.uptime_ready});
         }
         for n in std::mem::take(&mut guest.notes) {
             ctx.emit(EventKind::Note(format!("guest: {n}"))).await;
@@ -297,7 +300,7 @@ impl MicrovmTier {
             },
             seed: seed.iter().map(|b| format!("{b:02x}")).collect(),
         };
-        guest.send(&proto::encode_run(&req)?).await?;
+        guest.send(&proto::encode_run(&req)).await?;
         let cpu_limit = limits.cpu_time.as_millis() as u64;
         let mut seen_oom = 0u64;
         let mut seen_pids = false;

@@ -213,7 +213,7 @@ pub async fn boot_ready(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow:
             }
         }
     }
-    let mut g = Guest::spawn(&cfg.qemu, p, shape, Boot::Cold, false)?;
+    let mut g = Guest::spawn(&cfg.qemu, p, shape, Boot::Cold(None), false)?;
     match g.wait_for(false, BOOT_TIMEOUT, &never).await {
         Ok(_) => Ok((g, "cold")),
         Err(e) => {

@@ -38,6 +38,9 @@ pub struct Ready {
     pub kernel: String,
     pub python: String,
     pub cgroup: bool,
+    /// Guest uptime (s) when the agent started and when it was ready.
+    pub uptime_agent_start: Option<f64>,
+    pub uptime_ready: Option<f64>,
 }
 
 /// A usage sample of the run's cgroup inside the guest.
@@ -132,8 +135,34 @@ pub fn encode_frame(f: &Frame) -> Vec<u8> {
     }
 }
 
-pub fn encode_run(req: &RunRequest) -> anyhow::Result<Vec<u8>> {
-    Ok(encode(K_RUN, &serde_json::to_vec(req)?))
+/// The RUN frame: (key, value) pairs, each a u32 LE length and bytes (the
+/// agent decodes it without importing json).
+pub fn encode_run(req: &RunRequest) -> Vec<u8> {
+    let mut p = Vec::with_capacity(req.code.len() + 512);
+    let mut field = |k: &str, v: &[u8]| {
+        p.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        p.extend_from_slice(k.as_bytes());
+        p.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        p.extend_from_slice(v);
+    };
+    field("language", req.language.as_bytes());
+    field("code", req.code.as_bytes());
+    field("seed", req.seed.as_bytes());
+    let l = &req.limits;
+    for (k, v) in [
+        ("cpu_ms", l.cpu_ms),
+        ("memory_bytes", l.memory_bytes),
+        ("pids", l.pids),
+        ("file_size_bytes", l.file_size_bytes),
+        ("disk_bytes", l.disk_bytes),
+        ("open_files", l.open_files),
+    ] {
+        field(k, v.to_string().as_bytes());
+    }
+    for (k, v) in &req.env {
+        field("env", format!("{k}={v}").as_bytes());
+    }
+    encode(K_RUN, &p)
 }
 
 /// Incremental decoder of guest → host frames.
@@ -320,6 +349,29 @@ mod tests {
         d.push(&encode(K_EXIT, br#"{"code": 0, "signal": null, "cpu_ms": 81, "memory_peak": 1048576, "pids_peak": 1, "oom_kills": 0, "pids_max_events": 0, "cpu_killed": false}"#), &mut out);
         assert!(matches!(&out[0], Item::Frame(Frame::Ready(r)) if r.cgroup && r.python == "3.11.2"));
         assert!(matches!(&out[1], Item::Frame(Frame::Exit(x)) if x.code == Some(0) && x.cpu_ms == Some(81)));
+    }
+
+    #[test]
+    fn run_frame_is_length_prefixed_pairs() {
+        let req = RunRequest {
+            language: "python".into(),
+            code: "print('a=b')\n".into(),
+            env: vec![("A".into(), "x=y\tz".into())],
+            limits: GuestLimits { cpu_ms: 5000, memory_bytes: 1, pids: 2, file_size_bytes: 3, disk_bytes: 4, open_files: 5 },
+            seed: "00ff".into(),
+        };
+        let f = encode_run(&req);
+        assert_eq!(&f[..3], b"SB\x01");
+        let mut p = &f[HEADER_LEN..];
+        let mut fields = vec![];
+        while !p.is_empty() {
+            let n = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize;
+            fields.push(String::from_utf8(p[4..4 + n].to_vec()).unwrap());
+            p = &p[4 + n..];
+        }
+        assert_eq!(fields[0..4], ["language", "python", "code", "print('a=b')\n"]);
+        assert!(fields.windows(2).any(|w| w == ["env", "A=x=y\tz"]));
+        assert!(fields.windows(2).any(|w| w == ["cpu_ms", "5000"]));
     }
 
     #[test]

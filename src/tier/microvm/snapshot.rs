@@ -57,7 +57,7 @@ pub async fn create(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow::Res
     let (state, meta) = files(p, shape);
     let tmp = state.with_extension("part");
     let never = CancellationToken::new();
-    let mut g = Guest::spawn(&cfg.qemu, p, shape, Boot::Cold, true)?;
+    let mut g = Guest::spawn(&cfg.qemu, p, shape, Boot::Cold(None), true)?;
     let saved = async {
         g.wait_for(false, BOOT_TIMEOUT, &never).await?;
         let sock = g.qmp.clone().ok_or_else(|| anyhow!("no QMP socket"))?;

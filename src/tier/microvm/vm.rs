@@ -49,17 +49,21 @@ pub struct Shape {
 }
 
 pub enum Boot<'a> {
-    Cold,
+    /// A fresh boot; the scratch tmpfs size (bytes) when not the default.
+    Cold(Option<u64>),
     /// Restore the state saved in this file (`-incoming`).
     Restore(&'a Path),
 }
 
 /// Kernel command line. `tsc_early_khz` avoids a TSC calibration hang under
 /// TCG; `panic=-1` + `-no-reboot` end QEMU when the guest dies.
-pub fn kernel_args(probe: bool) -> String {
+pub fn kernel_args(probe: bool, disk: Option<u64>) -> String {
     let mut s = String::from("console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=2000000 pci=off rdinit=/init");
     if probe {
         s.push_str(" sandbench.probe");
+    }
+    if let Some(d) = disk {
+        s.push_str(&format!(" sandbench.disk={d}"));
     }
     s
 }
@@ -112,7 +116,7 @@ pub fn args(paths: &Paths, shape: Shape, boot: &Boot, name: &str, qmp: Option<&P
         "-initrd".into(),
         paths.initrd.to_string_lossy().into_owned(),
         "-append".into(),
-        kernel_args(false),
+        kernel_args(false, if let Boot::Cold(d) = boot { *d } else { None }),
         "-drive".into(),
         format!("id=root,file={},format=raw,if=none,readonly=on", paths.rootfs.to_string_lossy().replace(',', ",,")),
         "-device".into(),
@@ -396,13 +400,14 @@ mod tests {
     #[test]
     fn command_line_has_no_network_and_a_read_only_root() {
         let p = super::super::artefacts::paths();
-        let a = args(&p, Shape { mem_mib: 448, cpus: 1, accel: Accel::Tcg }, &Boot::Cold, "sandbench-vm-1-0", None);
+        let a = args(&p, Shape { mem_mib: 448, cpus: 1, accel: Accel::Tcg }, &Boot::Cold(Some(1 << 20)), "sandbench-vm-1-0", None);
         let s = a.join(" ");
         assert!(s.contains("-nodefaults"));
         assert!(s.contains("readonly=on"));
         assert!(!s.contains("netdev") && !s.contains("-nic") && !s.contains("virtio-net"));
         assert!(s.contains("microvm,accel=tcg"));
         assert!(s.contains("tsc_early_khz=2000000"));
+        assert!(s.contains("sandbench.disk=1048576"));
         let r = args(&p, Shape { mem_mib: 448, cpus: 1, accel: Accel::Tcg }, &Boot::Restore(Path::new("/x/it's")), "n", None);
         assert!(r.join(" ").contains("exec:cat '/x/it'\\''s'"));
     }
