@@ -264,6 +264,7 @@ impl MicrovmTier {
             details["guest_ready_ms"] = json!((ms * 10.0).round() / 10.0);
         }
         details["qemu_pid"] = json!(guest.pid());
+        details["vm_name"] = json!(guest.vm_name());
         if let Some(r) = &guest.ready {
             details["guest"] = json!({"kernel": r.kernel, "python": r.python, "cgroup": r.cgroup,
                 "uptime_agent_start_s": r.uptime_agent_start, "uptime_ready_s": r.uptime_ready});

@@ -297,7 +297,6 @@ fn sanitize_exit(mut x: GuestExit) -> GuestExit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     fn decode_chunks(data: &[u8], cuts: &[usize]) -> (Vec<Item>, Decoder) {
         let mut d = Decoder::new();
@@ -321,24 +320,6 @@ mod tests {
                 _ => None,
             })
             .collect()
-    }
-
-    fn arb_frame() -> impl Strategy<Value = Frame> {
-        prop_oneof![
-            proptest::collection::vec(any::<u8>(), 0..2000).prop_map(Frame::Stdout),
-            proptest::collection::vec(any::<u8>(), 0..2000).prop_map(Frame::Stderr),
-            Just(Frame::Started),
-            Just(Frame::Pong),
-            "[a-z ]{0,40}".prop_map(Frame::Log),
-            (any::<Option<u32>>(), any::<Option<u32>>(), any::<Option<u16>>()).prop_map(|(c, m, p)| Frame::Usage(GuestUsage {
-                cpu_ms: c.map(u64::from),
-                memory_bytes: m.map(u64::from),
-                pids: p.map(u64::from),
-                oom_kills: Some(0),
-                pids_max_events: None,
-            })),
-            (0i32..=255, any::<bool>()).prop_map(|(c, k)| Frame::Exit(GuestExit { code: Some(c), cpu_killed: k, ..Default::default() })),
-        ]
     }
 
     #[test]
@@ -407,68 +388,5 @@ mod tests {
         assert!(out.is_empty());
         assert!(matches!(d.finish(), Some(Item::Garbage { bytes, .. }) if bytes == f.len() - 3));
         assert_eq!(d.finish(), None);
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-
-        /// Frames survive any chunking of the stream.
-        #[test]
-        fn round_trip_any_chunking(fs in proptest::collection::vec(arb_frame(), 0..12), cuts in proptest::collection::vec(any::<usize>(), 0..20)) {
-            let data: Vec<u8> = fs.iter().flat_map(encode_frame).collect();
-            let (out, mut d) = decode_chunks(&data, &cuts);
-            prop_assert_eq!(frames(&out), fs);
-            prop_assert!(out.iter().all(|i| matches!(i, Item::Frame(_))));
-            prop_assert_eq!(d.finish(), None);
-        }
-
-        /// Arbitrary bytes never panic, and every byte is accounted for:
-        /// skipped as garbage, inside a frame, or still buffered.
-        #[test]
-        fn arbitrary_bytes_are_survived(data in proptest::collection::vec(any::<u8>(), 0..4096), cuts in proptest::collection::vec(any::<usize>(), 0..10)) {
-            let (out, mut d) = decode_chunks(&data, &cuts);
-            prop_assert!(d.buffered() <= data.len());
-            let _ = out;
-            d.finish();
-            prop_assert_eq!(d.buffered(), 0);
-        }
-
-        /// Garbage and oversized headers before, between and after frames
-        /// never hide the frames around them.
-        #[test]
-        fn resynchronises_after_garbage(
-            fs in proptest::collection::vec(arb_frame(), 1..6),
-            junk in proptest::collection::vec(proptest::collection::vec(any::<u8>().prop_filter("no magic start", |b| *b != b'S'), 0..300), 1..7),
-            oversized in any::<bool>(),
-            cuts in proptest::collection::vec(any::<usize>(), 0..10),
-        ) {
-            let mut data = vec![];
-            for (i, f) in fs.iter().enumerate() {
-                data.extend_from_slice(&junk[i % junk.len()]);
-                if oversized {
-                    data.extend_from_slice(&MAGIC);
-                    data.push(K_STDOUT);
-                    data.extend_from_slice(&((MAX_PAYLOAD as u32) + 1).to_le_bytes());
-                }
-                data.extend_from_slice(&encode_frame(f));
-            }
-            data.extend_from_slice(&junk[0]);
-            let (out, d) = decode_chunks(&data, &cuts);
-            prop_assert_eq!(frames(&out), fs);
-            prop_assert!(d.buffered() <= 1);
-        }
-
-        /// A frame cut anywhere yields nothing but a truncation report.
-        #[test]
-        fn truncation_anywhere(f in arb_frame(), cut in any::<usize>()) {
-            let data = encode_frame(&f);
-            let at = cut % data.len();
-            let (out, mut d) = decode_chunks(&data[..at], &[]);
-            prop_assert!(frames(&out).is_empty());
-            if at > 0 {
-                let is_garbage = matches!(d.finish(), Some(Item::Garbage { .. }));
-                prop_assert!(is_garbage);
-            }
-        }
     }
 }

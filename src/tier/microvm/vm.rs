@@ -273,6 +273,11 @@ impl Guest {
         self.child.id()
     }
 
+    /// QEMU's `-name`, also the name of the run dir under `runs/` (without the prefix).
+    pub fn vm_name(&self) -> String {
+        format!("{NAME_PREFIX}{}", self._dir.name)
+    }
+
     /// The console's last lines, made printable, for error messages.
     pub fn console_tail(&self, lines: usize) -> String {
         let t = self.console.lock().map(|t| t.0.clone()).unwrap_or_default();
