@@ -4,7 +4,9 @@
 //! wait on an oversized length, and must find valid frames after garbage.
 
 use proptest::prelude::*;
-use sandbench::tier::microvm::proto::{encode_frame, Decoder, Frame, GuestExit, GuestUsage, Item, HEADER_LEN, K_STDOUT, MAGIC, MAX_PAYLOAD};
+use sandbench::tier::microvm::proto::{
+    encode_frame, Decoder, Frame, GuestExit, GuestUsage, Item, HEADER_LEN, K_STDOUT, MAGIC, MAX_PAYLOAD,
+};
 
 fn decode_chunks(data: &[u8], cuts: &[usize]) -> (Vec<Item>, Decoder) {
     let mut d = Decoder::new();
@@ -37,14 +39,20 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
         Just(Frame::Started),
         Just(Frame::Pong),
         "[a-z ]{0,40}".prop_map(Frame::Log),
-        (any::<Option<u32>>(), any::<Option<u32>>(), any::<Option<u16>>()).prop_map(|(c, m, p)| Frame::Usage(GuestUsage {
-            cpu_ms: c.map(u64::from),
-            memory_bytes: m.map(u64::from),
-            pids: p.map(u64::from),
-            oom_kills: Some(0),
-            pids_max_events: None,
+        (any::<Option<u32>>(), any::<Option<u32>>(), any::<Option<u16>>()).prop_map(|(c, m, p)| Frame::Usage(
+            GuestUsage {
+                cpu_ms: c.map(u64::from),
+                memory_bytes: m.map(u64::from),
+                pids: p.map(u64::from),
+                oom_kills: Some(0),
+                pids_max_events: None,
+            }
+        )),
+        (0i32..=255, any::<bool>()).prop_map(|(c, k)| Frame::Exit(GuestExit {
+            code: Some(c),
+            cpu_killed: k,
+            ..Default::default()
         })),
-        (0i32..=255, any::<bool>()).prop_map(|(c, k)| Frame::Exit(GuestExit { code: Some(c), cpu_killed: k, ..Default::default() })),
     ]
 }
 

@@ -13,12 +13,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sandbench::config::Config;
+use sandbench::event::{EventKind, Phase, ViolationKind};
 use sandbench::report::{Outcome, RunReport};
 use sandbench::runner;
 use sandbench::spec::{Language, RunSpec};
 use sandbench::tier::microvm::{self, MicrovmTier};
 use sandbench::tier::Tier;
-use sandbench::event::{EventKind, Phase, ViolationKind};
 
 /// Outer safety net: a containment regression fails instead of hanging.
 const RUN_TIMEOUT: Duration = Duration::from_secs(180);
@@ -45,7 +45,11 @@ fn env() -> Option<&'static Env> {
         let tier = MicrovmTier::new(&config);
         let a = rt().block_on(tier.probe());
         if !a.available {
-            let why = format!("microvm tier unavailable: {} — {:?}", a.summary, a.checks.iter().filter(|c| !c.ok).map(|c| &c.detail).collect::<Vec<_>>());
+            let why = format!(
+                "microvm tier unavailable: {} — {:?}",
+                a.summary,
+                a.checks.iter().filter(|c| !c.ok).map(|c| &c.detail).collect::<Vec<_>>()
+            );
             if required() {
                 panic!("SANDBENCH_REQUIRE_TIERS names microvm but {why}");
             }
@@ -76,7 +80,9 @@ fn run(s: RunSpec) -> Option<RunReport> {
     let e = env()?;
     let r = rt().block_on(async {
         let _g = e.serial.lock().await;
-        tokio::time::timeout(RUN_TIMEOUT, runner::run(e.tier.clone(), s)).await.expect("run exceeded the outer safety timeout")
+        tokio::time::timeout(RUN_TIMEOUT, runner::run(e.tier.clone(), s))
+            .await
+            .expect("run exceeded the outer safety timeout")
     });
     assert_gone(&r);
     Some(r)
@@ -111,7 +117,9 @@ fn assert_gone(r: &RunReport) {
 
 /// A reused pid that is not our QEMU any more.
 fn is_zombie_free_of(pid: i32, name: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).map(|c| !c.split(|b| *b == 0).any(|a| a == name.as_bytes())).unwrap_or(true)
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| !c.split(|b| *b == 0).any(|a| a == name.as_bytes()))
+        .unwrap_or(true)
 }
 
 fn kinds(r: &RunReport) -> Vec<ViolationKind> {
@@ -120,7 +128,12 @@ fn kinds(r: &RunReport) -> Vec<ViolationKind> {
 
 #[test]
 fn hello_python_runs_in_the_guest() {
-    let Some(r) = run(spec(Language::Python, "import os, sys\nprint('hello', os.getuid(), os.getcwd())\nprint('err', file=sys.stderr)\n")) else { return };
+    let Some(r) = run(spec(
+        Language::Python,
+        "import os, sys\nprint('hello', os.getuid(), os.getcwd())\nprint('err', file=sys.stderr)\n",
+    )) else {
+        return;
+    };
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
     assert_eq!(r.exit.code, Some(0));
     assert_eq!(r.stdout, "hello 65534 /work\n");
@@ -201,7 +214,10 @@ fn memory_bomb_is_stopped_by_the_guest_cgroup() {
 
 #[test]
 fn fork_bomb_hits_the_pids_limit() {
-    let mut s = spec(Language::Python, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n");
+    let mut s = spec(
+        Language::Python,
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    );
     s.limits.pids = 32;
     s.limits.cpu_time = Duration::from_secs(3);
     let Some(r) = run(s) else { return };
@@ -319,7 +335,11 @@ fn a_killed_sandbench_leaves_no_qemu() {
     }
     // Its run dir is still there (nothing ran its cleanup) until a reap.
     let runs = microvm::artefacts::paths().runs;
-    let left = |p: u32| std::fs::read_dir(&runs).map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{p}-"))).count()).unwrap_or(0);
+    let left = |p: u32| {
+        std::fs::read_dir(&runs)
+            .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{p}-"))).count())
+            .unwrap_or(0)
+    };
     microvm::reap_leftovers();
     assert_eq!(left(child.id()), 0, "reap left the dead sandbench's run dir");
 }

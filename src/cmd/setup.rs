@@ -17,7 +17,12 @@ async fn setup_microvm(args: &SetupArgs, config: &Config) -> anyhow::Result<i32>
     let cfg = &config.microvm;
     microvm::artefacts::setup(cfg, args.force).await?;
     let p = microvm::artefacts::paths();
-    eprintln!("… accelerator: probing (a KVM guest must reach user space within {} s)", microvm::accel::KVM_PROBE_TIMEOUT.as_secs());
+    if microvm::accel::cached(cfg, &p).is_none() {
+        eprintln!(
+            "… accel      probing (a KVM guest must reach user space within {} s)",
+            microvm::accel::KVM_PROBE_TIMEOUT.as_secs()
+        );
+    }
     let choice = microvm::accel::choose(cfg, &p).await;
     eprintln!("✓ accel      {}", choice.detail);
     let tier = MicrovmTier::new(config);
@@ -35,7 +40,11 @@ async fn setup_microvm(args: &SetupArgs, config: &Config) -> anyhow::Result<i32>
                         "✓ snapshot   restore {:.0} ms vs boot {:.0} ms — {}",
                         m.restore_ms,
                         m.boot_ms,
-                        if m.faster_than_boot() { "restores will be used" } else { "boots are faster; snapshots stay unused" }
+                        if m.faster_than_boot() {
+                            "restores will be used"
+                        } else {
+                            "boots are faster; snapshots stay unused"
+                        }
                     ),
                     Err(e) => eprintln!("! snapshot   not available ({e:#}); runs boot cold"),
                 }

@@ -28,7 +28,13 @@ pub struct AccelChoice {
 
 fn key(cfg: &MicrovmConfig, p: &Paths) -> String {
     let host = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
-    format!("{}|{}|{}|{}", qemu_version(&cfg.qemu).unwrap_or_default(), host, Manifest::load(p).fingerprint(), cfg.accel)
+    format!(
+        "{}|{}|{}|{}",
+        qemu_version(&cfg.qemu).unwrap_or_default(),
+        host,
+        Manifest::load(p).fingerprint(),
+        cfg.accel
+    )
 }
 
 pub fn cached(cfg: &MicrovmConfig, p: &Paths) -> Option<AccelChoice> {
@@ -46,8 +52,14 @@ pub async fn choose(cfg: &MicrovmConfig, p: &Paths) -> AccelChoice {
         "tcg" => AccelChoice { accel: Accel::Tcg, detail: "TCG (software emulation) as configured".into(), key: k },
         "kvm" => AccelChoice { accel: Accel::Kvm, detail: "KVM as configured (not probed)".into(), key: k },
         _ => match probe_kvm(cfg, p).await {
-            Ok(d) => AccelChoice { accel: Accel::Kvm, detail: format!("KVM: a probe guest reached user space in {:.2} s", d.as_secs_f64()), key: k },
-            Err(why) => AccelChoice { accel: Accel::Tcg, detail: format!("TCG (software emulation, slow): {why:#}"), key: k },
+            Ok(d) => AccelChoice {
+                accel: Accel::Kvm,
+                detail: format!("KVM: a probe guest reached user space in {:.2} s", d.as_secs_f64()),
+                key: k,
+            },
+            Err(why) => {
+                AccelChoice { accel: Accel::Tcg, detail: format!("TCG (software emulation, slow): {why:#}"), key: k }
+            }
         },
     };
     if let Ok(b) = serde_json::to_vec_pretty(&choice) {
@@ -58,11 +70,9 @@ pub async fn choose(cfg: &MicrovmConfig, p: &Paths) -> AccelChoice {
 
 /// Boot the initramfs alone under KVM; it prints a marker and powers off.
 async fn probe_kvm(cfg: &MicrovmConfig, p: &Paths) -> anyhow::Result<Duration> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .context("/dev/kvm cannot be opened (no hardware virtualization, or no permission: add the user to group kvm)")?;
+    std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").context(
+        "/dev/kvm cannot be opened (no hardware virtualization, or no permission: add the user to group kvm)",
+    )?;
     let t0 = Instant::now();
     let mut cmd = tokio::process::Command::new(&cfg.qemu);
     cmd.args(["-M", "microvm,accel=kvm,x-option-roms=off,rtc=off,pcie=off", "-cpu", "host", "-m", "256M"])

@@ -99,7 +99,12 @@ pub fn fnv_bytes(b: &[u8]) -> String {
 fn stamp(path: &Path) -> String {
     match std::fs::metadata(path) {
         Ok(m) => {
-            let mtime = m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs()).unwrap_or(0);
+            let mtime = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
             format!("{}:{}:{}", path.display(), m.len(), mtime)
         }
         Err(_) => format!("{}:missing", path.display()),
@@ -168,8 +173,9 @@ pub struct ModuleFile {
 
 /// Modules to load, dependencies first; built-in drivers are left out.
 pub fn module_plan(modules_dir: &Path, wanted: &[&str]) -> anyhow::Result<(Vec<ModuleFile>, Vec<String>)> {
-    let dep = std::fs::read_to_string(modules_dir.join("modules.dep"))
-        .with_context(|| format!("cannot read {}/modules.dep (are the kernel's modules installed?)", modules_dir.display()))?;
+    let dep = std::fs::read_to_string(modules_dir.join("modules.dep")).with_context(|| {
+        format!("cannot read {}/modules.dep (are the kernel's modules installed?)", modules_dir.display())
+    })?;
     let builtin = std::fs::read_to_string(modules_dir.join("modules.builtin")).unwrap_or_default();
     let name_of = |p: &str| -> String {
         let f = p.rsplit('/').next().unwrap_or(p);
@@ -285,9 +291,27 @@ pub fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
     };
     let w_ok = w.as_ref().ok();
     let mut out = vec![
-        state("kernel", &p.kernel, &m.kernel, w_ok.map(|w| &w.kernel), format!("Linux {}", m.kernel_version.clone().unwrap_or_default())),
-        state("initramfs", &p.initrd, &m.initrd, w_ok.map(|w| &w.initrd), format!("busybox + {} module(s)", m.modules.len())),
-        state("root disk", &p.rootfs, &m.rootfs, w_ok.map(|w| &w.rootfs), format!("Debian {} + python3, read-only ext4", cfg.suite)),
+        state(
+            "kernel",
+            &p.kernel,
+            &m.kernel,
+            w_ok.map(|w| &w.kernel),
+            format!("Linux {}", m.kernel_version.clone().unwrap_or_default()),
+        ),
+        state(
+            "initramfs",
+            &p.initrd,
+            &m.initrd,
+            w_ok.map(|w| &w.initrd),
+            format!("busybox + {} module(s)", m.modules.len()),
+        ),
+        state(
+            "root disk",
+            &p.rootfs,
+            &m.rootfs,
+            w_ok.map(|w| &w.rootfs),
+            format!("Debian {} + python3, read-only ext4", cfg.suite),
+        ),
         state("agent", &p.agent, &m.agent, w_ok.map(|w| &w.agent), "guest/agent.py on the guest's python3".into()),
     ];
     if let Err(e) = w {
@@ -350,11 +374,11 @@ pub async fn setup(cfg: &MicrovmConfig, force: bool) -> anyhow::Result<()> {
         m.initrd = Some(w.initrd.clone());
         m.modules = names.clone();
         m.save(&p)?;
-        done(pb, &line, format!(
-            "✓ initramfs  busybox + modules [{}] (built in: [{}])",
-            names.join(", "),
-            w.built_in.join(", ")
-        ));
+        done(
+            pb,
+            &line,
+            format!("✓ initramfs  busybox + modules [{}] (built in: [{}])", names.join(", "), w.built_in.join(", ")),
+        );
     } else {
         line(format!("✓ initramfs  up to date (modules [{}])", m.modules.join(", ")));
     }
@@ -441,7 +465,7 @@ impl Cpio {
     }
 
     fn pad(&mut self) {
-        while self.out.len() % 4 != 0 {
+        while !self.out.len().is_multiple_of(4) {
             self.out.push(0);
         }
     }
@@ -526,7 +550,8 @@ async fn build_rootfs(cfg: &MicrovmConfig, p: &Paths, pb: &indicatif::ProgressBa
     }
     let build = p.dir.join("rootfs.build");
     let _ = std::fs::remove_dir_all(&build);
-    let log = std::fs::File::create(&p.build_log).with_context(|| format!("cannot create {}", p.build_log.display()))?;
+    let log =
+        std::fs::File::create(&p.build_log).with_context(|| format!("cannot create {}", p.build_log.display()))?;
     let t0 = Instant::now();
     let mut child = tokio::process::Command::new("mmdebstrap")
         .args([
@@ -558,7 +583,10 @@ async fn build_rootfs(cfg: &MicrovmConfig, p: &Paths, pb: &indicatif::ProgressBa
         let _ = logw.write_all(buf.as_bytes());
         let l = buf.trim().to_string();
         if !l.is_empty() {
-            pb.set_message(format!("root disk: {}", crate::sanitize::visible_controls(l.chars().take(70).collect::<String>().as_bytes())));
+            pb.set_message(format!(
+                "root disk: {}",
+                crate::sanitize::visible_controls(l.chars().take(70).collect::<String>().as_bytes())
+            ));
             last = l;
         }
         buf.clear();

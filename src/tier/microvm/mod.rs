@@ -87,7 +87,8 @@ impl MicrovmTier {
         self.ready_check()?;
         let accel = accel::choose(&self.cfg, &p).await.accel;
         let shape = self.shape(&self.default_limits, accel);
-        let pool = pool::Pool::activate(&self.cfg, &p, shape).ok_or_else(|| anyhow!("the warm pool is off ([microvm] pool_size = 0)"))?;
+        let pool = pool::Pool::activate(&self.cfg, &p, shape)
+            .ok_or_else(|| anyhow!("the warm pool is off ([microvm] pool_size = 0)"))?;
         pool.fill().await
     }
 
@@ -145,15 +146,31 @@ impl MicrovmTier {
         let mut checks = vec![];
         let qemu = vm::qemu_version(&self.cfg.qemu);
         match &qemu {
-            Some(v) => checks.push(Check::ok("qemu", format!("{} — {v}", artefacts::which(&self.cfg.qemu).map(|p| p.display().to_string()).unwrap_or_else(|| self.cfg.qemu.clone())))),
-            None => checks.push(Check::fail("qemu", format!("{} not found", self.cfg.qemu), "apt-get install qemu-system-x86")),
+            Some(v) => checks.push(Check::ok(
+                "qemu",
+                format!(
+                    "{} — {v}",
+                    artefacts::which(&self.cfg.qemu)
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|| self.cfg.qemu.clone())
+                ),
+            )),
+            None => checks.push(Check::fail(
+                "qemu",
+                format!("{} not found", self.cfg.qemu),
+                "apt-get install qemu-system-x86",
+            )),
         }
         let arts = artefacts::status(&self.cfg);
         for a in &arts {
             if a.fresh {
                 checks.push(Check::ok(a.name, format!("{} — {}", a.path.display(), a.detail)));
             } else {
-                checks.push(Check::fail(a.name, format!("{} — {}", a.path.display(), a.detail), "sandbench setup microvm"));
+                checks.push(Check::fail(
+                    a.name,
+                    format!("{} — {}", a.path.display(), a.detail),
+                    "sandbench setup microvm",
+                ));
             }
         }
         let ready = qemu.is_some() && arts.iter().all(|a| a.fresh);
@@ -171,23 +188,37 @@ impl MicrovmTier {
                         shape.mem_mib,
                         m.restore_ms,
                         m.boot_ms,
-                        if m.faster_than_boot() && self.cfg.snapshot { "used for refills and pool misses" } else { "not used (a boot is faster)" },
+                        if m.faster_than_boot() && self.cfg.snapshot {
+                            "used for refills and pool misses"
+                        } else {
+                            "not used (a boot is faster)"
+                        },
                         format_size(m.size_bytes)
                     ),
                 )),
-                None => checks.push(Check::ok("snapshot", "none for the default limits (sandbench setup microvm saves one); cold boots are used")),
+                None => checks.push(Check::ok(
+                    "snapshot",
+                    "none for the default limits (sandbench setup microvm saves one); cold boots are used",
+                )),
             }
             checks.push(Check::ok(
                 "pool",
                 if self.cfg.pool_size == 0 {
                     "off ([microvm] pool_size = 0): every run boots".to_string()
                 } else {
-                    format!("{} warm guest(s) of {} MiB in long-lived sessions (TUI, gauntlet, bench)", self.cfg.pool_size, shape.mem_mib)
+                    format!(
+                        "{} warm guest(s) of {} MiB in long-lived sessions (TUI, gauntlet, bench)",
+                        self.cfg.pool_size, shape.mem_mib
+                    )
                 },
             ));
         }
         let summary = if ready {
-            format!("ready (accel {accel_name}, {} MiB guests, pool {})", self.shape(&self.default_limits, Accel::Tcg).mem_mib, self.cfg.pool_size)
+            format!(
+                "ready (accel {accel_name}, {} MiB guests, pool {})",
+                self.shape(&self.default_limits, Accel::Tcg).mem_mib,
+                self.cfg.pool_size
+            )
         } else if qemu.is_none() {
             "unavailable: QEMU is not installed (apt-get install qemu-system-x86)".into()
         } else {
@@ -197,7 +228,13 @@ impl MicrovmTier {
     }
 
     /// A guest ready for a program, and how it was started.
-    async fn acquire(&self, p: &Paths, shape: Shape, disk: u64, ctx: &RunContext) -> anyhow::Result<Option<(Guest, &'static str, Option<&'static str>)>> {
+    async fn acquire(
+        &self,
+        p: &Paths,
+        shape: Shape,
+        disk: u64,
+        ctx: &RunContext,
+    ) -> anyhow::Result<Option<(Guest, &'static str, Option<&'static str>)>> {
         if self.policy == Policy::Auto {
             if let Some(pool) = pool::Pool::current() {
                 if let Some((g, how)) = pool.take(shape) {
@@ -207,7 +244,9 @@ impl MicrovmTier {
         }
         ctx.emit(EventKind::Phase(Phase::Booting)).await;
         let snap = match self.policy {
-            Policy::Auto if self.cfg.snapshot => snapshot::load(&self.cfg, p, shape).filter(|(_, m)| m.faster_than_boot()),
+            Policy::Auto if self.cfg.snapshot => {
+                snapshot::load(&self.cfg, p, shape).filter(|(_, m)| m.faster_than_boot())
+            }
             Policy::Snapshot => snapshot::load(&self.cfg, p, shape),
             _ => None,
         };
@@ -248,7 +287,10 @@ impl MicrovmTier {
             "root": "read-only ext4; /work and /tmp are tmpfs",
         });
         if limits.network {
-            ctx.emit(EventKind::Note("warning: network access was requested but the microVM has no network device".into())).await;
+            ctx.emit(EventKind::Note(
+                "warning: network access was requested but the microVM has no network device".into(),
+            ))
+            .await;
         }
         let Some((mut guest, start, pool_boot)) = self.acquire(&p, shape, limits.disk_bytes, &ctx).await? else {
             // Stopped (cancel / timeout) while booting: nothing ran.
@@ -257,6 +299,10 @@ impl MicrovmTier {
             return Ok(TierExit { usage: None, details });
         };
         details["start"] = json!(start);
+        // A pooled guest may be bigger than this run needs; its cgroup holds
+        // the program to the run's own memory limit.
+        details["guest_memory_bytes"] = json!(guest.shape.mem_mib << 20);
+        details["vcpus"] = json!(guest.shape.cpus);
         if let Some(b) = pool_boot {
             details["pool_boot"] = json!(b);
         }
@@ -283,7 +329,12 @@ impl MicrovmTier {
     }
 
     /// Send the program and follow it to its exit (or until stopped).
-    async fn execute(&self, spec: &RunSpec, ctx: &RunContext, guest: &mut Guest) -> anyhow::Result<(Option<UsageSample>, u64)> {
+    async fn execute(
+        &self,
+        spec: &RunSpec,
+        ctx: &RunContext,
+        guest: &mut Guest,
+    ) -> anyhow::Result<(Option<UsageSample>, u64)> {
         let limits = &spec.limits;
         let mut seed = [0u8; 32];
         let _ = getrandom(&mut seed);
@@ -348,18 +399,36 @@ impl MicrovmTier {
                     let oom = u.oom_kills.unwrap_or(0);
                     if oom > seen_oom {
                         seen_oom = oom;
-                        ctx.violation(ViolationKind::Memory, format!("memory limit {} hit — killed by the guest's OOM killer", format_size(limits.memory_bytes))).await;
+                        ctx.violation(
+                            ViolationKind::Memory,
+                            format!(
+                                "memory limit {} hit — killed by the guest's OOM killer",
+                                format_size(limits.memory_bytes)
+                            ),
+                        )
+                        .await;
                     }
                     if (u.pids_max_events.unwrap_or(0) > 0 || u.pids.unwrap_or(0) >= limits.pids) && !seen_pids {
                         seen_pids = true;
-                        ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids)).await;
+                        ctx.violation(
+                            ViolationKind::Pids,
+                            format!("pids limit {} reached — new processes refused", limits.pids),
+                        )
+                        .await;
                     }
                     if u.cpu_ms.unwrap_or(0) > cpu_limit && !cpu_flagged {
                         cpu_flagged = true;
-                        ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {} used — killed", crate::runner::fmt_dur(limits.cpu_time))).await;
+                        ctx.violation(
+                            ViolationKind::CpuTime,
+                            format!("CPU time limit {} used — killed", crate::runner::fmt_dur(limits.cpu_time)),
+                        )
+                        .await;
                     }
                 }
-                Item::Frame(Frame::Log(l)) => ctx.emit(EventKind::Note(format!("guest: {}", crate::sanitize::visible_controls(l.as_bytes())))).await,
+                Item::Frame(Frame::Log(l)) => {
+                    ctx.emit(EventKind::Note(format!("guest: {}", crate::sanitize::visible_controls(l.as_bytes()))))
+                        .await
+                }
                 Item::Frame(Frame::Exit(x)) => {
                     exit = x;
                     break;
@@ -367,13 +436,17 @@ impl MicrovmTier {
                 Item::Frame(Frame::Ready(_)) | Item::Frame(Frame::Pong) => {}
                 Item::Garbage { bytes, reason } => {
                     if garbage == 0 {
-                        ctx.emit(EventKind::Note(format!("guest sent bytes outside the protocol ({reason}); ignored"))).await;
+                        ctx.emit(EventKind::Note(format!("guest sent bytes outside the protocol ({reason}); ignored")))
+                            .await;
                     }
                     garbage += bytes as u64;
                 }
                 Item::Invalid { kind, reason } => {
                     if garbage == 0 {
-                        ctx.emit(EventKind::Note(format!("guest sent an invalid frame (kind {kind:#x}: {reason}); ignored"))).await;
+                        ctx.emit(EventKind::Note(format!(
+                            "guest sent an invalid frame (kind {kind:#x}: {reason}); ignored"
+                        )))
+                        .await;
                     }
                     garbage += 1;
                 }
@@ -383,33 +456,59 @@ impl MicrovmTier {
         let status = ExitStatus { code: x.code, signal: x.signal };
         let cpu_ms = x.cpu_ms.or(last.cpu_ms);
         if x.oom_kills.unwrap_or(0) > seen_oom {
-            ctx.violation(ViolationKind::Memory, format!("memory limit {} hit — killed by the guest's OOM killer", format_size(limits.memory_bytes))).await;
+            ctx.violation(
+                ViolationKind::Memory,
+                format!("memory limit {} hit — killed by the guest's OOM killer", format_size(limits.memory_bytes)),
+            )
+            .await;
         }
         if (x.pids_max_events.unwrap_or(0) > 0 || x.pids_peak.unwrap_or(0) >= limits.pids) && !seen_pids {
-            ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids)).await;
+            ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids))
+                .await;
         }
         match x.signal {
             Some(libc::SIGXCPU) => {
-                ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {} hit — killed (SIGXCPU)", crate::runner::fmt_dur(limits.cpu_time))).await
+                ctx.violation(
+                    ViolationKind::CpuTime,
+                    format!("CPU time limit {} hit — killed (SIGXCPU)", crate::runner::fmt_dur(limits.cpu_time)),
+                )
+                .await
             }
             Some(libc::SIGXFSZ) => {
-                ctx.violation(ViolationKind::FileSize, format!("file size limit {} hit — killed (SIGXFSZ)", format_size(limits.file_size_bytes))).await
+                ctx.violation(
+                    ViolationKind::FileSize,
+                    format!("file size limit {} hit — killed (SIGXFSZ)", format_size(limits.file_size_bytes)),
+                )
+                .await
             }
             _ => {}
         }
         if (x.cpu_killed || cpu_ms.unwrap_or(0) > cpu_limit) && !cpu_flagged {
-            ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {} used — killed", crate::runner::fmt_dur(limits.cpu_time))).await;
+            ctx.violation(
+                ViolationKind::CpuTime,
+                format!("CPU time limit {} used — killed", crate::runner::fmt_dur(limits.cpu_time)),
+            )
+            .await;
         }
         if x.code.is_some_and(|c| c != 0) {
             let t = String::from_utf8_lossy(&stderr_tail);
             if t.contains("MemoryError") || t.contains("Cannot allocate memory") {
-                ctx.violation(ViolationKind::Memory, format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes))).await;
+                ctx.violation(
+                    ViolationKind::Memory,
+                    format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes)),
+                )
+                .await;
             }
             if t.contains("File too large") {
-                ctx.violation(ViolationKind::FileSize, format!("file size limit {} hit — write refused", format_size(limits.file_size_bytes))).await;
+                ctx.violation(
+                    ViolationKind::FileSize,
+                    format!("file size limit {} hit — write refused", format_size(limits.file_size_bytes)),
+                )
+                .await;
             }
             if t.contains("No space left on device") {
-                ctx.violation(ViolationKind::Disk, format!("scratch space full ({})", format_size(limits.disk_bytes))).await;
+                ctx.violation(ViolationKind::Disk, format!("scratch space full ({})", format_size(limits.disk_bytes)))
+                    .await;
             }
         }
         ctx.emit(EventKind::Exit(status)).await;

@@ -85,9 +85,15 @@ pub enum Frame {
 pub enum Item {
     Frame(Frame),
     /// Bytes that were not part of any frame (skipped while resynchronising).
-    Garbage { bytes: usize, reason: &'static str },
+    Garbage {
+        bytes: usize,
+        reason: &'static str,
+    },
     /// A well-delimited frame whose kind or content was unacceptable.
-    Invalid { kind: u8, reason: String },
+    Invalid {
+        kind: u8,
+        reason: String,
+    },
 }
 
 /// What the host sends: the program to run.
@@ -338,7 +344,14 @@ mod tests {
             language: "python".into(),
             code: "print('a=b')\n".into(),
             env: vec![("A".into(), "x=y\tz".into())],
-            limits: GuestLimits { cpu_ms: 5000, memory_bytes: 1, pids: 2, file_size_bytes: 3, disk_bytes: 4, open_files: 5 },
+            limits: GuestLimits {
+                cpu_ms: 5000,
+                memory_bytes: 1,
+                pids: 2,
+                file_size_bytes: 3,
+                disk_bytes: 4,
+                open_files: 5,
+            },
             seed: "00ff".into(),
         };
         let f = encode_run(&req);

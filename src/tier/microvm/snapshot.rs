@@ -121,7 +121,9 @@ async fn migrate(sock: &std::path::Path, to: &std::path::Path) -> anyhow::Result
         let r = reply(&mut lines).await?;
         match r.get("status").and_then(|s| s.as_str()) {
             Some("completed") => return Ok(()),
-            Some("failed") | Some("cancelled") => bail!("saving the VM failed: {}", r.get("error-desc").cloned().unwrap_or_default()),
+            Some("failed") | Some("cancelled") => {
+                bail!("saving the VM failed: {}", r.get("error-desc").cloned().unwrap_or_default())
+            }
             _ => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }

@@ -140,25 +140,32 @@ pub fn args(paths: &Paths, shape: Shape, boot: &Boot, name: &str, qmp: Option<&P
     a
 }
 
-/// A directory for one VM's temporary files, removed when dropped.
+/// One VM's unique name and, when it needs temporary files (the QMP socket
+/// of a snapshot save), a directory for them, removed when dropped. A run's
+/// guest needs none: nothing of it touches the disk.
 pub struct RunDir {
     pub path: PathBuf,
     pub name: String,
+    created: bool,
 }
 
 impl RunDir {
-    pub fn create(runs: &Path) -> anyhow::Result<RunDir> {
+    pub fn create(runs: &Path, with_files: bool) -> anyhow::Result<RunDir> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let name = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         let path = runs.join(&name);
-        std::fs::create_dir_all(&path).with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(RunDir { path, name })
+        if with_files {
+            std::fs::create_dir_all(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        }
+        Ok(RunDir { path, name, created: with_files })
     }
 }
 
 impl Drop for RunDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
+        if self.created {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
     }
 }
 
@@ -192,7 +199,7 @@ pub struct Guest {
 
 impl Guest {
     pub fn spawn(qemu: &str, paths: &Paths, shape: Shape, boot: Boot, with_qmp: bool) -> anyhow::Result<Guest> {
-        let dir = RunDir::create(&paths.runs)?;
+        let dir = RunDir::create(&paths.runs, with_qmp)?;
         let name = format!("{NAME_PREFIX}{}", dir.name);
         let qmp = with_qmp.then(|| dir.path.join("qmp.sock"));
         let mut cmd = Command::new(qemu);
@@ -213,7 +220,8 @@ impl Guest {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().with_context(|| format!("cannot start {qemu} (apt-get install qemu-system-x86)"))?;
+        let mut child =
+            cmd.spawn().with_context(|| format!("cannot start {qemu} (apt-get install qemu-system-x86)"))?;
         let stdin = child.stdin.take().ok_or_else(|| anyhow!("QEMU has no stdin"))?;
         let mut stdout = child.stdout.take().ok_or_else(|| anyhow!("QEMU has no stdout"))?;
         let mut stderr = child.stderr.take().ok_or_else(|| anyhow!("QEMU has no stderr"))?;
@@ -308,7 +316,12 @@ impl Guest {
     }
 
     /// Wait for the agent's READY (cold boot) or PONG (after `ping`).
-    pub async fn wait_for(&mut self, want_pong: bool, timeout: Duration, stop: &CancellationToken) -> anyhow::Result<WaitEnd> {
+    pub async fn wait_for(
+        &mut self,
+        want_pong: bool,
+        timeout: Duration,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<WaitEnd> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             tokio::select! {
@@ -355,7 +368,8 @@ pub enum WaitEnd {
 }
 
 pub fn pid_alive(pid: i32) -> bool {
-    pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
 /// Kill QEMU processes and remove run dirs that belong to sandbench
@@ -370,7 +384,9 @@ pub fn reap(paths: &Paths) -> usize {
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
             let Some(i) = args.iter().position(|a| *a == b"-name") else { continue };
             let Some(name) = args.get(i + 1).and_then(|a| std::str::from_utf8(a).ok()) else { continue };
-            let Some(owner) = name.strip_prefix(NAME_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
+            let Some(owner) =
+                name.strip_prefix(NAME_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<i32>().ok())
+            else {
                 continue;
             };
             if owner != me && !pid_alive(owner) {
@@ -405,7 +421,13 @@ mod tests {
     #[test]
     fn command_line_has_no_network_and_a_read_only_root() {
         let p = super::super::artefacts::paths();
-        let a = args(&p, Shape { mem_mib: 448, cpus: 1, accel: Accel::Tcg }, &Boot::Cold(Some(1 << 20)), "sandbench-vm-1-0", None);
+        let a = args(
+            &p,
+            Shape { mem_mib: 448, cpus: 1, accel: Accel::Tcg },
+            &Boot::Cold(Some(1 << 20)),
+            "sandbench-vm-1-0",
+            None,
+        );
         let s = a.join(" ");
         assert!(s.contains("-nodefaults"));
         assert!(s.contains("readonly=on"));
@@ -413,7 +435,13 @@ mod tests {
         assert!(s.contains("microvm,accel=tcg"));
         assert!(s.contains("tsc_early_khz=2000000"));
         assert!(s.contains("sandbench.disk=1048576"));
-        let r = args(&p, Shape { mem_mib: 448, cpus: 1, accel: Accel::Tcg }, &Boot::Restore(Path::new("/x/it's")), "n", None);
+        let r = args(
+            &p,
+            Shape { mem_mib: 448, cpus: 1, accel: Accel::Tcg },
+            &Boot::Restore(Path::new("/x/it's")),
+            "n",
+            None,
+        );
         assert!(r.join(" ").contains("exec:cat '/x/it'\\''s'"));
     }
 
