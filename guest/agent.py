@@ -16,16 +16,18 @@
 # (host -> guest) is a list of (key, value) pairs, each a u32 little-endian
 # length and bytes, so the agent needs neither json nor re.
 #
-# Start-up cost matters (a cold run boots a guest under emulation): python3
-# runs with -S, and nothing is imported before READY that the run can do
-# without; the mounts and the cgroup are set up by the initramfs' init.
+# Start-up cost matters (a cold run boots a guest under emulation): setup
+# byte-compiles this file with the guest's own python3 into the root disk
+# (/usr/lib/sandbench/agent.pyc, run directly), python3 runs with -S, and
+# nothing is imported before READY that the run can do without; the mounts
+# and the cgroup are set up by the initramfs' init.
 
 import os
 T0 = open("/proc/uptime").read().split()[0]
 import sys
 import struct
 import select
-import signal
+import _signal as signal  # not `signal`: it imports enum, slow to start
 import resource
 import time
 import gc

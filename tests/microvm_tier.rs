@@ -192,13 +192,24 @@ fn no_network_and_a_read_only_root() {
          print(sorted(os.listdir('/sys/class/net')))\n\
          try:\n\
          \x20   open('/usr/evil', 'w'); print('wrote root')\n\
-         except OSError as e: print('root ro', e.errno)\n"
+         except OSError as e: print('root ro', e.errno)\n\
+         import glob\n\
+         ports = glob.glob('/dev/vport*')\n\
+         print('ports', len(ports))\n\
+         for p in ports:\n\
+         \x20   try:\n\
+         \x20       open(p, 'wb'); print('opened control port')\n\
+         \x20   except OSError as e: print('port denied', e.errno)\n"
     );
     let Some(r) = run(spec(Language::Python, &code)) else { return };
     assert_eq!(r.outcome, Outcome::Ok, "{} {}", r.summary_line(), r.stderr);
     assert!(!r.stdout.contains("connected"), "{}", r.stdout);
     assert!(r.stdout.contains("['lo']"), "the guest has a network device: {}", r.stdout);
     assert!(r.stdout.contains("root ro"), "{}", r.stdout);
+    // The control channel exists but only the agent (root) may use it.
+    assert!(r.stdout.contains("ports 1"), "{}", r.stdout);
+    assert!(r.stdout.contains("port denied 13"), "{}", r.stdout);
+    assert!(!r.stdout.contains("opened control port"), "{}", r.stdout);
     assert!(l.accept().is_err(), "the guest reached the host's loopback");
 }
 

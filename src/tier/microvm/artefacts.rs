@@ -7,7 +7,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,10 @@ pub const AGENT: &str = include_str!("../../../guest/agent.py");
 const INITRD_FORMAT: u32 = 1;
 /// Bump when the root disk recipe changes.
 const ROOTFS_RECIPE: u32 = 1;
+/// Bump when the way the agent is installed into the root disk changes.
+const IMAGE_FORMAT: u32 = 1;
+/// Where the agent lives on the root disk.
+pub const AGENT_IN_ROOT: &str = "usr/lib/sandbench";
 /// Drivers the guest needs, in load order; built-in ones are skipped and
 /// each module's own dependencies are loaded first.
 pub const MODULES: &[&str] = &["virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "virtio_console", "ext4"];
@@ -31,6 +35,9 @@ pub struct Paths {
     pub kernel: PathBuf,
     pub initrd: PathBuf,
     pub rootfs: PathBuf,
+    /// The debootstrapped tree the root disk is made from, kept so that a new
+    /// agent only costs a byte-compile and a mkfs, not a debootstrap.
+    pub tree: PathBuf,
     pub agent: PathBuf,
     pub manifest: PathBuf,
     pub accel: PathBuf,
@@ -45,6 +52,7 @@ pub fn paths() -> Paths {
         kernel: dir.join("vmlinuz"),
         initrd: dir.join("initrd.cpio"),
         rootfs: dir.join("root.ext4"),
+        tree: dir.join("rootfs.tree"),
         agent: dir.join("agent.py"),
         manifest: dir.join("manifest.json"),
         accel: dir.join("accel.json"),
@@ -63,7 +71,10 @@ pub struct Manifest {
     pub kernel_version: Option<String>,
     pub initrd: Option<String>,
     pub modules: Vec<String>,
+    /// Key of the debootstrapped tree.
     pub rootfs: Option<String>,
+    /// Key of the root disk image (tree + agent).
+    pub image: Option<String>,
     pub agent: Option<String>,
 }
 
@@ -78,7 +89,7 @@ impl Manifest {
 
     /// One key over everything a booted guest depends on (for snapshots).
     pub fn fingerprint(&self) -> String {
-        fnv(&format!("{:?}|{:?}|{:?}|{:?}", self.kernel, self.initrd, self.rootfs, self.agent))
+        fnv(&format!("{:?}|{:?}|{:?}|{:?}", self.kernel, self.initrd, self.image, self.agent))
     }
 }
 
@@ -232,6 +243,7 @@ struct Wanted {
     version: String,
     initrd: String,
     rootfs: String,
+    image: String,
     agent: String,
     modules: Vec<ModuleFile>,
     built_in: Vec<String>,
@@ -252,7 +264,8 @@ fn wanted(cfg: &MicrovmConfig) -> anyhow::Result<Wanted> {
     let (modules, built_in) = module_plan(&source.modules, MODULES)?;
     let bb = busybox()?;
     let agent = fnv(AGENT);
-    let mut ik = format!("{INITRD_FORMAT}|{}|{}|{}|{}", source.version, stamp(&bb), fnv(INIT), agent);
+    let rootfs = fnv(&format!("{ROOTFS_RECIPE}|{}|{}|python3", cfg.suite, cfg.mirror));
+    let mut ik = format!("{INITRD_FORMAT}|{}|{}|{}", source.version, stamp(&bb), fnv(INIT));
     for m in &modules {
         ik.push_str(&format!("|{}", stamp(&m.path)));
     }
@@ -260,7 +273,8 @@ fn wanted(cfg: &MicrovmConfig) -> anyhow::Result<Wanted> {
         kernel: format!("{}|{}", stamp(&source.path), source.version),
         version: source.version.clone(),
         initrd: fnv(&ik),
-        rootfs: fnv(&format!("{ROOTFS_RECIPE}|{}|{}|python3", cfg.suite, cfg.mirror)),
+        rootfs: rootfs.clone(),
+        image: fnv(&format!("{IMAGE_FORMAT}|{rootfs}|{agent}")),
         agent,
         modules,
         built_in,
@@ -357,16 +371,6 @@ pub async fn setup(cfg: &MicrovmConfig, force: bool) -> anyhow::Result<()> {
         line(format!("✓ kernel     Linux {} — up to date", w.version));
     }
 
-    // Agent (a file of its own for transparency; it travels in the initramfs).
-    if force || m.agent.as_ref() != Some(&w.agent) || !p.agent.is_file() {
-        write_atomic(&p.agent, AGENT.as_bytes())?;
-        m.agent = Some(w.agent.clone());
-        m.save(&p)?;
-        line(format!("✓ agent      {} (Python, runs on the guest's python3)", p.agent.display()));
-    } else {
-        line("✓ agent      up to date".into());
-    }
-
     // Initramfs.
     if force || m.initrd.as_ref() != Some(&w.initrd) || !p.initrd.is_file() {
         let pb = step(&mp, "initramfs: busybox, modules, init, agent".into());
@@ -383,15 +387,31 @@ pub async fn setup(cfg: &MicrovmConfig, force: bool) -> anyhow::Result<()> {
         line(format!("✓ initramfs  up to date (modules [{}])", m.modules.join(", ")));
     }
 
-    // Root disk.
-    if force || m.rootfs.as_ref() != Some(&w.rootfs) || !p.rootfs.is_file() {
-        let pb = step(&mp, format!("root disk: mmdebstrap {} + python3 from {}", cfg.suite, cfg.mirror));
-        build_rootfs(cfg, &p, &pb).await?;
+    // The debootstrapped tree (slow: minutes on a slow mirror, so it is kept).
+    if force || m.rootfs.as_ref() != Some(&w.rootfs) || !p.tree.join("usr/bin/python3").is_file() {
+        let pb = step(&mp, format!("root tree: mmdebstrap {} + python3 from {}", cfg.suite, cfg.mirror));
+        build_tree(cfg, &p, &pb).await?;
         m.rootfs = Some(w.rootfs.clone());
+        m.image = None;
+        m.save(&p)?;
+        done(pb, &line, format!("✓ root tree  Debian {} + python3 in {}", cfg.suite, p.tree.display()));
+    } else {
+        line("✓ root tree  up to date".into());
+    }
+
+    // The agent, byte-compiled by the guest's python3, and the disk image.
+    if force || m.image.as_ref() != Some(&w.image) || m.agent.as_ref() != Some(&w.agent) || !p.rootfs.is_file() {
+        let pb = step(&mp, "root disk: agent + mkfs.ext4".into());
+        write_atomic(&p.agent, AGENT.as_bytes())?;
+        build_image(&p).await?;
+        m.agent = Some(w.agent.clone());
+        m.image = Some(w.image.clone());
         m.save(&p)?;
         let size = std::fs::metadata(&p.rootfs).map(|x| crate::spec::format_size(x.len())).unwrap_or_default();
-        done(pb, &line, format!("✓ root disk  Debian {} + python3, ext4 {size}", cfg.suite));
+        done(pb, &line, format!("✓ agent      {} → /{AGENT_IN_ROOT}/agent.pyc", p.agent.display()));
+        line(format!("✓ root disk  Debian {} + python3 + agent, read-only ext4 {size}", cfg.suite));
     } else {
+        line("✓ agent      up to date".into());
         line("✓ root disk  up to date".into());
     }
     Ok(())
@@ -519,7 +539,6 @@ fn build_initrd(p: &Paths, w: &Wanted) -> anyhow::Result<Vec<String>> {
     // The kernel opens /dev/console for init's stdio before init mounts devtmpfs.
     c.entry("dev/console", 0o020600, &[], (5, 1));
     c.file("init", 0o755, INIT.as_bytes());
-    c.file("agent.py", 0o644, AGENT.as_bytes());
     let bb = std::fs::read(&w.busybox).with_context(|| format!("cannot read {}", w.busybox.display()))?;
     c.file("bin/busybox", 0o755, &bb);
     let mut order = String::new();
@@ -535,7 +554,7 @@ fn build_initrd(p: &Paths, w: &Wanted) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
-async fn build_rootfs(cfg: &MicrovmConfig, p: &Paths, pb: &indicatif::ProgressBar) -> anyhow::Result<()> {
+async fn build_tree(cfg: &MicrovmConfig, p: &Paths, pb: &indicatif::ProgressBar) -> anyhow::Result<()> {
     if !nix::unistd::geteuid().is_root() {
         bail!(
             "building the root disk needs root (mmdebstrap in root mode, then mkfs.ext4 -d): run `sudo -E sandbench setup microvm` \
@@ -550,9 +569,9 @@ async fn build_rootfs(cfg: &MicrovmConfig, p: &Paths, pb: &indicatif::ProgressBa
     }
     let build = p.dir.join("rootfs.build");
     let _ = std::fs::remove_dir_all(&build);
+    let _ = std::fs::remove_dir_all(&p.tree);
     let log =
         std::fs::File::create(&p.build_log).with_context(|| format!("cannot create {}", p.build_log.display()))?;
-    let t0 = Instant::now();
     let mut child = tokio::process::Command::new("mmdebstrap")
         .args([
             "--mode=root",
@@ -600,19 +619,48 @@ async fn build_rootfs(cfg: &MicrovmConfig, p: &Paths, pb: &indicatif::ProgressBa
             cfg.mirror
         );
     }
-    pb.set_message(format!("root disk: mkfs.ext4 (debootstrap took {:.0} s)", t0.elapsed().as_secs_f64()));
-    let mb = dir_size(&build) / (1 << 20);
+    std::fs::rename(&build, &p.tree).with_context(|| format!("cannot move the tree to {}", p.tree.display()))?;
+    Ok(())
+}
+
+/// Install the agent into the tree, byte-compile it with the tree's own
+/// python3 (so the byte code matches the guest's interpreter), and make the
+/// read-only ext4 image.
+async fn build_image(p: &Paths) -> anyhow::Result<()> {
+    let dir = p.tree.join(AGENT_IN_ROOT);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(dir.join("agent.py"), AGENT).context("cannot install the agent")?;
+    let _ = std::fs::remove_file(dir.join("agent.pyc"));
+    let script = format!(
+        "import py_compile; py_compile.compile('/{AGENT_IN_ROOT}/agent.py', cfile='/{AGENT_IN_ROOT}/agent.pyc', doraise=True, \
+         invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"
+    );
+    let chroot = which("chroot").ok_or_else(|| anyhow!("chroot is not installed (coreutils)"))?;
+    let out = tokio::process::Command::new(chroot)
+        .arg(&p.tree)
+        .args(["/usr/bin/python3", "-I", "-S", "-c", &script])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .await
+        .context("cannot run chroot")?;
+    if !out.status.success() || !dir.join("agent.pyc").is_file() {
+        bail!(
+            "byte-compiling the agent with the guest's python3 failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let mb = dir_size(&p.tree) / (1 << 20);
     let size = mb + mb / 4 + 32;
     let tmp = p.rootfs.with_extension("tmp");
     let out = tokio::process::Command::new("mkfs.ext4")
         .args(["-q", "-F", "-L", "sandbench-root", "-m", "0", "-O", "^has_journal", "-d"])
-        .arg(&build)
+        .arg(&p.tree)
         .arg(&tmp)
         .arg(format!("{size}M"))
         .output()
         .await
         .context("cannot run mkfs.ext4")?;
-    let _ = std::fs::remove_dir_all(&build);
     if !out.status.success() {
         let _ = std::fs::remove_file(&tmp);
         bail!("mkfs.ext4 failed: {}", String::from_utf8_lossy(&out.stderr).trim());
