@@ -354,3 +354,50 @@ fn a_killed_sandbench_leaves_no_qemu() {
     microvm::reap_leftovers();
     assert_eq!(left(child.id()), 0, "reap left the dead sandbench's run dir");
 }
+
+/// Pooled guests boot with the default scratch size; a run with a smaller
+/// disk limit gets its tmpfs resized, and filling it is a disk violation.
+#[test]
+fn scratch_space_is_sized_per_run() {
+    let mut s = spec(
+        Language::Python,
+        "import os\nst = os.statvfs('/work')\nprint('size', st.f_blocks * st.f_frsize)\n\
+         with open('/work/fill', 'wb') as f:\n    for i in range(32):\n        f.write(bytes(1 << 20))\n",
+    );
+    s.limits.disk_bytes = 8 << 20;
+    s.limits.file_size_bytes = 64 << 20;
+    let Some(r) = run(s) else { return };
+    assert!(r.stdout.contains(&format!("size {}", 8 << 20)), "{}", r.stdout);
+    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
+    assert!(kinds(&r).contains(&ViolationKind::Disk), "{} {}", r.summary_line(), r.stderr);
+}
+
+/// A QEMU whose sandbench is gone (should PR_SET_PDEATHSIG ever not fire) is
+/// found by its `-name` and killed by the reaper every sandbench start runs.
+/// A stand-in process carries the name, so no VM is needed.
+#[test]
+fn the_reaper_kills_processes_of_dead_sandbenches() {
+    let pid_max: i32 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+    let dead = (pid_max - 1..pid_max).rev().chain(1000..pid_max).find(|p| !pid_alive(*p)).unwrap();
+    let name = format!("{}{dead}-0", microvm::vm::NAME_PREFIX);
+    let mut stand_in =
+        std::process::Command::new("sh").args(["-c", "sleep 100; :", "sh", "-name", &name]).spawn().unwrap();
+    let mine = format!("{}{}-0", microvm::vm::NAME_PREFIX, std::process::id());
+    let mut own = std::process::Command::new("sh").args(["-c", "sleep 100; :", "sh", "-name", &mine]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    microvm::reap_leftovers();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = stand_in.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "the reaper left the dead sandbench's process alive");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    // Processes of a live sandbench (this one) are left alone.
+    assert!(own.try_wait().unwrap().is_none(), "the reaper killed a live sandbench's process");
+    own.kill().unwrap();
+    own.wait().unwrap();
+}
