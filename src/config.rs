@@ -35,8 +35,10 @@ pub struct MicrovmConfig {
     pub overhead_bytes: u64,
     /// Try starting runs from a saved snapshot of a booted guest.
     pub snapshot: bool,
-    /// Debian mirror and suite for the root disk.
-    pub mirror: String,
+    /// Debian mirror for the root disk; default: the host's apt sources'
+    /// Debian mirror, else http://deb.debian.org/debian.
+    pub mirror: Option<String>,
+    /// Debian suite for the root disk.
     pub suite: String,
 }
 
@@ -50,7 +52,7 @@ impl Default for MicrovmConfig {
             pool_size: 2,
             overhead_bytes: 192 << 20,
             snapshot: true,
-            mirror: "http://deb.debian.org/debian".into(),
+            mirror: None,
             suite: "bookworm".into(),
         }
     }

@@ -264,7 +264,7 @@ fn wanted(cfg: &MicrovmConfig) -> anyhow::Result<Wanted> {
     let (modules, built_in) = module_plan(&source.modules, MODULES)?;
     let bb = busybox()?;
     let agent = fnv(AGENT);
-    let rootfs = fnv(&format!("{ROOTFS_RECIPE}|{}|{}|python3", cfg.suite, cfg.mirror));
+    let rootfs = fnv(&format!("{ROOTFS_RECIPE}|{}|python3", cfg.suite));
     let mut ik = format!("{INITRD_FORMAT}|{}|{}|{}", source.version, stamp(&bb), fnv(INIT));
     for m in &modules {
         ik.push_str(&format!("|{}", stamp(&m.path)));
@@ -389,7 +389,7 @@ pub async fn setup(cfg: &MicrovmConfig, force: bool) -> anyhow::Result<()> {
 
     // The debootstrapped tree (slow: minutes on a slow mirror, so it is kept).
     if force || m.rootfs.as_ref() != Some(&w.rootfs) || !p.tree.join("usr/bin/python3").is_file() {
-        let pb = step(&mp, format!("root tree: mmdebstrap {} + python3 from {}", cfg.suite, cfg.mirror));
+        let pb = step(&mp, format!("root tree: mmdebstrap {} + python3 from {}", cfg.suite, mirror(cfg)));
         build_tree(cfg, &p, &pb).await?;
         m.rootfs = Some(w.rootfs.clone());
         m.image = None;
@@ -585,7 +585,7 @@ async fn build_tree(cfg: &MicrovmConfig, p: &Paths, pb: &indicatif::ProgressBar)
             &cfg.suite,
         ])
         .arg(&build)
-        .arg(&cfg.mirror)
+        .arg(mirror(cfg))
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(std::process::Stdio::piped())
@@ -616,7 +616,7 @@ async fn build_tree(cfg: &MicrovmConfig, p: &Paths, pb: &indicatif::ProgressBar)
         bail!(
             "mmdebstrap failed ({last}); full log in {} — is the mirror {} reachable (set [microvm] mirror)?",
             p.build_log.display(),
-            cfg.mirror
+            mirror(cfg)
         );
     }
     std::fs::rename(&build, &p.tree).with_context(|| format!("cannot move the tree to {}", p.tree.display()))?;
@@ -667,6 +667,68 @@ async fn build_image(p: &Paths) -> anyhow::Result<()> {
     }
     std::fs::rename(&tmp, &p.rootfs)?;
     Ok(())
+}
+
+/// The Debian mirror to debootstrap from: the configured one, else the one
+/// the host's apt already uses (a local mirror or proxy keeps working), else
+/// deb.debian.org.
+pub fn mirror(cfg: &MicrovmConfig) -> String {
+    if let Some(m) = &cfg.mirror {
+        return m.clone();
+    }
+    let mut texts = vec![];
+    if let Ok(rd) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        let mut files: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        files.sort();
+        for f in files {
+            if f.extension().is_some_and(|x| x == "sources" || x == "list") {
+                texts.push((
+                    f.extension().is_some_and(|x| x == "sources"),
+                    std::fs::read_to_string(&f).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    texts.insert(0, (false, std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default()));
+    texts
+        .iter()
+        .find_map(|(deb822, t)| host_mirror(t, *deb822))
+        .unwrap_or_else(|| "http://deb.debian.org/debian".into())
+}
+
+/// The first Debian archive (not security, not a third-party repo) in one
+/// apt sources file, in one-line or deb822 format.
+pub fn host_mirror(text: &str, deb822: bool) -> Option<String> {
+    let debian = |u: &str| {
+        let u = u.trim_end_matches('/');
+        (u.starts_with("http://") || u.starts_with("https://")) && u.ends_with("/debian")
+    };
+    if deb822 {
+        for block in text.split("\n\n") {
+            let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()));
+            if field("Types:").is_some_and(|t| t.split_whitespace().any(|x| x == "deb")) {
+                if let Some(u) = field("URIs:").and_then(|u| u.split_whitespace().find(|u| debian(u)).map(String::from))
+                {
+                    return Some(u.trim_end_matches('/').to_string());
+                }
+            }
+        }
+        return None;
+    }
+    text.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        if w.next()? != "deb" {
+            return None;
+        }
+        let mut u = w.next()?;
+        if u.starts_with('[') {
+            if !u.ends_with(']') {
+                w.find(|x| x.ends_with(']'))?;
+            }
+            u = w.next()?;
+        }
+        debian(u).then(|| u.trim_end_matches('/').to_string())
+    })
 }
 
 fn dir_size(p: &Path) -> u64 {
@@ -724,6 +786,16 @@ mod tests {
         assert_eq!(names, ["virtio_ring", "virtio", "virtio_blk"]);
         assert_eq!(builtin, ["ext4"]);
         assert!(module_plan(dir.path(), &["nope"]).unwrap_err().to_string().contains("missing"));
+    }
+
+    #[test]
+    fn host_mirror_from_apt_sources() {
+        let deb822 = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n\n\
+                      Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\n";
+        assert_eq!(host_mirror(deb822, true).as_deref(), Some("http://deb.debian.org/debian"));
+        let list = "# comment\ndeb-src http://x/debian bookworm main\ndeb [arch=amd64] http://mirror.local/debian/ bookworm main\n";
+        assert_eq!(host_mirror(list, false).as_deref(), Some("http://mirror.local/debian"));
+        assert_eq!(host_mirror("deb https://packages.cloud.google.com/apt cloud-sdk main\n", false), None);
     }
 
     #[test]
