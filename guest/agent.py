@@ -106,7 +106,7 @@ def decode_run(payload):
         if k == "env":
             name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
             spec["env"].append((name, val))
-        elif k in ("language", "seed"):
+        elif k in ("language", "seed", "now"):
             spec[k] = v.decode()
         elif k == "code":
             spec["code"] = v
@@ -352,8 +352,14 @@ def run_python(src):
 
 def run(port, spec):
     notes = configure(spec["limits"])
-    for n in notes:
-        port.send(T_LOG, n)
+    now = spec.get("now")
+    if now:
+        # No RTC, and a restored snapshot keeps the time it was saved at:
+        # the host's clock is the truth.
+        try:
+            time.clock_settime(time.CLOCK_REALTIME, float(now))
+        except (OSError, ValueError) as e:
+            notes.append("cannot set the guest clock: %s" % e)
     seed = spec.get("seed")
     if seed:
         # Every guest (and every snapshot restore) starts from the same
@@ -363,6 +369,8 @@ def run(port, spec):
                 f.write(bytes.fromhex(seed))
         except (OSError, ValueError):
             pass
+    for n in notes:
+        port.send(T_LOG, n)
     name = "/work/main.sh" if spec["language"] == "sh" else "/work/main.py"
     with open(name, "wb") as f:
         f.write(spec["code"])

@@ -145,13 +145,17 @@ fn hello_python_runs_in_the_guest() {
 
 #[test]
 fn shell_programs_and_exit_codes() {
-    let Some(r) = run(spec(Language::Sh, "echo from-sh; uname -r; exit 3\n")) else { return };
+    let Some(r) = run(spec(Language::Sh, "echo from-sh; uname -r; date +%s; exit 3\n")) else { return };
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
     assert_eq!(r.exit.code, Some(3));
     assert!(r.stdout.starts_with("from-sh\n"));
     // The guest's own kernel, not the host's.
     let host = nix::sys::utsname::uname().unwrap().release().to_string_lossy().into_owned();
     assert_ne!(r.stdout.lines().nth(1).unwrap_or(""), host, "the program saw the host kernel");
+    // The guest clock is the host's (no RTC; snapshots carry a stale time).
+    let guest_now: f64 = r.stdout.lines().nth(2).unwrap_or("0").trim().parse().unwrap_or(0.0);
+    let host_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!((host_now - guest_now).abs() < 120.0, "guest clock {guest_now} vs host {host_now}");
 }
 
 #[test]

@@ -351,6 +351,10 @@ impl MicrovmTier {
                 open_files: limits.open_files,
             },
             seed: seed.iter().map(|b| format!("{b:02x}")).collect(),
+            now: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
         };
         guest.send(&proto::encode_run(&req)).await?;
         let cpu_limit = limits.cpu_time.as_millis() as u64;

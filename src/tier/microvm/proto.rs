@@ -105,6 +105,9 @@ pub struct RunRequest {
     pub limits: GuestLimits,
     /// Hex of host randomness the agent mixes into the guest's entropy pool.
     pub seed: String,
+    /// The host's clock (Unix seconds): the guest has no RTC, and a restored
+    /// snapshot carries the time it was saved at.
+    pub now: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -154,6 +157,7 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
     field("language", req.language.as_bytes());
     field("code", req.code.as_bytes());
     field("seed", req.seed.as_bytes());
+    field("now", format!("{:.6}", req.now).as_bytes());
     let l = &req.limits;
     for (k, v) in [
         ("cpu_ms", l.cpu_ms),
@@ -353,6 +357,7 @@ mod tests {
                 open_files: 5,
             },
             seed: "00ff".into(),
+            now: 1.5,
         };
         let f = encode_run(&req);
         assert_eq!(&f[..3], b"SB\x01");
@@ -366,6 +371,7 @@ mod tests {
         assert_eq!(fields[0..4], ["language", "python", "code", "print('a=b')\n"]);
         assert!(fields.windows(2).any(|w| w == ["env", "A=x=y\tz"]));
         assert!(fields.windows(2).any(|w| w == ["cpu_ms", "5000"]));
+        assert!(fields.windows(2).any(|w| w == ["now", "1.500000"]));
     }
 
     #[test]
