@@ -490,7 +490,11 @@ def main():
     except Exception:
         import traceback
 
+        # Say why, then end PID 1: the kernel panics, QEMU exits (panic=-1,
+        # -no-reboot) and the host reports the error at once instead of
+        # waiting for a program that will never start.
         port.send(T_LOG, "agent error: " + traceback.format_exc()[-2000:])
+        os._exit(1)
     idle()
 
 
