@@ -315,6 +315,14 @@ impl MicrovmTier {
             details["guest"] = json!({"kernel": r.kernel, "python": r.python, "cgroup": r.cgroup,
                 "uptime_agent_start_s": r.uptime_agent_start, "uptime_ready_s": r.uptime_ready});
         }
+        ctx.emit(EventKind::Note(match (start, guest.boot_ms) {
+            ("warm", _) => format!("microvm: warm guest from the pool (accel {})", choice.accel.name()),
+            (how, Some(ms)) => {
+                format!("microvm: {how} start, guest ready in {ms:.0} ms (accel {})", choice.accel.name())
+            }
+            (how, None) => format!("microvm: {how} start (accel {})", choice.accel.name()),
+        }))
+        .await;
         for n in std::mem::take(&mut guest.notes) {
             ctx.emit(EventKind::Note(format!("guest: {n}"))).await;
         }
