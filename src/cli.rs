@@ -41,6 +41,8 @@ pub enum Command {
     /// Measure the workbench's frame times and memory under an output flood.
     #[command(hide = true)]
     BenchUi(BenchUiArgs),
+    /// Build what a tier needs on this machine (images, guest kernels).
+    Setup(SetupArgs),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -234,4 +236,13 @@ fn parse_wxh(s: &str) -> Result<(u16, u16), String> {
             .ok_or_else(|| format!("invalid size '{s}': expected WIDTHxHEIGHT, e.g. 120x40"))
     };
     Ok((p(w)?, p(h)?))
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// What to set up (e.g. microvm).
+    pub target: String,
+    /// Rebuild everything, also what is up to date.
+    #[arg(long)]
+    pub force: bool,
 }

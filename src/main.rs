@@ -60,6 +60,7 @@ fn main() -> ExitCode {
             Some(Command::BenchUi(a)) => {
                 sandbench::tui::bench_ui(&config, a.source, a.seconds, a.output, a.size.0, a.size.1).await
             }
+            Some(Command::Setup(a)) => cmd::setup::run(a, &config).await,
             Some(Command::Completions { shell }) => {
                 clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
                 Ok(0)

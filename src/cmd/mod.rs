@@ -6,6 +6,7 @@ pub mod compare;
 pub mod doctor;
 pub mod gauntlet;
 pub mod run;
+pub mod setup;
 
 use std::fmt;
 

@@ -15,12 +15,13 @@ use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
 use crate::spec::RunSpec;
 
 pub mod e2b;
+pub mod microvm;
 pub mod process;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Every tier sandbench knows, in order of isolation strength.
-pub const KNOWN: &[&str] = &["process", "e2b"];
+pub const KNOWN: &[&str] = &["process", "microvm", "e2b"];
 
 /// What a run needs from the runner: a clock, a place to send events and a
 /// token that says "stop now" (cancel, wall timeout, output limit).
@@ -97,6 +98,11 @@ pub trait Tier: Send + Sync {
     /// Run one program. Must return only once every process, container, VM
     /// and temp file of the run is gone, also when `ctx.stop` fires.
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;
+    /// Get later runs a warm start (fill a pool), for long-lived front ends
+    /// (workbench, gauntlet). The default has nothing to warm.
+    fn prewarm(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Build the named tier.
@@ -104,6 +110,7 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
     match name {
         "process" => Ok(Arc::new(process::ProcessTier::new(config))),
         "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
+        "microvm" => Ok(Arc::new(microvm::MicrovmTier::new(config))),
         other => anyhow::bail!("unknown tier '{other}' (known: {})", KNOWN.join(", ")),
     }
 }
@@ -147,10 +154,12 @@ pub async fn probe_selected(
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
 pub async fn reap_leftovers() {
     process::reap_leftovers();
+    microvm::reap_leftovers();
 }
 
 /// Clean up what this process still holds, before it exits (remote
 /// sandboxes cost money and outlive us otherwise).
 pub async fn shutdown() {
     e2b::kill_live().await;
+    microvm::MicrovmTier::drain_pool().await;
 }

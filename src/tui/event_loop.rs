@@ -55,16 +55,26 @@ impl Engine {
         for name in names {
             let (name, config, tx) = (name.clone(), self.config.clone(), self.ctl_tx.clone());
             tokio::spawn(async move {
-                let avail = match tier::by_name(&name, &config) {
-                    Ok(t) => t.probe().await,
-                    Err(e) => tier::Availability {
-                        tier: name.clone(),
-                        available: false,
-                        summary: format!("{e:#}"),
-                        checks: vec![],
-                    },
+                let t = match tier::by_name(&name, &config) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let avail = tier::Availability {
+                            tier: name.clone(),
+                            available: false,
+                            summary: format!("{e:#}"),
+                            checks: vec![],
+                        };
+                        let _ = tx.send(Msg::Probed(avail));
+                        return;
+                    }
                 };
+                let avail = t.probe().await;
+                let ready = avail.available;
                 let _ = tx.send(Msg::Probed(avail));
+                // An interactive session runs again and again: warm the tier.
+                if ready {
+                    t.prewarm().await;
+                }
             });
         }
     }
