@@ -439,7 +439,43 @@ def run(port, spec):
     peak = number(RUN_CG + "/memory.peak")
     if peak:
         ex["memory_peak"] = peak
+    ex["fsize_hit"], ex["disk_full"] = scan_scratch(int(spec["limits"].get("file_size_bytes", 16 << 20)))
     port.send(T_EXIT, ex)
+
+
+def scan_scratch(limit):
+    """After the program: a file at the file-size limit, or a full scratch
+    file system (space or inodes)? Facts the program cannot fake by printing.
+    Bounded walk, symlinks not followed."""
+    hit, full = None, False
+    for top in ("/work", "/tmp"):
+        try:
+            st = os.statvfs(top)
+            if st.f_bavail == 0 or (st.f_files > 0 and st.f_favail == 0):
+                full = True
+        except OSError:
+            pass
+        budget = 20000
+        stack = [top]
+        while stack and hit is None and budget > 0:
+            d = stack.pop()
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                budget -= 1
+                if budget <= 0:
+                    break
+                try:
+                    if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_size >= limit:
+                        hit = e.path[:200]
+                        break
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                except OSError:
+                    continue
+    return hit, full
 
 
 def kill_everything():

@@ -503,6 +503,18 @@ impl MicrovmTier {
             }
             _ => {}
         }
+        if let Some(path) = &x.fsize_hit {
+            let path: String = path.chars().take(200).collect();
+            ctx.violation(
+                ViolationKind::FileSize,
+                format!("file size limit {} hit: {path} was capped", format_size(limits.file_size_bytes)),
+            )
+            .await;
+        }
+        if x.disk_full {
+            ctx.violation(ViolationKind::Disk, format!("scratch space full ({})", format_size(limits.disk_bytes)))
+                .await;
+        }
         if (x.cpu_killed || cpu_ms.unwrap_or(0) > cpu_limit) && !cpu_flagged {
             ctx.violation(
                 ViolationKind::CpuTime,

@@ -66,6 +66,10 @@ pub struct GuestExit {
     pub oom_kills: Option<u64>,
     pub pids_max_events: Option<u64>,
     pub cpu_killed: bool,
+    /// A scratch file at the file-size limit (bounded guest-side scan).
+    pub fsize_hit: Option<String>,
+    /// A scratch file system ran out of space or inodes.
+    pub disk_full: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
