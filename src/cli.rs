@@ -41,7 +41,7 @@ pub enum Command {
     /// Measure the workbench's frame times and memory under an output flood.
     #[command(hide = true)]
     BenchUi(BenchUiArgs),
-    /// Get a tier ready here: images, runtimes (docker, gvisor, ...). Idempotent.
+    /// Get a tier ready on this machine: images, runtimes, guest kernels. Idempotent.
     Setup(SetupArgs),
     /// Print shell completions.
     Completions {
@@ -133,12 +133,6 @@ pub struct RunArgs {
 pub struct DoctorArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-}
-
-#[derive(Debug, Args)]
-pub struct SetupArgs {
-    /// What to set up: docker, gvisor, ...
-    pub target: String,
 }
 
 #[derive(Debug, Args)]
@@ -242,4 +236,13 @@ fn parse_wxh(s: &str) -> Result<(u16, u16), String> {
             .ok_or_else(|| format!("invalid size '{s}': expected WIDTHxHEIGHT, e.g. 120x40"))
     };
     Ok((p(w)?, p(h)?))
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// What to set up: docker, gvisor, microvm.
+    pub target: String,
+    /// Rebuild everything, also what is up to date.
+    #[arg(long)]
+    pub force: bool,
 }

@@ -19,6 +19,7 @@ pub struct Config {
     pub samples_dir: Option<PathBuf>,
     pub e2b: E2bConfig,
     pub agent: AgentConfig,
+    pub microvm: MicrovmConfig,
 }
 
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
@@ -55,19 +56,63 @@ impl Default for AgentConfig {
     }
 }
 
+/// `[microvm]`: the QEMU microVM tier.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MicrovmConfig {
+    /// Guest kernel; default: the newest /boot/vmlinuz-*.
+    pub kernel: Option<PathBuf>,
+    /// Modules matching the kernel; default: /lib/modules/<kernel version>.
+    pub modules_dir: Option<PathBuf>,
+    /// The QEMU binary.
+    pub qemu: String,
+    /// "auto" (KVM when a probe guest boots, else TCG), "kvm" or "tcg".
+    pub accel: String,
+    /// Pre-booted, single-use guests kept ready in a long-lived sandbench.
+    pub pool_size: usize,
+    /// Guest memory on top of the run's memory limit (kernel, agent, page cache).
+    pub overhead_bytes: u64,
+    /// Try starting runs from a saved snapshot of a booted guest.
+    pub snapshot: bool,
+    /// Debian mirror for the root disk; default: the host's apt sources'
+    /// Debian mirror, else http://deb.debian.org/debian.
+    pub mirror: Option<String>,
+    /// Debian suite for the root disk.
+    pub suite: String,
+}
+
+impl Default for MicrovmConfig {
+    fn default() -> Self {
+        MicrovmConfig {
+            kernel: None,
+            modules_dir: None,
+            qemu: "qemu-system-x86_64".into(),
+            accel: "auto".into(),
+            pool_size: 2,
+            overhead_bytes: 192 << 20,
+            snapshot: true,
+            mirror: None,
+            suite: "bookworm".into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ProcessConfig {
     /// uid/gid the program runs as when sandbench runs as root.
     pub uid: u32,
     pub gid: u32,
+    /// Keep one sandbox helper started ahead of the next run (a warm start:
+    /// its cgroup is joined already). Single use; off for one-shot `run`.
+    pub spare: bool,
 }
 
 impl Default for ProcessConfig {
     fn default() -> Self {
         // nobody/nogroup: owns no files, so a program that gets out of its
         // mount namespace still cannot write anything of the host's.
-        ProcessConfig { uid: 65534, gid: 65534 }
+        ProcessConfig { uid: 65534, gid: 65534, spare: true }
     }
 }
 
@@ -112,6 +157,7 @@ impl Default for Config {
             e2b: E2bConfig::default(),
             agent: AgentConfig::default(),
             samples_dir: None,
+            microvm: MicrovmConfig::default(),
         }
     }
 }

@@ -257,7 +257,7 @@ fn warm_pool_on(tier: &str) {
         config.docker.pool_size = 1;
         let t = Arc::new(if tier == "gvisor" { DockerTier::gvisor(&config) } else { DockerTier::docker(&config) });
         let limits = Limits::default();
-        assert_eq!(t.prewarm(&limits).await.unwrap(), 1);
+        assert_eq!(t.prewarm_for(&limits).await.unwrap(), 1);
         let mut spec = RunSpec::new(Language::Python, "import sys\nprint(sys.argv[0], __name__)\n");
         spec.env.insert("W".into(), "1".into());
         let r = sandbench::runner::run(t.clone(), spec).await;

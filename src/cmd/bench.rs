@@ -125,13 +125,28 @@ fn which(cmd: &str) -> Option<String> {
 /// Contenders and targets for a tier: (contenders, [(what, against, target p50 ratio)], skipped).
 type Plan = (Vec<Contender>, Vec<(String, String, Option<f64>)>, Vec<String>);
 
-fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
+fn c0_tier(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
+    tier::by_name(name, config).map_err(|e| usage(e.to_string()))
+}
+
+async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
     let tier = tier::by_name(tier_name, config).map_err(|e| usage(e.to_string()))?;
     let mut skipped = vec![];
     let mut c = vec![Contender::Tier { name: format!("sandbench {tier_name}"), tier }];
     let mut targets = vec![];
     match tier_name {
         "process" => {
+            // Cold: every run builds its sandbox from nothing (no spare
+            // helper). The first contender, with spares, is the warm path.
+            let mut cold_cfg = config.clone();
+            cold_cfg.process.spare = false;
+            c[0] = Contender::Tier { name: "sandbench process (warm)".into(), tier: c0_tier(tier_name, config)? };
+            c.insert(
+                0,
+                Contender::Tier { name: "sandbench process (cold)".into(), tier: c0_tier(tier_name, &cold_cfg)? },
+            );
+            let cold = "sandbench process (cold)".to_string();
+            let warm = "sandbench process (warm)".to_string();
             // The same interpreter the sandbox uses, started the plain way.
             let py = ["/usr/local/bin/python3", "/usr/bin/python3"]
                 .into_iter()
@@ -142,7 +157,8 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
                 name: "bare python3".into(),
                 argv: vec![py.clone(), "-c".into(), "print(1)".into()],
             });
-            targets.push((format!("sandbench {tier_name}"), "bare python3".into(), Some(1.3)));
+            targets.push((cold.clone(), "bare python3".into(), Some(1.3)));
+            targets.push((warm.clone(), "bare python3".into(), None));
             match which("bwrap") {
                 Some(bwrap) => {
                     c.push(Contender::Command {
@@ -165,7 +181,8 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
                         .map(String::from)
                         .to_vec(),
                     });
-                    targets.push((format!("sandbench {tier_name}"), "bwrap --unshare-all".into(), Some(1.0)));
+                    targets.push((cold, "bwrap --unshare-all".into(), Some(1.0)));
+                    targets.push((warm, "bwrap --unshare-all".into(), None));
                 }
                 None => skipped.push("bwrap is not installed (apt-get install bubblewrap)".into()),
             }
@@ -182,16 +199,64 @@ fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
             c.push(Contender::Tier { name: "sandbench process".into(), tier: local });
             targets.push((format!("sandbench {tier_name}"), "sandbench process".into(), None));
         }
+        "microvm" => microvm_plan(config, &mut c, &mut targets, &mut skipped).await?,
         other => anyhow::bail!("no benchmark is defined for the {other} tier yet"),
     }
     Ok((c, targets, skipped))
+}
+
+/// The microVM tier: cold boots against a plain QEMU boot of the same
+/// kernel, initramfs and disk running print(1) (benches/microvm-plain-boot.sh),
+/// snapshot restores, and warm (pooled) guests.
+async fn microvm_plan(
+    config: &Config,
+    c: &mut Vec<Contender>,
+    targets: &mut Vec<(String, String, Option<f64>)>,
+    skipped: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    use crate::tier::microvm::{self, MicrovmTier, Policy};
+    const SCRIPT: &str = include_str!("../../benches/microvm-plain-boot.sh");
+    let p = microvm::artefacts::paths();
+    let accel = microvm::accel::choose(&config.microvm, &p).await.accel;
+    let cold = MicrovmTier::with_policy(config, Policy::Cold);
+    let shape = cold.shape(&config.limits, accel);
+    // The runner's contender is the Auto tier; make it the cold one by name.
+    c.clear();
+    c.push(Contender::Tier { name: "microvm cold".into(), tier: Arc::new(cold) });
+    c.push(Contender::Command {
+        name: "plain qemu boot".into(),
+        argv: ["sh", "-c", SCRIPT, "microvm-plain-boot.sh"]
+            .map(String::from)
+            .into_iter()
+            .chain([p.dir.to_string_lossy().into_owned(), accel.name().into(), shape.mem_mib.to_string()])
+            .collect(),
+    });
+    targets.push(("microvm cold".into(), "plain qemu boot".into(), Some(1.1)));
+    if microvm::snapshot::load(&config.microvm, &p, shape).is_some() {
+        c.push(Contender::Tier {
+            name: "microvm snapshot".into(),
+            tier: Arc::new(MicrovmTier::with_policy(config, Policy::Snapshot)),
+        });
+        targets.push(("microvm snapshot".into(), "microvm cold".into(), None));
+    } else {
+        skipped.push("snapshot restore: no snapshot for the default limits (sandbench setup microvm saves one)".into());
+    }
+    let warm = MicrovmTier::with_policy(config, Policy::Auto);
+    match warm.prewarm().await {
+        Ok(_) => {
+            c.push(Contender::Tier { name: "microvm warm".into(), tier: Arc::new(warm) });
+            targets.push(("microvm warm".into(), "microvm cold".into(), Some(0.1)));
+        }
+        Err(e) => skipped.push(format!("warm pool: {e:#}")),
+    }
+    Ok(())
 }
 
 pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     if args.runs == 0 {
         return Err(usage("--runs must be at least 1"));
     }
-    let (contenders, targets, skipped) = plan(&args.tier, config)?;
+    let (contenders, targets, skipped) = plan(&args.tier, config).await?;
     let mut samples: Vec<Vec<f64>> = vec![vec![]; contenders.len()];
     // One warm-up each (page cache, first cgroup), then interleaved rounds so
     // that machine noise hits every contender alike.

@@ -35,6 +35,11 @@ pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
             anyhow::bail!("the {n} tier is not available: {why} (run `sandbench doctor`)");
         }
     }
+    // Hostile cells run one after the other: pools fill meanwhile.
+    for t in &tiers {
+        let t = t.clone();
+        tokio::spawn(async move { t.prewarm().await });
+    }
     if tiers.is_empty() {
         anyhow::bail!("no selected tier is available here (run `sandbench doctor`)");
     }

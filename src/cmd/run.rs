@@ -52,7 +52,10 @@ fn display(path: &Path) -> String {
 
 pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let tier_name = args.tier.clone().unwrap_or_else(|| config.default_tier.clone());
-    let tier = tier::by_name(&tier_name, config).map_err(|e| usage(e.to_string()))?;
+    // One run and out: a spare sandbox for a next run would only be torn down.
+    let mut one_shot = config.clone();
+    one_shot.process.spare = false;
+    let tier = tier::by_name(&tier_name, &one_shot).map_err(|e| usage(e.to_string()))?;
     let mut spec = load_spec(&args.file, args.lang, config)?;
     spec.limits = args.limits.apply(spec.limits);
     spec.env.extend(args.env.iter().cloned());

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::report::{Outcome, RunReport};
 use crate::samples::Sample;
@@ -101,6 +102,13 @@ pub fn default_limits() -> Limits {
 
 /// Judge one run of `sample` on `tier`.
 pub async fn run_cell(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits) -> Cell {
+    run_cell_until(tier, sample, limits, &CancellationToken::new()).await
+}
+
+/// `run_cell`, stoppable: when `stop` fires the run is cancelled (the tier
+/// still cleans up) and the canaries are still read, so a cancelled cell is
+/// judged on what got out before the cancel.
+pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits, stop: &CancellationToken) -> Cell {
     let tier_name = tier.name().to_string();
     let secret = std::env::var(canary::SECRET_VAR).ok();
     let mut canaries = match tokio::task::spawn_blocking(move || Canaries::plant(secret)).await {
@@ -113,7 +121,19 @@ pub async fn run_cell(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits) -> 
     spec.label = sample.name.clone();
     spec.env.extend(canaries.env());
     canaries.start_probe();
-    let report = crate::runner::run(tier, spec).await;
+    let handle = crate::runner::start(tier, spec);
+    let canceller = handle.canceller();
+    let report = {
+        let report = handle.report();
+        tokio::pin!(report);
+        tokio::select! {
+            r = &mut report => r,
+            _ = stop.cancelled() => {
+                canceller.cancel();
+                report.await
+            }
+        }
+    };
     let escaped_if = sample.escaped_if.clone();
     let seen = report.clone();
     // Reading the canaries blocks (listener threads, /proc scan); the set is
@@ -155,6 +175,8 @@ fn error_cell(sample: &Sample, tier: &str, why: String) -> Cell {
 pub fn judge(sample: &Sample, tier: &str, report: RunReport, findings: Findings) -> Cell {
     let verdict = if !findings.escapes.is_empty() {
         Verdict::Escaped { what: findings.escapes.clone() }
+    } else if report.outcome == Outcome::Cancelled {
+        Verdict::Error { why: "cancelled before the end".into() }
     } else if report.outcome == Outcome::Error {
         Verdict::Error { why: report.error.clone().unwrap_or_else(|| "unknown".into()) }
     } else if !sample.is_hostile() && report.outcome == Outcome::Ok {
@@ -198,16 +220,34 @@ pub async fn run(
     repeat: usize,
     events: Option<mpsc::Sender<GauntletEvent>>,
 ) -> Matrix {
+    run_until(tiers, skipped_tiers, samples, limits, repeat, events, CancellationToken::new()).await
+}
+
+/// `run`, stoppable (the workbench's cancel): when `stop` fires, the cell in
+/// progress is cancelled and judged (see `run_cell_until`), no further cell
+/// starts, and `Finished` carries the cells done so far.
+pub async fn run_until(
+    tiers: Vec<Arc<dyn Tier>>,
+    skipped_tiers: Vec<(String, String)>,
+    samples: Vec<Sample>,
+    limits: Limits,
+    repeat: usize,
+    events: Option<mpsc::Sender<GauntletEvent>>,
+    stop: CancellationToken,
+) -> Matrix {
     let mut cells = vec![];
     let mut latency_samples: std::collections::BTreeMap<(String, String), Vec<f64>> = Default::default();
-    for s in &samples {
+    'all: for s in &samples {
         for t in &tiers {
             let n = if s.is_hostile() { 1 } else { repeat.max(1) };
             for i in 0..n {
+                if stop.is_cancelled() {
+                    break 'all;
+                }
                 if let Some(tx) = &events {
                     let _ = tx.send(GauntletEvent::CellStarted { sample: s.name.clone(), tier: t.name().into() }).await;
                 }
-                let cell = run_cell(t.clone(), s, &limits).await;
+                let cell = run_cell_until(t.clone(), s, &limits, &stop).await;
                 if !s.is_hostile() && cell.verdict == Verdict::Ran {
                     latency_samples.entry((t.name().to_string(), cell.start.clone())).or_default().push(cell.total_ms);
                 }

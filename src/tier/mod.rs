@@ -16,12 +16,13 @@ use crate::spec::RunSpec;
 
 pub mod docker;
 pub mod e2b;
+pub mod microvm;
 pub mod process;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Every tier sandbench knows, in order of isolation strength.
-pub const KNOWN: &[&str] = &["process", "docker", "gvisor", "e2b"];
+pub const KNOWN: &[&str] = &["process", "docker", "gvisor", "microvm", "e2b"];
 
 /// What a run needs from the runner: a clock, a place to send events and a
 /// token that says "stop now" (cancel, wall timeout, output limit).
@@ -98,6 +99,11 @@ pub trait Tier: Send + Sync {
     /// Run one program. Must return only once every process, container, VM
     /// and temp file of the run is gone, also when `ctx.stop` fires.
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;
+    /// Get later runs a warm start (fill a pool), for long-lived front ends
+    /// (workbench, gauntlet). The default has nothing to warm.
+    fn prewarm(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Build the named tier.
@@ -107,6 +113,7 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
         "docker" => Ok(Arc::new(docker::DockerTier::docker(config))),
         "gvisor" => Ok(Arc::new(docker::DockerTier::gvisor(config))),
         "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
+        "microvm" => Ok(Arc::new(microvm::MicrovmTier::new(config))),
         other => anyhow::bail!("unknown tier '{other}' (known: {})", KNOWN.join(", ")),
     }
 }
@@ -151,6 +158,7 @@ pub async fn probe_selected(
 pub async fn reap_leftovers() {
     process::reap_leftovers();
     docker::reap_leftovers().await;
+    microvm::reap_leftovers();
 }
 
 /// Clean up what this process still holds, before it exits (remote
@@ -158,4 +166,5 @@ pub async fn reap_leftovers() {
 pub async fn shutdown() {
     e2b::kill_live().await;
     docker::shutdown().await;
+    microvm::MicrovmTier::drain_pool().await;
 }

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use ratatui::crossterm::event::{KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::Rect;
 
+use super::agent_view::AgentView;
 use super::editor::Editor;
+use super::gauntlet_view::{GState, GauntletView};
 use super::highlight::{Highlighter, SyntaxAssets};
 use super::keymap::{self, Action, Ctx};
 use super::run_view::RunView;
@@ -38,6 +40,15 @@ pub enum Msg {
     },
     Probed(Availability),
     Assets(Arc<SyntaxAssets>),
+    /// An event of the gauntlet with this id.
+    Gauntlet(u64, crate::gauntlet::GauntletEvent),
+    /// A finished cell of the gauntlet with this id, its output already cut
+    /// to bounded heads off the UI thread (the event loop's form of `CellDone`).
+    GauntletCell(u64, Box<super::gauntlet_view::CellView>),
+    /// The gauntlet with this id ended without its `Finished` (the engine failed).
+    GauntletFailed(u64, String),
+    /// An event of the agent session with this id.
+    Agent(u64, crate::agent::TranscriptEvent),
     /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
     Terminate,
 }
@@ -51,8 +62,28 @@ impl std::fmt::Debug for SyntaxAssets {
 /// What the app asks the event loop to do.
 #[derive(Debug, Clone)]
 pub enum Effect {
-    Start { id: u64, tier: String, spec: RunSpec },
+    Start {
+        id: u64,
+        tier: String,
+        spec: RunSpec,
+    },
+    /// Cancel the run, gauntlet or agent session with this id.
     Cancel(u64),
+    /// Run the gauntlet: `samples` on `tiers` (ready ones), one cell at a time.
+    Gauntlet {
+        id: u64,
+        tiers: Vec<String>,
+        skipped: Vec<(String, String)>,
+        samples: Vec<Sample>,
+        limits: Limits,
+    },
+    /// Start an agent session on `tier` with `limits`.
+    Agent {
+        id: u64,
+        tier: String,
+        limits: Limits,
+        task: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +103,8 @@ pub enum Focus {
 pub enum View {
     Single,
     Compare,
+    Gauntlet,
+    Agent,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +224,9 @@ pub enum Overlay {
 pub struct Areas {
     pub editor: Rect,
     pub output: Rect,
+    /// Rows of the gauntlet matrix and of the details pane / the agent transcript.
+    pub list_rows: u16,
+    pub detail_rows: u16,
 }
 
 pub struct App {
@@ -232,6 +268,12 @@ pub struct App {
     /// Output search: the query, and the absolute line of the current match.
     pub search: Option<String>,
     pub found: Option<u64>,
+    /// The last (or running) gauntlet.
+    pub gauntlet: Option<GauntletView>,
+    pub agent: AgentView,
+    /// ANTHROPIC_API_KEY is in sandbench's environment (read at start: the
+    /// agent needs it; the gauntlet's secret-env canary looks for it).
+    pub api_key_set: bool,
 }
 
 impl App {
@@ -270,6 +312,9 @@ impl App {
             live_clock: true,
             search: None,
             found: None,
+            gauntlet: None,
+            agent: AgentView::new(),
+            api_key_set: std::env::var(crate::gauntlet::canary::SECRET_VAR).is_ok_and(|k| !k.trim().is_empty()),
         }
     }
 
@@ -306,9 +351,25 @@ impl App {
         self.runs.values().filter(|r| !r.finished()).map(|r| r.id).collect()
     }
 
+    /// A run, a gauntlet or an agent session is going.
+    pub fn busy(&self) -> bool {
+        !self.active_runs().is_empty() || self.gauntlet.as_ref().is_some_and(|g| g.active()) || self.agent.running
+    }
+
+    /// What is going, for "F8 cancels it" messages.
+    fn busy_with(&self) -> &'static str {
+        if self.gauntlet.as_ref().is_some_and(|g| g.active()) {
+            "a gauntlet is going"
+        } else if self.agent.running {
+            "an agent session is going"
+        } else {
+            "a run is going"
+        }
+    }
+
     /// The loop may stop: quit was asked for and nothing runs any more.
     pub fn should_exit(&self) -> bool {
-        self.quitting && self.active_runs().is_empty()
+        self.quitting && !self.busy()
     }
 
     pub fn take_effects(&mut self) -> Vec<Effect> {
@@ -328,6 +389,8 @@ impl App {
             Some(Overlay::Limits(_)) => Ctx::Limits,
             Some(Overlay::SaveAs { .. } | Overlay::Search { .. }) => Ctx::Prompt,
             None if self.view == View::Compare => Ctx::Compare,
+            None if self.view == View::Gauntlet => Ctx::Gauntlet,
+            None if self.view == View::Agent => Ctx::Agent,
             None if self.focus == Focus::Output => Ctx::Output,
             None => Ctx::Editor,
         };
@@ -355,6 +418,66 @@ impl App {
                 self.assets = Some(a);
             }
             Msg::Terminate => self.quit(true),
+            Msg::Gauntlet(id, ev) => self.on_gauntlet_event(id, ev),
+            Msg::GauntletCell(id, cv) => {
+                if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id) {
+                    g.apply_cell(cv);
+                }
+            }
+            Msg::GauntletFailed(id, why) => {
+                if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id && g.active()) {
+                    g.fail(why.clone());
+                    self.say(Level::Error, format!("the gauntlet failed: {why}"));
+                }
+            }
+            Msg::Agent(id, ev) => {
+                if self.agent.id == Some(id) {
+                    let end = match &ev {
+                        crate::agent::TranscriptEvent::Finished { reason, turns, error, .. } => {
+                            Some((*reason, *turns, error.clone()))
+                        }
+                        _ => None,
+                    };
+                    self.agent.apply(ev);
+                    if let Some((reason, turns, error)) = end {
+                        use crate::agent::EndReason;
+                        match reason {
+                            EndReason::FinalAnswer => {
+                                self.say(Level::Info, format!("agent: final answer after {turns} turn(s)"))
+                            }
+                            EndReason::TurnLimit => {
+                                self.say(Level::Warn, format!("agent: turn limit ({turns}) reached"))
+                            }
+                            EndReason::Cancelled => self.say(Level::Info, "agent session cancelled"),
+                            EndReason::Error => self.say(
+                                Level::Error,
+                                format!(
+                                    "agent: {}",
+                                    crate::sanitize::visible_controls(error.unwrap_or_default().as_bytes())
+                                ),
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_gauntlet_event(&mut self, id: u64, ev: crate::gauntlet::GauntletEvent) {
+        let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id) else {
+            return;
+        };
+        let finished = matches!(ev, crate::gauntlet::GauntletEvent::Finished(_));
+        g.apply(ev);
+        if finished {
+            let (done, total, bad) = (g.done(), g.total(), g.live_mismatches());
+            let cancelled = g.state == GState::Cancelled;
+            let msg = format!(
+                "gauntlet {}: {done}/{total} cells, {}",
+                if cancelled { "cancelled" } else { "finished" },
+                if bad == 0 { "all as declared".to_string() } else { format!("{bad} differ from what they declare") }
+            );
+            self.say(if bad == 0 { Level::Info } else { Level::Warn }, msg);
         }
     }
 
@@ -386,6 +509,9 @@ impl App {
                 input.push_str(s.lines().next().unwrap_or(""))
             }
             Some(_) => {}
+            None if self.view == View::Agent && !self.agent.running => {
+                self.agent.input.push_str(s.lines().next().unwrap_or(""))
+            }
             None if self.view == View::Single && self.focus == Focus::Editor => self.editor.insert_str(s),
             None => {}
         }
@@ -418,6 +544,8 @@ impl App {
                 Some(a) => self.global(a),
                 None => {}
             },
+            Ctx::Gauntlet => self.gauntlet_key(action),
+            Ctx::Agent => self.agent_key(action, typed),
             Ctx::Output => self.output_key(action),
             Ctx::Editor | Ctx::Global => match (action, typed) {
                 (Some(a), _) => self.editor_key(a),
@@ -434,6 +562,11 @@ impl App {
             Action::Run => self.run(),
             Action::Compare => self.compare(),
             Action::Cancel if !self.cancel_all() => self.quit(false),
+            Action::Gauntlet => self.open_gauntlet(),
+            Action::Agent => {
+                self.view = View::Agent;
+                self.overlay = None;
+            }
             Action::ToggleView => {
                 self.view = match self.view {
                     View::Single if !self.compare.is_empty() => View::Compare,
@@ -441,7 +574,7 @@ impl App {
                         self.say(Level::Info, "no compare yet: F6 runs the code on every available tier");
                         View::Single
                     }
-                    View::Compare => View::Single,
+                    View::Compare | View::Gauntlet | View::Agent => View::Single,
                 }
             }
             Action::Samples => self.open_samples(),
@@ -774,13 +907,33 @@ impl App {
         }
         self.cancel_all();
         self.quitting = true;
-        if !self.active_runs().is_empty() {
+        if self.busy() {
             self.say(Level::Info, "stopping the running runs and cleaning up…");
         }
     }
 
     /// Cancel every active run. Returns whether there was one.
     pub fn cancel_all(&mut self) -> bool {
+        let mut other = false;
+        if let Some(g) = self.gauntlet.as_mut().filter(|g| g.active()) {
+            other = true;
+            if g.state == GState::Running {
+                g.state = GState::Cancelling;
+                self.effects.push(Effect::Cancel(g.id));
+                self.say(Level::Info, "cancelling the gauntlet: the cell in progress is stopped and cleaned up…");
+            }
+        }
+        if self.agent.running {
+            other = true;
+            if let (false, Some(id)) = (self.agent.cancelling, self.agent.id) {
+                self.agent.cancelling = true;
+                self.effects.push(Effect::Cancel(id));
+                self.say(Level::Info, "cancelling the agent session…");
+            }
+        }
+        if other {
+            return true;
+        }
         let active = self.active_runs();
         for id in &active {
             if let Some(r) = self.runs.get_mut(id) {
@@ -826,8 +979,8 @@ impl App {
     }
 
     pub fn run(&mut self) {
-        if !self.active_runs().is_empty() {
-            return self.say(Level::Warn, "a run is going: F8 cancels it");
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
         }
         let t = self.selected_tier().clone();
         match &t.avail {
@@ -854,15 +1007,10 @@ impl App {
     }
 
     pub fn compare(&mut self) {
-        if !self.active_runs().is_empty() {
-            return self.say(Level::Warn, "a run is going: F8 cancels it");
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
         }
-        let ready: Vec<String> = self
-            .tiers
-            .iter()
-            .filter(|t| t.avail.as_ref().is_some_and(|a| a.available))
-            .map(|t| t.name.clone())
-            .collect();
+        let ready = self.ready_tiers();
         if ready.is_empty() {
             return self
                 .say(Level::Error, "no tier is available to compare (see the tier list, or `sandbench doctor`)");
@@ -888,31 +1036,222 @@ impl App {
         );
     }
 
+    /// Names of the tiers the tier pane shows as ready.
+    pub fn ready_tiers(&self) -> Vec<String> {
+        self.tiers.iter().filter(|t| t.avail.as_ref().is_some_and(|a| a.available)).map(|t| t.name.clone()).collect()
+    }
+
+    /// The samples directory the picker uses: the first of `samples_dirs`
+    /// holding a `benign/` or `hostile/` folder.
+    pub fn samples_root(&self) -> Option<PathBuf> {
+        self.samples_dirs.iter().find(|d| ["benign", "hostile"].iter().any(|g| d.join(g).is_dir())).cloned()
+    }
+
+    fn no_samples_message(&self) -> String {
+        let dirs: Vec<String> = self.samples_dirs.iter().map(|d| d.display().to_string()).collect();
+        format!("no samples/benign or samples/hostile found in: {}", dirs.join(", "))
+    }
+
     fn open_samples(&mut self) {
         let mut items = vec![];
         let mut problems = vec![];
-        let mut found_dir = false;
-        for dir in &self.samples_dirs {
-            for group in ["benign", "hostile"] {
-                let d = dir.join(group);
-                if !d.is_dir() {
-                    continue;
-                }
-                found_dir = true;
-                match samples::load_dir(&d) {
-                    Ok(v) => items.extend(v.into_iter().map(|s| (group.to_string(), s))),
-                    Err(e) => problems.push(format!("{e:#}")),
+        match self.samples_root() {
+            Some(dir) => {
+                for group in ["benign", "hostile"] {
+                    let d = dir.join(group);
+                    if !d.is_dir() {
+                        continue;
+                    }
+                    match samples::load_dir(&d) {
+                        Ok(v) => items.extend(v.into_iter().map(|s| (group.to_string(), s))),
+                        Err(e) => problems.push(format!("{e:#}")),
+                    }
                 }
             }
-            if found_dir {
-                break;
-            }
-        }
-        if !found_dir {
-            let dirs: Vec<String> = self.samples_dirs.iter().map(|d| d.display().to_string()).collect();
-            problems.push(format!("no samples/benign or samples/hostile found in: {}", dirs.join(", ")));
+            None => problems.push(self.no_samples_message()),
         }
         self.overlay = Some(Overlay::Samples(SamplesPicker { items, selected: 0, problems }));
+    }
+
+    /// F9: show the gauntlet view; the first time, start a gauntlet.
+    fn open_gauntlet(&mut self) {
+        self.overlay = None;
+        self.view = View::Gauntlet;
+        if self.gauntlet.is_none() {
+            self.start_gauntlet();
+        }
+    }
+
+    /// Every sample of the picker's directory on every ready tier.
+    pub fn start_gauntlet(&mut self) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        let probing: Vec<String> = self.tiers.iter().filter(|t| t.avail.is_none()).map(|t| t.name.clone()).collect();
+        let ready = self.ready_tiers();
+        if ready.is_empty() {
+            return if probing.is_empty() {
+                self.say(
+                    Level::Error,
+                    "no tier is available for the gauntlet (see the tier list, or `sandbench doctor`)",
+                )
+            } else {
+                self.say(Level::Warn, "the tiers are still being probed; press r in a moment")
+            };
+        }
+        let Some(dir) = self.samples_root() else {
+            let m = self.no_samples_message();
+            return self.say(Level::Error, m);
+        };
+        let samples = match samples::load_dir(&dir) {
+            Ok(v) if v.is_empty() => return self.say(Level::Error, format!("no samples in {}", dir.display())),
+            Ok(v) => v,
+            Err(e) => return self.say(Level::Error, format!("{e:#}")),
+        };
+        let skipped: Vec<(String, String)> = self
+            .tiers
+            .iter()
+            .filter(|t| !ready.contains(&t.name))
+            .map(|t| {
+                let why = match &t.avail {
+                    None => "still being probed".to_string(),
+                    Some(a) => a.summary.clone(),
+                };
+                (t.name.clone(), why)
+            })
+            .collect();
+        let id = self.next_id;
+        self.next_id += 1;
+        let limits = crate::gauntlet::default_limits();
+        let mut g = GauntletView::new(id, ready.clone(), skipped.clone(), &samples, limits.clone(), self.api_key_set);
+        // Keep the selection where it was on a rerun.
+        if let Some(old) = &self.gauntlet {
+            g.sel = (old.sel.0.min(g.rows.len().saturating_sub(1)), old.sel.1.min(g.tiers.len().saturating_sub(1)));
+        }
+        let n = samples.len() * ready.len();
+        self.gauntlet = Some(g);
+        self.view = View::Gauntlet;
+        self.effects.push(Effect::Gauntlet { id, tiers: ready.clone(), skipped, samples, limits });
+        self.say(
+            Level::Info,
+            format!("gauntlet: {n} cells ({} on {}), one at a time…", dir.display(), ready.join(", ")),
+        );
+    }
+
+    fn gauntlet_rows(&self) -> usize {
+        self.areas.list_rows.max(1) as usize
+    }
+
+    fn gauntlet_key(&mut self, action: Option<Action>) {
+        let page = self.gauntlet_rows() as isize;
+        let detail_page = self.areas.detail_rows.max(1) as usize;
+        let Some(g) = self.gauntlet.as_mut() else {
+            match action {
+                Some(Action::Close) => self.view = View::Single,
+                Some(Action::Rerun) => self.start_gauntlet(),
+                Some(a) => self.global(a),
+                None => {}
+            }
+            return;
+        };
+        match action {
+            Some(Action::Up) if g.zoom => g.scroll = g.scroll.saturating_sub(1),
+            Some(Action::Down) if g.zoom => g.scroll += 1,
+            Some(Action::PageUp) if g.zoom => g.scroll = g.scroll.saturating_sub(detail_page),
+            Some(Action::PageDown) if g.zoom => g.scroll += detail_page,
+            Some(Action::Up) => g.move_sel(-1, 0),
+            Some(Action::Down) => g.move_sel(1, 0),
+            Some(Action::Left) => g.move_sel(0, -1),
+            Some(Action::Right) => g.move_sel(0, 1),
+            Some(Action::PageUp) => g.move_sel(-page, 0),
+            Some(Action::PageDown) => g.move_sel(page, 0),
+            Some(Action::Accept) => {
+                g.zoom = !g.zoom;
+                g.scroll = 0;
+            }
+            Some(Action::Close) if g.zoom => g.zoom = false,
+            Some(Action::Close) => self.view = View::Single,
+            Some(Action::Rerun) => self.start_gauntlet(),
+            Some(a) => self.global(a),
+            None => {}
+        }
+    }
+
+    fn agent_rows(&self) -> usize {
+        self.areas.detail_rows.max(1) as usize
+    }
+
+    /// First transcript line shown.
+    pub fn agent_top(&self) -> usize {
+        let max_top = self.agent.lines.len().saturating_sub(self.agent_rows());
+        if self.agent.follow {
+            max_top
+        } else {
+            self.agent.top.min(max_top)
+        }
+    }
+
+    fn agent_key(&mut self, action: Option<Action>, typed: Option<char>) {
+        let rows = self.agent_rows();
+        let top = self.agent_top();
+        let max_top = self.agent.lines.len().saturating_sub(rows);
+        let scroll_to = |app: &mut App, t: usize| {
+            app.agent.top = t.min(max_top);
+            app.agent.follow = app.agent.top >= max_top;
+        };
+        match (action, typed) {
+            (Some(Action::Accept), _) => self.start_agent(),
+            (Some(Action::Backspace), _) => {
+                self.agent.input.pop();
+            }
+            (Some(Action::Up), _) => scroll_to(self, top.saturating_sub(1)),
+            (Some(Action::Down), _) => scroll_to(self, top + 1),
+            (Some(Action::PageUp), _) => scroll_to(self, top.saturating_sub(rows)),
+            (Some(Action::PageDown), _) => scroll_to(self, top + rows),
+            (Some(Action::Top), _) => scroll_to(self, 0),
+            (Some(Action::Bottom), _) => self.agent.follow = true,
+            (Some(Action::Close), _) => self.view = View::Single,
+            (Some(a), _) => self.global(a),
+            (None, Some(c)) if !self.agent.running => {
+                if self.agent.input.chars().count() < 2000 {
+                    self.agent.input.push(c);
+                }
+            }
+            (None, Some(_)) => self.say(Level::Info, "the agent is working: F8 cancels it"),
+            (None, None) => {}
+        }
+    }
+
+    /// Start an agent session on the selected tier with the current limits.
+    pub fn start_agent(&mut self) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        let task = self.agent.input.trim().to_string();
+        if task.is_empty() {
+            return self.say(Level::Warn, "type a task for the model first, then Enter");
+        }
+        if !self.api_key_set {
+            let m = "ANTHROPIC_API_KEY is not set: export it before starting sandbench to use the agent";
+            self.agent.id = None;
+            self.agent.lines.clear();
+            self.agent.refuse(m);
+            return self.say(Level::Error, m);
+        }
+        let t = self.selected_tier().clone();
+        match &t.avail {
+            None => return self.say(Level::Warn, format!("{} is still being probed; try again in a moment", t.name)),
+            Some(a) if !a.available => {
+                return self
+                    .say(Level::Error, format!("{} is unavailable: {} (F4 selects another tier)", t.name, a.summary))
+            }
+            Some(_) => {}
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.agent.begin(id, &t.name);
+        self.effects.push(Effect::Agent { id, tier: t.name.clone(), limits: self.limits.clone(), task });
+        self.say(Level::Info, format!("agent: working on {}…", t.name));
     }
 
     pub fn load_sample(&mut self, s: &Sample) {

@@ -55,16 +55,26 @@ impl Engine {
         for name in names {
             let (name, config, tx) = (name.clone(), self.config.clone(), self.ctl_tx.clone());
             tokio::spawn(async move {
-                let avail = match tier::by_name(&name, &config) {
-                    Ok(t) => t.probe().await,
-                    Err(e) => tier::Availability {
-                        tier: name.clone(),
-                        available: false,
-                        summary: format!("{e:#}"),
-                        checks: vec![],
-                    },
+                let t = match tier::by_name(&name, &config) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let avail = tier::Availability {
+                            tier: name.clone(),
+                            available: false,
+                            summary: format!("{e:#}"),
+                            checks: vec![],
+                        };
+                        let _ = tx.send(Msg::Probed(avail));
+                        return;
+                    }
                 };
+                let avail = t.probe().await;
+                let ready = avail.available;
                 let _ = tx.send(Msg::Probed(avail));
+                // An interactive session runs again and again: warm the tier.
+                if ready {
+                    t.prewarm().await;
+                }
             });
         }
     }
@@ -104,6 +114,105 @@ impl Engine {
                 if let Some(c) = self.cancels.get(&id) {
                     c.cancel();
                 }
+            }
+            Effect::Gauntlet { id, tiers: names, mut skipped, samples, limits } => {
+                tracing::info!(id, tiers = ?names, samples = samples.len(), "tui gauntlet start");
+                let mut tiers = vec![];
+                for name in names {
+                    match tier::by_name(&name, &self.config) {
+                        Ok(t) => tiers.push(t),
+                        Err(e) => skipped.push((name, format!("{e:#}"))),
+                    }
+                }
+                let stop = CancellationToken::new();
+                self.cancels.insert(id, stop.clone());
+                // The secret canary's value, to keep it off the screen.
+                let secret = std::env::var(crate::gauntlet::canary::SECRET_VAR).ok().filter(|s| !s.is_empty());
+                let (gtx, mut grx) = mpsc::channel(16);
+                let task = tokio::spawn(crate::gauntlet::run_until(
+                    tiers,
+                    skipped,
+                    samples,
+                    limits,
+                    1,
+                    Some(gtx),
+                    stop.clone(),
+                ));
+                let tx = self.run_tx.clone();
+                tokio::spawn(async move {
+                    let mut finished = false;
+                    while let Some(mut ev) = grx.recv().await {
+                        // The view has every cell from CellDone already: the
+                        // matrix's copies (full reports) are not sent again.
+                        if let crate::gauntlet::GauntletEvent::Finished(m) = &mut ev {
+                            m.cells.clear();
+                        }
+                        if let Some(s) = &secret {
+                            super::gauntlet_view::redact_secret(&mut ev, s);
+                        }
+                        finished |= matches!(ev, crate::gauntlet::GauntletEvent::Finished(_));
+                        let msg = match ev {
+                            // Cut the output to bounded, sanitized heads here, not on the UI thread.
+                            crate::gauntlet::GauntletEvent::CellDone(c) => {
+                                Msg::GauntletCell(id, Box::new(super::gauntlet_view::CellView::new(*c)))
+                            }
+                            ev => Msg::Gauntlet(id, ev),
+                        };
+                        if tx.send(msg).await.is_err() {
+                            // The UI is gone: stop after the cell in progress is cleaned up.
+                            stop.cancel();
+                        }
+                    }
+                    let why = match task.await {
+                        Err(e) => Some(format!("the gauntlet task failed: {e}")),
+                        Ok(_) if !finished => Some("the gauntlet ended without its matrix".to_string()),
+                        Ok(_) => None,
+                    };
+                    if let Some(why) = why {
+                        tracing::error!(id, "{why}");
+                        let _ = tx.send(Msg::GauntletFailed(id, why)).await;
+                    }
+                });
+            }
+            Effect::Agent { id, tier: name, limits, task } => {
+                tracing::info!(id, tier = %name, "tui agent start");
+                let refuse = move |why: String| {
+                    Msg::Agent(
+                        id,
+                        crate::agent::TranscriptEvent::Finished {
+                            reason: crate::agent::EndReason::Error,
+                            turns: 0,
+                            answer: None,
+                            error: Some(why),
+                        },
+                    )
+                };
+                let opts = tier::by_name(&name, &self.config)
+                    .and_then(|t| crate::agent::AgentOptions::from_env(t, limits, &self.config.agent));
+                let opts = match opts {
+                    Ok(o) => o,
+                    Err(e) => {
+                        let _ = self.ctl_tx.send(refuse(format!("{e:#}")));
+                        return;
+                    }
+                };
+                let mut handle = crate::agent::start(opts, task);
+                self.cancels.insert(id, handle.canceller());
+                let tx = self.run_tx.clone();
+                tokio::spawn(async move {
+                    let mut finished = false;
+                    while let Some(ev) = handle.events.recv().await {
+                        finished |= matches!(ev, crate::agent::TranscriptEvent::Finished { .. });
+                        if tx.send(Msg::Agent(id, ev)).await.is_err() {
+                            handle.cancel();
+                        }
+                    }
+                    let t = handle.finish().await;
+                    if !finished {
+                        let why = t.error.unwrap_or_else(|| "the agent loop ended without finishing".into());
+                        let _ = tx.send(refuse(why)).await;
+                    }
+                });
             }
         }
     }
@@ -192,7 +301,7 @@ impl<B: Backend> Loop<'_, B> {
         }
     }
 
-    async fn run(&mut self, stop_when: impl Fn(&App) -> bool) -> anyhow::Result<()> {
+    async fn run(&mut self, mut stop_when: impl FnMut(&mut App) -> bool) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(FRAME);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut quit_since: Option<Instant> = None;
@@ -225,7 +334,7 @@ impl<B: Backend> Loop<'_, B> {
                     let size = self.terminal.size().map_err(|e| anyhow::anyhow!("terminal size: {e}"))?;
                     self.app.prepare(Rect::new(0, 0, size.width, size.height), HIGHLIGHT_BUDGET);
                     // Live runs tick their clocks even without events.
-                    if self.app.dirty || !self.app.active_runs().is_empty() {
+                    if self.app.dirty || self.app.busy() {
                         self.terminal.draw(|f| widgets::draw(self.app, f)).map_err(|e| anyhow::anyhow!("drawing failed: {e}"))?;
                         self.app.dirty = false;
                         self.stats.draws += 1;
@@ -234,7 +343,7 @@ impl<B: Backend> Loop<'_, B> {
                         }
                     }
                     self.stats.frames.push(t0.elapsed());
-                    if self.app.should_exit() || stop_when(self.app) {
+                    if self.app.should_exit() || stop_when(&mut *self.app) {
                         break;
                     }
                     if self.app.quitting {
@@ -256,13 +365,13 @@ impl<B: Backend> Loop<'_, B> {
     /// Whatever ended the loop (quit, a terminal error), runs still going are
     /// cancelled and waited for, so that nothing of theirs is left behind.
     async fn shutdown(&mut self) {
-        if self.app.active_runs().is_empty() {
+        if !self.app.busy() {
             return;
         }
         self.app.quit(true);
         self.effects();
         let deadline = tokio::time::Instant::now() + QUIT_GRACE;
-        while !self.app.active_runs().is_empty() {
+        while self.app.busy() {
             match tokio::time::timeout_at(deadline, self.run_rx.recv()).await {
                 Ok(Some(m)) => self.app.update(m),
                 Ok(None) | Err(_) => {
@@ -284,6 +393,27 @@ fn new_loop<'a, B: Backend>(
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let engine = Engine { config: config.clone(), run_tx, ctl_tx, cancels: HashMap::new() };
     Loop { terminal, app, engine, run_rx, ctl_rx, input, stats: FrameStats::default() }
+}
+
+/// Drive `app` through the real event loop and engine (real tiers, real
+/// gauntlets) on a `TestBackend` of `width` × `height`, without keys:
+/// `step` is called once a frame and may press keys (`app.update`); the loop
+/// ends when it returns true. Whatever is still going is then cancelled and
+/// waited for, as when the workbench quits. For tests of whole flows.
+pub async fn run_headless(
+    config: &Config,
+    app: &mut App,
+    width: u16,
+    height: u16,
+    step: impl FnMut(&mut App) -> bool,
+) -> anyhow::Result<()> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (_keys, rx) = mpsc::unbounded_channel();
+    let mut lp = new_loop(&mut terminal, app, config, Input::Timed(rx));
+    lp.effects();
+    let r = lp.run(step).await;
+    lp.shutdown().await;
+    r
 }
 
 /// `sandbench [FILE] [--theme T]`: the workbench.
@@ -488,7 +618,7 @@ pub async fn bench_ui(
             });
         }
     }
-    lp.run(|app| app.active_runs().is_empty()).await?;
+    lp.run(|app: &mut App| app.active_runs().is_empty()).await?;
     let elapsed = started.elapsed();
     let run_bytes = lp.app.current_run().map(|r| r.bytes).unwrap_or(0);
     let total =

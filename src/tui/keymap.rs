@@ -16,6 +16,8 @@ pub enum Ctx {
     Samples,
     Limits,
     Prompt,
+    Gauntlet,
+    Agent,
 }
 
 impl Ctx {
@@ -29,6 +31,8 @@ impl Ctx {
             Ctx::Samples => "Samples picker",
             Ctx::Limits => "Limits form",
             Ctx::Prompt => "Save-as and search prompts",
+            Ctx::Gauntlet => "Gauntlet view",
+            Ctx::Agent => "Agent view",
         }
     }
 }
@@ -48,6 +52,9 @@ pub enum Action {
     Save,
     FocusNext,
     ThemeNext,
+    Gauntlet,
+    Agent,
+    Rerun,
     // editor
     Move(Move),
     Select(Move),
@@ -121,7 +128,9 @@ pub static BINDINGS: &[Binding] = &[
     b!(Global, K::Char('r'), CTRL, A::Run, "^R", "run (same as F5)"),
     b!(Global, K::F(6), NONE, A::Compare, "F6", "compare: run on every available tier at once", "compare"),
     b!(Global, K::F(7), NONE, A::ToggleView, "F7", "switch between the editor and the compare view", "view"),
-    b!(Global, K::F(8), NONE, A::Cancel, "F8", "cancel the running run(s)", "cancel"),
+    b!(Global, K::F(8), NONE, A::Cancel, "F8", "cancel the running run(s), gauntlet or agent", "cancel"),
+    b!(Global, K::F(9), NONE, A::Gauntlet, "F9", "gauntlet view: every sample on every ready tier, filled live", "gauntlet"),
+    b!(Global, K::F(10), NONE, A::Agent, "F10", "agent view: a model writes code, runs it on the selected tier", "agent"),
     b!(Global, K::Char('w'), CTRL, A::FocusNext, "^W", "move focus: editor ↔ output"),
     b!(Global, K::Char('s'), CTRL, A::Save, "^S", "save the code (asks for a name the first time)"),
     b!(Global, K::Char('t'), CTRL, A::ThemeNext, "^T", "next built-in theme"),
@@ -178,6 +187,26 @@ pub static BINDINGS: &[Binding] = &[
     b!(Output, K::Char('N'), NONE, A::SearchPrev, "N", "previous (older) match"),
     // Compare
     b!(Compare, K::Esc, NONE, A::Close, "Esc", "back to the editor", "back"),
+    // Gauntlet
+    b!(Gauntlet, K::Up, NONE, A::Up, "↑", "previous sample (scroll up in zoomed details)"),
+    b!(Gauntlet, K::Down, NONE, A::Down, "↓", "next sample (scroll down in zoomed details)"),
+    b!(Gauntlet, K::Left, NONE, A::Left, "←", "previous tier"),
+    b!(Gauntlet, K::Right, NONE, A::Right, "→", "next tier"),
+    b!(Gauntlet, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
+    b!(Gauntlet, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
+    b!(Gauntlet, K::Enter, NONE, A::Accept, "Enter", "zoom the selected cell's details in and out", "details"),
+    b!(Gauntlet, K::Char('r'), NONE, A::Rerun, "r", "run the gauntlet again", "rerun"),
+    b!(Gauntlet, K::Esc, NONE, A::Close, "Esc", "unzoom; else back to the editor (a gauntlet keeps going)", "back"),
+    // Agent
+    b!(Agent, K::Enter, NONE, A::Accept, "Enter", "start the agent on the typed task", "start"),
+    b!(Agent, K::Backspace, NONE, A::Backspace, "Bksp", "delete a character of the task"),
+    b!(Agent, K::Up, NONE, A::Up, "↑", "scroll the transcript up (stops following)"),
+    b!(Agent, K::Down, NONE, A::Down, "↓", "scroll the transcript down"),
+    b!(Agent, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
+    b!(Agent, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
+    b!(Agent, K::Home, NONE, A::Top, "Home", "start of the transcript"),
+    b!(Agent, K::End, NONE, A::Bottom, "End", "end of the transcript; follow again"),
+    b!(Agent, K::Esc, NONE, A::Close, "Esc", "back to the editor (a session keeps going)", "back"),
     // Help
     b!(Help, K::Esc, NONE, A::Close, "Esc", "close help", "close"),
     b!(Help, K::F(1), NONE, A::Close, "F1", "close help"),
@@ -243,8 +272,18 @@ pub fn bar(ctxs: &[Ctx]) -> Vec<(&'static str, &'static str)> {
 
 /// Help text sections: (context title, [(key, help)]).
 pub fn help_sections() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
-    let order =
-        [Ctx::Global, Ctx::Editor, Ctx::Output, Ctx::Compare, Ctx::Samples, Ctx::Limits, Ctx::Prompt, Ctx::Help];
+    let order = [
+        Ctx::Global,
+        Ctx::Editor,
+        Ctx::Output,
+        Ctx::Compare,
+        Ctx::Gauntlet,
+        Ctx::Agent,
+        Ctx::Samples,
+        Ctx::Limits,
+        Ctx::Prompt,
+        Ctx::Help,
+    ];
     order
         .iter()
         .map(|ctx| (ctx.title(), BINDINGS.iter().filter(|b| b.ctx == *ctx).map(|b| (b.key, b.help)).collect()))

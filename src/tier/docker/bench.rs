@@ -53,7 +53,7 @@ pub fn bench_plan(
     let w = warm.clone();
     let settle: Settle = Arc::new(move || {
         let w = w.clone();
-        Box::pin(async move { w.prewarm(&Limits::default()).await.map(|_| ()) })
+        Box::pin(async move { w.prewarm_for(&Limits::default()).await.map(|_| ()) })
     });
     c.push(Contender::Settled { name: warm_name.clone(), tier: warm, settle });
     vec![(cold_name, cli_name.clone(), Some(1.0)), (warm_name, cli_name, Some(0.15))]

@@ -65,6 +65,8 @@ pub struct DockerTier {
     pool: OnceLock<Arc<Pool>>,
     runs: AtomicU64,
     prewarmed: AtomicBool,
+    /// The configured limits: what `Tier::prewarm` warms containers for.
+    limits: crate::spec::Limits,
 }
 
 impl DockerTier {
@@ -86,6 +88,7 @@ impl DockerTier {
             pool: OnceLock::new(),
             runs: AtomicU64::new(0),
             prewarmed: AtomicBool::new(false),
+            limits: config.limits.clone(),
         }
     }
 
@@ -112,7 +115,7 @@ impl DockerTier {
     /// Fill the warm pool for runs with these limits, and wait until it is
     /// full (or cannot fill). Front ends that will run many programs call it;
     /// without it the pool starts filling at the second run of a process.
-    pub async fn prewarm(&self, limits: &crate::spec::Limits) -> anyhow::Result<usize> {
+    pub async fn prewarm_for(&self, limits: &crate::spec::Limits) -> anyhow::Result<usize> {
         let engine = self.engine().await?;
         self.check_ready(engine).await?;
         self.prewarmed.store(true, Ordering::Relaxed);
@@ -269,6 +272,16 @@ impl Tier for DockerTier {
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
         Box::pin(self.run_inner(spec, ctx))
     }
+
+    /// Fill the warm pool for runs with the configured limits (a run with
+    /// other limits starts cold and the pool follows it).
+    fn prewarm(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {
+            if let Err(e) = self.prewarm_for(&self.limits).await {
+                tracing::warn!("{} warm pool: {e:#}", self.name);
+            }
+        })
+    }
 }
 
 /// What the sampler learned; judged in the run loop.
@@ -344,6 +357,7 @@ impl DockerTier {
                 pool: OnceLock::new(),
                 runs: AtomicU64::new(0),
                 prewarmed: AtomicBool::new(false),
+                limits: self.limits.clone(),
             };
             let report = crate::runner::run(Arc::new(probe), spec).await;
             if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {

@@ -205,38 +205,46 @@ fn read_key(p: &Path, key: &str) -> Option<u64> {
 impl RunCgroup {
     pub fn create(layout: &Layout, limits: &Limits) -> io::Result<RunCgroup> {
         let name = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-        let cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0 };
+        let mut cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0 };
         for d in cg.dirs() {
             fs::create_dir(&d)?;
         }
+        cg.set_limits(limits)?;
+        cg.oom_base = cg.stats().oom_kills;
+        Ok(cg)
+    }
+
+    /// (Re)apply limits; a spare sandbox gets its run's limits just before the program starts.
+    pub fn set_limits(&self, limits: &Limits) -> io::Result<()> {
         let mem = limits.memory_bytes.to_string();
         let quota = ((limits.cpus.clamp(0.01, 1024.0)) * 100_000.0) as u64;
-        match &cg.layout {
-            Layout::V1 { memory, pids, cpu, .. } => {
-                let m = memory.join(&cg.name);
+        let pids = (limits.pids + SUPERVISORS).to_string();
+        match &self.layout {
+            Layout::V1 { memory, pids: p, cpu, .. } => {
+                let m = memory.join(&self.name);
+                // memsw (memory + swap) must stay >= memory: lower it first
+                // when shrinking, raise memory first when growing.
+                let _ = fs::write(m.join("memory.memsw.limit_in_bytes"), &mem);
                 fs::write(m.join("memory.limit_in_bytes"), &mem)?;
-                // No swap: memsw is the sum of memory and swap.
                 let _ = fs::write(m.join("memory.memsw.limit_in_bytes"), &mem);
                 let _ = fs::write(m.join("memory.swappiness"), "0");
-                fs::write(pids.join(&cg.name).join("pids.max"), (limits.pids + SUPERVISORS).to_string())?;
+                fs::write(p.join(&self.name).join("pids.max"), pids)?;
                 if let Some(c) = cpu {
-                    let c = c.join(&cg.name);
+                    let c = c.join(&self.name);
                     let _ = fs::write(c.join("cpu.cfs_period_us"), "100000");
                     let _ = fs::write(c.join("cpu.cfs_quota_us"), quota.to_string());
                 }
             }
             Layout::V2 { parent } => {
-                let d = parent.join(&cg.name);
+                let d = parent.join(&self.name);
                 fs::write(d.join("memory.max"), &mem)?;
                 let _ = fs::write(d.join("memory.swap.max"), "0");
                 let _ = fs::write(d.join("memory.oom.group"), "0");
-                fs::write(d.join("pids.max"), (limits.pids + SUPERVISORS).to_string())?;
+                fs::write(d.join("pids.max"), pids)?;
                 let _ = fs::write(d.join("cpu.max"), format!("{quota} 100000"));
             }
         }
-        let mut cg = cg;
-        cg.oom_base = cg.stats().oom_kills;
-        Ok(cg)
+        Ok(())
     }
 
     pub fn dirs(&self) -> Vec<PathBuf> {

@@ -8,8 +8,8 @@ pub mod cgroup;
 pub mod sandbox;
 pub mod seccomp;
 
-use std::os::fd::AsRawFd;
-use std::sync::OnceLock;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -31,6 +31,26 @@ const STDERR_TAIL: usize = 4096;
 pub struct ProcessTier {
     uid: u32,
     gid: u32,
+    /// Keep one helper started ahead (in its cgroup, waiting for a program).
+    keep_spare: bool,
+    spare: Arc<Mutex<Option<Launched>>>,
+}
+
+/// A sandbox helper started and placed in its fresh cgroup, waiting for the
+/// program on its stdin. Single use. Dropping it kills the helper and removes
+/// the cgroup.
+struct Launched {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    status: Option<OwnedFd>,
+    cg: Option<RunCgroup>,
+    warnings: Vec<String>,
+}
+
+impl Launched {
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
 }
 
 fn layout() -> &'static Result<Layout, String> {
@@ -57,7 +77,93 @@ pub fn reap_leftovers() {
 
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
-        ProcessTier { uid: config.process.uid, gid: config.process.gid }
+        ProcessTier {
+            uid: config.process.uid,
+            gid: config.process.gid,
+            keep_spare: config.process.spare,
+            spare: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Start a helper in a fresh cgroup; it joins the cgroup at once (the
+    /// slow part of a cold start on cgroup v1) and then waits for a program.
+    async fn launch(limits: &crate::spec::Limits) -> anyhow::Result<Launched> {
+        let mut warnings: Vec<String> = vec![];
+        let cg = match layout() {
+            Ok(l) => match RunCgroup::create(l, limits) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    warnings.push(format!("cannot create the run's cgroup ({e}): weaker containment"));
+                    None
+                }
+            },
+            Err(e) => {
+                warnings.push(format!(
+                    "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
+                ));
+                None
+            }
+        };
+        let exe = std::env::var_os("SANDBENCH_HELPER")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
+        let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
+        let wfd = status_w.as_raw_fd();
+        let mut cmd = Command::new(&exe);
+        cmd.arg("__sandbox")
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        // Only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if wfd == sandbox::STATUS_FD {
+                    libc::fcntl(wfd, libc::F_SETFD, 0);
+                } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
+        drop(status_w);
+        let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let prep = sandbox::Prepare {
+            host_pid: std::process::id() as i32,
+            cgroup_procs: cg
+                .as_ref()
+                .map(|c| c.procs_files().iter().map(|p| p.to_string_lossy().into_owned()).collect())
+                .unwrap_or_default(),
+        };
+        let mut line = serde_json::to_vec(&prep)?;
+        line.push(b'\n');
+        stdin.write_all(&line).await.context("cannot talk to the sandbox helper")?;
+        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, warnings })
+    }
+
+    /// A spare for the next run, made in the background after this one.
+    fn refill(&self) {
+        if !self.keep_spare {
+            return;
+        }
+        let slot = self.spare.clone();
+        tokio::spawn(async move {
+            if let Ok(l) = Self::launch(&crate::spec::Limits::default()).await {
+                if let Ok(mut s) = slot.lock() {
+                    if s.is_none() {
+                        *s = Some(l);
+                    }
+                }
+            }
+        });
+    }
+
+    fn take_spare(&self) -> Option<Launched> {
+        let mut l = self.spare.lock().ok()?.take()?;
+        l.alive().then_some(l)
     }
 }
 
@@ -121,7 +227,8 @@ impl ProcessTier {
         let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
         spec.limits.wall_time = Duration::from_secs(10);
         spec.label = "doctor probe".into();
-        let report = crate::runner::run(std::sync::Arc::new(ProcessTier { uid: self.uid, gid: self.gid }), spec).await;
+        let probe = ProcessTier { uid: self.uid, gid: self.gid, keep_spare: false, spare: Default::default() };
+        let report = crate::runner::run(Arc::new(probe), spec).await;
         let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);
         if sandbox_ok {
             let d = &report.details;
@@ -176,25 +283,18 @@ impl ProcessTier {
         if limits.network {
             warnings.push("network access was requested but the process tier never grants it".into());
         }
-        let cg = match layout() {
-            Ok(l) => match RunCgroup::create(l, &limits) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    warnings.push(format!("cannot create the run's cgroup ({e}): weaker containment"));
-                    None
-                }
-            },
-            Err(e) => {
-                warnings.push(format!(
-                    "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
-                ));
-                None
-            }
+        let (mut launched, start) = match self.take_spare() {
+            Some(l) => (l, "warm"),
+            None => (Self::launch(&limits).await?, "cold"),
         };
+        if let Some(c) = &launched.cg {
+            c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
+        }
+        warnings.extend(launched.warnings.iter().cloned());
         for w in &warnings {
             ctx.emit(EventKind::Note(format!("warning: {w}"))).await;
         }
-        let nproc = if cg.is_some() {
+        let nproc = if launched.cg.is_some() {
             None
         } else {
             // RLIMIT_NPROC counts every process of the real uid, so leave room
@@ -202,15 +302,10 @@ impl ProcessTier {
             Some(count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids)
         };
         let config = SandboxConfig {
-            host_pid: std::process::id() as i32,
             code: spec.code.clone(),
             file_name: spec.language.file_name().into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env: spec.sandbox_env("/work", "/tmp"),
-            cgroup_procs: cg
-                .as_ref()
-                .map(|c| c.procs_files().iter().map(|p| p.to_string_lossy().into_owned()).collect())
-                .unwrap_or_default(),
             user_ns: !root,
             run_uid: self.uid,
             run_gid: self.gid,
@@ -221,12 +316,14 @@ impl ProcessTier {
             open_files: limits.open_files,
             nproc,
         };
-        let result = self.execute(&spec, &ctx, config, cg.as_ref()).await;
+        let result = self.execute(&spec, &ctx, config, &mut launched).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        let final_stats = cg.as_ref().map(|c| c.stats());
-        if let Some(mut c) = cg {
+        let final_stats = launched.cg.as_ref().map(|c| c.stats());
+        if let Some(mut c) = launched.cg.take() {
             tokio::task::spawn_blocking(move || c.remove()).await.ok();
         }
+        drop(launched);
+        self.refill();
         let mut out = result?;
         if let Some(s) = final_stats {
             if let Some(u) = out.usage.as_mut() {
@@ -242,6 +339,7 @@ impl ProcessTier {
         }
         if let Some(obj) = out.details.as_object_mut() {
             obj.insert("warnings".into(), json!(warnings));
+            obj.insert("start".into(), json!(start));
         }
         Ok(out)
     }
@@ -251,37 +349,14 @@ impl ProcessTier {
         spec: &RunSpec,
         ctx: &RunContext,
         config: SandboxConfig,
-        cg: Option<&RunCgroup>,
+        launched: &mut Launched,
     ) -> anyhow::Result<TierExit> {
         let limits = &spec.limits;
-        let exe = std::env::var_os("SANDBENCH_HELPER")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
-        let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
-        let wfd = status_w.as_raw_fd();
-        let mut cmd = Command::new(&exe);
-        cmd.arg("__sandbox")
-            .env_clear()
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        // Only async-signal-safe calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                if wfd == sandbox::STATUS_FD {
-                    libc::fcntl(wfd, libc::F_SETFD, 0);
-                } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
-        drop(status_w);
+        let cg = launched.cg.as_ref();
+        let child = &mut launched.child;
         let helper_pid = child.id().unwrap_or(0) as i32;
-        let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let mut stdin = launched.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let status_r = launched.status.take().ok_or_else(|| anyhow!("helper has no status pipe"))?;
         let payload = serde_json::to_vec(&config)?;
         let writer = tokio::spawn(async move {
             let _ = stdin.write_all(&payload).await;

@@ -28,15 +28,22 @@ use serde::{Deserialize, Serialize};
 pub const STATUS_FD: i32 = 3;
 pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
 
-/// Everything the helper needs; sent by the host over stdin.
+/// The helper's first line on stdin: enough to join the run's cgroup. The
+/// join (a cgroup v1 migration waits for an RCU grace period, ~10 ms) can so
+/// happen ahead of time in a spare helper that then waits for its program.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Prepare {
+    pub host_pid: i32,
+    pub cgroup_procs: Vec<String>,
+}
+
+/// The rest of stdin: the program and how to run it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SandboxConfig {
-    pub host_pid: i32,
     pub code: String,
     pub file_name: String,
     pub interpreter: Vec<String>,
     pub env: Vec<(String, String)>,
-    pub cgroup_procs: Vec<String>,
     /// Unprivileged: map our own uid into a new user namespace.
     pub user_ns: bool,
     /// Root: the uid/gid to drop to.
@@ -95,31 +102,45 @@ fn fail(msg: String) -> ! {
 
 /// Entry point of `sandbench __sandbox`. Never returns.
 pub fn helper_main() -> ! {
+    let mut stdin = std::io::BufReader::new(std::io::stdin().take(MAX_CONFIG_BYTES));
+    let mut line = String::new();
+    if let Err(e) = std::io::BufRead::read_line(&mut stdin, &mut line) {
+        fail(format!("sandbox helper: cannot read its first line: {e}"));
+    }
+    let prep: Prepare = match serde_json::from_str(&line) {
+        Ok(c) => c,
+        Err(e) => fail(format!("sandbox helper: bad first line: {e}")),
+    };
+    // PDEATHSIG was set before exec; if the host died in between, stop now.
+    if nix::unistd::getppid().as_raw() != prep.host_pid {
+        unsafe { libc::_exit(122) }
+    }
+    let me = std::process::id().to_string();
+    for p in &prep.cgroup_procs {
+        if let Err(e) = fs::write(p, &me) {
+            fail(format!("cannot join cgroup {p}: {e}"));
+        }
+    }
+    // A spare helper waits here until a run hands it a program.
     let mut buf = Vec::new();
-    if let Err(e) = std::io::stdin().take(MAX_CONFIG_BYTES).read_to_end(&mut buf) {
+    if let Err(e) = stdin.read_to_end(&mut buf) {
         fail(format!("sandbox helper: cannot read its config: {e}"));
+    }
+    if buf.is_empty() {
+        // The host let a spare go unused: leave quietly.
+        unsafe { libc::_exit(0) }
     }
     let cfg: SandboxConfig = match serde_json::from_slice(&buf) {
         Ok(c) => c,
         Err(e) => fail(format!("sandbox helper: bad config: {e}")),
     };
     drop(buf);
-    // PDEATHSIG was set before exec; if the host died in between, stop now.
-    if nix::unistd::getppid().as_raw() != cfg.host_pid {
-        unsafe { libc::_exit(122) }
-    }
     // stdin becomes /dev/null: the program gets no input.
     match fs::File::open("/dev/null") {
         Ok(f) => {
             let _ = nix::unistd::dup2_stdin(&f);
         }
         Err(e) => fail(format!("cannot open /dev/null: {e}")),
-    }
-    let me = std::process::id().to_string();
-    for p in &cfg.cgroup_procs {
-        if let Err(e) = fs::write(p, &me) {
-            fail(format!("cannot join cgroup {p}: {e}"));
-        }
     }
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();

@@ -1,8 +1,10 @@
 //! Drawing. Everything here only reads the app (`&App`): no highlighting,
 //! no parsing, no I/O — that happens in `App::prepare` and the event loop.
 
+mod agent;
 mod compare;
 mod editor;
+pub mod gauntlet;
 mod output;
 mod overlays;
 mod side;
@@ -46,7 +48,12 @@ fn main_layout(app: &App, area: Rect) -> Main {
 /// Pane areas for `App::prepare` (paging and scrolling need their sizes).
 pub fn areas(app: &App, area: Rect) -> Areas {
     let m = main_layout(app, area);
-    Areas { editor: m.editor, output: m.output }
+    let (list_rows, detail_rows) = match app.view {
+        View::Gauntlet => gauntlet::rows(app, m.body),
+        View::Agent => (0, agent::rows(m.body)),
+        _ => (0, 0),
+    };
+    Areas { editor: m.editor, output: m.output, list_rows, detail_rows }
 }
 
 pub fn draw(app: &App, f: &mut Frame) {
@@ -64,6 +71,8 @@ pub fn draw(app: &App, f: &mut Frame) {
             let _ = m.left;
             compare::draw(app, f, m.body);
         }
+        View::Gauntlet => gauntlet::draw(app, f, m.body),
+        View::Agent => agent::draw(app, f, m.body),
     }
     draw_status(app, f, m.status);
     draw_keybar(app, f, m.keybar);

@@ -1,0 +1,547 @@
+# sandbench guest agent: PID 1 of the microVM after the initramfs hands over.
+#
+# It sets up the guest (cgroup v2, scratch tmpfs), says READY on the control
+# port (a virtio-serial port named "sandbench.0"), waits for one RUN frame,
+# runs that one program as an unprivileged uid under cgroup and rlimit limits,
+# streams its output, usage samples and exit back as frames, and then idles
+# until the host kills the VM. A guest never runs a second program.
+#
+# Python programs run in a fork of this (already started) interpreter, so a
+# pre-booted guest starts them without paying for interpreter start-up under
+# emulation; shell programs are exec'd with /bin/sh.
+#
+# Frame: b"SB" | type u8 | payload length u32 little-endian | payload.
+# Guest -> host payloads are JSON objects (or raw output bytes); the host
+# treats everything that comes from here as untrusted input. The RUN payload
+# (host -> guest) is a list of (key, value) pairs, each a u32 little-endian
+# length and bytes, so the agent needs neither json nor re.
+#
+# Start-up cost matters (a cold run boots a guest under emulation): setup
+# byte-compiles this file with the guest's own python3 into the root disk
+# (/usr/lib/sandbench/agent.pyc, run directly), python3 runs with -S, and
+# nothing is imported before READY that the run can do without; the mounts
+# and the cgroup are set up by the initramfs' init.
+
+import os
+T0 = open("/proc/uptime").read().split()[0]
+import sys
+import struct
+import select
+import _signal as signal  # not `signal`: it imports enum, slow to start
+import resource
+import time
+import gc
+import builtins
+
+MAGIC = b"SB"
+HEADER = struct.Struct("<2sBI")
+MAX_IN = 16 << 20
+CHUNK = 16 << 10
+
+T_RUN = 0x01
+T_PING = 0x02
+T_READY = 0x10
+T_STARTED = 0x11
+T_STDOUT = 0x12
+T_STDERR = 0x13
+T_USAGE = 0x14
+T_EXIT = 0x15
+T_LOG = 0x16
+T_PONG = 0x17
+
+UID = 65534
+GID = 65534
+CG = "/sys/fs/cgroup"
+RUN_CG = CG + "/run"
+SAMPLE_EVERY = 0.1
+
+MS_NOSUID, MS_NODEV, MS_REMOUNT = 2, 4, 32
+
+
+def mount(src, target, fstype, flags, data):
+    import ctypes  # only when a run needs a different scratch size
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    r = libc.mount(
+        src.encode() if src else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
+    if r != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "mount %s: %s" % (target, os.strerror(e)))
+
+
+def dumps(d):
+    """JSON for the flat dicts the agent sends (int, float, bool, None, str)."""
+    parts = []
+    for k, v in d.items():
+        if v is None:
+            t = "null"
+        elif v is True:
+            t = "true"
+        elif v is False:
+            t = "false"
+        elif isinstance(v, (int, float)):
+            t = repr(v)
+        else:
+            t = '"%s"' % "".join(c if c.isalnum() or c in " .-_+:/" else "\\u%04x" % ord(c) for c in str(v))
+        parts.append('"%s": %s' % (k, t))
+    return "{" + ", ".join(parts) + "}"
+
+
+def decode_run(payload):
+    """The RUN payload: (key, value) pairs of u32-length-prefixed bytes."""
+    spec = {"env": [], "limits": {}}
+    pos = 0
+    fields = []
+    while pos < len(payload):
+        (n,) = struct.unpack_from("<I", payload, pos)
+        fields.append(payload[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    for k, v in zip(fields[0::2], fields[1::2]):
+        k = k.decode()
+        if k == "env":
+            name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
+            spec["env"].append((name, val))
+        elif k in ("language", "seed", "now"):
+            spec[k] = v.decode()
+        elif k == "code":
+            spec["code"] = v
+        else:
+            spec["limits"][k] = int(v)
+    return spec
+
+
+def write_file(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def read_file(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def keyed(path, key):
+    for line in read_file(path).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == key:
+            try:
+                return int(parts[1])
+            except ValueError:
+                return 0
+    return 0
+
+
+def number(path):
+    try:
+        return int(read_file(path).strip())
+    except ValueError:
+        return None
+
+
+class Port:
+    def __init__(self, fd):
+        self.fd = fd
+
+    def send(self, kind, payload):
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8", "replace")
+        elif not isinstance(payload, (bytes, bytearray)):
+            payload = dumps(payload).encode()
+        data = HEADER.pack(MAGIC, kind, len(payload)) + payload
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+
+    def read_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = os.read(self.fd, n - len(buf))
+            if not chunk:
+                time.sleep(0.01)
+                continue
+            buf += chunk
+        return buf
+
+    def recv(self):
+        magic, kind, length = HEADER.unpack(self.read_exact(HEADER.size))
+        if magic != MAGIC or length > MAX_IN:
+            raise ValueError("bad frame from the host")
+        return kind, self.read_exact(length)
+
+
+def find_port():
+    base = "/sys/class/virtio-ports"
+    for _ in range(1000):
+        try:
+            for name in sorted(os.listdir(base)):
+                if read_file("%s/%s/name" % (base, name)).strip() == "sandbench.0":
+                    return "/dev/" + name
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError("the control port sandbench.0 did not appear")
+
+
+def setup_guest():
+    """The initramfs mounted /work, /tmp and the cgroup; say what is missing."""
+    notes = []
+    if not os.path.isdir(RUN_CG):
+        notes.append("no cgroup v2 in the guest: memory and pids rely on rlimits only")
+    return notes
+
+
+def scratch_size(path):
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+def configure(limits):
+    notes = []
+    disk = max(int(limits.get("disk_bytes", 64 << 20)), 1 << 20)
+    page = os.sysconf("SC_PAGE_SIZE")
+    want = -(-disk // page) * page
+    for path in ("/work", "/tmp"):
+        if scratch_size(path) != want:
+            mount(None, path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % disk)
+    if os.path.isdir(RUN_CG):
+        try:
+            write_file(RUN_CG + "/memory.max", str(int(limits["memory_bytes"])))
+            if os.path.exists(RUN_CG + "/memory.swap.max"):
+                write_file(RUN_CG + "/memory.swap.max", "0")
+            write_file(RUN_CG + "/pids.max", str(int(limits["pids"])))
+        except OSError as e:
+            notes.append("cannot set cgroup limits: %s" % e)
+    return notes
+
+
+class Sampler:
+    def __init__(self):
+        self.cg = os.path.isdir(RUN_CG)
+        self.peak_mem = 0
+        self.peak_pids = 0
+
+    def sample(self):
+        if not self.cg:
+            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return {"cpu_ms": int((ru.ru_utime + ru.ru_stime) * 1000)}
+        cpu_ms = keyed(RUN_CG + "/cpu.stat", "usage_usec") // 1000
+        mem = number(RUN_CG + "/memory.current")
+        pids = number(RUN_CG + "/pids.current")
+        if mem is not None:
+            self.peak_mem = max(self.peak_mem, mem)
+        if pids is not None:
+            self.peak_pids = max(self.peak_pids, pids)
+        return {
+            "cpu_ms": cpu_ms,
+            "memory_bytes": mem,
+            "pids": pids,
+            "oom_kills": keyed(RUN_CG + "/memory.events", "oom_kill"),
+            "pids_max_events": keyed(RUN_CG + "/pids.events", "max"),
+        }
+
+
+def child(spec, out_w, err_w):
+    """In the forked child: become the sandboxed program. Never returns."""
+    try:
+        os.setsid()
+        if os.path.isdir(RUN_CG):
+            write_file(RUN_CG + "/cgroup.procs", str(os.getpid()))
+        lim = spec["limits"]
+        cpu_s = max(1, -(-int(lim["cpu_ms"]) // 1000))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(lim["file_size_bytes"]),) * 2)
+        # With a pids cgroup, RLIMIT_NPROC is only a backstop set above it, so
+        # that the cgroup (which counts refusals) is the limit that bites.
+        nproc = int(lim["pids"]) + (16 if os.path.isdir(RUN_CG) else 0)
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(lim["open_files"]),) * 2)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 65536)
+        os.setgroups([])
+        os.setgid(GID)
+        os.setuid(UID)
+        os.chdir("/work")
+        os.umask(0o022)
+        env = dict((str(k), str(v)) for k, v in spec["env"])
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if spec["language"] == "sh":
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            os.execve("/bin/sh", ["/bin/sh", "/work/main.sh"], env)
+        os.environ.clear()
+        os.environ.update(env)
+        run_python(spec["code"])
+    except BaseException as e:  # noqa: B902 - the child must never return into the agent
+        try:
+            os.write(2, ("sandbench agent: cannot start the program: %s\n" % e).encode())
+        except OSError:
+            pass
+        os._exit(127)
+
+
+def run_python(src):
+    """Run /work/main.py in this interpreter as `python3 -u main.py` would."""
+    import _sitebuiltins
+
+    # What site would have set up (the agent runs with -S).
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    ver = "%d.%d" % sys.version_info[:2]
+    for d in ("/usr/local/lib/python%s/dist-packages" % ver, "/usr/lib/python3/dist-packages"):
+        if os.path.isdir(d) and d not in sys.path:
+            sys.path.append(d)
+    code = 0
+    main = type(sys)("__main__")
+    main.__file__ = "/work/main.py"
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    sys.argv = ["/work/main.py"]
+    sys.path[0:1] = ["/work"]
+    sys.stdin = open(0, "r", closefd=False)
+    gc.unfreeze()
+    gc.enable()
+    try:
+        exec(compile(src, "/work/main.py", "exec"), main.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code & 0xFF
+        else:
+            try:
+                sys.stderr.write("%s\n" % (e.code,))
+            except Exception:
+                pass
+            code = 1
+    except BaseException as e:
+        import traceback
+
+        # As python3 prints it: without this agent's own frame.
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        traceback.print_exception(type(e), e, tb)
+        code = 1
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:
+            pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(code)
+
+
+def run(port, spec):
+    notes = configure(spec["limits"])
+    now = spec.get("now")
+    if now:
+        # No RTC, and a restored snapshot keeps the time it was saved at:
+        # the host's clock is the truth.
+        try:
+            time.clock_settime(time.CLOCK_REALTIME, float(now))
+        except (OSError, ValueError) as e:
+            notes.append("cannot set the guest clock: %s" % e)
+    seed = spec.get("seed")
+    if seed:
+        # Every guest (and every snapshot restore) starts from the same
+        # state; the host's randomness makes their entropy pools differ.
+        try:
+            with open("/dev/urandom", "wb") as f:
+                f.write(bytes.fromhex(seed))
+        except (OSError, ValueError):
+            pass
+    for n in notes:
+        port.send(T_LOG, n)
+    name = "/work/main.sh" if spec["language"] == "sh" else "/work/main.py"
+    with open(name, "wb") as f:
+        f.write(spec["code"])
+    os.chown(name, UID, GID)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    gc.freeze()
+    pid = os.fork()
+    if pid == 0:
+        child(spec, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    port.send(T_STARTED, {"pid": pid})
+    cpu_limit_ms = int(spec["limits"]["cpu_ms"])
+    sampler = Sampler()
+    streams = {out_r: T_STDOUT, err_r: T_STDERR}
+    status = None
+    killed_all = False
+    cpu_killed = False
+    # The first sample after one period: at the very start it would only
+    # compete with the program for the (often single) vCPU.
+    next_sample = time.monotonic() + SAMPLE_EVERY
+    last = {}
+    while streams or status is None:
+        timeout = max(0.0, next_sample - time.monotonic())
+        ready = select.select(list(streams), [], [], timeout)[0] if streams else (time.sleep(timeout) or [])
+        for fd in ready:
+            data = os.read(fd, CHUNK)
+            if data:
+                port.send(streams[fd], data)
+            else:
+                os.close(fd)
+                del streams[fd]
+        while True:
+            try:
+                p, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if p == 0:
+                break
+            if p == pid:
+                status = st
+        if status is not None and not killed_all:
+            # The program is gone: whatever it left behind goes too (PID 1's
+            # kill(-1) reaches every other process), so its pipes reach EOF.
+            killed_all = True
+            kill_everything()
+        if time.monotonic() >= next_sample:
+            next_sample = time.monotonic() + SAMPLE_EVERY
+            last = sampler.sample()
+            port.send(T_USAGE, last)
+            if last.get("cpu_ms", 0) > cpu_limit_ms and not cpu_killed and status is None:
+                cpu_killed = True
+                kill_everything()
+    last = sampler.sample()
+    ex = {
+        "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "cpu_ms": last.get("cpu_ms", 0),
+        "memory_peak": sampler.peak_mem or None,
+        "pids_peak": sampler.peak_pids or None,
+        "oom_kills": last.get("oom_kills", 0),
+        "pids_max_events": last.get("pids_max_events", 0),
+        "cpu_killed": cpu_killed,
+    }
+    peak = number(RUN_CG + "/memory.peak")
+    if peak:
+        ex["memory_peak"] = peak
+    ex["fsize_hit"], ex["disk_full"] = scan_scratch(int(spec["limits"].get("file_size_bytes", 16 << 20)))
+    port.send(T_EXIT, ex)
+
+
+def scan_scratch(limit):
+    """After the program: a file at the file-size limit, or a full scratch
+    file system (space or inodes)? Facts the program cannot fake by printing.
+    Bounded walk, symlinks not followed."""
+    hit, full = None, False
+    for top in ("/work", "/tmp"):
+        try:
+            st = os.statvfs(top)
+            if st.f_bavail == 0 or (st.f_files > 0 and st.f_favail == 0):
+                full = True
+        except OSError:
+            pass
+        budget = 20000
+        stack = [top]
+        while stack and hit is None and budget > 0:
+            d = stack.pop()
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                budget -= 1
+                if budget <= 0:
+                    break
+                try:
+                    if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_size >= limit:
+                        hit = e.path[:200]
+                        break
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                except OSError:
+                    continue
+    return hit, full
+
+
+def kill_everything():
+    if os.path.isdir(RUN_CG):
+        try:
+            write_file(RUN_CG + "/cgroup.kill", "1")
+        except OSError:
+            pass
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def idle():
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            time.sleep(3600)
+
+
+def main():
+    notes = setup_guest()
+    fd = os.open(find_port(), os.O_RDWR)
+    port = Port(fd)
+    for n in notes:
+        port.send(T_LOG, n)
+    port.send(T_READY, {
+        "agent": 1,
+        "kernel": os.uname().release,
+        "python": sys.version.split()[0],
+        "cgroup": os.path.isdir(RUN_CG),
+        "uptime_agent_start": float(T0),
+        "uptime_ready": float(read_file("/proc/uptime").split()[0]),
+    })
+    gc.collect()
+    while True:
+        kind, payload = port.recv()
+        if kind == T_RUN:
+            break
+        if kind == T_PING:
+            # A guest restored from a snapshot proves it is alive this way.
+            port.send(T_PONG, payload)
+    try:
+        spec = decode_run(payload)
+        run(port, spec)
+    except Exception:
+        import traceback
+
+        # Say why, then end PID 1: the kernel panics, QEMU exits (panic=-1,
+        # -no-reboot) and the host reports the error at once instead of
+        # waiting for a program that will never start.
+        port.send(T_LOG, "agent error: " + traceback.format_exc()[-2000:])
+        os._exit(1)
+    idle()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        # Before READY: say why on the console and end PID 1, which panics
+        # the kernel and (with panic=-1 and -no-reboot) ends QEMU at once.
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)

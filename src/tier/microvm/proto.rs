@@ -1,0 +1,415 @@
+//! The control-channel protocol between sandbench and the guest agent
+//! (`guest/agent.py`), and the host-side frame decoder.
+//!
+//! Frame: `b"SB"` | kind `u8` | payload length `u32` little-endian | payload.
+//!
+//! **The guest is untrusted.** The decoder bounds every length, never buffers
+//! more than one maximal frame, resynchronises on the magic after garbage,
+//! reports oversized, unknown and malformed frames instead of trusting them,
+//! and never panics whatever bytes arrive in whatever chunks.
+
+use serde::{Deserialize, Serialize};
+
+pub const MAGIC: [u8; 2] = *b"SB";
+pub const HEADER_LEN: usize = 7;
+/// Largest payload the host accepts from the guest. The agent sends output in
+/// 16 KiB chunks and small JSON objects; anything bigger is garbage.
+pub const MAX_PAYLOAD: usize = 256 << 10;
+
+pub const K_RUN: u8 = 0x01;
+pub const K_PING: u8 = 0x02;
+pub const K_READY: u8 = 0x10;
+pub const K_STARTED: u8 = 0x11;
+pub const K_STDOUT: u8 = 0x12;
+pub const K_STDERR: u8 = 0x13;
+pub const K_USAGE: u8 = 0x14;
+pub const K_EXIT: u8 = 0x15;
+pub const K_LOG: u8 = 0x16;
+pub const K_PONG: u8 = 0x17;
+
+/// Longest agent log line kept (the rest is cut).
+const MAX_LOG: usize = 2048;
+
+/// What the agent says once it is up and waiting for a program.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Ready {
+    pub agent: u32,
+    pub kernel: String,
+    pub python: String,
+    pub cgroup: bool,
+    /// Guest uptime (s) when the agent started and when it was ready.
+    pub uptime_agent_start: Option<f64>,
+    pub uptime_ready: Option<f64>,
+}
+
+/// A usage sample of the run's cgroup inside the guest.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GuestUsage {
+    pub cpu_ms: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub oom_kills: Option<u64>,
+    pub pids_max_events: Option<u64>,
+}
+
+/// The program's end, as the agent saw it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GuestExit {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cpu_ms: Option<u64>,
+    pub memory_peak: Option<u64>,
+    pub pids_peak: Option<u64>,
+    pub oom_kills: Option<u64>,
+    pub pids_max_events: Option<u64>,
+    pub cpu_killed: bool,
+    /// A scratch file at the file-size limit (bounded guest-side scan).
+    pub fsize_hit: Option<String>,
+    /// A scratch file system ran out of space or inodes.
+    pub disk_full: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Ready(Ready),
+    Started,
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Usage(GuestUsage),
+    Exit(GuestExit),
+    Log(String),
+    Pong,
+}
+
+/// One thing the decoder found in the byte stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    Frame(Frame),
+    /// Bytes that were not part of any frame (skipped while resynchronising).
+    Garbage {
+        bytes: usize,
+        reason: &'static str,
+    },
+    /// A well-delimited frame whose kind or content was unacceptable.
+    Invalid {
+        kind: u8,
+        reason: String,
+    },
+}
+
+/// What the host sends: the program to run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunRequest {
+    pub language: String,
+    pub code: String,
+    pub env: Vec<(String, String)>,
+    pub limits: GuestLimits,
+    /// Hex of host randomness the agent mixes into the guest's entropy pool.
+    pub seed: String,
+    /// The host's clock (Unix seconds): the guest has no RTC, and a restored
+    /// snapshot carries the time it was saved at.
+    pub now: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GuestLimits {
+    pub cpu_ms: u64,
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub file_size_bytes: u64,
+    pub disk_bytes: u64,
+    pub open_files: u64,
+}
+
+pub fn encode(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
+    v.extend_from_slice(&MAGIC);
+    v.push(kind);
+    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Encode a frame the way the agent does (used by tests and fuzzing).
+pub fn encode_frame(f: &Frame) -> Vec<u8> {
+    let json = |v: serde_json::Result<Vec<u8>>| v.unwrap_or_default();
+    match f {
+        Frame::Ready(r) => encode(K_READY, &json(serde_json::to_vec(r))),
+        Frame::Started => encode(K_STARTED, b"{\"pid\": 2}"),
+        Frame::Stdout(b) => encode(K_STDOUT, b),
+        Frame::Stderr(b) => encode(K_STDERR, b),
+        Frame::Usage(u) => encode(K_USAGE, &json(serde_json::to_vec(u))),
+        Frame::Exit(x) => encode(K_EXIT, &json(serde_json::to_vec(x))),
+        Frame::Log(s) => encode(K_LOG, s.as_bytes()),
+        Frame::Pong => encode(K_PONG, b"p"),
+    }
+}
+
+/// The RUN frame: (key, value) pairs, each a u32 LE length and bytes (the
+/// agent decodes it without importing json).
+pub fn encode_run(req: &RunRequest) -> Vec<u8> {
+    let mut p = Vec::with_capacity(req.code.len() + 512);
+    let mut field = |k: &str, v: &[u8]| {
+        p.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        p.extend_from_slice(k.as_bytes());
+        p.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        p.extend_from_slice(v);
+    };
+    field("language", req.language.as_bytes());
+    field("code", req.code.as_bytes());
+    field("seed", req.seed.as_bytes());
+    field("now", format!("{:.6}", req.now).as_bytes());
+    let l = &req.limits;
+    for (k, v) in [
+        ("cpu_ms", l.cpu_ms),
+        ("memory_bytes", l.memory_bytes),
+        ("pids", l.pids),
+        ("file_size_bytes", l.file_size_bytes),
+        ("disk_bytes", l.disk_bytes),
+        ("open_files", l.open_files),
+    ] {
+        field(k, v.to_string().as_bytes());
+    }
+    for (k, v) in &req.env {
+        field("env", format!("{k}={v}").as_bytes());
+    }
+    encode(K_RUN, &p)
+}
+
+/// Incremental decoder of guest → host frames.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    /// Bytes skipped as garbage so far (for the report).
+    pub garbage_bytes: u64,
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Decoder::default()
+    }
+
+    /// Bytes held back waiting for the rest of a frame (at most one frame).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Feed bytes as they arrive; complete items are appended to `out`.
+    pub fn push(&mut self, data: &[u8], out: &mut Vec<Item>) {
+        self.buf.extend_from_slice(data);
+        let mut pos = 0;
+        loop {
+            let rest = &self.buf[pos..];
+            if rest.is_empty() {
+                break;
+            }
+            // Resynchronise: everything before the next magic is garbage. A
+            // lone trailing 'S' may be the start of a magic split by a chunk.
+            if !rest.starts_with(&MAGIC) {
+                let skip = match find_magic(rest) {
+                    Some(i) => i,
+                    None if rest.last() == Some(&MAGIC[0]) => rest.len() - 1,
+                    None => rest.len(),
+                };
+                if skip == 0 {
+                    break; // just a trailing 'S'
+                }
+                self.garbage(skip, "bytes outside any frame", out);
+                pos += skip;
+                continue;
+            }
+            if rest.len() < HEADER_LEN {
+                break;
+            }
+            let kind = rest[2];
+            let len = u32::from_le_bytes([rest[3], rest[4], rest[5], rest[6]]) as usize;
+            if len > MAX_PAYLOAD {
+                // Not a frame we will ever accept: drop the magic and look
+                // for the next one instead of waiting for `len` bytes.
+                self.garbage(MAGIC.len(), "frame length over the limit", out);
+                pos += MAGIC.len();
+                continue;
+            }
+            if rest.len() < HEADER_LEN + len {
+                break;
+            }
+            let payload = &rest[HEADER_LEN..HEADER_LEN + len];
+            out.push(parse(kind, payload));
+            pos += HEADER_LEN + len;
+        }
+        self.buf.drain(..pos);
+    }
+
+    /// The stream ended: whatever is still buffered was a truncated frame.
+    pub fn finish(&mut self) -> Option<Item> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        let n = self.buf.len();
+        self.buf.clear();
+        self.garbage_bytes += n as u64;
+        Some(Item::Garbage { bytes: n, reason: "stream ended inside a frame" })
+    }
+
+    fn garbage(&mut self, n: usize, reason: &'static str, out: &mut Vec<Item>) {
+        self.garbage_bytes += n as u64;
+        // Merge runs of garbage so a flood of it yields few items.
+        if let Some(Item::Garbage { bytes, reason: r }) = out.last_mut() {
+            if *r == reason {
+                *bytes += n;
+                return;
+            }
+        }
+        out.push(Item::Garbage { bytes: n, reason });
+    }
+}
+
+fn find_magic(b: &[u8]) -> Option<usize> {
+    b.windows(2).position(|w| w == MAGIC)
+}
+
+fn parse(kind: u8, payload: &[u8]) -> Item {
+    fn json<T: for<'de> Deserialize<'de>>(kind: u8, p: &[u8], f: impl FnOnce(T) -> Frame) -> Item {
+        match serde_json::from_slice::<T>(p) {
+            Ok(v) => Item::Frame(f(v)),
+            Err(e) => Item::Invalid { kind, reason: format!("malformed payload: {e}") },
+        }
+    }
+    match kind {
+        K_READY => json(kind, payload, Frame::Ready),
+        K_STARTED => Item::Frame(Frame::Started),
+        K_STDOUT => Item::Frame(Frame::Stdout(payload.to_vec())),
+        K_STDERR => Item::Frame(Frame::Stderr(payload.to_vec())),
+        K_USAGE => json(kind, payload, Frame::Usage),
+        K_EXIT => json(kind, payload, |x: GuestExit| Frame::Exit(sanitize_exit(x))),
+        K_LOG => {
+            let cut = &payload[..payload.len().min(MAX_LOG)];
+            Item::Frame(Frame::Log(String::from_utf8_lossy(cut).into_owned()))
+        }
+        K_PONG => Item::Frame(Frame::Pong),
+        other => Item::Invalid { kind: other, reason: "unknown frame kind".into() },
+    }
+}
+
+/// Keep only exit facts that can be true of a Linux process.
+fn sanitize_exit(mut x: GuestExit) -> GuestExit {
+    if x.code.is_some_and(|c| !(0..=255).contains(&c)) {
+        x.code = None;
+    }
+    if x.signal.is_some_and(|s| !(1..=64).contains(&s)) {
+        x.signal = None;
+    }
+    if x.code.is_some() && x.signal.is_some() {
+        x.code = None;
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_chunks(data: &[u8], cuts: &[usize]) -> (Vec<Item>, Decoder) {
+        let mut d = Decoder::new();
+        let mut out = vec![];
+        let mut last = 0;
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
+        cuts.sort_unstable();
+        for c in cuts.into_iter().chain([data.len()]) {
+            d.push(&data[last..c], &mut out);
+            assert!(d.buffered() <= HEADER_LEN + MAX_PAYLOAD + 1);
+            last = c;
+        }
+        (out, d)
+    }
+
+    fn frames(items: &[Item]) -> Vec<Frame> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Frame(f) => Some(f.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decodes_the_agent_format() {
+        let mut d = Decoder::new();
+        let mut out = vec![];
+        d.push(&encode(K_READY, br#"{"agent": 1, "kernel": "6.1", "python": "3.11.2", "cgroup": true}"#), &mut out);
+        d.push(&encode(K_EXIT, br#"{"code": 0, "signal": null, "cpu_ms": 81, "memory_peak": 1048576, "pids_peak": 1, "oom_kills": 0, "pids_max_events": 0, "cpu_killed": false}"#), &mut out);
+        assert!(matches!(&out[0], Item::Frame(Frame::Ready(r)) if r.cgroup && r.python == "3.11.2"));
+        assert!(matches!(&out[1], Item::Frame(Frame::Exit(x)) if x.code == Some(0) && x.cpu_ms == Some(81)));
+    }
+
+    #[test]
+    fn run_frame_is_length_prefixed_pairs() {
+        let req = RunRequest {
+            language: "python".into(),
+            code: "print('a=b')\n".into(),
+            env: vec![("A".into(), "x=y\tz".into())],
+            limits: GuestLimits {
+                cpu_ms: 5000,
+                memory_bytes: 1,
+                pids: 2,
+                file_size_bytes: 3,
+                disk_bytes: 4,
+                open_files: 5,
+            },
+            seed: "00ff".into(),
+            now: 1.5,
+        };
+        let f = encode_run(&req);
+        assert_eq!(&f[..3], b"SB\x01");
+        let mut p = &f[HEADER_LEN..];
+        let mut fields = vec![];
+        while !p.is_empty() {
+            let n = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize;
+            fields.push(String::from_utf8(p[4..4 + n].to_vec()).unwrap());
+            p = &p[4 + n..];
+        }
+        assert_eq!(fields[0..4], ["language", "python", "code", "print('a=b')\n"]);
+        assert!(fields.windows(2).any(|w| w == ["env", "A=x=y\tz"]));
+        assert!(fields.windows(2).any(|w| w == ["cpu_ms", "5000"]));
+        assert!(fields.windows(2).any(|w| w == ["now", "1.500000"]));
+    }
+
+    #[test]
+    fn oversized_length_is_garbage_not_a_wait() {
+        let mut d = Decoder::new();
+        let mut out = vec![];
+        let mut bad = MAGIC.to_vec();
+        bad.push(K_STDOUT);
+        bad.extend_from_slice(&u32::MAX.to_le_bytes());
+        d.push(&bad, &mut out);
+        d.push(&encode(K_STDOUT, b"hi"), &mut out);
+        assert_eq!(frames(&out), vec![Frame::Stdout(b"hi".to_vec())]);
+        assert!(out.iter().any(|i| matches!(i, Item::Garbage { reason: "frame length over the limit", .. })));
+        assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn unknown_and_malformed_frames_are_reported() {
+        let mut d = Decoder::new();
+        let mut out = vec![];
+        d.push(&encode(0x7f, b"x"), &mut out);
+        d.push(&encode(K_USAGE, b"{not json"), &mut out);
+        d.push(&encode(K_EXIT, br#"{"code": 99999, "signal": -4}"#), &mut out);
+        assert!(matches!(out[0], Item::Invalid { kind: 0x7f, .. }));
+        assert!(matches!(out[1], Item::Invalid { kind: K_USAGE, .. }));
+        assert!(matches!(&out[2], Item::Frame(Frame::Exit(x)) if x.code.is_none() && x.signal.is_none()));
+    }
+
+    #[test]
+    fn truncated_stream_is_reported_at_the_end() {
+        let f = encode(K_STDOUT, b"hello world");
+        let (out, mut d) = decode_chunks(&f[..f.len() - 3], &[]);
+        assert!(out.is_empty());
+        assert!(matches!(d.finish(), Some(Item::Garbage { bytes, .. }) if bytes == f.len() - 3));
+        assert_eq!(d.finish(), None);
+    }
+}

@@ -1,0 +1,353 @@
+//! Gauntlet view: the matrix (rows = samples, columns = tiers) filling live,
+//! and the selected cell's details below it (Enter zooms them).
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell as TCell, Paragraph, Row, Table, TableState, Wrap};
+use ratatui::Frame;
+
+use super::{bold, pane};
+use crate::gauntlet::Verdict;
+use crate::spec::format_size;
+use crate::tui::app::{fmt_duration, App};
+use crate::tui::gauntlet_view::{CellView, GState, GauntletView, Head};
+use crate::tui::run_view::fmt_ms;
+
+pub struct GLayout {
+    pub matrix: Rect,
+    pub details: Rect,
+}
+
+fn info_lines(g: &GauntletView) -> u16 {
+    u16::from(!g.latency.is_empty()) + u16::from(!g.skipped.is_empty()) + u16::from(g.error.is_some())
+}
+
+pub fn layout(app: &App, body: Rect) -> GLayout {
+    match &app.gauntlet {
+        Some(g) if g.zoom => GLayout { matrix: Rect { height: 0, ..body }, details: body },
+        Some(g) => {
+            let want = g.rows.len() as u16 + 3 + info_lines(g);
+            let h = want.min(body.height.saturating_mul(55) / 100).max(5.min(body.height));
+            let [matrix, details] = Layout::vertical([Constraint::Length(h), Constraint::Min(0)]).areas(body);
+            GLayout { matrix, details }
+        }
+        None => GLayout { matrix: body, details: Rect { height: 0, ..body } },
+    }
+}
+
+/// Rows the table shows (without its header) and lines the details pane shows.
+pub fn rows(app: &App, body: Rect) -> (u16, u16) {
+    let l = layout(app, body);
+    let info = app.gauntlet.as_ref().map_or(0, info_lines);
+    (l.matrix.height.saturating_sub(3 + info), l.details.height.saturating_sub(2))
+}
+
+pub fn draw(app: &App, f: &mut Frame, body: Rect) {
+    let Some(g) = &app.gauntlet else {
+        let t = &app.theme;
+        let hint = vec![
+            Line::from(Span::styled("no gauntlet yet", t.dim())),
+            Line::from(vec![
+                Span::styled("r", t.key()),
+                Span::styled(" runs every sample on every ready tier; ", t.dim()),
+                Span::styled("Esc", t.key()),
+                Span::styled(" goes back", t.dim()),
+            ]),
+        ];
+        f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
+        return;
+    };
+    let l = layout(app, body);
+    if !g.zoom {
+        draw_matrix(app, g, f, l.matrix);
+    }
+    draw_details(app, g, f, l.details);
+}
+
+fn state_text(g: &GauntletView) -> String {
+    let (done, total) = (g.done(), g.total());
+    let bad = g.live_mismatches();
+    let bad = if bad == 0 { "0 mismatches".to_string() } else { format!("{bad} ✗ mismatch(es)") };
+    match g.state {
+        GState::Running => match g.running.and_then(|(r, c)| Some((g.rows.get(r)?, g.tiers.get(c)?))) {
+            Some((row, tier)) => format!("{done}/{total} · running {} on {tier} · {bad}", row.name),
+            None => format!("{done}/{total} · {bad}"),
+        },
+        GState::Cancelling => format!("{done}/{total} · cancelling (cleaning up the cell in progress)…"),
+        GState::Finished => format!("finished · {done}/{total} cells · {bad}"),
+        GState::Cancelled => format!("cancelled · {done}/{total} cells · {bad}"),
+        GState::Failed => format!("failed · {done}/{total} cells"),
+    }
+}
+
+/// Short text and style of a cell.
+fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize) -> (String, Style) {
+    let t = &app.theme;
+    match &g.cells[r][c] {
+        Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
+        Some(cv) => {
+            let mark = if cv.cell.as_expected { "✓" } else { "✗" };
+            let st = verdict_style(app, &cv.cell.verdict);
+            (format!("{mark} {}", cv.cell.verdict.short()), st)
+        }
+        None if g.running == Some((r, c)) => ("▶ running…".into(), bold(Style::new().fg(t.ui.accent))),
+        None if g.active() => ("·".into(), t.dim()),
+        None => ("– not run".into(), t.dim()),
+    }
+}
+
+pub fn verdict_style(app: &App, v: &Verdict) -> Style {
+    let t = &app.theme.ui;
+    match v {
+        Verdict::Ran | Verdict::Contained { .. } => Style::new().fg(t.ok),
+        Verdict::Escaped { .. } => bold(Style::new().fg(t.violation)),
+        Verdict::Error { .. } => Style::new().fg(t.warn),
+    }
+}
+
+fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
+    let t = &app.theme;
+    let title = format!(" gauntlet · {} ", state_text(g));
+    let block = pane(app, title, !g.zoom);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let info_h = info_lines(g).min(inner.height.saturating_sub(2));
+    let [table_area, info_area] = Layout::vertical([Constraint::Min(0), Constraint::Length(info_h)]).areas(inner);
+
+    let name_w = g.rows.iter().map(|r| r.name.chars().count() + 2).max().unwrap_or(8).clamp(10, 22) as u16;
+    let mut header = vec![TCell::from("program")];
+    header.extend(g.tiers.iter().map(|n| TCell::from(n.clone())));
+    let header = Row::new(header).style(bold(Style::new().fg(t.ui.title)));
+    let rows = g.rows.iter().enumerate().map(|(r, row)| {
+        let tag = if row.hostile {
+            Span::styled("☠ ", Style::new().fg(t.ui.violation))
+        } else {
+            Span::styled("· ", Style::new().fg(t.ui.ok))
+        };
+        let mut cells =
+            vec![TCell::from(Line::from(vec![tag, Span::styled(row.name.clone(), Style::new().fg(t.ui.fg))]))];
+        for c in 0..g.tiers.len() {
+            let (text, mut st) = cell_text(app, g, r, c);
+            if g.sel == (r, c) {
+                st = st.bg(t.ui.selection_bg).add_modifier(Modifier::BOLD);
+            }
+            cells.push(TCell::from(Span::styled(text, st)));
+        }
+        Row::new(cells)
+    });
+    let mut widths = vec![Constraint::Length(name_w)];
+    widths.extend(g.tiers.iter().map(|_| Constraint::Fill(1)));
+    let table = Table::new(rows, widths).header(header).column_spacing(1);
+    let mut state = TableState::default().with_selected(Some(g.sel.0));
+    f.render_stateful_widget(table, table_area, &mut state);
+
+    let mut info = vec![];
+    if let Some(e) = &g.error {
+        info.push(Line::from(Span::styled(format!("the gauntlet failed: {e}"), bold(Style::new().fg(t.ui.error)))));
+    }
+    if !g.latency.is_empty() {
+        let mut spans = vec![Span::styled("benign latency ", t.dim())];
+        for l in &g.latency {
+            spans.push(Span::styled(format!("{} ", l.tier), bold(Style::new().fg(t.ui.accent))));
+            spans.push(Span::styled(
+                format!("{} p50 {} p95 {} ({} runs)  ", l.start, fmt_ms(l.p50_ms), fmt_ms(l.p95_ms), l.runs),
+                Style::new().fg(t.ui.fg),
+            ));
+        }
+        info.push(Line::from(spans));
+    }
+    if !g.skipped.is_empty() {
+        let s: Vec<String> = g.skipped.iter().map(|(n, why)| format!("{n} ({why})")).collect();
+        info.push(Line::from(vec![
+            Span::styled("not in the matrix: ", t.dim()),
+            Span::styled(s.join(" · "), Style::new().fg(t.ui.warn)),
+        ]));
+    }
+    f.render_widget(Paragraph::new(info), info_area);
+}
+
+fn draw_details(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
+    if area.height == 0 {
+        return;
+    }
+    let (r, c) = g.sel;
+    let (Some(row), Some(tier)) = (g.rows.get(r), g.tiers.get(c)) else {
+        f.render_widget(Paragraph::new("no cell").block(pane(app, " details ", g.zoom)), area);
+        return;
+    };
+    let hint = if g.zoom { "Enter/Esc back · ↑↓ scroll" } else { "Enter zooms" };
+    let title = format!(" {} on {tier} · {hint} ", row.name);
+    let block = pane(app, title, g.zoom);
+    let lines = detail_lines(app, g, r, c);
+    let inner_h = block.inner(area).height as usize;
+    let _ = inner_h;
+    let scroll = if g.zoom { g.scroll.min(lines.len().saturating_sub(1)) } else { 0 };
+    f.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }).scroll((scroll as u16, 0)), area);
+}
+
+fn field<'a>(app: &App, k: &str, v: impl Into<Line<'a>>) -> Line<'a> {
+    let mut spans = vec![Span::styled(format!("{k:<11}"), app.theme.key())];
+    spans.extend(v.into().spans);
+    Line::from(spans)
+}
+
+fn plain(app: &App, s: String) -> Span<'static> {
+    Span::styled(s, Style::new().fg(app.theme.ui.fg))
+}
+
+/// What the details pane shows for cell (r, c).
+pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line<'static>> {
+    let t = &app.theme;
+    let row = &g.rows[r];
+    let mut lines = vec![];
+    lines.push(field(
+        app,
+        "sample",
+        plain(app, format!("{} ({})", row.name, if row.hostile { "hostile" } else { "benign control" })),
+    ));
+    lines.push(field(app, "tries", plain(app, row.tries.clone())));
+    lines.push(field(app, "must", plain(app, row.must.clone())));
+    let cv: &CellView = match &g.cells[r][c] {
+        Some(cv) => cv,
+        None => {
+            let what = if g.running == Some((r, c)) {
+                "running now…"
+            } else if g.active() {
+                "waiting for its turn"
+            } else {
+                "not run (the gauntlet was cancelled or failed before it)"
+            };
+            lines.push(field(app, "verdict", Span::styled(what, t.dim())));
+            return lines;
+        }
+    };
+    let cell = &cv.cell;
+    let rep = &cell.report;
+    lines.push(field(app, "verdict", Span::styled(cell.verdict.short(), bold(verdict_style(app, &cell.verdict)))));
+    lines.push(field(app, "expected", plain(app, cell.expected.clone().unwrap_or_else(|| "— (none declared)".into()))));
+    let mut got = rep.outcome.name().to_string();
+    if !rep.violations.is_empty() {
+        let kinds: Vec<&str> = rep.violations.iter().map(|v| v.kind.name()).collect();
+        got.push_str(&format!(":{}", kinds.join("|")));
+    }
+    let (mark, mst) = if cell.as_expected {
+        ("✓ as declared".to_string(), Style::new().fg(t.ui.ok))
+    } else {
+        (format!("✗ {}", cell.mismatch.clone().unwrap_or_default()), bold(Style::new().fg(t.ui.violation)))
+    };
+    lines.push(field(app, "got", Line::from(vec![plain(app, format!("{got}  ")), Span::styled(mark, mst)])));
+    if rep.violations.is_empty() {
+        lines.push(field(app, "violations", Span::styled("none", t.dim())));
+    }
+    for (i, v) in rep.violations.iter().enumerate() {
+        lines.push(field(
+            app,
+            if i == 0 { "violations" } else { "" },
+            Span::styled(
+                format!("{} at {}: {}", v.kind.name(), fmt_ms(v.at_ms), v.detail),
+                Style::new().fg(t.ui.violation),
+            ),
+        ));
+    }
+    // What the host-side canaries saw.
+    if cell.findings.escapes.is_empty() {
+        lines.push(field(app, "canaries", Span::styled("nothing got out", Style::new().fg(t.ui.ok))));
+    }
+    for (i, e) in cell.findings.escapes.iter().enumerate() {
+        lines.push(field(
+            app,
+            if i == 0 { "canaries" } else { "" },
+            Span::styled(format!("ESCAPED: {e}"), bold(Style::new().fg(t.ui.violation))),
+        ));
+    }
+    let secret = if g.secret_planted {
+        Span::styled("planted (sandbench's own ANTHROPIC_API_KEY, looked for in the output)", t.dim())
+    } else {
+        Span::styled("not planted (no ANTHROPIC_API_KEY in sandbench's env)", Style::new().fg(t.ui.warn))
+    };
+    lines.push(field(app, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
+    let latency = match (cell.findings.host_latency_ms_p50, cell.findings.host_latency_ms_max) {
+        (Some(p50), Some(max)) => format!("p50 {p50:.1} ms · max {max:.1} ms (spawning /bin/true during the run)"),
+        _ => "not measured".into(),
+    };
+    lines.push(field(app, "host", plain(app, latency)));
+    let exit = match &rep.error {
+        Some(e) => Span::styled(format!("{} · {}", rep.exit.describe(), e), Style::new().fg(t.ui.error)),
+        None => plain(app, rep.exit.describe()),
+    };
+    lines.push(field(app, "exit", exit));
+    let tm = &rep.timings_ms;
+    lines.push(field(
+        app,
+        "timings",
+        plain(
+            app,
+            format!(
+                "setup {} · run {} · teardown {} · total {} · {} start",
+                fmt_ms(tm.setup),
+                fmt_ms(tm.run),
+                fmt_ms(tm.teardown),
+                fmt_ms(tm.total),
+                cell.start
+            ),
+        ),
+    ));
+    let u = &rep.usage;
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+    lines.push(field(
+        app,
+        "usage",
+        plain(
+            app,
+            format!(
+                "cpu {} · peak memory {} · peak pids {}",
+                opt(u.cpu_ms.map(|ms| fmt_ms(ms as f64))),
+                opt(u.peak_memory_bytes.map(format_size)),
+                opt(u.peak_pids.map(|p| p.to_string()))
+            ),
+        ),
+    ));
+    let l = &g.limits;
+    lines.push(field(
+        app,
+        "limits",
+        Span::styled(
+            format!(
+                "cpu {} · wall {} · memory {} · pids {} (the gauntlet's defaults)",
+                fmt_duration(l.cpu_time),
+                fmt_duration(l.wall_time),
+                format_size(l.memory_bytes),
+                l.pids
+            ),
+            t.dim(),
+        ),
+    ));
+    for (name, head, trunc, st) in [
+        ("stdout", &cv.stdout, rep.stdout_truncated, Style::new().fg(t.ui.stdout)),
+        ("stderr", &cv.stderr, rep.stderr_truncated, Style::new().fg(t.ui.stderr)),
+    ] {
+        lines.extend(stream_lines(app, name, head, trunc, st));
+    }
+    lines
+}
+
+fn stream_lines(app: &App, name: &str, h: &Head, truncated: bool, st: Style) -> Vec<Line<'static>> {
+    let t = &app.theme;
+    let mut note = format!("{} bytes", h.bytes);
+    if h.more > 0 {
+        note.push_str(&format!(", first {} lines shown", h.lines.len()));
+    }
+    if truncated {
+        note.push_str(", cut at the output limit");
+    }
+    let mut out = vec![Line::from(vec![
+        Span::styled(format!("── {name} "), bold(Style::new().fg(t.ui.title))),
+        Span::styled(format!("({note})"), t.dim()),
+    ])];
+    out.extend(h.lines.iter().map(|l| Line::from(Span::styled(format!("  {l}"), st))));
+    if h.more > 0 {
+        out.push(Line::from(Span::styled(format!("  … {} more line(s)", h.more), t.dim())));
+    }
+    out
+}

@@ -1,0 +1,445 @@
+//! The gauntlet and agent views driven headless: keys in, effects out,
+//! synthetic `GauntletEvent`s / `TranscriptEvent`s fed the way the event loop
+//! feeds them, screens compared with insta.
+
+use std::path::Path;
+
+use ratatui::crossterm::event::KeyCode;
+use sandbench::agent::{EndReason, TranscriptEvent};
+use sandbench::event::{ExitStatus, Stream, Violation, ViolationKind};
+use sandbench::gauntlet::canary::Findings;
+use sandbench::gauntlet::{self, GauntletEvent, Latency, Matrix};
+use sandbench::report::{Outcome, RunReport, Timings, Usage};
+use sandbench::samples::Sample;
+use sandbench::spec::Limits;
+use sandbench::tier::{Availability, Check};
+use sandbench::tui::app::{App, Effect, Msg, View};
+use sandbench::tui::gauntlet_view::GState;
+use sandbench::tui::headless::{ctrl, key, screen, type_text};
+use sandbench::tui::theme::Theme;
+
+fn probed(tier: &str, available: bool) -> Msg {
+    Msg::Probed(Availability {
+        tier: tier.into(),
+        available,
+        summary: if available { "ready (synthetic)".into() } else { "no daemon (synthetic)".into() },
+        checks: vec![Check::ok("all", "fine")],
+    })
+}
+
+const HELLO: &str = "# name: hello\n# tries: print a greeting\n# must: run it\n# expect: *=ok\nprint('hi')\n";
+const FORK: &str = "# name: fork-bomb\n# tries: fork without end\n# must: refuse new processes at the pids limit\n# expect: *=violation:pids|cpu_time\nimport os\n";
+const NET: &str = "# name: net-loopback\n# tries: connect to the host's loopback\n# must: no connection arrives\n# expect: *=ok\nimport socket\n";
+
+/// Samples on disk as the picker and the gauntlet read them.
+fn samples_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    for (rel, text) in [("benign/hello.py", HELLO), ("hostile/fork_bomb.py", FORK), ("hostile/net_loopback.py", NET)] {
+        let p = d.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    d
+}
+
+fn sample(rel: &str, text: &str) -> Sample {
+    Sample::parse(Path::new(rel), text.into()).unwrap()
+}
+
+/// process and docker ready, e2b unavailable; samples from `dir`.
+fn app(dir: &Path) -> App {
+    let mut app = App::new(Theme::dark(), &["process", "docker", "e2b"], "process", Limits::default());
+    app.live_clock = false;
+    app.samples_dirs = vec![dir.to_path_buf()];
+    app.api_key_set = false;
+    app.update(probed("process", true));
+    app.update(probed("docker", true));
+    app.update(probed("e2b", false));
+    app
+}
+
+fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str) -> RunReport {
+    RunReport {
+        tier: tier.into(),
+        language: "python".into(),
+        label: "-".into(),
+        outcome,
+        exit: ExitStatus { code: Some(if outcome == Outcome::Ok { 0 } else { 1 }), signal: None },
+        violations,
+        timings_ms: Timings { setup: 20.0, first_output: Some(25.0), run: 80.0, teardown: 4.0, total: 104.0 },
+        usage: Usage { cpu_ms: Some(40), peak_memory_bytes: Some(12 << 20), peak_pids: Some(3) },
+        stdout: stdout.into(),
+        stderr: String::new(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        error: None,
+        limits: gauntlet::default_limits(),
+        details: serde_json::json!({"start": "cold"}),
+    }
+}
+
+fn findings(escapes: &[&str]) -> Findings {
+    Findings {
+        escapes: escapes.iter().map(|s| s.to_string()).collect(),
+        host_latency_ms_p50: Some(1.4),
+        host_latency_ms_max: Some(3.9),
+    }
+}
+
+fn started_gauntlet(app: &mut App) -> u64 {
+    match app.take_effects().as_slice() {
+        [Effect::Gauntlet { id, tiers, skipped, samples, limits }] => {
+            assert_eq!(tiers, &["process", "docker"]);
+            assert_eq!(skipped.len(), 1);
+            assert_eq!(skipped[0].0, "e2b");
+            let names: Vec<&str> = samples.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(names, ["hello", "fork-bomb", "net-loopback"]);
+            assert_eq!(limits, &gauntlet::default_limits());
+            *id
+        }
+        other => panic!("expected one gauntlet start, got {other:?}"),
+    }
+}
+
+fn g(app: &mut App, id: u64, ev: GauntletEvent) {
+    app.update(Msg::Gauntlet(id, ev));
+}
+
+fn cell_started(app: &mut App, id: u64, sample: &str, tier: &str) {
+    g(app, id, GauntletEvent::CellStarted { sample: sample.into(), tier: tier.into() });
+}
+
+/// Two rows done (one cell escaped, against what it declares), the third running.
+fn feed_partial(app: &mut App, id: u64) {
+    let hello = sample("benign/hello.py", HELLO);
+    let fork = sample("hostile/fork_bomb.py", FORK);
+    for tier in ["process", "docker"] {
+        cell_started(app, id, "hello", tier);
+        let c = gauntlet::judge(&hello, tier, report(tier, Outcome::Ok, vec![], "hi\n"), findings(&[]));
+        g(app, id, GauntletEvent::CellDone(Box::new(c)));
+    }
+    cell_started(app, id, "fork-bomb", "process");
+    let v = Violation { kind: ViolationKind::Pids, at_ms: 31.0, detail: "pids limit 64 reached".into() };
+    let c = gauntlet::judge(&fork, "process", report("process", Outcome::Violation, vec![v], ""), findings(&[]));
+    g(app, id, GauntletEvent::CellDone(Box::new(c)));
+    cell_started(app, id, "fork-bomb", "docker");
+    let out = "forked 12000\n\x1b]52;c;ZXZpbA==\x07\x1b[2Jstill here\tok\n";
+    let c = gauntlet::judge(
+        &fork,
+        "docker",
+        report("docker", Outcome::Ok, vec![], out),
+        findings(&["3 process(es) of the run still alive: [4242, 4243, 4244]"]),
+    );
+    g(app, id, GauntletEvent::CellDone(Box::new(c)));
+    cell_started(app, id, "net-loopback", "process");
+}
+
+#[test]
+fn gauntlet_fills_live_and_shows_the_selected_cell() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    app.update(key(KeyCode::F(9)));
+    assert_eq!(app.view, View::Gauntlet);
+    let id = started_gauntlet(&mut app);
+    feed_partial(&mut app, id);
+    // The selection followed the cells as they finished: fork-bomb on docker.
+    assert_eq!(app.gauntlet.as_ref().unwrap().sel, (1, 1));
+    // Keys take it over: it stays where they put it.
+    app.update(key(KeyCode::Up));
+    app.update(key(KeyCode::Down));
+    let net = sample("hostile/net_loopback.py", NET);
+    let c = gauntlet::judge(&net, "process", report("process", Outcome::Ok, vec![], ""), findings(&[]));
+    g(&mut app, id, GauntletEvent::CellDone(Box::new(c)));
+    cell_started(&mut app, id, "net-loopback", "docker");
+    assert_eq!(app.gauntlet.as_ref().unwrap().sel, (1, 1));
+    // The status line names the (temporary) samples directory.
+    assert!(app.status.as_ref().unwrap().text.contains(&dir.path().display().to_string()));
+    app.status = None;
+    let s = screen(&mut app, 100, 34);
+    assert!(s.contains("✗ ESCAPED (3 process(es)"), "{s}");
+    assert!(s.contains("✓ contained (blocked)"), "{s}");
+    assert!(s.contains("▶ running…"), "{s}");
+    assert!(s.contains("secret canary: not planted (no ANTHROPIC_API_KEY in sandbench's env)"), "{s}");
+    assert!(s.contains("␛]52;c;ZXZpbA==^G␛[2Jstill here ok"), "hostile output is shown inert:\n{s}");
+    assert!(!s.contains('\x1b'));
+    insta::assert_snapshot!("gauntlet_partial_with_details", s);
+
+    // Enter zooms the details, Esc unzooms, Esc again leaves.
+    app.update(key(KeyCode::Enter));
+    let z = screen(&mut app, 100, 34);
+    assert!(z.contains("host       p50 1.4 ms · max 3.9 ms"), "{z}");
+    assert!(!z.contains("program"), "zoomed: no matrix\n{z}");
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Gauntlet);
+    assert!(!app.gauntlet.as_ref().unwrap().zoom);
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Single);
+    // F9 goes back to the same gauntlet, it does not start another.
+    app.update(key(KeyCode::F(9)));
+    assert!(app.take_effects().is_empty());
+    assert_eq!(app.gauntlet.as_ref().unwrap().id, id);
+}
+
+#[test]
+fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    app.update(key(KeyCode::F(9)));
+    let id = started_gauntlet(&mut app);
+    feed_partial(&mut app, id);
+    // Nothing else starts while the gauntlet holds the machine.
+    app.update(key(KeyCode::Char('r')));
+    assert!(app.take_effects().is_empty());
+    app.update(key(KeyCode::F(5)));
+    assert!(app.take_effects().is_empty());
+    assert!(app.status.as_ref().unwrap().text.contains("a gauntlet is going"), "{:?}", app.status);
+    let m = Matrix {
+        tiers: vec!["process".into(), "docker".into()],
+        skipped_tiers: vec![],
+        samples: vec![],
+        cells: vec![],
+        latency: vec![Latency { tier: "process".into(), start: "cold".into(), runs: 1, p50_ms: 104.0, p95_ms: 104.0 }],
+        mismatches: 1,
+    };
+    g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
+    let gv = app.gauntlet.as_ref().unwrap();
+    assert_eq!(gv.state, GState::Finished);
+    assert!(!app.busy());
+    let s = screen(&mut app, 100, 34);
+    assert!(s.contains("benign latency process cold p50 104 ms p95 104 ms (1 runs)"), "{s}");
+    assert!(s.contains("not in the matrix: e2b (no daemon (synthetic))"), "{s}");
+    assert!(s.contains("– not run"), "{s}");
+    assert!(app.status.as_ref().unwrap().text.contains("1 differ"), "{:?}", app.status);
+    // Rerun: a new id; events of the old one no longer land.
+    app.update(key(KeyCode::Char('r')));
+    let id2 = started_gauntlet(&mut app);
+    assert_ne!(id, id2);
+    cell_started(&mut app, id, "hello", "process");
+    assert_eq!(app.gauntlet.as_ref().unwrap().running, None);
+    cell_started(&mut app, id2, "hello", "process");
+    assert_eq!(app.gauntlet.as_ref().unwrap().running, Some((0, 0)));
+}
+
+#[test]
+fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    app.update(key(KeyCode::F(9)));
+    let id = started_gauntlet(&mut app);
+    cell_started(&mut app, id, "hello", "process");
+    app.update(key(KeyCode::F(8)));
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Cancel(c)] if *c == id));
+    assert_eq!(app.gauntlet.as_ref().unwrap().state, GState::Cancelling);
+    // Cancelling twice sends one cancel; quitting waits for the cleanup.
+    app.update(ctrl('q'));
+    assert!(app.take_effects().is_empty());
+    assert!(app.quitting && !app.should_exit());
+    // The cancelled cell is still judged (what the canaries saw), then the end.
+    let hello = sample("benign/hello.py", HELLO);
+    let c = gauntlet::judge(&hello, "process", report("process", Outcome::Cancelled, vec![], ""), findings(&[]));
+    assert_eq!(c.verdict, gauntlet::Verdict::Error { why: "cancelled before the end".into() });
+    g(&mut app, id, GauntletEvent::CellDone(Box::new(c)));
+    let m =
+        Matrix { tiers: vec![], skipped_tiers: vec![], samples: vec![], cells: vec![], latency: vec![], mismatches: 1 };
+    g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
+    assert_eq!(app.gauntlet.as_ref().unwrap().state, GState::Cancelled);
+    assert!(app.should_exit());
+}
+
+#[test]
+fn gauntlet_without_samples_or_tiers_says_why() {
+    let empty = tempfile::tempdir().unwrap();
+    let mut app = app(empty.path());
+    app.update(key(KeyCode::F(9)));
+    assert!(app.take_effects().is_empty());
+    assert!(app.status.as_ref().unwrap().text.contains("no samples/benign or samples/hostile"), "{:?}", app.status);
+    let dir = samples_dir();
+    let mut app = App::new(Theme::dark(), &["process"], "process", Limits::default());
+    app.samples_dirs = vec![dir.path().to_path_buf()];
+    app.update(key(KeyCode::F(9)));
+    assert!(app.take_effects().is_empty());
+    assert!(app.status.as_ref().unwrap().text.contains("still being probed"), "{:?}", app.status);
+    app.update(probed("process", false));
+    app.update(key(KeyCode::Char('r')));
+    assert!(app.take_effects().is_empty());
+    assert!(app.status.as_ref().unwrap().text.contains("no tier is available"), "{:?}", app.status);
+    // A small terminal does not panic.
+    for (w, h) in [(20, 6), (40, 10), (3, 2)] {
+        screen(&mut app, w, h);
+    }
+}
+
+#[test]
+fn agent_without_a_key_says_so_instead_of_starting() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    app.update(key(KeyCode::F(10)));
+    assert_eq!(app.view, View::Agent);
+    type_text(&mut app, "count the primes below 100");
+    app.update(key(KeyCode::Enter));
+    assert!(app.take_effects().is_empty());
+    assert!(!app.busy());
+    let s = screen(&mut app, 100, 20);
+    assert!(s.contains("ANTHROPIC_API_KEY is not set"), "{s}");
+}
+
+fn agent_started(app: &mut App) -> u64 {
+    match app.take_effects().as_slice() {
+        [Effect::Agent { id, tier, limits, task }] => {
+            assert_eq!(tier, "process");
+            assert_eq!(limits, &app.limits);
+            assert_eq!(task, "count the primes below 100");
+            *id
+        }
+        other => panic!("expected one agent start, got {other:?}"),
+    }
+}
+
+fn a(app: &mut App, id: u64, ev: TranscriptEvent) {
+    app.update(Msg::Agent(id, ev));
+}
+
+#[test]
+fn agent_streams_the_transcript_live() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    app.api_key_set = true;
+    app.update(key(KeyCode::F(10)));
+    type_text(&mut app, "count the primes below 100");
+    app.update(key(KeyCode::Enter));
+    let id = agent_started(&mut app);
+    assert!(app.busy());
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::Started {
+            task: "count the primes below 100".into(),
+            model: "claude-test".into(),
+            tier: "process".into(),
+            max_turns: 8,
+        },
+    );
+    a(&mut app, id, TranscriptEvent::TextDelta { turn: 1, text: "I'll count them ".into() });
+    a(&mut app, id, TranscriptEvent::TextDelta { turn: 1, text: "with a sieve.".into() });
+    a(&mut app, id, TranscriptEvent::Text { turn: 1, text: "I'll count them with a sieve.".into() });
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::Turn {
+            turn: 1,
+            stop_reason: Some("tool_use".into()),
+            input_tokens: Some(10),
+            output_tokens: Some(20),
+        },
+    );
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::ToolCall {
+            turn: 1,
+            id: "toolu_1".into(),
+            language: "python".into(),
+            code: "import sys\nprint(len([n for n in range(2, 100) if all(n % d for d in range(2, n))]))".into(),
+        },
+    );
+    a(&mut app, id, TranscriptEvent::ToolOutput { id: "toolu_1".into(), stream: Stream::Stdout, text: "2".into() });
+    a(&mut app, id, TranscriptEvent::ToolOutput { id: "toolu_1".into(), stream: Stream::Stdout, text: "5\n".into() });
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::ToolOutput {
+            id: "toolu_1".into(),
+            stream: Stream::Stderr,
+            text: "\x1b]0;pwned\x07warning\n".into(),
+        },
+    );
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::ToolResult {
+            id: "toolu_1".into(),
+            outcome: "ok".into(),
+            summary: "ok · exit code 0 · 31.0 ms total".into(),
+            content: String::new(),
+            is_error: false,
+            report: None,
+        },
+    );
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::Retrying { turn: 2, attempt: 1, status: Some(529), wait_ms: 500, reason: "overloaded".into() },
+    );
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::Text {
+            turn: 2,
+            text: "There are 25 primes below 100. The program tested every n from 2 to 99 against every smaller \
+               divisor, which is slow for large bounds but fine here."
+                .into(),
+        },
+    );
+    let live = screen(&mut app, 100, 30);
+    assert!(live.contains("turn 1 · running"), "{live}");
+    a(
+        &mut app,
+        id,
+        TranscriptEvent::Finished {
+            reason: EndReason::FinalAnswer,
+            turns: 2,
+            answer: Some("There are 25 primes below 100.".into()),
+            error: None,
+        },
+    );
+    assert!(!app.busy());
+    let s = screen(&mut app, 100, 30);
+    assert!(s.contains("  25"), "{s}");
+    assert!(s.contains("▍ ␛]0;pwned^Gwarning"), "{s}");
+    assert!(s.contains("── final answer after 2 turn(s) ──"), "{s}");
+    assert!(s.contains("│divisor, which is slow"), "long model text wraps at a space:\n{s}");
+    insta::assert_snapshot!("agent_transcript", s);
+    for (w, h) in [(20, 6), (40, 10), (3, 2)] {
+        screen(&mut app, w, h);
+    }
+}
+
+#[test]
+fn agent_cancel_and_refused_start() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    app.api_key_set = true;
+    app.update(key(KeyCode::F(10)));
+    type_text(&mut app, "count the primes below 100");
+    app.update(key(KeyCode::Enter));
+    let id = agent_started(&mut app);
+    // Typing while it works does not change the task.
+    type_text(&mut app, "x");
+    assert_eq!(app.agent.input, "count the primes below 100");
+    app.update(key(KeyCode::F(8)));
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Cancel(c)] if *c == id));
+    a(&mut app, id, TranscriptEvent::Finished { reason: EndReason::Cancelled, turns: 0, answer: None, error: None });
+    assert!(!app.busy());
+    // The engine refusing (e.g. the key vanished) ends the session with its message.
+    app.update(key(KeyCode::Enter));
+    let id2 = agent_started(&mut app);
+    a(
+        &mut app,
+        id2,
+        TranscriptEvent::Finished {
+            reason: EndReason::Error,
+            turns: 0,
+            answer: None,
+            error: Some("ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=sk-ant-...".into()),
+        },
+    );
+    let s = screen(&mut app, 100, 20);
+    assert!(s.contains("error after 0 turn(s): ANTHROPIC_API_KEY is not set"), "{s}");
+    // An unavailable tier is refused before anything starts.
+    app.update(key(KeyCode::F(4)));
+    app.update(key(KeyCode::F(4)));
+    assert_eq!(app.selected_tier().name, "e2b");
+    app.update(key(KeyCode::Enter));
+    assert!(app.take_effects().is_empty());
+    assert!(app.status.as_ref().unwrap().text.contains("e2b is unavailable"), "{:?}", app.status);
+}
