@@ -30,6 +30,9 @@ pub struct Pool {
 struct State {
     ready: Vec<(Guest, &'static str)>,
     booting: bool,
+    /// The refill task, aborted by a drain: dropping its guest in flight
+    /// kills that QEMU at once instead of waiting out a boot.
+    refiller: Option<tokio::task::AbortHandle>,
     failures: u32,
     last_error: Option<String>,
 }
@@ -110,7 +113,7 @@ impl Pool {
             st.booting = true;
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             loop {
                 let r = boot_ready(&me.cfg, &me.paths, me.shape).await;
                 let done = {
@@ -138,6 +141,9 @@ impl Pool {
                 }
             }
         });
+        if let Ok(mut st) = self.state.lock() {
+            st.refiller = Some(task.abort_handle());
+        }
     }
 
     /// Fill the pool and wait until it is full (or refilling gave up).
@@ -163,11 +169,16 @@ impl Pool {
         }
     }
 
-    /// Kill every pooled guest and wait until they are gone.
+    /// Kill every pooled guest, and the one booting, and close the pool
+    /// until the next `fill` (a drain is for shutdown and tests).
     pub async fn drain(&self) {
         let guests: Vec<_> = match self.state.lock() {
             Ok(mut st) => {
-                st.failures = MAX_FAILURES; // no refill while draining
+                st.failures = MAX_FAILURES; // no refill until fill() reopens
+                if let Some(t) = st.refiller.take() {
+                    t.abort();
+                }
+                st.booting = false;
                 st.ready.drain(..).collect()
             }
             Err(_) => vec![],
@@ -175,24 +186,7 @@ impl Pool {
         for (g, _) in guests {
             g.kill().await;
         }
-        // A boot in flight finishes into the pool; wait for it and kill it too.
-        loop {
-            let notified = self.changed.notified();
-            let (booting, rest): (bool, Vec<_>) = match self.state.lock() {
-                Ok(mut st) => (st.booting, st.ready.drain(..).collect()),
-                Err(_) => (false, vec![]),
-            };
-            for (g, _) in rest {
-                g.kill().await;
-            }
-            if !booting {
-                break;
-            }
-            notified.await;
-        }
-        if let Ok(mut st) = self.state.lock() {
-            st.failures = 0;
-        }
+        self.changed.notify_waiters();
     }
 }
 
