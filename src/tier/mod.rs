@@ -54,6 +54,30 @@ impl RunContext {
     }
 }
 
+/// Judge a program killed by an rlimit signal: SIGXCPU is the CPU limit,
+/// SIGXFSZ the file-size limit. Every tier reads exits the same way.
+pub async fn judge_rlimit_signal(ctx: &RunContext, limits: &crate::spec::Limits, signal: Option<i32>) {
+    match signal {
+        Some(libc::SIGXCPU) => {
+            let limit = crate::runner::fmt_dur(limits.cpu_time);
+            ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {limit} hit — killed (SIGXCPU)")).await
+        }
+        Some(libc::SIGXFSZ) => {
+            let limit = crate::spec::format_size(limits.file_size_bytes);
+            ctx.violation(ViolationKind::FileSize, format!("file size limit {limit} hit — killed (SIGXFSZ)")).await
+        }
+        _ => {}
+    }
+}
+
+/// Program output says an allocation was refused (Python's MemoryError,
+/// libc's ENOMEM message, C++'s bad_alloc): the memory limit's other face.
+pub fn allocation_failed(stderr_tail: &str) -> bool {
+    stderr_tail.contains("MemoryError")
+        || stderr_tail.contains("Cannot allocate memory")
+        || stderr_tail.contains("std::bad_alloc")
+}
+
 /// What a tier returns when the program is gone and everything is cleaned up.
 #[derive(Debug, Default)]
 pub struct TierExit {

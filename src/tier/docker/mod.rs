@@ -36,6 +36,7 @@ use tokio::sync::mpsc;
 use crate::config::{Config, DockerConfig};
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample, ViolationKind};
 use crate::spec::{format_size, Language, RunSpec};
+use crate::tier::allocation_failed;
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
 pub use bench::bench_plan;
 use container::Shape;
@@ -605,23 +606,7 @@ impl DockerTier {
             )
             .await;
         }
-        match signal {
-            Some(libc::SIGXCPU) => {
-                ctx.violation(
-                    ViolationKind::CpuTime,
-                    format!("CPU time limit {} hit — killed (SIGXCPU)", crate::runner::fmt_dur(limits.cpu_time)),
-                )
-                .await
-            }
-            Some(libc::SIGXFSZ) => {
-                ctx.violation(
-                    ViolationKind::FileSize,
-                    format!("file size limit {} hit — killed (SIGXFSZ)", format_size(limits.file_size_bytes)),
-                )
-                .await
-            }
-            _ => {}
-        }
+        crate::tier::judge_rlimit_signal(ctx, limits, signal).await;
         for found in std::mem::take(&mut status.statuses) {
             judge_status(ctx, limits, &found, &mut status_seen).await;
         }
@@ -732,12 +717,6 @@ fn kill(docker: &Docker, id: &str) {
             tracing::debug!("kill {}: {}", short(&id), engine::cause(&e));
         }
     });
-}
-
-/// Program output says it could not allocate (Python's MemoryError, libc's
-/// ENOMEM message).
-fn allocation_failed(t: &str) -> bool {
-    t.contains("MemoryError") || t.contains("Cannot allocate memory") || t.contains("std::bad_alloc")
 }
 
 /// Program output says fork was refused (EAGAIN from the pids limit).

@@ -486,23 +486,7 @@ impl MicrovmTier {
             ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids))
                 .await;
         }
-        match x.signal {
-            Some(libc::SIGXCPU) => {
-                ctx.violation(
-                    ViolationKind::CpuTime,
-                    format!("CPU time limit {} hit — killed (SIGXCPU)", crate::runner::fmt_dur(limits.cpu_time)),
-                )
-                .await
-            }
-            Some(libc::SIGXFSZ) => {
-                ctx.violation(
-                    ViolationKind::FileSize,
-                    format!("file size limit {} hit — killed (SIGXFSZ)", format_size(limits.file_size_bytes)),
-                )
-                .await
-            }
-            _ => {}
-        }
+        crate::tier::judge_rlimit_signal(ctx, limits, x.signal).await;
         if let Some(path) = &x.fsize_hit {
             let path: String = path.chars().take(200).collect();
             ctx.violation(
@@ -524,7 +508,7 @@ impl MicrovmTier {
         }
         if x.code.is_some_and(|c| c != 0) {
             let t = String::from_utf8_lossy(&stderr_tail);
-            if t.contains("MemoryError") || t.contains("Cannot allocate memory") {
+            if crate::tier::allocation_failed(&t) {
                 ctx.violation(
                     ViolationKind::Memory,
                     format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes)),

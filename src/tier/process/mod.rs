@@ -132,6 +132,7 @@ impl ProcessTier {
         drop(status_w);
         let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
         let prep = sandbox::Prepare {
+            user_ns: !nix::unistd::geteuid().is_root(),
             host_pid: std::process::id() as i32,
             cgroup_procs: cg
                 .as_ref()
@@ -454,29 +455,10 @@ impl ProcessTier {
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
         let x = ExitStatus { code, signal };
-        match signal {
-            Some(libc::SIGXCPU) => {
-                ctx.violation(
-                    ViolationKind::CpuTime,
-                    format!("CPU time limit {} hit — killed (SIGXCPU)", crate::runner::fmt_dur(limits.cpu_time)),
-                )
-                .await
-            }
-            Some(libc::SIGKILL) if cpu_ms + 50 >= limits.cpu_time.as_millis() as u64 => {
-                ctx.violation(
-                    ViolationKind::CpuTime,
-                    format!("CPU time limit {} hit — killed", crate::runner::fmt_dur(limits.cpu_time)),
-                )
-                .await
-            }
-            Some(libc::SIGXFSZ) => {
-                ctx.violation(
-                    ViolationKind::FileSize,
-                    format!("file size limit {} hit — killed (SIGXFSZ)", format_size(limits.file_size_bytes)),
-                )
-                .await
-            }
-            _ => {}
+        crate::tier::judge_rlimit_signal(ctx, limits, signal).await;
+        if signal == Some(libc::SIGKILL) && cpu_ms + 50 >= limits.cpu_time.as_millis() as u64 {
+            let limit = crate::runner::fmt_dur(limits.cpu_time);
+            ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {limit} hit — killed")).await;
         }
         if let Some(path) = fsize_hit {
             ctx.violation(
@@ -494,7 +476,7 @@ impl ProcessTier {
         }
         if code.is_some_and(|c| c != 0) {
             let tail = stderr_tail.lock().map(|t| t.clone()).unwrap_or_default();
-            if allocation_failed(&tail) {
+            if crate::tier::allocation_failed(&String::from_utf8_lossy(&tail)) {
                 ctx.violation(
                     ViolationKind::Memory,
                     format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes)),
@@ -525,13 +507,6 @@ fn isolation_details(mut iso: serde_json::Value, cg: Option<&RunCgroup>) -> serd
     }
     iso["start"] = json!("cold");
     iso
-}
-
-/// Program output says it could not allocate (Python's MemoryError, libc's
-/// ENOMEM message) — the RLIMIT_DATA side of the memory limit.
-fn allocation_failed(stderr_tail: &[u8]) -> bool {
-    let t = String::from_utf8_lossy(stderr_tail);
-    t.contains("MemoryError") || t.contains("Cannot allocate memory") || t.contains("std::bad_alloc")
 }
 
 #[derive(Default)]
@@ -659,9 +634,10 @@ mod tests {
 
     #[test]
     fn allocation_failure_is_recognised() {
-        assert!(allocation_failed(b"Traceback...\nMemoryError\n"));
-        assert!(allocation_failed(b"dd: memory exhausted: Cannot allocate memory"));
-        assert!(!allocation_failed(b"ValueError: nope"));
+        use crate::tier::allocation_failed;
+        assert!(allocation_failed("Traceback...\nMemoryError\n"));
+        assert!(allocation_failed("dd: memory exhausted: Cannot allocate memory"));
+        assert!(!allocation_failed("ValueError: nope"));
     }
 
     #[tokio::test]

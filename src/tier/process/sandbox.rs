@@ -35,6 +35,8 @@ pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
 pub struct Prepare {
     pub host_pid: i32,
     pub cgroup_procs: Vec<String>,
+    /// Unprivileged: map our own uid into a new user namespace.
+    pub user_ns: bool,
 }
 
 /// The rest of stdin: the program and how to run it.
@@ -121,27 +123,7 @@ pub fn helper_main() -> ! {
             fail(format!("cannot join cgroup {p}: {e}"));
         }
     }
-    // A spare helper waits here until a run hands it a program.
-    let mut buf = Vec::new();
-    if let Err(e) = stdin.read_to_end(&mut buf) {
-        fail(format!("sandbox helper: cannot read its config: {e}"));
-    }
-    if buf.is_empty() {
-        // The host let a spare go unused: leave quietly.
-        unsafe { libc::_exit(0) }
-    }
-    let cfg: SandboxConfig = match serde_json::from_slice(&buf) {
-        Ok(c) => c,
-        Err(e) => fail(format!("sandbox helper: bad config: {e}")),
-    };
-    drop(buf);
-    // stdin becomes /dev/null: the program gets no input.
-    match fs::File::open("/dev/null") {
-        Ok(f) => {
-            let _ = nix::unistd::dup2_stdin(&f);
-        }
-        Err(e) => fail(format!("cannot open /dev/null: {e}")),
-    }
+    // Namespaces do not depend on the program: a spare makes them ahead too.
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
     let mut flags = CloneFlags::CLONE_NEWNS
@@ -150,18 +132,18 @@ pub fn helper_main() -> ! {
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
-    if cfg.user_ns {
+    if prep.user_ns {
         flags |= CloneFlags::CLONE_NEWUSER;
     }
     if let Err(e) = unshare(flags) {
-        let hint = if cfg.user_ns {
+        let hint = if prep.user_ns {
             " (unprivileged user namespaces may be disabled: sysctl -w kernel.unprivileged_userns_clone=1)"
         } else {
             ""
         };
         fail(format!("cannot create namespaces: {e}{hint}"));
     }
-    if cfg.user_ns {
+    if prep.user_ns {
         // Identity map: our uid keeps its number; capabilities inside the
         // namespace are gone at exec because the uid is not 0.
         let maps = [
@@ -174,6 +156,28 @@ pub fn helper_main() -> ! {
                 fail(format!("cannot write {f}: {e}"));
             }
         }
+    }
+    // A spare helper waits here until a run hands it a program.
+    let mut buf = Vec::new();
+    if let Err(e) = stdin.read_to_end(&mut buf) {
+        fail(format!("sandbox helper: cannot read its config: {e}"));
+    }
+    if buf.is_empty() {
+        // The host let a spare go unused: leave quietly.
+        unsafe { libc::_exit(0) }
+    }
+    let mut cfg: SandboxConfig = match serde_json::from_slice(&buf) {
+        Ok(c) => c,
+        Err(e) => fail(format!("sandbox helper: bad config: {e}")),
+    };
+    cfg.user_ns = prep.user_ns;
+    drop(buf);
+    // stdin becomes /dev/null: the program gets no input.
+    match fs::File::open("/dev/null") {
+        Ok(f) => {
+            let _ = nix::unistd::dup2_stdin(&f);
+        }
+        Err(e) => fail(format!("cannot open /dev/null: {e}")),
     }
     match unsafe { fork() } {
         Ok(ForkResult::Child) => init_main(&cfg, uid.as_raw(), gid.as_raw()),
