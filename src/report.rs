@@ -76,6 +76,28 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// A run that did not happen: sandbench failed before or around it.
+    /// Fields are filled in with struct-update syntax where more is known.
+    pub fn failed(tier: &str, language: &str, label: &str, error: impl Into<String>) -> RunReport {
+        RunReport {
+            tier: tier.into(),
+            language: language.into(),
+            label: label.into(),
+            outcome: Outcome::Error,
+            exit: ExitStatus::default(),
+            violations: vec![],
+            timings_ms: Timings::default(),
+            usage: Usage::default(),
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            error: Some(error.into()),
+            limits: Limits::default(),
+            details: serde_json::Value::Null,
+        }
+    }
+
     pub fn has_violation(&self, kind: ViolationKind) -> bool {
         self.violations.iter().any(|v| v.kind == kind)
     }

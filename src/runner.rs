@@ -45,23 +45,7 @@ impl RunHandle {
 fn unreachable_report() -> RunReport {
     // The runner always sends Finished; a closed channel without it means the
     // runner task panicked. Say so instead of panicking here too.
-    RunReport {
-        tier: "?".into(),
-        language: "?".into(),
-        label: "-".into(),
-        outcome: Outcome::Error,
-        exit: ExitStatus::default(),
-        violations: vec![],
-        timings_ms: Timings::default(),
-        usage: Usage::default(),
-        stdout: String::new(),
-        stderr: String::new(),
-        stdout_truncated: false,
-        stderr_truncated: false,
-        error: Some("the run ended without a report (internal error; see the log)".into()),
-        limits: Default::default(),
-        details: serde_json::Value::Null,
-    }
+    RunReport::failed("?", "?", "-", "the run ended without a report (internal error; see the log)")
 }
 
 /// Start `spec` on `tier`. Events arrive on the handle; the last is `Finished`.

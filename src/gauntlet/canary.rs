@@ -324,21 +324,10 @@ mod tests {
 
     fn report(stdout: &str) -> RunReport {
         RunReport {
-            tier: "t".into(),
-            language: "python".into(),
-            label: "x".into(),
             outcome: Outcome::Ok,
-            exit: Default::default(),
-            violations: vec![],
-            timings_ms: Default::default(),
-            usage: Default::default(),
-            stdout: stdout.into(),
-            stderr: String::new(),
-            stdout_truncated: false,
-            stderr_truncated: false,
             error: None,
-            limits: Default::default(),
-            details: serde_json::Value::Null,
+            stdout: stdout.into(),
+            ..RunReport::failed("t", "python", "x", "")
         }
     }
 

@@ -148,23 +148,7 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
 }
 
 fn error_report(tier: &str, s: &Sample) -> RunReport {
-    RunReport {
-        tier: tier.into(),
-        language: s.language.name().into(),
-        label: s.name.clone(),
-        outcome: Outcome::Error,
-        exit: Default::default(),
-        violations: vec![],
-        timings_ms: Default::default(),
-        usage: Default::default(),
-        stdout: String::new(),
-        stderr: String::new(),
-        stdout_truncated: false,
-        stderr_truncated: false,
-        error: Some("internal error".into()),
-        limits: Default::default(),
-        details: serde_json::Value::Null,
-    }
+    RunReport::failed(tier, s.language.name(), &s.name, "internal error")
 }
 
 fn error_cell(sample: &Sample, tier: &str, why: String) -> Cell {

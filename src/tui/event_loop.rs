@@ -221,21 +221,8 @@ impl Engine {
 /// A Finished event for a run that could not even start.
 fn failed(tier: &str, spec: &crate::spec::RunSpec, error: String) -> RunEvent {
     let report = crate::report::RunReport {
-        tier: tier.to_string(),
-        language: spec.language.name().into(),
-        label: spec.label.clone(),
-        outcome: crate::report::Outcome::Error,
-        exit: Default::default(),
-        violations: vec![],
-        timings_ms: Default::default(),
-        usage: Default::default(),
-        stdout: String::new(),
-        stderr: String::new(),
-        stdout_truncated: false,
-        stderr_truncated: false,
-        error: Some(error),
         limits: spec.limits.clone(),
-        details: serde_json::Value::Null,
+        ..crate::report::RunReport::failed(tier, spec.language.name(), &spec.label, error)
     };
     RunEvent { at_ms: 0.0, kind: EventKind::Finished(Box::new(report)) }
 }

@@ -58,21 +58,5 @@ pub fn type_text(app: &mut App, s: &str) {
 
 /// A minimal finished-run report, for feeding synthetic runs.
 pub fn report(tier: &str, outcome: crate::report::Outcome) -> crate::report::RunReport {
-    crate::report::RunReport {
-        tier: tier.into(),
-        language: "python".into(),
-        label: "-".into(),
-        outcome,
-        exit: Default::default(),
-        violations: vec![],
-        timings_ms: Default::default(),
-        usage: Default::default(),
-        stdout: String::new(),
-        stderr: String::new(),
-        stdout_truncated: false,
-        stderr_truncated: false,
-        error: None,
-        limits: Default::default(),
-        details: serde_json::Value::Null,
-    }
+    crate::report::RunReport { outcome, error: None, ..crate::report::RunReport::failed(tier, "python", "-", "") }
 }
