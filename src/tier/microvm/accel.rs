@@ -88,13 +88,7 @@ async fn probe_kvm(cfg: &MicrovmConfig, p: &Paths) -> anyhow::Result<Duration> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            libc::setpgid(0, 0);
-            Ok(())
-        });
-    }
+    super::vm::die_with_sandbench(&mut cmd);
     let mut child = cmd.spawn().with_context(|| format!("cannot start {}", cfg.qemu))?;
     let mut out = child.stdout.take().context("no stdout")?;
     let mut err = child.stderr.take().context("no stderr")?;

@@ -197,6 +197,19 @@ pub struct Guest {
     pub notes: Vec<String>,
 }
 
+/// QEMU dies when the sandbench thread that started it dies, and a Ctrl-C
+/// at the terminal reaches sandbench (which cancels and cleans up), not QEMU.
+pub fn die_with_sandbench(cmd: &mut Command) {
+    // Only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            libc::setpgid(0, 0);
+            Ok(())
+        });
+    }
+}
+
 impl Guest {
     pub fn spawn(qemu: &str, paths: &Paths, shape: Shape, boot: Boot, with_qmp: bool) -> anyhow::Result<Guest> {
         let dir = RunDir::create(&paths.runs, with_qmp)?;
@@ -210,16 +223,7 @@ impl Guest {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        // Only async-signal-safe calls between fork and exec: QEMU dies when
-        // the sandbench thread that started it dies, and a Ctrl-C at the
-        // terminal reaches sandbench (which cancels and cleans up), not QEMU.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                libc::setpgid(0, 0);
-                Ok(())
-            });
-        }
+        die_with_sandbench(&mut cmd);
         let mut child =
             cmd.spawn().with_context(|| format!("cannot start {qemu} (apt-get install qemu-system-x86)"))?;
         let stdin = child.stdin.take().ok_or_else(|| anyhow!("QEMU has no stdin"))?;
