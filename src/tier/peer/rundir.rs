@@ -120,9 +120,15 @@ impl RunDir {
                 }
             }
         }
+        // "Full" is within 1/32 of the size or 1/64 of the inodes: a program
+        // that hit ENOSPC may have freed a little before the next look, and so
+        // may the tool (srt removes its mount-point files when it exits).
         let full = self.tmpfs
             && nix::sys::statvfs::statvfs(&self.scratch)
-                .map(|s| s.blocks_available() == 0 || s.files_available() == 0)
+                .map(|s| {
+                    s.blocks_available() as u64 <= s.blocks() as u64 / 32
+                        || s.files_available() as u64 <= s.files() as u64 / 64
+                })
                 .unwrap_or(false);
         (biggest, full)
     }
