@@ -137,6 +137,37 @@ pub fn run_as() -> Result<RunAs, String> {
     }
 }
 
+/// Make the peer account (and its home) if it is missing; true when made.
+/// Root only: `sandbench setup peers` calls it.
+pub fn ensure_user() -> Result<bool, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let made = match nix::unistd::User::from_name(PEER_USER) {
+        Ok(Some(_)) => false,
+        _ => {
+            let out = std::process::Command::new("useradd")
+                .args(["--system", "--no-create-home", "--home-dir", PEER_HOME, "--shell", "/usr/sbin/nologin"])
+                .args(["--user-group", PEER_USER])
+                .output()
+                .map_err(|e| format!("cannot run useradd: {e} (apt-get install passwd)"))?;
+            if !out.status.success() {
+                return Err(format!("useradd {PEER_USER} failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+            }
+            true
+        }
+    };
+    let who = run_as()?;
+    std::fs::create_dir_all(PEER_HOME).map_err(|e| format!("cannot create {PEER_HOME}: {e}"))?;
+    std::os::unix::fs::chown(PEER_HOME, Some(who.uid), Some(who.gid)).map_err(|e| format!("chown {PEER_HOME}: {e}"))?;
+    std::fs::set_permissions(PEER_HOME, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("chmod {PEER_HOME}: {e}"))?;
+    Ok(made)
+}
+
+/// The tool and the binaries it needs that are not on PATH.
+pub fn missing(p: &Profile) -> Vec<String> {
+    std::iter::once(&p.tool).chain(&p.needs).filter(|t| which(t).is_none()).cloned().collect()
+}
+
 pub struct PeerTier {
     profile: &'static Profile,
     source: &'static str,
