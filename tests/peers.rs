@@ -78,9 +78,7 @@ fn a_users_own_wrapper_from_the_config_dir_runs_samples() {
     // outer cgroup, and the gauntlet calls that an escape, not containment.
     let samples = tempfile::tempdir().unwrap();
     std::fs::create_dir(samples.path().join("hostile")).unwrap();
-    for s in ["hostile/fork_bomb.py"] {
-        std::fs::copy(samples_dir().join(s), samples.path().join(s)).unwrap();
-    }
+    std::fs::copy(samples_dir().join("hostile/fork_bomb.py"), samples.path().join("hostile/fork_bomb.py")).unwrap();
     let out = net.output(
         sandbench(cfg.path())
             .args(["gauntlet", "--tiers", "envi", "--repeat", "1", "--format", "json", "--samples"])

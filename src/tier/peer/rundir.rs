@@ -125,10 +125,7 @@ impl RunDir {
         // may the tool (srt removes its mount-point files when it exits).
         let full = self.tmpfs
             && nix::sys::statvfs::statvfs(&self.scratch)
-                .map(|s| {
-                    s.blocks_available() as u64 <= s.blocks() as u64 / 32
-                        || s.files_available() as u64 <= s.files() as u64 / 64
-                })
+                .map(|s| s.blocks_available() <= s.blocks() / 32 || s.files_available() <= s.files() / 64)
                 .unwrap_or(false);
         (biggest, full)
     }
