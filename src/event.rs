@@ -1,9 +1,8 @@
-//! The stream a tier emits while a run goes on. Every front end (CLI, TUI,
-//! compare, gauntlet, agent, bench) consumes these same events.
+//! The stream a tier emits while a run goes on. Front ends receive these
+//! same events through the runner (`runner::Update`), followed by the report
+//! that only the runner makes.
 
 use serde::{Deserialize, Serialize};
-
-use crate::report::RunReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -126,8 +125,6 @@ pub enum EventKind {
     /// Free-form status line from the tier ("warm container", "accel=tcg").
     Note(String),
     Exit(ExitStatus),
-    /// The last event of every run.
-    Finished(Box<RunReport>),
 }
 
 #[derive(Debug, Clone)]

@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod config;
 pub mod event;
 pub mod gauntlet;
+pub mod judge;
 pub mod report;
 pub mod runner;
 pub mod samples;

@@ -10,15 +10,24 @@ use tokio_util::sync::CancellationToken;
 
 use crate::event::{EventKind, ExitStatus, Phase, RunEvent, Stream, UsageSample, Violation, ViolationKind};
 use crate::report::{Outcome, RunReport, Timings, Usage};
-use crate::spec::{format_size, RunSpec};
+use crate::spec::{format_duration, format_size, RunSpec};
 use crate::tier::{RunContext, Tier};
 
 /// Extra time a tier gets for setup and boot before the runner gives up on it.
 const SETUP_GRACE: Duration = Duration::from_secs(300);
 
-/// A run in progress: its events and a way to cancel it.
+/// What a front end receives about a run: the tier's live events (stamped,
+/// bounded, with the runner's own violations), then exactly one report.
+/// Tiers cannot send `Finished`: only the runner makes reports.
+#[derive(Debug, Clone)]
+pub enum Update {
+    Event(RunEvent),
+    Finished(Box<RunReport>),
+}
+
+/// A run in progress: its updates and a way to cancel it.
 pub struct RunHandle {
-    pub events: mpsc::Receiver<RunEvent>,
+    pub events: mpsc::Receiver<Update>,
     cancel: CancellationToken,
 }
 
@@ -33,8 +42,8 @@ impl RunHandle {
 
     /// Wait for the end, dropping the live events.
     pub async fn report(mut self) -> RunReport {
-        while let Some(ev) = self.events.recv().await {
-            if let EventKind::Finished(r) = ev.kind {
+        while let Some(u) = self.events.recv().await {
+            if let Update::Finished(r) = u {
                 return *r;
             }
         }
@@ -124,7 +133,7 @@ impl Fold {
     }
 }
 
-async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<RunEvent>, cancel: CancellationToken) {
+async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, cancel: CancellationToken) {
     let started = Instant::now();
     let ms = move || started.elapsed().as_secs_f64() * 1000.0;
     let (tx, mut rx) = mpsc::channel::<RunEvent>(256);
@@ -161,7 +170,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<RunEvent>, 
     let forward = |ev: RunEvent| {
         let out = out.clone();
         async move {
-            let _ = out.send(ev).await;
+            let _ = out.send(Update::Event(ev)).await;
         }
     };
 
@@ -180,7 +189,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<RunEvent>, 
                 let detail = if in_setup {
                     format!("setup did not finish within {} s", (limits.wall_time + SETUP_GRACE).as_secs())
                 } else {
-                    format!("wall time limit {} hit — killed", fmt_dur(limits.wall_time))
+                    format!("wall time limit {} hit — killed", format_duration(limits.wall_time))
                 };
                 let v = Violation { kind: ViolationKind::WallTimeout, at_ms: ms(), detail };
                 f.violations.push(v.clone());
@@ -245,7 +254,6 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<RunEvent>, 
                 forward(ev).await;
             }
             EventKind::Note(_) => forward(ev).await,
-            EventKind::Finished(_) => {}
         }
     }
 
@@ -302,17 +310,9 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<RunEvent>, 
         limits,
         details,
     };
-    let _ = out.send(RunEvent { at_ms: end, kind: EventKind::Finished(Box::new(report)) }).await;
+    let _ = out.send(Update::Finished(Box::new(report))).await;
 }
 
 fn round(ms: f64) -> f64 {
     (ms * 10.0).round() / 10.0
-}
-
-pub fn fmt_dur(d: Duration) -> String {
-    if d.as_millis().is_multiple_of(1000) {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{:.2} s", d.as_secs_f64())
-    }
 }

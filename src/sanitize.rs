@@ -39,6 +39,40 @@ pub fn visible_controls(bytes: &[u8]) -> String {
     out
 }
 
+/// Make one untrusted string safe for a single-line field (a violation's
+/// detail, a note, a file name in a report): every control character,
+/// newlines and tabs included, and every invisible reordering character is
+/// shown as visible text, and the result is cut at `max_chars` characters.
+/// The one function every tier's event text goes through where the event is
+/// created, so no front end can forget it.
+pub fn inert_line(s: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max_chars * 4));
+    for (shown, c) in s.chars().enumerate() {
+        if shown >= max_chars {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\n' => out.push('␤'),
+            '\t' => out.push(' '),
+            '\x1b' => out.push('␛'),
+            c if (c as u32) < 0x20 => {
+                out.push('^');
+                out.push(char::from_u32(c as u32 + 0x40).unwrap_or('?'));
+            }
+            '\x7f' => out.push_str("^?"),
+            c if ('\u{80}'..='\u{9f}').contains(&c)
+                || is_invisible_format(c)
+                || matches!(c, '\u{2028}' | '\u{2029}') =>
+            {
+                out.push_str(&format!("<U+{:04X}>", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Tab stops every this many columns.
 pub const TAB_WIDTH: usize = 8;
 /// Bytes fed without the parser reporting anything (an unterminated OSC or

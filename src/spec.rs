@@ -210,6 +210,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A duration as people write it, the inverse of `parse_duration` for whole
+/// seconds: "5 s", "0.50 s".
+pub fn format_duration(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1000) {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
+}
+
 /// Parse a positive count (pids, open files).
 pub fn parse_count(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {

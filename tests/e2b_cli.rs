@@ -144,7 +144,8 @@ async fn a_sandbox_whose_kill_failed_is_killed_when_sandbench_exits() {
 
 #[tokio::test]
 async fn kill_live_kills_what_a_run_could_not() {
-    use sandbench::event::EventKind;
+    use sandbench::event::{EventKind, RunEvent};
+    use sandbench::runner::Update;
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(fake_e2b::Knobs { kill_failures: 4, ..Default::default() });
     let tier: std::sync::Arc<dyn sandbench::tier::Tier> =
@@ -153,11 +154,11 @@ async fn kill_live_kills_what_a_run_could_not() {
         sandbench::runner::start(tier, sandbench::spec::RunSpec::new(sandbench::spec::Language::Sh, "echo hi\n"));
     let mut warned = false;
     let mut report = None;
-    while let Some(ev) = h.events.recv().await {
-        match ev.kind {
-            EventKind::Note(n) if n.contains("could not kill") => warned = true,
-            EventKind::Finished(r) => report = Some(r),
-            _ => {}
+    while let Some(u) = h.events.recv().await {
+        match u {
+            Update::Event(RunEvent { kind: EventKind::Note(n), .. }) if n.contains("could not kill") => warned = true,
+            Update::Finished(r) => report = Some(r),
+            Update::Event(_) => {}
         }
     }
     let r = report.unwrap();

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fake_e2b::{FakeE2b, Knobs, StartMode};
-use sandbench::event::{EventKind, Phase, Stream, ViolationKind};
+use sandbench::event::{EventKind, Phase, RunEvent, Stream, ViolationKind};
 use sandbench::report::{Outcome, RunReport};
-use sandbench::runner;
+use sandbench::runner::{self, Update};
 use sandbench::spec::{Language, RunSpec};
 use sandbench::tier::e2b::E2bTier;
 use sandbench::tier::Tier;
@@ -33,11 +33,11 @@ async fn run_collect(t: Arc<dyn Tier>, spec: RunSpec) -> (Vec<(f64, EventKind)>,
     tokio::time::timeout(Duration::from_secs(60), async {
         let mut h = runner::start(t, spec);
         let mut evs = vec![];
-        while let Some(ev) = h.events.recv().await {
-            if let EventKind::Finished(r) = ev.kind {
-                return (evs, *r);
+        while let Some(u) = h.events.recv().await {
+            match u {
+                Update::Finished(r) => return (evs, *r),
+                Update::Event(ev) => evs.push((ev.at_ms, ev.kind)),
             }
-            evs.push((ev.at_ms, ev.kind));
         }
         panic!("no report");
     })
@@ -141,11 +141,11 @@ async fn cancel_kills_the_sandbox() {
     let fake = FakeE2b::start(KEY).await;
     let mut h = runner::start(tier(&fake), py("import time\nprint('up', flush=True)\ntime.sleep(60)\n"));
     let r = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(ev) = h.events.recv().await {
-            match ev.kind {
-                EventKind::Output(..) => h.cancel(),
-                EventKind::Finished(r) => return *r,
-                _ => {}
+        while let Some(u) = h.events.recv().await {
+            match u {
+                Update::Event(RunEvent { kind: EventKind::Output(..), .. }) => h.cancel(),
+                Update::Finished(r) => return *r,
+                Update::Event(_) => {}
             }
         }
         panic!("no report")

@@ -13,9 +13,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sandbench::config::Config;
-use sandbench::event::{EventKind, Phase, ViolationKind};
+use sandbench::event::{EventKind, RunEvent, ViolationKind};
 use sandbench::report::{Outcome, RunReport};
-use sandbench::runner;
+use sandbench::runner::{self, Update};
 use sandbench::spec::{Language, RunSpec};
 use sandbench::tier::microvm::{self, MicrovmTier};
 use sandbench::tier::Tier;
@@ -290,12 +290,11 @@ fn a_cancelled_run_leaves_nothing() {
         s.limits.wall_time = Duration::from_secs(60);
         let mut h = runner::start(e.tier.clone(), s);
         let mut report = None;
-        while let Some(ev) = tokio::time::timeout(RUN_TIMEOUT, h.events.recv()).await.expect("no events") {
-            match ev.kind {
-                EventKind::Output(..) => h.cancel(),
-                EventKind::Phase(Phase::Running) => {}
-                EventKind::Finished(r) => report = Some(*r),
-                _ => {}
+        while let Some(u) = tokio::time::timeout(RUN_TIMEOUT, h.events.recv()).await.expect("no events") {
+            match u {
+                Update::Event(RunEvent { kind: EventKind::Output(..), .. }) => h.cancel(),
+                Update::Finished(r) => report = Some(*r),
+                Update::Event(_) => {}
             }
         }
         report.expect("no report")

@@ -40,7 +40,7 @@ fn out(app: &mut App, id: u64, bytes: &[u8]) {
 
 fn finish(app: &mut App, id: u64, outcome: Outcome) {
     let r = sandbench::tui::headless::report("process", outcome);
-    app.update(Msg::Run(id, RunEvent { at_ms: 5.0, kind: EventKind::Finished(Box::new(r)) }));
+    app.update(Msg::Finished(id, Box::new(r)));
 }
 
 #[test]

@@ -116,11 +116,7 @@ fn violation_shown() {
     let exit = ExitStatus { code: None, signal: Some(9) };
     app.update(ev(id, 1421.0, EventKind::Exit(exit)));
     app.update(ev(id, 1421.0, EventKind::Phase(Phase::TearingDown)));
-    app.update(ev(
-        id,
-        1424.0,
-        EventKind::Finished(Box::new(report("process", Outcome::Violation, exit, vec![v], 1424.0))),
-    ));
+    app.update(Msg::Finished(id, Box::new(report("process", Outcome::Violation, exit, vec![v], 1424.0))));
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("✖ memory at 1.42 s: memory limit 256M hit — killed"), "{s}");
     insta::assert_snapshot!(s);
@@ -143,7 +139,7 @@ fn compare_mode() {
     feed_running(&mut app, ids[0]);
     let exit = ExitStatus { code: Some(0), signal: None };
     app.update(ev(ids[0], 900.0, EventKind::Exit(exit)));
-    app.update(ev(ids[0], 901.0, EventKind::Finished(Box::new(report("process", Outcome::Ok, exit, vec![], 904.0)))));
+    app.update(Msg::Finished(ids[0], Box::new(report("process", Outcome::Ok, exit, vec![], 904.0))));
     app.update(ev(ids[1], 0.0, EventKind::Phase(Phase::Preparing)));
     app.update(ev(ids[1], 280.0, EventKind::Phase(Phase::Running)));
     app.update(ev(ids[1], 300.0, EventKind::Output(Stream::Stdout, b"hello from the sandbox\n".to_vec())));

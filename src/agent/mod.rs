@@ -25,8 +25,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::event::{EventKind, Stream};
-use crate::runner;
+use crate::event::{EventKind, RunEvent, Stream};
+use crate::runner::{self, Update};
 use crate::spec::{Limits, RunSpec};
 use crate::tier::Tier;
 use anthropic::{Block, Message};
@@ -397,13 +397,13 @@ impl Session {
                 _ = self.cancel.cancelled(), if !canceller.is_cancelled() => { canceller.cancel(); continue; }
             };
             let Some(ev) = ev else { break };
-            match ev.kind {
-                EventKind::Output(stream, bytes) => {
+            match ev {
+                Update::Event(RunEvent { kind: EventKind::Output(stream, bytes), .. }) => {
                     let text = String::from_utf8_lossy(&bytes).into_owned();
                     self.emit(TranscriptEvent::ToolOutput { id: id.into(), stream, text }).await;
                 }
-                EventKind::Finished(r) => report = Some(r),
-                _ => {}
+                Update::Finished(r) => report = Some(r),
+                Update::Event(_) => {}
             }
         }
         let Some(report) = report else {

@@ -32,8 +32,8 @@ pub fn system_prompt(tier: &str, limits: &Limits) -> String {
          tier in a fresh sandbox with no network, limited to {} wall time, {} CPU time, {} memory, {} processes and \
          {} of output. Programs print their results; nothing persists between runs. When you are done, answer \
          without calling the tool.",
-        crate::runner::fmt_dur(limits.wall_time),
-        crate::runner::fmt_dur(limits.cpu_time),
+        crate::spec::format_duration(limits.wall_time),
+        crate::spec::format_duration(limits.cpu_time),
         format_size(limits.memory_bytes),
         limits.pids,
         format_size(limits.output_bytes),

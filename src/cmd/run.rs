@@ -7,6 +7,7 @@ use crate::cli::{Format, RunArgs};
 use crate::config::Config;
 use crate::event::{EventKind, Stream};
 use crate::report::{Outcome, RunReport};
+use crate::runner::Update;
 use crate::spec::{Language, RunSpec};
 use crate::{runner, sanitize, tier};
 
@@ -72,7 +73,14 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let tty_out = std::io::stdout().is_terminal();
     let tty_err = std::io::stderr().is_terminal();
     let mut report: Option<RunReport> = None;
-    while let Some(ev) = handle.events.recv().await {
+    while let Some(update) = handle.events.recv().await {
+        let ev = match update {
+            Update::Finished(r) => {
+                report = Some(*r);
+                continue;
+            }
+            Update::Event(ev) => ev,
+        };
         match ev.kind {
             EventKind::Output(stream, bytes) if text => {
                 let tty = match stream {
@@ -96,7 +104,6 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
                 );
             }
             EventKind::Note(n) if text => eprintln!("sandbench: {}", sanitize::visible_controls(n.as_bytes())),
-            EventKind::Finished(r) => report = Some(*r),
             _ => {}
         }
     }

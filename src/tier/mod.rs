@@ -24,6 +24,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Every tier sandbench knows, in order of isolation strength.
 pub const KNOWN: &[&str] = &["process", "docker", "gvisor", "microvm", "e2b"];
 
+/// Longest violation detail or note (characters).
+pub const MAX_DETAIL: usize = 400;
+
 /// What a run needs from the runner: a clock, a place to send events and a
 /// token that says "stop now" (cancel, wall timeout, output limit).
 #[derive(Clone)]
@@ -44,38 +47,22 @@ impl RunContext {
         let _ = self.tx.send(RunEvent { at_ms: self.ms(), kind }).await;
     }
 
+    /// Report a violation. The detail may quote what the program chose (a
+    /// file name): it is made inert here, once, for every front end.
     pub async fn violation(&self, kind: ViolationKind, detail: impl Into<String>) {
-        let v = Violation { kind, at_ms: self.ms(), detail: detail.into() };
+        let detail = crate::sanitize::inert_line(&detail.into(), MAX_DETAIL);
+        let v = Violation { kind, at_ms: self.ms(), detail };
         self.emit(EventKind::Violation(v)).await;
+    }
+
+    /// A status line for the run's notes, made inert like a violation's detail.
+    pub async fn note(&self, text: impl Into<String>) {
+        self.emit(EventKind::Note(crate::sanitize::inert_line(&text.into(), MAX_DETAIL))).await;
     }
 
     pub async fn usage(&self, u: UsageSample) {
         self.emit(EventKind::Usage(u)).await;
     }
-}
-
-/// Judge a program killed by an rlimit signal: SIGXCPU is the CPU limit,
-/// SIGXFSZ the file-size limit. Every tier reads exits the same way.
-pub async fn judge_rlimit_signal(ctx: &RunContext, limits: &crate::spec::Limits, signal: Option<i32>) {
-    match signal {
-        Some(libc::SIGXCPU) => {
-            let limit = crate::runner::fmt_dur(limits.cpu_time);
-            ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {limit} hit — killed (SIGXCPU)")).await
-        }
-        Some(libc::SIGXFSZ) => {
-            let limit = crate::spec::format_size(limits.file_size_bytes);
-            ctx.violation(ViolationKind::FileSize, format!("file size limit {limit} hit — killed (SIGXFSZ)")).await
-        }
-        _ => {}
-    }
-}
-
-/// Program output says an allocation was refused (Python's MemoryError,
-/// libc's ENOMEM message, C++'s bad_alloc): the memory limit's other face.
-pub fn allocation_failed(stderr_tail: &str) -> bool {
-    stderr_tail.contains("MemoryError")
-        || stderr_tail.contains("Cannot allocate memory")
-        || stderr_tail.contains("std::bad_alloc")
 }
 
 /// What a tier returns when the program is gone and everything is cleaned up.

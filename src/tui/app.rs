@@ -18,7 +18,7 @@ use super::keymap::{self, Action, Ctx};
 use super::run_view::RunView;
 use super::theme::Theme;
 use super::widgets;
-use crate::event::{EventKind, RunEvent};
+use crate::event::RunEvent;
 use crate::samples::{self, Sample};
 use crate::spec::{self, format_size, Language, Limits, RunSpec};
 use crate::tier::Availability;
@@ -29,6 +29,8 @@ pub enum Msg {
     Key(KeyEvent),
     Paste(String),
     Run(u64, RunEvent),
+    /// A run's report: the last message about it.
+    Finished(u64, Box<crate::report::RunReport>),
     /// Output of a run, already sanitized off the UI thread.
     Lines {
         id: u64,
@@ -402,7 +404,12 @@ impl App {
         match msg {
             Msg::Key(k) => self.on_key(k),
             Msg::Paste(s) => self.on_paste(&s),
-            Msg::Run(id, ev) => self.on_run_event(id, ev),
+            Msg::Run(id, ev) => {
+                if let Some(r) = self.runs.get_mut(&id) {
+                    r.apply(ev);
+                }
+            }
+            Msg::Finished(id, report) => self.on_run_finished(id, report),
             Msg::Lines { id, at_ms, stream, lines, partial, bytes } => {
                 if let Some(r) = self.runs.get_mut(&id) {
                     r.apply_lines(at_ms, stream, lines, partial, bytes);
@@ -481,22 +488,19 @@ impl App {
         }
     }
 
-    fn on_run_event(&mut self, id: u64, ev: RunEvent) {
-        let finished = matches!(ev.kind, EventKind::Finished(_));
+    fn on_run_finished(&mut self, id: u64, report: Box<crate::report::RunReport>) {
         let Some(run) = self.runs.get_mut(&id) else {
             return;
         };
-        run.apply(ev);
-        if finished {
-            let line = run.report.as_ref().map(|r| format!("{}: {}", r.tier, r.summary_line())).unwrap_or_default();
-            let bad = run.report.as_ref().is_some_and(|r| r.error.is_some());
-            if self.compare.contains(&id) {
-                if self.compare.iter().all(|c| self.runs.get(c).is_none_or(|r| r.finished())) {
-                    self.say(Level::Info, "compare finished: summary below the columns");
-                }
-            } else {
-                self.say(if bad { Level::Error } else { Level::Info }, line);
+        run.finish(report);
+        let line = run.report.as_ref().map(|r| format!("{}: {}", r.tier, r.summary_line())).unwrap_or_default();
+        let bad = run.report.as_ref().is_some_and(|r| r.error.is_some());
+        if self.compare.contains(&id) {
+            if self.compare.iter().all(|c| self.runs.get(c).is_none_or(|r| r.finished())) {
+                self.say(Level::Info, "compare finished: summary below the columns");
             }
+        } else {
+            self.say(if bad { Level::Error } else { Level::Info }, line);
         }
     }
 

@@ -27,6 +27,7 @@ use super::widgets;
 use crate::cmd::usage;
 use crate::config::Config;
 use crate::event::{EventKind, RunEvent, Stream};
+use crate::runner::Update;
 use crate::{runner, tier};
 
 /// One frame every 16 ms at most (~60 fps).
@@ -93,7 +94,7 @@ impl Engine {
                 let tier = match tier::by_name(&name, &self.config) {
                     Ok(t) => t,
                     Err(e) => {
-                        let _ = self.ctl_tx.send(Msg::Run(id, failed(&name, &spec, format!("{e:#}"))));
+                        let _ = self.ctl_tx.send(Msg::Finished(id, failed(&name, &spec, format!("{e:#}"))));
                         return;
                     }
                 };
@@ -218,13 +219,12 @@ impl Engine {
     }
 }
 
-/// A Finished event for a run that could not even start.
-fn failed(tier: &str, spec: &crate::spec::RunSpec, error: String) -> RunEvent {
-    let report = crate::report::RunReport {
+/// The report of a run that could not even start.
+fn failed(tier: &str, spec: &crate::spec::RunSpec, error: String) -> Box<crate::report::RunReport> {
+    Box::new(crate::report::RunReport {
         limits: spec.limits.clone(),
         ..crate::report::RunReport::failed(tier, spec.language.name(), &spec.label, error)
-    };
-    RunEvent { at_ms: 0.0, kind: EventKind::Finished(Box::new(report)) }
+    })
 }
 
 /// Frame work times, for the bench and the log.
@@ -576,7 +576,9 @@ pub async fn bench_ui(
                 let mut k = 0u64;
                 // The same path as real runs: sanitized in this task, not on the UI thread.
                 let mut pre = PreSanitizer::default();
-                let mut ev = |kind| pre.convert(id, RunEvent { at_ms: t0.elapsed().as_secs_f64() * 1000.0, kind });
+                let mut ev = |kind| {
+                    pre.convert(id, Update::Event(RunEvent { at_ms: t0.elapsed().as_secs_f64() * 1000.0, kind }))
+                };
                 let _ = tx.send(ev(EventKind::Phase(crate::event::Phase::Running))).await;
                 while t0.elapsed() < Duration::from_secs(secs) {
                     // Every 16th chunk is part of one endless line (20 MB+ over a run).
@@ -587,21 +589,11 @@ pub async fn bench_ui(
                     }
                     k += 1;
                 }
-                let report = match failed(
-                    "process",
-                    &crate::spec::RunSpec::new(crate::spec::Language::Python, ""),
-                    String::new(),
-                )
-                .kind
-                {
-                    EventKind::Finished(mut r) => {
-                        r.outcome = crate::report::Outcome::Ok;
-                        r.error = None;
-                        r
-                    }
-                    _ => unreachable!(),
-                };
-                let _ = tx.send(ev(EventKind::Finished(report))).await;
+                let mut report =
+                    failed("process", &crate::spec::RunSpec::new(crate::spec::Language::Python, ""), String::new());
+                report.outcome = crate::report::Outcome::Ok;
+                report.error = None;
+                let _ = tx.send(pre.convert(id, Update::Finished(report))).await;
             });
         }
     }

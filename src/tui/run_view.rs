@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::event::{EventKind, ExitStatus, Phase, RunEvent, Stream, UsageSample, Violation};
 use crate::report::{Outcome, RunReport};
+use crate::runner::Update;
 use crate::sanitize::{visible_controls, LineRing, Sanitizer, StyledLine};
 use crate::spec::{format_size, Limits};
 
@@ -191,37 +192,34 @@ impl RunView {
                 self.exit = Some(x);
                 self.meta(Origin::Exit, format!("── {} at {at}", x.describe()));
             }
-            EventKind::Finished(mut r) => {
-                self.flush_partials();
-                // The pane already has the output (sanitized, bounded); the
-                // report's copy can be as large as the output limit.
-                r.stdout = String::new();
-                r.stderr = String::new();
-                if let Some(cpu) = r.usage.cpu_ms {
-                    self.usage.cpu_ms = Some(cpu);
-                }
-                self.peak_memory = self.peak_memory.max(r.usage.peak_memory_bytes.unwrap_or(0));
-                self.peak_pids = self.peak_pids.max(r.usage.peak_pids.unwrap_or(0));
-                // Violations the runner recorded that we did not see live.
-                for v in &r.violations {
-                    if !self.violations.iter().any(|o| o.kind == v.kind) {
-                        self.violations.push(v.clone());
-                    }
-                }
-                let line = match &r.error {
-                    Some(e) => format!("══ error: {} ({})", visible_controls(e.as_bytes()), fmt_ms(r.timings_ms.total)),
-                    None => format!(
-                        "══ {} · {} · {} total",
-                        r.outcome.name(),
-                        r.exit.describe(),
-                        fmt_ms(r.timings_ms.total)
-                    ),
-                };
-                let outcome = r.outcome;
-                self.report = Some(r);
-                self.meta(Origin::Outcome(outcome), line);
+        }
+    }
+
+    /// The run's report: the last thing a run view learns.
+    pub fn finish(&mut self, mut r: Box<RunReport>) {
+        self.flush_partials();
+        // The pane already has the output (sanitized, bounded); the
+        // report's copy can be as large as the output limit.
+        r.stdout = String::new();
+        r.stderr = String::new();
+        if let Some(cpu) = r.usage.cpu_ms {
+            self.usage.cpu_ms = Some(cpu);
+        }
+        self.peak_memory = self.peak_memory.max(r.usage.peak_memory_bytes.unwrap_or(0));
+        self.peak_pids = self.peak_pids.max(r.usage.peak_pids.unwrap_or(0));
+        // Violations the runner recorded that we did not see live.
+        for v in &r.violations {
+            if !self.violations.iter().any(|o| o.kind == v.kind) {
+                self.violations.push(v.clone());
             }
         }
+        let line = match &r.error {
+            Some(e) => format!("══ error: {} ({})", visible_controls(e.as_bytes()), fmt_ms(r.timings_ms.total)),
+            None => format!("══ {} · {} · {} total", r.outcome.name(), r.exit.describe(), fmt_ms(r.timings_ms.total)),
+        };
+        let outcome = r.outcome;
+        self.report = Some(r);
+        self.meta(Origin::Outcome(outcome), line);
     }
 
     fn usage_sample(&mut self, at_ms: f64, u: UsageSample) {
@@ -267,8 +265,8 @@ impl RunView {
         format!(
             "mem {} · cpu {} · wall {} · pids {}",
             format_size(self.limits.memory_bytes),
-            crate::runner::fmt_dur(self.limits.cpu_time),
-            crate::runner::fmt_dur(self.limits.wall_time),
+            crate::spec::format_duration(self.limits.cpu_time),
+            crate::spec::format_duration(self.limits.wall_time),
             self.limits.pids
         )
     }
@@ -302,8 +300,17 @@ impl Default for PreSanitizer {
 }
 
 impl PreSanitizer {
-    pub fn convert(&mut self, id: u64, ev: RunEvent) -> crate::tui::app::Msg {
+    pub fn convert(&mut self, id: u64, update: Update) -> crate::tui::app::Msg {
         use crate::tui::app::Msg;
+        let ev = match update {
+            Update::Event(ev) => ev,
+            Update::Finished(r) => {
+                for s in &mut self.san {
+                    s.finish();
+                }
+                return Msg::Finished(id, r);
+            }
+        };
         match ev.kind {
             EventKind::Output(stream, bytes) => {
                 let s = &mut self.san[stream_index(stream)];
@@ -373,7 +380,7 @@ mod tests {
         let mut pre = PreSanitizer::default();
         for e in events {
             raw.apply(e.clone());
-            match pre.convert(1, e) {
+            match pre.convert(1, Update::Event(e)) {
                 crate::tui::app::Msg::Lines { at_ms, stream, lines, partial, bytes, .. } => {
                     pre_view.apply_lines(at_ms, stream, lines, partial, bytes)
                 }

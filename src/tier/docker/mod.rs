@@ -34,9 +34,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use crate::config::{Config, DockerConfig};
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample, ViolationKind};
-use crate::spec::{format_size, Language, RunSpec};
-use crate::tier::allocation_failed;
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::judge::{self, ExitFacts, Judge};
+use crate::spec::{Language, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
 pub use bench::bench_plan;
 use container::Shape;
@@ -44,7 +44,6 @@ use engine::Engine;
 use pool::Pool;
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
-const STDERR_TAIL: usize = 4096;
 /// After the container exited, how long the output stream may take to end.
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
@@ -289,9 +288,8 @@ impl Tier for DockerTier {
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
     usage: UsageSample,
-    pids_limit: Option<u64>,
-    /// Times the pids limit refused a fork (cgroup pids.events, local engines).
-    pids_max_events: Option<u64>,
+    /// Kernel counters of the container's cgroup (local engines only).
+    counters: judge::Counters,
 }
 
 impl DockerTier {
@@ -400,11 +398,11 @@ impl DockerTier {
         let run_id = container::new_run_id();
         let (id, start) = match warm {
             Some(id) => {
-                ctx.emit(EventKind::Note(format!("warm container {}", short(&id)))).await;
+                ctx.note(format!("warm container {}", short(&id))).await;
                 (id, "warm")
             }
             None => {
-                ctx.emit(EventKind::Note(format!("creating a {} container", self.runtime_name()))).await;
+                ctx.note(format!("creating a {} container", self.runtime_name())).await;
                 (launch(engine, &shape, &run_id, self.name).await?, "cold")
             }
         };
@@ -460,7 +458,8 @@ impl DockerTier {
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
         let nonce = container::new_nonce();
         let mut status = container::StatusFilter::new(&nonce);
-        let mut status_seen = StatusSeen::default();
+        let mut judge = Judge::new(limits);
+        let mut loader = LoaderFacts::default();
         let payload = container::payload(spec, &nonce);
         let writer = tokio::spawn(async move {
             let r = async {
@@ -478,16 +477,14 @@ impl DockerTier {
         let guest_pids = self.runtime.is_none();
         let sampler = tokio::spawn(sample_loop(docker.clone(), id.to_string(), engine.local, guest_pids, sample_tx));
 
-        let mut stderr_tail: Vec<u8> = vec![];
         let mut exit_code: Option<i64> = None;
         let mut wait_error: Option<String> = None;
         let mut output_done = false;
         let mut killed = false;
         let mut last = UsageSample::default();
         let mut peak_mem: Option<u64> = None;
-        let mut pids_seen = false;
-        let cpu_limit_ms = limits.cpu_time.as_millis() as u64;
         let mut cpu_killed = false;
+        let mut cg_counters = judge::Counters::default();
         let grace = tokio::time::sleep(Duration::from_secs(86_400 * 365));
         tokio::pin!(grace);
 
@@ -498,11 +495,9 @@ impl DockerTier {
                     Some(Ok(LogOutput::StdErr { message })) => {
                         let message = status.feed(&message);
                         for found in std::mem::take(&mut status.statuses) {
-                            judge_status(ctx, limits, &found, &mut status_seen).await;
+                            loader.absorb(&found);
+                            judge.sample(ctx, &loader.counters(cg_counters)).await;
                         }
-                        stderr_tail.extend_from_slice(&message);
-                        let excess = stderr_tail.len().saturating_sub(STDERR_TAIL);
-                        stderr_tail.drain(..excess);
                         if !message.is_empty() {
                             ctx.emit(EventKind::Output(Stream::Stderr, message)).await
                         }
@@ -540,16 +535,10 @@ impl DockerTier {
                         peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
                     }
                     ctx.usage(s.usage).await;
-                    let at_limit = matches!((s.usage.pids, s.pids_limit), (Some(c), Some(l)) if l > 0 && c >= l);
-                    if !pids_seen && (at_limit || s.pids_max_events.unwrap_or(0) > 0) {
-                        pids_seen = true;
-                        ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids)).await;
-                    }
-                    if !killed && s.usage.cpu_ms.unwrap_or(0) > cpu_limit_ms {
+                    cg_counters = s.counters;
+                    if judge.sample(ctx, &loader.counters(cg_counters)).await == judge::Action::KillForCpu && !killed {
                         killed = true;
                         cpu_killed = true;
-                        ctx.violation(ViolationKind::CpuTime, format!(
-                            "CPU time limit {} used by the whole container — killed", crate::runner::fmt_dur(limits.cpu_time))).await;
                         kill(docker, id);
                     }
                 }
@@ -577,7 +566,7 @@ impl DockerTier {
         let raw = exit_code.or_else(|| state.as_ref().and_then(|s| s.exit_code)).unwrap_or(137);
         let (code, signal) = container::split_exit(raw);
         let unasked_kill = signal == Some(libc::SIGKILL) && !killed;
-        if unasked_kill && !oom && !status_seen.oom {
+        if unasked_kill && !oom && loader.oom == 0 {
             // The engine may record the OOM event just after the exit.
             tokio::time::sleep(Duration::from_millis(150)).await;
             oom = docker
@@ -587,47 +576,22 @@ impl DockerTier {
                 .and_then(|i| i.state)
                 .and_then(|s| s.oom_killed)
                 .unwrap_or(false);
-            // A SIGKILL nobody here sent, with memory at the limit: the OOM
-            // killer (gVisor's sandbox does not always surface the event).
-            let near = peak_mem.is_some_and(|m| m as f64 >= 0.9 * limits.memory_bytes as f64);
-            oom = oom || near;
         }
-        let tail = String::from_utf8_lossy(&stderr_tail);
-        if oom {
-            ctx.violation(
-                ViolationKind::Memory,
-                format!("memory limit {} hit — killed (out of memory)", format_size(limits.memory_bytes)),
-            )
-            .await;
-        } else if code.is_some_and(|c| c != 0) && allocation_failed(&tail) {
-            ctx.violation(
-                ViolationKind::Memory,
-                format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes)),
-            )
-            .await;
-        }
-        crate::tier::judge_rlimit_signal(ctx, limits, signal).await;
         for found in std::mem::take(&mut status.statuses) {
-            judge_status(ctx, limits, &found, &mut status_seen).await;
+            loader.absorb(&found);
         }
-        if tail.contains("File too large") {
-            ctx.violation(
-                ViolationKind::FileSize,
-                format!("file size limit {} hit — write refused (EFBIG)", format_size(limits.file_size_bytes)),
-            )
-            .await;
+        let mut counters = loader.counters(cg_counters);
+        if oom {
+            counters.oom_kills = Some(counters.oom_kills.unwrap_or(0).max(1));
         }
-        if tail.contains("No space left on device") {
-            ctx.violation(
-                ViolationKind::Disk,
-                format!("scratch space full ({} per writable mount)", format_size(limits.disk_bytes)),
-            )
-            .await;
-        }
-        if !pids_seen && !status_seen.pids && fork_refused(&tail) {
-            ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids))
-                .await;
-        }
+        let facts = ExitFacts {
+            status: ExitStatus { code, signal },
+            counters,
+            rlimit_signals_trusted: false,
+            capped_files: loader.fsize.clone(),
+            full_mounts: loader.disk.clone(),
+        };
+        judge.exit(ctx, &facts).await;
         let exit = if killed && !cpu_killed && exit_code.is_none() {
             ExitStatus { code: None, signal: Some(libc::SIGKILL) }
         } else {
@@ -640,68 +604,50 @@ impl DockerTier {
     }
 }
 
-#[derive(Default)]
-struct StatusSeen {
-    oom: bool,
-    pids: bool,
-    disk: bool,
-    fsize: bool,
+/// What the loader reported from inside the container.
+#[derive(Debug, Default)]
+struct LoaderFacts {
+    oom: u64,
+    pids_refused: u64,
+    fsize: Vec<String>,
+    disk: Vec<String>,
 }
 
-/// Violations from the loader's status line: what the program met, seen from
-/// inside the container (live for pids and disk, at the end for file sizes).
-async fn judge_status(
-    ctx: &RunContext,
-    limits: &crate::spec::Limits,
-    found: &serde_json::Value,
-    seen: &mut StatusSeen,
-) {
-    if found.get("oom").and_then(|v| v.as_u64()).is_some_and(|n| n > 0) && !seen.oom {
-        seen.oom = true;
-        ctx.violation(
-            ViolationKind::Memory,
-            format!("memory limit {} hit — killed (out of memory)", format_size(limits.memory_bytes)),
-        )
-        .await;
-    }
-    if let Some(n) = found.get("pids").and_then(|v| v.as_u64()) {
-        if !seen.pids {
-            seen.pids = true;
-            ctx.violation(
-                ViolationKind::Pids,
-                format!("pids limit {} reached ({n} processes in the container) — new processes refused", limits.pids),
-            )
-            .await;
+impl LoaderFacts {
+    fn absorb(&mut self, found: &serde_json::Value) {
+        if let Some(n) = found.get("oom").and_then(|v| v.as_u64()) {
+            self.oom = self.oom.max(n);
+        }
+        if found.get("pids").and_then(|v| v.as_u64()).is_some() {
+            self.pids_refused = self.pids_refused.max(1);
+        }
+        let names = |key: &str| -> Vec<String> {
+            found
+                .get(key)
+                .and_then(|v| v.as_array())
+                .map(|a| a.iter().filter_map(|d| d.as_str()).take(16).map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        for f in names("fsize") {
+            if self.fsize.len() < 16 && !self.fsize.contains(&f) {
+                self.fsize.push(f);
+            }
+        }
+        for d in names("disk") {
+            if self.disk.len() < 16 && !self.disk.contains(&d) {
+                self.disk.push(d);
+            }
         }
     }
-    if let Some(files) = found.get("fsize").and_then(|v| v.as_array()).filter(|a| !a.is_empty()) {
-        if !seen.fsize {
-            seen.fsize = true;
-            let first = files[0].as_str().unwrap_or("?");
-            ctx.violation(
-                ViolationKind::FileSize,
-                format!(
-                    "file size limit {} hit: {} was capped",
-                    format_size(limits.file_size_bytes),
-                    crate::sanitize::visible_controls(first.as_bytes())
-                ),
-            )
-            .await;
-        }
-    }
-    if let Some(dirs) = found.get("disk").and_then(|v| v.as_array()).filter(|a| !a.is_empty()) {
-        if !seen.disk {
-            seen.disk = true;
-            let names: Vec<&str> = dirs.iter().filter_map(|d| d.as_str()).collect();
-            ctx.violation(
-                ViolationKind::Disk,
-                format!(
-                    "scratch space full ({} per writable mount): {}",
-                    format_size(limits.disk_bytes),
-                    names.join(", ")
-                ),
-            )
-            .await;
+
+    /// The loader's counts combined with the host's cgroup counters.
+    fn counters(&self, cg: judge::Counters) -> judge::Counters {
+        let max = |a: Option<u64>, b: u64| Some(a.unwrap_or(0).max(b));
+        judge::Counters {
+            cpu_ms: cg.cpu_ms,
+            oom_kills: max(cg.oom_kills, self.oom),
+            memory_limit_hits: cg.memory_limit_hits,
+            pids_refused: max(cg.pids_refused, self.pids_refused),
         }
     }
 }
@@ -717,14 +663,6 @@ fn kill(docker: &Docker, id: &str) {
             tracing::debug!("kill {}: {}", short(&id), engine::cause(&e));
         }
     });
-}
-
-/// Program output says fork was refused (EAGAIN from the pids limit).
-fn fork_refused(t: &str) -> bool {
-    t.contains("Resource temporarily unavailable")
-        || t.contains("can't fork")
-        || t.contains("Cannot fork")
-        || t.contains("BlockingIOError")
 }
 
 /// Where the container's cgroup lives on this machine (local engines with
@@ -762,29 +700,43 @@ impl Cgroup {
         Self::read(p)?.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
-    /// (usage, pids.max hits).
-    fn sample(&self, count_pids: bool) -> (UsageSample, Option<u64>) {
+    /// Usage and the kernel's counters of the container's cgroup.
+    fn sample(&self, count_pids: bool) -> Sample {
         match self {
             Cgroup::V1 { cpu, memory, pids } => {
                 let mem = Self::num(memory.join("memory.usage_in_bytes")).map(|u| {
                     u.saturating_sub(Self::field(memory.join("memory.stat"), "total_inactive_file").unwrap_or(0))
                 });
+                let cpu_ms = Self::num(cpu.join("cpuacct.usage")).map(|ns| ns / 1_000_000);
                 let usage = UsageSample {
-                    cpu_ms: Self::num(cpu.join("cpuacct.usage")).map(|ns| ns / 1_000_000),
+                    cpu_ms,
                     memory_bytes: mem,
                     pids: if count_pids { Self::num(pids.join("pids.current")) } else { None },
                 };
-                (usage, if count_pids { Self::field(pids.join("pids.events"), "max") } else { None })
+                let counters = judge::Counters {
+                    cpu_ms,
+                    oom_kills: Self::field(memory.join("memory.oom_control"), "oom_kill"),
+                    memory_limit_hits: Self::num(memory.join("memory.failcnt")),
+                    pids_refused: if count_pids { Self::field(pids.join("pids.events"), "max") } else { None },
+                };
+                Sample { usage, counters }
             }
             Cgroup::V2(dir) => {
                 let mem = Self::num(dir.join("memory.current"))
                     .map(|u| u.saturating_sub(Self::field(dir.join("memory.stat"), "inactive_file").unwrap_or(0)));
+                let cpu_ms = Self::field(dir.join("cpu.stat"), "usage_usec").map(|us| us / 1000);
                 let usage = UsageSample {
-                    cpu_ms: Self::field(dir.join("cpu.stat"), "usage_usec").map(|us| us / 1000),
+                    cpu_ms,
                     memory_bytes: mem,
                     pids: if count_pids { Self::num(dir.join("pids.current")) } else { None },
                 };
-                (usage, if count_pids { Self::field(dir.join("pids.events"), "max") } else { None })
+                let counters = judge::Counters {
+                    cpu_ms,
+                    oom_kills: Self::field(dir.join("memory.events"), "oom_kill"),
+                    memory_limit_hits: Self::field(dir.join("memory.events"), "max"),
+                    pids_refused: if count_pids { Self::field(dir.join("pids.events"), "max") } else { None },
+                };
+                Sample { usage, counters }
             }
         }
     }
@@ -801,8 +753,7 @@ async fn sample_loop(docker: Docker, id: String, local: bool, guest_pids: bool, 
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticker.tick().await;
-                let (usage, pids_max_events) = cg.sample(guest_pids);
-                if tx.send(Sample { usage, pids_limit: None, pids_max_events }).await.is_err() {
+                if tx.send(cg.sample(guest_pids)).await.is_err() {
                     return;
                 }
             }
@@ -828,9 +779,9 @@ async fn sample_loop(docker: Docker, id: String, local: bool, guest_pids: bool, 
             .and_then(|u| u.total_usage)
             .map(|ns| ns / 1_000_000);
         let pids = if guest_pids { s.pids_stats.as_ref().and_then(|p| p.current) } else { None };
-        let pids_limit = if guest_pids { s.pids_stats.as_ref().and_then(|p| p.limit) } else { None };
-        let sample =
-            Sample { usage: UsageSample { cpu_ms, memory_bytes: mem, pids }, pids_limit, pids_max_events: None };
+        // A remote engine's stats carry no refusal or OOM counters.
+        let counters = judge::Counters { cpu_ms, ..Default::default() };
+        let sample = Sample { usage: UsageSample { cpu_ms, memory_bytes: mem, pids }, counters };
         if tx.send(sample).await.is_err() {
             return;
         }
@@ -840,14 +791,6 @@ async fn sample_loop(docker: Docker, id: String, local: bool, guest_pids: bool, 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stderr_signals() {
-        assert!(allocation_failed("Traceback\nMemoryError\n"));
-        assert!(fork_refused("sh: 1: Cannot fork"));
-        assert!(fork_refused("BlockingIOError: [Errno 11] Resource temporarily unavailable"));
-        assert!(!fork_refused("ok"));
-    }
 
     #[test]
     fn image_env_override() {

@@ -377,12 +377,15 @@ impl E2bTier {
         let created = api
             .create(&s.template, ttl, spec.limits.network, &|m| {
                 // Live (the callback cannot await; a full channel only loses the note).
-                let _ = ctx.tx.try_send(crate::event::RunEvent { at_ms: ctx.ms(), kind: EventKind::Note(m) });
+                let _ = ctx.tx.try_send(crate::event::RunEvent {
+                    at_ms: ctx.ms(),
+                    kind: EventKind::Note(crate::sanitize::inert_line(&m, crate::tier::MAX_DETAIL)),
+                });
             })
             .await;
         let created = created?;
         let guard = LiveGuard::register(&created.sandbox_id, s, key);
-        ctx.emit(EventKind::Note(format!("e2b sandbox {} (template {})", created.sandbox_id, s.template))).await;
+        ctx.note(format!("e2b sandbox {} (template {})", created.sandbox_id, s.template)).await;
 
         let envd_url = s.envd_url(&created.sandbox_id, created.domain.as_deref());
         // Everything between create and kill is in here, so that no `?`
@@ -407,10 +410,10 @@ impl E2bTier {
                 true
             }
             Err(e) => {
-                ctx.emit(EventKind::Note(format!(
+                ctx.note(format!(
                     "warning: could not kill e2b sandbox {} ({e}); E2B stops it at its {ttl} s timeout",
                     created.sandbox_id
-                )))
+                ))
                 .await;
                 // Left in the registry: sandbench tries again when it exits.
                 drop(guard);
@@ -484,7 +487,7 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Resul
                 Err(e) => {
                     if end.is_some() {
                         // The exit arrived; only the trailer was lost.
-                        ctx.emit(EventKind::Note(format!("warning: {e}"))).await;
+                        ctx.note(format!("warning: {e}")).await;
                         break;
                     }
                     return Err(e.into());
@@ -518,7 +521,7 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Resul
         ctx.emit(EventKind::Phase(Phase::Running)).await;
     }
     if let Some(err) = end.error.as_deref().filter(|e| !e.is_empty()) {
-        ctx.emit(EventKind::Note(format!("envd: {}", api::bounded(err, 200)))).await;
+        ctx.note(format!("envd: {}", api::bounded(err, 200))).await;
     }
     let signal = envd::signal_from_status(&end.status);
     let x = if let Some(sig) = signal {
@@ -532,7 +535,7 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Resul
                 ViolationKind::CpuTime,
                 format!(
                     "CPU time limit {} hit — killed (SIGXCPU, per-process rlimit)",
-                    crate::runner::fmt_dur(spec.limits.cpu_time)
+                    crate::spec::format_duration(spec.limits.cpu_time)
                 ),
             )
             .await

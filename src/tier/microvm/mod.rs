@@ -23,14 +23,13 @@ use anyhow::anyhow;
 use serde_json::json;
 
 use crate::config::{Config, MicrovmConfig};
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample, ViolationKind};
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{format_size, Limits, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
 use artefacts::Paths;
 use proto::{Frame, Item};
 use vm::{Accel, Boot, Guest, Shape, WaitEnd};
-
-const STDERR_TAIL: usize = 4096;
 
 /// How a tier instance starts guests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,10 +294,7 @@ impl MicrovmTier {
             "root": "read-only ext4; /work and /tmp are tmpfs",
         });
         if limits.network {
-            ctx.emit(EventKind::Note(
-                "warning: network access was requested but the microVM has no network device".into(),
-            ))
-            .await;
+            ctx.note("warning: network access was requested but the microVM has no network device").await;
         }
         let Some((mut guest, start, pool_boot)) = self.acquire(&p, shape, limits.disk_bytes, &ctx).await? else {
             // Stopped (cancel / timeout) while booting: nothing ran.
@@ -323,16 +319,16 @@ impl MicrovmTier {
             details["guest"] = json!({"kernel": r.kernel, "python": r.python, "cgroup": r.cgroup,
                 "uptime_agent_start_s": r.uptime_agent_start, "uptime_ready_s": r.uptime_ready});
         }
-        ctx.emit(EventKind::Note(match (start, guest.boot_ms) {
+        ctx.note(match (start, guest.boot_ms) {
             ("warm", _) => format!("microvm: warm guest from the pool (accel {})", choice.accel.name()),
             (how, Some(ms)) => {
                 format!("microvm: {how} start, guest ready in {ms:.0} ms (accel {})", choice.accel.name())
             }
             (how, None) => format!("microvm: {how} start (accel {})", choice.accel.name()),
-        }))
+        })
         .await;
         for n in std::mem::take(&mut guest.notes) {
-            ctx.emit(EventKind::Note(format!("guest: {n}"))).await;
+            ctx.note(format!("guest: {n}")).await;
         }
         let result = self.execute(&spec, &ctx, &mut guest).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
@@ -373,12 +369,8 @@ impl MicrovmTier {
                 .unwrap_or(0.0),
         };
         guest.send(&proto::encode_run(&req)).await?;
-        let cpu_limit = limits.cpu_time.as_millis() as u64;
-        let mut seen_oom = 0u64;
-        let mut seen_pids = false;
-        let mut cpu_flagged = false;
+        let mut judge = Judge::new(limits);
         let mut garbage = 0u64;
-        let mut stderr_tail: Vec<u8> = vec![];
         let exit: proto::GuestExit;
         let mut last = UsageSample::default();
         loop {
@@ -407,47 +399,21 @@ impl MicrovmTier {
                     ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
                 }
                 Item::Frame(Frame::Stdout(b)) => ctx.emit(EventKind::Output(Stream::Stdout, b)).await,
-                Item::Frame(Frame::Stderr(b)) => {
-                    stderr_tail.extend_from_slice(&b);
-                    let excess = stderr_tail.len().saturating_sub(STDERR_TAIL);
-                    stderr_tail.drain(..excess);
-                    ctx.emit(EventKind::Output(Stream::Stderr, b)).await;
-                }
+                Item::Frame(Frame::Stderr(b)) => ctx.emit(EventKind::Output(Stream::Stderr, b)).await,
                 Item::Frame(Frame::Usage(u)) => {
                     last = UsageSample { cpu_ms: u.cpu_ms, memory_bytes: u.memory_bytes, pids: u.pids };
                     ctx.usage(last).await;
-                    let oom = u.oom_kills.unwrap_or(0);
-                    if oom > seen_oom {
-                        seen_oom = oom;
-                        ctx.violation(
-                            ViolationKind::Memory,
-                            format!(
-                                "memory limit {} hit — killed by the guest's OOM killer",
-                                format_size(limits.memory_bytes)
-                            ),
-                        )
-                        .await;
-                    }
-                    if (u.pids_max_events.unwrap_or(0) > 0 || u.pids.unwrap_or(0) >= limits.pids) && !seen_pids {
-                        seen_pids = true;
-                        ctx.violation(
-                            ViolationKind::Pids,
-                            format!("pids limit {} reached — new processes refused", limits.pids),
-                        )
-                        .await;
-                    }
-                    if u.cpu_ms.unwrap_or(0) > cpu_limit && !cpu_flagged {
-                        cpu_flagged = true;
-                        ctx.violation(
-                            ViolationKind::CpuTime,
-                            format!("CPU time limit {} used — killed", crate::runner::fmt_dur(limits.cpu_time)),
-                        )
-                        .await;
-                    }
+                    // The guest agent kills the program at its CPU limit itself.
+                    let counters = judge::Counters {
+                        cpu_ms: u.cpu_ms,
+                        oom_kills: u.oom_kills,
+                        memory_limit_hits: None,
+                        pids_refused: u.pids_max_events,
+                    };
+                    judge.sample(ctx, &counters).await;
                 }
                 Item::Frame(Frame::Log(l)) => {
-                    ctx.emit(EventKind::Note(format!("guest: {}", crate::sanitize::visible_controls(l.as_bytes()))))
-                        .await
+                    ctx.note(format!("guest: {}", crate::sanitize::visible_controls(l.as_bytes()))).await
                 }
                 Item::Frame(Frame::Exit(x)) => {
                     exit = x;
@@ -456,17 +422,13 @@ impl MicrovmTier {
                 Item::Frame(Frame::Ready(_)) | Item::Frame(Frame::Pong) => {}
                 Item::Garbage { bytes, reason } => {
                     if garbage == 0 {
-                        ctx.emit(EventKind::Note(format!("guest sent bytes outside the protocol ({reason}); ignored")))
-                            .await;
+                        ctx.note(format!("guest sent bytes outside the protocol ({reason}); ignored")).await;
                     }
                     garbage += bytes as u64;
                 }
                 Item::Invalid { kind, reason } => {
                     if garbage == 0 {
-                        ctx.emit(EventKind::Note(format!(
-                            "guest sent an invalid frame (kind {kind:#x}: {reason}); ignored"
-                        )))
-                        .await;
+                        ctx.note(format!("guest sent an invalid frame (kind {kind:#x}: {reason}); ignored")).await;
                     }
                     garbage += 1;
                 }
@@ -475,58 +437,20 @@ impl MicrovmTier {
         let x = exit;
         let status = ExitStatus { code: x.code, signal: x.signal };
         let cpu_ms = x.cpu_ms.or(last.cpu_ms);
-        if x.oom_kills.unwrap_or(0) > seen_oom {
-            ctx.violation(
-                ViolationKind::Memory,
-                format!("memory limit {} hit — killed by the guest's OOM killer", format_size(limits.memory_bytes)),
-            )
-            .await;
-        }
-        if (x.pids_max_events.unwrap_or(0) > 0 || x.pids_peak.unwrap_or(0) >= limits.pids) && !seen_pids {
-            ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids))
-                .await;
-        }
-        crate::tier::judge_rlimit_signal(ctx, limits, x.signal).await;
-        if let Some(path) = &x.fsize_hit {
-            let path: String = path.chars().take(200).collect();
-            ctx.violation(
-                ViolationKind::FileSize,
-                format!("file size limit {} hit: {path} was capped", format_size(limits.file_size_bytes)),
-            )
-            .await;
-        }
-        if x.disk_full {
-            ctx.violation(ViolationKind::Disk, format!("scratch space full ({})", format_size(limits.disk_bytes)))
-                .await;
-        }
-        if (x.cpu_killed || cpu_ms.unwrap_or(0) > cpu_limit) && !cpu_flagged {
-            ctx.violation(
-                ViolationKind::CpuTime,
-                format!("CPU time limit {} used — killed", crate::runner::fmt_dur(limits.cpu_time)),
-            )
-            .await;
-        }
-        if x.code.is_some_and(|c| c != 0) {
-            let t = String::from_utf8_lossy(&stderr_tail);
-            if crate::tier::allocation_failed(&t) {
-                ctx.violation(
-                    ViolationKind::Memory,
-                    format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes)),
-                )
-                .await;
-            }
-            if t.contains("File too large") {
-                ctx.violation(
-                    ViolationKind::FileSize,
-                    format!("file size limit {} hit — write refused", format_size(limits.file_size_bytes)),
-                )
-                .await;
-            }
-            if t.contains("No space left on device") {
-                ctx.violation(ViolationKind::Disk, format!("scratch space full ({})", format_size(limits.disk_bytes)))
-                    .await;
-            }
-        }
+        let facts = ExitFacts {
+            status,
+            counters: judge::Counters {
+                // The agent kills at its CPU limit from this same counter.
+                cpu_ms,
+                oom_kills: x.oom_kills,
+                memory_limit_hits: None,
+                pids_refused: x.pids_max_events,
+            },
+            rlimit_signals_trusted: false,
+            capped_files: x.fsize_hit.iter().cloned().collect(),
+            full_mounts: if x.disk_full { vec!["/work or /tmp".into()] } else { vec![] },
+        };
+        judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(status)).await;
         let usage = UsageSample { cpu_ms, memory_bytes: x.memory_peak.or(last.memory_bytes), pids: x.pids_peak };
         Ok((Some(usage), garbage))

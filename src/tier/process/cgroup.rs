@@ -190,6 +190,18 @@ pub struct Stats {
     pub pids_max_events: u64,
 }
 
+impl Stats {
+    /// The counters the judge reads: all kernel-kept, none writable from inside.
+    pub fn counters(&self) -> crate::judge::Counters {
+        crate::judge::Counters {
+            cpu_ms: self.cpu_ns.map(|n| n / 1_000_000),
+            oom_kills: Some(self.oom_kills),
+            memory_limit_hits: Some(self.memory_max_events),
+            pids_refused: Some(self.pids_max_events),
+        }
+    }
+}
+
 fn read_u64(p: &Path) -> Option<u64> {
     fs::read_to_string(p).ok()?.trim().parse().ok()
 }

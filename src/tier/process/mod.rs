@@ -19,14 +19,14 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 use tokio::process::Command;
 
 use crate::config::Config;
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample, ViolationKind};
-use crate::spec::{format_size, Language, RunSpec};
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::judge::{self, ExitFacts, Judge};
+use crate::spec::{Language, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
 use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
-const STDERR_TAIL: usize = 4096;
 
 pub struct ProcessTier {
     uid: u32,
@@ -293,7 +293,7 @@ impl ProcessTier {
         }
         warnings.extend(launched.warnings.iter().cloned());
         for w in &warnings {
-            ctx.emit(EventKind::Note(format!("warning: {w}"))).await;
+            ctx.note(format!("warning: {w}")).await;
         }
         let nproc = if launched.cg.is_some() {
             None
@@ -311,7 +311,7 @@ impl ProcessTier {
             run_uid: self.uid,
             run_gid: self.gid,
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
-            memory_bytes: limits.memory_bytes,
+            data_limit: launched.cg.is_none().then_some(limits.memory_bytes),
             file_size_bytes: limits.file_size_bytes,
             disk_bytes: limits.disk_bytes,
             open_files: limits.open_files,
@@ -362,15 +362,14 @@ impl ProcessTier {
         let writer = tokio::spawn(async move {
             let _ = stdin.write_all(&payload).await;
         });
-        let stderr_tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-        let out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone(), None));
-        let err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone(), Some(stderr_tail.clone())));
+        let out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone()));
+        let err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone()));
         let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
         let mut status = BufReader::new(status_rx);
 
         let mut ticker = tokio::time::interval(SAMPLE_EVERY);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut seen = Seen::default();
+        let mut judge = Judge::new(limits);
         let mut isolation = json!({});
         let mut exit: Option<Status> = None;
         let mut error: Option<String> = None;
@@ -378,7 +377,6 @@ impl ProcessTier {
         let mut helper_done = false;
         let mut status_eof = false;
         let mut line = Vec::new();
-        let cpu_limit_ms = limits.cpu_time.as_millis() as u64;
 
         while !(helper_done && status_eof) {
             tokio::select! {
@@ -397,7 +395,7 @@ impl ProcessTier {
                                     "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
                                 });
                             }
-                            Status::Warning { msg } => ctx.emit(EventKind::Note(msg)).await,
+                            Status::Warning { msg } => ctx.note(msg).await,
                             Status::Error { msg } => { error.get_or_insert(msg); }
                             s @ Status::Exit { .. } => exit = Some(s),
                         },
@@ -416,18 +414,19 @@ impl ProcessTier {
                     if let Some(c) = cg { c.kill_all(); }
                 }
                 _ = ticker.tick(), if !helper_done => {
-                    let sample = match cg {
+                    let (sample, counters) = match cg {
                         Some(c) => {
                             let s = c.stats();
-                            judge_sample(ctx, limits, &s, &mut seen).await;
-                            UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }
+                            (UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }, s.counters())
                         }
-                        None => proc_tree_sample(helper_pid),
+                        None => {
+                            // Without a cgroup only the CPU of the tree is known.
+                            let u = proc_tree_sample(helper_pid);
+                            (u, judge::Counters { cpu_ms: u.cpu_ms, ..Default::default() })
+                        }
                     };
                     ctx.usage(sample).await;
-                    if sample.cpu_ms.unwrap_or(0) > cpu_limit_ms && !killed {
-                        ctx.violation(ViolationKind::CpuTime, format!(
-                            "CPU time limit {} used by the whole sandbox — killed", crate::runner::fmt_dur(limits.cpu_time))).await;
+                    if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !killed {
                         killed = true;
                         let _ = child.start_kill();
                         if let Some(c) = cg { c.kill_all(); }
@@ -438,14 +437,15 @@ impl ProcessTier {
         let _ = writer.await;
         let _ = out_task.await;
         let _ = err_task.await;
-        if let Some(c) = cg {
-            judge_sample(ctx, limits, &c.stats(), &mut seen).await;
+        let final_counters = cg.map(|c| c.stats().counters());
+        if let Some(c) = &final_counters {
+            judge.sample(ctx, c).await;
         }
         if let Some(msg) = error {
             if exit.is_none() {
                 return Err(anyhow!("{msg}"));
             }
-            ctx.emit(EventKind::Note(msg)).await;
+            ctx.note(msg).await;
         }
         let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, disk_full }) = exit else {
             if killed || ctx.stop.is_cancelled() {
@@ -455,35 +455,18 @@ impl ProcessTier {
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
         let x = ExitStatus { code, signal };
-        crate::tier::judge_rlimit_signal(ctx, limits, signal).await;
-        if signal == Some(libc::SIGKILL) && cpu_ms + 50 >= limits.cpu_time.as_millis() as u64 {
-            let limit = crate::runner::fmt_dur(limits.cpu_time);
-            ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {limit} hit — killed")).await;
-        }
-        if let Some(path) = fsize_hit {
-            ctx.violation(
-                ViolationKind::FileSize,
-                format!("file size limit {} hit: {} was capped", format_size(limits.file_size_bytes), path),
-            )
-            .await;
-        }
-        if disk_full {
-            ctx.violation(
-                ViolationKind::Disk,
-                format!("scratch space full ({} per writable mount)", format_size(limits.disk_bytes)),
-            )
-            .await;
-        }
-        if code.is_some_and(|c| c != 0) {
-            let tail = stderr_tail.lock().map(|t| t.clone()).unwrap_or_default();
-            if crate::tier::allocation_failed(&String::from_utf8_lossy(&tail)) {
-                ctx.violation(
-                    ViolationKind::Memory,
-                    format!("memory limit {} hit — allocation refused", format_size(limits.memory_bytes)),
-                )
-                .await;
-            }
-        }
+        // Whole-sandbox CPU from the cgroup; without one, init's rusage of
+        // the program (kernel-kept, after its exit).
+        let mut counters = final_counters.unwrap_or_default();
+        counters.cpu_ms = counters.cpu_ms.or(Some(cpu_ms));
+        let facts = ExitFacts {
+            status: x,
+            counters,
+            rlimit_signals_trusted: false,
+            capped_files: fsize_hit.into_iter().collect(),
+            full_mounts: if disk_full { vec!["/work, /tmp or /dev/shm".into()] } else { vec![] },
+        };
+        judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(x)).await;
         let mut details = isolation_details(isolation, cg);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
@@ -509,34 +492,6 @@ fn isolation_details(mut iso: serde_json::Value, cg: Option<&RunCgroup>) -> serd
     iso
 }
 
-#[derive(Default)]
-struct Seen {
-    oom: u64,
-    pids: u64,
-}
-
-async fn judge_sample(ctx: &RunContext, limits: &crate::spec::Limits, s: &cgroup::Stats, seen: &mut Seen) {
-    if s.oom_kills > seen.oom {
-        seen.oom = s.oom_kills;
-        ctx.violation(
-            ViolationKind::Memory,
-            format!(
-                "memory limit {} hit at {:.2} s — killed (out of memory)",
-                format_size(limits.memory_bytes),
-                ctx.ms() / 1000.0
-            ),
-        )
-        .await;
-    }
-    if s.pids_max_events > seen.pids {
-        if seen.pids == 0 {
-            ctx.violation(ViolationKind::Pids, format!("pids limit {} reached — new processes refused", limits.pids))
-                .await;
-        }
-        seen.pids = s.pids_max_events;
-    }
-}
-
 /// Read one line of at most 64 KiB; longer lines are cut (the rest is read as
 /// further lines and fails to parse, which is reported, not trusted).
 async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
@@ -551,25 +506,13 @@ async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
     Ok(n)
 }
 
-async fn pump<R: AsyncRead + Unpin>(
-    src: Option<R>,
-    stream: Stream,
-    ctx: RunContext,
-    tail: Option<std::sync::Arc<std::sync::Mutex<Vec<u8>>>>,
-) {
+async fn pump<R: AsyncRead + Unpin>(src: Option<R>, stream: Stream, ctx: RunContext) {
     let Some(mut src) = src else { return };
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match src.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if let Some(t) = &tail {
-                    if let Ok(mut t) = t.lock() {
-                        t.extend_from_slice(&buf[..n]);
-                        let excess = t.len().saturating_sub(STDERR_TAIL);
-                        t.drain(..excess);
-                    }
-                }
                 ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await;
             }
         }
@@ -631,14 +574,6 @@ fn proc_tree_sample(root: i32) -> UsageSample {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn allocation_failure_is_recognised() {
-        use crate::tier::allocation_failed;
-        assert!(allocation_failed("Traceback...\nMemoryError\n"));
-        assert!(allocation_failed("dd: memory exhausted: Cannot allocate memory"));
-        assert!(!allocation_failed("ValueError: nope"));
-    }
 
     #[tokio::test]
     async fn bounded_lines() {

@@ -52,7 +52,10 @@ pub struct SandboxConfig {
     pub run_uid: u32,
     pub run_gid: u32,
     pub cpu_secs: u64,
-    pub memory_bytes: u64,
+    /// RLIMIT_DATA, only when no cgroup contains the run: a cgroup limits
+    /// resident memory, which is what the memory limit means; a virtual-size
+    /// limit would refuse thread stacks and mappings long before that.
+    pub data_limit: Option<u64>,
     pub file_size_bytes: u64,
     pub disk_bytes: u64,
     pub open_files: u64,
@@ -465,7 +468,9 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
     let landlock = landlock();
     let limits = || -> Result<(), String> {
         rlimit(Resource::RLIMIT_CPU, cfg.cpu_secs, cfg.cpu_secs + 1)?;
-        rlimit(Resource::RLIMIT_DATA, cfg.memory_bytes, cfg.memory_bytes)?;
+        if let Some(n) = cfg.data_limit {
+            rlimit(Resource::RLIMIT_DATA, n, n)?;
+        }
         rlimit(Resource::RLIMIT_FSIZE, cfg.file_size_bytes, cfg.file_size_bytes)?;
         rlimit(Resource::RLIMIT_NOFILE, cfg.open_files, cfg.open_files)?;
         rlimit(Resource::RLIMIT_CORE, 0, 0)?;
