@@ -1,0 +1,427 @@
+//! The agent loop: a model gets one tool, `run_code {language, code}`, that
+//! runs on a sandbench tier under the current limits; the loop goes on until
+//! the model answers without calling the tool or the turn limit is reached.
+//!
+//! It is a library API for every front end: [`start`] returns an
+//! [`AgentHandle`] whose `events` channel carries [`TranscriptEvent`]s live
+//! (model text, each tool call with its code, the run's output chunks, its
+//! verdict, retries, the end); [`AgentHandle::finish`] gives the whole
+//! [`Transcript`] (also on errors: what happened so far is kept). The CLI
+//! (`sandbench agent`) renders the events as text or prints the transcript as
+//! JSON; the workbench can show the same events in an agent view.
+//!
+//! The model's key stays in sandbench: programs get the runner's scrubbed
+//! environment (nothing of the host's), so ANTHROPIC_API_KEY never reaches
+//! any sandbox.
+
+pub mod anthropic;
+pub mod tool;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{EventKind, RunEvent, Stream};
+use crate::runner::{self, Update};
+use crate::spec::{Limits, RunSpec};
+use crate::tier::Tier;
+use anthropic::{Block, Message};
+
+/// Everything one agent session needs.
+#[derive(Clone)]
+pub struct AgentOptions {
+    pub tier: Arc<dyn Tier>,
+    pub limits: Limits,
+    pub model: String,
+    pub max_turns: u32,
+    pub max_tokens: u32,
+    /// `ANTHROPIC_BASE_URL` or the public API.
+    pub base_url: String,
+    pub api_key: String,
+    /// Backoff base between retries (tests shorten it).
+    pub retry_backoff: std::time::Duration,
+}
+
+impl AgentOptions {
+    /// Key and base URL from the environment, the official SDKs' names.
+    pub fn from_env(
+        tier: Arc<dyn Tier>,
+        limits: Limits,
+        config: &crate::config::AgentConfig,
+    ) -> anyhow::Result<AgentOptions> {
+        let key = std::env::var("ANTHROPIC_API_KEY").ok().filter(|k| !k.trim().is_empty()).ok_or_else(|| {
+            anyhow::anyhow!("ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=sk-ant-... to use sandbench agent")
+        })?;
+        let base_url = std::env::var("ANTHROPIC_BASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.into());
+        Ok(AgentOptions {
+            tier,
+            limits,
+            model: config.model.clone(),
+            max_turns: config.max_turns,
+            max_tokens: config.max_tokens,
+            base_url,
+            api_key: key.trim().to_string(),
+            retry_backoff: std::time::Duration::from_millis(500),
+        })
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The model answered without calling the tool.
+    FinalAnswer,
+    TurnLimit,
+    Error,
+    Cancelled,
+}
+
+/// One thing that happened, in order. Serialized with a `type` tag.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TranscriptEvent {
+    Started {
+        task: String,
+        model: String,
+        tier: String,
+        max_turns: u32,
+    },
+    /// Model text as it streams in (live only: the turn's whole text follows
+    /// in `Text`, which the transcript keeps).
+    TextDelta {
+        turn: u32,
+        text: String,
+    },
+    /// The model's text of one turn.
+    Text {
+        turn: u32,
+        text: String,
+    },
+    /// One model reply arrived.
+    Turn {
+        turn: u32,
+        stop_reason: Option<String>,
+        input_tokens: Option<u64>,
+        output_tokens: Option<u64>,
+    },
+    ToolCall {
+        turn: u32,
+        id: String,
+        language: String,
+        code: String,
+    },
+    /// Live output of the running program (not kept in the transcript: the
+    /// result below has it, bounded).
+    ToolOutput {
+        id: String,
+        stream: Stream,
+        text: String,
+    },
+    ToolResult {
+        id: String,
+        outcome: String,
+        summary: String,
+        /// What the model sees.
+        content: String,
+        is_error: bool,
+        report: Option<Box<crate::report::RunReport>>,
+    },
+    /// A tool call the loop refused (unknown tool, bad input).
+    ToolRejected {
+        id: String,
+        reason: String,
+    },
+    Retrying {
+        turn: u32,
+        attempt: u32,
+        status: Option<u16>,
+        wait_ms: u64,
+        reason: String,
+    },
+    Finished {
+        reason: EndReason,
+        turns: u32,
+        answer: Option<String>,
+        error: Option<String>,
+    },
+}
+
+/// The whole session.
+#[derive(Debug, Clone, Serialize)]
+pub struct Transcript {
+    pub task: String,
+    pub model: String,
+    pub tier: String,
+    pub reason: EndReason,
+    pub turns: u32,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub events: Vec<TranscriptEvent>,
+}
+
+pub struct AgentHandle {
+    pub events: mpsc::Receiver<TranscriptEvent>,
+    cancel: CancellationToken,
+    task: JoinHandle<Transcript>,
+}
+
+impl AgentHandle {
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    pub fn canceller(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Drain the remaining events and return the transcript.
+    pub async fn finish(mut self) -> Transcript {
+        while self.events.recv().await.is_some() {}
+        match self.task.await {
+            Ok(t) => t,
+            Err(e) => Transcript {
+                task: String::new(),
+                model: String::new(),
+                tier: String::new(),
+                reason: EndReason::Error,
+                turns: 0,
+                answer: None,
+                error: Some(format!("the agent loop crashed: {e}")),
+                events: vec![],
+            },
+        }
+    }
+}
+
+/// Start a session; events arrive on the handle, the last is `Finished`.
+pub fn start(opts: AgentOptions, task: String) -> AgentHandle {
+    let (tx, rx) = mpsc::channel(1024);
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let task = tokio::spawn(async move { Session::new(opts, task, tx, c).run().await });
+    AgentHandle { events: rx, cancel, task }
+}
+
+struct Session {
+    opts: AgentOptions,
+    task: String,
+    tx: mpsc::Sender<TranscriptEvent>,
+    cancel: CancellationToken,
+    kept: Vec<TranscriptEvent>,
+}
+
+impl Session {
+    fn new(opts: AgentOptions, task: String, tx: mpsc::Sender<TranscriptEvent>, cancel: CancellationToken) -> Session {
+        Session { opts, task, tx, cancel, kept: vec![] }
+    }
+
+    async fn emit(&mut self, ev: TranscriptEvent) {
+        if !matches!(ev, TranscriptEvent::ToolOutput { .. } | TranscriptEvent::TextDelta { .. }) {
+            self.kept.push(ev.clone());
+        }
+        // A closed channel means the front end went away; the session still
+        // finishes its current run cleanly.
+        let _ = self.tx.send(ev).await;
+    }
+
+    async fn end(mut self, reason: EndReason, turns: u32, answer: Option<String>, error: Option<String>) -> Transcript {
+        self.emit(TranscriptEvent::Finished { reason, turns, answer: answer.clone(), error: error.clone() }).await;
+        Transcript {
+            task: self.task,
+            model: self.opts.model,
+            tier: self.opts.tier.name().to_string(),
+            reason,
+            turns,
+            answer,
+            error,
+            events: self.kept,
+        }
+    }
+
+    async fn run(mut self) -> Transcript {
+        let o = self.opts.clone();
+        self.emit(TranscriptEvent::Started {
+            task: self.task.clone(),
+            model: o.model.clone(),
+            tier: o.tier.name().into(),
+            max_turns: o.max_turns,
+        })
+        .await;
+        let mut client = match anthropic::Client::new(&o.base_url, &o.api_key) {
+            Ok(c) => c,
+            Err(e) => {
+                return self.end(EndReason::Error, 0, None, Some(format!("cannot build the HTTP client: {e}"))).await
+            }
+        };
+        client.backoff = o.retry_backoff;
+        let system = tool::system_prompt(o.tier.name(), &o.limits);
+        let tools = [tool::definition()];
+        let mut messages =
+            vec![Message { role: "user".into(), content: vec![json!({"type": "text", "text": self.task})] }];
+        for turn in 1..=o.max_turns {
+            let req = anthropic::Request {
+                model: &o.model,
+                max_tokens: o.max_tokens,
+                system: &system,
+                messages: &messages,
+                tools: &tools,
+                stream: true,
+            };
+            // Streamed text and retries are told live (try_send: the
+            // callback cannot await; text deltas are for display only, the
+            // full text follows in a Text event).
+            let tx = self.tx.clone();
+            let kept = &mut self.kept;
+            let mut on_progress = |p: anthropic::Progress| match p {
+                anthropic::Progress::TextDelta(text) => {
+                    let _ = tx.try_send(TranscriptEvent::TextDelta { turn, text });
+                }
+                anthropic::Progress::Retry(r) => {
+                    let ev = TranscriptEvent::Retrying {
+                        turn,
+                        attempt: r.attempt,
+                        status: r.status,
+                        wait_ms: r.wait_ms,
+                        reason: r.reason,
+                    };
+                    kept.push(ev.clone());
+                    let _ = tx.try_send(ev);
+                }
+            };
+            let result = client.create(&req, &self.cancel, &mut on_progress).await;
+            let resp = match result {
+                Ok(r) => r,
+                Err(anthropic::ApiError::Cancelled) => {
+                    return self.end(EndReason::Cancelled, turn - 1, None, None).await
+                }
+                Err(e) => return self.end(EndReason::Error, turn - 1, None, Some(e.to_string())).await,
+            };
+            self.emit(TranscriptEvent::Turn {
+                turn,
+                stop_reason: resp.stop_reason.clone(),
+                input_tokens: resp.usage.map(|u| u.input_tokens),
+                output_tokens: resp.usage.map(|u| u.output_tokens),
+            })
+            .await;
+            let mut text = String::new();
+            let mut calls = vec![];
+            for b in &resp.content {
+                match anthropic::parse_block(b) {
+                    Ok(Block::Text(t)) => {
+                        if !text.is_empty() {
+                            text.push('\n');
+                        }
+                        text.push_str(&t);
+                    }
+                    Ok(Block::ToolUse { id, name, input }) => calls.push((id, name, input)),
+                    Ok(Block::Other) => {}
+                    Err(e) => return self.end(EndReason::Error, turn, None, Some(e.to_string())).await,
+                }
+            }
+            if !text.is_empty() {
+                self.emit(TranscriptEvent::Text { turn, text: text.clone() }).await;
+            }
+            messages.push(Message { role: "assistant".into(), content: resp.content.clone() });
+            if calls.is_empty() {
+                if resp.stop_reason.as_deref() == Some("tool_use") {
+                    return self
+                        .end(
+                            EndReason::Error,
+                            turn,
+                            None,
+                            Some(
+                                anthropic::ApiError::Malformed("stop_reason tool_use without a tool_use block".into())
+                                    .to_string(),
+                            ),
+                        )
+                        .await;
+                }
+                return self.end(EndReason::FinalAnswer, turn, Some(text), None).await;
+            }
+            let mut results = vec![];
+            for (id, name, input) in calls {
+                let r = self.call_tool(turn, &id, &name, &input).await;
+                if self.cancel.is_cancelled() {
+                    return self.end(EndReason::Cancelled, turn, None, None).await;
+                }
+                results.push(r);
+            }
+            messages.push(Message { role: "user".into(), content: results });
+        }
+        let turns = o.max_turns;
+        self.end(EndReason::TurnLimit, turns, None, Some(format!("no final answer within {turns} turn(s)"))).await
+    }
+
+    /// Run one tool call; returns the `tool_result` block for the model.
+    async fn call_tool(&mut self, turn: u32, id: &str, name: &str, input: &Value) -> Value {
+        let reject =
+            |reason: String| json!({"type": "tool_result", "tool_use_id": id, "content": reason, "is_error": true});
+        if name != tool::NAME {
+            let reason = format!("unknown tool '{name}': the only tool is {}", tool::NAME);
+            self.emit(TranscriptEvent::ToolRejected { id: id.into(), reason: reason.clone() }).await;
+            return reject(reason);
+        }
+        let (language, code) = match tool::parse_input(input) {
+            Ok(x) => x,
+            Err(e) => {
+                let reason = format!("invalid input: {e}");
+                self.emit(TranscriptEvent::ToolRejected { id: id.into(), reason: reason.clone() }).await;
+                return reject(reason);
+            }
+        };
+        self.emit(TranscriptEvent::ToolCall {
+            turn,
+            id: id.into(),
+            language: language.name().into(),
+            code: code.clone(),
+        })
+        .await;
+        let mut spec = RunSpec::new(language, code);
+        spec.limits = self.opts.limits.clone();
+        spec.label = format!("agent turn {turn}");
+        // spec.env stays empty: the sandbox sees only the scrubbed base env.
+        let mut handle = runner::start(self.opts.tier.clone(), spec);
+        let canceller = handle.canceller();
+        let mut report = None;
+        loop {
+            let ev = tokio::select! {
+                ev = handle.events.recv() => ev,
+                _ = self.cancel.cancelled(), if !canceller.is_cancelled() => { canceller.cancel(); continue; }
+            };
+            let Some(ev) = ev else { break };
+            match ev {
+                Update::Event(RunEvent { kind: EventKind::Output(stream, bytes), .. }) => {
+                    let text = String::from_utf8_lossy(&bytes).into_owned();
+                    self.emit(TranscriptEvent::ToolOutput { id: id.into(), stream, text }).await;
+                }
+                Update::Finished(r) => report = Some(r),
+                Update::Event(_) => {}
+            }
+        }
+        let Some(report) = report else {
+            let reason = "the run ended without a report".to_string();
+            self.emit(TranscriptEvent::ToolRejected { id: id.into(), reason: reason.clone() }).await;
+            return reject(reason);
+        };
+        let content = tool::compact_report(&report);
+        let is_error = tool::is_error(&report);
+        self.emit(TranscriptEvent::ToolResult {
+            id: id.into(),
+            outcome: report.outcome.name().into(),
+            summary: report.summary_line(),
+            content: content.clone(),
+            is_error,
+            report: Some(report),
+        })
+        .await;
+        json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": is_error})
+    }
+}

@@ -1,0 +1,129 @@
+//! The one tool the model gets, `run_code`, and the compact report it sees.
+
+use serde_json::{json, Value};
+
+use crate::report::{Outcome, RunReport};
+use crate::spec::{format_size, Language, Limits};
+
+pub const NAME: &str = "run_code";
+/// Output the model sees per stream (head and tail kept).
+pub const OUTPUT_BUDGET: usize = 4000;
+
+pub fn definition() -> Value {
+    json!({
+        "name": NAME,
+        "description": "Run a program in a fresh, isolated sandbox and get its verdict: outcome, exit status, \
+            limit violations and its stdout/stderr (long output is cut in the middle). Each call starts from \
+            an empty sandbox with no network; nothing persists between calls.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "language": { "type": "string", "enum": Language::ALL.map(|l| l.name()), "description": "python (python3) or sh (POSIX shell)" },
+                "code": { "type": "string", "description": "The complete program" }
+            },
+            "required": ["language", "code"]
+        }
+    })
+}
+
+pub fn system_prompt(tier: &str, limits: &Limits) -> String {
+    format!(
+        "You solve the user's task. You can run programs with the run_code tool; each runs on sandbench's '{tier}' \
+         tier in a fresh sandbox with no network, limited to {} wall time, {} CPU time, {} memory, {} processes and \
+         {} of output. Programs print their results; nothing persists between runs. When you are done, answer \
+         without calling the tool.",
+        crate::spec::format_duration(limits.wall_time),
+        crate::spec::format_duration(limits.cpu_time),
+        format_size(limits.memory_bytes),
+        limits.pids,
+        format_size(limits.output_bytes),
+    )
+}
+
+/// `{language, code}` from the model's tool input, or what is wrong with it.
+pub fn parse_input(input: &Value) -> Result<(Language, String), String> {
+    let lang =
+        input.get("language").and_then(|v| v.as_str()).ok_or("missing string field 'language' (python or sh)")?;
+    let language: Language = lang.parse()?;
+    let code = input.get("code").and_then(|v| v.as_str()).ok_or("missing string field 'code'")?;
+    if code.trim().is_empty() {
+        return Err("'code' is empty".into());
+    }
+    Ok((language, code.to_string()))
+}
+
+/// Keep the head and the tail of long text, cut on char boundaries.
+pub fn bounded(text: &str, budget: usize) -> String {
+    if text.len() <= budget {
+        return text.to_string();
+    }
+    let half = budget / 2;
+    let mut head_end = half;
+    while !text.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = text.len() - half;
+    while !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    format!("{}\n[… {} bytes omitted …]\n{}", &text[..head_end], tail_start - head_end, &text[tail_start..])
+}
+
+/// The run report as the model sees it.
+pub fn compact_report(r: &RunReport) -> String {
+    let mut s = format!("outcome: {}\nexit: {}\n", r.outcome.name(), r.exit.describe());
+    if let Some(e) = &r.error {
+        s.push_str(&format!("error: {e}\n"));
+    }
+    if r.violations.is_empty() {
+        s.push_str("violations: none\n");
+    } else {
+        s.push_str("violations:\n");
+        for v in &r.violations {
+            s.push_str(&format!("- {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+        }
+    }
+    s.push_str(&format!("time: {:.0} ms\n", r.timings_ms.total));
+    for (name, text, cut) in [("stdout", &r.stdout, r.stdout_truncated), ("stderr", &r.stderr, r.stderr_truncated)] {
+        if text.is_empty() {
+            s.push_str(&format!("{name}: (empty)\n"));
+        } else {
+            s.push_str(&format!(
+                "{name} ({} bytes{}):\n{}\n",
+                text.len(),
+                if cut { ", stopped at the output limit" } else { "" },
+                bounded(text, OUTPUT_BUDGET)
+            ));
+        }
+    }
+    s
+}
+
+/// A tool result is an error when sandbench could not run the program at all.
+pub fn is_error(r: &RunReport) -> bool {
+    r.outcome == Outcome::Error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_is_validated() {
+        assert!(parse_input(&json!({"language":"python","code":"print(1)"})).is_ok());
+        assert!(parse_input(&json!({"language":"ruby","code":"p 1"})).unwrap_err().contains("unknown language"));
+        assert!(parse_input(&json!({"language":"sh"})).is_err());
+        assert!(parse_input(&json!({"language":"sh","code":"  "})).is_err());
+        assert!(parse_input(&json!("echo")).is_err());
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail() {
+        let text = format!("{}{}", "a".repeat(10_000), "é".repeat(5000));
+        let b = bounded(&text, 1000);
+        assert!(b.len() < 1100);
+        assert!(b.starts_with("aaa") && b.ends_with("é"));
+        assert!(b.contains("bytes omitted"));
+        assert_eq!(bounded("short", 1000), "short");
+    }
+}

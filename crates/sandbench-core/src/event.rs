@@ -1,0 +1,135 @@
+//! The stream a tier emits while a run goes on. Front ends receive these
+//! same events through the runner (`runner::Update`), followed by the report
+//! that only the runner makes.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Preparing,
+    Booting,
+    Running,
+    TearingDown,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Preparing => "preparing",
+            Phase::Booting => "booting",
+            Phase::Running => "running",
+            Phase::TearingDown => "tearing down",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum ViolationKind {
+    CpuTime,
+    Memory,
+    WallTimeout,
+    Pids,
+    FileSize,
+    OutputLimit,
+    /// The writable scratch space filled up.
+    Disk,
+}
+
+impl ViolationKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ViolationKind::CpuTime => "cpu_time",
+            ViolationKind::Memory => "memory",
+            ViolationKind::WallTimeout => "wall_timeout",
+            ViolationKind::Pids => "pids",
+            ViolationKind::FileSize => "file_size",
+            ViolationKind::OutputLimit => "output_limit",
+            ViolationKind::Disk => "disk",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ViolationKind> {
+        use ViolationKind::*;
+        [CpuTime, Memory, WallTimeout, Pids, FileSize, OutputLimit, Disk].into_iter().find(|k| k.name() == s)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Violation {
+    pub kind: ViolationKind,
+    /// Milliseconds since the run started.
+    pub at_ms: f64,
+    pub detail: String,
+}
+
+/// One resource sample of the sandbox as a whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageSample {
+    pub cpu_ms: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitStatus {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitStatus {
+    pub fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (_, Some(sig)) => format!("killed by signal {sig} ({})", signal_name(sig)),
+            (Some(c), None) => format!("exit code {c}"),
+            (None, None) => "no exit status".into(),
+        }
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => "signal",
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum EventKind {
+    Phase(Phase),
+    Output(Stream, Vec<u8>),
+    Usage(UsageSample),
+    Violation(Violation),
+    /// Free-form status line from the tier ("warm container", "accel=tcg").
+    Note(String),
+    Exit(ExitStatus),
+}
+
+#[derive(Debug, Clone)]
+pub struct RunEvent {
+    /// Milliseconds since the run started.
+    pub at_ms: f64,
+    pub kind: EventKind,
+}

@@ -1,0 +1,288 @@
+//! The gauntlet: every hostile sample (and the benign ones as a control) on
+//! every selected tier, judged by host-side canaries, as a matrix of
+//! contained / escaped / error, plus each tier's benign latency. Compare mode
+//! and the gauntlet share this engine (`run_cell`).
+
+pub mod canary;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::report::{Outcome, RunReport};
+use crate::samples::Sample;
+use crate::spec::{Limits, RunSpec};
+use crate::tier::Tier;
+use canary::{Canaries, Findings};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// A benign control ran to its end.
+    Ran,
+    /// The sandbox stopped it: by which limits, or "blocked" (denied action).
+    Contained { by: String },
+    /// Something got out (what the canaries saw).
+    Escaped { what: Vec<String> },
+    /// sandbench failed to judge the run.
+    Error { why: String },
+}
+
+impl Verdict {
+    pub fn short(&self) -> String {
+        match self {
+            Verdict::Ran => "ran".into(),
+            Verdict::Contained { by } => format!("contained ({by})"),
+            Verdict::Escaped { what } => format!("ESCAPED ({})", what.first().map(String::as_str).unwrap_or("?")),
+            Verdict::Error { why } => format!("error ({})", why.chars().take(60).collect::<String>()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub sample: String,
+    pub hostile: bool,
+    pub tier: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// What the sample's header expects on this tier.
+    pub expected: Option<String>,
+    /// Whether the cell is what the sample declares (and nothing escaped).
+    pub as_expected: bool,
+    /// Why not, when it is not.
+    pub mismatch: Option<String>,
+    pub total_ms: f64,
+    /// "cold", "warm", "snapshot" — from the tier's report.
+    pub start: String,
+    pub findings: Findings,
+    pub report: RunReport,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub tier: String,
+    pub start: String,
+    pub runs: usize,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Matrix {
+    pub tiers: Vec<String>,
+    pub skipped_tiers: Vec<(String, String)>,
+    pub samples: Vec<String>,
+    pub cells: Vec<Cell>,
+    pub latency: Vec<Latency>,
+    pub mismatches: usize,
+}
+
+/// Events of a gauntlet in progress (the workbench fills its matrix from these).
+#[derive(Debug, Clone)]
+pub enum GauntletEvent {
+    CellStarted { sample: String, tier: String },
+    CellDone(Box<Cell>),
+    Finished(Box<Matrix>),
+}
+
+/// Limits that keep a full gauntlet short while still letting every limit fire.
+pub fn default_limits() -> Limits {
+    Limits {
+        cpu_time: Duration::from_secs(2),
+        wall_time: Duration::from_secs(5),
+        memory_bytes: 128 << 20,
+        ..Limits::default()
+    }
+}
+
+/// Judge one run of `sample` on `tier`.
+pub async fn run_cell(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits) -> Cell {
+    run_cell_until(tier, sample, limits, &CancellationToken::new()).await
+}
+
+/// `run_cell`, stoppable: when `stop` fires the run is cancelled (the tier
+/// still cleans up) and the canaries are still read, so a cancelled cell is
+/// judged on what got out before the cancel.
+pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits, stop: &CancellationToken) -> Cell {
+    let tier_name = tier.name().to_string();
+    let secret = std::env::var(canary::SECRET_VAR).ok();
+    let mut canaries = match tokio::task::spawn_blocking(move || Canaries::plant(secret)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return error_cell(sample, &tier_name, format!("cannot plant canaries: {e}")),
+        Err(e) => return error_cell(sample, &tier_name, format!("cannot plant canaries: {e}")),
+    };
+    let mut spec = RunSpec::new(sample.language, sample.code.clone());
+    spec.limits = limits.clone();
+    spec.label = sample.name.clone();
+    spec.env.extend(canaries.env());
+    // The secret also sits where a real launcher's environment would hold it:
+    // a tier that starts a host command (a peer) and passes its environment
+    // through leaks it, and the canary sees it.
+    if let Some(s) = canaries.secret.clone().filter(|s| !s.is_empty()) {
+        spec.launcher_env.insert(canary::SECRET_VAR.to_string(), s);
+    }
+    canaries.start_probe();
+    let handle = crate::runner::start(tier, spec);
+    let canceller = handle.canceller();
+    let report = {
+        let report = handle.report();
+        tokio::pin!(report);
+        tokio::select! {
+            r = &mut report => r,
+            _ = stop.cancelled() => {
+                canceller.cancel();
+                report.await
+            }
+        }
+    };
+    let escaped_if = sample.escaped_if.clone();
+    let seen = report.clone();
+    // Reading the canaries blocks (listener threads, /proc scan); the set is
+    // dropped (listeners closed, victim killed) in the same task.
+    let findings = tokio::task::spawn_blocking(move || {
+        let mut c = canaries;
+        c.check(&seen, &escaped_if)
+    })
+    .await
+    .unwrap_or_else(|e| Findings { escapes: vec![format!("the canary check failed: {e}")], ..Default::default() });
+    judge(sample, &tier_name, report, findings)
+}
+
+fn error_report(tier: &str, s: &Sample) -> RunReport {
+    RunReport::failed(tier, s.language.name(), &s.name, "internal error")
+}
+
+fn error_cell(sample: &Sample, tier: &str, why: String) -> Cell {
+    judge(sample, tier, RunReport { error: Some(why), ..error_report(tier, sample) }, Findings::default())
+}
+
+/// The verdict, from the report and the canaries (never the program's word).
+pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findings) -> Cell {
+    // What sandbench's outer net had to stop after the tier's own containment
+    // failed (a peer's outer cgroup): host-side facts, listed by the tier.
+    if let Some(list) = report.details.get("escapes").and_then(|e| e.as_array()) {
+        findings.escapes.extend(list.iter().filter_map(|e| e.as_str()).map(str::to_string));
+    }
+    let verdict = if !findings.escapes.is_empty() {
+        Verdict::Escaped { what: findings.escapes.clone() }
+    } else if report.outcome == Outcome::Cancelled {
+        Verdict::Error { why: "cancelled before the end".into() }
+    } else if report.outcome == Outcome::Error {
+        Verdict::Error { why: report.error.clone().unwrap_or_else(|| "unknown".into()) }
+    } else if !sample.is_hostile() && report.outcome == Outcome::Ok {
+        Verdict::Ran
+    } else if report.violations.is_empty() {
+        Verdict::Contained { by: "blocked".into() }
+    } else {
+        let mut kinds: Vec<&str> = report.violations.iter().map(|v| v.kind.name()).collect();
+        kinds.dedup();
+        Verdict::Contained { by: kinds.join("+") }
+    };
+    let expect = sample.expect_for(tier);
+    let mismatch = match (&verdict, expect) {
+        (Verdict::Escaped { what }, _) => Some(format!("escaped: {}", what.join("; "))),
+        (Verdict::Error { why }, _) => Some(format!("error: {why}")),
+        (_, None) => Some(format!("the sample declares no expectation for {tier}")),
+        (_, Some(e)) => e.check(&report).err(),
+    };
+    Cell {
+        sample: sample.name.clone(),
+        hostile: sample.is_hostile(),
+        tier: tier.to_string(),
+        verdict,
+        expected: expect.map(|e| e.to_string()),
+        as_expected: mismatch.is_none(),
+        mismatch,
+        total_ms: report.timings_ms.total,
+        start: report.details.get("start").and_then(|s| s.as_str()).unwrap_or("cold").to_string(),
+        findings,
+        report,
+    }
+}
+
+/// Run the matrix, sending events as cells finish. Cells run one at a time:
+/// hostile programs side by side would skew each other's latency and limits.
+pub async fn run(
+    tiers: Vec<Arc<dyn Tier>>,
+    skipped_tiers: Vec<(String, String)>,
+    samples: Vec<Sample>,
+    limits: Limits,
+    repeat: usize,
+    events: Option<mpsc::Sender<GauntletEvent>>,
+) -> Matrix {
+    run_until(tiers, skipped_tiers, samples, limits, repeat, events, CancellationToken::new()).await
+}
+
+/// `run`, stoppable (the workbench's cancel): when `stop` fires, the cell in
+/// progress is cancelled and judged (see `run_cell_until`), no further cell
+/// starts, and `Finished` carries the cells done so far.
+pub async fn run_until(
+    tiers: Vec<Arc<dyn Tier>>,
+    skipped_tiers: Vec<(String, String)>,
+    samples: Vec<Sample>,
+    limits: Limits,
+    repeat: usize,
+    events: Option<mpsc::Sender<GauntletEvent>>,
+    stop: CancellationToken,
+) -> Matrix {
+    let mut cells = vec![];
+    let mut latency_samples: std::collections::BTreeMap<(String, String), Vec<f64>> = Default::default();
+    'all: for s in &samples {
+        for t in &tiers {
+            let n = if s.is_hostile() { 1 } else { repeat.max(1) };
+            for i in 0..n {
+                if stop.is_cancelled() {
+                    break 'all;
+                }
+                if let Some(tx) = &events {
+                    let _ = tx.send(GauntletEvent::CellStarted { sample: s.name.clone(), tier: t.name().into() }).await;
+                }
+                let cell = run_cell_until(t.clone(), s, &limits, &stop).await;
+                if !s.is_hostile() && cell.verdict == Verdict::Ran {
+                    latency_samples.entry((t.name().to_string(), cell.start.clone())).or_default().push(cell.total_ms);
+                }
+                // Repeats of a benign control only feed the latency figures;
+                // the matrix keeps the first run, unless a later one failed.
+                if i == 0 || !cell.as_expected {
+                    if let Some(tx) = &events {
+                        let _ = tx.send(GauntletEvent::CellDone(Box::new(cell.clone()))).await;
+                    }
+                    if i > 0 {
+                        cells.retain(|c: &Cell| !(c.sample == cell.sample && c.tier == cell.tier));
+                    }
+                    cells.push(cell);
+                }
+            }
+        }
+    }
+    let latency = latency_samples
+        .into_iter()
+        .map(|((tier, start), mut v)| {
+            v.sort_by(f64::total_cmp);
+            Latency {
+                tier,
+                start,
+                runs: v.len(),
+                p50_ms: crate::stats::percentile(&v, 0.5),
+                p95_ms: crate::stats::percentile(&v, 0.95),
+            }
+        })
+        .collect();
+    let mismatches = cells.iter().filter(|c| !c.as_expected).count();
+    let m = Matrix {
+        tiers: tiers.iter().map(|t| t.name().to_string()).collect(),
+        skipped_tiers,
+        samples: samples.iter().map(|s| s.name.clone()).collect(),
+        cells,
+        latency,
+        mismatches,
+    };
+    if let Some(tx) = &events {
+        let _ = tx.send(GauntletEvent::Finished(Box::new(m.clone()))).await;
+    }
+    m
+}

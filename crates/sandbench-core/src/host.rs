@@ -1,0 +1,36 @@
+//! Facts about the host sandbench runs on, looked up one way everywhere.
+
+use std::path::{Path, PathBuf};
+
+/// The first executable file named `cmd` in the directories of `path`
+/// (a `PATH`-style list), like `command -v`.
+pub fn which_in(cmd: &str, path: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| Path::new(d).join(cmd))
+        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// `cmd` on sandbench's own `PATH`, then the system's sbin directories
+/// (setup runs mkfs.ext4 and friends from a user's PATH too); a path with a
+/// slash is taken as it is.
+pub fn which(cmd: &str) -> Option<PathBuf> {
+    if cmd.contains('/') {
+        return Path::new(cmd).is_file().then(|| PathBuf::from(cmd));
+    }
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    which_in(cmd, &format!("{path}:/usr/local/sbin:/usr/sbin:/sbin"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_executables_only() {
+        assert!(which_in("sh", "/usr/bin:/bin").is_some());
+        assert!(which_in("passwd", "/etc").is_none(), "a plain file is not a command");
+        assert!(which_in("sh", "relative:dirs").is_none());
+    }
+}

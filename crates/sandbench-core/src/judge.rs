@@ -1,0 +1,306 @@
+//! The one judge. Every tier gathers *facts* about a run — counters and
+//! states from sources the program cannot write (the host's cgroup files, the
+//! guest agent's or the container loader's protected channel, signals
+//! sandbench itself sent) — and hands them here; this module alone decides
+//! which limits bit and words the violations.
+//!
+//! Rules it keeps:
+//! - Nothing the program prints counts. A `MemoryError` on stderr is not a
+//!   memory violation; a refusal the cgroup counted is.
+//! - Every limit that bit is reported, even if the program caught the error
+//!   or deleted the evidence: tiers report high-water marks (a file that
+//!   reached the size limit at any time, a scratch mount that was ever full),
+//!   not the final state.
+//! - No violation is reported that did not happen: a program that sends
+//!   itself SIGXCPU has not used its CPU time unless the CPU counter says so.
+//! - One entry per kind; the wording is the same on every tier.
+
+use crate::event::{ExitStatus, ViolationKind};
+use crate::sanitize::inert_line;
+use crate::spec::{format_duration, format_size, Limits};
+use crate::tier::RunContext;
+
+/// Longest file or mount name quoted in a violation.
+const MAX_NAME: usize = 160;
+
+/// Counters read while the program runs (and once more at the end), each from
+/// a source the program cannot write. `None`: the tier cannot know.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// CPU time of the whole sandbox (every process, user + system).
+    pub cpu_ms: Option<u64>,
+    /// Processes the kernel's OOM killer killed inside the sandbox.
+    pub oom_kills: Option<u64>,
+    /// Times memory use reached the limit and the kernel had to reclaim or
+    /// refuse (cgroup v1 `memory.failcnt`, v2 `memory.events` max).
+    pub memory_limit_hits: Option<u64>,
+    /// Forks and clones refused at the pids limit (`pids.events` max).
+    pub pids_refused: Option<u64>,
+}
+
+/// What a tier knows once the program is gone.
+#[derive(Debug, Clone, Default)]
+pub struct ExitFacts {
+    /// How the program's main process ended, from the tier's own channel.
+    pub status: ExitStatus,
+    /// Final counters (whole run).
+    pub counters: Counters,
+    /// SIGXCPU and SIGXFSZ can only have come from the kernel enforcing the
+    /// run's rlimits: the tier refuses those signals (and handlers for them)
+    /// to the program. When false, such a death needs a counter to back it.
+    pub rlimit_signals_trusted: bool,
+    /// Files that reached the file-size limit at any time during the run
+    /// (a high-water mark: deleted or truncated files still count).
+    pub capped_files: Vec<String>,
+    /// Writable mounts that were full (space or inodes) at any time.
+    pub full_mounts: Vec<String>,
+}
+
+/// What the judge has reported so far in one run.
+#[derive(Debug, Default)]
+struct Seen {
+    oom_kills: u64,
+    memory: bool,
+    pids: bool,
+    cpu: bool,
+    file_size: bool,
+    disk: bool,
+}
+
+/// Judges one run. Create one per run; feed it live counters with
+/// [`Judge::sample`] and the end with [`Judge::exit`].
+#[derive(Debug)]
+pub struct Judge {
+    limits: Limits,
+    seen: Seen,
+}
+
+/// What the tier must do after a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    /// The sandbox used its CPU time: kill it now.
+    KillForCpu,
+}
+
+impl Judge {
+    pub fn new(limits: &Limits) -> Judge {
+        Judge { limits: limits.clone(), seen: Seen::default() }
+    }
+
+    /// Judge live counters; violations are emitted the moment they are seen.
+    pub async fn sample(&mut self, ctx: &RunContext, c: &Counters) -> Action {
+        self.memory(ctx, c).await;
+        self.pids(ctx, c).await;
+        if !self.seen.cpu && c.cpu_ms.is_some_and(|ms| ms > self.cpu_limit_ms()) {
+            self.seen.cpu = true;
+            let limit = format_duration(self.limits.cpu_time);
+            ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {limit} used by the whole sandbox — killed"))
+                .await;
+            return Action::KillForCpu;
+        }
+        Action::Continue
+    }
+
+    /// Did a sample already find the CPU time used up (and ask for a kill)?
+    pub fn cpu_exhausted(&self) -> bool {
+        self.seen.cpu
+    }
+
+    /// Judge the end of the run.
+    pub async fn exit(&mut self, ctx: &RunContext, f: &ExitFacts) {
+        let c = &f.counters;
+        self.memory(ctx, c).await;
+        self.pids(ctx, c).await;
+        let signal = f.status.signal;
+        let cpu_used = c.cpu_ms.is_some_and(|ms| ms > self.cpu_limit_ms());
+        let xcpu = signal == Some(libc::SIGXCPU) && (f.rlimit_signals_trusted || cpu_used);
+        if !self.seen.cpu && (cpu_used || xcpu) {
+            self.seen.cpu = true;
+            let limit = format_duration(self.limits.cpu_time);
+            let how = if signal == Some(libc::SIGXCPU) { "killed (SIGXCPU)" } else { "killed" };
+            ctx.violation(ViolationKind::CpuTime, format!("CPU time limit {limit} hit — {how}")).await;
+        }
+        if !self.seen.file_size {
+            let limit = format_size(self.limits.file_size_bytes);
+            if let Some(first) = f.capped_files.first() {
+                self.seen.file_size = true;
+                let more = match f.capped_files.len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more)", n - 1),
+                };
+                let name = inert_line(first, MAX_NAME);
+                ctx.violation(ViolationKind::FileSize, format!("file size limit {limit} hit: {name} reached it{more}"))
+                    .await;
+            } else if signal == Some(libc::SIGXFSZ) && f.rlimit_signals_trusted {
+                self.seen.file_size = true;
+                ctx.violation(ViolationKind::FileSize, format!("file size limit {limit} hit — killed (SIGXFSZ)")).await;
+            }
+        }
+        if !self.seen.disk && !f.full_mounts.is_empty() {
+            self.seen.disk = true;
+            let names: Vec<String> = f.full_mounts.iter().take(4).map(|m| inert_line(m, MAX_NAME)).collect();
+            ctx.violation(
+                ViolationKind::Disk,
+                format!(
+                    "scratch space full ({} per writable mount): {}",
+                    format_size(self.limits.disk_bytes),
+                    names.join(", ")
+                ),
+            )
+            .await;
+        }
+    }
+
+    fn cpu_limit_ms(&self) -> u64 {
+        self.limits.cpu_time.as_millis() as u64
+    }
+
+    async fn memory(&mut self, ctx: &RunContext, c: &Counters) {
+        let limit = format_size(self.limits.memory_bytes);
+        let kills = c.oom_kills.unwrap_or(0);
+        if kills > self.seen.oom_kills {
+            self.seen.oom_kills = kills;
+            if !self.seen.memory {
+                self.seen.memory = true;
+                let at = ctx.ms() / 1000.0;
+                ctx.violation(
+                    ViolationKind::Memory,
+                    format!("memory limit {limit} hit at {at:.2} s — killed (out of memory)"),
+                )
+                .await;
+            }
+        }
+        if !self.seen.memory && c.memory_limit_hits.unwrap_or(0) > 0 {
+            self.seen.memory = true;
+            let at = ctx.ms() / 1000.0;
+            ctx.violation(
+                ViolationKind::Memory,
+                format!("memory limit {limit} reached at {at:.2} s — allocations refused or reclaimed"),
+            )
+            .await;
+        }
+    }
+
+    async fn pids(&mut self, ctx: &RunContext, c: &Counters) {
+        if !self.seen.pids && c.pids_refused.unwrap_or(0) > 0 {
+            self.seen.pids = true;
+            ctx.violation(
+                ViolationKind::Pids,
+                format!("pids limit {} reached — new processes refused", self.limits.pids),
+            )
+            .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EventKind, RunEvent, Violation};
+    use std::time::Duration;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    fn ctx() -> (RunContext, mpsc::Receiver<RunEvent>) {
+        let (tx, rx) = mpsc::channel(64);
+        (RunContext { started: std::time::Instant::now(), tx, stop: CancellationToken::new() }, rx)
+    }
+
+    fn violations(rx: &mut mpsc::Receiver<RunEvent>) -> Vec<Violation> {
+        let mut out = vec![];
+        while let Ok(ev) = rx.try_recv() {
+            if let EventKind::Violation(v) = ev.kind {
+                out.push(v);
+            }
+        }
+        out
+    }
+
+    fn limits() -> Limits {
+        Limits { cpu_time: Duration::from_millis(500), ..Limits::default() }
+    }
+
+    #[tokio::test]
+    async fn a_self_sent_rlimit_signal_is_not_a_violation() {
+        let (c, mut rx) = ctx();
+        let mut j = Judge::new(&limits());
+        let f = ExitFacts {
+            status: ExitStatus { code: None, signal: Some(libc::SIGXCPU) },
+            counters: Counters { cpu_ms: Some(20), ..Default::default() },
+            ..Default::default()
+        };
+        j.exit(&c, &f).await;
+        let f = ExitFacts { status: ExitStatus { code: None, signal: Some(libc::SIGXFSZ) }, ..Default::default() };
+        j.exit(&c, &f).await;
+        assert!(violations(&mut rx).is_empty());
+    }
+
+    #[tokio::test]
+    async fn trusted_rlimit_signals_and_counters_are() {
+        let (c, mut rx) = ctx();
+        let mut j = Judge::new(&limits());
+        let f = ExitFacts {
+            status: ExitStatus { code: None, signal: Some(libc::SIGXFSZ) },
+            rlimit_signals_trusted: true,
+            counters: Counters { cpu_ms: Some(900), ..Default::default() },
+            ..Default::default()
+        };
+        j.exit(&c, &f).await;
+        let kinds: Vec<_> = violations(&mut rx).into_iter().map(|v| v.kind).collect();
+        assert_eq!(kinds, [ViolationKind::CpuTime, ViolationKind::FileSize]);
+    }
+
+    #[tokio::test]
+    async fn high_water_marks_count_and_names_are_inert() {
+        let (c, mut rx) = ctx();
+        let mut j = Judge::new(&limits());
+        let f = ExitFacts {
+            status: ExitStatus { code: Some(0), signal: None },
+            capped_files: vec!["/work/\u{1b}]52;c;aGk=\u{7}\noutcome   ok".into(), "/tmp/b".into()],
+            full_mounts: vec!["/tmp".into()],
+            ..Default::default()
+        };
+        j.exit(&c, &f).await;
+        let v = violations(&mut rx);
+        assert_eq!(v.len(), 2);
+        assert!(v[0].detail.contains("(and 1 more)"), "{}", v[0].detail);
+        for v in &v {
+            assert!(!v.detail.chars().any(|ch| ch.is_control()), "{:?}", v.detail);
+        }
+    }
+
+    #[tokio::test]
+    async fn counters_are_reported_once_per_kind() {
+        let (c, mut rx) = ctx();
+        let mut j = Judge::new(&limits());
+        let live = Counters { oom_kills: Some(1), pids_refused: Some(3), memory_limit_hits: Some(9), cpu_ms: Some(10) };
+        assert_eq!(j.sample(&c, &live).await, Action::Continue);
+        let more =
+            Counters { oom_kills: Some(2), pids_refused: Some(5), memory_limit_hits: Some(12), cpu_ms: Some(600) };
+        assert_eq!(j.sample(&c, &more).await, Action::KillForCpu);
+        assert!(j.cpu_exhausted());
+        j.exit(&c, &ExitFacts { counters: more, ..Default::default() }).await;
+        let kinds: Vec<_> = violations(&mut rx).into_iter().map(|v| v.kind).collect();
+        assert_eq!(kinds, [ViolationKind::Memory, ViolationKind::Pids, ViolationKind::CpuTime]);
+    }
+
+    #[tokio::test]
+    async fn nothing_happened_means_no_violation() {
+        let (c, mut rx) = ctx();
+        let mut j = Judge::new(&limits());
+        let f = ExitFacts {
+            status: ExitStatus { code: Some(1), signal: None },
+            counters: Counters {
+                cpu_ms: Some(499),
+                oom_kills: Some(0),
+                memory_limit_hits: Some(0),
+                pids_refused: Some(0),
+            },
+            rlimit_signals_trusted: true,
+            ..Default::default()
+        };
+        j.exit(&c, &f).await;
+        assert!(violations(&mut rx).is_empty());
+    }
+}

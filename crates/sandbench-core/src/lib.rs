@@ -1,0 +1,23 @@
+//! sandbench's engine: run untrusted, agent-written code in isolation tiers
+//! and judge what happened from facts the program cannot write.
+//!
+//! `RunSpec` → [`tier::Tier`] → stream of [`event::RunEvent`] → [`runner`]
+//! (stamps, enforces wall time and output, folds) → [`report::RunReport`],
+//! with [`judge`] deciding every violation. Nothing here knows of terminals,
+//! command lines or printing: front ends (the `sandbench` crate) do that.
+
+pub mod agent;
+pub mod bench;
+pub mod config;
+pub mod event;
+pub mod gauntlet;
+pub mod host;
+pub mod judge;
+pub mod report;
+pub mod runner;
+pub mod samples;
+pub mod sanitize;
+pub mod setup;
+pub mod spec;
+pub mod stats;
+pub mod tier;

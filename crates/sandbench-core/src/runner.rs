@@ -1,0 +1,318 @@
+//! Drives one run: starts the tier, stamps and forwards its events, enforces
+//! the limits every tier shares (wall time, output), and folds the stream into
+//! a `RunReport`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{EventKind, ExitStatus, Phase, RunEvent, Stream, UsageSample, Violation, ViolationKind};
+use crate::report::{Outcome, RunReport, Timings, Usage};
+use crate::spec::{format_duration, format_size, RunSpec};
+use crate::tier::{RunContext, Tier};
+
+/// Extra time a tier gets for setup and boot before the runner gives up on it.
+const SETUP_GRACE: Duration = Duration::from_secs(300);
+
+/// What a front end receives about a run: the tier's live events (stamped,
+/// bounded, with the runner's own violations), then exactly one report.
+/// Tiers cannot send `Finished`: only the runner makes reports.
+#[derive(Debug, Clone)]
+pub enum Update {
+    Event(RunEvent),
+    Finished(Box<RunReport>),
+}
+
+/// A run in progress: its updates and a way to cancel it.
+pub struct RunHandle {
+    pub events: mpsc::Receiver<Update>,
+    cancel: CancellationToken,
+}
+
+impl RunHandle {
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    pub fn canceller(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Wait for the end, dropping the live events.
+    pub async fn report(mut self) -> RunReport {
+        while let Some(u) = self.events.recv().await {
+            if let Update::Finished(r) = u {
+                return *r;
+            }
+        }
+        unreachable_report()
+    }
+}
+
+fn unreachable_report() -> RunReport {
+    // The runner always sends Finished; a closed channel without it means the
+    // runner task panicked. Say so instead of panicking here too.
+    RunReport::failed("?", "?", "-", "the run ended without a report (internal error; see the log)")
+}
+
+/// Start `spec` on `tier`. Events arrive on the handle; the last is `Finished`.
+pub fn start(tier: Arc<dyn Tier>, spec: RunSpec) -> RunHandle {
+    let (out_tx, out_rx) = mpsc::channel(128);
+    let cancel = CancellationToken::new();
+    tokio::spawn(drive(tier, spec, out_tx, cancel.clone()));
+    RunHandle { events: out_rx, cancel }
+}
+
+/// Run to the end and return the report (no live events).
+pub async fn run(tier: Arc<dyn Tier>, spec: RunSpec) -> RunReport {
+    start(tier, spec).report().await
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum StopReason {
+    Cancelled,
+    WallTimeout,
+    Output,
+}
+
+struct Fold {
+    spec_limits: crate::spec::Limits,
+    phases: Vec<(Phase, f64)>,
+    first_output: Option<f64>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+    captured: u64,
+    violations: Vec<Violation>,
+    peak: UsageSample,
+    last: UsageSample,
+    exit: Option<ExitStatus>,
+}
+
+impl Fold {
+    /// Keep output up to the limit; returns the part to forward, and whether
+    /// the limit was crossed just now.
+    fn take_output(&mut self, stream: Stream, mut bytes: Vec<u8>) -> (Vec<u8>, bool) {
+        let limit = self.spec_limits.output_bytes;
+        let room = limit.saturating_sub(self.captured) as usize;
+        let crossed = bytes.len() > room;
+        if crossed {
+            bytes.truncate(room);
+        }
+        self.captured += bytes.len() as u64;
+        let (buf, flag) = match stream {
+            Stream::Stdout => (&mut self.stdout, &mut self.stdout_truncated),
+            Stream::Stderr => (&mut self.stderr, &mut self.stderr_truncated),
+        };
+        buf.extend_from_slice(&bytes);
+        if crossed {
+            *flag = true;
+        }
+        (bytes, crossed)
+    }
+
+    fn usage(&mut self, u: UsageSample) {
+        fn max(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        self.peak.memory_bytes = max(self.peak.memory_bytes, u.memory_bytes);
+        self.peak.pids = max(self.peak.pids, u.pids);
+        if u.cpu_ms.is_some() {
+            self.last.cpu_ms = u.cpu_ms;
+        }
+    }
+
+    fn phase_at(&self, p: Phase) -> Option<f64> {
+        self.phases.iter().find(|(q, _)| *q == p).map(|(_, t)| *t)
+    }
+}
+
+async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, cancel: CancellationToken) {
+    let started = Instant::now();
+    let ms = move || started.elapsed().as_secs_f64() * 1000.0;
+    let (tx, mut rx) = mpsc::channel::<RunEvent>(256);
+    let stop = CancellationToken::new();
+    let ctx = RunContext { started, tx, stop: stop.clone() };
+    let tier_name = tier.name().to_string();
+    let limits = spec.limits.clone();
+    let language = spec.language.name().to_string();
+    let label = spec.label.clone();
+    let task = {
+        let tier = tier.clone();
+        tokio::spawn(async move { tier.run(spec, ctx).await })
+    };
+
+    let mut f = Fold {
+        spec_limits: limits.clone(),
+        phases: vec![],
+        first_output: None,
+        stdout: vec![],
+        stderr: vec![],
+        stdout_truncated: false,
+        stderr_truncated: false,
+        captured: 0,
+        violations: vec![],
+        peak: UsageSample::default(),
+        last: UsageSample::default(),
+        exit: None,
+    };
+    let mut stop_reason: Option<StopReason> = None;
+    let mut deadline = tokio::time::Instant::now() + limits.wall_time + SETUP_GRACE;
+    let mut in_setup = true;
+    // Forwarding failures mean the front end went away; the run still ends
+    // properly so that nothing is left behind.
+    let forward = |ev: RunEvent| {
+        let out = out.clone();
+        async move {
+            let _ = out.send(Update::Event(ev)).await;
+        }
+    };
+
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => match ev { Some(ev) => ev, None => break },
+            _ = cancel.cancelled(), if stop_reason.is_none() => {
+                stop_reason = Some(StopReason::Cancelled);
+                stop.cancel();
+                forward(RunEvent { at_ms: ms(), kind: EventKind::Note("cancelled by the user".into()) }).await;
+                continue;
+            }
+            _ = tokio::time::sleep_until(deadline), if stop_reason.is_none() => {
+                stop_reason = Some(StopReason::WallTimeout);
+                stop.cancel();
+                let detail = if in_setup {
+                    format!("setup did not finish within {} s", (limits.wall_time + SETUP_GRACE).as_secs())
+                } else {
+                    format!("wall time limit {} hit — killed", format_duration(limits.wall_time))
+                };
+                let v = Violation { kind: ViolationKind::WallTimeout, at_ms: ms(), detail };
+                f.violations.push(v.clone());
+                forward(RunEvent { at_ms: v.at_ms, kind: EventKind::Violation(v) }).await;
+                continue;
+            }
+        };
+        match ev.kind {
+            EventKind::Phase(p) => {
+                if p == Phase::Running && in_setup {
+                    in_setup = false;
+                    deadline = tokio::time::Instant::now() + limits.wall_time;
+                }
+                f.phases.push((p, ev.at_ms));
+                forward(ev).await;
+            }
+            EventKind::Output(stream, bytes) => {
+                if f.first_output.is_none() && !bytes.is_empty() {
+                    f.first_output = Some(ev.at_ms);
+                }
+                if stop_reason == Some(StopReason::Output) {
+                    continue;
+                }
+                let (kept, crossed) = f.take_output(stream, bytes);
+                if !kept.is_empty() {
+                    forward(RunEvent { at_ms: ev.at_ms, kind: EventKind::Output(stream, kept) }).await;
+                }
+                if crossed {
+                    stop_reason.get_or_insert(StopReason::Output);
+                    stop.cancel();
+                    let v = Violation {
+                        kind: ViolationKind::OutputLimit,
+                        at_ms: ev.at_ms,
+                        detail: format!(
+                            "output limit {} reached — stopped reading and killed",
+                            format_size(limits.output_bytes)
+                        ),
+                    };
+                    f.violations.push(v.clone());
+                    forward(RunEvent { at_ms: v.at_ms, kind: EventKind::Violation(v) }).await;
+                }
+            }
+            EventKind::Usage(u) => {
+                f.usage(u);
+                forward(ev).await;
+            }
+            EventKind::Violation(ref v) => {
+                // One entry per kind: a tier may notice the same limit twice
+                // (e.g. the sampler and the exit status).
+                if f.violations.iter().any(|o| o.kind == v.kind) {
+                    continue;
+                }
+                // A kill we asked for is not also the program's fault.
+                if stop_reason == Some(StopReason::Cancelled) {
+                    continue;
+                }
+                f.violations.push(v.clone());
+                forward(ev).await;
+            }
+            EventKind::Exit(x) => {
+                f.exit = Some(x);
+                forward(ev).await;
+            }
+            EventKind::Note(_) => forward(ev).await,
+        }
+    }
+
+    let result = match task.await {
+        Ok(r) => r,
+        Err(e) => Err(anyhow::anyhow!("the {tier_name} tier crashed: {e}")),
+    };
+    let end = ms();
+    let (error, details, final_usage) = match result {
+        Ok(x) => (None, x.details, x.usage),
+        Err(e) => (Some(format!("{e:#}")), serde_json::Value::Null, None),
+    };
+    if let Some(u) = final_usage {
+        f.usage(u);
+    }
+    let running = f.phase_at(Phase::Running);
+    let teardown = f.phase_at(Phase::TearingDown);
+    let setup = running.unwrap_or(end);
+    let run = match (running, teardown) {
+        (Some(r), Some(t)) => t - r,
+        (Some(r), None) => end - r,
+        _ => 0.0,
+    };
+    let outcome = if stop_reason == Some(StopReason::Cancelled) {
+        Outcome::Cancelled
+    } else if error.is_some() {
+        Outcome::Error
+    } else if !f.violations.is_empty() {
+        Outcome::Violation
+    } else {
+        Outcome::Ok
+    };
+    f.violations.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+    let report = RunReport {
+        tier: tier_name,
+        language,
+        label,
+        outcome,
+        exit: f.exit.unwrap_or_default(),
+        violations: f.violations,
+        timings_ms: Timings {
+            setup: round(setup),
+            first_output: f.first_output.map(round),
+            run: round(run),
+            teardown: round(teardown.map(|t| end - t).unwrap_or(0.0)),
+            total: round(end),
+        },
+        usage: Usage { cpu_ms: f.last.cpu_ms, peak_memory_bytes: f.peak.memory_bytes, peak_pids: f.peak.pids },
+        stdout: String::from_utf8_lossy(&f.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&f.stderr).into_owned(),
+        stdout_truncated: f.stdout_truncated,
+        stderr_truncated: f.stderr_truncated,
+        error,
+        limits,
+        details,
+    };
+    let _ = out.send(Update::Finished(Box::new(report))).await;
+}
+
+fn round(ms: f64) -> f64 {
+    (ms * 10.0).round() / 10.0
+}

@@ -1,0 +1,229 @@
+//! Sample programs (`samples/benign`, `samples/hostile`) and the header that
+//! says what each tries and what a sandbox must do about it, per tier:
+//!
+//! ```text
+//! # name: fork-bomb
+//! # tries: fork without end until the host's process table is full
+//! # must: refuse new processes at the pids limit; the host stays responsive
+//! # expect: *=violation:pids microvm=violation:pids|wall_timeout
+//! # escaped-if: "ATTACHED"
+//! ```
+//! `expect` lists `tier=outcome[:kind|kind...]`; `*` is every tier not named;
+//! the kinds mean "at least one of these violations". `escaped-if` names
+//! output that only a breach could produce.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+use crate::event::ViolationKind;
+use crate::report::{Outcome, RunReport};
+use crate::spec::Language;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expect {
+    pub outcome: Outcome,
+    /// At least one of these violation kinds must appear (empty: any or none).
+    pub kinds: Vec<ViolationKind>,
+}
+
+impl Expect {
+    pub fn parse(s: &str) -> Result<Expect, String> {
+        let (o, k) = s.split_once(':').unwrap_or((s, ""));
+        let outcome = match o {
+            "ok" => Outcome::Ok,
+            "violation" => Outcome::Violation,
+            "error" => Outcome::Error,
+            "cancelled" => Outcome::Cancelled,
+            other => return Err(format!("unknown outcome '{other}'")),
+        };
+        let kinds = k
+            .split('|')
+            .filter(|x| !x.is_empty())
+            .map(|x| ViolationKind::parse(x).ok_or_else(|| format!("unknown violation kind '{x}'")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Expect { outcome, kinds })
+    }
+
+    /// Does a report meet this expectation? `Err` says how it does not.
+    pub fn check(&self, r: &RunReport) -> Result<(), String> {
+        if r.outcome != self.outcome {
+            return Err(format!(
+                "expected outcome {}, got {} ({})",
+                self.outcome.name(),
+                r.outcome.name(),
+                r.summary_line()
+            ));
+        }
+        if !self.kinds.is_empty() && !self.kinds.iter().any(|k| r.has_violation(*k)) {
+            let want: Vec<_> = self.kinds.iter().map(|k| k.name()).collect();
+            let got: Vec<_> = r.violations.iter().map(|v| v.kind.name()).collect();
+            return Err(format!("expected a {} violation, got [{}]", want.join("|"), got.join(", ")));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.outcome.name())?;
+        if !self.kinds.is_empty() {
+            let k: Vec<_> = self.kinds.iter().map(|k| k.name()).collect();
+            write!(f, ":{}", k.join("|"))?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub path: PathBuf,
+    pub name: String,
+    pub language: Language,
+    /// "benign" or "hostile" (the directory it came from).
+    pub group: String,
+    pub tries: String,
+    pub must: String,
+    pub expect: BTreeMap<String, Expect>,
+    pub escaped_if: Vec<String>,
+    pub code: String,
+}
+
+impl Sample {
+    pub fn expect_for(&self, tier: &str) -> Option<&Expect> {
+        self.expect.get(tier).or_else(|| self.expect.get("*"))
+    }
+
+    pub fn is_hostile(&self) -> bool {
+        self.group == "hostile"
+    }
+
+    pub fn parse(path: &Path, code: String) -> anyhow::Result<Sample> {
+        let language = Language::from_path(path)
+            .with_context(|| format!("{}: unknown language (use .py or .sh)", path.display()))?;
+        let mut s = Sample {
+            path: path.to_path_buf(),
+            name: path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            language,
+            group: path
+                .parent()
+                .and_then(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            tries: String::new(),
+            must: String::new(),
+            expect: BTreeMap::new(),
+            escaped_if: vec![],
+            code: String::new(),
+        };
+        for line in code.lines() {
+            let Some(rest) = line.strip_prefix('#') else { break };
+            let Some((key, value)) = rest.trim().split_once(':') else { continue };
+            let value = value.trim();
+            match key.trim() {
+                "name" => s.name = value.to_string(),
+                "tries" => s.tries = value.to_string(),
+                "must" => s.must = value.to_string(),
+                "expect" => {
+                    for item in value.split_whitespace() {
+                        let (tier, e) = item
+                            .split_once('=')
+                            .with_context(|| format!("{}: bad expect item '{item}'", path.display()))?;
+                        let e = Expect::parse(e).map_err(|m| anyhow::anyhow!("{}: {m}", path.display()))?;
+                        s.expect.insert(tier.to_string(), e);
+                    }
+                }
+                "escaped-if" => s.escaped_if.push(value.trim_matches('"').to_string()),
+                _ => {}
+            }
+        }
+        if s.expect.is_empty() {
+            bail!("{}: the header has no 'expect:' line", path.display());
+        }
+        s.code = code;
+        Ok(s)
+    }
+}
+
+/// Load every sample under `dir` (its `benign/` and `hostile/` folders, or
+/// the files directly in it), sorted benign first, then by name.
+pub fn load_dir(dir: &Path) -> anyhow::Result<Vec<Sample>> {
+    let mut files = vec![];
+    let mut visit = |d: &Path| -> anyhow::Result<()> {
+        for e in std::fs::read_dir(d).with_context(|| format!("cannot read samples in {}", d.display()))? {
+            let p = e?.path();
+            if p.is_file() && Language::from_path(&p).is_some() {
+                files.push(p);
+            }
+        }
+        Ok(())
+    };
+    visit(dir)?;
+    for sub in ["benign", "hostile"] {
+        let d = dir.join(sub);
+        if d.is_dir() {
+            visit(&d)?;
+        }
+    }
+    let mut out = vec![];
+    for p in files {
+        let code = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        out.push(Sample::parse(&p, code)?);
+    }
+    out.sort_by(|a, b| (a.is_hostile(), &a.name).cmp(&(b.is_hostile(), &b.name)));
+    Ok(out)
+}
+
+/// The samples folder: `$SANDBENCH_SAMPLES`, else `samples/` next to the
+/// current directory or the executable's source tree.
+pub fn default_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SANDBENCH_SAMPLES") {
+        return PathBuf::from(d);
+    }
+    let cwd = PathBuf::from("samples");
+    if cwd.is_dir() {
+        return cwd;
+    }
+    shipped_dir()
+}
+
+/// The samples shipped in the source tree this binary was built from.
+pub fn shipped_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../samples")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_header() {
+        let code = "# name: x\n# tries: a\n# must: b\n# expect: *=violation:pids|cpu_time docker=ok\n# escaped-if: \"ATTACHED\"\nprint(1)\n# not header\n";
+        let s = Sample::parse(Path::new("samples/hostile/x.py"), code.into()).unwrap();
+        assert_eq!(s.name, "x");
+        assert_eq!(s.group, "hostile");
+        assert_eq!(s.expect_for("process").unwrap().kinds, vec![ViolationKind::Pids, ViolationKind::CpuTime]);
+        assert_eq!(s.expect_for("docker").unwrap().outcome, Outcome::Ok);
+        assert_eq!(s.escaped_if, vec!["ATTACHED"]);
+        assert_eq!(s.expect_for("process").unwrap().to_string(), "violation:pids|cpu_time");
+    }
+
+    #[test]
+    fn rejects_bad_headers() {
+        assert!(Sample::parse(Path::new("a.py"), "print(1)".into()).is_err());
+        assert!(Sample::parse(Path::new("a.py"), "# expect: *=weird\n".into()).is_err());
+        assert!(Sample::parse(Path::new("a.py"), "# expect: *=violation:nope\n".into()).is_err());
+        assert!(Sample::parse(Path::new("a.rb"), "# expect: *=ok\n".into()).is_err());
+    }
+
+    #[test]
+    fn shipped_samples_all_parse() {
+        let all = load_dir(&shipped_dir()).unwrap();
+        assert!(all.iter().filter(|s| s.is_hostile()).count() >= 20);
+        assert!(all.iter().any(|s| !s.is_hostile()));
+        for s in &all {
+            assert!(!s.tries.is_empty() && !s.must.is_empty(), "{} lacks tries/must", s.path.display());
+        }
+    }
+}

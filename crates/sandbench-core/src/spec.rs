@@ -1,0 +1,319 @@
+//! What to run and under which limits: the input every tier receives.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Languages a sandbox knows how to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Python,
+    Sh,
+}
+
+impl Language {
+    pub const ALL: [Language; 2] = [Language::Python, Language::Sh];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Sh => "sh",
+        }
+    }
+
+    /// File name the program gets inside the sandbox.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Language::Python => "main.py",
+            Language::Sh => "main.sh",
+        }
+    }
+
+    /// The interpreter command line, with the program's path appended by the tier.
+    /// Python runs unbuffered so output streams live instead of arriving at exit.
+    pub fn interpreter(self) -> &'static [&'static str] {
+        match self {
+            Language::Python => &["python3", "-u"],
+            Language::Sh => &["/bin/sh"],
+        }
+    }
+
+    /// Guess from a file name's extension.
+    pub fn from_path(path: &Path) -> Option<Language> {
+        match path.extension()?.to_str()? {
+            "py" => Some(Language::Python),
+            "sh" => Some(Language::Sh),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Language {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Language {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "python" | "python3" | "py" => Ok(Language::Python),
+            "sh" | "shell" => Ok(Language::Sh),
+            other => Err(format!("unknown language '{other}' (known: {})", Language::ALL.map(|l| l.name()).join(", "))),
+        }
+    }
+}
+
+/// Resource limits of one run. Every tier enforces what it can and reports
+/// what it cannot; none silently drops a limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// CPU time of the whole sandbox (all its processes together).
+    #[serde(with = "duration_ms")]
+    pub cpu_time: Duration,
+    /// Wall-clock time from start to kill.
+    #[serde(with = "duration_ms")]
+    pub wall_time: Duration,
+    /// Memory (resident, including tmpfs the program writes) in bytes.
+    pub memory_bytes: u64,
+    /// Processes and threads alive at once.
+    pub pids: u64,
+    /// Largest file the program may write, in bytes.
+    pub file_size_bytes: u64,
+    /// Total size of the writable scratch space (working dir and /tmp), in bytes.
+    pub disk_bytes: u64,
+    /// stdout + stderr bytes captured before the run is stopped.
+    pub output_bytes: u64,
+    /// Open file descriptors.
+    pub open_files: u64,
+    /// CPU bandwidth (1.0 = one core).
+    pub cpus: f64,
+    /// Network access. Only `false` is supported by the local tiers.
+    pub network: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            cpu_time: Duration::from_secs(5),
+            wall_time: Duration::from_secs(10),
+            memory_bytes: 256 << 20,
+            pids: 64,
+            file_size_bytes: 16 << 20,
+            disk_bytes: 64 << 20,
+            output_bytes: 1 << 20,
+            open_files: 256,
+            cpus: 1.0,
+            network: false,
+        }
+    }
+}
+
+mod duration_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+/// One program to run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub language: Language,
+    pub code: String,
+    pub limits: Limits,
+    /// Environment the user explicitly passed (`--env K=V`); nothing else from the host.
+    pub env: BTreeMap<String, String>,
+    /// A label for display (the file name, sample name, ...).
+    pub label: String,
+    /// Variables in the environment of whoever launches the sandbox (the
+    /// gauntlet plants its secret canary here). Tiers whose launcher is a host
+    /// command (peers) start it with these; a sandbox must keep them from the
+    /// program. Never the program's own environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub launcher_env: BTreeMap<String, String>,
+}
+
+impl RunSpec {
+    pub fn new(language: Language, code: impl Into<String>) -> Self {
+        RunSpec {
+            language,
+            code: code.into(),
+            limits: Limits::default(),
+            env: BTreeMap::new(),
+            label: String::from("-"),
+            launcher_env: BTreeMap::new(),
+        }
+    }
+
+    /// The fixed environment every sandbox starts from, plus the user's additions.
+    /// `home` is the sandbox's own working directory, never the host's home.
+    pub fn sandbox_env(&self, home: &str, tmp: &str) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+            ("HOME".into(), home.into()),
+            ("TMPDIR".into(), tmp.into()),
+        ];
+        for (k, v) in &self.env {
+            env.retain(|(ek, _)| ek != k);
+            env.push((k.clone(), v.clone()));
+        }
+        env
+    }
+}
+
+/// Parse a byte size such as `256M`, `1G`, `512k`, `64MiB` or `1048576`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("invalid size '{s}': expected a number with an optional unit (K, M, G), e.g. 256M"));
+    }
+    let n: u64 = num.parse().map_err(|_| format!("invalid size '{s}': number too large"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("invalid size '{s}': unknown unit '{unit}' (use K, M or G, e.g. 256M)")),
+    };
+    let v = n.checked_mul(mult).ok_or_else(|| format!("invalid size '{s}': too large"))?;
+    if v == 0 {
+        return Err(format!("invalid size '{s}': must be greater than zero"));
+    }
+    Ok(v)
+}
+
+/// Parse a duration such as `5s`, `500ms`, `2m`, `1.5s` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration '{s}': expected e.g. 5s, 500ms or 2m"))?;
+    let secs = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration '{s}': unknown unit '{unit}' (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
+        return Err(format!("invalid duration '{s}': must be between 1ms and 24h"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A duration as people write it, the inverse of `parse_duration` for whole
+/// seconds: "5 s", "0.50 s".
+pub fn format_duration(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1000) {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
+}
+
+/// Parse a positive count (pids, open files).
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) | Err(_) => Err(format!("invalid count '{s}': expected a positive whole number")),
+        Ok(n) => Ok(n),
+    }
+}
+
+/// Human form of a byte size, the inverse of `parse_size` for whole units.
+pub fn format_size(b: u64) -> String {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
+        format!("{}G", b >> 30)
+    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{}M", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{}K", b >> 10)
+    } else if b >= 1 << 20 {
+        format!("{:.1}M", b as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{b}B")
+    }
+}
+
+/// Parse `K=V` for `--env`.
+pub fn parse_env(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("invalid --env '{s}': expected KEY=VALUE"))?;
+    if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("invalid --env '{s}': the name must be letters, digits and _"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256M").unwrap(), 256 << 20);
+        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("256Q").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("inf").is_err());
+    }
+
+    #[test]
+    fn sizes_round_trip() {
+        for s in ["256M", "1G", "512K", "7B"] {
+            assert_eq!(format_size(parse_size(s).unwrap()), s);
+        }
+    }
+
+    #[test]
+    fn languages() {
+        assert_eq!(Language::from_path(Path::new("a/b.py")), Some(Language::Python));
+        assert_eq!(Language::from_path(Path::new("x.sh")), Some(Language::Sh));
+        assert_eq!(Language::from_path(Path::new("x.rb")), None);
+        assert!("ruby".parse::<Language>().unwrap_err().contains("python, sh"));
+    }
+
+    #[test]
+    fn env_is_scrubbed_and_user_wins() {
+        let mut spec = RunSpec::new(Language::Sh, "true");
+        spec.env.insert("LANG".into(), "de_DE.UTF-8".into());
+        spec.env.insert("FOO".into(), "bar".into());
+        let env = spec.sandbox_env("/work", "/tmp");
+        let names: Vec<_> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["PATH", "HOME", "TMPDIR", "FOO", "LANG"]);
+        assert!(parse_env("A=1").is_ok());
+        assert!(parse_env("A").is_err());
+        assert!(parse_env("A-B=1").is_err());
+    }
+}

@@ -1,0 +1,803 @@
+//! The `docker` and `gvisor` tiers: one hardened container per run through
+//! the Docker Engine API (bollard; never the docker CLI), on the daemon's
+//! default runtime (runc) or on `runsc` (gVisor, a user-space kernel).
+//!
+//! - `engine.rs`: DOCKER_HOST, version negotiation, errors a user can act on.
+//! - `container.rs`: the hardened container shape and the resident loader
+//!   that takes the program over the attached stdin.
+//! - `pool.rs`: warm containers, single use, refilled in the background.
+//! - `reap.rs`: owner labels; removing what dead sandbench processes left.
+//! - `image.rs`: `sandbench setup docker` — use, pull, or build the image.
+
+pub mod bench;
+pub mod container;
+pub mod engine;
+pub mod image;
+pub mod pool;
+pub mod reap;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use bollard::container::LogOutput;
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, KillContainerOptions, RemoveContainerOptions, StatsOptions,
+    WaitContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use crate::config::{Config, DockerConfig};
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::judge::{self, ExitFacts, Judge};
+use crate::spec::{Language, RunSpec};
+use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+pub use bench::bench_plan;
+use container::Shape;
+use engine::Engine;
+use pool::Pool;
+
+const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+/// After the container exited, how long the output stream may take to end.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// The image a run uses: `$SANDBENCH_DOCKER_IMAGE`, else `[docker] image`.
+pub fn configured_image(cfg: &DockerConfig) -> String {
+    match std::env::var("SANDBENCH_DOCKER_IMAGE") {
+        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
+        _ => cfg.image.clone(),
+    }
+}
+
+pub struct DockerTier {
+    name: &'static str,
+    /// None = the daemon's default runtime; Some("runsc") for gVisor.
+    runtime: Option<&'static str>,
+    cfg: DockerConfig,
+    image: String,
+    engine: tokio::sync::OnceCell<Engine>,
+    pool: OnceLock<Arc<Pool>>,
+    runs: AtomicU64,
+    prewarmed: AtomicBool,
+    /// The configured limits: what `Tier::prewarm` warms containers for.
+    limits: crate::spec::Limits,
+}
+
+impl DockerTier {
+    pub fn docker(config: &Config) -> DockerTier {
+        Self::build("docker", None, config)
+    }
+
+    pub fn gvisor(config: &Config) -> DockerTier {
+        Self::build("gvisor", Some("runsc"), config)
+    }
+
+    fn build(name: &'static str, runtime: Option<&'static str>, config: &Config) -> DockerTier {
+        DockerTier {
+            name,
+            runtime,
+            cfg: config.docker.clone(),
+            image: configured_image(&config.docker),
+            engine: tokio::sync::OnceCell::new(),
+            pool: OnceLock::new(),
+            runs: AtomicU64::new(0),
+            prewarmed: AtomicBool::new(false),
+            limits: config.limits.clone(),
+        }
+    }
+
+    /// The engine, connected once per tier (a failure is retried next time).
+    pub async fn engine(&self) -> anyhow::Result<&Engine> {
+        self.engine.get_or_try_init(Engine::connect).await
+    }
+
+    fn runtime_name(&self) -> &'static str {
+        self.runtime.unwrap_or("runc")
+    }
+
+    fn shape(&self, spec: &RunSpec) -> Shape {
+        Shape::new(&self.image, self.runtime, &self.cfg.user, &spec.limits)
+    }
+
+    fn pool(&self, engine: &Engine) -> Option<&Arc<Pool>> {
+        if self.cfg.pool_size == 0 {
+            return None;
+        }
+        Some(self.pool.get_or_init(|| Pool::new(engine.clone(), self.cfg.pool_size, self.name)))
+    }
+
+    /// Fill the warm pool for runs with these limits, and wait until it is
+    /// full (or cannot fill). Front ends that will run many programs call it;
+    /// without it the pool starts filling at the second run of a process.
+    pub async fn prewarm_for(&self, limits: &crate::spec::Limits) -> anyhow::Result<usize> {
+        let engine = self.engine().await?;
+        self.check_ready(engine).await?;
+        self.prewarmed.store(true, Ordering::Relaxed);
+        let Some(pool) = self.pool(engine) else {
+            return Ok(0);
+        };
+        let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, limits);
+        pool.want(&shape);
+        pool.settle().await;
+        if pool.ready() == 0 {
+            if let Some(e) = pool.last_error() {
+                anyhow::bail!("{e}");
+            }
+        }
+        Ok(pool.ready())
+    }
+
+    /// Wait for background refills to finish (benchmarks use this so a
+    /// refill never overlaps a measurement).
+    pub async fn settle(&self) {
+        if let Some(p) = self.pool.get() {
+            p.settle().await;
+        }
+    }
+
+    /// Runtime registered and image present, or one line saying what to do.
+    async fn check_ready(&self, engine: &Engine) -> anyhow::Result<()> {
+        if let Some(rt) = self.runtime {
+            if !engine.runtimes.contains(rt) {
+                anyhow::bail!("the Docker daemon at {} has no '{rt}' runtime: {}", engine.host, runsc_fix());
+            }
+        }
+        if !engine.has_image(&self.image).await? {
+            anyhow::bail!(
+                "image {} is not present at {}: run `sandbench setup {}` (or set [docker] image in the config)",
+                self.image,
+                engine.host,
+                self.name
+            );
+        }
+        Ok(())
+    }
+}
+
+pub fn runsc_fix() -> String {
+    "apt-get install runsc; add {\"runtimes\":{\"runsc\":{\"path\":\"/usr/bin/runsc\",\"runtimeArgs\":[\"--network=none\"]}}} to /etc/docker/daemon.json; then restart dockerd (or kill -HUP it)".into()
+}
+
+/// Drain the warm pools (at exit).
+pub async fn shutdown() {
+    pool::drain_all().await;
+}
+
+/// Remove containers of dead sandbench processes and stray runsc processes.
+/// Quiet and quick when there is no daemon.
+pub async fn reap_leftovers() {
+    let work = async {
+        let engine = Engine::connect().await?;
+        reap::reap(&engine).await
+    };
+    match tokio::time::timeout(Duration::from_secs(10), work).await {
+        Ok(Ok((c, p))) if c + p > 0 => {
+            tracing::info!("reaped {c} leftover container(s), {p} stray runsc process(es)")
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!("docker leftovers not checked: {e:#}"),
+        Err(_) => {
+            tracing::debug!("docker leftovers not checked: the daemon did not answer in time")
+        }
+    }
+}
+
+/// Create and start a hardened container whose loader waits for a program.
+/// On failure nothing is left behind.
+pub(crate) async fn launch(engine: &Engine, shape: &Shape, run_id: &str, tier: &str) -> anyhow::Result<String> {
+    let body = shape.body(reap::labels(run_id, tier));
+    let name = format!("sandbench-{tier}-{run_id}");
+    let created = engine
+        .docker
+        .create_container(Some(CreateContainerOptions { name: Some(name), ..Default::default() }), body)
+        .await
+        .map_err(|e| {
+            if engine::is_not_found(&e) {
+                anyhow!(
+                    "image {} is not present at {}: run `sandbench setup {tier}` (or set [docker] image in the config)",
+                    shape.image,
+                    engine.host
+                )
+            } else {
+                anyhow!("cannot create the container: {}", engine::cause(&e))
+            }
+        })?;
+    let id = created.id;
+    if let Err(e) = engine.docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await {
+        remove(&engine.docker, &id).await;
+        let why = engine::cause(&e);
+        if shape.runtime.as_deref() == Some("runsc") && why.contains("network") {
+            anyhow::bail!(
+                "cannot start the gVisor container: {why} (register runsc with runtimeArgs [\"--network=none\"])"
+            );
+        }
+        anyhow::bail!("cannot start the container: {why}");
+    }
+    Ok(id)
+}
+
+/// Remove a container for good (kill if running). Errors are logged: the
+/// next start reaps whatever this could not remove.
+pub(crate) async fn remove(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    for attempt in 0..3 {
+        match docker.remove_container(id, Some(opts.clone())).await {
+            Ok(()) => return,
+            Err(e) if engine::is_not_found(&e) => return,
+            // "removal already in progress" and similar races settle quickly.
+            Err(e) => {
+                if attempt == 2 {
+                    tracing::warn!("cannot remove container {}: {}", short(id), engine::cause(&e));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..12.min(id.len())]
+}
+
+impl Drop for DockerTier {
+    fn drop(&mut self) {
+        if let Some(p) = self.pool.take() {
+            pool::release(p);
+        }
+    }
+}
+
+impl Tier for DockerTier {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn describe(&self) -> &'static str {
+        match self.runtime {
+            None => "hardened Docker container (runc): namespaces, cgroups, seccomp, no network, read-only root",
+            Some(_) => "hardened Docker container on gVisor (runsc): a user-space kernel between program and host",
+        }
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Availability> {
+        Box::pin(self.probe_inner())
+    }
+
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+        Box::pin(self.run_inner(spec, ctx))
+    }
+
+    /// Fill the warm pool for runs with the configured limits (a run with
+    /// other limits starts cold and the pool follows it).
+    fn prewarm(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {
+            if let Err(e) = self.prewarm_for(&self.limits).await {
+                tracing::warn!("{} warm pool: {e:#}", self.name);
+            }
+        })
+    }
+}
+
+/// What the sampler learned; judged in the run loop.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    usage: UsageSample,
+    /// Kernel counters of the container's cgroup (local engines only).
+    counters: judge::Counters,
+}
+
+impl DockerTier {
+    async fn probe_inner(&self) -> Availability {
+        let mut checks = vec![];
+        let name = self.name.to_string();
+        let engine = match self.engine().await {
+            Ok(e) => e,
+            Err(e) => {
+                checks.push(Check::fail("daemon", format!("{e:#}"), engine::start_daemon_hint(&engine::docker_host())));
+                return Availability {
+                    tier: name,
+                    available: false,
+                    summary: "unavailable: no Docker daemon answers".into(),
+                    checks,
+                };
+            }
+        };
+        checks.push(Check::ok(
+            "daemon",
+            format!("{} — engine {}, API {} (negotiated)", engine.host, engine.server_version, engine.api_version),
+        ));
+        let mut ok = true;
+        if let Some(rt) = self.runtime {
+            if engine.runtimes.contains(rt) {
+                checks.push(Check::ok("runtime", format!("{rt} registered")));
+            } else {
+                ok = false;
+                checks.push(Check::fail(
+                    "runtime",
+                    format!(
+                        "the daemon has no '{rt}' runtime (it has: {})",
+                        engine.runtimes.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                    runsc_fix(),
+                ));
+            }
+        }
+        match engine.has_image(&self.image).await {
+            Ok(true) => checks.push(Check::ok("image", self.image.clone())),
+            Ok(false) => {
+                ok = false;
+                checks.push(Check::fail(
+                    "image",
+                    format!("{} is not present", self.image),
+                    format!("sandbench setup {}", self.name),
+                ));
+            }
+            Err(e) => {
+                ok = false;
+                checks.push(Check::fail("image", format!("{e:#}"), format!("sandbench setup {}", self.name)));
+            }
+        }
+        if ok {
+            // The honest test: a real container runs a trivial program.
+            let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
+            spec.label = "doctor probe".into();
+            let probe = DockerTier {
+                name: self.name,
+                runtime: self.runtime,
+                cfg: DockerConfig { pool_size: 0, ..self.cfg.clone() },
+                image: self.image.clone(),
+                engine: self.engine.clone(),
+                pool: OnceLock::new(),
+                runs: AtomicU64::new(0),
+                prewarmed: AtomicBool::new(false),
+                limits: self.limits.clone(),
+            };
+            let report = crate::runner::run(Arc::new(probe), spec).await;
+            if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
+                checks.push(Check::ok(
+                    "container",
+                    format!("a hardened container ran a trivial program in {:.0} ms", report.timings_ms.total),
+                ));
+            } else {
+                ok = false;
+                let why = report.error.clone().unwrap_or_else(|| report.summary_line());
+                checks.push(Check::fail(
+                    "container",
+                    format!("a trivial program failed: {why}"),
+                    "see the log (sandbench.log) and the daemon's log",
+                ));
+            }
+        }
+        let summary = if ok {
+            format!("ready ({}, image {}, engine API {})", self.runtime_name(), self.image, engine.api_version)
+        } else {
+            "unavailable: see the failed checks".into()
+        };
+        Availability { tier: name, available: ok, summary, checks }
+    }
+
+    async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
+        ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+        let engine = self.engine().await?;
+        if let Some(rt) = self.runtime {
+            if !engine.runtimes.contains(rt) {
+                anyhow::bail!("the Docker daemon at {} has no '{rt}' runtime: {}", engine.host, runsc_fix());
+            }
+        }
+        let shape = self.shape(&spec);
+        let nth = self.runs.fetch_add(1, Ordering::Relaxed);
+        let pool = self.pool(engine);
+        let use_pool = pool.filter(|_| self.prewarmed.load(Ordering::Relaxed) || nth >= 1);
+        let warm = use_pool.and_then(|p| p.take(&shape));
+        let run_id = container::new_run_id();
+        let (id, start) = match warm {
+            Some(id) => {
+                ctx.note(format!("warm container {}", short(&id))).await;
+                (id, "warm")
+            }
+            None => {
+                ctx.note(format!("creating a {} container", self.runtime_name())).await;
+                (launch(engine, &shape, &run_id, self.name).await?, "cold")
+            }
+        };
+        let result = self.execute(engine, &id, &spec, &ctx).await;
+        ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+        remove(&engine.docker, &id).await;
+        // Refill (and retarget to this run's shape) only now, off this run's path.
+        if let Some(p) = use_pool {
+            p.want(&shape);
+        }
+        let (usage, mut details) = result?;
+        details["runtime"] = json!(self.runtime_name());
+        details["start"] = json!(start);
+        details["image"] = json!(self.image);
+        details["container"] = json!(short(&id));
+        details["engine"] =
+            json!({ "host": engine.host, "api_version": engine.api_version, "server_version": engine.server_version });
+        details["hardening"] = shape.hardening();
+        Ok(TierExit { usage: Some(usage), details })
+    }
+
+    async fn execute(
+        &self,
+        engine: &Engine,
+        id: &str,
+        spec: &RunSpec,
+        ctx: &RunContext,
+    ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
+        let docker = &engine.docker;
+        let limits = &spec.limits;
+        let attach = docker
+            .attach_container(
+                id,
+                Some(AttachContainerOptions {
+                    stdin: true,
+                    stdout: true,
+                    stderr: true,
+                    stream: true,
+                    logs: false,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
+        let mut output = attach.output;
+        let mut input = attach.input;
+        let mut wait =
+            Box::pin(docker.wait_container(id, Some(WaitContainerOptions { condition: "not-running".into() })));
+
+        ctx.emit(EventKind::Phase(Phase::Running)).await;
+        // The program exists from now on: count it even if it exits before
+        // the first sample.
+        ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
+        let nonce = container::new_nonce();
+        let mut status = container::StatusFilter::new(&nonce);
+        let mut judge = Judge::new(limits);
+        let mut loader = LoaderFacts::default();
+        let payload = container::payload(spec, &nonce);
+        let writer = tokio::spawn(async move {
+            let r = async {
+                input.write_all(&payload).await?;
+                input.flush().await?;
+                input.shutdown().await
+            }
+            .await;
+            if let Err(e) = r {
+                tracing::debug!("writing the program to the container: {e}");
+            }
+        });
+
+        let (sample_tx, mut sample_rx) = mpsc::channel::<Sample>(4);
+        let guest_pids = self.runtime.is_none();
+        let sampler = tokio::spawn(sample_loop(docker.clone(), id.to_string(), engine.local, guest_pids, sample_tx));
+
+        let mut exit_code: Option<i64> = None;
+        let mut wait_error: Option<String> = None;
+        let mut output_done = false;
+        let mut killed = false;
+        let mut last = UsageSample::default();
+        let mut peak_mem: Option<u64> = None;
+        let mut cpu_killed = false;
+        let mut cg_counters = judge::Counters::default();
+        let grace = tokio::time::sleep(Duration::from_secs(86_400 * 365));
+        tokio::pin!(grace);
+
+        while exit_code.is_none() && wait_error.is_none() || !output_done {
+            tokio::select! {
+                item = output.next(), if !output_done => match item {
+                    Some(Ok(LogOutput::StdOut { message })) => ctx.emit(EventKind::Output(Stream::Stdout, message.to_vec())).await,
+                    Some(Ok(LogOutput::StdErr { message })) => {
+                        let message = status.feed(&message);
+                        for found in std::mem::take(&mut status.statuses) {
+                            loader.absorb(&found);
+                            judge.sample(ctx, &loader.counters(cg_counters)).await;
+                        }
+                        if !message.is_empty() {
+                            ctx.emit(EventKind::Output(Stream::Stderr, message)).await
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::debug!("attach stream: {e}");
+                        output_done = true;
+                    }
+                    None => output_done = true,
+                },
+                w = wait.next(), if exit_code.is_none() && wait_error.is_none() => {
+                    match w {
+                        Some(Ok(r)) => exit_code = Some(r.status_code),
+                        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => exit_code = Some(code),
+                        Some(Err(e)) => wait_error = Some(engine::cause(&e)),
+                        None => wait_error = Some("the wait stream ended without a status".into()),
+                    }
+                    grace.as_mut().reset(tokio::time::Instant::now() + OUTPUT_GRACE);
+                }
+                _ = &mut grace, if !output_done => {
+                    tracing::debug!("output stream did not end after the container exited");
+                    output_done = true;
+                }
+                _ = ctx.stop.cancelled(), if !killed => {
+                    killed = true;
+                    kill(docker, id);
+                }
+                Some(s) = sample_rx.recv() => {
+                    if exit_code.is_some() {
+                        continue;
+                    }
+                    last = s.usage;
+                    if let Some(m) = s.usage.memory_bytes {
+                        peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
+                    }
+                    ctx.usage(s.usage).await;
+                    cg_counters = s.counters;
+                    if judge.sample(ctx, &loader.counters(cg_counters)).await == judge::Action::KillForCpu && !killed {
+                        killed = true;
+                        cpu_killed = true;
+                        kill(docker, id);
+                    }
+                }
+            }
+        }
+        sampler.abort();
+        writer.abort();
+        if let Some(e) = wait_error {
+            if !(killed || ctx.stop.is_cancelled()) {
+                return Err(anyhow!("lost the container while waiting for it: {e}"));
+            }
+        }
+        // Only a killed container can have been killed by the OOM killer:
+        // skip the extra round trip for the common case.
+        let state = if exit_code.is_none_or(|c| c >= 128) {
+            docker
+                .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+        } else {
+            None
+        };
+        let mut oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
+        let raw = exit_code.or_else(|| state.as_ref().and_then(|s| s.exit_code)).unwrap_or(137);
+        let (code, signal) = container::split_exit(raw);
+        let unasked_kill = signal == Some(libc::SIGKILL) && !killed;
+        if unasked_kill && !oom && loader.oom == 0 {
+            // The engine may record the OOM event just after the exit.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            oom = docker
+                .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+                .and_then(|s| s.oom_killed)
+                .unwrap_or(false);
+        }
+        for found in std::mem::take(&mut status.statuses) {
+            loader.absorb(&found);
+        }
+        let mut counters = loader.counters(cg_counters);
+        if oom {
+            counters.oom_kills = Some(counters.oom_kills.unwrap_or(0).max(1));
+        }
+        let facts = ExitFacts {
+            status: ExitStatus { code, signal },
+            counters,
+            rlimit_signals_trusted: false,
+            capped_files: loader.fsize.clone(),
+            full_mounts: loader.disk.clone(),
+        };
+        judge.exit(ctx, &facts).await;
+        let exit = if killed && !cpu_killed && exit_code.is_none() {
+            ExitStatus { code: None, signal: Some(libc::SIGKILL) }
+        } else {
+            ExitStatus { code, signal }
+        };
+        ctx.emit(EventKind::Exit(exit)).await;
+        let usage = UsageSample { cpu_ms: last.cpu_ms, memory_bytes: peak_mem, pids: None };
+        let details = json!({ "oom_killed": oom, "container_exit_code": raw });
+        Ok((usage, details))
+    }
+}
+
+/// What the loader reported from inside the container.
+#[derive(Debug, Default)]
+struct LoaderFacts {
+    oom: u64,
+    pids_refused: u64,
+    fsize: Vec<String>,
+    disk: Vec<String>,
+}
+
+impl LoaderFacts {
+    fn absorb(&mut self, found: &serde_json::Value) {
+        if let Some(n) = found.get("oom").and_then(|v| v.as_u64()) {
+            self.oom = self.oom.max(n);
+        }
+        if found.get("pids").and_then(|v| v.as_u64()).is_some() {
+            self.pids_refused = self.pids_refused.max(1);
+        }
+        let names = |key: &str| -> Vec<String> {
+            found
+                .get(key)
+                .and_then(|v| v.as_array())
+                .map(|a| a.iter().filter_map(|d| d.as_str()).take(16).map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        for f in names("fsize") {
+            if self.fsize.len() < 16 && !self.fsize.contains(&f) {
+                self.fsize.push(f);
+            }
+        }
+        for d in names("disk") {
+            if self.disk.len() < 16 && !self.disk.contains(&d) {
+                self.disk.push(d);
+            }
+        }
+    }
+
+    /// The loader's counts combined with the host's cgroup counters.
+    fn counters(&self, cg: judge::Counters) -> judge::Counters {
+        let max = |a: Option<u64>, b: u64| Some(a.unwrap_or(0).max(b));
+        judge::Counters {
+            cpu_ms: cg.cpu_ms,
+            oom_kills: max(cg.oom_kills, self.oom),
+            memory_limit_hits: cg.memory_limit_hits,
+            pids_refused: max(cg.pids_refused, self.pids_refused),
+        }
+    }
+}
+
+/// Kill in the background: the engine answers a SIGKILL only once the
+/// container has stopped, and it stops only once its output is drained — so
+/// the run loop must keep reading output meanwhile, never wait for the kill.
+fn kill(docker: &Docker, id: &str) {
+    let (docker, id) = (docker.clone(), id.to_string());
+    tokio::spawn(async move {
+        if let Err(e) = docker.kill_container(&id, Some(KillContainerOptions { signal: "SIGKILL".into() })).await {
+            // 409: not running any more — the goal is reached.
+            tracing::debug!("kill {}: {}", short(&id), engine::cause(&e));
+        }
+    });
+}
+
+/// Where the container's cgroup lives on this machine (local engines with
+/// the cgroupfs or systemd driver, v1 or v2).
+#[derive(Debug, Clone)]
+enum Cgroup {
+    V1 { cpu: PathBuf, memory: PathBuf, pids: PathBuf },
+    V2(PathBuf),
+}
+
+impl Cgroup {
+    fn find(id: &str) -> Option<Cgroup> {
+        let root = Path::new("/sys/fs/cgroup");
+        let v1 = |c: &str| root.join(c).join("docker").join(id);
+        if v1("memory").join("memory.usage_in_bytes").exists() {
+            let cpu =
+                ["cpuacct", "cpu,cpuacct", "cpu"].iter().map(|c| v1(c)).find(|p| p.join("cpuacct.usage").exists())?;
+            return Some(Cgroup::V1 { cpu, memory: v1("memory"), pids: v1("pids") });
+        }
+        [root.join("docker").join(id), root.join("system.slice").join(format!("docker-{id}.scope"))]
+            .into_iter()
+            .find(|p| p.join("cgroup.procs").exists())
+            .map(Cgroup::V2)
+    }
+
+    fn read(p: PathBuf) -> Option<String> {
+        std::fs::read_to_string(p).ok()
+    }
+
+    fn num(p: PathBuf) -> Option<u64> {
+        Self::read(p)?.trim().parse().ok()
+    }
+
+    fn field(p: PathBuf, key: &str) -> Option<u64> {
+        Self::read(p)?.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// Usage and the kernel's counters of the container's cgroup.
+    fn sample(&self, count_pids: bool) -> Sample {
+        match self {
+            Cgroup::V1 { cpu, memory, pids } => {
+                let mem = Self::num(memory.join("memory.usage_in_bytes")).map(|u| {
+                    u.saturating_sub(Self::field(memory.join("memory.stat"), "total_inactive_file").unwrap_or(0))
+                });
+                let cpu_ms = Self::num(cpu.join("cpuacct.usage")).map(|ns| ns / 1_000_000);
+                let usage = UsageSample {
+                    cpu_ms,
+                    memory_bytes: mem,
+                    pids: if count_pids { Self::num(pids.join("pids.current")) } else { None },
+                };
+                let counters = judge::Counters {
+                    cpu_ms,
+                    oom_kills: Self::field(memory.join("memory.oom_control"), "oom_kill"),
+                    memory_limit_hits: Self::num(memory.join("memory.failcnt")),
+                    pids_refused: if count_pids { Self::field(pids.join("pids.events"), "max") } else { None },
+                };
+                Sample { usage, counters }
+            }
+            Cgroup::V2(dir) => {
+                let mem = Self::num(dir.join("memory.current"))
+                    .map(|u| u.saturating_sub(Self::field(dir.join("memory.stat"), "inactive_file").unwrap_or(0)));
+                let cpu_ms = Self::field(dir.join("cpu.stat"), "usage_usec").map(|us| us / 1000);
+                let usage = UsageSample {
+                    cpu_ms,
+                    memory_bytes: mem,
+                    pids: if count_pids { Self::num(dir.join("pids.current")) } else { None },
+                };
+                let counters = judge::Counters {
+                    cpu_ms,
+                    oom_kills: Self::field(dir.join("memory.events"), "oom_kill"),
+                    memory_limit_hits: Self::field(dir.join("memory.events"), "max"),
+                    pids_refused: if count_pids { Self::field(dir.join("pids.events"), "max") } else { None },
+                };
+                Sample { usage, counters }
+            }
+        }
+    }
+}
+
+/// Sample the container: its cgroup files when the engine is local (cheap
+/// and immediate), else the engine's stats stream (one sample a second).
+/// `guest_pids` is false on gVisor, where the host only sees the sandbox's
+/// own threads, not the program's processes.
+async fn sample_loop(docker: Docker, id: String, local: bool, guest_pids: bool, tx: mpsc::Sender<Sample>) {
+    if local {
+        if let Some(cg) = Cgroup::find(&id) {
+            let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                if tx.send(cg.sample(guest_pids)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let mut stream = docker.stats(&id, Some(StatsOptions { stream: true, one_shot: false }));
+    while let Some(Ok(s)) = stream.next().await {
+        let mem = s.memory_stats.as_ref().and_then(|m| {
+            let usage = m.usage?;
+            // Like `docker stats`: page cache the kernel can drop is not
+            // the program's memory.
+            let cache = m
+                .stats
+                .as_ref()
+                .and_then(|st| st.get("total_inactive_file").or(st.get("inactive_file")).copied())
+                .unwrap_or(0);
+            Some(usage.saturating_sub(cache))
+        });
+        let cpu_ms = s
+            .cpu_stats
+            .as_ref()
+            .and_then(|c| c.cpu_usage.as_ref())
+            .and_then(|u| u.total_usage)
+            .map(|ns| ns / 1_000_000);
+        let pids = if guest_pids { s.pids_stats.as_ref().and_then(|p| p.current) } else { None };
+        // A remote engine's stats carry no refusal or OOM counters.
+        let counters = judge::Counters { cpu_ms, ..Default::default() };
+        let sample = Sample { usage: UsageSample { cpu_ms, memory_bytes: mem, pids }, counters };
+        if tx.send(sample).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_env_override() {
+        let cfg = DockerConfig::default();
+        // Only read: the variable is not set in unit tests.
+        if std::env::var_os("SANDBENCH_DOCKER_IMAGE").is_none() {
+            assert_eq!(configured_image(&cfg), "python:3.12-slim");
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! The `e2b` tier: the program runs in a fresh E2B sandbox (a Firecracker
+//! microVM on E2B's hosts), created for the run and killed after it. This is
+//! how a user outgrows one machine: nothing runs on the local kernel, and the
+//! number of sandboxes at once is E2B's quota, not local cores.
+//!
+//! Flow: `POST /sandboxes` (REST API, `api.rs`) → upload the program to envd
+//! (`envd.rs`) → `process.Process/Start` streams stdout/stderr and the exit →
+//! `DELETE /sandboxes/{id}`, always: on a normal end, on cancel, wall timeout,
+//! error, and — through [`kill_live`] and a SIGTERM/SIGHUP hook — when
+//! sandbench itself exits. A sandbench that is SIGKILLed cannot make HTTP
+//! calls, so every sandbox is also created with an E2B timeout of wall time +
+//! a margin: E2B reaps it by itself shortly after the run could have ended.
+//!
+//! Configuration: `E2B_API_KEY` (required), `E2B_DOMAIN` (default `e2b.app`),
+//! `E2B_API_URL` (default `https://api.<domain>`), `E2B_SANDBOX_URL` (envd URL
+//! override, default `https://49983-<id>.<domain>`) — the names E2B's own SDKs
+//! read — and `[e2b] template`, `[e2b] timeout_margin_secs` in the config.
+
+pub mod api;
+pub mod envd;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use serde_json::json;
+
+use crate::config::Config;
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample, ViolationKind};
+use crate::spec::{format_size, RunSpec};
+use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+use api::Api;
+use envd::{Envd, ProcEvent};
+
+/// Where the program lives inside the sandbox (the template's user home).
+pub const WORK_DIR: &str = "/home/user/sandbench";
+const METRICS_EVERY: Duration = Duration::from_millis(500);
+
+/// Where and how to reach E2B. Built from the environment and the config, or
+/// given directly (tests, the TUI).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub api_key: Option<String>,
+    pub domain: String,
+    pub api_url: String,
+    pub sandbox_url: Option<String>,
+    pub template: String,
+    /// Added to the wall time for the sandbox's own E2B timeout.
+    pub timeout_margin: Duration,
+}
+
+impl Settings {
+    pub fn from_env(config: &Config) -> Settings {
+        let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let domain = var("E2B_DOMAIN").unwrap_or_else(|| "e2b.app".into());
+        Settings {
+            api_key: var("E2B_API_KEY"),
+            api_url: var("E2B_API_URL").unwrap_or_else(|| format!("https://api.{domain}")),
+            sandbox_url: var("E2B_SANDBOX_URL"),
+            domain,
+            template: config.e2b.template.clone(),
+            timeout_margin: Duration::from_secs(config.e2b.timeout_margin_secs),
+        }
+    }
+
+    fn envd_url(&self, id: &str, domain: Option<&str>) -> String {
+        match &self.sandbox_url {
+            Some(u) => u.clone(),
+            None => format!("https://{}-{id}.{}", envd::ENVD_PORT, domain.unwrap_or(&self.domain)),
+        }
+    }
+}
+
+pub struct E2bTier {
+    settings: Settings,
+}
+
+impl E2bTier {
+    pub fn new(config: &Config) -> Self {
+        E2bTier { settings: Settings::from_env(config) }
+    }
+
+    pub fn with_settings(settings: Settings) -> Self {
+        E2bTier { settings }
+    }
+
+    fn key(&self) -> anyhow::Result<&str> {
+        self.settings.api_key.as_deref().ok_or_else(|| {
+            anyhow!("E2B_API_KEY is not set: export E2B_API_KEY=e2b_... (from https://e2b.dev/dashboard?tab=keys) to use the e2b tier")
+        })
+    }
+}
+
+// ── live sandboxes: killed at exit whatever happens to the run ───────────────
+
+struct LiveEntry {
+    api_url: String,
+    api_key: String,
+    sandbox_url: Option<String>,
+}
+
+fn live() -> &'static Mutex<HashMap<String, LiveEntry>> {
+    static LIVE: OnceLock<Mutex<HashMap<String, LiveEntry>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+}
+
+/// Ids of sandboxes this process created and has not killed yet.
+pub fn live_sandboxes() -> Vec<String> {
+    live().lock().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+}
+
+/// Kill every sandbox this process still has (sandbench exiting). Bounded:
+/// a few seconds at most, whatever the network does. Returns what the user
+/// should know (sandboxes that could not be killed).
+pub async fn kill_live() -> Vec<String> {
+    let entries: Vec<(String, LiveEntry)> = match live().lock() {
+        Ok(mut m) => m.drain().collect(),
+        Err(_) => return vec![],
+    };
+    let kills = entries.into_iter().map(|(id, e)| async move {
+        let s = Settings {
+            api_key: Some(e.api_key.clone()),
+            domain: String::new(),
+            api_url: e.api_url,
+            sandbox_url: e.sandbox_url,
+            template: String::new(),
+            timeout_margin: Duration::ZERO,
+        };
+        let Ok(api) = Api::new(&s, &e.api_key) else {
+            return Some(format!("could not kill e2b sandbox {id} at exit (no client); E2B stops it at its timeout"));
+        };
+        match tokio::time::timeout(Duration::from_secs(5), api.kill(&id)).await {
+            Ok(Ok(_)) => {
+                tracing::info!("killed e2b sandbox {id} at exit");
+                None
+            }
+            Ok(Err(err)) => {
+                Some(format!("could not kill e2b sandbox {id} at exit ({err}); E2B stops it at its timeout"))
+            }
+            Err(_) => Some(format!("killing e2b sandbox {id} timed out; E2B stops it at its timeout")),
+        }
+    });
+    futures_util::future::join_all(kills).await.into_iter().flatten().collect()
+}
+
+/// This host's name, to tell our sandboxes from other machines' on one key.
+fn host_name() -> String {
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
+}
+
+/// Metadata every sandbox gets, so that a later sandbench can tell its own
+/// orphans (a sandbench killed with SIGKILL cannot clean up) from anyone else's.
+pub fn ownership_metadata() -> serde_json::Value {
+    json!({
+        "created_by": "sandbench",
+        "sandbench_host": host_name(),
+        "sandbench_pid": std::process::id().to_string(),
+    })
+}
+
+/// Kill the sandboxes that a dead sandbench process on this host left
+/// running. Only ours: same host, created by sandbench, and the pid that
+/// created them is gone. Runs once per process, in the background, the first
+/// time the tier is used (not at every start: that would be a network call
+/// for every command). E2B's own timeout reaps them anyway; this is sooner.
+fn reap_orphans_once(s: &Settings, key: &str) {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    if ONCE.set(()).is_err() {
+        return;
+    }
+    let Ok(api) = Api::new(s, key) else { return };
+    tokio::spawn(async move {
+        let n = reap_orphans(&api).await;
+        if n > 0 {
+            tracing::info!("killed {n} e2b sandbox(es) left by dead sandbench processes");
+        }
+    });
+}
+
+/// The reaping itself; returns how many were killed.
+pub async fn reap_orphans(api: &Api) -> usize {
+    let Ok(list) = api.list_by_metadata("created_by=sandbench").await else {
+        return 0;
+    };
+    let host = host_name();
+    let mut killed = 0;
+    for sb in list {
+        let md = &sb["metadata"];
+        let (Some(id), Some(pid)) =
+            (sb["sandboxID"].as_str(), md["sandbench_pid"].as_str().and_then(|p| p.parse::<i32>().ok()))
+        else {
+            continue;
+        };
+        if md["created_by"] != "sandbench" || md["sandbench_host"].as_str() != Some(host.as_str()) {
+            continue;
+        }
+        let alive = pid == std::process::id() as i32
+            || !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH));
+        if !alive && matches!(api.kill(id).await, Ok(true)) {
+            killed += 1;
+        }
+    }
+    killed
+}
+
+struct LiveGuard {
+    id: String,
+}
+
+impl LiveGuard {
+    fn register(id: &str, s: &Settings, key: &str) -> LiveGuard {
+        if let Ok(mut m) = live().lock() {
+            m.insert(
+                id.to_string(),
+                LiveEntry { api_url: s.api_url.clone(), api_key: key.to_string(), sandbox_url: s.sandbox_url.clone() },
+            );
+        }
+        LiveGuard { id: id.to_string() }
+    }
+
+    fn killed(self) {
+        if let Ok(mut m) = live().lock() {
+            m.remove(&self.id);
+        }
+    }
+}
+
+// ── the tier ─────────────────────────────────────────────────────────────────
+
+impl Tier for E2bTier {
+    fn name(&self) -> &'static str {
+        "e2b"
+    }
+
+    fn describe(&self) -> &'static str {
+        "hosted Firecracker microVM per run (E2B, over HTTPS)"
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Availability> {
+        Box::pin(self.probe_inner())
+    }
+
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+        Box::pin(self.run_inner(spec, ctx))
+    }
+}
+
+/// What the tier does with each limit: E2B gives a VM of the template's size
+/// and nothing finer, so what it cannot enforce is said, never dropped.
+pub fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
+    let l = &spec.limits;
+    json!({
+        "wall_time": "enforced: sandbench kills the sandbox; E2B's own timeout is wall time + margin",
+        "output": "enforced by sandbench (stops reading and kills the sandbox)",
+        "network": if l.network { "allowed (allow_internet_access=true)" } else { "blocked by E2B (allow_internet_access=false)" },
+        "cpu_time": "per process only (ulimit -t inside the VM), not for the sandbox as a whole",
+        "file_size": "enforced per process (ulimit -f inside the VM)",
+        "open_files": "enforced per process (ulimit -n inside the VM)",
+        "memory": format!("not enforced: {} requested; the template's VM memory applies", format_size(l.memory_bytes)),
+        "pids": format!("not enforced: {} requested; E2B has no process limit", l.pids),
+        "disk": format!("not enforced: {} requested; the template's disk applies", format_size(l.disk_bytes)),
+        "cpus": format!("not enforced: {} requested; the template's vCPUs apply", l.cpus),
+    })
+}
+
+/// The command envd starts: bash (as E2B's SDKs use) sets the rlimits E2B can
+/// honour, then execs the interpreter so signals and the exit are the program's.
+pub fn command(spec: &RunSpec) -> (String, Vec<String>) {
+    let l = &spec.limits;
+    let file = format!("{WORK_DIR}/{}", spec.language.file_name());
+    let interp = spec.language.interpreter().join(" ");
+    // The CPU hard limit sits one second above the soft one: at the soft
+    // limit the kernel sends SIGXCPU (reported as a cpu_time violation); with
+    // soft == hard it would SIGKILL, indistinguishable from any other kill.
+    let cpu = l.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
+    let script = format!(
+        "ulimit -S -t {cpu} && ulimit -H -t {} && ulimit -f {} && ulimit -n {} && exec {interp} {file}",
+        cpu + 1,
+        l.file_size_bytes.div_ceil(1024).max(1),
+        l.open_files,
+    );
+    ("/bin/bash".into(), vec!["-c".into(), script])
+}
+
+impl E2bTier {
+    async fn probe_inner(&self) -> Availability {
+        let s = &self.settings;
+        let mut checks = vec![];
+        let unavailable = |summary: String, checks: Vec<Check>| Availability {
+            tier: "e2b".into(),
+            available: false,
+            summary,
+            checks,
+        };
+        let Some(key) = s.api_key.as_deref() else {
+            checks.push(Check::fail(
+                "key",
+                "E2B_API_KEY is not set",
+                "export E2B_API_KEY=e2b_... (get one at https://e2b.dev/dashboard?tab=keys)",
+            ));
+            return unavailable("no key: E2B_API_KEY is not set".into(), checks);
+        };
+        checks.push(Check::ok("key", "E2B_API_KEY is set"));
+        let api = match Api::new(s, key) {
+            Ok(a) => a,
+            Err(e) => return unavailable(format!("cannot build an HTTP client: {e}"), checks),
+        };
+        match api.list().await {
+            Ok(list) => {
+                checks.push(Check::ok(
+                    "api",
+                    format!("{} answers; the key is accepted ({} sandbox(es) running)", api.base(), list.len()),
+                ));
+                checks.push(Check::ok("template", format!("'{}' (set [e2b] template in the config)", s.template)));
+                Availability {
+                    tier: "e2b".into(),
+                    available: true,
+                    summary: format!(
+                        "ready ({}, template {}; no sandbox was started by this check)",
+                        api.base(),
+                        s.template
+                    ),
+                    checks,
+                }
+            }
+            Err(e @ api::ApiError::Unauthorized { .. }) => {
+                checks.push(Check::fail(
+                    "key",
+                    e.to_string(),
+                    "create a new key at https://e2b.dev/dashboard?tab=keys and export E2B_API_KEY",
+                ));
+                unavailable("key rejected by E2B".into(), checks)
+            }
+            Err(e @ api::ApiError::Unreachable { .. }) => {
+                checks.push(Check::fail("api", e.to_string(), "check the network, or E2B_DOMAIN / E2B_API_URL"));
+                unavailable(format!("unreachable: {}", api.base()), checks)
+            }
+            Err(e) => {
+                checks.push(Check::fail("api", e.to_string(), "see https://status.e2b.dev and try again"));
+                unavailable(format!("E2B API error: {e}"), checks)
+            }
+        }
+    }
+
+    async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
+        ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+        let s = &self.settings;
+        let key = self.key()?;
+        let api = Api::new(s, key)?;
+        reap_orphans_once(s, key);
+        let ttl = (spec.limits.wall_time + s.timeout_margin).as_secs_f64().ceil() as u64;
+        ctx.emit(EventKind::Phase(Phase::Booting)).await;
+        // Not raced against ctx.stop: a create that completes after we gave up
+        // would leave a sandbox whose id we never learnt.
+        let created = api
+            .create(&s.template, ttl, spec.limits.network, &|m| {
+                // Live (the callback cannot await; a full channel only loses the note).
+                let _ = ctx.tx.try_send(crate::event::RunEvent {
+                    at_ms: ctx.ms(),
+                    kind: EventKind::Note(crate::sanitize::inert_line(&m, crate::tier::MAX_DETAIL)),
+                });
+            })
+            .await;
+        let created = created?;
+        let guard = LiveGuard::register(&created.sandbox_id, s, key);
+        ctx.note(format!("e2b sandbox {} (template {})", created.sandbox_id, s.template)).await;
+
+        let envd_url = s.envd_url(&created.sandbox_id, created.domain.as_deref());
+        // Everything between create and kill is in here, so that no `?`
+        // can skip the kill.
+        let result = async {
+            let http = api::http_client(&[envd_url.as_str()])?;
+            let envd = Envd::new(http, envd_url.clone(), created.sandbox_id.clone(), created.envd_access_token.clone());
+            if ctx.stop.is_cancelled() {
+                ctx.emit(EventKind::Exit(ExitStatus::default())).await;
+                Ok(Usage::default())
+            } else {
+                execute(&envd, &spec, &ctx).await
+            }
+        }
+        .await;
+
+        ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+        let kill = api.kill_with_retry(&created.sandbox_id).await;
+        let killed = match &kill {
+            Ok(_) => {
+                guard.killed();
+                true
+            }
+            Err(e) => {
+                ctx.note(format!(
+                    "warning: could not kill e2b sandbox {} ({e}); E2B stops it at its {ttl} s timeout",
+                    created.sandbox_id
+                ))
+                .await;
+                // Left in the registry: sandbench tries again when it exits.
+                drop(guard);
+                false
+            }
+        };
+        let usage = result?;
+        let details = json!({
+            "start": "cold",
+            "sandbox_id": created.sandbox_id,
+            "template": created.template_id.clone().unwrap_or_else(|| s.template.clone()),
+            "envd_version": created.envd_version,
+            "api_url": api.base(),
+            "envd_url": envd_url,
+            "transport": "envd process.Process/Start (Connect-RPC, JSON, server-streaming)",
+            "sandbox_timeout_s": ttl,
+            "sandbox_killed": killed,
+            "isolation": "Firecracker microVM on E2B's hosts",
+            "limits": limit_enforcement(&spec),
+            "usage_source": if usage.sampled { "envd /metrics: memory of the whole VM, guest OS included" } else { "unavailable: envd /metrics did not answer" },
+        });
+        Ok(TierExit { usage: Some(UsageSample { cpu_ms: None, memory_bytes: usage.peak_memory, pids: None }), details })
+    }
+}
+
+#[derive(Default)]
+struct Usage {
+    peak_memory: Option<u64>,
+    sampled: bool,
+}
+
+/// Upload, start, stream; returns once the program ended or was stopped.
+async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Result<Usage> {
+    let file = format!("{WORK_DIR}/{}", spec.language.file_name());
+    tokio::select! {
+        r = envd.upload(&file, spec.code.as_bytes()) => r?,
+        _ = ctx.stop.cancelled() => {
+            ctx.emit(EventKind::Exit(ExitStatus::default())).await;
+            return Ok(Usage::default());
+        }
+    }
+    let (cmd, args) = command(spec);
+    let envs: BTreeMap<String, String> = spec.sandbox_env("/home/user", "/tmp").into_iter().collect();
+    let mut stream = tokio::select! {
+        r = envd.start(&cmd, &args, &envs, WORK_DIR) => r?,
+        _ = ctx.stop.cancelled() => {
+            ctx.emit(EventKind::Exit(ExitStatus::default())).await;
+            return Ok(Usage::default());
+        }
+    };
+    let mut ticker = tokio::time::interval(METRICS_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut usage = Usage::default();
+    let mut metrics_ok = true;
+    let mut started = false;
+    let mut end: Option<envd::EndInfo> = None;
+    loop {
+        tokio::select! {
+            ev = stream.next() => match ev {
+                Ok(Some(ProcEvent::Start { .. })) => {
+                    if !started {
+                        started = true;
+                        ctx.emit(EventKind::Phase(Phase::Running)).await;
+                    }
+                }
+                Ok(Some(ProcEvent::Stdout(b))) => ctx.emit(EventKind::Output(Stream::Stdout, b)).await,
+                Ok(Some(ProcEvent::Stderr(b))) => ctx.emit(EventKind::Output(Stream::Stderr, b)).await,
+                Ok(Some(ProcEvent::End(e))) => end = Some(e),
+                Ok(Some(ProcEvent::KeepAlive)) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    if end.is_some() {
+                        // The exit arrived; only the trailer was lost.
+                        ctx.note(format!("warning: {e}")).await;
+                        break;
+                    }
+                    return Err(e.into());
+                }
+            },
+            _ = ctx.stop.cancelled() => {
+                // Dropping the stream abandons the call; killing the sandbox
+                // (next, in run_inner) kills the program with it.
+                ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
+                return Ok(usage);
+            }
+            _ = ticker.tick(), if metrics_ok && started => {
+                match envd.metrics().await {
+                    Some(m) => {
+                        let mem = m.get("mem_used").and_then(|v| v.as_u64());
+                        if mem.is_some() {
+                            usage.sampled = true;
+                            usage.peak_memory = usage.peak_memory.max(mem);
+                            ctx.usage(UsageSample { cpu_ms: None, memory_bytes: mem, pids: None }).await;
+                        }
+                    }
+                    None => metrics_ok = false,
+                }
+            }
+        }
+    }
+    let Some(end) = end else {
+        return Err(anyhow!("envd ended the process stream without the program's exit status"));
+    };
+    if !started {
+        ctx.emit(EventKind::Phase(Phase::Running)).await;
+    }
+    if let Some(err) = end.error.as_deref().filter(|e| !e.is_empty()) {
+        ctx.note(format!("envd: {}", api::bounded(err, 200))).await;
+    }
+    let signal = envd::signal_from_status(&end.status);
+    let x = if let Some(sig) = signal {
+        ExitStatus { code: None, signal: Some(sig) }
+    } else {
+        ExitStatus { code: Some(end.exit_code), signal: None }
+    };
+    match signal {
+        Some(libc::SIGXCPU) => {
+            ctx.violation(
+                ViolationKind::CpuTime,
+                format!(
+                    "CPU time limit {} hit — killed (SIGXCPU, per-process rlimit)",
+                    crate::spec::format_duration(spec.limits.cpu_time)
+                ),
+            )
+            .await
+        }
+        Some(libc::SIGXFSZ) => {
+            ctx.violation(
+                ViolationKind::FileSize,
+                format!("file size limit {} hit — killed (SIGXFSZ)", format_size(spec.limits.file_size_bytes)),
+            )
+            .await
+        }
+        _ => {}
+    }
+    ctx.emit(EventKind::Exit(x)).await;
+    Ok(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Language;
+
+    #[test]
+    fn command_sets_rlimits_and_execs() {
+        let spec = RunSpec::new(Language::Python, "print(1)");
+        let (cmd, args) = command(&spec);
+        assert_eq!(cmd, "/bin/bash");
+        assert_eq!(args[0], "-c");
+        assert!(args[1].contains("ulimit -S -t 5"), "{}", args[1]);
+        assert!(args[1].contains("ulimit -f 16384"), "{}", args[1]);
+        assert!(args[1].ends_with("exec python3 -u /home/user/sandbench/main.py"), "{}", args[1]);
+    }
+
+    #[test]
+    fn every_limit_is_accounted_for() {
+        let spec = RunSpec::new(Language::Sh, "true");
+        let e = limit_enforcement(&spec);
+        let limits = serde_json::to_value(&spec.limits).unwrap();
+        for k in limits.as_object().unwrap().keys() {
+            let name = k.trim_end_matches("_bytes");
+            assert!(e.get(name).is_some(), "limit {k} is not described");
+        }
+        assert!(e["memory"].as_str().unwrap().starts_with("not enforced"));
+        assert!(e["pids"].as_str().unwrap().starts_with("not enforced"));
+    }
+
+    #[test]
+    fn envd_url_follows_the_sdk_shape() {
+        let mut s = Settings::from_env(&Config::default());
+        s.sandbox_url = None;
+        s.domain = "e2b.app".into();
+        assert_eq!(s.envd_url("abc", None), "https://49983-abc.e2b.app");
+        assert_eq!(s.envd_url("abc", Some("eu.e2b.dev")), "https://49983-abc.eu.e2b.dev");
+    }
+}

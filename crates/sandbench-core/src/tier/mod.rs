@@ -1,0 +1,195 @@
+//! Isolation tiers. A tier knows how to probe whether it can run here, and how
+//! to run one program and stream `RunEvent`s; it knows nothing of front ends.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
+use crate::spec::RunSpec;
+
+pub mod docker;
+pub mod e2b;
+pub mod microvm;
+pub mod peer;
+pub mod process;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Every tier sandbench knows, in order of isolation strength. Peers (other
+/// tools' sandboxes, `peer::names()`) are accepted by name as well.
+pub const KNOWN: &[&str] = &["process", "docker", "gvisor", "microvm", "e2b"];
+
+/// Longest violation detail or note (characters).
+pub const MAX_DETAIL: usize = 400;
+
+/// What a run needs from the runner: a clock, a place to send events and a
+/// token that says "stop now" (cancel, wall timeout, output limit).
+#[derive(Clone)]
+pub struct RunContext {
+    pub started: Instant,
+    pub tx: mpsc::Sender<RunEvent>,
+    pub stop: CancellationToken,
+}
+
+impl RunContext {
+    pub fn ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    pub async fn emit(&self, kind: EventKind) {
+        // The runner outlives every tier future; a send error means it was
+        // torn down, and the tier's own cleanup still runs.
+        let _ = self.tx.send(RunEvent { at_ms: self.ms(), kind }).await;
+    }
+
+    /// Report a violation. The detail may quote what the program chose (a
+    /// file name): it is made inert here, once, for every front end.
+    pub async fn violation(&self, kind: ViolationKind, detail: impl Into<String>) {
+        let detail = crate::sanitize::inert_line(&detail.into(), MAX_DETAIL);
+        let v = Violation { kind, at_ms: self.ms(), detail };
+        self.emit(EventKind::Violation(v)).await;
+    }
+
+    /// A status line for the run's notes, made inert like a violation's detail.
+    pub async fn note(&self, text: impl Into<String>) {
+        self.emit(EventKind::Note(crate::sanitize::inert_line(&text.into(), MAX_DETAIL))).await;
+    }
+
+    pub async fn usage(&self, u: UsageSample) {
+        self.emit(EventKind::Usage(u)).await;
+    }
+}
+
+/// What a tier returns when the program is gone and everything is cleaned up.
+#[derive(Debug, Default)]
+pub struct TierExit {
+    /// Final totals, when better than the last sample (e.g. cgroup CPU at exit).
+    pub usage: Option<UsageSample>,
+    /// Tier-specific facts for the report's `details`.
+    pub details: serde_json::Value,
+}
+
+/// One fact `doctor` reports about a tier.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+    /// The command or step that fixes it, when not ok.
+    pub fix: Option<String>,
+}
+
+impl Check {
+    pub fn ok(name: &str, detail: impl Into<String>) -> Check {
+        Check { name: name.into(), ok: true, detail: detail.into(), fix: None }
+    }
+    pub fn fail(name: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { name: name.into(), ok: false, detail: detail.into(), fix: Some(fix.into()) }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Availability {
+    pub tier: String,
+    pub available: bool,
+    /// One line: "ready (cgroup v1, landlock ABI 7)" or why not.
+    pub summary: String,
+    pub checks: Vec<Check>,
+}
+
+pub trait Tier: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// One line for listings.
+    fn describe(&self) -> &'static str;
+    fn probe(&self) -> BoxFuture<'_, Availability>;
+    /// Run one program. Must return only once every process, container, VM
+    /// and temp file of the run is gone, also when `ctx.stop` fires.
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;
+    /// Get later runs a warm start (fill a pool), for long-lived front ends
+    /// (workbench, gauntlet). The default has nothing to warm.
+    fn prewarm(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// Build the named tier.
+pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
+    match name {
+        "process" => Ok(Arc::new(process::ProcessTier::new(config))),
+        "docker" => Ok(Arc::new(docker::DockerTier::docker(config))),
+        "gvisor" => Ok(Arc::new(docker::DockerTier::gvisor(config))),
+        "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
+        "microvm" => Ok(Arc::new(microvm::MicrovmTier::new(config))),
+        other => match peer::by_name(other).map_err(|e| anyhow::anyhow!(e))? {
+            Some(t) => Ok(t),
+            None => anyhow::bail!("unknown tier '{other}' (known: {})", known_names().join(", ")),
+        },
+    }
+}
+
+/// sandbench's tiers, then the peers (when their profiles load).
+pub fn known_names() -> Vec<String> {
+    KNOWN.iter().map(|s| s.to_string()).chain(peer::names().unwrap_or_default().into_iter().map(String::from)).collect()
+}
+
+/// Parse a comma-separated tier list, refusing unknown names.
+pub fn parse_list(s: &str) -> Result<Vec<String>, String> {
+    let mut out = vec![];
+    for t in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        if !KNOWN.contains(&t) && !peer::names()?.contains(&t) {
+            return Err(format!("unknown tier '{t}' (known: {})", known_names().join(", ")));
+        }
+        if !out.iter().any(|o| o == t) {
+            out.push(t.to_string());
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("no tier given (known: {})", known_names().join(", ")));
+    }
+    Ok(out)
+}
+
+/// Probe the named tiers: the available ones, and (name, why) for the rest.
+pub async fn probe_selected(
+    names: &[String],
+    config: &Config,
+) -> anyhow::Result<(Vec<Arc<dyn Tier>>, Vec<(String, String)>)> {
+    let mut ready = vec![];
+    let mut skipped = vec![];
+    for n in names {
+        let t = by_name(n, config)?;
+        let a = t.probe().await;
+        if a.available {
+            ready.push(t);
+        } else {
+            skipped.push((n.clone(), a.summary));
+        }
+    }
+    Ok((ready, skipped))
+}
+
+/// Reap what earlier, dead sandbench processes left behind, for every tier.
+pub async fn reap_leftovers() {
+    process::reap_leftovers();
+    docker::reap_leftovers().await;
+    microvm::reap_leftovers();
+    peer::reap_leftovers();
+}
+
+/// Clean up what this process still holds, before it exits (remote
+/// sandboxes cost money and outlive us otherwise; warm containers too).
+/// Front ends call it on every exit path (signals included: they own them)
+/// and show the returned warnings.
+pub async fn shutdown() -> Vec<String> {
+    let warnings = e2b::kill_live().await;
+    docker::shutdown().await;
+    microvm::MicrovmTier::drain_pool().await;
+    warnings
+}

@@ -1,0 +1,443 @@
+//! Per-run cgroups, v1 or v2 (detected). They contain fork and memory bombs
+//! that rlimits cannot stop for root, account CPU for the whole process tree,
+//! and let the host kill every process of a run at once.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::spec::Limits;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// Where this process can create per-run cgroups.
+#[derive(Debug, Clone)]
+pub enum Layout {
+    /// One parent directory per controller (memory, pids, cpu, cpuacct).
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: Option<PathBuf>,
+        cpuacct: Option<PathBuf>,
+    },
+    V2 {
+        parent: PathBuf,
+    },
+}
+
+impl Layout {
+    pub fn version(&self) -> Version {
+        match self {
+            Layout::V1 { .. } => Version::V1,
+            Layout::V2 { .. } => Version::V2,
+        }
+    }
+
+    fn parents(&self) -> Vec<PathBuf> {
+        match self {
+            Layout::V1 { memory, pids, cpu, cpuacct } => {
+                let mut v = vec![memory.clone(), pids.clone()];
+                v.extend(cpu.iter().cloned());
+                v.extend(cpuacct.iter().cloned());
+                v
+            }
+            Layout::V2 { parent } => vec![parent.clone()],
+        }
+    }
+}
+
+/// Mount points of cgroup hierarchies, from mountinfo.
+fn mounts(mountinfo: &str) -> (Vec<(PathBuf, Vec<String>)>, Option<PathBuf>) {
+    let mut v1 = vec![];
+    let mut v2 = None;
+    for line in mountinfo.lines() {
+        // id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let rf: Vec<&str> = right.split(' ').collect();
+        if fields.len() < 5 || rf.len() < 3 {
+            continue;
+        }
+        let mountpoint = PathBuf::from(fields[4]);
+        match rf[0] {
+            "cgroup2" => {
+                v2.get_or_insert(mountpoint);
+            }
+            "cgroup" => {
+                let ctrls = rf[2].split(',').map(str::to_string).collect();
+                v1.push((mountpoint, ctrls));
+            }
+            _ => {}
+        }
+    }
+    (v1, v2)
+}
+
+/// This process's own cgroup path per v1 controller, and its v2 path.
+fn own_paths(proc_cgroup: &str) -> (Vec<(Vec<String>, String)>, Option<String>) {
+    let mut v1 = vec![];
+    let mut v2 = None;
+    for line in proc_cgroup.lines() {
+        let mut it = line.splitn(3, ':');
+        let (Some(_), Some(ctrls), Some(path)) = (it.next(), it.next(), it.next()) else { continue };
+        if ctrls.is_empty() {
+            v2 = Some(path.to_string());
+        } else {
+            v1.push((ctrls.split(',').map(str::to_string).collect(), path.to_string()));
+        }
+    }
+    (v1, v2)
+}
+
+fn join(mount: &Path, rel: &str) -> PathBuf {
+    mount.join(rel.trim_start_matches('/'))
+}
+
+/// Find where per-run cgroups can live, or say why not.
+pub fn detect() -> Result<Layout, String> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("cannot read mountinfo: {e}"))?;
+    let own = fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    let (v1_mounts, v2_mount) = mounts(&mountinfo);
+    let (own_v1, own_v2) = own_paths(&own);
+
+    // v2 wins when its hierarchy actually carries the controllers we need.
+    if let (Some(m), Some(rel)) = (&v2_mount, &own_v2) {
+        let ctrls = fs::read_to_string(m.join("cgroup.controllers")).unwrap_or_default();
+        if ctrls.split_whitespace().any(|c| c == "memory") && ctrls.split_whitespace().any(|c| c == "pids") {
+            return detect_v2(m, rel);
+        }
+    }
+    let find = |name: &str| -> Option<PathBuf> {
+        let (mnt, _) = v1_mounts.iter().find(|(_, c)| c.iter().any(|x| x == name))?;
+        let rel = own_v1.iter().find(|(c, _)| c.iter().any(|x| x == name)).map(|(_, p)| p.as_str()).unwrap_or("/");
+        Some(join(mnt, rel).join("sandbench"))
+    };
+    let (Some(memory), Some(pids)) = (find("memory"), find("pids")) else {
+        return Err("no cgroup hierarchy with the memory and pids controllers is mounted".into());
+    };
+    let layout = Layout::V1 { memory, pids, cpu: find("cpu"), cpuacct: find("cpuacct") };
+    for p in layout.parents() {
+        fs::create_dir_all(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+    }
+    Ok(layout)
+}
+
+fn detect_v2(mount: &Path, rel: &str) -> Result<Layout, String> {
+    let own = join(mount, rel);
+    let enable = |dir: &Path| -> io::Result<()> {
+        // cpu is optional (it may not be delegated); memory and pids are not.
+        let _ = fs::write(dir.join("cgroup.subtree_control"), "+cpu");
+        fs::write(dir.join("cgroup.subtree_control"), "+memory +pids")
+    };
+    let mut candidates = vec![own.join("sandbench")];
+    if rel != "/" {
+        candidates.push(mount.join("sandbench"));
+    }
+    let mut last = String::new();
+    for parent in candidates {
+        let grand = parent.parent().unwrap_or(mount).to_path_buf();
+        if let Err(e) = enable(&grand) {
+            last = format!("cannot enable controllers in {}: {e}", grand.display());
+            continue;
+        }
+        if let Err(e) = fs::create_dir_all(&parent) {
+            last = format!("cannot create {}: {e}", parent.display());
+            continue;
+        }
+        if let Err(e) = enable(&parent) {
+            last = format!("cannot enable controllers in {}: {e}", parent.display());
+            continue;
+        }
+        return Ok(Layout::V2 { parent });
+    }
+    Err(last)
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The cgroup(s) of one run. Removed (after killing what is inside) on drop.
+#[derive(Debug)]
+pub struct RunCgroup {
+    layout: Layout,
+    name: String,
+    removed: bool,
+    oom_base: u64,
+    /// Processes of the tier's own in the cgroup, on top of the program's pids limit.
+    supervisors: u64,
+}
+
+/// Processes of sandbench's own in the run's cgroup (the helper and the
+/// namespace's init): the pids limit and counts are about the program's.
+pub const SUPERVISORS: u64 = 2;
+
+/// Counters read from the cgroup.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    pub memory: Option<u64>,
+    pub memory_peak: Option<u64>,
+    pub pids: Option<u64>,
+    /// Highest pids count the kernel saw (newer kernels), finer than sampling.
+    pub pids_peak: Option<u64>,
+    pub cpu_ns: Option<u64>,
+    pub oom_kills: u64,
+    /// Times an allocation hit the memory limit (v1 failcnt / v2 `max` events).
+    pub memory_max_events: u64,
+    pub pids_max_events: u64,
+}
+
+impl Stats {
+    /// The counters the judge reads: all kernel-kept, none writable from inside.
+    pub fn counters(&self) -> crate::judge::Counters {
+        crate::judge::Counters {
+            cpu_ms: self.cpu_ns.map(|n| n / 1_000_000),
+            oom_kills: Some(self.oom_kills),
+            memory_limit_hits: Some(self.memory_max_events),
+            pids_refused: Some(self.pids_max_events),
+        }
+    }
+}
+
+fn read_u64(p: &Path) -> Option<u64> {
+    fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+fn read_key(p: &Path, key: &str) -> Option<u64> {
+    let text = fs::read_to_string(p).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+impl RunCgroup {
+    pub fn create(layout: &Layout, limits: &Limits) -> io::Result<RunCgroup> {
+        Self::create_with(layout, limits, SUPERVISORS)
+    }
+
+    /// A run cgroup whose tier keeps `supervisors` processes of its own in it
+    /// (a peer's wrapper): they are added to the pids limit and left out of the counts.
+    pub fn create_with(layout: &Layout, limits: &Limits, supervisors: u64) -> io::Result<RunCgroup> {
+        let name = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let mut cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0, supervisors };
+        for d in cg.dirs() {
+            fs::create_dir(&d)?;
+        }
+        cg.set_limits(limits)?;
+        cg.oom_base = cg.stats().oom_kills;
+        Ok(cg)
+    }
+
+    /// (Re)apply limits; a spare sandbox gets its run's limits just before the program starts.
+    pub fn set_limits(&self, limits: &Limits) -> io::Result<()> {
+        let mem = limits.memory_bytes.to_string();
+        let quota = ((limits.cpus.clamp(0.01, 1024.0)) * 100_000.0) as u64;
+        let pids = (limits.pids + self.supervisors).to_string();
+        match &self.layout {
+            Layout::V1 { memory, pids: p, cpu, .. } => {
+                let m = memory.join(&self.name);
+                // memsw (memory + swap) must stay >= memory: lower it first
+                // when shrinking, raise memory first when growing.
+                let _ = fs::write(m.join("memory.memsw.limit_in_bytes"), &mem);
+                fs::write(m.join("memory.limit_in_bytes"), &mem)?;
+                let _ = fs::write(m.join("memory.memsw.limit_in_bytes"), &mem);
+                let _ = fs::write(m.join("memory.swappiness"), "0");
+                fs::write(p.join(&self.name).join("pids.max"), pids)?;
+                if let Some(c) = cpu {
+                    let c = c.join(&self.name);
+                    let _ = fs::write(c.join("cpu.cfs_period_us"), "100000");
+                    let _ = fs::write(c.join("cpu.cfs_quota_us"), quota.to_string());
+                }
+            }
+            Layout::V2 { parent } => {
+                let d = parent.join(&self.name);
+                fs::write(d.join("memory.max"), &mem)?;
+                let _ = fs::write(d.join("memory.swap.max"), "0");
+                let _ = fs::write(d.join("memory.oom.group"), "0");
+                fs::write(d.join("pids.max"), pids)?;
+                let _ = fs::write(d.join("cpu.max"), format!("{quota} 100000"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.layout.parents().into_iter().map(|p| p.join(&self.name)).collect()
+    }
+
+    /// Files a process writes its pid into to join this run's cgroups.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs().into_iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    pub fn version(&self) -> Version {
+        self.layout.version()
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        match &self.layout {
+            Layout::V1 { memory, pids, cpuacct, .. } => {
+                let m = memory.join(&self.name);
+                s.memory = read_u64(&m.join("memory.usage_in_bytes"));
+                s.memory_peak = read_u64(&m.join("memory.max_usage_in_bytes"));
+                s.memory_max_events = read_u64(&m.join("memory.failcnt")).unwrap_or(0);
+                s.oom_kills = read_key(&m.join("memory.oom_control"), "oom_kill").unwrap_or(0);
+                let p = pids.join(&self.name);
+                s.pids = read_u64(&p.join("pids.current"));
+                s.pids_peak = read_u64(&p.join("pids.peak"));
+                s.pids_max_events = read_key(&p.join("pids.events"), "max").unwrap_or(0);
+                s.cpu_ns = cpuacct.as_ref().and_then(|c| read_u64(&c.join(&self.name).join("cpuacct.usage")));
+            }
+            Layout::V2 { parent } => {
+                let d = parent.join(&self.name);
+                s.memory = read_u64(&d.join("memory.current"));
+                s.memory_peak = read_u64(&d.join("memory.peak"));
+                s.memory_max_events = read_key(&d.join("memory.events"), "max").unwrap_or(0);
+                s.oom_kills = read_key(&d.join("memory.events"), "oom_kill").unwrap_or(0);
+                s.pids = read_u64(&d.join("pids.current"));
+                s.pids_peak = read_u64(&d.join("pids.peak"));
+                s.pids_max_events = read_key(&d.join("pids.events"), "max").unwrap_or(0);
+                s.cpu_ns = read_key(&d.join("cpu.stat"), "usage_usec").map(|u| u * 1000);
+            }
+        }
+        s.oom_kills = s.oom_kills.saturating_sub(self.oom_base);
+        s.pids = s.pids.map(|p| p.saturating_sub(self.supervisors));
+        s.pids_peak = s.pids_peak.map(|p| p.saturating_sub(self.supervisors));
+        s
+    }
+
+    /// Processes in the run's cgroup now (read from its first hierarchy).
+    pub fn members(&self) -> Vec<i32> {
+        self.dirs().first().map(|d| pids_in(d)).unwrap_or_default()
+    }
+
+    /// SIGKILL everything in the run's cgroups until they are empty.
+    pub fn kill_all(&self) {
+        kill_dirs(&self.dirs());
+    }
+
+    /// Kill what is left and remove the directories.
+    pub fn remove(&mut self) {
+        if self.removed {
+            return;
+        }
+        self.removed = true;
+        remove_dirs(&self.dirs());
+    }
+}
+
+impl Drop for RunCgroup {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+fn pids_in(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn kill_dirs(dirs: &[PathBuf]) {
+    for d in dirs {
+        // v2 has a one-shot kill of the whole subtree (5.14+).
+        if fs::write(d.join("cgroup.kill"), "1").is_ok() {
+            continue;
+        }
+        // A forking program can add processes while we kill; repeat until empty.
+        for _ in 0..200 {
+            let pids = pids_in(d);
+            if pids.is_empty() {
+                break;
+            }
+            for p in pids {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn remove_dirs(dirs: &[PathBuf]) {
+    kill_dirs(dirs);
+    for d in dirs {
+        // Killed processes leave the cgroup asynchronously; rmdir fails with
+        // EBUSY until they have.
+        for i in 0..500 {
+            match fs::remove_dir(d) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                Err(_) => {
+                    if i % 50 == 49 {
+                        kill_dirs(std::slice::from_ref(d));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        }
+    }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    pid > 0 && Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Remove run cgroups whose sandbench process is gone. Returns how many.
+pub fn reap(layout: &Layout) -> usize {
+    let mut n = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    for parent in layout.parents() {
+        let Ok(rd) = fs::read_dir(&parent) else { continue };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(owner) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
+            if owner as u32 == std::process::id() || pid_alive(owner) {
+                continue;
+            }
+            remove_dirs(&[e.path()]);
+            seen.insert(name);
+        }
+    }
+    n += seen.len();
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_v1_mountinfo_and_own_paths() {
+        let mi = "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n\
+                  31 25 0:27 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n\
+                  32 25 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+                  33 25 0:29 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+        let (v1, v2) = mounts(mi);
+        assert_eq!(v1.len(), 3);
+        assert_eq!(v1[2].1, vec!["rw", "cpu", "cpuacct"]);
+        assert_eq!(v2.unwrap(), PathBuf::from("/sys/fs/cgroup/unified"));
+        let (own1, own2) = own_paths("7:memory:/user.slice\n3:cpu,cpuacct:/\n0::/init.scope\n");
+        assert_eq!(own1[0], (vec!["memory".to_string()], "/user.slice".to_string()));
+        assert_eq!(own2.as_deref(), Some("/init.scope"));
+        assert_eq!(join(Path::new("/sys/fs/cgroup/memory"), "/a/b"), PathBuf::from("/sys/fs/cgroup/memory/a/b"));
+    }
+
+    #[test]
+    fn reads_keyed_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("memory.events");
+        fs::write(&p, "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n").unwrap();
+        assert_eq!(read_key(&p, "max"), Some(12));
+        assert_eq!(read_key(&p, "oom_kill"), Some(1));
+        assert_eq!(read_key(&p, "nope"), None);
+    }
+}

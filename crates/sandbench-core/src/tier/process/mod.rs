@@ -1,0 +1,589 @@
+//! The `process` tier: the program runs as a limited subprocess on the host
+//! kernel, inside new pid/net/mount/ipc/uts (and, unprivileged, user)
+//! namespaces, a per-run cgroup, Landlock, seccomp and rlimits, as an
+//! unprivileged uid, with a scrubbed environment. See `sandbox.rs` for the
+//! inside; this file is the host side: spawn, stream, sample, judge, clean up.
+#![allow(unsafe_code)] // pre_exec hooks of the helper (async-signal-safe calls only)
+
+pub mod cgroup;
+pub mod sandbox;
+pub mod seccomp;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use nix::fcntl::OFlag;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use crate::config::Config;
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::judge::{self, ExitFacts, Judge};
+use crate::spec::{Language, RunSpec};
+use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+use cgroup::{Layout, RunCgroup};
+use sandbox::{SandboxConfig, Status};
+
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+pub struct ProcessTier {
+    uid: u32,
+    gid: u32,
+    /// Keep one helper started ahead (in its cgroup, waiting for a program).
+    keep_spare: bool,
+    spare: Arc<Mutex<Option<Launched>>>,
+}
+
+/// A sandbox helper started and placed in its fresh cgroup, waiting for the
+/// program on its stdin. Single use. Dropping it kills the helper and removes
+/// the cgroup.
+struct Launched {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    status: Option<OwnedFd>,
+    cg: Option<RunCgroup>,
+    warnings: Vec<String>,
+}
+
+impl Launched {
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+fn layout() -> &'static Result<Layout, String> {
+    static L: OnceLock<Result<Layout, String>> = OnceLock::new();
+    L.get_or_init(|| {
+        if !nix::unistd::geteuid().is_root() && std::env::var_os("SANDBENCH_TRY_USER_CGROUP").is_none() {
+            // v1 hierarchies are root's; on v2 an unprivileged user can only
+            // use a delegated subtree, which detect() tries.
+            return cgroup::detect().map_err(|e| format!("{e} (run as root, or use a systemd-delegated cgroup v2)"));
+        }
+        cgroup::detect()
+    })
+}
+
+/// Remove cgroups left by sandbench processes that died.
+pub fn reap_leftovers() {
+    if let Ok(l) = layout() {
+        let n = cgroup::reap(l);
+        if n > 0 {
+            tracing::info!("reaped {n} leftover run cgroup(s)");
+        }
+    }
+}
+
+impl ProcessTier {
+    pub fn new(config: &Config) -> Self {
+        ProcessTier {
+            uid: config.process.uid,
+            gid: config.process.gid,
+            keep_spare: config.process.spare,
+            spare: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Start a helper in a fresh cgroup; it joins the cgroup at once (the
+    /// slow part of a cold start on cgroup v1) and then waits for a program.
+    async fn launch(limits: &crate::spec::Limits) -> anyhow::Result<Launched> {
+        let mut warnings: Vec<String> = vec![];
+        let cg = match layout() {
+            Ok(l) => match RunCgroup::create(l, limits) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    warnings.push(format!("cannot create the run's cgroup ({e}): weaker containment"));
+                    None
+                }
+            },
+            Err(e) => {
+                warnings.push(format!(
+                    "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
+                ));
+                None
+            }
+        };
+        let exe = std::env::var_os("SANDBENCH_HELPER")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
+        let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
+        let wfd = status_w.as_raw_fd();
+        let mut cmd = Command::new(&exe);
+        cmd.arg("__sandbox")
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        // Only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if wfd == sandbox::STATUS_FD {
+                    libc::fcntl(wfd, libc::F_SETFD, 0);
+                } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
+        drop(status_w);
+        let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let prep = sandbox::Prepare {
+            user_ns: !nix::unistd::geteuid().is_root(),
+            host_pid: std::process::id() as i32,
+            cgroup_procs: cg
+                .as_ref()
+                .map(|c| c.procs_files().iter().map(|p| p.to_string_lossy().into_owned()).collect())
+                .unwrap_or_default(),
+        };
+        let mut line = serde_json::to_vec(&prep)?;
+        line.push(b'\n');
+        stdin.write_all(&line).await.context("cannot talk to the sandbox helper")?;
+        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, warnings })
+    }
+
+    /// A spare for the next run, made in the background after this one.
+    fn refill(&self) {
+        if !self.keep_spare {
+            return;
+        }
+        let slot = self.spare.clone();
+        tokio::spawn(async move {
+            if let Ok(l) = Self::launch(&crate::spec::Limits::default()).await {
+                if let Ok(mut s) = slot.lock() {
+                    if s.is_none() {
+                        *s = Some(l);
+                    }
+                }
+            }
+        });
+    }
+
+    fn take_spare(&self) -> Option<Launched> {
+        let mut l = self.spare.lock().ok()?.take()?;
+        l.alive().then_some(l)
+    }
+}
+
+impl Tier for ProcessTier {
+    fn name(&self) -> &'static str {
+        "process"
+    }
+
+    fn describe(&self) -> &'static str {
+        "limited subprocess: namespaces, cgroup, Landlock, seccomp, rlimits"
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Availability> {
+        Box::pin(self.probe_inner())
+    }
+
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+        Box::pin(self.run_inner(spec, ctx))
+    }
+}
+
+fn interpreter_on_host(lang: Language) -> Option<String> {
+    let cmd = lang.interpreter()[0];
+    if cmd.starts_with('/') {
+        return std::path::Path::new(cmd).exists().then(|| cmd.to_string());
+    }
+    ["/usr/local/bin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| format!("{d}/{cmd}"))
+        .find(|p| std::path::Path::new(p).exists())
+}
+
+impl ProcessTier {
+    async fn probe_inner(&self) -> Availability {
+        let mut checks = vec![];
+        match layout() {
+            Ok(l) => checks.push(Check::ok(
+                "cgroup",
+                format!("{} — memory and pids limits, CPU accounting", match l.version() {
+                    cgroup::Version::V1 => "v1",
+                    cgroup::Version::V2 => "v2",
+                }),
+            )),
+            Err(e) => checks.push(Check::fail(
+                "cgroup",
+                format!("unavailable: {e}; fork and memory bombs are contained only by rlimits and the pid namespace"),
+                "run sandbench as root, or on cgroup v2 from a delegated cgroup (systemd-run --user --scope -p Delegate=yes sandbench ...)",
+            )),
+        }
+        for lang in Language::ALL {
+            match interpreter_on_host(lang) {
+                Some(p) => checks.push(Check::ok(lang.name(), p)),
+                None => checks.push(Check::fail(
+                    lang.name(),
+                    format!("{} not found in /usr/local/bin:/usr/bin:/bin", lang.interpreter()[0]),
+                    "apt-get install python3",
+                )),
+            }
+        }
+        // The honest test: build a real sandbox and run a trivial program.
+        let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
+        spec.limits.wall_time = Duration::from_secs(10);
+        spec.label = "doctor probe".into();
+        let probe = ProcessTier { uid: self.uid, gid: self.gid, keep_spare: false, spare: Default::default() };
+        let report = crate::runner::run(Arc::new(probe), spec).await;
+        let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);
+        if sandbox_ok {
+            let d = &report.details;
+            checks.push(Check::ok(
+                "namespaces",
+                format!(
+                    "pid, net, mount, ipc, uts, cgroup{}",
+                    if d["user_ns"].as_bool() == Some(true) { ", user" } else { "" }
+                ),
+            ));
+            let ll = d["landlock"].as_str().unwrap_or("unknown").to_string();
+            if ll == "fully_enforced" || ll == "partially_enforced" {
+                checks.push(Check::ok("landlock", ll));
+            } else {
+                checks.push(Check::fail(
+                    "landlock",
+                    ll,
+                    "boot with lsm=landlock,... (CONFIG_SECURITY_LANDLOCK); the mount namespace still applies",
+                ));
+            }
+            checks.push(Check::ok(
+                "seccomp",
+                format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len()),
+            ));
+            checks.push(Check::ok("uid", format!("programs run as uid {}", d["uid"])));
+        } else {
+            let why = report.error.clone().unwrap_or_else(|| report.summary_line());
+            checks.push(Check::fail(
+                "sandbox",
+                format!("a trivial program failed: {why}"),
+                "check that user namespaces are allowed (sysctl kernel.unprivileged_userns_clone=1) and see the log",
+            ));
+        }
+        let available = sandbox_ok;
+        let summary = if available {
+            let cg = match layout() {
+                Ok(l) => format!("cgroup {:?}", l.version()).to_lowercase(),
+                Err(_) => "no cgroup: weaker containment".into(),
+            };
+            format!("ready ({cg}, landlock {}, seccomp)", report.details["landlock"].as_str().unwrap_or("?"))
+        } else {
+            "unavailable: the sandbox could not start a trivial program".into()
+        };
+        Availability { tier: "process".into(), available, summary, checks }
+    }
+
+    async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
+        ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+        let limits = spec.limits.clone();
+        let root = nix::unistd::geteuid().is_root();
+        let mut warnings: Vec<String> = vec![];
+        if limits.network {
+            warnings.push("network access was requested but the process tier never grants it".into());
+        }
+        let (mut launched, start) = match self.take_spare() {
+            Some(l) => (l, "warm"),
+            None => (Self::launch(&limits).await?, "cold"),
+        };
+        if let Some(c) = &launched.cg {
+            c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
+        }
+        warnings.extend(launched.warnings.iter().cloned());
+        for w in &warnings {
+            ctx.note(format!("warning: {w}")).await;
+        }
+        let nproc = if launched.cg.is_some() {
+            None
+        } else {
+            // RLIMIT_NPROC counts every process of the real uid, so leave room
+            // for the ones the user already has.
+            Some(count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids)
+        };
+        let config = SandboxConfig {
+            code: spec.code.clone(),
+            file_name: spec.language.file_name().into(),
+            interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
+            env: spec.sandbox_env("/work", "/tmp"),
+            user_ns: !root,
+            run_uid: self.uid,
+            run_gid: self.gid,
+            cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
+            data_limit: launched.cg.is_none().then_some(limits.memory_bytes),
+            file_size_bytes: limits.file_size_bytes,
+            disk_bytes: limits.disk_bytes,
+            open_files: limits.open_files,
+            nproc,
+        };
+        let result = self.execute(&spec, &ctx, config, &mut launched).await;
+        ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+        let final_stats = launched.cg.as_ref().map(|c| c.stats());
+        if let Some(mut c) = launched.cg.take() {
+            tokio::task::spawn_blocking(move || c.remove()).await.ok();
+        }
+        drop(launched);
+        self.refill();
+        let mut out = result?;
+        if let Some(s) = final_stats {
+            if let Some(u) = out.usage.as_mut() {
+                u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
+                u.pids = s.pids_peak.or(u.pids);
+                // The cgroup charges shared pages to whoever touched them
+                // first, rusage counts the biggest process: keep the larger.
+                u.memory_bytes = match (s.memory_peak, u.memory_bytes) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        if let Some(obj) = out.details.as_object_mut() {
+            obj.insert("warnings".into(), json!(warnings));
+            obj.insert("start".into(), json!(start));
+        }
+        Ok(out)
+    }
+
+    async fn execute(
+        &self,
+        spec: &RunSpec,
+        ctx: &RunContext,
+        config: SandboxConfig,
+        launched: &mut Launched,
+    ) -> anyhow::Result<TierExit> {
+        let limits = &spec.limits;
+        let cg = launched.cg.as_ref();
+        let child = &mut launched.child;
+        let helper_pid = child.id().unwrap_or(0) as i32;
+        let mut stdin = launched.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let status_r = launched.status.take().ok_or_else(|| anyhow!("helper has no status pipe"))?;
+        let payload = serde_json::to_vec(&config)?;
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(&payload).await;
+        });
+        let out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone()));
+        let err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone()));
+        let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
+        let mut status = BufReader::new(status_rx);
+
+        let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut judge = Judge::new(limits);
+        let mut isolation = json!({});
+        let mut exit: Option<Status> = None;
+        let mut error: Option<String> = None;
+        let mut killed = false;
+        let mut helper_done = false;
+        let mut status_eof = false;
+        let mut line = Vec::new();
+
+        while !(helper_done && status_eof) {
+            tokio::select! {
+                r = read_line_bounded(&mut status, &mut line), if !status_eof => {
+                    match r {
+                        Ok(0) | Err(_) => status_eof = true,
+                        Ok(_) => match sandbox::parse_status(&line) {
+                            Status::Started => {
+                                ctx.emit(EventKind::Phase(Phase::Running)).await;
+                                // The program exists from now on: count it even
+                                // if it exits before the first tick.
+                                ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
+                            }
+                            Status::Isolation { landlock, seccomp, uid, user_ns } => {
+                                isolation = json!({
+                                    "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
+                                });
+                            }
+                            Status::Warning { msg } => ctx.note(msg).await,
+                            Status::Error { msg } => { error.get_or_insert(msg); }
+                            s @ Status::Exit { .. } => exit = Some(s),
+                        },
+                    }
+                }
+                st = child.wait(), if !helper_done => {
+                    helper_done = true;
+                    if let Err(e) = st { error.get_or_insert(format!("lost the sandbox helper: {e}")); }
+                    // Stragglers (a daemon the program left) die with their
+                    // namespace; the cgroup kill makes sure of it.
+                    if let Some(c) = cg { c.kill_all(); }
+                }
+                _ = ctx.stop.cancelled(), if !killed => {
+                    killed = true;
+                    let _ = child.start_kill();
+                    if let Some(c) = cg { c.kill_all(); }
+                }
+                _ = ticker.tick(), if !helper_done => {
+                    let (sample, counters) = match cg {
+                        Some(c) => {
+                            let s = c.stats();
+                            (UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }, s.counters())
+                        }
+                        None => {
+                            // Without a cgroup only the CPU of the tree is known.
+                            let u = proc_tree_sample(helper_pid);
+                            (u, judge::Counters { cpu_ms: u.cpu_ms, ..Default::default() })
+                        }
+                    };
+                    ctx.usage(sample).await;
+                    if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !killed {
+                        killed = true;
+                        let _ = child.start_kill();
+                        if let Some(c) = cg { c.kill_all(); }
+                    }
+                }
+            }
+        }
+        let _ = writer.await;
+        let _ = out_task.await;
+        let _ = err_task.await;
+        let final_counters = cg.map(|c| c.stats().counters());
+        if let Some(c) = &final_counters {
+            judge.sample(ctx, c).await;
+        }
+        if let Some(msg) = error {
+            if exit.is_none() {
+                return Err(anyhow!("{msg}"));
+            }
+            ctx.note(msg).await;
+        }
+        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, disk_full }) = exit else {
+            if killed || ctx.stop.is_cancelled() {
+                ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
+                return Ok(TierExit { usage: None, details: isolation_details(isolation, cg) });
+            }
+            return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
+        };
+        let x = ExitStatus { code, signal };
+        // Whole-sandbox CPU from the cgroup; without one, init's rusage of
+        // the program (kernel-kept, after its exit).
+        let mut counters = final_counters.unwrap_or_default();
+        counters.cpu_ms = counters.cpu_ms.or(Some(cpu_ms));
+        let facts = ExitFacts {
+            status: x,
+            counters,
+            rlimit_signals_trusted: false,
+            capped_files: fsize_hit.into_iter().collect(),
+            full_mounts: if disk_full { vec!["/work, /tmp or /dev/shm".into()] } else { vec![] },
+        };
+        judge.exit(ctx, &facts).await;
+        ctx.emit(EventKind::Exit(x)).await;
+        let mut details = isolation_details(isolation, cg);
+        details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
+        Ok(TierExit {
+            usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(max_rss_kb * 1024), pids: None }),
+            details,
+        })
+    }
+}
+
+fn isolation_details(mut iso: serde_json::Value, cg: Option<&RunCgroup>) -> serde_json::Value {
+    iso["cgroup"] = match cg {
+        Some(c) => json!(c.version()),
+        None => serde_json::Value::Null,
+    };
+    iso["namespaces"] = json!(["pid", "net", "mount", "ipc", "uts", "cgroup"]);
+    if iso["user_ns"].as_bool() == Some(true) {
+        if let Some(a) = iso["namespaces"].as_array_mut() {
+            a.push(json!("user"));
+        }
+    }
+    iso["start"] = json!("cold");
+    iso
+}
+
+/// Read one line of at most 64 KiB; longer lines are cut (the rest is read as
+/// further lines and fails to parse, which is reported, not trusted).
+async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    line.clear();
+    let n = (&mut *r).take(64 * 1024).read_until(b'\n', line).await?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    Ok(n)
+}
+
+async fn pump<R: AsyncRead + Unpin>(src: Option<R>, stream: Stream, ctx: RunContext) {
+    let Some(mut src) = src else { return };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match src.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await;
+            }
+        }
+    }
+}
+
+fn count_user_processes(uid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+                .filter(|e| e.metadata().map(|m| m.uid() == uid).unwrap_or(false))
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// Usage without a cgroup: walk /proc for the helper's descendants.
+fn proc_tree_sample(root: i32) -> UsageSample {
+    use nix::unistd::{sysconf, SysconfVar};
+    let tick = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
+    let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096).max(1) as u64;
+    let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // The command name may contain spaces and parentheses: parse after the last ')'.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+            let f: Vec<&str> = rest.split(' ').collect();
+            if f.len() < 22 {
+                continue;
+            }
+            let ppid = f[1].parse().unwrap_or(0);
+            let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+            let rss = f[21].parse::<u64>().unwrap_or(0);
+            procs.push((pid, ppid, cpu, rss));
+        }
+    }
+    let mut set = vec![root];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for p in &procs {
+            if !set.contains(&p.0) && set.contains(&p.1) {
+                set.push(p.0);
+                grew = true;
+            }
+        }
+    }
+    let ours: Vec<_> = procs.iter().filter(|p| set.contains(&p.0) && p.0 != root).collect();
+    UsageSample {
+        cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
+        memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
+        pids: Some(ours.len() as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bounded_lines() {
+        let data = vec![b'x'; 100_000];
+        let mut r = BufReader::new(&data[..]);
+        let mut line = vec![];
+        let n = read_line_bounded(&mut r, &mut line).await.unwrap();
+        assert_eq!(n, 64 * 1024);
+        assert!(matches!(sandbox::parse_status(&line), Status::Error { .. }));
+    }
+}

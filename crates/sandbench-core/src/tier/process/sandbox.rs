@@ -1,0 +1,532 @@
+//! The in-sandbox side of the process tier. `sandbench __sandbox` is exec'd
+//! fresh (single-threaded, so fork is safe), reads its `SandboxConfig` on
+//! stdin and builds the sandbox:
+//!
+//! ```text
+//! helper (joins the run's cgroup, unshares namespaces)
+//!   └─ init, pid 1 of a new pid namespace (mounts, pivot_root; reaps; reports)
+//!        └─ program (Landlock, rlimits, unprivileged uid, seccomp, exec)
+//! ```
+//! When init exits the kernel kills every process left in the namespace, so
+//! daemons cannot outlive the run; the helper and init die with their parent
+//! (PR_SET_PDEATHSIG), so nothing survives sandbench being killed either.
+//! Status goes to the host as JSON lines on fd 3.
+#![allow(unsafe_code)] // fork, exec and raw descriptors between them: the sandbox helper is plumbing
+
+use std::ffi::CString;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::resource::{setrlimit, Resource};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, ForkResult, Gid, Uid};
+use serde::{Deserialize, Serialize};
+
+pub const STATUS_FD: i32 = 3;
+pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
+
+/// The helper's first line on stdin: enough to join the run's cgroup. The
+/// join (a cgroup v1 migration waits for an RCU grace period, ~10 ms) can so
+/// happen ahead of time in a spare helper that then waits for its program.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Prepare {
+    pub host_pid: i32,
+    pub cgroup_procs: Vec<String>,
+    /// Unprivileged: map our own uid into a new user namespace.
+    pub user_ns: bool,
+}
+
+/// The rest of stdin: the program and how to run it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxConfig {
+    pub code: String,
+    pub file_name: String,
+    pub interpreter: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Unprivileged: map our own uid into a new user namespace.
+    pub user_ns: bool,
+    /// Root: the uid/gid to drop to.
+    pub run_uid: u32,
+    pub run_gid: u32,
+    pub cpu_secs: u64,
+    /// RLIMIT_DATA, only when no cgroup contains the run: a cgroup limits
+    /// resident memory, which is what the memory limit means; a virtual-size
+    /// limit would refuse thread stacks and mappings long before that.
+    pub data_limit: Option<u64>,
+    pub file_size_bytes: u64,
+    pub disk_bytes: u64,
+    pub open_files: u64,
+    /// RLIMIT_NPROC, only when no cgroup contains the run.
+    pub nproc: Option<u64>,
+}
+
+/// Status lines from the sandbox to the host.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Status {
+    /// What was actually applied.
+    Isolation {
+        landlock: String,
+        seccomp: bool,
+        uid: u32,
+        user_ns: bool,
+    },
+    /// The program is about to exec.
+    Started,
+    Warning {
+        msg: String,
+    },
+    Error {
+        msg: String,
+    },
+    Exit {
+        code: Option<i32>,
+        signal: Option<i32>,
+        cpu_ms: u64,
+        max_rss_kb: u64,
+        /// A file at the file-size limit, if one was found.
+        fsize_hit: Option<String>,
+        disk_full: bool,
+    },
+}
+
+fn send(status: &Status) {
+    // fd 3 is the status pipe; write(2) of a small line is atomic.
+    let mut line = serde_json::to_string(status).unwrap_or_default();
+    line.push('\n');
+    let _ = nix::unistd::write(unsafe { std::os::fd::BorrowedFd::borrow_raw(STATUS_FD) }, line.as_bytes());
+}
+
+fn fail(msg: String) -> ! {
+    send(&Status::Error { msg });
+    unsafe { libc::_exit(121) }
+}
+
+/// Entry point of `sandbench __sandbox`. Never returns.
+pub fn helper_main() -> ! {
+    let mut stdin = std::io::BufReader::new(std::io::stdin().take(MAX_CONFIG_BYTES));
+    let mut line = String::new();
+    if let Err(e) = std::io::BufRead::read_line(&mut stdin, &mut line) {
+        fail(format!("sandbox helper: cannot read its first line: {e}"));
+    }
+    let prep: Prepare = match serde_json::from_str(&line) {
+        Ok(c) => c,
+        Err(e) => fail(format!("sandbox helper: bad first line: {e}")),
+    };
+    // PDEATHSIG was set before exec; if the host died in between, stop now.
+    if nix::unistd::getppid().as_raw() != prep.host_pid {
+        unsafe { libc::_exit(122) }
+    }
+    let me = std::process::id().to_string();
+    for p in &prep.cgroup_procs {
+        if let Err(e) = fs::write(p, &me) {
+            fail(format!("cannot join cgroup {p}: {e}"));
+        }
+    }
+    // Namespaces do not depend on the program: a spare makes them ahead too.
+    let uid = nix::unistd::getuid();
+    let gid = nix::unistd::getgid();
+    let mut flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    if prep.user_ns {
+        flags |= CloneFlags::CLONE_NEWUSER;
+    }
+    if let Err(e) = unshare(flags) {
+        let hint = if prep.user_ns {
+            " (unprivileged user namespaces may be disabled: sysctl -w kernel.unprivileged_userns_clone=1)"
+        } else {
+            ""
+        };
+        fail(format!("cannot create namespaces: {e}{hint}"));
+    }
+    if prep.user_ns {
+        // Identity map: our uid keeps its number; capabilities inside the
+        // namespace are gone at exec because the uid is not 0.
+        let maps = [
+            ("/proc/self/setgroups", "deny".to_string()),
+            ("/proc/self/uid_map", format!("{uid} {uid} 1")),
+            ("/proc/self/gid_map", format!("{gid} {gid} 1")),
+        ];
+        for (f, v) in maps {
+            if let Err(e) = fs::write(f, v) {
+                fail(format!("cannot write {f}: {e}"));
+            }
+        }
+    }
+    // A spare helper waits here until a run hands it a program.
+    let mut buf = Vec::new();
+    if let Err(e) = stdin.read_to_end(&mut buf) {
+        fail(format!("sandbox helper: cannot read its config: {e}"));
+    }
+    if buf.is_empty() {
+        // The host let a spare go unused: leave quietly.
+        unsafe { libc::_exit(0) }
+    }
+    let mut cfg: SandboxConfig = match serde_json::from_slice(&buf) {
+        Ok(c) => c,
+        Err(e) => fail(format!("sandbox helper: bad config: {e}")),
+    };
+    cfg.user_ns = prep.user_ns;
+    drop(buf);
+    // stdin becomes /dev/null: the program gets no input.
+    match fs::File::open("/dev/null") {
+        Ok(f) => {
+            let _ = nix::unistd::dup2_stdin(&f);
+        }
+        Err(e) => fail(format!("cannot open /dev/null: {e}")),
+    }
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => init_main(&cfg, uid.as_raw(), gid.as_raw()),
+        Ok(ForkResult::Parent { child }) => {
+            // Only the status pipe matters now; the program's output reaches
+            // the host through its own copies of stdout and stderr, so the
+            // host sees EOF when the program side is gone.
+            if let Ok(null) = fs::OpenOptions::new().write(true).open("/dev/null") {
+                let _ = nix::unistd::dup2_stdout(&null);
+                let _ = nix::unistd::dup2_stderr(&null);
+            }
+            let st = waitpid(child, None);
+            if let Ok(WaitStatus::Signaled(_, sig, _)) = st {
+                send(&Status::Warning { msg: format!("sandbox init killed by {sig}") });
+            }
+            unsafe { libc::_exit(0) }
+        }
+        Err(e) => fail(format!("fork of the sandbox init failed: {e}")),
+    }
+}
+
+fn set_pdeathsig() {
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+}
+
+fn bind_ro(src: &Path, dst: &Path) -> Result<(), String> {
+    mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+        .map_err(|e| format!("bind {}: {e}", src.display()))?;
+    // A remount must keep the flags the host mount had (nosuid, nodev, ...):
+    // the kernel refuses to clear them inside a user namespace.
+    let keep = nix::sys::statvfs::statvfs(dst)
+        .map(|s| {
+            use nix::sys::statvfs::FsFlags;
+            let f = s.flags();
+            let mut m = MsFlags::empty();
+            for (a, b) in [
+                (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+                (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+                (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+                (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+                (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+                (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+            ] {
+                if f.contains(a) {
+                    m |= b;
+                }
+            }
+            m
+        })
+        .unwrap_or(MsFlags::empty());
+    mount(
+        None::<&str>,
+        dst,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | keep,
+        None::<&str>,
+    )
+    .map_err(|e| format!("remount {} read-only: {e}", dst.display()))
+}
+
+fn tmpfs(dst: &Path, opts: &str, extra: MsFlags) -> Result<(), String> {
+    mount(Some("tmpfs"), dst, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV | extra, Some(opts))
+        .map_err(|e| format!("mount tmpfs on {}: {e}", dst.display()))
+}
+
+/// Build the sandbox's file system view under a fresh tmpfs root and pivot
+/// into it: system directories read-only, /work and /tmp private tmpfs, a
+/// minimal /dev, a /proc of the new pid namespace. Nothing else of the host.
+fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
+    let r = |e: nix::Error, what: &str| format!("{what}: {e}");
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(|e| r(e, "make mounts private"))?;
+    let root = Path::new("/tmp");
+    tmpfs(root, "size=1m,nr_inodes=256,mode=0755", MsFlags::empty())?;
+    for d in ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt"] {
+        let src = Path::new("/").join(d);
+        let dst = root.join(d);
+        let Ok(meta) = fs::symlink_metadata(&src) else { continue };
+        if meta.file_type().is_symlink() {
+            let target = fs::read_link(&src).map_err(|e| format!("readlink {}: {e}", src.display()))?;
+            std::os::unix::fs::symlink(target, &dst).map_err(|e| format!("symlink {d}: {e}"))?;
+        } else if meta.is_dir() {
+            fs::create_dir(&dst).map_err(|e| format!("mkdir {d}: {e}"))?;
+            bind_ro(&src, &dst)?;
+        }
+    }
+    for d in ["proc", "dev", "work", "tmp"] {
+        fs::create_dir(root.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
+    }
+    mount(
+        Some("proc"),
+        &root.join("proc"),
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| r(e, "mount /proc"))?;
+    let dev = root.join("dev");
+    tmpfs(&dev, "size=64k,nr_inodes=64,mode=0755", MsFlags::MS_NOEXEC)?;
+    for n in ["null", "zero", "full", "random", "urandom"] {
+        let dst = dev.join(n);
+        fs::File::create(&dst).map_err(|e| format!("create /dev/{n}: {e}"))?;
+        mount(Some(&Path::new("/dev").join(n)), &dst, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .map_err(|e| r(e, &format!("bind /dev/{n}")))?;
+    }
+    for (l, t) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(t, dev.join(l)).map_err(|e| format!("symlink /dev/{l}: {e}"))?;
+    }
+    fs::create_dir(dev.join("shm")).map_err(|e| format!("mkdir /dev/shm: {e}"))?;
+    let (uid, gid) = owner;
+    let inodes = 4096;
+    tmpfs(&dev.join("shm"), &format!("size=8m,nr_inodes=64,mode=1777,uid={uid},gid={gid}"), MsFlags::MS_NOEXEC)?;
+    let size = cfg.disk_bytes.max(4096);
+    tmpfs(
+        &root.join("work"),
+        &format!("size={size},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}"),
+        MsFlags::empty(),
+    )?;
+    tmpfs(&root.join("tmp"), &format!("size={size},nr_inodes={inodes},mode=1777"), MsFlags::empty())?;
+    let prog = root.join("work").join(&cfg.file_name);
+    fs::write(&prog, &cfg.code).map_err(|e| format!("write the program: {e}"))?;
+    let _ = std::os::unix::fs::chown(&prog, Some(uid), Some(gid));
+    let _ = fs::set_permissions(&prog, fs::Permissions::from_mode(0o644));
+
+    nix::unistd::chdir(root).map_err(|e| r(e, "chdir new root"))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| r(e, "pivot_root"))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| r(e, "detach the old root"))?;
+    nix::unistd::chdir("/").map_err(|e| r(e, "chdir /"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .map_err(|e| r(e, "make the root read-only"))?;
+    let _ = nix::unistd::sethostname("sandbench");
+    Ok(())
+}
+
+fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
+    set_pdeathsig();
+    let (run_uid, run_gid) = if cfg.user_ns { (outer_uid, outer_gid) } else { (cfg.run_uid, cfg.run_gid) };
+    if let Err(e) = build_root(cfg, (run_uid, run_gid)) {
+        fail(format!("sandbox file system: {e}"));
+    }
+    let main_pid = match unsafe { fork() } {
+        Ok(ForkResult::Child) => program_main(cfg, run_uid, run_gid),
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => fail(format!("fork of the program failed: {e}")),
+    };
+    // init keeps no copy of the program's output pipes: the host sees EOF as
+    // soon as the program side is gone.
+    if let Ok(null) = fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
+    loop {
+        let mut status = 0;
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let pid = unsafe { libc::wait4(-1, &mut status, 0, &mut ru) };
+        if pid < 0 {
+            if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
+                continue;
+            }
+            fail("init lost its program".into());
+        }
+        if pid != main_pid.as_raw() {
+            continue; // an orphan reparented to us
+        }
+        let (code, signal) = if libc::WIFSIGNALED(status) {
+            (None, Some(libc::WTERMSIG(status)))
+        } else {
+            (Some(libc::WEXITSTATUS(status)), None)
+        };
+        let cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
+            + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
+        let (fsize_hit, disk_full) = scan_scratch(cfg);
+        send(&Status::Exit { code, signal, cpu_ms, max_rss_kb: ru.ru_maxrss as u64, fsize_hit, disk_full });
+        // pid 1 exiting makes the kernel kill everything else in the namespace.
+        unsafe { libc::_exit(0) }
+    }
+}
+
+/// After the program: did it hit the file-size limit or fill its scratch
+/// space? Host-side evidence, not the program's word. Bounded, no symlinks.
+fn scan_scratch(cfg: &SandboxConfig) -> (Option<String>, bool) {
+    let mut hit = None;
+    let mut full = false;
+    for dir in ["/work", "/tmp", "/dev/shm"] {
+        if let Ok(s) = nix::sys::statvfs::statvfs(dir) {
+            if s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0) {
+                full = true;
+            }
+        }
+        if hit.is_some() {
+            continue;
+        }
+        let mut stack = vec![(Path::new(dir).to_path_buf(), 0)];
+        let mut budget = 20_000;
+        while let Some((d, depth)) = stack.pop() {
+            let Ok(rd) = fs::read_dir(&d) else { continue };
+            for e in rd.flatten() {
+                budget -= 1;
+                if budget == 0 {
+                    break;
+                }
+                let Ok(m) = e.metadata() else { continue };
+                if m.is_file() && m.len() >= cfg.file_size_bytes {
+                    hit = Some(e.path().to_string_lossy().chars().take(200).collect());
+                    break;
+                }
+                if m.is_dir() && depth < 16 {
+                    stack.push((e.path(), depth + 1));
+                }
+            }
+            if hit.is_some() || budget == 0 {
+                break;
+            }
+        }
+    }
+    (hit, full)
+}
+
+fn landlock() -> String {
+    use landlock::{
+        path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    };
+    let abi = ABI::V6;
+    let result = (|| -> Result<RulesetStatus, landlock::RulesetError> {
+        let status = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(abi))?
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)?
+            .create()?
+            .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
+            .add_rules(path_beneath_rules(["/work", "/tmp", "/dev/shm"], AccessFs::from_all(abi)))?
+            .add_rules(path_beneath_rules(["/dev/null", "/dev/zero", "/dev/full"], AccessFs::from_all(abi)))?
+            .restrict_self()?;
+        Ok(status.ruleset)
+    })();
+    match result {
+        Ok(RulesetStatus::FullyEnforced) => "fully_enforced".into(),
+        Ok(RulesetStatus::PartiallyEnforced) => "partially_enforced".into(),
+        Ok(RulesetStatus::NotEnforced) => "not_enforced".into(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+fn rlimit(res: Resource, v: u64, hard: u64) -> Result<(), String> {
+    setrlimit(res, v, hard).map_err(|e| format!("setrlimit {res:?}: {e}"))
+}
+
+fn find_in_path(cmd: &str, env: &[(String, String)]) -> Option<CString> {
+    if cmd.contains('/') {
+        return CString::new(cmd).ok();
+    }
+    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
+    for dir in path.split(':').filter(|d| d.starts_with('/')) {
+        let p = Path::new(dir).join(cmd);
+        if let Ok(m) = fs::metadata(&p) {
+            if m.is_file() && m.permissions().mode() & 0o111 != 0 {
+                return CString::new(p.as_os_str().as_encoded_bytes()).ok();
+            }
+        }
+    }
+    None
+}
+
+fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
+    // A program that outlives init is killed with the namespace anyway; this
+    // also covers the window before init's own wait loop starts.
+    set_pdeathsig();
+    let _ = nix::unistd::setsid();
+    if let Err(e) = nix::unistd::chdir("/work") {
+        fail(format!("chdir /work: {e}"));
+    }
+    let landlock = landlock();
+    let limits = || -> Result<(), String> {
+        rlimit(Resource::RLIMIT_CPU, cfg.cpu_secs, cfg.cpu_secs + 1)?;
+        if let Some(n) = cfg.data_limit {
+            rlimit(Resource::RLIMIT_DATA, n, n)?;
+        }
+        rlimit(Resource::RLIMIT_FSIZE, cfg.file_size_bytes, cfg.file_size_bytes)?;
+        rlimit(Resource::RLIMIT_NOFILE, cfg.open_files, cfg.open_files)?;
+        rlimit(Resource::RLIMIT_CORE, 0, 0)?;
+        rlimit(Resource::RLIMIT_MEMLOCK, 0, 0)?;
+        if let Some(n) = cfg.nproc {
+            rlimit(Resource::RLIMIT_NPROC, n, n)?;
+        }
+        Ok(())
+    };
+    if let Err(e) = limits() {
+        fail(e);
+    }
+    if !cfg.user_ns {
+        let drop = || -> nix::Result<()> {
+            nix::unistd::setgroups(&[])?;
+            nix::unistd::setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))?;
+            nix::unistd::setresuid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid))
+        };
+        if let Err(e) = drop() {
+            fail(format!("cannot drop to uid {uid}: {e}"));
+        }
+    }
+    unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    let mut argv: Vec<CString> = vec![];
+    let Some(exe) = cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)) else {
+        fail(format!(
+            "{} is not installed where the sandbox can see it (PATH /usr/local/bin:/usr/bin:/bin); install it, e.g. apt-get install python3",
+            cfg.interpreter.first().map(String::as_str).unwrap_or("?")
+        ));
+    };
+    for a in cfg.interpreter.iter().chain(std::iter::once(&cfg.file_name)) {
+        argv.push(CString::new(a.as_str()).unwrap_or_default());
+    }
+    let envp: Vec<CString> = cfg.env.iter().filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok()).collect();
+    let programs = match super::seccomp::programs() {
+        Ok(p) => p,
+        Err(e) => fail(e),
+    };
+    send(&Status::Isolation { landlock, seccomp: true, uid: nix::unistd::getuid().as_raw(), user_ns: cfg.user_ns });
+    for p in &programs {
+        if let Err(e) = seccompiler::apply_filter(p) {
+            fail(format!("seccomp: {e}"));
+        }
+    }
+    send(&Status::Started);
+    // Every inherited descriptor past stderr (the status pipe included)
+    // closes at exec: the program never sees them.
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    let err = nix::unistd::execve(&exe, &argv, &envp).unwrap_err();
+    // Reopen-free error path: close_range only marked fd 3 CLOEXEC.
+    fail(format!("cannot start {}: {err}", exe.to_string_lossy()));
+}
+
+/// Decode one status line; anything malformed is an error line, never a panic.
+pub fn parse_status(line: &[u8]) -> Status {
+    serde_json::from_slice(line)
+        .unwrap_or_else(|e| Status::Error { msg: format!("malformed status from the sandbox: {e}") })
+}

@@ -1,0 +1,66 @@
+//! `sandbench gauntlet`: the safety matrix, as a regression check.
+
+use super::gauntlet_render as render;
+use crate::cli::{GauntletArgs, MatrixFormat};
+use crate::config::Config;
+use crate::gauntlet;
+use crate::samples;
+use crate::tier;
+
+use super::usage;
+
+/// Tiers named in `SANDBENCH_REQUIRE_TIERS` must be available (CI sets it).
+pub fn required_tiers() -> Vec<String> {
+    std::env::var("SANDBENCH_REQUIRE_TIERS")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
+    let names = match &args.tiers {
+        Some(list) => tier::parse_list(list).map_err(usage)?,
+        None => tier::KNOWN.iter().map(|s| s.to_string()).collect(),
+    };
+    let dir = args.samples.clone().unwrap_or_else(samples::default_dir);
+    let all = samples::load_dir(&dir).map_err(|e| usage(format!("{e:#}")))?;
+    if all.is_empty() {
+        return Err(usage(format!("no samples in {}", dir.display())));
+    }
+    let required = required_tiers();
+    let (tiers, skipped) = tier::probe_selected(&names, config).await?;
+    for (n, why) in &skipped {
+        if required.contains(n) || args.tiers.is_some() && names.len() == 1 {
+            anyhow::bail!("the {n} tier is not available: {why} (run `sandbench doctor`)");
+        }
+    }
+    // Hostile cells run one after the other: pools fill meanwhile.
+    for t in &tiers {
+        let t = t.clone();
+        tokio::spawn(async move { t.prewarm().await });
+    }
+    if tiers.is_empty() {
+        anyhow::bail!("no selected tier is available here (run `sandbench doctor`)");
+    }
+    let limits = args.limits.apply(gauntlet::default_limits());
+    let progress = args.format == MatrixFormat::Table;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let printer = tokio::spawn(async move {
+        while let Some(ev) = rx.recv().await {
+            if let (true, gauntlet::GauntletEvent::CellDone(c)) = (progress, ev) {
+                eprintln!("  {:<18} {:<8} {}", c.sample, c.tier, c.verdict.short());
+            }
+        }
+    });
+    let matrix = gauntlet::run(tiers, skipped, all, limits, args.repeat, Some(tx)).await;
+    let _ = printer.await;
+    let out = match args.format {
+        MatrixFormat::Table => render::table(&matrix),
+        MatrixFormat::Markdown => render::markdown(&matrix),
+        MatrixFormat::Json => render::json(&matrix),
+    };
+    println!("{out}");
+    Ok(if matrix.mismatches == 0 { 0 } else { 1 })
+}

@@ -1,0 +1,152 @@
+//! `sandbench run`: one program, live output, then a summary or one JSON report.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::Path;
+
+use crate::cli::{Format, RunArgs};
+use crate::config::Config;
+use crate::event::{EventKind, Stream};
+use crate::report::{Outcome, RunReport};
+use crate::runner::Update;
+use crate::spec::{Language, RunSpec};
+use crate::{runner, sanitize, tier};
+
+use super::usage;
+
+/// Read the program and build its spec from the flags and the config.
+pub fn load_spec(path: &Path, lang: Option<Language>, config: &Config) -> anyhow::Result<RunSpec> {
+    let code = if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| usage(format!("cannot read the program from standard input: {e}")))?;
+        s
+    } else {
+        let bytes = std::fs::read(path).map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+        String::from_utf8(bytes).map_err(|_| usage(format!("{} is not UTF-8 text", path.display())))?
+    };
+    if code.trim().is_empty() {
+        return Err(usage(format!("{} is empty: nothing to run", display(path))));
+    }
+    let language = match lang.or_else(|| Language::from_path(path)) {
+        Some(l) => l,
+        None => {
+            return Err(usage(format!(
+                "cannot tell the language of {} from its name; pass --lang python or --lang sh",
+                display(path)
+            )))
+        }
+    };
+    let mut spec = RunSpec::new(language, code);
+    spec.limits = config.limits.clone();
+    spec.label = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "-".into());
+    Ok(spec)
+}
+
+fn display(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "standard input".into()
+    } else {
+        path.display().to_string()
+    }
+}
+
+pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
+    let tier_name = args.tier.clone().unwrap_or_else(|| config.default_tier.clone());
+    // One run and out: a spare sandbox for a next run would only be torn down.
+    let mut one_shot = config.clone();
+    one_shot.process.spare = false;
+    let tier = tier::by_name(&tier_name, &one_shot).map_err(|e| usage(e.to_string()))?;
+    let mut spec = load_spec(&args.file, args.lang, config)?;
+    spec.limits = args.limits.apply(spec.limits);
+    spec.env.extend(args.env.iter().cloned());
+
+    let mut handle = runner::start(tier, spec);
+    // Ctrl-C cancels the run (and so cleans it up) instead of killing us mid-way.
+    let canceller = handle.canceller();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            canceller.cancel();
+        }
+    });
+    let text = args.format == Format::Text;
+    let tty_out = std::io::stdout().is_terminal();
+    let tty_err = std::io::stderr().is_terminal();
+    let mut report: Option<RunReport> = None;
+    while let Some(update) = handle.events.recv().await {
+        let ev = match update {
+            Update::Finished(r) => {
+                report = Some(*r);
+                continue;
+            }
+            Update::Event(ev) => ev,
+        };
+        match ev.kind {
+            EventKind::Output(stream, bytes) if text => {
+                let tty = match stream {
+                    Stream::Stdout => tty_out,
+                    Stream::Stderr => tty_err,
+                };
+                // A terminal gets the program's bytes with every control made
+                // visible; a pipe or file gets them exactly.
+                let data = if tty { sanitize::visible_controls(&bytes).into_bytes() } else { bytes };
+                let _ = match stream {
+                    Stream::Stdout => std::io::stdout().write_all(&data).and_then(|_| std::io::stdout().flush()),
+                    Stream::Stderr => std::io::stderr().write_all(&data),
+                };
+            }
+            EventKind::Violation(v) if text => {
+                eprintln!(
+                    "\nsandbench: {} — {} (at {:.0} ms)",
+                    v.kind.name(),
+                    sanitize::visible_controls(v.detail.as_bytes()),
+                    v.at_ms
+                );
+            }
+            EventKind::Note(n) if text => eprintln!("sandbench: {}", sanitize::visible_controls(n.as_bytes())),
+            _ => {}
+        }
+    }
+    let Some(report) = report else {
+        anyhow::bail!("the run ended without a report (see the log)");
+    };
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Text => eprintln!("{}", summary(&report)),
+    }
+    Ok(if report.outcome == Outcome::Error { 1 } else { 0 })
+}
+
+/// The closing lines of a text-mode run.
+pub fn summary(r: &RunReport) -> String {
+    let t = &r.timings_ms;
+    let u = &r.usage;
+    let mut s = format!(
+        "\n── sandbench · {} · {} ──\noutcome   {}\nexit      {}\n",
+        r.tier,
+        r.label,
+        r.outcome.name(),
+        r.exit.describe()
+    );
+    if let Some(e) = &r.error {
+        s.push_str(&format!("error     {e}\n"));
+    }
+    for v in &r.violations {
+        s.push_str(&format!("violation {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+    }
+    s.push_str(&format!(
+        "time      setup {:.1} ms · run {:.1} ms · teardown {:.1} ms · total {:.1} ms\n",
+        t.setup, t.run, t.teardown, t.total
+    ));
+    let opt = |v: Option<u64>, f: &dyn Fn(u64) -> String| v.map(f).unwrap_or_else(|| "unknown".into());
+    s.push_str(&format!(
+        "usage     cpu {} · peak memory {} · peak pids {}",
+        opt(u.cpu_ms, &|c| format!("{c} ms")),
+        opt(u.peak_memory_bytes, &|b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+        opt(u.peak_pids, &|p| p.to_string()),
+    ));
+    if r.stdout_truncated || r.stderr_truncated {
+        s.push_str("\noutput    truncated at the output limit");
+    }
+    s
+}

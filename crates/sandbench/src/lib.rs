@@ -1,0 +1,12 @@
+//! The `sandbench` front ends: the command line (`cli`, `cmd`) and the
+//! workbench (`tui`), over the engine in `sandbench_core`. The engine's
+//! modules are re-exported under their own names so front-end code (and the
+//! integration tests) can say `sandbench::runner` as before.
+
+pub use sandbench_core::{
+    agent, bench, config, event, gauntlet, host, judge, report, runner, samples, sanitize, setup, spec, stats, tier,
+};
+
+pub mod cli;
+pub mod cmd;
+pub mod tui;

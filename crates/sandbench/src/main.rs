@@ -1,0 +1,127 @@
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+use sandbench::cli::{Cli, Command};
+use sandbench::cmd::{self, UsageError};
+use sandbench::config::{self, Config};
+
+fn main() -> ExitCode {
+    // The sandbox helper is this same binary, exec'd fresh; it must not start
+    // a runtime or parse arguments.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
+        sandbench::tier::process::sandbox::helper_main();
+    }
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind::*;
+            if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // One line: clap's first line without its "error: " prefix.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("sandbench: {first} (see sandbench --help)");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging();
+    if matches!(cli.command, Some(Command::Gauntlet(_)))
+        && std::env::var_os(sandbench::gauntlet::canary::SECRET_VAR).is_none()
+    {
+        // The gauntlet's secret canary lives in sandbench's own environment.
+        // Set it before any thread exists.
+        std::env::set_var(sandbench::gauntlet::canary::SECRET_VAR, "sk-ant-sandbench-canary-not-a-real-key");
+    }
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sandbench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sandbench: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = rt.block_on(async move {
+        sandbench::tier::reap_leftovers().await;
+        // The workbench owns its signals (it restores the terminal first);
+        // every other command ends on SIGTERM/SIGHUP through the same
+        // shutdown as a normal exit, so remote sandboxes and warm pools go too.
+        let own_signals = cli.command.is_none();
+        let command = async move {
+            match cli.command {
+                Some(Command::Run(a)) => cmd::run::run(a, &config).await,
+                Some(Command::Compare(a)) => cmd::compare::run(a, &config).await,
+                Some(Command::Doctor(a)) => cmd::doctor::run(a, &config).await,
+                Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
+                Some(Command::Gauntlet(a)) => cmd::gauntlet::run(a, &config).await,
+                Some(Command::Agent(a)) => cmd::agent::run(a, &config).await,
+                Some(Command::BenchUi(a)) => {
+                    sandbench::tui::bench_ui(&config, a.source, a.seconds, a.output, a.size.0, a.size.1).await
+                }
+                Some(Command::Setup(a)) => cmd::setup::run(a, &config).await,
+                Some(Command::Completions { shell }) => {
+                    clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
+                    Ok(0)
+                }
+                None => sandbench::tui::run(&config, cli.file, cli.theme).await,
+            }
+        };
+        let r = if own_signals {
+            command.await
+        } else {
+            tokio::select! {
+                r = command => r,
+                sig = terminating_signal() => Ok(128 + sig),
+            }
+        };
+        for w in sandbench::tier::shutdown().await {
+            eprintln!("sandbench: {}", sandbench::sanitize::inert_line(&w, 400));
+        }
+        r
+    });
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
+            eprintln!("sandbench: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Wait for SIGTERM or SIGHUP; the signal's number. Never resolves if the
+/// handlers cannot be installed (the default action then still ends us).
+async fn terminating_signal() -> i32 {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut hup)) = (signal(SignalKind::terminate()), signal(SignalKind::hangup())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => libc::SIGTERM,
+        _ = hup.recv() => libc::SIGHUP,
+    }
+}
+
+/// Logs go to a file, never to the terminal a run or the workbench uses.
+fn init_logging() {
+    let dir = config::log_dir();
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sandbench.log")) else {
+        return;
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBENCH_LOG").unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .try_init();
+}

@@ -1,0 +1,1316 @@
+//! The workbench state and everything it does in answer to keys and run
+//! events. No terminal here: the event loop (or a test) feeds `Msg`s in,
+//! takes `Effect`s (start / cancel a run) out, and draws with `widgets::draw`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratatui::crossterm::event::{KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::Rect;
+
+use super::agent_view::AgentView;
+use super::editor::Editor;
+use super::gauntlet_view::{GState, GauntletView};
+use super::highlight::{Highlighter, SyntaxAssets};
+use super::keymap::{self, Action, Ctx};
+use super::run_view::RunView;
+use super::theme::Theme;
+use super::widgets;
+use crate::event::RunEvent;
+use crate::samples::{self, Sample};
+use crate::spec::{self, format_size, Language, Limits, RunSpec};
+use crate::tier::Availability;
+
+/// Everything that reaches the app.
+#[derive(Debug)]
+pub enum Msg {
+    Key(KeyEvent),
+    Paste(String),
+    Run(u64, RunEvent),
+    /// A run's report: the last message about it.
+    Finished(u64, Box<crate::report::RunReport>),
+    /// Output of a run, already sanitized off the UI thread.
+    Lines {
+        id: u64,
+        at_ms: f64,
+        stream: crate::event::Stream,
+        lines: Vec<crate::tui::sanitize::StyledLine>,
+        partial: crate::tui::sanitize::StyledLine,
+        bytes: u64,
+    },
+    Probed(Availability),
+    Assets(Arc<SyntaxAssets>),
+    /// An event of the gauntlet with this id.
+    Gauntlet(u64, crate::gauntlet::GauntletEvent),
+    /// A finished cell of the gauntlet with this id, its output already cut
+    /// to bounded heads off the UI thread (the event loop's form of `CellDone`).
+    GauntletCell(u64, Box<super::gauntlet_view::CellView>),
+    /// The gauntlet with this id ended without its `Finished` (the engine failed).
+    GauntletFailed(u64, String),
+    /// An event of the agent session with this id.
+    Agent(u64, crate::agent::TranscriptEvent),
+    /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
+    Terminate,
+}
+
+impl std::fmt::Debug for SyntaxAssets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SyntaxAssets")
+    }
+}
+
+/// What the app asks the event loop to do.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    Start {
+        id: u64,
+        tier: String,
+        spec: RunSpec,
+    },
+    /// Cancel the run, gauntlet or agent session with this id.
+    Cancel(u64),
+    /// Run the gauntlet: `samples` on `tiers` (ready ones), one cell at a time.
+    Gauntlet {
+        id: u64,
+        tiers: Vec<String>,
+        skipped: Vec<(String, String)>,
+        samples: Vec<Sample>,
+        limits: Limits,
+    },
+    /// Start an agent session on `tier` with `limits`.
+    Agent {
+        id: u64,
+        tier: String,
+        limits: Limits,
+        task: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct TierEntry {
+    pub name: String,
+    /// `None` while the probe runs.
+    pub avail: Option<Availability>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Focus {
+    Editor,
+    Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Single,
+    Compare,
+    Gauntlet,
+    Agent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub text: String,
+    pub level: Level,
+    pub at: Instant,
+}
+
+pub struct SamplesPicker {
+    /// (group: "benign" / "hostile", sample)
+    pub items: Vec<(String, Sample)>,
+    pub selected: usize,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitField {
+    CpuTime,
+    WallTime,
+    Memory,
+    Pids,
+    FileSize,
+    Disk,
+    Output,
+}
+
+impl LimitField {
+    pub const ALL: [LimitField; 7] = [
+        LimitField::CpuTime,
+        LimitField::WallTime,
+        LimitField::Memory,
+        LimitField::Pids,
+        LimitField::FileSize,
+        LimitField::Disk,
+        LimitField::Output,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            LimitField::CpuTime => "CPU time",
+            LimitField::WallTime => "wall time",
+            LimitField::Memory => "memory",
+            LimitField::Pids => "pids",
+            LimitField::FileSize => "file size",
+            LimitField::Disk => "disk",
+            LimitField::Output => "output",
+        }
+    }
+
+    pub fn hint(self) -> &'static str {
+        match self {
+            LimitField::CpuTime | LimitField::WallTime => "e.g. 5s, 500ms, 2m",
+            LimitField::Pids => "a whole number",
+            _ => "e.g. 256M, 1G, 512K",
+        }
+    }
+
+    fn get(self, l: &Limits) -> String {
+        match self {
+            LimitField::CpuTime => fmt_duration(l.cpu_time),
+            LimitField::WallTime => fmt_duration(l.wall_time),
+            LimitField::Memory => format_size(l.memory_bytes),
+            LimitField::Pids => l.pids.to_string(),
+            LimitField::FileSize => format_size(l.file_size_bytes),
+            LimitField::Disk => format_size(l.disk_bytes),
+            LimitField::Output => format_size(l.output_bytes),
+        }
+    }
+
+    fn set(self, l: &mut Limits, s: &str) -> Result<(), String> {
+        match self {
+            LimitField::CpuTime => l.cpu_time = spec::parse_duration(s)?,
+            LimitField::WallTime => l.wall_time = spec::parse_duration(s)?,
+            LimitField::Memory => l.memory_bytes = spec::parse_size(s)?,
+            LimitField::Pids => l.pids = spec::parse_count(s)?,
+            LimitField::FileSize => l.file_size_bytes = spec::parse_size(s)?,
+            LimitField::Disk => l.disk_bytes = spec::parse_size(s)?,
+            LimitField::Output => l.output_bytes = spec::parse_size(s)?,
+        }
+        Ok(())
+    }
+}
+
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+pub struct LimitsForm {
+    pub fields: Vec<(LimitField, String)>,
+    pub selected: usize,
+    pub error: Option<String>,
+}
+
+pub enum Overlay {
+    Help { scroll: usize },
+    Samples(SamplesPicker),
+    Limits(LimitsForm),
+    SaveAs { input: String },
+    Search { input: String },
+}
+
+/// Screen areas from the last layout (for paging and scrolling).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Areas {
+    pub editor: Rect,
+    pub output: Rect,
+    /// Rows of the gauntlet matrix and of the details pane / the agent transcript.
+    pub list_rows: u16,
+    pub detail_rows: u16,
+}
+
+pub struct App {
+    pub theme: Theme,
+    pub editor: Editor,
+    pub path: Option<PathBuf>,
+    pub language: Language,
+    pub label: String,
+    assets: Option<Arc<SyntaxAssets>>,
+    pub highlighter: Option<Highlighter>,
+    pub tiers: Vec<TierEntry>,
+    pub tier: usize,
+    pub limits: Limits,
+    pub runs: BTreeMap<u64, RunView>,
+    /// The run the output and resources panes show.
+    pub current: Option<u64>,
+    /// The runs of the last compare, one per tier.
+    pub compare: Vec<u64>,
+    next_id: u64,
+    pub focus: Focus,
+    pub view: View,
+    pub overlay: Option<Overlay>,
+    /// Output pane: following the end, or showing from this absolute line.
+    pub follow: bool,
+    pub out_top: u64,
+    pub hscroll: usize,
+    pub status: Option<Status>,
+    clipboard: String,
+    pub samples_dirs: Vec<PathBuf>,
+    effects: Vec<Effect>,
+    /// Quit asked for; the loop ends once no run is active.
+    pub quitting: bool,
+    quit_armed: bool,
+    /// Something changed since the last draw.
+    pub dirty: bool,
+    pub areas: Areas,
+    /// Run clocks follow the wall clock (tests turn this off).
+    pub live_clock: bool,
+    /// Output search: the query, and the absolute line of the current match.
+    pub search: Option<String>,
+    pub found: Option<u64>,
+    /// The last (or running) gauntlet.
+    pub gauntlet: Option<GauntletView>,
+    pub agent: AgentView,
+    /// ANTHROPIC_API_KEY is in sandbench's environment (read at start: the
+    /// agent needs it; the gauntlet's secret-env canary looks for it).
+    pub api_key_set: bool,
+}
+
+impl App {
+    pub fn new(theme: Theme, tiers: &[&str], default_tier: &str, limits: Limits) -> App {
+        let tiers: Vec<TierEntry> = tiers.iter().map(|n| TierEntry { name: n.to_string(), avail: None }).collect();
+        let tier = tiers.iter().position(|t| t.name == default_tier).unwrap_or(0);
+        App {
+            theme,
+            editor: Editor::new("print(\"hello from the sandbox\")\n"),
+            path: None,
+            language: Language::Python,
+            label: "untitled.py".into(),
+            assets: None,
+            highlighter: None,
+            tiers,
+            tier,
+            limits,
+            runs: BTreeMap::new(),
+            current: None,
+            compare: vec![],
+            next_id: 1,
+            focus: Focus::Editor,
+            view: View::Single,
+            overlay: None,
+            follow: true,
+            out_top: 0,
+            hscroll: 0,
+            status: None,
+            clipboard: String::new(),
+            samples_dirs: default_samples_dirs(),
+            effects: vec![],
+            quitting: false,
+            quit_armed: false,
+            dirty: true,
+            areas: Areas::default(),
+            live_clock: true,
+            search: None,
+            found: None,
+            gauntlet: None,
+            agent: AgentView::new(),
+            api_key_set: std::env::var(crate::gauntlet::canary::SECRET_VAR).is_ok_and(|k| !k.trim().is_empty()),
+        }
+    }
+
+    /// Open a file: its text, or an empty buffer that saves there when it does not exist yet.
+    pub fn open(&mut self, path: &Path) -> anyhow::Result<()> {
+        let text = match std::fs::read(path) {
+            Ok(b) => String::from_utf8(b).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+        };
+        self.editor = Editor::new(&text);
+        self.set_language(Language::from_path(path).unwrap_or(Language::Python));
+        self.path = Some(path.to_path_buf());
+        self.label = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "-".into());
+        Ok(())
+    }
+
+    fn set_language(&mut self, l: Language) {
+        self.language = l;
+        if let Some(h) = &mut self.highlighter {
+            h.set_language(l);
+        }
+    }
+
+    pub fn selected_tier(&self) -> &TierEntry {
+        &self.tiers[self.tier]
+    }
+
+    pub fn current_run(&self) -> Option<&RunView> {
+        self.current.and_then(|id| self.runs.get(&id))
+    }
+
+    pub fn active_runs(&self) -> Vec<u64> {
+        self.runs.values().filter(|r| !r.finished()).map(|r| r.id).collect()
+    }
+
+    /// A run, a gauntlet or an agent session is going.
+    pub fn busy(&self) -> bool {
+        !self.active_runs().is_empty() || self.gauntlet.as_ref().is_some_and(|g| g.active()) || self.agent.running
+    }
+
+    /// What is going, for "F8 cancels it" messages.
+    fn busy_with(&self) -> &'static str {
+        if self.gauntlet.as_ref().is_some_and(|g| g.active()) {
+            "a gauntlet is going"
+        } else if self.agent.running {
+            "an agent session is going"
+        } else {
+            "a run is going"
+        }
+    }
+
+    /// The loop may stop: quit was asked for and nothing runs any more.
+    pub fn should_exit(&self) -> bool {
+        self.quitting && !self.busy()
+    }
+
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    pub fn say(&mut self, level: Level, text: impl Into<String>) {
+        self.status = Some(Status { text: text.into(), level, at: Instant::now() });
+        self.dirty = true;
+    }
+
+    /// Active keymap contexts, innermost first.
+    pub fn contexts(&self) -> Vec<Ctx> {
+        let inner = match &self.overlay {
+            Some(Overlay::Help { .. }) => Ctx::Help,
+            Some(Overlay::Samples(_)) => Ctx::Samples,
+            Some(Overlay::Limits(_)) => Ctx::Limits,
+            Some(Overlay::SaveAs { .. } | Overlay::Search { .. }) => Ctx::Prompt,
+            None if self.view == View::Compare => Ctx::Compare,
+            None if self.view == View::Gauntlet => Ctx::Gauntlet,
+            None if self.view == View::Agent => Ctx::Agent,
+            None if self.focus == Focus::Output => Ctx::Output,
+            None => Ctx::Editor,
+        };
+        vec![inner, Ctx::Global]
+    }
+
+    pub fn update(&mut self, msg: Msg) {
+        self.dirty = true;
+        match msg {
+            Msg::Key(k) => self.on_key(k),
+            Msg::Paste(s) => self.on_paste(&s),
+            Msg::Run(id, ev) => {
+                if let Some(r) = self.runs.get_mut(&id) {
+                    r.apply(ev);
+                }
+            }
+            Msg::Finished(id, report) => self.on_run_finished(id, report),
+            Msg::Lines { id, at_ms, stream, lines, partial, bytes } => {
+                if let Some(r) = self.runs.get_mut(&id) {
+                    r.apply_lines(at_ms, stream, lines, partial, bytes);
+                }
+            }
+            Msg::Probed(a) => {
+                if let Some(t) = self.tiers.iter_mut().find(|t| t.name == a.tier) {
+                    t.avail = Some(a);
+                }
+            }
+            Msg::Assets(a) => {
+                self.highlighter = Some(Highlighter::new(a.clone(), &self.theme.syntax, self.language));
+                self.assets = Some(a);
+            }
+            Msg::Terminate => self.quit(true),
+            Msg::Gauntlet(id, ev) => self.on_gauntlet_event(id, ev),
+            Msg::GauntletCell(id, cv) => {
+                if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id) {
+                    g.apply_cell(cv);
+                }
+            }
+            Msg::GauntletFailed(id, why) => {
+                if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id && g.active()) {
+                    g.fail(why.clone());
+                    self.say(Level::Error, format!("the gauntlet failed: {why}"));
+                }
+            }
+            Msg::Agent(id, ev) => {
+                if self.agent.id == Some(id) {
+                    let end = match &ev {
+                        crate::agent::TranscriptEvent::Finished { reason, turns, error, .. } => {
+                            Some((*reason, *turns, error.clone()))
+                        }
+                        _ => None,
+                    };
+                    self.agent.apply(ev);
+                    if let Some((reason, turns, error)) = end {
+                        use crate::agent::EndReason;
+                        match reason {
+                            EndReason::FinalAnswer => {
+                                self.say(Level::Info, format!("agent: final answer after {turns} turn(s)"))
+                            }
+                            EndReason::TurnLimit => {
+                                self.say(Level::Warn, format!("agent: turn limit ({turns}) reached"))
+                            }
+                            EndReason::Cancelled => self.say(Level::Info, "agent session cancelled"),
+                            EndReason::Error => self.say(
+                                Level::Error,
+                                format!(
+                                    "agent: {}",
+                                    crate::sanitize::visible_controls(error.unwrap_or_default().as_bytes())
+                                ),
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_gauntlet_event(&mut self, id: u64, ev: crate::gauntlet::GauntletEvent) {
+        let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id) else {
+            return;
+        };
+        let finished = matches!(ev, crate::gauntlet::GauntletEvent::Finished(_));
+        g.apply(ev);
+        if finished {
+            let (done, total, bad) = (g.done(), g.total(), g.live_mismatches());
+            let cancelled = g.state == GState::Cancelled;
+            let msg = format!(
+                "gauntlet {}: {done}/{total} cells, {}",
+                if cancelled { "cancelled" } else { "finished" },
+                if bad == 0 { "all as declared".to_string() } else { format!("{bad} differ from what they declare") }
+            );
+            self.say(if bad == 0 { Level::Info } else { Level::Warn }, msg);
+        }
+    }
+
+    fn on_run_finished(&mut self, id: u64, report: Box<crate::report::RunReport>) {
+        let Some(run) = self.runs.get_mut(&id) else {
+            return;
+        };
+        run.finish(report);
+        let line = run.report.as_ref().map(|r| format!("{}: {}", r.tier, r.summary_line())).unwrap_or_default();
+        let bad = run.report.as_ref().is_some_and(|r| r.error.is_some());
+        if self.compare.contains(&id) {
+            if self.compare.iter().all(|c| self.runs.get(c).is_none_or(|r| r.finished())) {
+                self.say(Level::Info, "compare finished: summary below the columns");
+            }
+        } else {
+            self.say(if bad { Level::Error } else { Level::Info }, line);
+        }
+    }
+
+    fn on_paste(&mut self, s: &str) {
+        match &mut self.overlay {
+            Some(Overlay::Limits(f)) => {
+                f.fields[f.selected].1.push_str(s.lines().next().unwrap_or(""));
+            }
+            Some(Overlay::SaveAs { input } | Overlay::Search { input }) => {
+                input.push_str(s.lines().next().unwrap_or(""))
+            }
+            Some(_) => {}
+            None if self.view == View::Agent && !self.agent.running => {
+                self.agent.input.push_str(s.lines().next().unwrap_or(""))
+            }
+            None if self.view == View::Single && self.focus == Focus::Editor => self.editor.insert_str(s),
+            None => {}
+        }
+    }
+
+    pub fn on_key(&mut self, key: KeyEvent) {
+        if key.kind == KeyEventKind::Release {
+            return;
+        }
+        let ctxs = self.contexts();
+        let action = keymap::lookup(&ctxs, &key);
+        if !matches!(action, Some(Action::Quit)) {
+            self.quit_armed = false;
+        }
+        let typed = match key.code {
+            ratatui::crossterm::event::KeyCode::Char(c)
+                if !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) =>
+            {
+                Some(c)
+            }
+            _ => None,
+        };
+        match ctxs[0] {
+            Ctx::Help => self.help_key(action),
+            Ctx::Samples => self.samples_key(action),
+            Ctx::Limits => self.limits_key(action, typed),
+            Ctx::Prompt => self.prompt_key(action, typed),
+            Ctx::Compare => match action {
+                Some(Action::Close) => self.view = View::Single,
+                Some(a) => self.global(a),
+                None => {}
+            },
+            Ctx::Gauntlet => self.gauntlet_key(action),
+            Ctx::Agent => self.agent_key(action, typed),
+            Ctx::Output => self.output_key(action),
+            Ctx::Editor | Ctx::Global => match (action, typed) {
+                (Some(a), _) => self.editor_key(a),
+                (None, Some(c)) => self.editor.insert_char(c),
+                (None, None) => {}
+            },
+        }
+    }
+
+    fn global(&mut self, a: Action) {
+        match a {
+            Action::Quit => self.quit(false),
+            Action::Help => self.overlay = Some(Overlay::Help { scroll: 0 }),
+            Action::Run => self.run(),
+            Action::Compare => self.compare(),
+            Action::Cancel if !self.cancel_all() => self.quit(false),
+            Action::Gauntlet => self.open_gauntlet(),
+            Action::Agent => {
+                self.view = View::Agent;
+                self.overlay = None;
+            }
+            Action::ToggleView => {
+                self.view = match self.view {
+                    View::Single if !self.compare.is_empty() => View::Compare,
+                    View::Single => {
+                        self.say(Level::Info, "no compare yet: F6 runs the code on every available tier");
+                        View::Single
+                    }
+                    View::Compare | View::Gauntlet | View::Agent => View::Single,
+                }
+            }
+            Action::Samples => self.open_samples(),
+            Action::Limits => {
+                let fields = LimitField::ALL.iter().map(|f| (*f, f.get(&self.limits))).collect();
+                self.overlay = Some(Overlay::Limits(LimitsForm { fields, selected: 0, error: None }));
+            }
+            Action::NextTier => self.tier = (self.tier + 1) % self.tiers.len().max(1),
+            Action::PrevTier => self.tier = (self.tier + self.tiers.len().max(1) - 1) % self.tiers.len().max(1),
+            Action::Save => self.save(),
+            Action::FocusNext => {
+                self.view = View::Single;
+                self.focus = match self.focus {
+                    Focus::Editor => Focus::Output,
+                    Focus::Output => Focus::Editor,
+                }
+            }
+            Action::ThemeNext => {
+                let names = Theme::builtin_names();
+                let i = names.iter().position(|n| *n == self.theme.name).map_or(0, |i| (i + 1) % names.len());
+                if let Ok(t) = Theme::load(names[i]) {
+                    self.set_theme(t);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn set_theme(&mut self, t: Theme) {
+        if let Some(a) = &self.assets {
+            self.highlighter = Some(Highlighter::new(a.clone(), &t.syntax, self.language));
+        }
+        self.say(Level::Info, format!("theme {}", t.name));
+        self.theme = t;
+    }
+
+    fn editor_key(&mut self, a: Action) {
+        let e = &mut self.editor;
+        match a {
+            Action::Move(m) => e.move_cursor(m, false),
+            Action::Select(m) => e.move_cursor(m, true),
+            Action::Undo => {
+                if !e.undo() {
+                    self.say(Level::Info, "nothing to undo");
+                }
+            }
+            Action::Redo => {
+                if !e.redo() {
+                    self.say(Level::Info, "nothing to redo");
+                }
+            }
+            Action::Copy => match e.selected_text() {
+                Some(t) => {
+                    let n = t.lines().count().max(1);
+                    self.clipboard = t;
+                    self.say(Level::Info, format!("copied {n} line(s)"));
+                }
+                // Nothing selected: ^C means cancel (or quit), as everywhere else.
+                None => self.global(Action::Cancel),
+            },
+            Action::Cut => {
+                if let Some(t) = e.cut() {
+                    self.clipboard = t;
+                }
+            }
+            Action::Paste => {
+                if self.clipboard.is_empty() {
+                    self.say(Level::Info, "clipboard empty (your terminal's paste works too)");
+                } else {
+                    let t = self.clipboard.clone();
+                    self.editor.insert_str(&t);
+                }
+            }
+            Action::SelectAll => e.select_all(),
+            Action::Backspace => e.backspace(),
+            Action::Delete => e.delete(),
+            Action::Newline => e.newline(),
+            Action::Indent => e.tab(),
+            Action::Dedent => e.dedent(),
+            other => self.global(other),
+        }
+    }
+
+    fn output_rows(&self) -> usize {
+        self.areas.output.height.saturating_sub(2).max(1) as usize
+    }
+
+    /// Absolute index of the first line the output pane shows.
+    pub fn output_top(&self) -> u64 {
+        let Some(r) = self.current_run() else {
+            return 0;
+        };
+        let total = r.lines.dropped + r.line_count() as u64;
+        let rows = self.output_rows() as u64;
+        let max_top = total.saturating_sub(rows);
+        if self.follow {
+            max_top
+        } else {
+            self.out_top.clamp(r.lines.dropped, max_top.max(r.lines.dropped))
+        }
+    }
+
+    fn output_key(&mut self, action: Option<Action>) {
+        let rows = self.output_rows() as u64;
+        let top = self.output_top();
+        let scroll_to = |app: &mut App, t: u64| {
+            app.follow = false;
+            app.out_top = t;
+            // Back at the end: follow again.
+            if app.output_top()
+                >= app.current_run().map_or(0, |r| (r.lines.dropped + r.line_count() as u64).saturating_sub(rows))
+            {
+                app.follow = true;
+            }
+        };
+        match action {
+            Some(Action::Up) => scroll_to(self, top.saturating_sub(1)),
+            Some(Action::Down) => scroll_to(self, top + 1),
+            Some(Action::PageUp) => scroll_to(self, top.saturating_sub(rows)),
+            Some(Action::PageDown) => scroll_to(self, top + rows),
+            Some(Action::Top) => scroll_to(self, 0),
+            Some(Action::Bottom) => self.follow = true,
+            Some(Action::Left) => self.hscroll = self.hscroll.saturating_sub(8),
+            Some(Action::Right) => self.hscroll += 8,
+            Some(Action::Follow) => {
+                self.follow = !self.follow;
+                self.out_top = top;
+                self.say(Level::Info, if self.follow { "following the output" } else { "follow off" });
+            }
+            Some(Action::Search) => {
+                self.overlay = Some(Overlay::Search { input: self.search.clone().unwrap_or_default() })
+            }
+            Some(Action::SearchNext) => self.find(true),
+            Some(Action::SearchPrev) => self.find(false),
+            Some(Action::Clear) => {
+                if let Some(r) = self.current.and_then(|id| self.runs.get(&id)) {
+                    if r.finished() {
+                        self.current = None;
+                    } else {
+                        self.say(Level::Info, "the run is still going");
+                    }
+                }
+            }
+            Some(a) => self.global(a),
+            None => {}
+        }
+    }
+
+    /// Move to the next match of the search: newer (`forward`) or older
+    /// than the current one (from the end when there is none).
+    fn find(&mut self, forward: bool) {
+        let Some(q) = self.search.as_ref().map(|q| q.to_lowercase()) else {
+            return self.say(Level::Info, "no search yet: / searches the output");
+        };
+        let Some(r) = self.current_run() else { return };
+        let partials: Vec<_> = r.partials().collect();
+        let lines: Vec<&crate::tui::sanitize::StyledLine> =
+            r.lines.iter().map(|l| &l.line).chain(partials.iter().map(|l| &l.line)).collect();
+        let base = r.lines.dropped;
+        let n = lines.len() as u64;
+        let cur = self.found.filter(|f| *f >= base && *f < base + n).map(|f| f - base);
+        let hit = |i: &u64| lines[*i as usize].text().to_lowercase().contains(&q);
+        let found =
+            if forward { (cur.map_or(0, |c| c + 1)..n).find(hit) } else { (0..cur.unwrap_or(n)).rev().find(hit) };
+        match found {
+            Some(i) => {
+                let rows = self.output_rows() as u64;
+                self.found = Some(base + i);
+                self.follow = false;
+                self.out_top = (base + i).saturating_sub(rows / 3);
+                self.say(Level::Info, format!("match at line {} of {}", i + 1, n));
+            }
+            None => self.say(Level::Warn, format!("no {} match for '{q}'", if forward { "newer" } else { "older" })),
+        }
+    }
+
+    fn help_key(&mut self, action: Option<Action>) {
+        let Some(Overlay::Help { scroll }) = &mut self.overlay else {
+            return;
+        };
+        match action {
+            Some(Action::Close) => self.overlay = None,
+            Some(Action::Up) => *scroll = scroll.saturating_sub(1),
+            Some(Action::Down) => *scroll += 1,
+            Some(Action::PageUp) => *scroll = scroll.saturating_sub(10),
+            Some(Action::PageDown) => *scroll += 10,
+            Some(a) => self.global(a),
+            None => {}
+        }
+    }
+
+    fn samples_key(&mut self, action: Option<Action>) {
+        let Some(Overlay::Samples(p)) = &mut self.overlay else {
+            return;
+        };
+        let n = p.items.len();
+        match action {
+            Some(Action::Close) => self.overlay = None,
+            Some(Action::Up) => p.selected = p.selected.saturating_sub(1),
+            Some(Action::Down) => p.selected = (p.selected + 1).min(n.saturating_sub(1)),
+            Some(Action::PageUp) => p.selected = p.selected.saturating_sub(10),
+            Some(Action::PageDown) => p.selected = (p.selected + 10).min(n.saturating_sub(1)),
+            Some(Action::Accept) => {
+                if let Some((_, s)) = p.items.get(p.selected).cloned() {
+                    self.overlay = None;
+                    self.load_sample(&s);
+                }
+            }
+            Some(a) => self.global(a),
+            None => {}
+        }
+    }
+
+    fn limits_key(&mut self, action: Option<Action>, typed: Option<char>) {
+        let Some(Overlay::Limits(f)) = &mut self.overlay else {
+            return;
+        };
+        let n = f.fields.len();
+        match (action, typed) {
+            (Some(Action::Close), _) => {
+                self.overlay = None;
+                self.say(Level::Info, "limits unchanged");
+            }
+            (Some(Action::Up), _) => f.selected = (f.selected + n - 1) % n,
+            (Some(Action::Down), _) => f.selected = (f.selected + 1) % n,
+            (Some(Action::Backspace), _) => {
+                f.fields[f.selected].1.pop();
+                f.error = None;
+            }
+            (Some(Action::Accept), _) => {
+                let mut l = self.limits.clone();
+                for (i, (field, text)) in f.fields.iter().enumerate() {
+                    if let Err(e) = field.set(&mut l, text) {
+                        f.error = Some(format!("{}: {e}", field.label()));
+                        f.selected = i;
+                        return;
+                    }
+                }
+                self.limits = l;
+                self.overlay = None;
+                self.say(Level::Info, "limits set for the next run");
+            }
+            (Some(a), _) => self.global(a),
+            (None, Some(c)) => {
+                let t = &mut f.fields[f.selected].1;
+                if t.len() < 24 {
+                    t.push(c);
+                }
+                f.error = None;
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn prompt_key(&mut self, action: Option<Action>, typed: Option<char>) {
+        let (input, search) = match &mut self.overlay {
+            Some(Overlay::SaveAs { input }) => (input, false),
+            Some(Overlay::Search { input }) => (input, true),
+            _ => return,
+        };
+        match (action, typed) {
+            (Some(Action::Close), _) => self.overlay = None,
+            (Some(Action::Backspace), _) => {
+                input.pop();
+            }
+            (Some(Action::Accept), _) if search => {
+                let q = input.trim().to_string();
+                self.overlay = None;
+                if !q.is_empty() {
+                    self.search = Some(q);
+                    self.found = None;
+                    self.find(false);
+                }
+            }
+            (Some(Action::Accept), _) => {
+                let p = PathBuf::from(input.trim());
+                if p.as_os_str().is_empty() {
+                    return;
+                }
+                self.overlay = None;
+                self.write_to(&p);
+            }
+            (Some(a), _) => self.global(a),
+            (None, Some(c)) => input.push(c),
+            (None, None) => {}
+        }
+    }
+
+    fn save(&mut self) {
+        match self.path.clone() {
+            Some(p) => self.write_to(&p),
+            None => {
+                let input = format!(
+                    "{}.{}",
+                    self.label.trim_end_matches(".py").trim_end_matches(".sh"),
+                    match self.language {
+                        Language::Python => "py",
+                        Language::Sh => "sh",
+                    }
+                );
+                self.overlay = Some(Overlay::SaveAs { input });
+            }
+        }
+    }
+
+    fn write_to(&mut self, p: &Path) {
+        let mut text = self.editor.text();
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        match std::fs::write(p, text) {
+            Ok(()) => {
+                self.editor.mark_saved();
+                self.path = Some(p.to_path_buf());
+                self.label = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                if let Some(l) = Language::from_path(p) {
+                    self.set_language(l);
+                }
+                self.say(Level::Info, format!("saved {}", p.display()));
+            }
+            Err(e) => self.say(Level::Error, format!("cannot save {}: {e}", p.display())),
+        }
+    }
+
+    pub fn quit(&mut self, force: bool) {
+        if !force && self.editor.modified && !self.quit_armed {
+            self.quit_armed = true;
+            self.say(Level::Warn, "unsaved changes: ^Q again quits without saving, ^S saves");
+            return;
+        }
+        self.cancel_all();
+        self.quitting = true;
+        if self.busy() {
+            self.say(Level::Info, "stopping the running runs and cleaning up…");
+        }
+    }
+
+    /// Cancel every active run. Returns whether there was one.
+    pub fn cancel_all(&mut self) -> bool {
+        let mut other = false;
+        if let Some(g) = self.gauntlet.as_mut().filter(|g| g.active()) {
+            other = true;
+            if g.state == GState::Running {
+                g.state = GState::Cancelling;
+                self.effects.push(Effect::Cancel(g.id));
+                self.say(Level::Info, "cancelling the gauntlet: the cell in progress is stopped and cleaned up…");
+            }
+        }
+        if self.agent.running {
+            other = true;
+            if let (false, Some(id)) = (self.agent.cancelling, self.agent.id) {
+                self.agent.cancelling = true;
+                self.effects.push(Effect::Cancel(id));
+                self.say(Level::Info, "cancelling the agent session…");
+            }
+        }
+        if other {
+            return true;
+        }
+        let active = self.active_runs();
+        for id in &active {
+            if let Some(r) = self.runs.get_mut(id) {
+                if !r.cancelling {
+                    r.cancelling = true;
+                    self.effects.push(Effect::Cancel(*id));
+                }
+            }
+        }
+        if !active.is_empty() {
+            self.say(Level::Info, format!("cancelling {} run(s)…", active.len()));
+        }
+        !active.is_empty()
+    }
+
+    fn spec(&self) -> Option<RunSpec> {
+        let code = self.editor.text();
+        if code.trim().is_empty() {
+            return None;
+        }
+        let mut s = RunSpec::new(self.language, code);
+        s.limits = self.limits.clone();
+        s.label = self.label.clone();
+        Some(s)
+    }
+
+    fn start(&mut self, tier: &str, spec: RunSpec) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut view = RunView::new(id, tier, &spec.label, spec.limits.clone());
+        view.live_clock = self.live_clock;
+        self.runs.insert(id, view);
+        self.effects.push(Effect::Start { id, tier: tier.to_string(), spec });
+        self.prune();
+        id
+    }
+
+    /// Keep finished runs only while they are shown (bounded memory).
+    fn prune(&mut self) {
+        let keep: HashSet<u64> = self.compare.iter().copied().chain(self.current).collect();
+        let newest = self.next_id - 1;
+        self.runs.retain(|id, r| !r.finished() || keep.contains(id) || *id == newest);
+    }
+
+    pub fn run(&mut self) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        let t = self.selected_tier().clone();
+        match &t.avail {
+            None => return self.say(Level::Warn, format!("{} is still being probed; try again in a moment", t.name)),
+            Some(a) if !a.available => {
+                let fix = a.checks.iter().find(|c| !c.ok).and_then(|c| c.fix.clone());
+                let mut m = format!("{} is unavailable: {}", t.name, a.summary);
+                if let Some(f) = fix {
+                    m.push_str(&format!(" — fix: {f}"));
+                }
+                return self.say(Level::Error, m);
+            }
+            Some(_) => {}
+        }
+        let Some(spec) = self.spec() else {
+            return self.say(Level::Warn, "nothing to run: the editor is empty");
+        };
+        self.view = View::Single;
+        self.follow = true;
+        self.hscroll = 0;
+        let id = self.start(&t.name, spec);
+        self.current = Some(id);
+        self.say(Level::Info, format!("running on {}…", t.name));
+    }
+
+    pub fn compare(&mut self) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        let ready = self.ready_tiers();
+        if ready.is_empty() {
+            return self
+                .say(Level::Error, "no tier is available to compare (see the tier list, or `sandbench doctor`)");
+        }
+        let Some(spec) = self.spec() else {
+            return self.say(Level::Warn, "nothing to run: the editor is empty");
+        };
+        self.compare.clear();
+        let ids: Vec<u64> = ready.iter().map(|t| self.start(t, spec.clone())).collect();
+        self.compare = ids;
+        let sel = self.selected_tier().name.clone();
+        self.current = ready.iter().position(|t| *t == sel).map(|i| self.compare[i]).or(self.compare.first().copied());
+        self.follow = true;
+        self.view = View::Compare;
+        let skipped = self.tiers.len() - ready.len();
+        self.say(
+            Level::Info,
+            format!(
+                "comparing on {} tier(s){}",
+                ready.len(),
+                if skipped > 0 { format!(" ({skipped} unavailable, skipped)") } else { String::new() }
+            ),
+        );
+    }
+
+    /// Names of the tiers the tier pane shows as ready.
+    pub fn ready_tiers(&self) -> Vec<String> {
+        self.tiers.iter().filter(|t| t.avail.as_ref().is_some_and(|a| a.available)).map(|t| t.name.clone()).collect()
+    }
+
+    /// The samples directory the picker uses: the first of `samples_dirs`
+    /// holding a `benign/` or `hostile/` folder.
+    pub fn samples_root(&self) -> Option<PathBuf> {
+        self.samples_dirs.iter().find(|d| ["benign", "hostile"].iter().any(|g| d.join(g).is_dir())).cloned()
+    }
+
+    fn no_samples_message(&self) -> String {
+        let dirs: Vec<String> = self.samples_dirs.iter().map(|d| d.display().to_string()).collect();
+        format!("no samples/benign or samples/hostile found in: {}", dirs.join(", "))
+    }
+
+    fn open_samples(&mut self) {
+        let mut items = vec![];
+        let mut problems = vec![];
+        match self.samples_root() {
+            Some(dir) => {
+                for group in ["benign", "hostile"] {
+                    let d = dir.join(group);
+                    if !d.is_dir() {
+                        continue;
+                    }
+                    match samples::load_dir(&d) {
+                        Ok(v) => items.extend(v.into_iter().map(|s| (group.to_string(), s))),
+                        Err(e) => problems.push(format!("{e:#}")),
+                    }
+                }
+            }
+            None => problems.push(self.no_samples_message()),
+        }
+        self.overlay = Some(Overlay::Samples(SamplesPicker { items, selected: 0, problems }));
+    }
+
+    /// F9: show the gauntlet view; the first time, start a gauntlet.
+    fn open_gauntlet(&mut self) {
+        self.overlay = None;
+        self.view = View::Gauntlet;
+        if self.gauntlet.is_none() {
+            self.start_gauntlet();
+        }
+    }
+
+    /// Every sample of the picker's directory on every ready tier.
+    pub fn start_gauntlet(&mut self) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        let probing: Vec<String> = self.tiers.iter().filter(|t| t.avail.is_none()).map(|t| t.name.clone()).collect();
+        let ready = self.ready_tiers();
+        if ready.is_empty() {
+            return if probing.is_empty() {
+                self.say(
+                    Level::Error,
+                    "no tier is available for the gauntlet (see the tier list, or `sandbench doctor`)",
+                )
+            } else {
+                self.say(Level::Warn, "the tiers are still being probed; press r in a moment")
+            };
+        }
+        let Some(dir) = self.samples_root() else {
+            let m = self.no_samples_message();
+            return self.say(Level::Error, m);
+        };
+        let samples = match samples::load_dir(&dir) {
+            Ok(v) if v.is_empty() => return self.say(Level::Error, format!("no samples in {}", dir.display())),
+            Ok(v) => v,
+            Err(e) => return self.say(Level::Error, format!("{e:#}")),
+        };
+        let skipped: Vec<(String, String)> = self
+            .tiers
+            .iter()
+            .filter(|t| !ready.contains(&t.name))
+            .map(|t| {
+                let why = match &t.avail {
+                    None => "still being probed".to_string(),
+                    Some(a) => a.summary.clone(),
+                };
+                (t.name.clone(), why)
+            })
+            .collect();
+        let id = self.next_id;
+        self.next_id += 1;
+        let limits = crate::gauntlet::default_limits();
+        let mut g = GauntletView::new(id, ready.clone(), skipped.clone(), &samples, limits.clone(), self.api_key_set);
+        // Keep the selection where it was on a rerun.
+        if let Some(old) = &self.gauntlet {
+            g.sel = (old.sel.0.min(g.rows.len().saturating_sub(1)), old.sel.1.min(g.tiers.len().saturating_sub(1)));
+        }
+        let n = samples.len() * ready.len();
+        self.gauntlet = Some(g);
+        self.view = View::Gauntlet;
+        self.effects.push(Effect::Gauntlet { id, tiers: ready.clone(), skipped, samples, limits });
+        self.say(
+            Level::Info,
+            format!("gauntlet: {n} cells ({} on {}), one at a time…", dir.display(), ready.join(", ")),
+        );
+    }
+
+    fn gauntlet_rows(&self) -> usize {
+        self.areas.list_rows.max(1) as usize
+    }
+
+    fn gauntlet_key(&mut self, action: Option<Action>) {
+        let page = self.gauntlet_rows() as isize;
+        let detail_page = self.areas.detail_rows.max(1) as usize;
+        let Some(g) = self.gauntlet.as_mut() else {
+            match action {
+                Some(Action::Close) => self.view = View::Single,
+                Some(Action::Rerun) => self.start_gauntlet(),
+                Some(a) => self.global(a),
+                None => {}
+            }
+            return;
+        };
+        match action {
+            Some(Action::Up) if g.zoom => g.scroll = g.scroll.saturating_sub(1),
+            Some(Action::Down) if g.zoom => g.scroll += 1,
+            Some(Action::PageUp) if g.zoom => g.scroll = g.scroll.saturating_sub(detail_page),
+            Some(Action::PageDown) if g.zoom => g.scroll += detail_page,
+            Some(Action::Up) => g.move_sel(-1, 0),
+            Some(Action::Down) => g.move_sel(1, 0),
+            Some(Action::Left) => g.move_sel(0, -1),
+            Some(Action::Right) => g.move_sel(0, 1),
+            Some(Action::PageUp) => g.move_sel(-page, 0),
+            Some(Action::PageDown) => g.move_sel(page, 0),
+            Some(Action::Accept) => {
+                g.zoom = !g.zoom;
+                g.scroll = 0;
+            }
+            Some(Action::Close) if g.zoom => g.zoom = false,
+            Some(Action::Close) => self.view = View::Single,
+            Some(Action::Rerun) => self.start_gauntlet(),
+            Some(a) => self.global(a),
+            None => {}
+        }
+    }
+
+    fn agent_rows(&self) -> usize {
+        self.areas.detail_rows.max(1) as usize
+    }
+
+    /// First transcript line shown.
+    pub fn agent_top(&self) -> usize {
+        let max_top = self.agent.lines.len().saturating_sub(self.agent_rows());
+        if self.agent.follow {
+            max_top
+        } else {
+            self.agent.top.min(max_top)
+        }
+    }
+
+    fn agent_key(&mut self, action: Option<Action>, typed: Option<char>) {
+        let rows = self.agent_rows();
+        let top = self.agent_top();
+        let max_top = self.agent.lines.len().saturating_sub(rows);
+        let scroll_to = |app: &mut App, t: usize| {
+            app.agent.top = t.min(max_top);
+            app.agent.follow = app.agent.top >= max_top;
+        };
+        match (action, typed) {
+            (Some(Action::Accept), _) => self.start_agent(),
+            (Some(Action::Backspace), _) => {
+                self.agent.input.pop();
+            }
+            (Some(Action::Up), _) => scroll_to(self, top.saturating_sub(1)),
+            (Some(Action::Down), _) => scroll_to(self, top + 1),
+            (Some(Action::PageUp), _) => scroll_to(self, top.saturating_sub(rows)),
+            (Some(Action::PageDown), _) => scroll_to(self, top + rows),
+            (Some(Action::Top), _) => scroll_to(self, 0),
+            (Some(Action::Bottom), _) => self.agent.follow = true,
+            (Some(Action::Close), _) => self.view = View::Single,
+            (Some(a), _) => self.global(a),
+            (None, Some(c)) if !self.agent.running => {
+                if self.agent.input.chars().count() < 2000 {
+                    self.agent.input.push(c);
+                }
+            }
+            (None, Some(_)) => self.say(Level::Info, "the agent is working: F8 cancels it"),
+            (None, None) => {}
+        }
+    }
+
+    /// Start an agent session on the selected tier with the current limits.
+    pub fn start_agent(&mut self) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        let task = self.agent.input.trim().to_string();
+        if task.is_empty() {
+            return self.say(Level::Warn, "type a task for the model first, then Enter");
+        }
+        if !self.api_key_set {
+            let m = "ANTHROPIC_API_KEY is not set: export it before starting sandbench to use the agent";
+            self.agent.id = None;
+            self.agent.lines.clear();
+            self.agent.refuse(m);
+            return self.say(Level::Error, m);
+        }
+        let t = self.selected_tier().clone();
+        match &t.avail {
+            None => return self.say(Level::Warn, format!("{} is still being probed; try again in a moment", t.name)),
+            Some(a) if !a.available => {
+                return self
+                    .say(Level::Error, format!("{} is unavailable: {} (F4 selects another tier)", t.name, a.summary))
+            }
+            Some(_) => {}
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.agent.begin(id, &t.name);
+        self.effects.push(Effect::Agent { id, tier: t.name.clone(), limits: self.limits.clone(), task });
+        self.say(Level::Info, format!("agent: working on {}…", t.name));
+    }
+
+    pub fn load_sample(&mut self, s: &Sample) {
+        self.editor.set_text(s.code.trim_end_matches('\n'));
+        self.editor.mark_saved();
+        self.set_language(s.language);
+        self.path = None;
+        self.label = s.name.clone();
+        self.say(Level::Info, format!("loaded sample {}: {}", s.name, s.tries));
+    }
+
+    /// Work between frames, never in draw: layout sizes, editor scroll,
+    /// highlighting of the visible lines (within `budget`).
+    pub fn prepare(&mut self, area: Rect, budget: Duration) {
+        self.areas = widgets::areas(self, area);
+        let e = self.areas.editor;
+        let gutter = widgets::gutter_width(self.editor.lines().len()) as usize;
+        let rows = e.height.saturating_sub(2) as usize;
+        let cols = (e.width.saturating_sub(2) as usize).saturating_sub(gutter);
+        self.editor.scroll_to_cursor(rows, cols, widgets::EDITOR_TAB);
+        if let Some(h) = &mut self.highlighter {
+            if let Some(row) = self.editor.take_dirty() {
+                h.invalidate(row);
+            }
+            let upto = self.editor.scroll.0 + rows + 1;
+            if h.update(self.editor.lines(), upto, budget) {
+                self.dirty = true;
+            }
+        }
+        if let Some(s) = &self.status {
+            if s.at.elapsed() > Duration::from_secs(8) && s.level == Level::Info {
+                self.status = None;
+                self.dirty = true;
+            }
+        }
+    }
+}
+
+/// Where the samples picker looks: `$SANDBENCH_SAMPLES`, `./samples`, next
+/// to the binary's checkout, the source tree it was built from.
+pub fn default_samples_dirs() -> Vec<PathBuf> {
+    let mut v = vec![];
+    if let Some(p) = std::env::var_os("SANDBENCH_SAMPLES") {
+        v.push(PathBuf::from(p));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        v.push(cwd.join("samples"));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(root) = exe.parent().and_then(|p| p.parent()).and_then(|p| p.parent()) {
+            v.push(root.join("samples"));
+        }
+    }
+    v.push(crate::samples::shipped_dir());
+    let mut seen = HashSet::new();
+    v.retain(|p| seen.insert(p.clone()));
+    v
+}

@@ -1,0 +1,70 @@
+//! The gauntlet as a regression check: the full matrix on every available
+//! tier passes, and flipping one declared expectation makes it fail.
+
+use crate::support::common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{bin, samples_dir, OuterNet};
+
+fn copy_samples(names: &[&str], dir: &std::path::Path) {
+    for sub in ["benign", "hostile"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    for n in names {
+        let src = samples_dir().join(n);
+        std::fs::copy(&src, dir.join(n)).unwrap();
+    }
+}
+
+#[test]
+fn flipped_expectation_fails_the_gauntlet() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_samples(&["benign/hello.py", "hostile/fork_bomb.py", "hostile/net_loopback.py"], dir.path());
+    let net = OuterNet::new();
+    let ok = net.output(
+        Command::new(bin())
+            .args(["gauntlet", "--tiers", "process", "--repeat", "1", "--format", "json", "--samples"])
+            .arg(dir.path()),
+        Duration::from_secs(120),
+    );
+    let m: serde_json::Value =
+        serde_json::from_slice(&ok.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&ok.stderr)));
+    assert_eq!(ok.status.code(), Some(0), "{m:#}");
+    assert_eq!(m["cells"].as_array().unwrap().len(), 3);
+    assert_eq!(m["mismatches"], 0);
+    let fork = m["cells"].as_array().unwrap().iter().find(|c| c["sample"] == "fork-bomb").unwrap();
+    assert_eq!(fork["verdict"], "contained");
+    assert!(fork["by"].as_str().unwrap().contains("pids"), "{fork}");
+    assert!(fork["findings"]["host_latency_ms_max"].is_number(), "host responsiveness is measured");
+
+    // Declare that the fork bomb should run unhindered: the judge must object.
+    let p = dir.path().join("hostile/fork_bomb.py");
+    let flipped = std::fs::read_to_string(&p).unwrap().replace("# expect: *=violation:pids", "# expect: *=ok");
+    std::fs::write(&p, flipped).unwrap();
+    let bad = net.output(
+        Command::new(bin())
+            .args(["gauntlet", "--tiers", "process", "--repeat", "1", "--format", "markdown", "--samples"])
+            .arg(dir.path()),
+        Duration::from_secs(120),
+    );
+    let md = String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(1), "{md}");
+    assert!(md.starts_with("| program | process |"), "{md}");
+    assert!(md.contains("✗ fork-bomb on process: expected outcome ok, got violation"), "{md}");
+}
+
+#[test]
+fn full_gauntlet_on_every_available_tier() {
+    let net = OuterNet::new();
+    let out = net.output(
+        Command::new(bin()).args(["gauntlet", "--repeat", "2", "--format", "markdown"]),
+        Duration::from_secs(3000),
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{md}");
+    assert_eq!(out.status.code(), Some(0), "{md}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(md.contains("all ") && md.contains("cells as declared"), "{md}");
+    assert!(!md.contains("ESCAPED"), "{md}");
+}

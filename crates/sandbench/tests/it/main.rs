@@ -1,0 +1,31 @@
+//! sandbench's integration tests, one binary (it links once), a module per
+//! area. Tests that need a tier this machine cannot run say so and are
+//! skipped; `SANDBENCH_REQUIRE_TIERS` turns those skips into failures.
+
+mod support {
+    pub mod common;
+    pub mod docker_common;
+    pub mod fake_anthropic;
+    pub mod fake_e2b;
+    pub mod http;
+}
+
+mod agent_cli;
+mod agent_loop;
+mod docker_lifecycle;
+mod docker_samples;
+mod e2b_cli;
+mod e2b_lifecycle;
+mod gauntlet;
+mod microvm_protocol;
+mod microvm_tier;
+mod peers;
+mod process_cli;
+mod process_samples;
+mod process_spare;
+mod tui_agent;
+mod tui_app;
+mod tui_e2e;
+mod tui_gauntlet;
+mod tui_snapshots;
+mod tui_views;

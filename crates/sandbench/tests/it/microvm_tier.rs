@@ -1,0 +1,406 @@
+//! The microvm tier end to end: hostile and benign programs in real QEMU
+//! guests, asserting outcome, violation and host-side effects, and that no
+//! QEMU process or run dir is left after runs, cancels, timeouts and a
+//! SIGKILLed sandbench.
+//!
+//! Skipped (with the reason printed) when the tier is not set up here;
+//! required when SANDBENCH_REQUIRE_TIERS names `microvm`. Runs use the warm
+//! pool (one boot or restore per run, in the background) and go one at a
+//! time: two emulated guests on a 2-core CI machine only slow each other.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use sandbench::config::Config;
+use sandbench::event::{EventKind, RunEvent, ViolationKind};
+use sandbench::report::{Outcome, RunReport};
+use sandbench::runner::{self, Update};
+use sandbench::spec::{Language, RunSpec};
+use sandbench::tier::microvm::{self, MicrovmTier};
+use sandbench::tier::Tier;
+
+/// Outer safety net: a containment regression fails instead of hanging.
+const RUN_TIMEOUT: Duration = Duration::from_secs(180);
+
+fn rt() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap())
+}
+
+fn required() -> bool {
+    std::env::var("SANDBENCH_REQUIRE_TIERS").is_ok_and(|v| v.split(',').any(|t| t.trim() == "microvm"))
+}
+
+struct Env {
+    tier: Arc<MicrovmTier>,
+    serial: tokio::sync::Mutex<()>,
+}
+
+/// The tier, set up and with its pool filled; None (skip) when unavailable.
+fn env() -> Option<&'static Env> {
+    static E: OnceLock<Option<Env>> = OnceLock::new();
+    E.get_or_init(|| {
+        let config = Config::default();
+        let tier = MicrovmTier::new(&config);
+        let a = rt().block_on(tier.probe());
+        if !a.available {
+            let why = format!(
+                "microvm tier unavailable: {} — {:?}",
+                a.summary,
+                a.checks.iter().filter(|c| !c.ok).map(|c| &c.detail).collect::<Vec<_>>()
+            );
+            if required() {
+                panic!("SANDBENCH_REQUIRE_TIERS names microvm but {why}");
+            }
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+        if let Err(e) = rt().block_on(tier.prewarm()) {
+            if required() {
+                panic!("cannot fill the microvm pool: {e:#}");
+            }
+            eprintln!("SKIP: cannot fill the microvm pool: {e:#}");
+            return None;
+        }
+        Some(Env { tier: Arc::new(tier), serial: tokio::sync::Mutex::new(()) })
+    })
+    .as_ref()
+}
+
+fn spec(lang: Language, code: &str) -> RunSpec {
+    let mut s = RunSpec::new(lang, code);
+    s.label = "test".into();
+    s.limits.wall_time = Duration::from_secs(20);
+    s
+}
+
+/// Run one spec (one at a time) and check the host-side cleanup.
+fn run(s: RunSpec) -> Option<RunReport> {
+    let e = env()?;
+    let r = rt().block_on(async {
+        let _g = e.serial.lock().await;
+        tokio::time::timeout(RUN_TIMEOUT, runner::run(e.tier.clone(), s))
+            .await
+            .expect("run exceeded the outer safety timeout")
+    });
+    assert_gone(&r);
+    Some(r)
+}
+
+fn pid_alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+fn qemu_with_name(name: &str) -> Vec<i32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        if cmd.split(|b| *b == 0).any(|a| a == name.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The run's QEMU and its run dir are gone when the run returns.
+fn assert_gone(r: &RunReport) {
+    let Some(name) = r.details["vm_name"].as_str() else { return };
+    if let Some(pid) = r.details["qemu_pid"].as_i64() {
+        assert!(!pid_alive(pid as i32) || is_zombie_free_of(pid as i32, name), "QEMU {pid} outlived its run");
+    }
+    assert!(qemu_with_name(name).is_empty(), "a QEMU named {name} is still running");
+    let dir = microvm::artefacts::paths().runs.join(name.trim_start_matches(microvm::vm::NAME_PREFIX));
+    assert!(!dir.exists(), "run dir {} was left behind", dir.display());
+}
+
+/// A reused pid that is not our QEMU any more.
+fn is_zombie_free_of(pid: i32, name: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| !c.split(|b| *b == 0).any(|a| a == name.as_bytes()))
+        .unwrap_or(true)
+}
+
+fn kinds(r: &RunReport) -> Vec<ViolationKind> {
+    r.violations.iter().map(|v| v.kind).collect()
+}
+
+#[test]
+fn hello_python_runs_in_the_guest() {
+    let Some(r) = run(spec(
+        Language::Python,
+        "import os, sys\nprint('hello', os.getuid(), os.getcwd())\nprint('err', file=sys.stderr)\n",
+    )) else {
+        return;
+    };
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert_eq!(r.exit.code, Some(0));
+    assert_eq!(r.stdout, "hello 65534 /work\n");
+    assert_eq!(r.stderr, "err\n");
+    assert!(matches!(r.details["accel"].as_str(), Some("tcg" | "kvm")));
+    assert!(matches!(r.details["start"].as_str(), Some("warm" | "snapshot" | "cold")), "{}", r.details);
+    assert!(r.usage.cpu_ms.is_some());
+}
+
+#[test]
+fn shell_programs_and_exit_codes() {
+    let Some(r) = run(spec(Language::Sh, "echo from-sh; uname -r; date +%s; exit 3\n")) else { return };
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert_eq!(r.exit.code, Some(3));
+    assert!(r.stdout.starts_with("from-sh\n"));
+    // The guest's own kernel, not the host's.
+    let host = nix::sys::utsname::uname().unwrap().release().to_string_lossy().into_owned();
+    assert_ne!(r.stdout.lines().nth(1).unwrap_or(""), host, "the program saw the host kernel");
+    // The guest clock is the host's (no RTC; snapshots carry a stale time).
+    let guest_now: f64 = r.stdout.lines().nth(2).unwrap_or("0").trim().parse().unwrap_or(0.0);
+    let host_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!((host_now - guest_now).abs() < 120.0, "guest clock {guest_now} vs host {host_now}");
+}
+
+#[test]
+fn python_exit_and_exceptions_behave_like_python3() {
+    let Some(r) = run(spec(Language::Python, "import sys\nprint('x')\nsys.exit(7)\n")) else { return };
+    assert_eq!(r.exit.code, Some(7));
+    let Some(r) = run(spec(Language::Python, "raise ValueError('boom')\n")) else { return };
+    assert_eq!(r.exit.code, Some(1));
+    assert!(r.stderr.contains("ValueError: boom"), "{}", r.stderr);
+    assert!(r.stderr.contains("/work/main.py"), "{}", r.stderr);
+    assert!(!r.stderr.contains("agent.py"), "the agent's frame leaked into the traceback: {}", r.stderr);
+}
+
+#[test]
+fn host_secrets_and_env_do_not_reach_the_guest() {
+    std::env::set_var("ANTHROPIC_API_KEY", "sk-test-canary-do-not-leak");
+    let mut s = spec(Language::Python, "import os\nprint(sorted(os.environ.items()))\n");
+    s.env = BTreeMap::from([("GIVEN".to_string(), "yes".to_string())]);
+    let Some(r) = run(s) else { return };
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert!(!r.stdout.contains("sk-test-canary"), "{}", r.stdout);
+    assert!(r.stdout.contains("('GIVEN', 'yes')"), "{}", r.stdout);
+}
+
+#[test]
+fn no_network_and_a_read_only_root() {
+    // A canary on the host's loopback: the guest has no network device, so
+    // its 127.0.0.1 is its own and nothing can reach the host.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let code = format!(
+        "import socket, os\n\
+         for host in ('127.0.0.1', '10.0.2.2'):\n\
+         \x20   try:\n\
+         \x20       socket.create_connection((host, {port}), timeout=2); print('connected', host)\n\
+         \x20   except OSError as e: print('refused', host)\n\
+         print(sorted(os.listdir('/sys/class/net')))\n\
+         try:\n\
+         \x20   open('/usr/evil', 'w'); print('wrote root')\n\
+         except OSError as e: print('root ro', e.errno)\n\
+         import glob\n\
+         ports = glob.glob('/dev/vport*')\n\
+         print('ports', len(ports))\n\
+         for p in ports:\n\
+         \x20   try:\n\
+         \x20       open(p, 'wb'); print('opened control port')\n\
+         \x20   except OSError as e: print('port denied', e.errno)\n"
+    );
+    let Some(r) = run(spec(Language::Python, &code)) else { return };
+    assert_eq!(r.outcome, Outcome::Ok, "{} {}", r.summary_line(), r.stderr);
+    assert!(!r.stdout.contains("connected"), "{}", r.stdout);
+    assert!(r.stdout.contains("['lo']"), "the guest has a network device: {}", r.stdout);
+    assert!(r.stdout.contains("root ro"), "{}", r.stdout);
+    // The control channel exists but only the agent (root) may use it.
+    assert!(r.stdout.contains("ports 1"), "{}", r.stdout);
+    assert!(r.stdout.contains("port denied 13"), "{}", r.stdout);
+    assert!(!r.stdout.contains("opened control port"), "{}", r.stdout);
+    assert!(l.accept().is_err(), "the guest reached the host's loopback");
+}
+
+#[test]
+fn memory_bomb_is_stopped_by_the_guest_cgroup() {
+    let mut s = spec(Language::Python, "x = []\nwhile True:\n    x.append(bytearray(16 << 20))\n");
+    s.limits.memory_bytes = 128 << 20;
+    let Some(r) = run(s) else { return };
+    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
+    assert!(kinds(&r).contains(&ViolationKind::Memory), "{}", r.summary_line());
+    assert!(r.usage.peak_memory_bytes.unwrap_or(0) <= (128 << 20) + (1 << 20));
+}
+
+#[test]
+fn fork_bomb_hits_the_pids_limit() {
+    let mut s = spec(
+        Language::Python,
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    );
+    s.limits.pids = 32;
+    s.limits.cpu_time = Duration::from_secs(3);
+    let Some(r) = run(s) else { return };
+    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
+    assert!(kinds(&r).contains(&ViolationKind::Pids), "{}", r.summary_line());
+    assert!(r.usage.peak_pids.unwrap_or(0) <= 32);
+}
+
+#[test]
+fn cpu_spin_hits_the_cpu_limit() {
+    let mut s = spec(Language::Python, "while True:\n    pass\n");
+    s.limits.cpu_time = Duration::from_secs(1);
+    let Some(r) = run(s) else { return };
+    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
+    assert!(kinds(&r).contains(&ViolationKind::CpuTime), "{}", r.summary_line());
+}
+
+#[test]
+fn sleep_forever_hits_the_wall_timeout_and_the_vm_dies() {
+    let mut s = spec(Language::Sh, "sleep 1000\n");
+    s.limits.wall_time = Duration::from_secs(2);
+    let Some(r) = run(s) else { return };
+    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
+    assert_eq!(kinds(&r), vec![ViolationKind::WallTimeout]);
+    assert!(r.timings_ms.run < 10_000.0, "{}", r.summary_line());
+}
+
+#[test]
+fn output_flood_hits_the_output_limit() {
+    let mut s = spec(Language::Python, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n");
+    s.limits.output_bytes = 256 << 10;
+    let Some(r) = run(s) else { return };
+    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
+    assert!(kinds(&r).contains(&ViolationKind::OutputLimit));
+    assert!(r.stdout_truncated);
+    assert_eq!(r.stdout.len(), 256 << 10);
+}
+
+#[test]
+fn file_too_big_hits_the_file_size_limit() {
+    let mut s = spec(Language::Python, "with open('/work/big', 'wb') as f:\n    for i in range(64):\n        f.write(bytes(1 << 20))\nprint('wrote it all')\n");
+    s.limits.file_size_bytes = 4 << 20;
+    let Some(r) = run(s) else { return };
+    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
+    assert!(kinds(&r).contains(&ViolationKind::FileSize), "{}", r.summary_line());
+    assert!(!r.stdout.contains("wrote it all"));
+}
+
+#[test]
+fn a_cancelled_run_leaves_nothing() {
+    let Some(e) = env() else { return };
+    let r = rt().block_on(async {
+        let _g = e.serial.lock().await;
+        let mut s = spec(Language::Sh, "echo started; sleep 1000\n");
+        s.limits.wall_time = Duration::from_secs(60);
+        let mut h = runner::start(e.tier.clone(), s);
+        let mut report = None;
+        while let Some(u) = tokio::time::timeout(RUN_TIMEOUT, h.events.recv()).await.expect("no events") {
+            match u {
+                Update::Event(RunEvent { kind: EventKind::Output(..), .. }) => h.cancel(),
+                Update::Finished(r) => report = Some(*r),
+                Update::Event(_) => {}
+            }
+        }
+        report.expect("no report")
+    });
+    assert_eq!(r.outcome, Outcome::Cancelled, "{}", r.summary_line());
+    assert!(r.violations.is_empty());
+    assert_gone(&r);
+}
+
+/// sandbench itself SIGKILLed mid-run: QEMU dies with it (PR_SET_PDEATHSIG),
+/// and the next sandbench start reaps the run dir it left.
+#[test]
+fn a_killed_sandbench_leaves_no_qemu() {
+    if env().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("sleep.sh");
+    std::fs::write(&prog, "sleep 1000\n").unwrap();
+    let _g = rt().block_on(env().unwrap().serial.lock());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
+        .args(["run", "--tier", "microvm", "--timeout", "120s"])
+        .arg(&prog)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let prefix = format!("{}{}-", microvm::vm::NAME_PREFIX, child.id());
+    let find = || -> Vec<i32> {
+        let mut out = vec![];
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+            if cmd.split(|b| *b == 0).any(|a| a.starts_with(prefix.as_bytes())) {
+                out.push(pid);
+            }
+        }
+        out
+    };
+    let t0 = std::time::Instant::now();
+    while find().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the child sandbench never started a QEMU");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t1 = std::time::Instant::now();
+    while !find().is_empty() {
+        assert!(t1.elapsed() < Duration::from_secs(10), "QEMU outlived the SIGKILLed sandbench: {:?}", find());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Its run dir is still there (nothing ran its cleanup) until a reap.
+    let runs = microvm::artefacts::paths().runs;
+    let left = |p: u32| {
+        std::fs::read_dir(&runs)
+            .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{p}-"))).count())
+            .unwrap_or(0)
+    };
+    microvm::reap_leftovers();
+    assert_eq!(left(child.id()), 0, "reap left the dead sandbench's run dir");
+}
+
+/// Pooled guests boot with the default scratch size; a run with a smaller
+/// disk limit gets its tmpfs resized, and filling it is a disk violation.
+#[test]
+fn scratch_space_is_sized_per_run() {
+    let mut s = spec(
+        Language::Python,
+        "import os\nst = os.statvfs('/work')\nprint('size', st.f_blocks * st.f_frsize)\n\
+         with open('/work/fill', 'wb') as f:\n    for i in range(32):\n        f.write(bytes(1 << 20))\n",
+    );
+    s.limits.disk_bytes = 8 << 20;
+    s.limits.file_size_bytes = 64 << 20;
+    let Some(r) = run(s) else { return };
+    assert!(r.stdout.contains(&format!("size {}", 8 << 20)), "{}", r.stdout);
+    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
+    assert!(kinds(&r).contains(&ViolationKind::Disk), "{} {}", r.summary_line(), r.stderr);
+}
+
+/// A QEMU whose sandbench is gone (should PR_SET_PDEATHSIG ever not fire) is
+/// found by its `-name` and killed by the reaper every sandbench start runs.
+/// A stand-in process carries the name, so no VM is needed.
+#[test]
+fn the_reaper_kills_processes_of_dead_sandbenches() {
+    let pid_max: i32 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+    let dead = (pid_max - 1..pid_max).rev().chain(1000..pid_max).find(|p| !pid_alive(*p)).unwrap();
+    let name = format!("{}{dead}-0", microvm::vm::NAME_PREFIX);
+    let mut stand_in =
+        std::process::Command::new("sh").args(["-c", "sleep 100; :", "sh", "-name", &name]).spawn().unwrap();
+    let mine = format!("{}{}-0", microvm::vm::NAME_PREFIX, std::process::id());
+    let mut own = std::process::Command::new("sh").args(["-c", "sleep 100; :", "sh", "-name", &mine]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    microvm::reap_leftovers();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = stand_in.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "the reaper left the dead sandbench's process alive");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    // Processes of a live sandbench (this one) are left alone.
+    assert!(own.try_wait().unwrap().is_none(), "the reaper killed a live sandbench's process");
+    own.kill().unwrap();
+    own.wait().unwrap();
+}

@@ -1,0 +1,254 @@
+//! The `run` command end to end on the process tier: bad input, streaming,
+//! environment scrubbing, cancel, a killed sandbench, unprivileged use.
+
+use crate::support::common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bin, samples_dir, OuterNet};
+use sandbench::gauntlet::canary::processes_with;
+use sandbench::report::Outcome;
+
+fn run_err(args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin()).args(args).stdin(Stdio::null()).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.py");
+    std::fs::write(&empty, "  \n").unwrap();
+    let ruby = dir.path().join("x.rb");
+    std::fs::write(&ruby, "puts 1").unwrap();
+    let hello = samples_dir().join("benign/hello.py");
+    let hello = hello.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", "/nonexistent/prog.py"], "cannot read /nonexistent/prog.py"),
+        (vec!["run", empty.to_str().unwrap()], "is empty"),
+        (vec!["run", "--memory", "256Q", hello], "unknown unit"),
+        (vec!["run", "--tier", "nope", hello], "unknown tier 'nope' (known: process"),
+        (vec!["run", "--lang", "ruby", hello], "unknown language 'ruby'"),
+        (vec!["run", ruby.to_str().unwrap()], "pass --lang"),
+        (vec!["run", "--timeout=-3s", hello], "invalid duration"),
+        (vec!["run", "--env", "NOEQUALS", hello], "KEY=VALUE"),
+    ];
+    for (args, want) in cases {
+        let (code, err) = run_err(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: wanted {want:?} in {err:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err:?}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn program_from_stdin_with_user_env_only() {
+    let net = OuterNet::new();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--lang", "sh", "--format", "json", "--env", "GREETING=hi", "-"])
+        .env("ANTHROPIC_API_KEY", "sk-should-not-leak")
+        .env("HOST_ONLY", "x")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = net.spawn(&mut cmd);
+    child.stdin.take().unwrap().write_all(b"env | sort\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r = common::report(&out);
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    let names: Vec<&str> = r.stdout.lines().filter_map(|l| l.split('=').next()).collect();
+    for n in &names {
+        assert!(
+            ["GREETING", "HOME", "LANG", "PATH", "PWD", "TMPDIR", "SHLVL", "OLDPWD", "_"].contains(n),
+            "unexpected variable {n}"
+        );
+    }
+    assert!(r.stdout.contains("GREETING=hi"));
+    assert!(r.stdout.contains("HOME=/work"));
+    assert!(!r.stdout.contains("sk-should-not-leak"));
+}
+
+#[test]
+fn output_streams_live_and_summary_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("slow.py");
+    std::fs::write(&p, "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')\n").unwrap();
+    let net = OuterNet::new();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", p.to_str().unwrap()]).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+    let t0 = Instant::now();
+    let mut child = net.spawn(&mut cmd);
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    let first_at = t0.elapsed();
+    assert_eq!(lines.next().unwrap().unwrap(), "second");
+    let second_at = t0.elapsed();
+    // Ordering, not timing: "first" arrived while the program still slept.
+    assert!(first_at + Duration::from_millis(1000) < second_at, "first {first_at:?}, second {second_at:?}");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("outcome   ok"), "{err}");
+    assert!(out.status.success());
+}
+
+#[test]
+fn violations_are_announced_in_text_mode() {
+    let net = OuterNet::new();
+    let out = net.output(
+        Command::new(bin()).args(["run", "--memory", "64M"]).arg(samples_dir().join("hostile/memory_bomb.py")),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sandbench: memory — memory limit 64M hit"), "{err}");
+    assert!(err.contains("outcome   violation"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "a program that hit a limit still ran: exit 0");
+}
+
+fn wait_for<F: FnMut() -> bool>(mut f: F, limit: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn ctrl_c_cancels_and_cleans_up() {
+    let net = OuterNet::new();
+    let marker = format!("sandbench-cancel-{}", std::process::id());
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--format", "json", "--timeout", "60s", "--env", &format!("CANARY_MARK={marker}")])
+        .arg(samples_dir().join("hostile/daemon.py"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+    // daemon.py's parent exits after 0.3 s; use sleep_forever for a long run.
+    let mut cmd2 = Command::new(bin());
+    cmd2.args(["run", "--format", "json", "--timeout", "60s", "--env", &format!("CANARY_MARK={marker}")])
+        .arg(samples_dir().join("hostile/sleep_forever.py"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+    drop(cmd);
+    let child = net.spawn(&mut cmd2);
+    assert!(wait_for(|| !processes_with(&marker).is_empty(), Duration::from_secs(20)), "the program never started");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r = common::report(&out);
+    assert_eq!(r.outcome, Outcome::Cancelled, "{}", r.summary_line());
+    assert!(r.violations.is_empty(), "a user cancel is nobody's violation: {:?}", r.violations);
+    assert!(processes_with(&marker).is_empty());
+    assert!(net.leftover_cgroups().is_empty(), "{:?}", net.leftover_cgroups());
+}
+
+#[test]
+fn killed_sandbench_takes_its_sandbox_along_and_is_reaped_next_start() {
+    let net = OuterNet::new();
+    let marker = format!("sandbench-kill9-{}", std::process::id());
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--timeout", "60s", "--env", &format!("CANARY_MARK={marker}")])
+        .arg(samples_dir().join("hostile/sleep_forever.py"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut child = net.spawn(&mut cmd);
+    assert!(wait_for(|| !processes_with(&marker).is_empty(), Duration::from_secs(20)), "the program never started");
+    child.kill().unwrap(); // SIGKILL: no cleanup code of sandbench runs
+    child.wait().unwrap();
+    assert!(
+        wait_for(|| processes_with(&marker).is_empty(), Duration::from_secs(5)),
+        "sandbox processes outlived sandbench: {:?}",
+        processes_with(&marker)
+    );
+    if common::is_root() {
+        assert!(!net.leftover_cgroups().is_empty(), "expected the dead run's cgroup to be left for reaping");
+        // The next start reaps what the dead process left.
+        let out = net.output(
+            Command::new(bin()).args(["run"]).arg(samples_dir().join("benign/hello.sh")),
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success());
+        assert!(net.leftover_cgroups().is_empty(), "not reaped: {:?}", net.leftover_cgroups());
+    }
+}
+
+#[test]
+fn unprivileged_user_gets_namespaces_and_says_what_is_weaker() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root to switch to an unprivileged user");
+        return;
+    }
+    let Ok(_) = Command::new("setpriv").arg("--version").output() else {
+        eprintln!("skipped: setpriv (util-linux) is not installed");
+        return;
+    };
+    let net = OuterNet::new();
+    let out = net.output(
+        Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+            .arg(bin())
+            .args(["run", "--format", "json"])
+            .arg(samples_dir().join("hostile/secrets_env.py"))
+            .env("ANTHROPIC_API_KEY", "sk-unpriv-canary")
+            .env("HOME", "/nonexistent")
+            .env("XDG_STATE_HOME", std::env::temp_dir()),
+        Duration::from_secs(60),
+    );
+    if String::from_utf8_lossy(&out.stderr).contains("Permission denied") && out.stdout.is_empty() {
+        eprintln!("skipped: the test binary is not reachable by uid 65534");
+        return;
+    }
+    let r = common::report(&out);
+    assert_eq!(r.outcome, Outcome::Ok, "{} / {}", r.summary_line(), String::from_utf8_lossy(&out.stderr));
+    assert!(r.stdout.contains("found: nothing"), "{}", r.stdout);
+    assert_eq!(r.details["user_ns"], true);
+    assert!(r.details["namespaces"].as_array().unwrap().iter().any(|n| n == "user"));
+    if r.details["cgroup"].is_null() {
+        let w = r.details["warnings"].to_string();
+        assert!(w.contains("no cgroup"), "{w}");
+    }
+}
+
+#[test]
+fn doctor_reports_the_process_tier() {
+    let out = Command::new(bin()).args(["doctor", "--format", "json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = v.as_array().unwrap().iter().find(|t| t["tier"] == "process").unwrap();
+    assert_eq!(p["available"], true, "{p}");
+    let names: Vec<&str> = p["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    for n in ["cgroup", "namespaces", "landlock", "seccomp"] {
+        assert!(names.contains(&n), "doctor lacks {n}: {names:?}");
+    }
+    let text = Command::new(bin()).arg("doctor").output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("process"));
+}
+
+#[test]
+fn compare_runs_every_available_tier_and_reports_json() {
+    let net = OuterNet::new();
+    let out = net.output(
+        Command::new(bin()).args(["compare", "--format", "json"]).arg(samples_dir().join("benign/hello.py")),
+        Duration::from_secs(600),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reports = v["reports"].as_array().unwrap();
+    let p = reports.iter().find(|r| r["tier"] == "process").expect("process tier in compare");
+    assert_eq!(p["outcome"], "ok");
+    assert_eq!(p["stdout"], "hello from the sandbox\n");
+    for r in reports {
+        assert_eq!(r["outcome"], "ok", "{r}");
+    }
+    let text = net.output(
+        Command::new(bin()).args(["compare", "--tiers", "process"]).arg(samples_dir().join("benign/hello.py")),
+        Duration::from_secs(60),
+    );
+    assert!(String::from_utf8_lossy(&text.stdout).contains("process   ok"));
+}

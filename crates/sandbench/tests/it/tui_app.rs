@@ -1,0 +1,326 @@
+//! The workbench driven headless: keys and run events in, effects and
+//! screens out, no terminal.
+
+use ratatui::crossterm::event::KeyCode;
+use sandbench::event::{EventKind, Phase, RunEvent, Stream};
+use sandbench::report::Outcome;
+use sandbench::spec::Limits;
+use sandbench::tier::Availability;
+use sandbench::tui::app::{App, Effect, Focus, Msg, Overlay, View};
+use sandbench::tui::headless::{ctrl, key, render, screen, type_text};
+use sandbench::tui::theme::Theme;
+
+fn app() -> App {
+    let mut app = App::new(Theme::dark(), &["process"], "process", Limits::default());
+    app.live_clock = false;
+    app.update(Msg::Probed(Availability {
+        tier: "process".into(),
+        available: true,
+        summary: "ready".into(),
+        checks: vec![],
+    }));
+    app
+}
+
+fn start(app: &mut App) -> u64 {
+    app.update(key(KeyCode::F(5)));
+    let effects = app.take_effects();
+    match effects.as_slice() {
+        [Effect::Start { id, spec, .. }] => {
+            assert_eq!(spec.code, app.editor.text());
+            *id
+        }
+        other => panic!("expected one start, got {other:?}"),
+    }
+}
+
+fn out(app: &mut App, id: u64, bytes: &[u8]) {
+    app.update(Msg::Run(id, RunEvent { at_ms: 1.0, kind: EventKind::Output(Stream::Stdout, bytes.to_vec()) }));
+}
+
+fn finish(app: &mut App, id: u64, outcome: Outcome) {
+    let r = sandbench::tui::headless::report("process", outcome);
+    app.update(Msg::Finished(id, Box::new(r)));
+}
+
+#[test]
+fn typing_undo_and_the_run_gets_the_edited_code() {
+    let mut app = app();
+    app.update(ctrl('a'));
+    type_text(&mut app, "import os\nif True:\nprint(os.getpid())");
+    assert_eq!(app.editor.text(), "import os\nif True:\n    print(os.getpid())");
+    app.update(ctrl('z'));
+    assert_eq!(app.editor.text(), "import os\nif True:\n    ");
+    app.update(ctrl('y'));
+    let id = start(&mut app);
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("print(os.getpid())"), "{s}");
+    assert!(app.runs.contains_key(&id));
+}
+
+#[test]
+fn copy_paste_and_selection() {
+    let mut app = app();
+    app.update(ctrl('a'));
+    type_text(&mut app, "abc");
+    app.update(sandbench::tui::app::Msg::Key(ratatui::crossterm::event::KeyEvent::new(
+        KeyCode::Left,
+        ratatui::crossterm::event::KeyModifiers::SHIFT,
+    )));
+    app.update(ctrl('c'));
+    app.update(key(KeyCode::End));
+    app.update(ctrl('v'));
+    app.update(ctrl('v'));
+    assert_eq!(app.editor.text(), "abccc");
+    // Terminal (bracketed) paste goes to the editor as one undo step.
+    app.update(Msg::Paste("\nx = 1\r\n".into()));
+    assert_eq!(app.editor.text(), "abccc\nx = 1\n");
+    app.update(ctrl('z'));
+    assert_eq!(app.editor.text(), "abccc");
+}
+
+#[test]
+fn one_run_at_a_time_cancel_and_quit_clean_up() {
+    let mut app = app();
+    let id = start(&mut app);
+    app.update(key(KeyCode::F(5)));
+    assert!(app.take_effects().is_empty(), "a second run waits");
+    app.update(key(KeyCode::F(8)));
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Cancel(c)] if *c == id));
+    // Quit while the run is still stopping: the loop must wait for it.
+    app.update(ctrl('q'));
+    assert!(app.quitting);
+    assert!(!app.should_exit());
+    finish(&mut app, id, Outcome::Cancelled);
+    assert!(app.should_exit());
+}
+
+#[test]
+fn ctrl_c_copies_cancels_or_quits() {
+    let mut app = app();
+    let id = start(&mut app);
+    app.update(ctrl('c'));
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Cancel(c)] if *c == id));
+    finish(&mut app, id, Outcome::Cancelled);
+    app.editor.mark_saved();
+    app.update(ctrl('c'));
+    assert!(app.should_exit());
+}
+
+#[test]
+fn unsaved_changes_ask_before_quitting() {
+    let mut app = app();
+    type_text(&mut app, "x");
+    app.update(ctrl('q'));
+    assert!(!app.quitting);
+    assert!(app.status.as_ref().unwrap().text.contains("unsaved"));
+    app.update(ctrl('q'));
+    assert!(app.should_exit());
+}
+
+#[test]
+fn terminate_quits_even_with_unsaved_changes() {
+    let mut app = app();
+    type_text(&mut app, "x");
+    let id = start(&mut app);
+    app.update(Msg::Terminate);
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Cancel(c)] if *c == id));
+    assert!(app.quitting && !app.should_exit());
+    finish(&mut app, id, Outcome::Cancelled);
+    assert!(app.should_exit());
+}
+
+#[test]
+fn hostile_output_never_reaches_the_screen_buffer() {
+    let mut app = app();
+    let id = start(&mut app);
+    app.update(Msg::Run(id, RunEvent { at_ms: 0.0, kind: EventKind::Phase(Phase::Running) }));
+    let nasty: &[&[u8]] = &[
+        b"\x1b]52;c;ZXZpbA==",
+        b"\x07\x1b]0;PWNED\x07\x1b[?1049h\x1b[2J\x1b",
+        b"[Hmoved\x1bP+q\x1b\\\x9b31m\r\n\xe2",
+        b"\x80\xaebidi\x07\x00\n",
+    ];
+    for chunk in nasty {
+        out(&mut app, id, chunk);
+    }
+    let buf = render(&mut app, 100, 30);
+    for cell in buf.content() {
+        for c in cell.symbol().chars() {
+            assert!(!c.is_control(), "control {c:?} in the screen buffer");
+        }
+    }
+    let s = sandbench::tui::headless::text(&buf);
+    assert!(s.contains("moved"), "{s}");
+    assert!(s.contains("^G^@"), "{s}");
+    assert!(!s.contains("ZXZpbA"), "the clipboard payload is not shown: {s}");
+    assert!(!s.contains("PWNED"), "the title payload is not shown: {s}");
+}
+
+#[test]
+fn flood_is_bounded_and_scrolling_stops_following() {
+    let mut app = app();
+    let id = start(&mut app);
+    let chunk: Vec<u8> = (0..1000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+    for _ in 0..20 {
+        out(&mut app, id, &chunk);
+    }
+    // 20 MB without a newline.
+    let long = vec![b'y'; 1 << 20];
+    for _ in 0..20 {
+        out(&mut app, id, &long);
+    }
+    let run = &app.runs[&id];
+    assert_eq!(run.lines.len(), sandbench::tui::run_view::MAX_LINES);
+    assert!(run.lines.dropped > 0);
+    let partial = run.partials().next().unwrap();
+    assert_eq!(partial.line.width, sandbench::tui::run_view::MAX_LINE_COLS);
+    assert_eq!(partial.line.cut, 20 * (1 << 20) - sandbench::tui::run_view::MAX_LINE_COLS as u64);
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("following"), "{s}");
+    assert!(s.contains("15000 dropped"), "{s}");
+    assert!(s.contains("yyy …+20970496"), "{s}");
+    app.update(ctrl('w'));
+    assert_eq!(app.focus, Focus::Output);
+    app.update(key(KeyCode::PageUp));
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("scrolled"), "{s}");
+    assert!(s.contains("line 99"), "{s}");
+    app.update(key(KeyCode::End));
+    assert!(app.follow);
+}
+
+#[test]
+fn limits_form_applies_valid_values() {
+    let mut app = app();
+    app.update(key(KeyCode::F(3)));
+    for _ in 0..3 {
+        app.update(key(KeyCode::Backspace));
+    }
+    type_text(&mut app, "500ms");
+    app.update(key(KeyCode::Enter));
+    assert!(app.overlay.is_none());
+    assert_eq!(app.limits.cpu_time, std::time::Duration::from_millis(500));
+    let id = start(&mut app);
+    assert_eq!(app.runs[&id].limits.cpu_time, std::time::Duration::from_millis(500));
+    // Esc discards.
+    app.update(key(KeyCode::F(3)));
+    type_text(&mut app, "999");
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.limits.cpu_time, std::time::Duration::from_millis(500));
+}
+
+#[test]
+fn samples_picker_loads_a_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("benign")).unwrap();
+    std::fs::create_dir_all(dir.path().join("hostile")).unwrap();
+    std::fs::write(
+        dir.path().join("benign/hello.py"),
+        "# name: hello\n# tries: print a line\n# must: finish ok\n# expect: *=ok\nprint('hi')\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("hostile/bomb.sh"),
+        "# name: fork-bomb\n# tries: fork forever\n# must: stop at the pids limit\n# expect: *=violation:pids|cpu_time\n:(){ :|:& };:\n",
+    )
+    .unwrap();
+    let mut app = app();
+    app.samples_dirs = vec![dir.path().to_path_buf()];
+    app.update(key(KeyCode::F(2)));
+    assert!(matches!(app.overlay, Some(Overlay::Samples(_))));
+    app.update(key(KeyCode::Down));
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("fork forever"), "{s}");
+    assert!(s.contains("*=violation:pids|cpu_time"), "{s}");
+    insta::assert_snapshot!(s);
+    app.update(key(KeyCode::Enter));
+    assert!(app.overlay.is_none());
+    assert_eq!(app.language, sandbench::spec::Language::Sh);
+    assert!(app.editor.text().ends_with(":(){ :|:& };:"));
+    assert_eq!(app.label, "fork-bomb");
+}
+
+#[test]
+fn save_as_then_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = app();
+    app.update(ctrl('s'));
+    let Some(Overlay::SaveAs { input }) = &app.overlay else { panic!("save-as prompt expected") };
+    assert_eq!(input, "untitled.py");
+    let target = dir.path().join("prog.sh");
+    for _ in 0..20 {
+        app.update(key(KeyCode::Backspace));
+    }
+    type_text(&mut app, target.to_str().unwrap());
+    app.update(key(KeyCode::Enter));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "print(\"hello from the sandbox\")\n");
+    assert_eq!(app.language, sandbench::spec::Language::Sh);
+    type_text(&mut app, "x");
+    app.update(ctrl('s'));
+    assert!(std::fs::read_to_string(&target).unwrap().starts_with('x'));
+    assert!(!app.editor.modified);
+}
+
+#[test]
+fn compare_view_toggles_and_only_runs_ready_tiers() {
+    let mut app = App::new(Theme::light(), &["process", "docker"], "process", Limits::default());
+    app.update(Msg::Probed(Availability {
+        tier: "process".into(),
+        available: true,
+        summary: "ready".into(),
+        checks: vec![],
+    }));
+    app.update(key(KeyCode::F(6)));
+    let n = app.take_effects().len();
+    assert_eq!(n, 1, "docker is still being probed: not started");
+    assert_eq!(app.view, View::Compare);
+    app.update(key(KeyCode::Esc));
+    assert_eq!(app.view, View::Single);
+    app.update(key(KeyCode::F(7)));
+    assert_eq!(app.view, View::Compare);
+}
+
+#[test]
+fn small_and_tiny_terminals_do_not_panic() {
+    let mut app = app();
+    let id = start(&mut app);
+    out(&mut app, id, b"some output\n");
+    for (w, h) in [(80, 24), (40, 10), (20, 5), (1, 1), (200, 60)] {
+        for overlay in [KeyCode::F(1), KeyCode::F(2), KeyCode::F(3)] {
+            app.update(key(overlay));
+            render(&mut app, w, h);
+            app.update(key(KeyCode::Esc));
+        }
+        app.update(key(KeyCode::F(7)));
+        render(&mut app, w, h);
+        app.update(key(KeyCode::F(7)));
+    }
+}
+
+#[test]
+fn output_search_finds_newest_first_then_steps() {
+    let mut app = app();
+    let id = start(&mut app);
+    let text: String =
+        (0..300).map(|i| if i % 100 == 7 { format!("needle {i}\n") } else { format!("hay {i}\n") }).collect();
+    out(&mut app, id, text.as_bytes());
+    render(&mut app, 80, 24);
+    app.update(ctrl('w'));
+    app.update(key(KeyCode::Char('/')));
+    assert!(matches!(app.overlay, Some(Overlay::Search { .. })), "search prompt open");
+    type_text(&mut app, "NEEDLE");
+    app.update(key(KeyCode::Enter));
+    assert!(app.overlay.is_none());
+    assert_eq!(app.search.as_deref(), Some("NEEDLE"));
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("needle 207"), "newest match shown first:\n{s}");
+    assert!(!app.follow);
+    app.update(key(KeyCode::Char('N')));
+    let s = screen(&mut app, 80, 24);
+    assert!(s.contains("needle 107") && !s.contains("needle 207"), "{s}");
+    app.update(key(KeyCode::Char('n')));
+    assert!(screen(&mut app, 80, 24).contains("needle 207"));
+    app.update(key(KeyCode::Char('n')));
+    assert!(app.status.as_ref().unwrap().text.contains("no newer match"));
+}
