@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::Limits;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub default_tier: String,
     pub theme: String,
@@ -25,7 +25,7 @@ pub struct Config {
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
 /// (E2B_API_KEY, E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct E2bConfig {
     /// Sandbox template name or id.
     pub template: String,
@@ -42,7 +42,7 @@ impl Default for E2bConfig {
 
 /// `[agent]`: the model loop. The key comes from ANTHROPIC_API_KEY only.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
     pub model: String,
     pub max_turns: u32,
@@ -58,7 +58,7 @@ impl Default for AgentConfig {
 
 /// `[microvm]`: the QEMU microVM tier.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct MicrovmConfig {
     /// Guest kernel; default: the newest /boot/vmlinuz-*.
     pub kernel: Option<PathBuf>,
@@ -98,7 +98,7 @@ impl Default for MicrovmConfig {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProcessConfig {
     /// uid/gid the program runs as when sandbench runs as root.
     pub uid: u32,
@@ -118,7 +118,7 @@ impl Default for ProcessConfig {
 
 /// The `docker` and `gvisor` tiers (`[docker]`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DockerConfig {
     /// Image the sandboxes run (needs python3 and /bin/sh). `sandbench setup
     /// docker` writes the name of the image it built here when it had to build one.
@@ -198,6 +198,14 @@ pub fn log_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typo_is_an_error_that_names_the_key() {
+        let e = toml::from_str::<Config>("[limits]\nmemroy_bytes = 1\n").unwrap_err().to_string();
+        assert!(e.contains("memroy_bytes"), "{e}");
+        let e = toml::from_str::<Config>("defualt_tier = \"docker\"\n").unwrap_err().to_string();
+        assert!(e.contains("defualt_tier"), "{e}");
+    }
 
     #[test]
     fn partial_config_fills_defaults() {

@@ -73,7 +73,7 @@ impl FromStr for Language {
 /// Resource limits of one run. Every tier enforces what it can and reports
 /// what it cannot; none silently drops a limit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// CPU time of the whole sandbox (all its processes together).
     #[serde(with = "duration_ms")]

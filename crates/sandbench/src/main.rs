@@ -73,19 +73,24 @@ fn main() -> ExitCode {
                 None => sandbench::tui::run(&config, cli.file, cli.theme).await,
             }
         };
-        let r = if own_signals {
-            command.await
+        let (r, signal) = if own_signals {
+            (command.await, None)
         } else {
             tokio::select! {
-                r = command => r,
-                sig = terminating_signal() => Ok(128 + sig),
+                r = command => (r, None),
+                sig = terminating_signal() => (Ok(128 + sig), Some(sig)),
             }
         };
         for w in sandbench::tier::shutdown().await {
             eprintln!("sandbench: {}", sandbench::sanitize::inert_line(&w, 400));
         }
-        r
+        (r, signal)
     });
+    let (result, signal) = result;
+    if let Some(sig) = signal {
+        drop(rt);
+        die_of(sig);
+    }
     match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
@@ -94,6 +99,20 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// End the process by `sig`'s default action, so the parent sees the usual
+/// status of a process the signal ended (after our clean-up ran).
+#[allow(unsafe_code)]
+fn die_of(sig: i32) -> ! {
+    use nix::sys::signal::{raise, signal, SigHandler, Signal};
+    if let Ok(s) = Signal::try_from(sig) {
+        // SAFETY: no other thread is left (the runtime was dropped), and
+        // restoring the default disposition installs no handler code.
+        let _ = unsafe { signal(s, SigHandler::SigDfl) };
+        let _ = raise(s);
+    }
+    std::process::exit(128 + sig)
 }
 
 /// Wait for SIGTERM or SIGHUP; the signal's number. Never resolves if the
