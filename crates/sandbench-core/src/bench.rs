@@ -184,6 +184,20 @@ pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
             targets.push((format!("sandbench {tier_name}"), "sandbench process".into(), None));
         }
         "microvm" => microvm_plan(config, &mut c, &mut targets, &mut skipped).await?,
+        peer if tier::peer::names().unwrap_or_default().contains(&peer) => {
+            // Another tool's sandbox, against the same floor and sandbench's
+            // own process tier, in one interleaved run. No target: it is
+            // what the tool costs, not what sandbench promises.
+            let me = format!("sandbench {peer}");
+            c.push(Contender::Tier { name: "sandbench process".into(), tier: tier::by_name("process", config)? });
+            let py = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
+            c.push(Contender::Command {
+                name: "bare python3".into(),
+                argv: vec![py.into(), "-c".into(), "print(1)".into()],
+            });
+            targets.push((me.clone(), "bare python3".into(), None));
+            targets.push((me, "sandbench process".into(), None));
+        }
         other => anyhow::bail!("no benchmark is defined for the {other} tier yet"),
     }
     Ok((c, targets, skipped))

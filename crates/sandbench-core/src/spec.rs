@@ -138,6 +138,12 @@ pub struct RunSpec {
     pub env: BTreeMap<String, String>,
     /// A label for display (the file name, sample name, ...).
     pub label: String,
+    /// Variables in the environment of whoever launches the sandbox (the
+    /// gauntlet plants its secret canary here). Tiers whose launcher is a host
+    /// command (peers) start it with these; a sandbox must keep them from the
+    /// program. Never the program's own environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub launcher_env: BTreeMap<String, String>,
 }
 
 impl RunSpec {
@@ -148,6 +154,7 @@ impl RunSpec {
             limits: Limits::default(),
             env: BTreeMap::new(),
             label: String::from("-"),
+            launcher_env: BTreeMap::new(),
         }
     }
 

@@ -240,7 +240,7 @@ fn parse_wxh(s: &str) -> Result<(u16, u16), String> {
 
 #[derive(Debug, Args)]
 pub struct SetupArgs {
-    /// What to set up: docker, gvisor, microvm.
+    /// What to set up: docker, gvisor, microvm, peers.
     pub target: String,
     /// Rebuild everything, also what is up to date.
     #[arg(long)]

@@ -119,6 +119,12 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
     spec.limits = limits.clone();
     spec.label = sample.name.clone();
     spec.env.extend(canaries.env());
+    // The secret also sits where a real launcher's environment would hold it:
+    // a tier that starts a host command (a peer) and passes its environment
+    // through leaks it, and the canary sees it.
+    if let Some(s) = canaries.secret.clone().filter(|s| !s.is_empty()) {
+        spec.launcher_env.insert(canary::SECRET_VAR.to_string(), s);
+    }
     canaries.start_probe();
     let handle = crate::runner::start(tier, spec);
     let canceller = handle.canceller();
@@ -155,7 +161,12 @@ fn error_cell(sample: &Sample, tier: &str, why: String) -> Cell {
 }
 
 /// The verdict, from the report and the canaries (never the program's word).
-pub fn judge(sample: &Sample, tier: &str, report: RunReport, findings: Findings) -> Cell {
+pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findings) -> Cell {
+    // What sandbench's outer net had to stop after the tier's own containment
+    // failed (a peer's outer cgroup): host-side facts, listed by the tier.
+    if let Some(list) = report.details.get("escapes").and_then(|e| e.as_array()) {
+        findings.escapes.extend(list.iter().filter_map(|e| e.as_str()).map(str::to_string));
+    }
     let verdict = if !findings.escapes.is_empty() {
         Verdict::Escaped { what: findings.escapes.clone() }
     } else if report.outcome == Outcome::Cancelled {

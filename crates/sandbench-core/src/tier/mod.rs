@@ -17,11 +17,13 @@ use crate::spec::RunSpec;
 pub mod docker;
 pub mod e2b;
 pub mod microvm;
+pub mod peer;
 pub mod process;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Every tier sandbench knows, in order of isolation strength.
+/// Every tier sandbench knows, in order of isolation strength. Peers (other
+/// tools' sandboxes, `peer::names()`) are accepted by name as well.
 pub const KNOWN: &[&str] = &["process", "docker", "gvisor", "microvm", "e2b"];
 
 /// Longest violation detail or note (characters).
@@ -125,23 +127,31 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
         "gvisor" => Ok(Arc::new(docker::DockerTier::gvisor(config))),
         "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
         "microvm" => Ok(Arc::new(microvm::MicrovmTier::new(config))),
-        other => anyhow::bail!("unknown tier '{other}' (known: {})", KNOWN.join(", ")),
+        other => match peer::by_name(other).map_err(|e| anyhow::anyhow!(e))? {
+            Some(t) => Ok(t),
+            None => anyhow::bail!("unknown tier '{other}' (known: {})", known_names().join(", ")),
+        },
     }
+}
+
+/// sandbench's tiers, then the peers (when their profiles load).
+pub fn known_names() -> Vec<String> {
+    KNOWN.iter().map(|s| s.to_string()).chain(peer::names().unwrap_or_default().into_iter().map(String::from)).collect()
 }
 
 /// Parse a comma-separated tier list, refusing unknown names.
 pub fn parse_list(s: &str) -> Result<Vec<String>, String> {
     let mut out = vec![];
     for t in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        if !KNOWN.contains(&t) {
-            return Err(format!("unknown tier '{t}' (known: {})", KNOWN.join(", ")));
+        if !KNOWN.contains(&t) && !peer::names()?.contains(&t) {
+            return Err(format!("unknown tier '{t}' (known: {})", known_names().join(", ")));
         }
         if !out.iter().any(|o| o == t) {
             out.push(t.to_string());
         }
     }
     if out.is_empty() {
-        return Err(format!("no tier given (known: {})", KNOWN.join(", ")));
+        return Err(format!("no tier given (known: {})", known_names().join(", ")));
     }
     Ok(out)
 }
@@ -170,6 +180,7 @@ pub async fn reap_leftovers() {
     process::reap_leftovers();
     docker::reap_leftovers().await;
     microvm::reap_leftovers();
+    peer::reap_leftovers();
 }
 
 /// Clean up what this process still holds, before it exits (remote

@@ -6,7 +6,14 @@ use crate::tier::{self, Availability};
 
 pub async fn probe_all(config: &Config) -> Vec<Availability> {
     let mut out = vec![];
-    for name in tier::KNOWN {
+    // sandbench's tiers, then the peers (other tools' sandboxes): installed
+    // with their version, or the command that installs them.
+    let mut names: Vec<String> = tier::KNOWN.iter().map(|s| s.to_string()).collect();
+    match tier::peer::names() {
+        Ok(peers) => names.extend(peers.into_iter().map(String::from)),
+        Err(e) => out.push(Availability { tier: "peers".into(), available: false, summary: e, checks: vec![] }),
+    }
+    for name in &names {
         match tier::by_name(name, config) {
             Ok(t) => out.push(t.probe().await),
             Err(e) => out.push(Availability {

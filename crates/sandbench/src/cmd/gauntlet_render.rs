@@ -86,6 +86,7 @@ fn footer(m: &Matrix) -> String {
     if !lat.is_empty() {
         out.push_str(&format!("host responsiveness (worst spawn of /bin/true during a run): {}\n", lat.join(", ")));
     }
+    out.push_str(&versions(m));
     for (t, why) in &m.skipped_tiers {
         out.push_str(&format!("skipped {t}: {why}\n"));
     }
@@ -104,6 +105,43 @@ fn footer(m: &Matrix) -> String {
         format!("{} of {} cells differ from what the samples declare\n", m.mismatches, m.cells.len())
     });
     out
+}
+
+/// Tiers that wrap another tool (peers) name its version in their reports:
+/// one line with the versions, the kernel and the date, so a published
+/// matrix says what it was measured on.
+fn versions(m: &Matrix) -> String {
+    let mut v: Vec<String> = vec![];
+    for t in &m.tiers {
+        let found = m.cells.iter().filter(|c| &c.tier == t).find_map(|c| c.report.details.get("version")?.as_str());
+        if let Some(ver) = found {
+            v.push(format!("{t} = {}", crate::sanitize::visible_controls(ver.as_bytes())));
+        }
+    }
+    if v.is_empty() {
+        return String::new();
+    }
+    let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    format!("measured {} on Linux {kernel}: {}\n", today_utc(), v.join(", "))
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, from the days since 1970 (Hinnant's civil_from_days).
+fn today_utc() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    date_of_day((secs / 86_400) as i64)
+}
+
+fn date_of_day(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// Markdown: no timings in the matrix itself, so two runs diff cleanly.
@@ -128,4 +166,15 @@ pub fn markdown(m: &Matrix) -> String {
 
 pub fn json(m: &Matrix) -> String {
     serde_json::to_string_pretty(m).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dates_from_days() {
+        assert_eq!(super::date_of_day(0), "1970-01-01");
+        assert_eq!(super::date_of_day(19_723), "2024-01-01");
+        assert_eq!(super::date_of_day(19_782), "2024-02-29");
+        assert_eq!(super::today_utc().len(), 10);
+    }
 }

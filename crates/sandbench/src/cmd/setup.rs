@@ -86,13 +86,14 @@ impl Step for Bar {
 }
 
 /// Targets `setup` knows, for the error message.
-pub const TARGETS: &[&str] = &["docker", "gvisor", "microvm"];
+pub const TARGETS: &[&str] = &["docker", "gvisor", "microvm", "peers"];
 
 pub async fn run(args: SetupArgs, config: &Config) -> anyhow::Result<i32> {
     match args.target.as_str() {
         "docker" => docker(config, None).await,
         "gvisor" => docker(config, Some("runsc")).await,
         "microvm" => setup_microvm(&args, config).await,
+        "peers" => setup_peers().await,
         other => Err(usage(format!("nothing to set up for '{other}' (known: {})", TARGETS.join(", ")))),
     }
 }
@@ -168,5 +169,67 @@ async fn docker(config: &Config, runtime: Option<&str>) -> anyhow::Result<i32> {
         eprintln!("setup: runtime {rt} is registered");
     }
     eprintln!("setup: ready (check with: sandbench doctor)");
+    Ok(0)
+}
+
+/// Install every peer's tool (apt, pip, npm: the profile's `install` line)
+/// and the account peers run as. Installed tools are left alone.
+async fn setup_peers() -> anyhow::Result<i32> {
+    use crate::tier::peer;
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        match peer::ensure_user() {
+            Ok(true) => eprintln!("✓ user      created {} (peers run as it)", peer::PEER_USER),
+            Ok(false) => eprintln!("✓ user      {} exists", peer::PEER_USER),
+            Err(e) => anyhow::bail!("{e}"),
+        }
+    }
+    let entries = peer::entries().map_err(usage)?;
+    let mut apt_updated = false;
+    let mut failed = vec![];
+    for e in entries {
+        let p = &e.profile;
+        if peer::missing(p).is_empty() {
+            eprintln!("✓ {:<9} installed ({})", p.name, peer::tool_version(p).await);
+            continue;
+        }
+        if !root {
+            eprintln!("✗ {:<9} not installed; as root run: {}", p.name, p.install);
+            failed.push(p.name.clone());
+            continue;
+        }
+        if p.install.contains("apt-get") && !apt_updated {
+            apt_updated = true;
+            let _ = tokio::process::Command::new("apt-get").args(["update", "-qq"]).status().await;
+        }
+        eprintln!("… {:<9} installing: {}", p.name, p.install);
+        let st = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(&p.install)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .status()
+            .await;
+        let missing = peer::missing(p);
+        match (st, missing.is_empty()) {
+            (Ok(s), true) if s.success() => eprintln!("✓ {:<9} installed ({})", p.name, peer::tool_version(p).await),
+            (st, _) => {
+                let why = match st {
+                    Ok(s) if !s.success() => format!("the install command exited with {s}"),
+                    Err(e) => format!("cannot run sh: {e}"),
+                    _ => format!("still missing: {}", missing.join(", ")),
+                };
+                eprintln!("✗ {:<9} {why}", p.name);
+                failed.push(p.name.clone());
+            }
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("not installed: {} (see above; `sandbench doctor` shows each peer)", failed.join(", "));
+    }
+    eprintln!(
+        "peers are ready: try `sandbench gauntlet --tiers process,{}`",
+        entries.iter().map(|e| e.profile.name.as_str()).collect::<Vec<_>>().join(",")
+    );
     Ok(0)
 }

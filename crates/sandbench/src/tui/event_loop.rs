@@ -406,8 +406,10 @@ pub async fn run_headless(
 /// `sandbench [FILE] [--theme T]`: the workbench.
 pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) -> anyhow::Result<i32> {
     let theme = Theme::load(theme.as_deref().unwrap_or(&config.theme)).map_err(|e| usage(format!("{e:#}")))?;
-    let names: Vec<String> = tier::KNOWN.iter().map(|s| s.to_string()).collect();
-    let mut app = App::new(theme, tier::KNOWN, &config.default_tier, config.limits.clone());
+    // sandbench's tiers, then the peers (other tools' sandboxes) as further columns.
+    let names: Vec<String> = tier::known_names();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut app = App::new(theme, &refs, &config.default_tier, config.limits.clone());
     if let Some(f) = &file {
         app.open(f).map_err(|e| usage(format!("{e:#}")))?;
     }

@@ -19,6 +19,7 @@ mod e2b_lifecycle;
 mod gauntlet;
 mod microvm_protocol;
 mod microvm_tier;
+mod peers;
 mod process_cli;
 mod process_samples;
 mod process_spare;

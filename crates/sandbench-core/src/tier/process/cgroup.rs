@@ -169,6 +169,8 @@ pub struct RunCgroup {
     name: String,
     removed: bool,
     oom_base: u64,
+    /// Processes of the tier's own in the cgroup, on top of the program's pids limit.
+    supervisors: u64,
 }
 
 /// Processes of sandbench's own in the run's cgroup (the helper and the
@@ -216,8 +218,14 @@ fn read_key(p: &Path, key: &str) -> Option<u64> {
 
 impl RunCgroup {
     pub fn create(layout: &Layout, limits: &Limits) -> io::Result<RunCgroup> {
+        Self::create_with(layout, limits, SUPERVISORS)
+    }
+
+    /// A run cgroup whose tier keeps `supervisors` processes of its own in it
+    /// (a peer's wrapper): they are added to the pids limit and left out of the counts.
+    pub fn create_with(layout: &Layout, limits: &Limits, supervisors: u64) -> io::Result<RunCgroup> {
         let name = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-        let mut cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0 };
+        let mut cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0, supervisors };
         for d in cg.dirs() {
             fs::create_dir(&d)?;
         }
@@ -230,7 +238,7 @@ impl RunCgroup {
     pub fn set_limits(&self, limits: &Limits) -> io::Result<()> {
         let mem = limits.memory_bytes.to_string();
         let quota = ((limits.cpus.clamp(0.01, 1024.0)) * 100_000.0) as u64;
-        let pids = (limits.pids + SUPERVISORS).to_string();
+        let pids = (limits.pids + self.supervisors).to_string();
         match &self.layout {
             Layout::V1 { memory, pids: p, cpu, .. } => {
                 let m = memory.join(&self.name);
@@ -300,9 +308,14 @@ impl RunCgroup {
             }
         }
         s.oom_kills = s.oom_kills.saturating_sub(self.oom_base);
-        s.pids = s.pids.map(|p| p.saturating_sub(SUPERVISORS));
-        s.pids_peak = s.pids_peak.map(|p| p.saturating_sub(SUPERVISORS));
+        s.pids = s.pids.map(|p| p.saturating_sub(self.supervisors));
+        s.pids_peak = s.pids_peak.map(|p| p.saturating_sub(self.supervisors));
         s
+    }
+
+    /// Processes in the run's cgroup now (read from its first hierarchy).
+    pub fn members(&self) -> Vec<i32> {
+        self.dirs().first().map(|d| pids_in(d)).unwrap_or_default()
     }
 
     /// SIGKILL everything in the run's cgroups until they are empty.

@@ -1,0 +1,628 @@
+//! Peer tiers: the sandboxes people already use (bubblewrap, firejail,
+//! nsjail, Anthropic's `srt`, the Codex CLI's sandbox, or a user's own
+//! wrapper) run through the same runner, events and report as sandbench's
+//! tiers. A peer is a TOML profile (`profile.rs`) that says how to wrap the
+//! program in the tool's command line. Around every run sandbench keeps its
+//! own outer net, which the program cannot write to:
+//!
+//! - the wrapper starts inside a cgroup sandbench owns (memory and pids set to
+//!   the run's limits plus the tool's own overhead): a bomb that gets past the
+//!   peer is still stopped there, and listed in `details.escapes`;
+//! - the scratch folder is a tmpfs of the run's disk size (as root);
+//! - the wrapper runs as the unprivileged `sandbench-peer` user (as root),
+//!   the way these tools are meant to be used, with sandbench's scrubbed
+//!   environment plus what the launcher holds (`RunSpec::launcher_env`);
+//! - wall time and output are enforced by the runner, as for every tier.
+//!
+//! Verdicts come from the cgroup's counters, the scratch mount's free space
+//! and the signals sandbench sent; never from printed text.
+
+pub mod profile;
+mod rundir;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context as _};
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use crate::config::Config;
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::judge::{Counters, ExitFacts, Judge};
+use crate::spec::{format_size, Language, Limits, RunSpec};
+use crate::tier::process::cgroup::{self, Layout, RunCgroup};
+use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+use profile::{Context, Profile};
+use rundir::RunDir;
+
+/// The unprivileged account peers run as when sandbench is root.
+pub const PEER_USER: &str = "sandbench-peer";
+/// Its home (firejail wants one that exists).
+pub const PEER_HOME: &str = "/var/lib/sandbench-peer";
+
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// How long processes may take to leave on their own once the wrapper exited.
+const DRAIN_GRACE: Duration = Duration::from_millis(300);
+/// Extra processes the outer net allows past the peer's own pids limit, so
+/// that only a limit the peer did not hold fires it.
+const PIDS_SLACK: u64 = 2;
+const STDERR_TAIL: usize = 4096;
+
+/// A profile and the file it came from, for the life of the process.
+pub struct Entry {
+    pub profile: Profile,
+    pub source: String,
+}
+
+fn registry() -> &'static Result<Vec<Entry>, String> {
+    static R: OnceLock<Result<Vec<Entry>, String>> = OnceLock::new();
+    R.get_or_init(|| {
+        let dir = user_dir();
+        profile::load_all(dir.as_deref())
+            .map(|v| v.into_iter().map(|(profile, source)| Entry { profile, source }).collect())
+    })
+}
+
+/// `<config dir>/peers`: beside config.toml (`SANDBENCH_CONFIG` moves both).
+pub fn user_dir() -> Option<PathBuf> {
+    Config::path().and_then(|p| p.parent().map(|d| d.join("peers")))
+}
+
+/// Every peer's name, or the first profile error.
+pub fn names() -> Result<Vec<&'static str>, String> {
+    match registry() {
+        Ok(v) => Ok(v.iter().map(|e| e.profile.name.as_str()).collect()),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// Every peer with its profile (for doctor and setup).
+pub fn entries() -> Result<&'static [Entry], String> {
+    registry().as_ref().map(|v| v.as_slice()).map_err(Clone::clone)
+}
+
+/// The named peer, if there is one.
+pub fn by_name(name: &str) -> Result<Option<Arc<dyn Tier>>, String> {
+    let all = registry().as_ref().map_err(Clone::clone)?;
+    Ok(all.iter().find(|e| e.profile.name == name).map(|e| Arc::new(PeerTier::new(e)) as Arc<dyn Tier>))
+}
+
+fn outer_layout() -> &'static Result<Layout, String> {
+    static L: OnceLock<Result<Layout, String>> = OnceLock::new();
+    L.get_or_init(|| {
+        if !nix::unistd::geteuid().is_root() && std::env::var_os("SANDBENCH_TRY_USER_CGROUP").is_none() {
+            return Err("sandbench is not root: it cannot create the outer cgroup a peer runs in".into());
+        }
+        cgroup::detect()
+    })
+}
+
+/// Look a command up on PATH (then the usual bin folders, where npm and pip
+/// put tools), or take it as a path.
+pub fn which(cmd: &str) -> Option<PathBuf> {
+    crate::host::which(cmd).or_else(|| crate::host::which_in(cmd, "/usr/local/bin:/usr/bin:/bin"))
+}
+
+/// Who the wrapper runs as: the peer account as root, else the caller.
+#[derive(Debug, Clone)]
+pub struct RunAs {
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Whether sandbench switches to it (it is root).
+    pub switch: bool,
+}
+
+pub fn run_as() -> Result<RunAs, String> {
+    use nix::unistd::{getgid, getuid, User};
+    if !nix::unistd::geteuid().is_root() {
+        let uid = getuid().as_raw();
+        let user = User::from_uid(getuid()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string());
+        return Ok(RunAs { user, uid, gid: getgid().as_raw(), switch: false });
+    }
+    match User::from_name(PEER_USER) {
+        Ok(Some(u)) => Ok(RunAs { user: u.name, uid: u.uid.as_raw(), gid: u.gid.as_raw(), switch: true }),
+        _ => Err(format!("there is no '{PEER_USER}' user to run peers as: run `sandbench setup peers`")),
+    }
+}
+
+/// Make the peer account (and its home) if it is missing; true when made.
+/// Root only: `sandbench setup peers` calls it.
+pub fn ensure_user() -> Result<bool, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let made = match nix::unistd::User::from_name(PEER_USER) {
+        Ok(Some(_)) => false,
+        _ => {
+            let out = std::process::Command::new("useradd")
+                .args(["--system", "--no-create-home", "--home-dir", PEER_HOME, "--shell", "/usr/sbin/nologin"])
+                .args(["--user-group", PEER_USER])
+                .output()
+                .map_err(|e| format!("cannot run useradd: {e} (apt-get install passwd)"))?;
+            if !out.status.success() {
+                return Err(format!("useradd {PEER_USER} failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+            }
+            true
+        }
+    };
+    let who = run_as()?;
+    std::fs::create_dir_all(PEER_HOME).map_err(|e| format!("cannot create {PEER_HOME}: {e}"))?;
+    std::os::unix::fs::chown(PEER_HOME, Some(who.uid), Some(who.gid)).map_err(|e| format!("chown {PEER_HOME}: {e}"))?;
+    std::fs::set_permissions(PEER_HOME, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("chmod {PEER_HOME}: {e}"))?;
+    Ok(made)
+}
+
+/// The tool and the binaries it needs that are not on PATH.
+pub fn missing(p: &Profile) -> Vec<String> {
+    std::iter::once(&p.tool).chain(&p.needs).filter(|t| which(t).is_none()).cloned().collect()
+}
+
+pub struct PeerTier {
+    profile: &'static Profile,
+    source: &'static str,
+    version: OnceLock<String>,
+}
+
+impl PeerTier {
+    fn new(e: &'static Entry) -> PeerTier {
+        PeerTier { profile: &e.profile, source: &e.source, version: OnceLock::new() }
+    }
+
+    pub fn tool_path(&self) -> Option<PathBuf> {
+        which(&self.profile.tool)
+    }
+
+    /// The tool's version line (cached), or why it could not be read.
+    pub async fn version(&self) -> String {
+        if let Some(v) = self.version.get() {
+            return v.clone();
+        }
+        let v = tool_version(self.profile).await;
+        let _ = self.version.set(v.clone());
+        v
+    }
+}
+
+/// Run the profile's version command and keep its first line with a digit,
+/// made inert (printable ASCII, 80 characters).
+pub async fn tool_version(p: &Profile) -> String {
+    let Some(tool) = which(&p.tool) else { return "not installed".into() };
+    let mut cx = Context::example();
+    cx.tool = tool.display().to_string();
+    let argv: Result<Vec<String>, String> = p.version.iter().map(|a| cx.expand(a, &[])).collect();
+    let Ok(argv) = argv else { return "unknown".into() };
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await;
+    let Ok(Ok(out)) = out else { return "unknown (the version command failed)".into() };
+    let text = [out.stdout, out.stderr].concat();
+    String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::trim)
+        .find(|l| l.chars().any(|c| c.is_ascii_digit()))
+        .map(|l| l.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(80).collect::<String>())
+        .map(|l| l.trim_matches('"').to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The interpreter on the host (peers see the host's /usr).
+fn interpreter(lang: Language) -> Option<Vec<String>> {
+    let mut argv: Vec<String> = lang.interpreter().iter().map(|s| s.to_string()).collect();
+    if !argv[0].starts_with('/') {
+        argv[0] = ["/usr/bin", "/bin", "/usr/local/bin"]
+            .iter()
+            .map(|d| format!("{d}/{}", argv[0]))
+            .find(|p| Path::new(p).exists())?;
+    }
+    Some(argv)
+}
+
+impl Tier for PeerTier {
+    fn name(&self) -> &'static str {
+        &self.profile.name
+    }
+
+    fn describe(&self) -> &'static str {
+        &self.profile.describe
+    }
+
+    fn probe(&self) -> BoxFuture<'_, Availability> {
+        Box::pin(self.probe_inner())
+    }
+
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+        Box::pin(self.run_inner(spec, ctx))
+    }
+}
+
+impl PeerTier {
+    async fn probe_inner(&self) -> Availability {
+        let p = self.profile;
+        let mut checks = vec![];
+        let tool = self.tool_path();
+        match &tool {
+            Some(t) => checks.push(Check::ok(&p.tool, format!("{} ({})", self.version().await, t.display()))),
+            None => checks.push(Check::fail(&p.tool, "not installed", p.install.clone())),
+        }
+        for n in &p.needs {
+            match which(n) {
+                Some(path) => checks.push(Check::ok(n, path.display().to_string())),
+                None => checks.push(Check::fail(n, "not installed (the tool needs it)", p.install.clone())),
+            }
+        }
+        match run_as() {
+            Ok(r) => checks.push(Check::ok("user", format!("runs as {} (uid {})", r.user, r.uid))),
+            Err(e) => checks.push(Check::fail("user", e, "sandbench setup peers")),
+        }
+        match outer_layout() {
+            Ok(l) => checks.push(Check::ok(
+                "outer net",
+                format!("cgroup {} around every run", if l.version() == cgroup::Version::V1 { "v1" } else { "v2" }),
+            )),
+            Err(e) => checks.push(Check::fail("outer net", e.clone(), "run sandbench as root")),
+        }
+        let (yes, no) = p.enforced();
+        checks.push(Check::ok(
+            "limits",
+            format!(
+                "enforced by {}: {}; not enforced: {}",
+                p.name,
+                if yes.is_empty() { "none".into() } else { yes.join(", ") },
+                if no.is_empty() { "none".into() } else { no.join(", ") }
+            ),
+        ));
+        let ready = checks.iter().all(|c| c.ok);
+        let mut summary = String::new();
+        if ready {
+            // The honest test: a trivial program through the real wrapper.
+            let mut spec = RunSpec::new(Language::Sh, "echo peer-probe-ok\n");
+            spec.label = "doctor probe".into();
+            let me = PeerTier { profile: self.profile, source: self.source, version: OnceLock::new() };
+            let r = crate::runner::run(Arc::new(me), spec).await;
+            if r.outcome == crate::report::Outcome::Ok && r.exit.code == Some(0) && r.stdout.contains("peer-probe-ok") {
+                checks.push(Check::ok("sandbox", format!("a trivial program ran ({:.0} ms)", r.timings_ms.total)));
+                summary = format!("ready ({})", self.version().await);
+            } else {
+                let why = r.error.clone().unwrap_or_else(|| {
+                    let err: String = r.stderr.lines().next().unwrap_or("").chars().take(160).collect();
+                    format!("{} {}", r.summary_line(), crate::sanitize::visible_controls(err.as_bytes()))
+                });
+                checks.push(Check::fail(
+                    "sandbox",
+                    format!("a trivial program failed: {why}"),
+                    format!("check the profile {} and the tool's own diagnostics", self.source),
+                ));
+            }
+        }
+        let available = checks.iter().all(|c| c.ok);
+        if !available {
+            summary = match &tool {
+                None => format!("not installed: {}", p.install),
+                Some(_) => {
+                    let first = checks.iter().find(|c| !c.ok).map(|c| c.detail.clone()).unwrap_or_default();
+                    format!("unavailable: {first}")
+                }
+            };
+        }
+        Availability { tier: p.name.clone(), available, summary, checks }
+    }
+
+    async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
+        ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+        let p = self.profile;
+        let limits = spec.limits.clone();
+        let tool = self.tool_path().ok_or_else(|| anyhow!("{} is not installed: {}", p.tool, p.install))?;
+        let who = run_as().map_err(|e| anyhow!(e))?;
+        let layout = outer_layout()
+            .as_ref()
+            .map_err(|e| anyhow!("no outer cgroup for the {} peer ({e}); peers run only inside one", p.name))?;
+        let interp = interpreter(spec.language)
+            .ok_or_else(|| anyhow!("{} is not installed on the host", spec.language.interpreter()[0]))?;
+        let version = self.version().await;
+
+        let dir =
+            RunDir::create(&p.name, &spec, &who, limits.disk_bytes).context("cannot prepare the run's folders")?;
+        let cx = Context {
+            tool: tool.display().to_string(),
+            run: dir.root.clone(),
+            program_dir: dir.program_dir.clone(),
+            scratch: dir.scratch.clone(),
+            home: dir.home.clone(),
+            inside_program_dir: p.inside.program_dir.clone().unwrap_or_else(|| dir.program_dir.display().to_string()),
+            inside_scratch: p.inside.scratch.clone().unwrap_or_else(|| dir.scratch.display().to_string()),
+            program_file: spec.language.file_name().into(),
+            interpreter: interp,
+            uid: who.uid,
+            gid: who.gid,
+            limits: limits.clone(),
+        };
+        for (name, template) in &p.files {
+            let text = cx.expand(template, &[]).map_err(|e| anyhow!("profile {}: files.{name}: {e}", self.source))?;
+            dir.write_file(name, &text)?;
+        }
+        let program_env = spec.sandbox_env(&cx.inside_scratch, &cx.inside_scratch);
+        let argv = profile::build_argv(p, &cx, &program_env).map_err(|e| anyhow!("profile {}: {e}", self.source))?;
+        let mut env: Vec<(String, String)> = vec![
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+            ("HOME".into(), cx.home.display().to_string()),
+        ];
+        let mut set = |k: &str, v: String| {
+            env.retain(|(ek, _)| ek != k);
+            env.push((k.to_string(), v));
+        };
+        if p.env_flag.is_none() {
+            for (k, v) in &program_env {
+                set(k, v.clone());
+            }
+        }
+        for (k, v) in &p.tool_env {
+            set(k, cx.expand(v, &[]).map_err(|e| anyhow!("profile {}: tool_env.{k}: {e}", self.source))?);
+        }
+        for (k, v) in &spec.launcher_env {
+            set(k, v.clone());
+        }
+        let cwd = match &p.cwd {
+            Some(c) => PathBuf::from(cx.expand(c, &[]).map_err(|e| anyhow!("profile {}: cwd: {e}", self.source))?),
+            None => dir.scratch.clone(),
+        };
+
+        // The outer net: the run's memory and pids plus the tool's own, no
+        // CPU cap (a limit the peer does not enforce stays unenforced).
+        let net_limits = Limits {
+            memory_bytes: limits.memory_bytes.saturating_add(p.overhead.memory_mib << 20),
+            cpus: 1024.0,
+            ..limits.clone()
+        };
+        let mut cg = RunCgroup::create_with(layout, &net_limits, p.overhead.pids + PIDS_SLACK)
+            .context("cannot create the outer cgroup")?;
+
+        let result = self.execute(&ctx, &limits, &argv, &env, &cwd, &who, &cg, &dir).await;
+        ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+        let stats = cg.stats();
+        cg.kill_all();
+        tokio::task::spawn_blocking(move || {
+            cg.remove();
+            drop(dir);
+        })
+        .await
+        .ok();
+        let mut out = result?;
+        out.usage = Some(UsageSample {
+            cpu_ms: stats.cpu_ns.map(|n| n / 1_000_000),
+            memory_bytes: stats.memory_peak,
+            pids: stats.pids_peak,
+        });
+        let (yes, no) = p.enforced();
+        let mut by_peer = serde_json::Map::new();
+        for (k, flags) in p.limits.all() {
+            if let Some(f) = flags {
+                let shown: Vec<String> = f.iter().map(|a| cx.expand(a, &[]).unwrap_or_default()).collect();
+                by_peer.insert(
+                    k.into(),
+                    json!(if shown.is_empty() { "by its fixed flags".into() } else { shown.join(" ") }),
+                );
+            }
+        }
+        let d = out.details.as_object_mut().ok_or_else(|| anyhow!("details"))?;
+        d.insert("peer".into(), json!(p.name));
+        d.insert("profile".into(), json!(self.source));
+        d.insert("tool".into(), json!(tool.display().to_string()));
+        d.insert("version".into(), json!(version));
+        d.insert("argv".into(), json!(argv));
+        d.insert("run_as".into(), json!({ "user": who.user, "uid": who.uid, "gid": who.gid }));
+        d.insert(
+            "limits".into(),
+            json!({
+                "enforced_by_peer": by_peer,
+                "enforced_by_sandbench": ["wall_time", "output_bytes"],
+                "not_enforced": no,
+                "peer_enforces": yes,
+                "outer_net": {
+                    "memory_bytes": net_limits.memory_bytes,
+                    "pids": limits.pids + PIDS_SLACK,
+                    "scratch_tmpfs_bytes": dir_disk(&who, limits.disk_bytes),
+                },
+            }),
+        );
+        d.insert("cgroup".into(), json!(layout.version()));
+        d.insert("start".into(), json!("cold"));
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        ctx: &RunContext,
+        limits: &Limits,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: &Path,
+        who: &RunAs,
+        cg: &RunCgroup,
+        dir: &RunDir,
+    ) -> anyhow::Result<TierExit> {
+        let p = self.profile;
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        rundir::enter_outer_net(&mut cmd, cg.procs_files(), who.switch.then_some((who.uid, who.gid)))?;
+        let mut child = cmd.spawn().with_context(|| format!("cannot start {}", argv[0]))?;
+        ctx.emit(EventKind::Phase(Phase::Running)).await;
+        ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
+        let tail = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone(), None));
+        let err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone(), Some(tail.clone())));
+
+        let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut seen = Seen { file_limit: limits.file_size_bytes, ..Default::default() };
+        let mut judge = Judge::new(limits);
+        let mut killed = false;
+        let status = loop {
+            tokio::select! {
+                st = child.wait() => break st,
+                _ = ctx.stop.cancelled(), if !killed => {
+                    killed = true;
+                    let _ = child.start_kill();
+                    cg.kill_all();
+                }
+                _ = ticker.tick() => {
+                    let s = cg.stats();
+                    seen.note(dir);
+                    ctx.usage(UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }).await;
+                    // Memory and pids as they happen; CPU at the end: sandbench
+                    // does not kill a peer for CPU (a limit the peer does not
+                    // enforce stays unenforced; the wall time ends it).
+                    judge.sample(ctx, &Counters { cpu_ms: None, ..s.counters() }).await;
+                }
+            }
+        };
+        // The wrapper is gone: whatever is still in the cgroup outlived the
+        // peer's own containment. Give it a moment to leave by itself.
+        let mut escapes = vec![];
+        let deadline = tokio::time::Instant::now() + DRAIN_GRACE;
+        let mut left = cg.members();
+        while !left.is_empty() && !killed && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            left = cg.members();
+        }
+        if !left.is_empty() && !killed {
+            escapes.push(format!(
+                "{} process(es) outlived {} (it had exited); sandbench's outer cgroup killed them",
+                left.len(),
+                p.name
+            ));
+        }
+        cg.kill_all();
+        // Output pipes close once the last holder is dead.
+        let _ = tokio::time::timeout(Duration::from_secs(5), out_task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), err_task).await;
+        let s = cg.stats();
+        seen.note(dir);
+
+        let status = status.context("lost the wrapper process")?;
+        let exit = {
+            use std::os::unix::process::ExitStatusExt;
+            ExitStatus { code: status.code(), signal: status.signal() }
+        };
+        let stderr_tail = tail.lock().map(|t| String::from_utf8_lossy(&t).into_owned()).unwrap_or_default();
+        if !killed && exit.code != Some(0) {
+            if let Some(line) =
+                stderr_tail.lines().find(|l| p.failure_prefixes.iter().any(|pre| l.starts_with(pre.as_str())))
+            {
+                let line: String = line.chars().take(200).collect();
+                return Err(anyhow!(
+                    "{} could not build its sandbox: {}",
+                    p.name,
+                    crate::sanitize::visible_controls(line.as_bytes())
+                ));
+            }
+        }
+        // What got past the peer, in the outer net's own counters.
+        if s.oom_kills > 0 || s.memory_max_events > 0 {
+            escapes.push(format!(
+                "memory got past {}: it reached sandbench's outer cgroup limit ({} = the run's {} + {} MiB for the tool){}",
+                p.name,
+                format_size(limits.memory_bytes + (p.overhead.memory_mib << 20)),
+                format_size(limits.memory_bytes),
+                p.overhead.memory_mib,
+                if s.oom_kills > 0 { format!(", which OOM-killed {} process(es)", s.oom_kills) } else { String::new() }
+            ));
+        }
+        if s.pids_max_events > 0 {
+            escapes.push(format!(
+                "processes got past {}: sandbench's outer cgroup refused {} fork(s) at {} + {}",
+                p.name, s.pids_max_events, limits.pids, PIDS_SLACK
+            ));
+        }
+        let facts = ExitFacts {
+            // The wrapper's status: a tool reports its program's death its own way.
+            status: exit,
+            counters: s.counters(),
+            rlimit_signals_trusted: false,
+            capped_files: seen.capped.iter().cloned().collect(),
+            full_mounts: if seen.scratch_full {
+                vec![format!("the scratch folder ({})", dir.scratch.display())]
+            } else {
+                vec![]
+            },
+        };
+        judge.exit(ctx, &facts).await;
+        ctx.emit(EventKind::Exit(if killed { ExitStatus { code: None, signal: Some(libc::SIGKILL) } } else { exit }))
+            .await;
+        Ok(TierExit { usage: None, details: json!({ "escapes": escapes, "wrapper_exit": exit.describe() }) })
+    }
+}
+
+fn dir_disk(who: &RunAs, disk: u64) -> Option<u64> {
+    who.switch.then_some(disk)
+}
+
+/// High-water marks read from the host side of the scratch folder.
+#[derive(Default)]
+struct Seen {
+    file_limit: u64,
+    /// A file (relative path) that reached the file-size limit.
+    capped: Option<String>,
+    scratch_full: bool,
+}
+
+impl Seen {
+    fn note(&mut self, dir: &RunDir) {
+        let (capped, full) = dir.scan(self.file_limit);
+        if self.capped.is_none() {
+            self.capped = capped;
+        }
+        self.scratch_full |= full;
+    }
+}
+
+async fn pump<R: AsyncRead + Unpin>(
+    src: Option<R>,
+    stream: Stream,
+    ctx: RunContext,
+    tail: Option<Arc<std::sync::Mutex<Vec<u8>>>>,
+) {
+    let Some(mut src) = src else { return };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match src.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if let Some(t) = &tail {
+                    if let Ok(mut t) = t.lock() {
+                        t.extend_from_slice(&buf[..n]);
+                        let excess = t.len().saturating_sub(STDERR_TAIL);
+                        t.drain(..excess);
+                    }
+                }
+                ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await;
+            }
+        }
+    }
+}
+
+/// Remove run folders of sandbench processes that are gone (their lock is free).
+pub fn reap_leftovers() {
+    let n = rundir::reap();
+    if n > 0 {
+        tracing::info!("reaped {n} leftover peer run folder(s)");
+    }
+}

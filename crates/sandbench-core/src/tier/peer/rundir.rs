@@ -1,0 +1,211 @@
+//! The host side of one peer run: its folder (program, scratch, the tool's
+//! home, settings files), the scratch tmpfs, the lock that proves the run is
+//! alive, and the fork/exec step that puts the wrapper into the outer cgroup
+//! as the peer user. Folders live under `/run/sandbench-peers` (root) or the
+//! user's runtime dir: not under /tmp, which some tools replace (firejail's
+//! --private-tmp) or refuse (Codex will not put its helpers there).
+#![allow(unsafe_code)] // pre_exec hook of the wrapper (async-signal-safe calls only)
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context;
+use nix::fcntl::{Flock, FlockArg};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
+use super::RunAs;
+use crate::spec::RunSpec;
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Where run folders go.
+pub fn base() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/run/sandbench-peers");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("sandbench-peers"),
+        None => std::env::temp_dir().join(format!("sandbench-peers-{}", nix::unistd::getuid())),
+    }
+}
+
+/// One run's folder. Dropping it unmounts the scratch and removes everything.
+pub struct RunDir {
+    pub root: PathBuf,
+    pub program_dir: PathBuf,
+    pub scratch: PathBuf,
+    pub home: PathBuf,
+    tmpfs: bool,
+    _lock: Flock<fs::File>,
+}
+
+fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
+    fs::create_dir(p)?;
+    fs::set_permissions(p, fs::Permissions::from_mode(mode))
+}
+
+impl RunDir {
+    pub fn create(peer: &str, spec: &RunSpec, who: &RunAs, disk_bytes: u64) -> anyhow::Result<RunDir> {
+        let base = base();
+        fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+        // The peer user must be able to walk in; nobody else may write.
+        fs::set_permissions(&base, fs::Permissions::from_mode(0o755))?;
+        let root = base.join(format!("{}-{}-{peer}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        mkdir(&root, 0o755).with_context(|| format!("cannot create {}", root.display()))?;
+        let lock_file = fs::OpenOptions::new().create(true).write(true).truncate(true).open(root.join(".lock"))?;
+        let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e)?;
+        let mut dir = RunDir {
+            program_dir: root.join("program"),
+            scratch: root.join("scratch"),
+            home: root.join("home"),
+            root,
+            tmpfs: false,
+            _lock: lock,
+        };
+        mkdir(&dir.program_dir, 0o755)?;
+        let file = dir.program_dir.join(spec.language.file_name());
+        fs::write(&file, &spec.code)?;
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o644))?;
+        mkdir(&dir.scratch, 0o700)?;
+        mkdir(&dir.home, 0o700)?;
+        if who.switch {
+            // As root: the scratch is a tmpfs of the run's disk size, so a
+            // program that fills it never fills the host's disk.
+            let inodes = (disk_bytes / 4096).clamp(1024, 65536);
+            let opts = format!("size={disk_bytes},nr_inodes={inodes},mode=0700,uid={},gid={}", who.uid, who.gid);
+            mount(
+                Some("sandbench-peer"),
+                &dir.scratch,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(opts.as_str()),
+            )
+            .with_context(|| format!("cannot mount the scratch tmpfs on {}", dir.scratch.display()))?;
+            dir.tmpfs = true;
+            chown(&dir.home, Some(who.uid), Some(who.gid))?;
+        }
+        Ok(dir)
+    }
+
+    /// A settings file the tool reads (not writable by it).
+    pub fn write_file(&self, name: &str, text: &str) -> anyhow::Result<()> {
+        let p = self.root.join(name);
+        fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644))?;
+        Ok(())
+    }
+
+    /// (a file that reached `limit` bytes, whether the scratch tmpfs is
+    /// full), read from the host. Bounded: a flood of files is looked at in part.
+    pub fn scan(&self, limit: u64) -> (Option<String>, bool) {
+        let mut capped = None;
+        let mut budget = 20_000usize;
+        let mut stack = vec![(self.scratch.clone(), 0u32)];
+        while let Some((d, depth)) = stack.pop() {
+            let Ok(rd) = fs::read_dir(&d) else { continue };
+            for e in rd.flatten() {
+                if budget == 0 || capped.is_some() {
+                    break;
+                }
+                budget -= 1;
+                let Ok(m) = e.metadata() else { continue };
+                if m.is_file() && m.len() >= limit {
+                    let p = e.path();
+                    capped = Some(p.strip_prefix(&self.scratch).unwrap_or(&p).display().to_string());
+                } else if m.is_dir() && depth < 32 {
+                    stack.push((e.path(), depth + 1));
+                }
+            }
+        }
+        // "Full" is within 1/32 of the size or 1/64 of the inodes: a program
+        // that hit ENOSPC may have freed a little before the next look, and so
+        // may the tool (srt removes its mount-point files when it exits).
+        let full = self.tmpfs
+            && nix::sys::statvfs::statvfs(&self.scratch)
+                .map(|s| s.blocks_available() <= s.blocks() / 32 || s.files_available() <= s.files() / 64)
+                .unwrap_or(false);
+        (capped, full)
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if self.tmpfs {
+            let _ = umount2(&self.scratch, MntFlags::MNT_DETACH);
+        }
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Remove run folders whose owner is gone: their lock can be taken. A live
+/// sandbench, in whatever pid namespace, holds its runs' locks.
+pub fn reap() -> usize {
+    let Ok(rd) = fs::read_dir(base()) else { return 0 };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let root = e.path();
+        // A run being created has its lock file a moment before its lock.
+        let young = e.metadata().and_then(|m| m.modified()).map(|t| t.elapsed().unwrap_or_default().as_secs() < 5);
+        if young.unwrap_or(true) {
+            continue;
+        }
+        let Ok(f) = fs::File::open(root.join(".lock")) else { continue };
+        if Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err() {
+            continue;
+        }
+        let _ = umount2(&root.join("scratch"), MntFlags::MNT_DETACH);
+        if fs::remove_dir_all(&root).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Between fork and exec: join the outer cgroup (as root, before giving up
+/// root), start a new session, become the peer user, die with sandbench.
+pub fn enter_outer_net(
+    cmd: &mut tokio::process::Command,
+    procs: Vec<PathBuf>,
+    drop_to: Option<(u32, u32)>,
+) -> anyhow::Result<()> {
+    let procs: Vec<CString> = procs.iter().map(|p| CString::new(p.as_os_str().as_bytes())).collect::<Result<_, _>>()?;
+    // SAFETY: the closure runs in the forked child before exec and makes only
+    // async-signal-safe calls (open, write, close, setsid, setgroups,
+    // setresgid, setresuid, prctl) on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for p in &procs {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let r = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let err = io::Error::last_os_error();
+                libc::close(fd);
+                if r != 1 {
+                    return Err(err);
+                }
+            }
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some((uid, gid)) = drop_to {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setresgid(gid, gid, gid) != 0
+                    || libc::setresuid(uid, uid, uid) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // After the uid change, which clears it.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            Ok(())
+        });
+    }
+    Ok(())
+}
