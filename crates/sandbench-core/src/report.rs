@@ -30,6 +30,26 @@ impl Outcome {
     }
 }
 
+/// How the sandbox of a run came to be: built for it, taken ready-made
+/// (a spare, a pooled container or guest), or restored from a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartKind {
+    Cold,
+    Warm,
+    Snapshot,
+}
+
+impl StartKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StartKind::Cold => "cold",
+            StartKind::Warm => "warm",
+            StartKind::Snapshot => "snapshot",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
     /// Start of the run until the program was started (sandbox creation, boot).
@@ -76,6 +96,12 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// The start kind the tier recorded in `details.start`; `None` for a run
+    /// that never got a sandbox (or a tier that does not say).
+    pub fn start(&self) -> Option<StartKind> {
+        serde_json::from_value(self.details.get("start")?.clone()).ok()
+    }
+
     /// A run that did not happen: sandbench failed before or around it.
     /// Fields are filled in with struct-update syntax where more is known.
     pub fn failed(tier: &str, language: &str, label: &str, error: impl Into<String>) -> RunReport {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::report::{Outcome, RunReport};
+use crate::report::{Outcome, RunReport, StartKind};
 use crate::samples::Sample;
 use crate::spec::{Limits, RunSpec};
 use crate::tier::Tier;
@@ -198,7 +198,7 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
         as_expected: mismatch.is_none(),
         mismatch,
         total_ms: report.timings_ms.total,
-        start: report.details.get("start").and_then(|s| s.as_str()).unwrap_or("cold").to_string(),
+        start: report.start().map_or("cold", StartKind::name).to_string(),
         findings,
         report,
     }

@@ -143,6 +143,10 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
             Span::styled(opt(setup), Style::new().fg(t.ui.fg)),
             Span::styled(" run ", t.dim()),
             Span::styled(opt(ran), Style::new().fg(t.ui.fg)),
+            Span::styled(
+                run.report.as_ref().and_then(|r| r.start()).map(|s| format!(" · {}", s.name())).unwrap_or_default(),
+                t.dim(),
+            ),
         ]),
         Line::from(vec![
             Span::styled("teardown ", t.dim()),
