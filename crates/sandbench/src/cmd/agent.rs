@@ -50,7 +50,7 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
     }
     let t = handle.finish().await;
     if !text {
-        println!("{}", serde_json::to_string_pretty(&t)?);
+        super::emit_json(&t)?;
     }
     if let (EndReason::Error, Some(e)) = (t.reason, &t.error) {
         eprintln!("sandbench: agent stopped: {}", visible_controls(e.as_bytes()));

@@ -25,8 +25,8 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         eprintln!();
     }
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Text => print!("{}", render(&report)),
+        Format::Json => super::emit_json(&report)?,
+        Format::Text => super::emit(&render(&report))?,
     }
     Ok(0)
 }

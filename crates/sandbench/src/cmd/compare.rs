@@ -33,11 +33,8 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
         join_all(tiers.into_iter().map(|t| runner::run(t, spec.clone()))).await
     };
     match args.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "reports": reports, "skipped": skipped }))?
-        ),
-        Format::Text => print!("{}", table(&reports, &skipped)),
+        Format::Json => super::emit_json(&serde_json::json!({ "reports": reports, "skipped": skipped }))?,
+        Format::Text => super::emit(&table(&reports, &skipped))?,
     }
     Ok(if reports.iter().any(|r| r.outcome == Outcome::Error) { 1 } else { 0 })
 }

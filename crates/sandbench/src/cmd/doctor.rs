@@ -30,8 +30,8 @@ pub async fn probe_all(config: &Config) -> Vec<Availability> {
 pub async fn run(args: DoctorArgs, config: &Config) -> anyhow::Result<i32> {
     let all = probe_all(config).await;
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&all)?),
-        Format::Text => print!("{}", render(&all)),
+        Format::Json => super::emit_json(&all)?,
+        Format::Text => super::emit(&render(&all))?,
     }
     Ok(0)
 }

@@ -61,6 +61,6 @@ pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
         MatrixFormat::Markdown => render::markdown(&matrix),
         MatrixFormat::Json => render::json(&matrix),
     };
-    println!("{out}");
+    super::emit(&format!("{out}\n"))?;
     Ok(if matrix.mismatches == 0 { 0 } else { 1 })
 }

@@ -2,6 +2,8 @@
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::cli::{Format, RunArgs};
 use crate::config::Config;
@@ -64,8 +66,11 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let mut handle = runner::start(tier, spec);
     // Ctrl-C cancels the run (and so cleans it up) instead of killing us mid-way.
     let canceller = handle.canceller();
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = interrupted.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, Ordering::SeqCst);
             canceller.cancel();
         }
     });
@@ -111,10 +116,20 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
         anyhow::bail!("the run ended without a report (see the log)");
     };
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Json => super::emit_json(&report)?,
         Format::Text => eprintln!("{}", summary(&report)),
     }
-    Ok(if report.outcome == Outcome::Error { 1 } else { 0 })
+    Ok(exit_code(&report, interrupted.load(Ordering::SeqCst)))
+}
+
+/// `run`'s exit status: 130 when Ctrl-C cancelled it (as shells report an
+/// interrupted command), 1 when the run could not happen, else 0.
+fn exit_code(r: &RunReport, interrupted: bool) -> i32 {
+    match r.outcome {
+        Outcome::Cancelled if interrupted => 130,
+        Outcome::Error => 1,
+        _ => 0,
+    }
 }
 
 /// The closing lines of a text-mode run.
@@ -128,6 +143,9 @@ pub fn summary(r: &RunReport) -> String {
         r.outcome.name(),
         r.exit.describe()
     );
+    if let Some(start) = r.start() {
+        s.push_str(&format!("start     {}\n", start.name()));
+    }
     if let Some(e) = &r.error {
         s.push_str(&format!("error     {e}\n"));
     }

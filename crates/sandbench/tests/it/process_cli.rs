@@ -140,6 +140,7 @@ fn ctrl_c_cancels_and_cleans_up() {
     assert!(wait_for(|| !processes_with(&marker).is_empty(), Duration::from_secs(20)), "the program never started");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "an interrupted run exits 130, as shells expect");
     let r = common::report(&out);
     assert_eq!(r.outcome, Outcome::Cancelled, "{}", r.summary_line());
     assert!(r.violations.is_empty(), "a user cancel is nobody's violation: {:?}", r.violations);
@@ -251,4 +252,24 @@ fn compare_runs_every_available_tier_and_reports_json() {
         Duration::from_secs(60),
     );
     assert!(String::from_utf8_lossy(&text.stdout).contains("process   ok"));
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    // `sandbench run --format json | head -0`: the reader is gone before
+    // the report is written.
+    let net = OuterNet::new();
+    for args in [&["run", "--format", "json"][..], &["doctor", "--format", "json"][..]] {
+        let mut cmd = Command::new(bin());
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+        if args[0] == "run" {
+            cmd.arg(samples_dir().join("benign/hello.py"));
+        }
+        let mut child = net.spawn(&mut cmd);
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
 }
