@@ -55,21 +55,34 @@ pub fn table(m: &Matrix) -> String {
             out.push('\n');
         }
     }
-    out.push_str(&footer(m));
+    out.push_str(&footer(m, false));
     out
 }
 
-fn footer(m: &Matrix) -> String {
+/// The lines under the matrix: one set of facts, drawn as plain text or as
+/// markdown (a table and a list, so the whole output stays markdown).
+fn footer(m: &Matrix, md: bool) -> String {
     let mut out = String::new();
     if !m.latency.is_empty() {
-        out.push_str("\nbenign latency (start→exit, ms):\n");
+        if md {
+            out.push_str(
+                "\nBenign latency (start→exit, ms):\n\n| tier | start | p50 | p95 | runs |\n|---|---|---:|---:|---:|\n",
+            );
+        } else {
+            out.push_str("\nbenign latency (start→exit, ms):\n");
+        }
         for l in &m.latency {
-            out.push_str(&format!(
-                "  {:<8} {:<8} p50 {:>8.1}  p95 {:>8.1}  ({} runs)\n",
-                l.tier, l.start, l.p50_ms, l.p95_ms, l.runs
-            ));
+            out.push_str(&if md {
+                format!("| {} | {} | {:.1} | {:.1} | {} |\n", l.tier, l.start, l.p50_ms, l.p95_ms, l.runs)
+            } else {
+                format!(
+                    "  {:<8} {:<8} p50 {:>8.1}  p95 {:>8.1}  ({} runs)\n",
+                    l.tier, l.start, l.p50_ms, l.p95_ms, l.runs
+                )
+            });
         }
     }
+    let mut notes: Vec<String> = vec![];
     let lat: Vec<String> = m
         .tiers
         .iter()
@@ -84,20 +97,34 @@ fn footer(m: &Matrix) -> String {
         })
         .collect();
     if !lat.is_empty() {
-        out.push_str(&format!("host responsiveness (worst spawn of /bin/true during a run): {}\n", lat.join(", ")));
+        notes.push(format!("host responsiveness (worst spawn of /bin/true during a run): {}", lat.join(", ")));
     }
-    out.push_str(&versions(m));
+    notes.extend(versions(m));
     for (t, why) in &m.skipped_tiers {
-        out.push_str(&format!("skipped {t}: {why}\n"));
+        notes.push(format!("skipped {t}: {why}"));
     }
     for c in m.cells.iter().filter(|c| !c.as_expected) {
-        out.push_str(&format!(
-            "✗ {} on {}: {} (expected {})\n",
+        notes.push(format!(
+            "✗ {} on {}: {} (expected {})",
             c.sample,
             c.tier,
             c.mismatch.as_deref().unwrap_or("?"),
             c.expected.as_deref().unwrap_or("nothing declared")
         ));
+    }
+    if md && !notes.is_empty() {
+        out.push('\n');
+    }
+    for n in notes {
+        if md {
+            out.push_str(&format!("- {}\n", md_inline(&n)));
+        } else {
+            out.push_str(&n);
+            out.push('\n');
+        }
+    }
+    if md {
+        out.push('\n');
     }
     out.push_str(&if m.mismatches == 0 {
         format!("all {} cells as declared\n", m.cells.len())
@@ -107,10 +134,23 @@ fn footer(m: &Matrix) -> String {
     out
 }
 
+/// Text inside a markdown list item: characters markdown would act on are
+/// escaped, so a mismatch's detail reads as written.
+fn md_inline(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        if matches!(ch, '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '|' | '#') {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 /// Tiers that wrap another tool (peers) name its version in their reports:
 /// one line with the versions, the kernel and the date, so a published
 /// matrix says what it was measured on.
-fn versions(m: &Matrix) -> String {
+fn versions(m: &Matrix) -> Option<String> {
     let mut v: Vec<String> = vec![];
     for t in &m.tiers {
         let found = m.cells.iter().filter(|c| &c.tier == t).find_map(|c| c.report.details.get("version")?.as_str());
@@ -119,10 +159,10 @@ fn versions(m: &Matrix) -> String {
         }
     }
     if v.is_empty() {
-        return String::new();
+        return None;
     }
     let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
-    format!("measured {} on Linux {kernel}: {}\n", today_utc(), v.join(", "))
+    Some(format!("measured {} on Linux {kernel}: {}", today_utc(), v.join(", ")))
 }
 
 /// Today's date (UTC) as YYYY-MM-DD, from the days since 1970 (Hinnant's civil_from_days).
@@ -160,7 +200,7 @@ pub fn markdown(m: &Matrix) -> String {
         }
         out.push('\n');
     }
-    out.push_str(&footer(m));
+    out.push_str(&footer(m, true));
     out
 }
 
@@ -170,6 +210,33 @@ pub fn json(m: &Matrix) -> String {
 
 #[cfg(test)]
 mod tests {
+    use sandbench_core::gauntlet::{Latency, Matrix};
+
+    #[test]
+    fn markdown_is_markdown_to_the_last_line() {
+        let m = Matrix {
+            tiers: vec!["process".into()],
+            skipped_tiers: vec![("e2b".into(), "no key: E2B_API_KEY is not set".into())],
+            samples: vec![],
+            cells: vec![],
+            latency: vec![Latency {
+                tier: "process".into(),
+                start: "warm".into(),
+                runs: 3,
+                p50_ms: 20.0,
+                p95_ms: 31.5,
+            }],
+            mismatches: 0,
+        };
+        let md = super::markdown(&m);
+        assert!(md.contains("| process | warm | 20.0 | 31.5 | 3 |"), "{md}");
+        assert!(md.contains("- skipped e2b: no key: E2B\\_API\\_KEY is not set"), "{md}");
+        for line in md.lines() {
+            // Indented lines would turn into code blocks or run into paragraphs.
+            assert!(!line.starts_with(' '), "not markdown: {line:?}\n{md}");
+        }
+    }
+
     #[test]
     fn dates_from_days() {
         assert_eq!(super::date_of_day(0), "1970-01-01");
