@@ -262,6 +262,8 @@ pub struct App {
     /// Quit asked for; the loop ends once no run is active.
     pub quitting: bool,
     quit_armed: bool,
+    /// `r` asked once to start a gauntlet; a second `r` starts it.
+    gauntlet_armed: bool,
     /// Something changed since the last draw.
     pub dirty: bool,
     pub areas: Areas,
@@ -309,6 +311,7 @@ impl App {
             effects: vec![],
             quitting: false,
             quit_armed: false,
+            gauntlet_armed: false,
             dirty: true,
             areas: Areas::default(),
             live_clock: true,
@@ -529,6 +532,9 @@ impl App {
         let action = keymap::lookup(&ctxs, &key);
         if !matches!(action, Some(Action::Quit)) {
             self.quit_armed = false;
+        }
+        if !matches!(action, Some(Action::Rerun)) {
+            self.gauntlet_armed = false;
         }
         let typed = match key.code {
             ratatui::crossterm::event::KeyCode::Char(c)
@@ -1077,13 +1083,40 @@ impl App {
         self.overlay = Some(Overlay::Samples(SamplesPicker { items, selected: 0, problems }));
     }
 
-    /// F9: show the gauntlet view; the first time, start a gauntlet.
+    /// F9: show the gauntlet view (a gauntlet starts only when asked: `r`).
     fn open_gauntlet(&mut self) {
         self.overlay = None;
         self.view = View::Gauntlet;
         if self.gauntlet.is_none() {
-            self.start_gauntlet();
+            self.say(Level::Info, "r starts the gauntlet: every sample on every ready tier, one run at a time");
         }
+    }
+
+    /// `r` in the gauntlet view: a gauntlet is many runs and minutes long,
+    /// so the first `r` says how many and the second starts it.
+    fn ask_gauntlet(&mut self) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        if self.gauntlet_armed {
+            self.gauntlet_armed = false;
+            return self.start_gauntlet();
+        }
+        let ready = self.ready_tiers();
+        let samples = self.samples_root().and_then(|d| samples::load_dir(&d).ok()).map_or(0, |v| v.len());
+        if ready.is_empty() || samples == 0 {
+            // Nothing to confirm: starting says what is missing.
+            return self.start_gauntlet();
+        }
+        self.gauntlet_armed = true;
+        self.say(
+            Level::Warn,
+            format!(
+                "r again starts {} runs ({samples} samples × {} tiers); any other key cancels",
+                samples * ready.len(),
+                ready.len()
+            ),
+        );
     }
 
     /// Every sample of the picker's directory on every ready tier.
@@ -1152,7 +1185,7 @@ impl App {
         let Some(g) = self.gauntlet.as_mut() else {
             match action {
                 Some(Action::Close) => self.view = View::Single,
-                Some(Action::Rerun) => self.start_gauntlet(),
+                Some(Action::Rerun) => self.ask_gauntlet(),
                 Some(a) => self.global(a),
                 None => {}
             }
@@ -1175,7 +1208,7 @@ impl App {
             }
             Some(Action::Close) if g.zoom => g.zoom = false,
             Some(Action::Close) => self.view = View::Single,
-            Some(Action::Rerun) => self.start_gauntlet(),
+            Some(Action::Rerun) => self.ask_gauntlet(),
             Some(a) => self.global(a),
             None => {}
         }

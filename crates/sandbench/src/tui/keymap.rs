@@ -129,7 +129,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Global, K::F(6), NONE, A::Compare, "F6", "compare: run on every available tier at once", "compare"),
     b!(Global, K::F(7), NONE, A::ToggleView, "F7", "switch between the editor and the compare view", "view"),
     b!(Global, K::F(8), NONE, A::Cancel, "F8", "cancel the running run(s), gauntlet or agent", "cancel"),
-    b!(Global, K::F(9), NONE, A::Gauntlet, "F9", "gauntlet view: every sample on every ready tier, filled live", "gauntlet"),
+    b!(Global, K::F(9), NONE, A::Gauntlet, "F9", "gauntlet view; r r there runs every sample on every ready tier", "gauntlet"),
     b!(Global, K::F(10), NONE, A::Agent, "F10", "agent view: a model writes code, runs it on the selected tier", "agent"),
     b!(Global, K::Char('w'), CTRL, A::FocusNext, "^W", "move focus: editor ↔ output"),
     b!(Global, K::Char('s'), CTRL, A::Save, "^S", "save the code (asks for a name the first time)"),
@@ -195,7 +195,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Gauntlet, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
     b!(Gauntlet, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
     b!(Gauntlet, K::Enter, NONE, A::Accept, "Enter", "zoom the selected cell's details in and out", "details"),
-    b!(Gauntlet, K::Char('r'), NONE, A::Rerun, "r", "run the gauntlet again", "rerun"),
+    b!(Gauntlet, K::Char('r'), NONE, A::Rerun, "r", "start the gauntlet (again): press twice, it is many runs", "run"),
     b!(Gauntlet, K::Esc, NONE, A::Close, "Esc", "unzoom; else back to the editor (a gauntlet keeps going)", "back"),
     // Agent
     b!(Agent, K::Enter, NONE, A::Accept, "Enter", "start the agent on the typed task", "start"),

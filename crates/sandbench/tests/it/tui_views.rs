@@ -134,12 +134,28 @@ fn feed_partial(app: &mut App, id: u64) {
     cell_started(app, id, "net-loopback", "process");
 }
 
+/// F9, then `r` twice: how a user starts a gauntlet.
+fn start_gauntlet(app: &mut App) {
+    app.update(key(KeyCode::F(9)));
+    app.update(key(KeyCode::Char('r')));
+    app.update(key(KeyCode::Char('r')));
+}
+
 #[test]
 fn gauntlet_fills_live_and_shows_the_selected_cell() {
     let dir = samples_dir();
     let mut app = app(dir.path());
     app.update(key(KeyCode::F(9)));
     assert_eq!(app.view, View::Gauntlet);
+    // Many runs start only when asked twice; any other key disarms.
+    assert!(app.take_effects().is_empty(), "F9 alone starts nothing");
+    app.update(key(KeyCode::Char('r')));
+    assert!(app.take_effects().is_empty(), "a stray r starts nothing");
+    assert!(app.status.as_ref().unwrap().text.contains("r again starts"), "{:?}", app.status);
+    app.update(key(KeyCode::Down));
+    app.update(key(KeyCode::Char('r')));
+    assert!(app.take_effects().is_empty(), "disarmed by another key");
+    app.update(key(KeyCode::Char('r')));
     let id = started_gauntlet(&mut app);
     feed_partial(&mut app, id);
     // The selection followed the cells as they finished: fork-bomb on docker.
@@ -184,7 +200,7 @@ fn gauntlet_fills_live_and_shows_the_selected_cell() {
 fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
     let dir = samples_dir();
     let mut app = app(dir.path());
-    app.update(key(KeyCode::F(9)));
+    start_gauntlet(&mut app);
     let id = started_gauntlet(&mut app);
     feed_partial(&mut app, id);
     // Nothing else starts while the gauntlet holds the machine.
@@ -212,6 +228,7 @@ fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
     assert!(app.status.as_ref().unwrap().text.contains("1 differ"), "{:?}", app.status);
     // Rerun: a new id; events of the old one no longer land.
     app.update(key(KeyCode::Char('r')));
+    app.update(key(KeyCode::Char('r')));
     let id2 = started_gauntlet(&mut app);
     assert_ne!(id, id2);
     cell_started(&mut app, id, "hello", "process");
@@ -224,7 +241,7 @@ fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
 fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
     let dir = samples_dir();
     let mut app = app(dir.path());
-    app.update(key(KeyCode::F(9)));
+    start_gauntlet(&mut app);
     let id = started_gauntlet(&mut app);
     cell_started(&mut app, id, "hello", "process");
     app.update(key(KeyCode::F(8)));
@@ -250,13 +267,13 @@ fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
 fn gauntlet_without_samples_or_tiers_says_why() {
     let empty = tempfile::tempdir().unwrap();
     let mut app = app(empty.path());
-    app.update(key(KeyCode::F(9)));
+    start_gauntlet(&mut app);
     assert!(app.take_effects().is_empty());
     assert!(app.status.as_ref().unwrap().text.contains("no samples/benign or samples/hostile"), "{:?}", app.status);
     let dir = samples_dir();
     let mut app = App::new(Theme::dark(), &["process"], "process", Limits::default());
     app.samples_dirs = vec![dir.path().to_path_buf()];
-    app.update(key(KeyCode::F(9)));
+    start_gauntlet(&mut app);
     assert!(app.take_effects().is_empty());
     assert!(app.status.as_ref().unwrap().text.contains("still being probed"), "{:?}", app.status);
     app.update(probed("process", false));
