@@ -128,6 +128,16 @@ pub struct SamplesPicker {
     pub items: Vec<(String, Sample)>,
     pub selected: usize,
     pub problems: Vec<String>,
+    /// Enter was pressed once over unsaved edits; a second Enter replaces them.
+    pub confirm: bool,
+}
+
+/// What goes with an editor text besides the text: undo brings it back.
+#[derive(Debug, Clone)]
+struct DocIdentity {
+    path: Option<PathBuf>,
+    label: String,
+    language: Language,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,6 +274,8 @@ pub struct App {
     quit_armed: bool,
     /// `r` asked once to start a gauntlet; a second `r` starts it.
     gauntlet_armed: bool,
+    /// Identities of the documents the editor has held, by `Editor::doc` id.
+    docs: Vec<DocIdentity>,
     /// Something changed since the last draw.
     pub dirty: bool,
     pub areas: Areas,
@@ -312,6 +324,7 @@ impl App {
             quitting: false,
             quit_armed: false,
             gauntlet_armed: false,
+            docs: vec![],
             dirty: true,
             areas: Areas::default(),
             live_clock: true,
@@ -626,15 +639,15 @@ impl App {
         match a {
             Action::Move(m) => e.move_cursor(m, false),
             Action::Select(m) => e.move_cursor(m, true),
-            Action::Undo => {
-                if !e.undo() {
-                    self.say(Level::Info, "nothing to undo");
+            Action::Undo | Action::Redo => {
+                let before = e.doc();
+                let done = if a == Action::Undo { e.undo() } else { e.redo() };
+                if !done {
+                    let what = if a == Action::Undo { "undo" } else { "redo" };
+                    return self.say(Level::Info, format!("nothing to {what}"));
                 }
-            }
-            Action::Redo => {
-                if !e.redo() {
-                    self.say(Level::Info, "nothing to redo");
-                }
+                self.remember_doc_as(before);
+                self.restore_doc(before);
             }
             Action::Copy => match e.selected_text() {
                 Some(t) => {
@@ -789,12 +802,24 @@ impl App {
             Some(Action::PageDown) => p.selected = (p.selected + 10).min(n.saturating_sub(1)),
             Some(Action::Accept) => {
                 if let Some((_, s)) = p.items.get(p.selected).cloned() {
+                    if self.editor.modified && !p.confirm {
+                        p.confirm = true;
+                        return self.say(
+                            Level::Warn,
+                            "unsaved changes: Enter again replaces them (^Z brings them back), Esc keeps them",
+                        );
+                    }
                     self.overlay = None;
                     self.load_sample(&s);
                 }
             }
             Some(a) => self.global(a),
             None => {}
+        }
+        if let Some(Overlay::Samples(p)) = &mut self.overlay {
+            if !matches!(action, Some(Action::Accept)) {
+                p.confirm = false;
+            }
         }
     }
 
@@ -903,7 +928,8 @@ impl App {
                 if let Some(l) = Language::from_path(p) {
                     self.set_language(l);
                 }
-                self.say(Level::Info, format!("saved {}", p.display()));
+                let shown = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+                self.say(Level::Info, format!("saved {}", shown.display()));
             }
             Err(e) => self.say(Level::Error, format!("cannot save {}: {e}", p.display())),
         }
@@ -1080,7 +1106,7 @@ impl App {
             }
             None => problems.push(self.no_samples_message()),
         }
-        self.overlay = Some(Overlay::Samples(SamplesPicker { items, selected: 0, problems }));
+        self.overlay = Some(Overlay::Samples(SamplesPicker { items, selected: 0, problems, confirm: false }));
     }
 
     /// F9: show the gauntlet view (a gauntlet starts only when asked: `r`).
@@ -1292,12 +1318,50 @@ impl App {
     }
 
     pub fn load_sample(&mut self, s: &Sample) {
-        self.editor.set_text(s.code.trim_end_matches('\n'));
+        let doc = self.new_doc(DocIdentity { path: None, label: s.name.clone(), language: s.language });
+        self.editor.set_document(s.code.trim_end_matches('\n'), doc);
         self.editor.mark_saved();
         self.set_language(s.language);
         self.path = None;
         self.label = s.name.clone();
         self.say(Level::Info, format!("loaded sample {}: {}", s.name, s.tries));
+    }
+
+    /// Register the identity of a document about to enter the editor. The
+    /// one it replaces is recorded first, so undo can go back to it.
+    fn new_doc(&mut self, id: DocIdentity) -> u64 {
+        self.remember_doc();
+        self.docs.push(id);
+        (self.docs.len() - 1) as u64
+    }
+
+    /// Record the current file name and language under the editor's doc id.
+    fn remember_doc(&mut self) {
+        self.remember_doc_as(self.editor.doc());
+    }
+
+    /// Record the current file name and language under `doc` (the document
+    /// an undo or redo just left).
+    fn remember_doc_as(&mut self, doc: u64) {
+        let now = DocIdentity { path: self.path.clone(), label: self.label.clone(), language: self.language };
+        let i = doc as usize;
+        if i >= self.docs.len() {
+            self.docs.resize(i + 1, now.clone());
+        }
+        self.docs[i] = now;
+    }
+
+    /// After undo/redo: the file name and language of the text now shown.
+    fn restore_doc(&mut self, before: u64) {
+        let now = self.editor.doc();
+        if now == before {
+            return;
+        }
+        if let Some(d) = self.docs.get(now as usize).cloned() {
+            self.path = d.path;
+            self.label = d.label;
+            self.set_language(d.language);
+        }
     }
 
     /// Work between frames, never in draw: layout sizes, editor scroll,

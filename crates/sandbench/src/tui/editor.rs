@@ -17,6 +17,7 @@ pub struct Pos {
 struct Snapshot {
     lines: Vec<String>,
     cursor: Pos,
+    doc: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +61,7 @@ pub struct Editor {
     /// Lowest row changed since the highlighter last looked.
     dirty_from: Option<usize>,
     pub modified: bool,
+    doc: u64,
 }
 
 impl Default for Editor {
@@ -107,6 +109,7 @@ impl Editor {
             last_edit: None,
             dirty_from: Some(0),
             modified: false,
+            doc: 0,
         }
     }
 
@@ -116,6 +119,19 @@ impl Editor {
 
     pub fn text(&self) -> String {
         self.lines.join("\n")
+    }
+
+    /// Which document the text belongs to: an id the owner gives with
+    /// [`Editor::set_document`]. Undo and redo bring it back with the text,
+    /// so the owner can restore the file name and language that go with it.
+    pub fn doc(&self) -> u64 {
+        self.doc
+    }
+
+    /// Replace everything with another document's text; undoable.
+    pub fn set_document(&mut self, text: &str, doc: u64) {
+        self.set_text(text);
+        self.doc = doc;
     }
 
     /// Replace everything (open a file, load a sample); undoable.
@@ -144,7 +160,7 @@ impl Editor {
         if kind != EditKind::Other && self.last_edit == Some(kind) {
             return;
         }
-        self.undo.push(Snapshot { lines: self.lines.clone(), cursor: self.cursor });
+        self.undo.push(Snapshot { lines: self.lines.clone(), cursor: self.cursor, doc: self.doc });
         if self.undo.len() > UNDO_DEPTH {
             self.undo.remove(0);
         }
@@ -163,8 +179,9 @@ impl Editor {
     fn swap_history(&mut self, undo: bool) -> bool {
         let (from, to) = if undo { (&mut self.undo, &mut self.redo) } else { (&mut self.redo, &mut self.undo) };
         let Some(s) = from.pop() else { return false };
-        to.push(Snapshot { lines: std::mem::replace(&mut self.lines, s.lines), cursor: self.cursor });
+        to.push(Snapshot { lines: std::mem::replace(&mut self.lines, s.lines), cursor: self.cursor, doc: self.doc });
         self.cursor = s.cursor;
+        self.doc = s.doc;
         self.anchor = None;
         self.last_edit = None;
         self.clamp();

@@ -239,6 +239,26 @@ fn samples_picker_loads_a_sample() {
     assert_eq!(app.language, sandbench::spec::Language::Sh);
     assert!(app.editor.text().ends_with(":(){ :|:& };:"));
     assert_eq!(app.label, "fork-bomb");
+
+    // Unsaved edits are not replaced by a sample without asking, and undo
+    // brings back the text together with its name and language.
+    type_text(&mut app, "echo mine");
+    app.update(key(KeyCode::F(2)));
+    app.update(key(KeyCode::Up));
+    app.update(key(KeyCode::Enter));
+    assert!(matches!(app.overlay, Some(Overlay::Samples(_))), "the first Enter only warns");
+    assert!(app.status.as_ref().unwrap().text.contains("unsaved changes"), "{:?}", app.status);
+    app.update(key(KeyCode::Enter));
+    assert!(app.overlay.is_none());
+    assert_eq!(app.label, "hello");
+    assert_eq!(app.language, sandbench::spec::Language::Python);
+    app.update(ctrl('z'));
+    assert!(app.editor.text().contains("echo mine"), "{}", app.editor.text());
+    assert_eq!(app.label, "fork-bomb");
+    assert_eq!(app.language, sandbench::spec::Language::Sh);
+    app.update(ctrl('y'));
+    assert_eq!(app.label, "hello");
+    assert!(app.editor.text().ends_with("print('hi')"), "{}", app.editor.text());
 }
 
 #[test]

@@ -17,7 +17,10 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         Some(Overlay::Samples(p)) => samples(app, f, area, p),
         Some(Overlay::Limits(form)) => limits(app, f, area, form),
         Some(Overlay::SaveAs { input }) => {
-            prompt(app, f, area, " save as · Enter saves · Esc cancels ", "file: ", input)
+            // Where a relative name lands, so "saved" is never a surprise.
+            let dir = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+            let title = format!(" save as (relative to {dir}) · Enter saves · Esc cancels ");
+            prompt(app, f, area, &title, "file: ", input)
         }
         Some(Overlay::Search { input }) => {
             prompt(app, f, area, " search the output · Enter finds · Esc cancels ", "find: ", input)
@@ -144,7 +147,7 @@ fn limits(app: &App, f: &mut Frame, area: Rect, form: &crate::tui::app::LimitsFo
 
 fn prompt(app: &App, f: &mut Frame, area: Rect, title: &str, label: &'static str, input: &str) {
     let t = &app.theme;
-    let rect = centered(area, 60, 3);
+    let rect = centered(area, (title.chars().count() as u16).saturating_add(4).max(60), 3);
     let inner = popup(app, f, rect, title);
     let line =
         Line::from(vec![Span::styled(label, t.key()), Span::styled(format!("{input}▏"), Style::new().fg(t.ui.fg))]);
