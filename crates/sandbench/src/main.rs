@@ -48,8 +48,18 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // `run`, `agent` and `bench` name their one tier: reap only its leftovers.
+    let own_tier = match &cli.command {
+        Some(Command::Bench(a)) => Some(a.tier.clone()),
+        Some(Command::Run(a)) => Some(a.tier.clone().unwrap_or_else(|| config.default_tier.clone())),
+        Some(Command::Agent(a)) => Some(a.tier.clone().unwrap_or_else(|| config.default_tier.clone())),
+        _ => None,
+    };
     let result = rt.block_on(async move {
-        sandbench::tier::reap_leftovers().await;
+        match own_tier {
+            Some(t) => sandbench::tier::reap_leftovers_of(&[t]).await,
+            None => sandbench::tier::reap_leftovers().await,
+        }
         // The workbench owns its signals (it restores the terminal first);
         // every other command ends on SIGTERM/SIGHUP through the same
         // shutdown as a normal exit, so remote sandboxes and warm pools go too.
