@@ -20,6 +20,22 @@ pub struct Config {
     pub e2b: E2bConfig,
     pub agent: AgentConfig,
     pub microvm: MicrovmConfig,
+    /// Which tiers the workbench warms (spares, pools, guests) ahead of runs.
+    pub prewarm: Prewarm,
+}
+
+/// `prewarm`: warm sandboxes cost memory (a microvm guest ~180 MB), so the
+/// workbench warms a tier when it is selected or used, not at launch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prewarm {
+    /// The tier selected in the workbench, once its probe says it is ready.
+    #[default]
+    Selected,
+    /// Every available tier, as soon as its probe says it is ready.
+    All,
+    /// None: every workbench run starts cold.
+    None,
 }
 
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
@@ -158,6 +174,7 @@ impl Default for Config {
             agent: AgentConfig::default(),
             samples_dir: None,
             microvm: MicrovmConfig::default(),
+            prewarm: Prewarm::default(),
         }
     }
 }

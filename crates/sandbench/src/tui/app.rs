@@ -79,6 +79,8 @@ pub enum Effect {
         samples: Vec<Sample>,
         limits: Limits,
     },
+    /// Warm this tier (a spare, a pool, a guest) for the runs to come.
+    Prewarm(String),
     /// Start an agent session on `tier` with `limits`.
     Agent {
         id: u64,
@@ -276,6 +278,8 @@ pub struct App {
     gauntlet_armed: bool,
     /// Identities of the documents the editor has held, by `Editor::doc` id.
     docs: Vec<DocIdentity>,
+    /// Tiers already asked to warm up (each is asked once).
+    prewarmed: std::collections::HashSet<String>,
     /// Something changed since the last draw.
     pub dirty: bool,
     pub areas: Areas,
@@ -325,6 +329,7 @@ impl App {
             quit_armed: false,
             gauntlet_armed: false,
             docs: vec![],
+            prewarmed: Default::default(),
             dirty: true,
             areas: Areas::default(),
             live_clock: true,
@@ -435,6 +440,7 @@ impl App {
                 if let Some(t) = self.tiers.iter_mut().find(|t| t.name == a.tier) {
                     t.avail = Some(a);
                 }
+                self.prewarm_selected();
             }
             Msg::Assets(a) => {
                 self.highlighter = Some(Highlighter::new(a.clone(), &self.theme.syntax, self.language));
@@ -605,8 +611,14 @@ impl App {
                 let fields = LimitField::ALL.iter().map(|f| (*f, f.get(&self.limits))).collect();
                 self.overlay = Some(Overlay::Limits(LimitsForm { fields, selected: 0, error: None }));
             }
-            Action::NextTier => self.tier = (self.tier + 1) % self.tiers.len().max(1),
-            Action::PrevTier => self.tier = (self.tier + self.tiers.len().max(1) - 1) % self.tiers.len().max(1),
+            Action::NextTier => {
+                self.tier = (self.tier + 1) % self.tiers.len().max(1);
+                self.prewarm_selected();
+            }
+            Action::PrevTier => {
+                self.tier = (self.tier + self.tiers.len().max(1) - 1) % self.tiers.len().max(1);
+                self.prewarm_selected();
+            }
             Action::Save => self.save(),
             Action::FocusNext => {
                 self.view = View::Single;
@@ -1315,6 +1327,15 @@ impl App {
         self.agent.begin(id, &t.name);
         self.effects.push(Effect::Agent { id, tier: t.name.clone(), limits: self.limits.clone(), task });
         self.say(Level::Info, format!("agent: working on {}…", t.name));
+    }
+
+    /// Ask once to warm the selected tier when it is ready: warm sandboxes
+    /// hold memory, so only a tier the user picked gets one.
+    fn prewarm_selected(&mut self) {
+        let Some(t) = self.tiers.get(self.tier) else { return };
+        if t.avail.as_ref().is_some_and(|a| a.available) && self.prewarmed.insert(t.name.clone()) {
+            self.effects.push(Effect::Prewarm(t.name.clone()));
+        }
     }
 
     pub fn load_sample(&mut self, s: &Sample) {

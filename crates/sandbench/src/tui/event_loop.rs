@@ -55,6 +55,7 @@ impl Engine {
     fn probe_all(&self, names: &[String]) {
         for name in names {
             let (name, config, tx) = (name.clone(), self.config.clone(), self.ctl_tx.clone());
+            let all = self.config.prewarm == crate::config::Prewarm::All;
             tokio::spawn(async move {
                 let t = match tier::by_name(&name, &config) {
                     Ok(t) => t,
@@ -72,8 +73,9 @@ impl Engine {
                 let avail = t.probe().await;
                 let ready = avail.available;
                 let _ = tx.send(Msg::Probed(avail));
-                // An interactive session runs again and again: warm the tier.
-                if ready {
+                // With `prewarm = "all"` every ready tier warms now; else the
+                // app asks for the tiers the user selects (Effect::Prewarm).
+                if ready && all {
                     t.prewarm().await;
                 }
             });
@@ -110,6 +112,15 @@ impl Engine {
                         }
                     }
                 });
+            }
+            Effect::Prewarm(name) => {
+                if self.config.prewarm == crate::config::Prewarm::None {
+                    return;
+                }
+                if let Ok(t) = tier::by_name(&name, &self.config) {
+                    tracing::info!(tier = %name, "tui prewarm");
+                    tokio::spawn(async move { t.prewarm().await });
+                }
             }
             Effect::Cancel(id) => {
                 if let Some(c) = self.cancels.get(&id) {

@@ -19,6 +19,8 @@ fn app() -> App {
         summary: "ready".into(),
         checks: vec![],
     }));
+    // The selected tier is ready: the app asks to warm it, once.
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Prewarm(t)] if t == "process"));
     app
 }
 
@@ -291,6 +293,7 @@ fn compare_view_toggles_and_only_runs_ready_tiers() {
         summary: "ready".into(),
         checks: vec![],
     }));
+    app.take_effects();
     app.update(key(KeyCode::F(6)));
     let n = app.take_effects().len();
     assert_eq!(n, 1, "docker is still being probed: not started");
@@ -343,4 +346,23 @@ fn output_search_finds_newest_first_then_steps() {
     assert!(screen(&mut app, 80, 24).contains("needle 207"));
     app.update(key(KeyCode::Char('n')));
     assert!(app.status.as_ref().unwrap().text.contains("no newer match"));
+}
+
+#[test]
+fn only_the_selected_ready_tier_is_warmed() {
+    let mut app = App::new(Theme::dark(), &["process", "microvm"], "process", Limits::default());
+    let probed = |tier: &str| {
+        Msg::Probed(Availability { tier: tier.into(), available: true, summary: "ready".into(), checks: vec![] })
+    };
+    // A ready tier nobody selected holds no warm guest.
+    app.update(probed("microvm"));
+    assert!(app.take_effects().is_empty());
+    app.update(probed("process"));
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Prewarm(t)] if t == "process"));
+    // Selecting microvm warms it; going back and forth asks no more.
+    app.update(key(KeyCode::F(4)));
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Prewarm(t)] if t == "microvm"));
+    app.update(key(KeyCode::F(4)));
+    app.update(key(KeyCode::F(4)));
+    assert!(app.take_effects().is_empty());
 }

@@ -55,6 +55,8 @@ fn app(dir: &Path) -> App {
     app.update(probed("process", true));
     app.update(probed("docker", true));
     app.update(probed("e2b", false));
+    // The selected tier's warm-up request is not what these tests look at.
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Prewarm(_)]));
     app
 }
 
@@ -456,6 +458,7 @@ fn agent_cancel_and_refused_start() {
     app.update(key(KeyCode::F(4)));
     app.update(key(KeyCode::F(4)));
     assert_eq!(app.selected_tier().name, "e2b");
+    app.take_effects(); // passing over docker warmed it
     app.update(key(KeyCode::Enter));
     assert!(app.take_effects().is_empty());
     assert!(app.status.as_ref().unwrap().text.contains("e2b is unavailable"), "{:?}", app.status);
