@@ -85,6 +85,9 @@ pub struct Canaries {
     pub port4: u16,
     pub port6: Option<u16>,
     pub unix_name: String,
+    /// Listening pathname unix sockets planted where host services keep
+    /// theirs (removed on drop).
+    pub sockets: Vec<PathBuf>,
     /// Put in every sandboxed process's environment; found later = a survivor.
     pub marker: String,
     listeners: Vec<Listener>,
@@ -136,6 +139,8 @@ impl Canaries {
                 .push(Listener::spawn(format!("abstract unix @{unix_name}"), move || nonblocking_accept(lu.accept())));
         }
 
+        let sockets = plant_sockets(home.path(), &mut listeners);
+
         // A host process of the sandbox's uid: a sandbox that can signal the
         // host's processes would kill it.
         let victim = if nix::unistd::geteuid().is_root() {
@@ -161,6 +166,7 @@ impl Canaries {
             port4,
             port6,
             unix_name,
+            sockets,
             marker: token("mark"),
             listeners,
             victim,
@@ -250,8 +256,35 @@ impl Canaries {
     }
 }
 
+/// Directories where host services leave unix sockets, or that a sandbox
+/// might show: the canary plants a listening socket in each it can write to.
+pub const SOCKET_DIRS: &[&str] = &["/etc", "/opt", "/usr", "/run", "/tmp", "/var/tmp", "/dev/shm"];
+
+fn plant_sockets(home: &Path, listeners: &mut Vec<Listener>) -> Vec<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let name = format!("{}.sock", token("sock"));
+    let mut planted = vec![];
+    let dirs = SOCKET_DIRS.iter().map(PathBuf::from).chain(std::iter::once(home.to_path_buf()));
+    for d in dirs.filter(|d| d.is_dir()) {
+        let p = d.join(&name);
+        let Ok(l) = UnixListener::bind(&p) else { continue };
+        // Anyone may connect: only the sandbox's walls keep a program out.
+        let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777));
+        if l.set_nonblocking(true).is_err() {
+            let _ = std::fs::remove_file(&p);
+            continue;
+        }
+        listeners.push(Listener::spawn(format!("unix socket {}", p.display()), move || nonblocking_accept(l.accept())));
+        planted.push(p);
+    }
+    planted
+}
+
 impl Drop for Canaries {
     fn drop(&mut self) {
+        for p in &self.sockets {
+            let _ = std::fs::remove_file(p);
+        }
         if let Some(mut v) = self.victim.take() {
             let _ = v.kill();
             let _ = v.wait();
@@ -354,6 +387,8 @@ mod tests {
             std::os::unix::net::UnixStream::connect_addr(&a).unwrap();
         }
         std::fs::write(&c.outside, "x").unwrap();
+        assert!(!c.sockets.is_empty(), "no socket canary planted");
+        std::os::unix::net::UnixStream::connect(&c.sockets[0]).unwrap();
         let out = format!("key sk-test-secret and {} and ATTACHED", c.file_secret);
         std::thread::sleep(Duration::from_millis(100));
         let f = c.check(&report(&out), &["ATTACHED".to_string()]);
@@ -363,8 +398,12 @@ mod tests {
         assert!(all.contains("breach"), "{all}");
         assert!(all.contains("127.0.0.1"), "{all}");
         assert!(all.contains("abstract unix"), "{all}");
+        assert!(all.contains(&format!("unix socket {}", c.sockets[0].display())), "{all}");
         assert!(all.contains("outside the sandbox"), "{all}");
         assert!(!c.outside.exists());
+        let planted = c.sockets.clone();
+        drop(c);
+        assert!(planted.iter().all(|p| !p.exists()), "socket canaries left behind");
     }
 
     #[test]

@@ -247,16 +247,94 @@ fn tmpfs(dst: &Path, opts: &str, extra: MsFlags) -> Result<(), String> {
         .map_err(|e| format!("mount tmpfs on {}: {e}", dst.display()))
 }
 
+/// Host directories bound read-only, whole, into the sandbox: the
+/// interpreters and their libraries. Nothing else of the host is bound; a
+/// host unix socket planted in one of them is still unreachable because the
+/// seccomp filter refuses `socket(AF_UNIX)` (Landlock cannot yet confine
+/// pathname sockets).
+pub const HOST_BINDS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Files copied (not bound) from the host's `/etc` into the sandbox's own:
+/// the loader's cache, certificates and OpenSSL's config. The interpreters'
+/// config files are [`PYTHON_ETC`]; passwd, group and nsswitch.conf are
+/// generated. Nothing else of the host's `/etc` exists in the sandbox.
+pub const ETC_COPIED: &[&str] = &["ld.so.cache", "ssl/certs/ca-certificates.crt", "ssl/openssl.cnf"];
+
+/// Python's own config under `/etc/python3*/` (Debian ships them there).
+pub const PYTHON_ETC: &[&str] = &["debian_config", "sitecustomize.py"];
+
+/// Largest host file copied into the sandbox's `/etc`.
+const MAX_ETC_FILE: u64 = 4 << 20;
+
+fn copy_host_file(src: &Path, dst: &Path) -> Result<(), String> {
+    let Ok(meta) = fs::metadata(src) else { return Ok(()) }; // absent on this host: nothing to copy
+    if !meta.is_file() || meta.len() > MAX_ETC_FILE {
+        return Ok(());
+    }
+    if let Some(dir) = dst.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    }
+    fs::copy(src, dst).map_err(|e| format!("copy {}: {e}", src.display()))?;
+    fs::set_permissions(dst, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod {}: {e}", dst.display()))
+}
+
+/// The sandbox's `/etc`, built fresh: generated account files holding only
+/// the sandbox's users, and the few host files the interpreters read.
+fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
+    fs::create_dir(etc).map_err(|e| format!("mkdir /etc: {e}"))?;
+    let (uid, gid) = owner;
+    let mut passwd = String::from("root:x:0:0:root:/root:/usr/sbin/nologin\n");
+    let mut group = String::from("root:x:0:\n");
+    if uid != 0 {
+        passwd.push_str(&format!("sandbox:x:{uid}:{gid}:sandbench sandbox:/work:/usr/sbin/nologin\n"));
+    }
+    if gid != 0 {
+        group.push_str(&format!("sandbox:x:{gid}:\n"));
+    }
+    let generated = [
+        ("passwd", passwd),
+        ("group", group),
+        ("nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\n".to_string()),
+    ];
+    for (name, text) in generated {
+        fs::write(etc.join(name), text).map_err(|e| format!("write /etc/{name}: {e}"))?;
+    }
+    let host = Path::new("/etc");
+    for f in ETC_COPIED {
+        copy_host_file(&host.join(f), &etc.join(f))?;
+    }
+    if let Ok(rd) = fs::read_dir(host) {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let n = name.to_string_lossy();
+            if n == "python3" || (n.starts_with("python3.") && n[8..].bytes().all(|b| b.is_ascii_digit())) {
+                for f in PYTHON_ETC {
+                    copy_host_file(&e.path().join(f), &etc.join(&*n).join(f))?;
+                }
+            }
+        }
+    }
+    // localtime: the host's zone, by link into /usr (visible) or by copy.
+    match fs::read_link(host.join("localtime")) {
+        Ok(t) if t.starts_with("/usr/share/zoneinfo") => {
+            std::os::unix::fs::symlink(&t, etc.join("localtime")).map_err(|e| format!("symlink /etc/localtime: {e}"))?
+        }
+        _ => copy_host_file(&host.join("localtime"), &etc.join("localtime"))?,
+    }
+    Ok(())
+}
+
 /// Build the sandbox's file system view under a fresh tmpfs root and pivot
-/// into it: system directories read-only, /work and /tmp private tmpfs, a
-/// minimal /dev, a /proc of the new pid namespace. Nothing else of the host.
+/// into it: the interpreters' directories read-only, a generated `/etc`,
+/// /work and /tmp private tmpfs, a minimal /dev, a /proc of the new pid
+/// namespace. Nothing else of the host.
 fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
     let r = |e: nix::Error, what: &str| format!("{what}: {e}");
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(|e| r(e, "make mounts private"))?;
     let root = Path::new("/tmp");
-    tmpfs(root, "size=1m,nr_inodes=256,mode=0755", MsFlags::empty())?;
-    for d in ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt"] {
+    tmpfs(root, "size=4m,nr_inodes=512,mode=0755", MsFlags::empty())?;
+    for d in HOST_BINDS {
         let src = Path::new("/").join(d);
         let dst = root.join(d);
         let Ok(meta) = fs::symlink_metadata(&src) else { continue };
@@ -268,6 +346,7 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
             bind_ro(&src, &dst)?;
         }
     }
+    build_etc(&root.join("etc"), owner)?;
     for d in ["proc", "dev", "work", "tmp"] {
         fs::create_dir(root.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
     }
