@@ -140,6 +140,13 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
     let stop = CancellationToken::new();
     let ctx = RunContext { started, tx, stop: stop.clone() };
     let tier_name = tier.name().to_string();
+    if let Err(e) = tier.check_limits(&spec.limits) {
+        // Refused before any sandbox work: the program never ran.
+        let mut r = RunReport::failed(&tier_name, spec.language.name(), &spec.label, e);
+        r.limits = spec.limits.clone();
+        let _ = out.send(Update::Finished(Box::new(r))).await;
+        return;
+    }
     let limits = spec.limits.clone();
     let language = spec.language.name().to_string();
     let label = spec.label.clone();

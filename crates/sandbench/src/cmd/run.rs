@@ -60,6 +60,7 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let mut spec = load_spec(&args.file, args.lang, config)?;
     spec.limits = args.limits.apply(spec.limits);
     spec.env.extend(args.env.iter().cloned());
+    tier.check_limits(&spec.limits).map_err(usage)?;
 
     let mut handle = runner::start(tier, spec);
     // Ctrl-C cancels the run (and so cleans it up) instead of killing us mid-way.

@@ -144,3 +144,97 @@ fn process_tier_shows_no_planted_host_file_or_socket() {
     assert!(certs > 0, "{}", r.stdout);
     assert!(r.stdout.contains("user: sandbox"), "{}", r.stdout);
 }
+
+/// `cmd` started under a seccomp filter that makes the given syscalls fail
+/// with `errno`, as on a kernel without them: the sandbox's own Landlock or
+/// seccomp step then cannot take effect.
+#[allow(unsafe_code)]
+fn without_syscalls(cmd: &mut Command, syscalls: &[i64], errno: i32) {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+    use std::os::unix::process::CommandExt;
+    let rules = syscalls.iter().map(|n| (*n, vec![])).collect();
+    let arch = TargetArch::try_from(std::env::consts::ARCH).unwrap();
+    let f = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(errno as u32), arch).unwrap();
+    let prog: BpfProgram = f.try_into().unwrap();
+    // SAFETY: between fork and exec only the prctl/seccomp system calls of
+    // apply_filter run, on a program built before the fork.
+    unsafe {
+        cmd.pre_exec(move || seccompiler::apply_filter(&prog).map_err(|e| std::io::Error::other(e.to_string())));
+    }
+}
+
+#[test]
+fn process_limits_beyond_the_tier_are_refused_before_any_sandbox_work() {
+    let net = OuterNet::new();
+    let hello = common::samples_dir().join("benign/hello.py");
+    for (args, what) in [(["--pids", "5000000"], "pids 5000000"), (["--memory", "100000G"], "memory 100000G")] {
+        for format in ["text", "json"] {
+            let out = net.output(
+                Command::new(bin()).args(["run", "--tier", "process", "--format", format]).args(args).arg(&hello),
+                Duration::from_secs(30),
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains(what) && err.contains("at most"), "{args:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+            assert!(out.stdout.is_empty(), "the program ran: {}", String::from_utf8_lossy(&out.stdout));
+        }
+    }
+    assert!(net.leftover_cgroups().is_empty(), "a cgroup was made for a refused run");
+    // Every other front end goes through the runner, which refuses the same way.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let tier = sandbench::tier::by_name("process", &sandbench::config::Config::default()).unwrap();
+    let mut spec = sandbench::spec::RunSpec::new(sandbench::spec::Language::Python, "print(1)\n");
+    spec.limits.pids = 5_000_000;
+    let r = rt.block_on(sandbench::runner::run(tier, spec));
+    assert_eq!(r.outcome, Outcome::Error);
+    assert!(r.error.as_deref().unwrap_or("").contains("at most"), "{:?}", r.error);
+    assert!(r.stdout.is_empty());
+}
+
+#[test]
+fn process_limits_form_refuses_what_the_tier_cannot_enforce() {
+    use ratatui::crossterm::event::KeyCode;
+    use sandbench::tui::app::{App, Overlay};
+    use sandbench::tui::headless::{key, screen, type_text};
+    let mut app = App::new(sandbench::tui::theme::Theme::dark(), &["process"], "process", Default::default());
+    app.live_clock = false;
+    app.update(key(KeyCode::F(3)));
+    for _ in 0..3 {
+        app.update(key(KeyCode::Down));
+    }
+    for _ in 0..8 {
+        app.update(key(KeyCode::Backspace));
+    }
+    type_text(&mut app, "99999999999");
+    app.update(key(KeyCode::Enter));
+    let Some(Overlay::Limits(form)) = &app.overlay else { panic!("the form closed: the limit was accepted") };
+    let e = form.error.clone().unwrap_or_default();
+    assert!(e.contains("pids 99999999999") && e.contains("at most"), "{e}");
+    assert_eq!(app.limits.pids, sandbench::spec::Limits::default().pids);
+    let s = screen(&mut app, 100, 30);
+    assert!(s.contains("at most"), "{s}");
+    assert!(!s.contains("✔ ok"), "{s}");
+}
+
+#[test]
+fn process_sandbox_that_could_not_be_built_is_an_error() {
+    if !common::is_root() {
+        assert!(!common::required("process"), "needs root to filter sandbench's system calls");
+        eprintln!("skipped: installing a seccomp filter around sandbench needs root (or no_new_privs)");
+        return;
+    }
+    // seccomp(2) and prctl(PR_SET_SECCOMP) refused: the sandbox's filter
+    // cannot be installed, so the program must not run.
+    let net = OuterNet::new();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--tier", "process", "--format", "json"]);
+    cmd.arg(common::samples_dir().join("benign/hello.py"));
+    without_syscalls(&mut cmd, &[libc::SYS_seccomp], libc::ENOSYS);
+    let out = net.output(&mut cmd, Duration::from_secs(60));
+    let r = common::report(&out);
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.summary_line());
+    assert!(r.error.as_deref().unwrap_or("").contains("seccomp"), "{:?}", r.error);
+    assert!(!r.stdout.contains("hello"), "the program ran: {}", r.stdout);
+    assert_eq!(out.status.code(), Some(1));
+}

@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, RunSpec};
-use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+use crate::tier::{Availability, BoxFuture, Check, LimitMaxima, RunContext, Tier, TierExit};
 use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
 
@@ -91,13 +91,9 @@ impl ProcessTier {
     async fn launch(limits: &crate::spec::Limits) -> anyhow::Result<Launched> {
         let mut warnings: Vec<String> = vec![];
         let cg = match layout() {
-            Ok(l) => match RunCgroup::create(l, limits) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    warnings.push(format!("cannot create the run's cgroup ({e}): weaker containment"));
-                    None
-                }
-            },
+            // Cgroups work here: a run without its own is not the sandbox
+            // sandbench promised, so it does not happen.
+            Ok(l) => Some(RunCgroup::create(l, limits).context("cannot create the run's cgroup")?),
             Err(e) => {
                 warnings.push(format!(
                     "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
@@ -169,9 +165,39 @@ impl ProcessTier {
     }
 }
 
+/// What this host lets the process tier enforce: no more processes than the
+/// kernel's pid space (less sandbench's own in the run cgroup), no more
+/// memory or tmpfs scratch space than the host has, no more descriptors than
+/// `fs.nr_open`, no more CPU bandwidth than the CPUs it may use.
+pub fn host_maxima() -> LimitMaxima {
+    static M: OnceLock<LimitMaxima> = OnceLock::new();
+    *M.get_or_init(|| {
+        let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        // PID_MAX_LIMIT: pid_max can never exceed it.
+        let pid_max = read("/proc/sys/kernel/pid_max").unwrap_or(4 << 20).min(4 << 20);
+        let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map(|kb| (kb >> 10) << 20)
+        });
+        LimitMaxima {
+            memory_bytes: mem,
+            pids: Some(pid_max.saturating_sub(cgroup::SUPERVISORS)),
+            disk_bytes: mem,
+            open_files: read("/proc/sys/fs/nr_open"),
+            cpus: std::thread::available_parallelism().ok().map(|n| n.get() as f64),
+        }
+    })
+}
+
 impl Tier for ProcessTier {
     fn name(&self) -> &'static str {
         "process"
+    }
+
+    fn max_limits(&self) -> LimitMaxima {
+        host_maxima()
     }
 
     fn describe(&self) -> &'static str {
@@ -442,11 +468,12 @@ impl ProcessTier {
         if let Some(c) = &final_counters {
             judge.sample(ctx, c).await;
         }
+        // Only sandbench's own code writes the status pipe (the program never
+        // holds it): an error there means the sandbox was not built as
+        // promised, whatever exit status followed (a failed setup step exits
+        // 121 from the program's process).
         if let Some(msg) = error {
-            if exit.is_none() {
-                return Err(anyhow!("{msg}"));
-            }
-            ctx.note(msg).await;
+            return Err(anyhow!("{msg}"));
         }
         let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, disk_full }) = exit else {
             if killed || ctx.stop.is_cancelled() {
