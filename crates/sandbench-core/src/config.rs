@@ -106,13 +106,16 @@ pub struct ProcessConfig {
     /// Keep one sandbox helper started ahead of the next run (a warm start:
     /// its cgroup is joined already). Single use; off for one-shot `run`.
     pub spare: bool,
+    /// Run even where Landlock or the seccomp filter cannot be enforced;
+    /// such runs are marked degraded. Off: they are refused.
+    pub allow_degraded: bool,
 }
 
 impl Default for ProcessConfig {
     fn default() -> Self {
         // nobody/nogroup: owns no files, so a program that gets out of its
         // mount namespace still cannot write anything of the host's.
-        ProcessConfig { uid: 65534, gid: 65534, spare: true }
+        ProcessConfig { uid: 65534, gid: 65534, spare: true, allow_degraded: false }
     }
 }
 

@@ -294,6 +294,12 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         Outcome::Ok
     };
     f.violations.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+    // Tiers list what they could not enforce in details.degraded.
+    let degraded = details
+        .get("degraded")
+        .and_then(|d| d.as_array())
+        .map(|a| a.iter().filter_map(|d| d.as_str()).map(|d| crate::sanitize::inert_line(d, 200)).collect())
+        .unwrap_or_default();
     let report = RunReport {
         tier: tier_name,
         language,
@@ -316,6 +322,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         error,
         limits,
         details,
+        degraded,
     };
     let _ = out.send(Update::Finished(Box::new(report))).await;
 }

@@ -238,3 +238,98 @@ fn process_sandbox_that_could_not_be_built_is_an_error() {
     assert!(!r.stdout.contains("hello"), "the program ran: {}", r.stdout);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn process_program_starts_with_stdio_only() {
+    // fd 3 is the status pipe in every supervisor: the program must not hold
+    // it (or anything else of sandbench's), whatever it tries.
+    let net = OuterNet::new();
+    let code = r#"
+import os
+fds = sorted(int(f) for f in os.listdir("/proc/self/fd"))
+print("fds", fds)
+for fd in range(3, 64):
+    try:
+        os.write(fd, b'{"t":"exit","code":0,"signal":null,"cpu_ms":0,"max_rss_kb":0,"fsize_hit":null,"disk_full":false}\n')
+        print("WROTE", fd)
+    except OSError:
+        pass
+"#;
+    let (out, r) = run_py(&net, code, &[]);
+    let r = r.unwrap_or_else(|| panic!("no report: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    // os.listdir's own descriptor is the only one past stderr.
+    assert!(r.stdout.contains("fds [0, 1, 2, 3]"), "{}", r.stdout);
+    assert!(!r.stdout.contains("WROTE"), "{}", r.stdout);
+}
+
+#[test]
+fn process_without_landlock_is_refused_or_marked_degraded() {
+    if !common::is_root() {
+        assert!(!common::required("process"), "needs root to filter sandbench's system calls");
+        eprintln!("skipped: installing a seccomp filter around sandbench needs root (or no_new_privs)");
+        return;
+    }
+    let landlock = [libc::SYS_landlock_create_ruleset, libc::SYS_landlock_add_rule, libc::SYS_landlock_restrict_self];
+    let hello = common::samples_dir().join("benign/hello.py");
+    let net = OuterNet::new();
+    // Refused by default: error, the reason, the way out.
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--tier", "process", "--format", "json"]).arg(&hello);
+    without_syscalls(&mut cmd, &landlock, libc::ENOSYS);
+    let out = net.output(&mut cmd, Duration::from_secs(60));
+    let r = common::report(&out);
+    assert_eq!(r.outcome, Outcome::Error, "{}", r.summary_line());
+    let e = r.error.clone().unwrap_or_default();
+    assert!(e.contains("Landlock") && e.contains("--allow-degraded"), "{e}");
+    assert!(r.stdout.is_empty(), "the program ran: {}", r.stdout);
+    assert_eq!(out.status.code(), Some(1));
+
+    // Opted in: it runs, and every view says degraded.
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--tier", "process", "--allow-degraded", "--format", "json"]).arg(&hello);
+    without_syscalls(&mut cmd, &landlock, libc::ENOSYS);
+    let r = common::report(&net.output(&mut cmd, Duration::from_secs(60)));
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert!(r.stdout.contains("hello"), "{}", r.stdout);
+    assert!(r.degraded.iter().any(|d| d.contains("Landlock not enforced")), "{:?}", r.degraded);
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--tier", "process", "--allow-degraded"]).arg(&hello);
+    without_syscalls(&mut cmd, &landlock, libc::ENOSYS);
+    let out = net.output(&mut cmd, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("DEGRADED  the sandbox lacked: Landlock not enforced"), "{err}");
+
+    // The same for seccomp.
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--tier", "process", "--allow-degraded", "--format", "json"]).arg(&hello);
+    without_syscalls(&mut cmd, &[libc::SYS_seccomp], libc::ENOSYS);
+    let r = common::report(&net.output(&mut cmd, Duration::from_secs(60)));
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert!(r.degraded.iter().any(|d| d.contains("seccomp")), "{:?}", r.degraded);
+    assert_eq!(r.details["seccomp"], false);
+
+    // The gauntlet matrix never shows such a cell as a plain pass.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("benign")).unwrap();
+    std::fs::create_dir_all(dir.path().join("hostile")).unwrap();
+    std::fs::copy(&hello, dir.path().join("benign/hello.py")).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "gauntlet",
+        "--tiers",
+        "process",
+        "--repeat",
+        "1",
+        "--allow-degraded",
+        "--format",
+        "markdown",
+        "--samples",
+    ]);
+    cmd.arg(dir.path());
+    without_syscalls(&mut cmd, &landlock, libc::ENOSYS);
+    let out = net.output(&mut cmd, Duration::from_secs(120));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("ran ⚠ DEGRADED"), "{md}");
+    assert!(md.contains("⚠ hello on process: DEGRADED"), "{md}");
+}

@@ -32,6 +32,7 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 pub struct ProcessTier {
     uid: u32,
     gid: u32,
+    allow_degraded: bool,
     /// Keep one helper started ahead (in its cgroup, waiting for a program).
     keep_spare: bool,
     spare: Arc<Mutex<Option<Launched>>>,
@@ -82,6 +83,7 @@ impl ProcessTier {
             uid: config.process.uid,
             gid: config.process.gid,
             keep_spare: config.process.spare,
+            allow_degraded: config.process.allow_degraded,
             spare: Arc::new(Mutex::new(None)),
         }
     }
@@ -116,9 +118,13 @@ impl ProcessTier {
         // Only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 if wfd == sandbox::STATUS_FD {
-                    libc::fcntl(wfd, libc::F_SETFD, 0);
+                    if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -255,7 +261,13 @@ impl ProcessTier {
         let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
         spec.limits.wall_time = Duration::from_secs(10);
         spec.label = "doctor probe".into();
-        let probe = ProcessTier { uid: self.uid, gid: self.gid, keep_spare: false, spare: Default::default() };
+        let probe = ProcessTier {
+            uid: self.uid,
+            gid: self.gid,
+            allow_degraded: self.allow_degraded,
+            keep_spare: false,
+            spare: Default::default(),
+        };
         let report = crate::runner::run(Arc::new(probe), spec).await;
         let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);
         if sandbox_ok {
@@ -343,6 +355,7 @@ impl ProcessTier {
             disk_bytes: limits.disk_bytes,
             open_files: limits.open_files,
             nproc,
+            allow_degraded: self.allow_degraded,
         };
         let result = self.execute(&spec, &ctx, config, &mut launched).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
@@ -417,9 +430,13 @@ impl ProcessTier {
                                 // if it exits before the first tick.
                                 ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
                             }
-                            Status::Isolation { landlock, seccomp, uid, user_ns } => {
+                            Status::Isolation { landlock, seccomp, uid, user_ns, degraded } => {
+                                for d in &degraded {
+                                    ctx.note(format!("degraded: {d}")).await;
+                                }
                                 isolation = json!({
                                     "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
+                                    "degraded": degraded,
                                 });
                             }
                             Status::Warning { msg } => ctx.note(msg).await,

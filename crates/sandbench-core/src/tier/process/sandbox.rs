@@ -62,6 +62,10 @@ pub struct SandboxConfig {
     pub open_files: u64,
     /// RLIMIT_NPROC, only when no cgroup contains the run.
     pub nproc: Option<u64>,
+    /// Run even when Landlock or the seccomp filter cannot be enforced
+    /// (the run is then marked degraded); otherwise such a run is refused.
+    #[serde(default)]
+    pub allow_degraded: bool,
 }
 
 /// Status lines from the sandbox to the host.
@@ -74,6 +78,9 @@ pub enum Status {
         seccomp: bool,
         uid: u32,
         user_ns: bool,
+        /// Protections that could not be enforced (only with allow_degraded).
+        #[serde(default)]
+        degraded: Vec<String>,
     },
     /// The program is about to exec.
     Started,
@@ -179,7 +186,9 @@ pub fn helper_main() -> ! {
     // stdin becomes /dev/null: the program gets no input.
     match fs::File::open("/dev/null") {
         Ok(f) => {
-            let _ = nix::unistd::dup2_stdin(&f);
+            if let Err(e) = nix::unistd::dup2_stdin(&f) {
+                fail(format!("cannot give the program an empty stdin: {e}"));
+            }
         }
         Err(e) => fail(format!("cannot open /dev/null: {e}")),
     }
@@ -189,10 +198,7 @@ pub fn helper_main() -> ! {
             // Only the status pipe matters now; the program's output reaches
             // the host through its own copies of stdout and stderr, so the
             // host sees EOF when the program side is gone.
-            if let Ok(null) = fs::OpenOptions::new().write(true).open("/dev/null") {
-                let _ = nix::unistd::dup2_stdout(&null);
-                let _ = nix::unistd::dup2_stderr(&null);
-            }
+            release_output();
             let st = waitpid(child, None);
             if let Ok(WaitStatus::Signaled(_, sig, _)) = st {
                 send(&Status::Warning { msg: format!("sandbox init killed by {sig}") });
@@ -203,8 +209,51 @@ pub fn helper_main() -> ! {
     }
 }
 
+/// Die with the parent. Unchecked, a sandbox could outlive a killed sandbench.
 fn set_pdeathsig() {
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+        fail(format!("PR_SET_PDEATHSIG: {}", std::io::Error::last_os_error()));
+    }
+}
+
+/// Point stdout and stderr at /dev/null: the host sees EOF on the program's
+/// output as soon as the program side is gone, not when the supervisors are.
+fn release_output() {
+    let r = fs::OpenOptions::new().write(true).open("/dev/null").map_err(|e| e.to_string()).and_then(|null| {
+        nix::unistd::dup2_stdout(&null).and_then(|_| nix::unistd::dup2_stderr(&null)).map_err(|e| e.to_string())
+    });
+    if let Err(e) = r {
+        fail(format!("cannot release the program's output pipes: {e}"));
+    }
+}
+
+/// Mark every descriptor past stderr close-on-exec (the status pipe above
+/// all): the program must start with 0, 1 and 2 only.
+fn cloexec_all() -> Result<(), String> {
+    // SAFETY: close_range with integer arguments only; it changes flags, not
+    // ownership, of descriptors.
+    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } == 0 {
+        return Ok(());
+    }
+    let why = std::io::Error::last_os_error();
+    // Kernels before 5.11 lack CLOSE_RANGE_CLOEXEC: mark each open one.
+    let fds: Vec<i32> = fs::read_dir("/proc/self/fd")
+        .map_err(|e| format!("close_range: {why}; /proc/self/fd: {e}"))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on a descriptor number; a stale number (the
+        // directory's own, closed by now) fails with EBADF, which is fine.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0
+            && nix::errno::Errno::last() != nix::errno::Errno::EBADF
+        {
+            return Err(format!("close_range: {why}; FD_CLOEXEC on {fd}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 fn bind_ro(src: &Path, dst: &Path) -> Result<(), String> {
@@ -402,7 +451,7 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| r(e, "make the root read-only"))?;
-    let _ = nix::unistd::sethostname("sandbench");
+    nix::unistd::sethostname("sandbench").map_err(|e| r(e, "sethostname"))?;
     Ok(())
 }
 
@@ -417,12 +466,8 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => fail(format!("fork of the program failed: {e}")),
     };
-    // init keeps no copy of the program's output pipes: the host sees EOF as
-    // soon as the program side is gone.
-    if let Ok(null) = fs::OpenOptions::new().write(true).open("/dev/null") {
-        let _ = nix::unistd::dup2_stdout(&null);
-        let _ = nix::unistd::dup2_stderr(&null);
-    }
+    // init keeps no copy of the program's output pipes.
+    release_output();
     loop {
         let mut status = 0;
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -541,11 +586,23 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
     // A program that outlives init is killed with the namespace anyway; this
     // also covers the window before init's own wait loop starts.
     set_pdeathsig();
-    let _ = nix::unistd::setsid();
+    if let Err(e) = nix::unistd::setsid() {
+        fail(format!("setsid: {e}"));
+    }
     if let Err(e) = nix::unistd::chdir("/work") {
         fail(format!("chdir /work: {e}"));
     }
     let landlock = landlock();
+    let mut degraded = vec![];
+    if landlock != "fully_enforced" {
+        let what = format!("Landlock {}", landlock.replace('_', " "));
+        if !cfg.allow_degraded {
+            fail(format!(
+                "{what} on this kernel (needs Landlock ABI 6, Linux 6.12+): refusing to run; pass --allow-degraded (or set [process] allow_degraded = true) to run marked degraded"
+            ));
+        }
+        degraded.push(what);
+    }
     let limits = || -> Result<(), String> {
         rlimit(Resource::RLIMIT_CPU, cfg.cpu_secs, cfg.cpu_secs + 1)?;
         if let Some(n) = cfg.data_limit {
@@ -573,7 +630,10 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
             fail(format!("cannot drop to uid {uid}: {e}"));
         }
     }
-    unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        fail(format!("PR_SET_NO_NEW_PRIVS: {}", std::io::Error::last_os_error()));
+    }
     let mut argv: Vec<CString> = vec![];
     let Some(exe) = cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)) else {
         fail(format!(
@@ -589,16 +649,26 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
         Ok(p) => p,
         Err(e) => fail(e),
     };
-    send(&Status::Isolation { landlock, seccomp: true, uid: nix::unistd::getuid().as_raw(), user_ns: cfg.user_ns });
+    let mut seccomp = true;
     for p in &programs {
         if let Err(e) = seccompiler::apply_filter(p) {
-            fail(format!("seccomp: {e}"));
+            if !cfg.allow_degraded {
+                fail(format!(
+                    "seccomp filter not installed ({e}): refusing to run; pass --allow-degraded (or set [process] allow_degraded = true) to run marked degraded"
+                ));
+            }
+            seccomp = false;
+            degraded.push(format!("seccomp filter not installed ({e})"));
+            break;
         }
     }
+    send(&Status::Isolation { landlock, seccomp, uid: nix::unistd::getuid().as_raw(), user_ns: cfg.user_ns, degraded });
     send(&Status::Started);
     // Every inherited descriptor past stderr (the status pipe included)
     // closes at exec: the program never sees them.
-    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if let Err(e) = cloexec_all() {
+        fail(e);
+    }
     let err = nix::unistd::execve(&exe, &argv, &envp).unwrap_err();
     // Reopen-free error path: close_range only marked fd 3 CLOEXEC.
     fail(format!("cannot start {}: {err}", exe.to_string_lossy()));
