@@ -333,3 +333,72 @@ fn process_without_landlock_is_refused_or_marked_degraded() {
     assert!(md.contains("ran ⚠ DEGRADED"), "{md}");
     assert!(md.contains("⚠ hello on process: DEGRADED"), "{md}");
 }
+
+/// (real uid, pid namespace) of every host process.
+fn host_processes() -> Vec<(i32, u32, String)> {
+    let mut v = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else { continue };
+        let Some(uid) = status.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)) else {
+            continue;
+        };
+        let ns = std::fs::read_link(e.path().join("ns/pid")).map(|p| p.display().to_string()).unwrap_or_default();
+        v.push((pid, uid.parse().unwrap(), ns));
+    }
+    v
+}
+
+#[test]
+fn process_runs_get_uids_no_host_process_has() {
+    if !common::is_root() {
+        assert!(!common::required("process"), "per-run uids are a root feature");
+        eprintln!("skipped: unprivileged runs keep the caller's uid inside a user namespace");
+        return;
+    }
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("uid.py");
+    std::fs::write(&p, "import os, time\nprint(os.getuid(), os.getgid(), flush=True)\ntime.sleep(3)\n").unwrap();
+    let net = OuterNet::new();
+    let mut children = vec![];
+    let mut ids = vec![];
+    for _ in 0..2 {
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "--tier", "process", "--format", "text"]).arg(&p);
+        cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+        let mut c = net.spawn(&mut cmd);
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let f: Vec<u32> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert_eq!(f.len(), 2, "{line:?}");
+        ids.push(f[0]);
+        children.push(c);
+    }
+    // Both programs are alive now (they sleep): look at the host.
+    let host = host_processes();
+    let my_ns = std::fs::read_link("/proc/self/ns/pid").unwrap().display().to_string();
+    for c in &mut children {
+        let _ = c.wait();
+    }
+    assert_ne!(ids[0], ids[1], "two concurrent runs share a uid");
+    for uid in &ids {
+        assert_ne!(*uid, 0);
+        assert_ne!(*uid, 65534, "runs must not use the host's nobody");
+        let holders: Vec<_> = host.iter().filter(|(_, u, _)| u == uid).collect();
+        assert!(!holders.is_empty(), "the program of uid {uid} was not found alive");
+        for (pid, _, ns) in holders {
+            assert_ne!(ns, &my_ns, "host process {pid} (outside any sandbox) has the run's uid {uid}");
+        }
+    }
+    // doctor and the report say which uid is used.
+    let out = Command::new(bin()).args(["doctor", "--format", "json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = v.as_array().unwrap().iter().find(|t| t["tier"] == "process").unwrap();
+    let uid = p["checks"].as_array().unwrap().iter().find(|c| c["name"] == "uid").unwrap();
+    assert!(uid["detail"].as_str().unwrap().contains("its own uid from 2000000000.."), "{uid}");
+    let (_, r) = run_py(&net, "import os\nprint(os.getuid())\n", &[]);
+    let r = r.unwrap();
+    assert_eq!(r.details["uid"].to_string(), r.stdout.trim());
+    assert!(r.details["uid_policy"].as_str().unwrap().contains("no host process has it"), "{}", r.details);
+}

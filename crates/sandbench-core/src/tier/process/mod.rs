@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod sandbox;
 pub mod seccomp;
+pub mod uids;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -30,8 +31,8 @@ use sandbox::{SandboxConfig, Status};
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 pub struct ProcessTier {
-    uid: u32,
-    gid: u32,
+    uid_base: u32,
+    uid_count: u32,
     allow_degraded: bool,
     /// Keep one helper started ahead (in its cgroup, waiting for a program).
     keep_spare: bool,
@@ -46,6 +47,9 @@ struct Launched {
     stdin: Option<tokio::process::ChildStdin>,
     status: Option<OwnedFd>,
     cg: Option<RunCgroup>,
+    /// The run's own uid (as root); `None` in a user namespace, where the
+    /// program keeps the invoking user's uid.
+    uid: Option<uids::UidLease>,
     warnings: Vec<String>,
 }
 
@@ -80,8 +84,8 @@ pub fn reap_leftovers() {
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
         ProcessTier {
-            uid: config.process.uid,
-            gid: config.process.gid,
+            uid_base: config.process.uid_base,
+            uid_count: config.process.uid_count,
             keep_spare: config.process.spare,
             allow_degraded: config.process.allow_degraded,
             spare: Arc::new(Mutex::new(None)),
@@ -90,8 +94,16 @@ impl ProcessTier {
 
     /// Start a helper in a fresh cgroup; it joins the cgroup at once (the
     /// slow part of a cold start on cgroup v1) and then waits for a program.
-    async fn launch(limits: &crate::spec::Limits) -> anyhow::Result<Launched> {
+    async fn launch(limits: &crate::spec::Limits, uid_range: (u32, u32)) -> anyhow::Result<Launched> {
         let mut warnings: Vec<String> = vec![];
+        let uid = if nix::unistd::geteuid().is_root() {
+            Some(
+                uids::lease(uid_range.0, uid_range.1)
+                    .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
+            )
+        } else {
+            None
+        };
         let cg = match layout() {
             // Cgroups work here: a run without its own is not the sandbox
             // sandbench promised, so it does not happen.
@@ -145,7 +157,7 @@ impl ProcessTier {
         let mut line = serde_json::to_vec(&prep)?;
         line.push(b'\n');
         stdin.write_all(&line).await.context("cannot talk to the sandbox helper")?;
-        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, warnings })
+        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, uid, warnings })
     }
 
     /// A spare for the next run, made in the background after this one.
@@ -154,8 +166,9 @@ impl ProcessTier {
             return;
         }
         let slot = self.spare.clone();
+        let range = (self.uid_base, self.uid_count);
         tokio::spawn(async move {
-            if let Ok(l) = Self::launch(&crate::spec::Limits::default()).await {
+            if let Ok(l) = Self::launch(&crate::spec::Limits::default(), range).await {
                 if let Ok(mut s) = slot.lock() {
                     if s.is_none() {
                         *s = Some(l);
@@ -262,8 +275,8 @@ impl ProcessTier {
         spec.limits.wall_time = Duration::from_secs(10);
         spec.label = "doctor probe".into();
         let probe = ProcessTier {
-            uid: self.uid,
-            gid: self.gid,
+            uid_base: self.uid_base,
+            uid_count: self.uid_count,
             allow_degraded: self.allow_degraded,
             keep_spare: false,
             spare: Default::default(),
@@ -293,7 +306,7 @@ impl ProcessTier {
                 "seccomp",
                 format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len()),
             ));
-            checks.push(Check::ok("uid", format!("programs run as uid {}", d["uid"])));
+            checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
         } else {
             let why = report.error.clone().unwrap_or_else(|| report.summary_line());
             checks.push(Check::fail(
@@ -325,7 +338,7 @@ impl ProcessTier {
         }
         let (mut launched, start) = match self.take_spare() {
             Some(l) => (l, "warm"),
-            None => (Self::launch(&limits).await?, "cold"),
+            None => (Self::launch(&limits, (self.uid_base, self.uid_count)).await?, "cold"),
         };
         if let Some(c) = &launched.cg {
             c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
@@ -347,8 +360,9 @@ impl ProcessTier {
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env: spec.sandbox_env("/work", "/tmp"),
             user_ns: !root,
-            run_uid: self.uid,
-            run_gid: self.gid,
+            // Unused in a user namespace (the program keeps the caller's uid).
+            run_uid: launched.uid.as_ref().map_or(0, |l| l.uid),
+            run_gid: launched.uid.as_ref().map_or(0, |l| l.uid),
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
             data_limit: launched.cg.is_none().then_some(limits.memory_bytes),
             file_size_bytes: limits.file_size_bytes,
@@ -379,6 +393,8 @@ impl ProcessTier {
             }
         }
         if let Some(obj) = out.details.as_object_mut() {
+            let used = obj.get("uid").cloned().unwrap_or(serde_json::Value::Null);
+            obj.insert("uid_policy".into(), json!(uid_policy(self.uid_base, self.uid_count, &used)));
             obj.insert("warnings".into(), json!(warnings));
             obj.insert("start".into(), json!(start));
         }
@@ -519,6 +535,18 @@ impl ProcessTier {
             usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(max_rss_kb * 1024), pids: None }),
             details,
         })
+    }
+}
+
+/// Which uid programs run as, in words, for `doctor` and the report.
+fn uid_policy(base: u32, count: u32, used: &serde_json::Value) -> String {
+    if nix::unistd::geteuid().is_root() {
+        format!(
+            "each run gets its own uid from {base}..{} (no host process has it; this run: {used})",
+            u64::from(base) + u64::from(count) - 1
+        )
+    } else {
+        format!("the invoking user's uid {used}, inside a user namespace (per-uid quotas are shared with that user)")
     }
 }
 

@@ -621,6 +621,9 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
         fail(e);
     }
     if !cfg.user_ns {
+        if uid == 0 || gid == 0 {
+            fail("refusing to run the program as root: the run has no uid of its own".into());
+        }
         let drop = || -> nix::Result<()> {
             nix::unistd::setgroups(&[])?;
             nix::unistd::setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))?;
