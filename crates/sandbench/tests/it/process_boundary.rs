@@ -402,3 +402,38 @@ fn process_runs_get_uids_no_host_process_has() {
     assert_eq!(r.details["uid"].to_string(), r.stdout.trim());
     assert!(r.details["uid_policy"].as_str().unwrap().contains("no host process has it"), "{}", r.details);
 }
+
+#[test]
+fn process_hidden_limit_hits_are_reported_and_nothing_else_is() {
+    use sandbench::event::ViolationKind;
+    let net = OuterNet::new();
+    for (sample, kind) in [
+        ("hidden_deep_file.py", ViolationKind::FileSize),
+        ("hidden_deleted_file.py", ViolationKind::FileSize),
+        ("hidden_full_scratch.py", ViolationKind::Disk),
+    ] {
+        let out = net.output(
+            Command::new(bin())
+                .args(["run", "--tier", "process", "--format", "json", "--memory", "256M"])
+                .arg(common::samples_dir().join("hostile").join(sample)),
+            Duration::from_secs(60),
+        );
+        let r = common::report(&out);
+        assert_eq!(r.outcome, Outcome::Violation, "{sample}: {}\n{}", r.summary_line(), r.stdout);
+        assert!(r.violations.iter().any(|v| v.kind == kind), "{sample}: {:?}", r.violations);
+        assert_eq!(r.exit.code, Some(0), "{sample}: the program caught the error and exited 0");
+    }
+    // Much written over the run, never more than the limits at once: ok.
+    let code = r#"
+import os
+for i in range(12):
+    with open(f"f{i}.bin", "wb") as f:
+        f.write(b"x" * (12 << 20))
+    os.remove(f"f{i}.bin")
+print("done")
+"#;
+    let (_, r) = run_py(&net, code, &["--memory", "256M"]);
+    let r = r.unwrap();
+    assert_eq!(r.outcome, Outcome::Ok, "{} {:?}", r.summary_line(), r.violations);
+    assert!(r.stdout.contains("done"));
+}

@@ -16,6 +16,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -455,12 +456,119 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
     Ok(())
 }
 
+/// The scratch mounts: the only places the program can write.
+const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
+
+/// Is a scratch mount out of space or inodes right now?
+fn any_mount_full() -> bool {
+    SCRATCH.iter().any(|m| {
+        nix::sys::statvfs::statvfs(*m)
+            .map(|s| s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0))
+            .unwrap_or(false)
+    })
+}
+
+/// High-water marks of the scratch space, watched by init while the program
+/// runs, so that a limit hit the program hides afterwards (a capped file
+/// deleted or buried deep, a full mount emptied again) still counts. Every
+/// write to a scratch mount queues a fanotify event that holds the written
+/// file open: init reads the size through that descriptor (unlinking does
+/// not shrink it) and, while holding the batch's files, checks whether a
+/// mount is full. Needs CAP_SYS_ADMIN (sandbench as root); otherwise only the
+/// final state is judged.
+struct Watch {
+    fan: Option<nix::sys::fanotify::Fanotify>,
+    file_size: u64,
+    hit: Option<String>,
+    full: bool,
+    overflow: bool,
+}
+
+impl Watch {
+    fn new(cfg: &SandboxConfig) -> Watch {
+        use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
+        let fan = (|| -> nix::Result<Fanotify> {
+            let f = Fanotify::init(
+                InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK | InitFlags::FAN_CLASS_NOTIF,
+                EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE,
+            )?;
+            for m in SCRATCH {
+                f.mark(
+                    MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_MOUNT,
+                    MaskFlags::FAN_MODIFY | MaskFlags::FAN_CLOSE_WRITE,
+                    nix::fcntl::AT_FDCWD,
+                    Some(m),
+                )?;
+            }
+            Ok(f)
+        })();
+        let fan = match fan {
+            Ok(f) => Some(f),
+            Err(e) => {
+                send(&Status::Warning {
+                    msg: format!(
+                        "scratch space not watched ({e}): a capped file deleted before exit or a full scratch emptied again may go unreported"
+                    ),
+                });
+                None
+            }
+        };
+        Watch { fan, file_size: cfg.file_size_bytes, hit: None, full: false, overflow: false }
+    }
+
+    /// Read every queued event; judge sizes and mounts while the batch's
+    /// files are held open.
+    fn drain(&mut self) {
+        let Some(fan) = &self.fan else { return };
+        let mut held = vec![];
+        loop {
+            match fan.read_events() {
+                Ok(evs) if !evs.is_empty() => {
+                    for ev in evs {
+                        if ev.mask().contains(nix::sys::fanotify::MaskFlags::FAN_Q_OVERFLOW) {
+                            self.overflow = true;
+                        }
+                        if let Some(fd) = ev.fd() {
+                            if self.hit.is_none() {
+                                if let Ok(st) = nix::sys::stat::fstat(fd) {
+                                    let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+                                    if regular && st.st_size as u64 >= self.file_size {
+                                        let name = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                                            .map(|p| p.to_string_lossy().chars().take(200).collect())
+                                            .unwrap_or_else(|_| "a file".into());
+                                        self.hit = Some(name);
+                                    }
+                                }
+                            }
+                        }
+                        held.push(ev);
+                    }
+                    if held.len() >= 4096 {
+                        self.full |= any_mount_full();
+                        held.clear();
+                    }
+                }
+                _ => break,
+            }
+        }
+        if !held.is_empty() {
+            self.full |= any_mount_full();
+        }
+    }
+
+    fn check_mounts(&mut self) {
+        self.full |= any_mount_full();
+    }
+}
+
 fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
     set_pdeathsig();
     let (run_uid, run_gid) = if cfg.user_ns { (outer_uid, outer_gid) } else { (cfg.run_uid, cfg.run_gid) };
     if let Err(e) = build_root(cfg, (run_uid, run_gid)) {
         fail(format!("sandbox file system: {e}"));
     }
+    // Watching starts before the program exists: no write goes unseen.
+    let mut watch = Watch::new(cfg);
     let main_pid = match unsafe { fork() } {
         Ok(ForkResult::Child) => program_main(cfg, run_uid, run_gid),
         Ok(ForkResult::Parent { child }) => child,
@@ -468,15 +576,45 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
     };
     // init keeps no copy of the program's output pipes.
     release_output();
+    // SIGCHLD through a descriptor, so init waits for children and file
+    // events at once. Blocked only now: the program keeps its default mask.
+    let mut mask = nix::sys::signal::SigSet::empty();
+    mask.add(nix::sys::signal::Signal::SIGCHLD);
+    if let Err(e) = mask.thread_block() {
+        fail(format!("init cannot block SIGCHLD: {e}"));
+    }
+    let sfd = match nix::sys::signalfd::SignalFd::with_flags(
+        &mask,
+        nix::sys::signalfd::SfdFlags::SFD_NONBLOCK | nix::sys::signalfd::SfdFlags::SFD_CLOEXEC,
+    ) {
+        Ok(s) => s,
+        Err(e) => fail(format!("init cannot watch its children: {e}")),
+    };
     loop {
+        // Reap first: a child that exited before SIGCHLD was blocked sent a
+        // signal nobody received.
         let mut status = 0;
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        let pid = unsafe { libc::wait4(-1, &mut status, 0, &mut ru) };
+        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
         if pid < 0 {
             if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
                 continue;
             }
             fail("init lost its program".into());
+        }
+        if pid == 0 {
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+            if let Some(f) = &watch.fan {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => fail(format!("init poll: {e}")),
+            }
+            while let Ok(Some(_)) = sfd.read_signal() {}
+            watch.drain();
+            continue;
         }
         if pid != main_pid.as_raw() {
             continue; // an orphan reparented to us
@@ -488,7 +626,16 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
         };
         let cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
             + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
-        let (fsize_hit, disk_full) = scan_scratch(cfg);
+        watch.drain();
+        watch.check_mounts();
+        if watch.overflow {
+            send(&Status::Warning {
+                msg: "too many file events to watch them all: a hidden limit hit may go unreported".into(),
+            });
+        }
+        let (scan_hit, scan_full) = scan_scratch(cfg);
+        let fsize_hit = watch.hit.take().or(scan_hit);
+        let disk_full = watch.full || scan_full;
         send(&Status::Exit { code, signal, cpu_ms, max_rss_kb: ru.ru_maxrss as u64, fsize_hit, disk_full });
         // pid 1 exiting makes the kernel kill everything else in the namespace.
         unsafe { libc::_exit(0) }
