@@ -139,7 +139,8 @@ impl Canaries {
                 .push(Listener::spawn(format!("abstract unix @{unix_name}"), move || nonblocking_accept(lu.accept())));
         }
 
-        let sockets = plant_sockets(home.path(), &mut listeners);
+        let marker = token("mark");
+        let sockets = plant_sockets(home.path(), &marker, &mut listeners);
 
         // A host process of the sandbox's uid: a sandbox that can signal the
         // host's processes would kill it.
@@ -167,7 +168,7 @@ impl Canaries {
             port6,
             unix_name,
             sockets,
-            marker: token("mark"),
+            marker,
             listeners,
             victim,
             probe: None,
@@ -260,7 +261,20 @@ impl Canaries {
 /// might show: the canary plants a listening socket in each it can write to.
 pub const SOCKET_DIRS: &[&str] = &["/etc", "/opt", "/usr", "/run", "/tmp", "/var/tmp", "/dev/shm"];
 
-fn plant_sockets(home: &Path, listeners: &mut Vec<Listener>) -> Vec<PathBuf> {
+/// Did this connection come from the run carrying `marker`? The sockets sit
+/// in directories every concurrent sandbox (and every other gauntlet on the
+/// host) may see, so a connection counts only if its peer holds this run's
+/// marker, or has vanished before it could be asked (counted: fail toward
+/// reporting).
+fn from_this_run(s: &std::os::unix::net::UnixStream, marker: &str) -> bool {
+    let Ok(cred) = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials) else { return true };
+    match std::fs::read(format!("/proc/{}/environ", cred.pid())) {
+        Ok(env) => env.windows(marker.len()).any(|w| w == marker.as_bytes()),
+        Err(_) => true,
+    }
+}
+
+fn plant_sockets(home: &Path, marker: &str, listeners: &mut Vec<Listener>) -> Vec<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let name = format!("{}.sock", token("sock"));
     let mut planted = vec![];
@@ -274,7 +288,11 @@ fn plant_sockets(home: &Path, listeners: &mut Vec<Listener>) -> Vec<PathBuf> {
             let _ = std::fs::remove_file(&p);
             continue;
         }
-        listeners.push(Listener::spawn(format!("unix socket {}", p.display()), move || nonblocking_accept(l.accept())));
+        let marker = marker.to_string();
+        listeners.push(Listener::spawn(format!("unix socket {}", p.display()), move || match l.accept() {
+            Ok((s, _)) => Ok(from_this_run(&s, &marker)),
+            Err(e) => nonblocking_accept::<()>(Err(e)),
+        }));
         planted.push(p);
     }
     planted
@@ -388,7 +406,18 @@ mod tests {
         }
         std::fs::write(&c.outside, "x").unwrap();
         assert!(!c.sockets.is_empty(), "no socket canary planted");
-        std::os::unix::net::UnixStream::connect(&c.sockets[0]).unwrap();
+        // Only a process of the run (it carries the marker) counts.
+        let _mine = std::os::unix::net::UnixStream::connect(&c.sockets[0]).unwrap();
+        let st = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(0.3)",
+            ])
+            .arg(&c.sockets[0])
+            .env("CANARY_MARK", &c.marker)
+            .status()
+            .unwrap();
+        assert!(st.success());
         let out = format!("key sk-test-secret and {} and ATTACHED", c.file_secret);
         std::thread::sleep(Duration::from_millis(100));
         let f = c.check(&report(&out), &["ATTACHED".to_string()]);
@@ -398,7 +427,10 @@ mod tests {
         assert!(all.contains("breach"), "{all}");
         assert!(all.contains("127.0.0.1"), "{all}");
         assert!(all.contains("abstract unix"), "{all}");
-        assert!(all.contains(&format!("unix socket {}", c.sockets[0].display())), "{all}");
+        assert!(
+            all.contains(&format!("1 connection(s) reached the host's unix socket {}", c.sockets[0].display())),
+            "{all}"
+        );
         assert!(all.contains("outside the sandbox"), "{all}");
         assert!(!c.outside.exists());
         let planted = c.sockets.clone();

@@ -751,7 +751,10 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
         degraded.push(what);
     }
     let limits = || -> Result<(), String> {
-        rlimit(Resource::RLIMIT_CPU, cfg.cpu_secs, cfg.cpu_secs + 1)?;
+        // A backstop one second past the limit: the host's cgroup counter
+        // judges and kills first, so the hit is reported from a fact the
+        // program cannot forge (a SIGXCPU death alone is not).
+        rlimit(Resource::RLIMIT_CPU, cfg.cpu_secs + 1, cfg.cpu_secs + 2)?;
         if let Some(n) = cfg.data_limit {
             rlimit(Resource::RLIMIT_DATA, n, n)?;
         }
