@@ -116,19 +116,25 @@ impl Default for MicrovmConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProcessConfig {
-    /// uid/gid the program runs as when sandbench runs as root.
-    pub uid: u32,
-    pub gid: u32,
+    /// When sandbench runs as root, each run's program gets its own uid (and
+    /// gid of the same number) from `uid_base .. uid_base + uid_count`, a
+    /// range no host user has, so per-uid kernel quotas are never shared.
+    pub uid_base: u32,
+    pub uid_count: u32,
     /// Keep one sandbox helper started ahead of the next run (a warm start:
     /// its cgroup is joined already). Single use; off for one-shot `run`.
     pub spare: bool,
+    /// Run even where Landlock or the seccomp filter cannot be enforced;
+    /// such runs are marked degraded. Off: they are refused.
+    pub allow_degraded: bool,
 }
 
 impl Default for ProcessConfig {
     fn default() -> Self {
-        // nobody/nogroup: owns no files, so a program that gets out of its
-        // mount namespace still cannot write anything of the host's.
-        ProcessConfig { uid: 65534, gid: 65534, spare: true }
+        // Far above any uid a distribution or a directory service hands
+        // out; such uids own no host file, so a program that got out of its
+        // mount namespace still could not write anything of the host's.
+        ProcessConfig { uid_base: 2_000_000_000, uid_count: 65536, spare: true, allow_degraded: false }
     }
 }
 

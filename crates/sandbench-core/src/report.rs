@@ -93,6 +93,11 @@ pub struct RunReport {
     /// Tier-specific facts: isolation actually applied, warm or cold start,
     /// accelerator, limits the tier could not enforce.
     pub details: serde_json::Value,
+    /// Protections the tier promises but could not enforce in this run
+    /// (only with an explicit opt-in; otherwise the run is refused). Empty:
+    /// the sandbox was complete.
+    #[serde(default)]
+    pub degraded: Vec<String>,
 }
 
 impl RunReport {
@@ -121,6 +126,7 @@ impl RunReport {
             error: Some(error.into()),
             limits: Limits::default(),
             details: serde_json::Value::Null,
+            degraded: vec![],
         }
     }
 

@@ -140,6 +140,13 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
     let stop = CancellationToken::new();
     let ctx = RunContext { started, tx, stop: stop.clone() };
     let tier_name = tier.name().to_string();
+    if let Err(e) = tier.check_limits(&spec.limits) {
+        // Refused before any sandbox work: the program never ran.
+        let mut r = RunReport::failed(&tier_name, spec.language.name(), &spec.label, e);
+        r.limits = spec.limits.clone();
+        let _ = out.send(Update::Finished(Box::new(r))).await;
+        return;
+    }
     let limits = spec.limits.clone();
     let language = spec.language.name().to_string();
     let label = spec.label.clone();
@@ -287,6 +294,12 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         Outcome::Ok
     };
     f.violations.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+    // Tiers list what they could not enforce in details.degraded.
+    let degraded = details
+        .get("degraded")
+        .and_then(|d| d.as_array())
+        .map(|a| a.iter().filter_map(|d| d.as_str()).map(|d| crate::sanitize::inert_line(d, 200)).collect())
+        .unwrap_or_default();
     let report = RunReport {
         tier: tier_name,
         language,
@@ -309,6 +322,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         error,
         limits,
         details,
+        degraded,
     };
     let _ = out.send(Update::Finished(Box::new(report))).await;
 }

@@ -125,6 +125,10 @@ pub struct RunArgs {
     pub env: Vec<(String, String)>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Run even where Landlock or seccomp cannot be enforced; the report
+    /// marks the run degraded (otherwise it is refused).
+    #[arg(long)]
+    pub allow_degraded: bool,
     /// The program, or - for standard input.
     pub file: PathBuf,
 }
@@ -169,6 +173,10 @@ pub struct GauntletArgs {
     pub limits: LimitArgs,
     #[arg(long, value_enum, default_value_t = MatrixFormat::Table)]
     pub format: MatrixFormat,
+    /// Run even where Landlock or seccomp cannot be enforced; such cells are
+    /// marked degraded (otherwise those runs are refused).
+    #[arg(long)]
+    pub allow_degraded: bool,
 }
 
 #[derive(Debug, Args)]

@@ -85,6 +85,9 @@ pub struct Canaries {
     pub port4: u16,
     pub port6: Option<u16>,
     pub unix_name: String,
+    /// Listening pathname unix sockets planted where host services keep
+    /// theirs (removed on drop).
+    pub sockets: Vec<PathBuf>,
     /// Put in every sandboxed process's environment; found later = a survivor.
     pub marker: String,
     listeners: Vec<Listener>,
@@ -136,6 +139,9 @@ impl Canaries {
                 .push(Listener::spawn(format!("abstract unix @{unix_name}"), move || nonblocking_accept(lu.accept())));
         }
 
+        let marker = token("mark");
+        let sockets = plant_sockets(home.path(), &marker, &mut listeners);
+
         // A host process of the sandbox's uid: a sandbox that can signal the
         // host's processes would kill it.
         let victim = if nix::unistd::geteuid().is_root() {
@@ -161,7 +167,8 @@ impl Canaries {
             port4,
             port6,
             unix_name,
-            marker: token("mark"),
+            sockets,
+            marker,
             listeners,
             victim,
             probe: None,
@@ -250,8 +257,52 @@ impl Canaries {
     }
 }
 
+/// Directories where host services leave unix sockets, or that a sandbox
+/// might show: the canary plants a listening socket in each it can write to.
+pub const SOCKET_DIRS: &[&str] = &["/etc", "/opt", "/usr", "/run", "/tmp", "/var/tmp", "/dev/shm"];
+
+/// Did this connection come from the run carrying `marker`? The sockets sit
+/// in directories every concurrent sandbox (and every other gauntlet on the
+/// host) may see, so a connection counts only if its peer holds this run's
+/// marker, or has vanished before it could be asked (counted: fail toward
+/// reporting).
+fn from_this_run(s: &std::os::unix::net::UnixStream, marker: &str) -> bool {
+    let Ok(cred) = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials) else { return true };
+    match std::fs::read(format!("/proc/{}/environ", cred.pid())) {
+        Ok(env) => env.windows(marker.len()).any(|w| w == marker.as_bytes()),
+        Err(_) => true,
+    }
+}
+
+fn plant_sockets(home: &Path, marker: &str, listeners: &mut Vec<Listener>) -> Vec<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let name = format!("{}.sock", token("sock"));
+    let mut planted = vec![];
+    let dirs = SOCKET_DIRS.iter().map(PathBuf::from).chain(std::iter::once(home.to_path_buf()));
+    for d in dirs.filter(|d| d.is_dir()) {
+        let p = d.join(&name);
+        let Ok(l) = UnixListener::bind(&p) else { continue };
+        // Anyone may connect: only the sandbox's walls keep a program out.
+        let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777));
+        if l.set_nonblocking(true).is_err() {
+            let _ = std::fs::remove_file(&p);
+            continue;
+        }
+        let marker = marker.to_string();
+        listeners.push(Listener::spawn(format!("unix socket {}", p.display()), move || match l.accept() {
+            Ok((s, _)) => Ok(from_this_run(&s, &marker)),
+            Err(e) => nonblocking_accept::<()>(Err(e)),
+        }));
+        planted.push(p);
+    }
+    planted
+}
+
 impl Drop for Canaries {
     fn drop(&mut self) {
+        for p in &self.sockets {
+            let _ = std::fs::remove_file(p);
+        }
         if let Some(mut v) = self.victim.take() {
             let _ = v.kill();
             let _ = v.wait();
@@ -354,6 +405,19 @@ mod tests {
             std::os::unix::net::UnixStream::connect_addr(&a).unwrap();
         }
         std::fs::write(&c.outside, "x").unwrap();
+        assert!(!c.sockets.is_empty(), "no socket canary planted");
+        // Only a process of the run (it carries the marker) counts.
+        let _mine = std::os::unix::net::UnixStream::connect(&c.sockets[0]).unwrap();
+        let st = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(0.3)",
+            ])
+            .arg(&c.sockets[0])
+            .env("CANARY_MARK", &c.marker)
+            .status()
+            .unwrap();
+        assert!(st.success());
         let out = format!("key sk-test-secret and {} and ATTACHED", c.file_secret);
         std::thread::sleep(Duration::from_millis(100));
         let f = c.check(&report(&out), &["ATTACHED".to_string()]);
@@ -363,8 +427,15 @@ mod tests {
         assert!(all.contains("breach"), "{all}");
         assert!(all.contains("127.0.0.1"), "{all}");
         assert!(all.contains("abstract unix"), "{all}");
+        assert!(
+            all.contains(&format!("1 connection(s) reached the host's unix socket {}", c.sockets[0].display())),
+            "{all}"
+        );
         assert!(all.contains("outside the sandbox"), "{all}");
         assert!(!c.outside.exists());
+        let planted = c.sockets.clone();
+        drop(c);
+        assert!(planted.iter().all(|p| !p.exists()), "socket canaries left behind");
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub struct Cell {
     pub total_ms: f64,
     /// "cold", "warm", "snapshot" — from the tier's report.
     pub start: String,
+    /// The sandbox lacked protections it promises (the report's `degraded`):
+    /// such a cell is never shown as a plain pass.
+    pub degraded: bool,
     pub findings: Findings,
     pub report: RunReport,
 }
@@ -199,6 +202,7 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
         mismatch,
         total_ms: report.timings_ms.total,
         start: report.start().map_or("cold", StartKind::name).to_string(),
+        degraded: !report.degraded.is_empty(),
         findings,
         report,
     }

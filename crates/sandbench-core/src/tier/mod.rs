@@ -104,11 +104,59 @@ pub struct Availability {
     pub checks: Vec<Check>,
 }
 
+/// The largest limits a tier can enforce on this host. `None`: the tier has
+/// no maximum of its own for that limit. Front ends (the CLI's flags, the
+/// workbench's limits form) and the runner all refuse through
+/// [`Tier::check_limits`], so a run never starts with a limit that cannot bite.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LimitMaxima {
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub disk_bytes: Option<u64>,
+    pub open_files: Option<u64>,
+    pub cpus: Option<f64>,
+}
+
+impl LimitMaxima {
+    /// One line naming the first limit above its maximum, and the maximum.
+    pub fn check(&self, tier: &str, l: &crate::spec::Limits) -> Result<(), String> {
+        use crate::spec::format_size;
+        let above = |what: &str, v: String, max: String| {
+            Err(format!("{what} {v} is more than the {tier} tier can enforce here (at most {max})"))
+        };
+        if let Some(m) = self.memory_bytes.filter(|m| l.memory_bytes > *m) {
+            return above("memory", format_size(l.memory_bytes), format_size(m));
+        }
+        if let Some(m) = self.pids.filter(|m| l.pids > *m) {
+            return above("pids", l.pids.to_string(), m.to_string());
+        }
+        if let Some(m) = self.disk_bytes.filter(|m| l.disk_bytes > *m) {
+            return above("disk", format_size(l.disk_bytes), format_size(m));
+        }
+        if let Some(m) = self.open_files.filter(|m| l.open_files > *m) {
+            return above("open files", l.open_files.to_string(), m.to_string());
+        }
+        if let Some(m) = self.cpus.filter(|m| l.cpus > *m) {
+            return above("cpus", l.cpus.to_string(), m.to_string());
+        }
+        Ok(())
+    }
+}
+
 pub trait Tier: Send + Sync {
     fn name(&self) -> &'static str;
     /// One line for listings.
     fn describe(&self) -> &'static str;
     fn probe(&self) -> BoxFuture<'_, Availability>;
+    /// The largest limits this tier can enforce here (default: no maxima).
+    fn max_limits(&self) -> LimitMaxima {
+        LimitMaxima::default()
+    }
+    /// Refuse limits the tier cannot enforce, before any sandbox work: one
+    /// line that names the maximum.
+    fn check_limits(&self, limits: &crate::spec::Limits) -> Result<(), String> {
+        self.max_limits().check(self.name(), limits)
+    }
     /// Run one program. Must return only once every process, container, VM
     /// and temp file of the run is gone, also when `ctx.stop` fires.
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;
@@ -131,6 +179,15 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
             Some(t) => Ok(t),
             None => anyhow::bail!("unknown tier '{other}' (known: {})", known_names().join(", ")),
         },
+    }
+}
+
+/// The maxima of the named tier, without building it (the workbench's limits
+/// form checks against the tier the next run goes to).
+pub fn max_limits(name: &str) -> LimitMaxima {
+    match name {
+        "process" => process::host_maxima(),
+        _ => LimitMaxima::default(),
     }
 }
 

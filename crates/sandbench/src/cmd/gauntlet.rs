@@ -30,6 +30,9 @@ pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
         return Err(usage(format!("no samples in {}", dir.display())));
     }
     let required = required_tiers();
+    let mut config = config.clone();
+    config.process.allow_degraded |= args.allow_degraded;
+    let config = &config;
     let (tiers, skipped) = tier::probe_selected(&names, config).await?;
     for (n, why) in &skipped {
         if required.contains(n) || args.tiers.is_some() && names.len() == 1 {

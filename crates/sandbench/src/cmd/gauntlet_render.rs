@@ -12,7 +12,8 @@ fn text_of(c: Option<&Cell>) -> String {
         None => "—".into(),
         Some(c) => {
             let mark = if c.as_expected { "" } else { " ✗" };
-            format!("{}{mark}", c.verdict.short())
+            let degraded = if c.degraded { " ⚠ DEGRADED" } else { "" };
+            format!("{}{degraded}{mark}", c.verdict.short())
         }
     }
 }
@@ -110,6 +111,14 @@ fn footer(m: &Matrix, md: bool) -> String {
             c.tier,
             c.mismatch.as_deref().unwrap_or("?"),
             c.expected.as_deref().unwrap_or("nothing declared")
+        ));
+    }
+    for c in m.cells.iter().filter(|c| c.degraded) {
+        notes.push(format!(
+            "⚠ {} on {}: DEGRADED, the sandbox lacked {}",
+            c.sample,
+            c.tier,
+            c.report.degraded.join("; ")
         ));
     }
     if md && !notes.is_empty() {

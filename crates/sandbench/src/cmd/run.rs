@@ -58,10 +58,12 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     // One run and out: a spare sandbox for a next run would only be torn down.
     let mut one_shot = config.clone();
     one_shot.process.spare = false;
+    one_shot.process.allow_degraded |= args.allow_degraded;
     let tier = tier::by_name(&tier_name, &one_shot).map_err(|e| usage(e.to_string()))?;
     let mut spec = load_spec(&args.file, args.lang, config)?;
     spec.limits = args.limits.apply(spec.limits);
     spec.env.extend(args.env.iter().cloned());
+    tier.check_limits(&spec.limits).map_err(usage)?;
 
     let mut handle = runner::start(tier, spec);
     // Ctrl-C cancels the run (and so cleans it up) instead of killing us mid-way.
@@ -148,6 +150,9 @@ pub fn summary(r: &RunReport) -> String {
     }
     if let Some(e) = &r.error {
         s.push_str(&format!("error     {e}\n"));
+    }
+    if !r.degraded.is_empty() {
+        s.push_str(&format!("DEGRADED  the sandbox lacked: {}\n", r.degraded.join("; ")));
     }
     for v in &r.violations {
         s.push_str(&format!("violation {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));

@@ -860,6 +860,14 @@ impl App {
                         return;
                     }
                 }
+                // The same refusal `run` gives: a limit the tier cannot
+                // enforce never reaches a run.
+                if let Some(t) = self.tiers.get(self.tier) {
+                    if let Err(e) = crate::tier::max_limits(&t.name).check(&t.name, &l) {
+                        f.error = Some(e);
+                        return;
+                    }
+                }
                 self.limits = l;
                 self.overlay = None;
                 self.say(Level::Info, "limits set for the next run");

@@ -20,6 +20,7 @@ mod gauntlet;
 mod microvm_protocol;
 mod microvm_tier;
 mod peers;
+mod process_boundary;
 mod process_cli;
 mod process_samples;
 mod process_spare;

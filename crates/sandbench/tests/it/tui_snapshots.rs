@@ -56,6 +56,7 @@ fn report(tier: &str, outcome: Outcome, exit: ExitStatus, violations: Vec<Violat
         error: None,
         limits: Limits::default(),
         details: serde_json::Value::Null,
+        degraded: vec![],
     }
 }
 

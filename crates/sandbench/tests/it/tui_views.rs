@@ -77,6 +77,7 @@ fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str
         error: None,
         limits: gauntlet::default_limits(),
         details: serde_json::json!({"start": "cold"}),
+        degraded: vec![],
     }
 }
 

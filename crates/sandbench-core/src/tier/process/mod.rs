@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod sandbox;
 pub mod seccomp;
+pub mod uids;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,15 +24,16 @@ use crate::config::Config;
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, RunSpec};
-use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+use crate::tier::{Availability, BoxFuture, Check, LimitMaxima, RunContext, Tier, TierExit};
 use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 pub struct ProcessTier {
-    uid: u32,
-    gid: u32,
+    uid_base: u32,
+    uid_count: u32,
+    allow_degraded: bool,
     /// Keep one helper started ahead (in its cgroup, waiting for a program).
     keep_spare: bool,
     spare: Arc<Mutex<Option<Launched>>>,
@@ -45,6 +47,9 @@ struct Launched {
     stdin: Option<tokio::process::ChildStdin>,
     status: Option<OwnedFd>,
     cg: Option<RunCgroup>,
+    /// The run's own uid (as root); `None` in a user namespace, where the
+    /// program keeps the invoking user's uid.
+    uid: Option<uids::UidLease>,
     warnings: Vec<String>,
 }
 
@@ -79,25 +84,30 @@ pub fn reap_leftovers() {
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
         ProcessTier {
-            uid: config.process.uid,
-            gid: config.process.gid,
+            uid_base: config.process.uid_base,
+            uid_count: config.process.uid_count,
             keep_spare: config.process.spare,
+            allow_degraded: config.process.allow_degraded,
             spare: Arc::new(Mutex::new(None)),
         }
     }
 
     /// Start a helper in a fresh cgroup; it joins the cgroup at once (the
     /// slow part of a cold start on cgroup v1) and then waits for a program.
-    async fn launch(limits: &crate::spec::Limits) -> anyhow::Result<Launched> {
+    async fn launch(limits: &crate::spec::Limits, uid_range: (u32, u32)) -> anyhow::Result<Launched> {
         let mut warnings: Vec<String> = vec![];
+        let uid = if nix::unistd::geteuid().is_root() {
+            Some(
+                uids::lease(uid_range.0, uid_range.1)
+                    .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
+            )
+        } else {
+            None
+        };
         let cg = match layout() {
-            Ok(l) => match RunCgroup::create(l, limits) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    warnings.push(format!("cannot create the run's cgroup ({e}): weaker containment"));
-                    None
-                }
-            },
+            // Cgroups work here: a run without its own is not the sandbox
+            // sandbench promised, so it does not happen.
+            Ok(l) => Some(RunCgroup::create(l, limits).context("cannot create the run's cgroup")?),
             Err(e) => {
                 warnings.push(format!(
                     "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
@@ -120,9 +130,13 @@ impl ProcessTier {
         // Only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 if wfd == sandbox::STATUS_FD {
-                    libc::fcntl(wfd, libc::F_SETFD, 0);
+                    if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -143,7 +157,7 @@ impl ProcessTier {
         let mut line = serde_json::to_vec(&prep)?;
         line.push(b'\n');
         stdin.write_all(&line).await.context("cannot talk to the sandbox helper")?;
-        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, warnings })
+        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, uid, warnings })
     }
 
     /// A spare for the next run, made in the background after this one.
@@ -152,8 +166,9 @@ impl ProcessTier {
             return;
         }
         let slot = self.spare.clone();
+        let range = (self.uid_base, self.uid_count);
         tokio::spawn(async move {
-            if let Ok(l) = Self::launch(&crate::spec::Limits::default()).await {
+            if let Ok(l) = Self::launch(&crate::spec::Limits::default(), range).await {
                 if let Ok(mut s) = slot.lock() {
                     if s.is_none() {
                         *s = Some(l);
@@ -169,9 +184,39 @@ impl ProcessTier {
     }
 }
 
+/// What this host lets the process tier enforce: no more processes than the
+/// kernel's pid space (less sandbench's own in the run cgroup), no more
+/// memory or tmpfs scratch space than the host has, no more descriptors than
+/// `fs.nr_open`, no more CPU bandwidth than the CPUs it may use.
+pub fn host_maxima() -> LimitMaxima {
+    static M: OnceLock<LimitMaxima> = OnceLock::new();
+    *M.get_or_init(|| {
+        let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        // PID_MAX_LIMIT: pid_max can never exceed it.
+        let pid_max = read("/proc/sys/kernel/pid_max").unwrap_or(4 << 20).min(4 << 20);
+        let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map(|kb| (kb >> 10) << 20)
+        });
+        LimitMaxima {
+            memory_bytes: mem,
+            pids: Some(pid_max.saturating_sub(cgroup::SUPERVISORS)),
+            disk_bytes: mem,
+            open_files: read("/proc/sys/fs/nr_open"),
+            cpus: std::thread::available_parallelism().ok().map(|n| n.get() as f64),
+        }
+    })
+}
+
 impl Tier for ProcessTier {
     fn name(&self) -> &'static str {
         "process"
+    }
+
+    fn max_limits(&self) -> LimitMaxima {
+        host_maxima()
     }
 
     fn describe(&self) -> &'static str {
@@ -229,7 +274,13 @@ impl ProcessTier {
         let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
         spec.limits.wall_time = Duration::from_secs(10);
         spec.label = "doctor probe".into();
-        let probe = ProcessTier { uid: self.uid, gid: self.gid, keep_spare: false, spare: Default::default() };
+        let probe = ProcessTier {
+            uid_base: self.uid_base,
+            uid_count: self.uid_count,
+            allow_degraded: self.allow_degraded,
+            keep_spare: false,
+            spare: Default::default(),
+        };
         let report = crate::runner::run(Arc::new(probe), spec).await;
         let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);
         if sandbox_ok {
@@ -255,7 +306,7 @@ impl ProcessTier {
                 "seccomp",
                 format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len()),
             ));
-            checks.push(Check::ok("uid", format!("programs run as uid {}", d["uid"])));
+            checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
         } else {
             let why = report.error.clone().unwrap_or_else(|| report.summary_line());
             checks.push(Check::fail(
@@ -287,7 +338,7 @@ impl ProcessTier {
         }
         let (mut launched, start) = match self.take_spare() {
             Some(l) => (l, "warm"),
-            None => (Self::launch(&limits).await?, "cold"),
+            None => (Self::launch(&limits, (self.uid_base, self.uid_count)).await?, "cold"),
         };
         if let Some(c) = &launched.cg {
             c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
@@ -309,14 +360,16 @@ impl ProcessTier {
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env: spec.sandbox_env("/work", "/tmp"),
             user_ns: !root,
-            run_uid: self.uid,
-            run_gid: self.gid,
+            // Unused in a user namespace (the program keeps the caller's uid).
+            run_uid: launched.uid.as_ref().map_or(0, |l| l.uid),
+            run_gid: launched.uid.as_ref().map_or(0, |l| l.uid),
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
             data_limit: launched.cg.is_none().then_some(limits.memory_bytes),
             file_size_bytes: limits.file_size_bytes,
             disk_bytes: limits.disk_bytes,
             open_files: limits.open_files,
             nproc,
+            allow_degraded: self.allow_degraded,
         };
         let result = self.execute(&spec, &ctx, config, &mut launched).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
@@ -340,6 +393,8 @@ impl ProcessTier {
             }
         }
         if let Some(obj) = out.details.as_object_mut() {
+            let used = obj.get("uid").cloned().unwrap_or(serde_json::Value::Null);
+            obj.insert("uid_policy".into(), json!(uid_policy(self.uid_base, self.uid_count, &used)));
             obj.insert("warnings".into(), json!(warnings));
             obj.insert("start".into(), json!(start));
         }
@@ -391,9 +446,13 @@ impl ProcessTier {
                                 // if it exits before the first tick.
                                 ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
                             }
-                            Status::Isolation { landlock, seccomp, uid, user_ns } => {
+                            Status::Isolation { landlock, seccomp, uid, user_ns, degraded } => {
+                                for d in &degraded {
+                                    ctx.note(format!("degraded: {d}")).await;
+                                }
                                 isolation = json!({
                                     "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
+                                    "degraded": degraded,
                                 });
                             }
                             Status::Warning { msg } => ctx.note(msg).await,
@@ -442,11 +501,12 @@ impl ProcessTier {
         if let Some(c) = &final_counters {
             judge.sample(ctx, c).await;
         }
+        // Only sandbench's own code writes the status pipe (the program never
+        // holds it): an error there means the sandbox was not built as
+        // promised, whatever exit status followed (a failed setup step exits
+        // 121 from the program's process).
         if let Some(msg) = error {
-            if exit.is_none() {
-                return Err(anyhow!("{msg}"));
-            }
-            ctx.note(msg).await;
+            return Err(anyhow!("{msg}"));
         }
         let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, disk_full }) = exit else {
             if killed || ctx.stop.is_cancelled() {
@@ -475,6 +535,18 @@ impl ProcessTier {
             usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(max_rss_kb * 1024), pids: None }),
             details,
         })
+    }
+}
+
+/// Which uid programs run as, in words, for `doctor` and the report.
+fn uid_policy(base: u32, count: u32, used: &serde_json::Value) -> String {
+    if nix::unistd::geteuid().is_root() {
+        format!(
+            "each run gets its own uid from {base}..{} (no host process has it; this run: {used})",
+            u64::from(base) + u64::from(count) - 1
+        )
+    } else {
+        format!("the invoking user's uid {used}, inside a user namespace (per-uid quotas are shared with that user)")
     }
 }
 

@@ -16,6 +16,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -62,6 +63,10 @@ pub struct SandboxConfig {
     pub open_files: u64,
     /// RLIMIT_NPROC, only when no cgroup contains the run.
     pub nproc: Option<u64>,
+    /// Run even when Landlock or the seccomp filter cannot be enforced
+    /// (the run is then marked degraded); otherwise such a run is refused.
+    #[serde(default)]
+    pub allow_degraded: bool,
 }
 
 /// Status lines from the sandbox to the host.
@@ -74,6 +79,9 @@ pub enum Status {
         seccomp: bool,
         uid: u32,
         user_ns: bool,
+        /// Protections that could not be enforced (only with allow_degraded).
+        #[serde(default)]
+        degraded: Vec<String>,
     },
     /// The program is about to exec.
     Started,
@@ -179,7 +187,9 @@ pub fn helper_main() -> ! {
     // stdin becomes /dev/null: the program gets no input.
     match fs::File::open("/dev/null") {
         Ok(f) => {
-            let _ = nix::unistd::dup2_stdin(&f);
+            if let Err(e) = nix::unistd::dup2_stdin(&f) {
+                fail(format!("cannot give the program an empty stdin: {e}"));
+            }
         }
         Err(e) => fail(format!("cannot open /dev/null: {e}")),
     }
@@ -189,10 +199,7 @@ pub fn helper_main() -> ! {
             // Only the status pipe matters now; the program's output reaches
             // the host through its own copies of stdout and stderr, so the
             // host sees EOF when the program side is gone.
-            if let Ok(null) = fs::OpenOptions::new().write(true).open("/dev/null") {
-                let _ = nix::unistd::dup2_stdout(&null);
-                let _ = nix::unistd::dup2_stderr(&null);
-            }
+            release_output();
             let st = waitpid(child, None);
             if let Ok(WaitStatus::Signaled(_, sig, _)) = st {
                 send(&Status::Warning { msg: format!("sandbox init killed by {sig}") });
@@ -203,8 +210,51 @@ pub fn helper_main() -> ! {
     }
 }
 
+/// Die with the parent. Unchecked, a sandbox could outlive a killed sandbench.
 fn set_pdeathsig() {
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+        fail(format!("PR_SET_PDEATHSIG: {}", std::io::Error::last_os_error()));
+    }
+}
+
+/// Point stdout and stderr at /dev/null: the host sees EOF on the program's
+/// output as soon as the program side is gone, not when the supervisors are.
+fn release_output() {
+    let r = fs::OpenOptions::new().write(true).open("/dev/null").map_err(|e| e.to_string()).and_then(|null| {
+        nix::unistd::dup2_stdout(&null).and_then(|_| nix::unistd::dup2_stderr(&null)).map_err(|e| e.to_string())
+    });
+    if let Err(e) = r {
+        fail(format!("cannot release the program's output pipes: {e}"));
+    }
+}
+
+/// Mark every descriptor past stderr close-on-exec (the status pipe above
+/// all): the program must start with 0, 1 and 2 only.
+fn cloexec_all() -> Result<(), String> {
+    // SAFETY: close_range with integer arguments only; it changes flags, not
+    // ownership, of descriptors.
+    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } == 0 {
+        return Ok(());
+    }
+    let why = std::io::Error::last_os_error();
+    // Kernels before 5.11 lack CLOSE_RANGE_CLOEXEC: mark each open one.
+    let fds: Vec<i32> = fs::read_dir("/proc/self/fd")
+        .map_err(|e| format!("close_range: {why}; /proc/self/fd: {e}"))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on a descriptor number; a stale number (the
+        // directory's own, closed by now) fails with EBADF, which is fine.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0
+            && nix::errno::Errno::last() != nix::errno::Errno::EBADF
+        {
+            return Err(format!("close_range: {why}; FD_CLOEXEC on {fd}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 fn bind_ro(src: &Path, dst: &Path) -> Result<(), String> {
@@ -247,16 +297,94 @@ fn tmpfs(dst: &Path, opts: &str, extra: MsFlags) -> Result<(), String> {
         .map_err(|e| format!("mount tmpfs on {}: {e}", dst.display()))
 }
 
+/// Host directories bound read-only, whole, into the sandbox: the
+/// interpreters and their libraries. Nothing else of the host is bound; a
+/// host unix socket planted in one of them is still unreachable because the
+/// seccomp filter refuses `socket(AF_UNIX)` (Landlock cannot yet confine
+/// pathname sockets).
+pub const HOST_BINDS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Files copied (not bound) from the host's `/etc` into the sandbox's own:
+/// the loader's cache, certificates and OpenSSL's config. The interpreters'
+/// config files are [`PYTHON_ETC`]; passwd, group and nsswitch.conf are
+/// generated. Nothing else of the host's `/etc` exists in the sandbox.
+pub const ETC_COPIED: &[&str] = &["ld.so.cache", "ssl/certs/ca-certificates.crt", "ssl/openssl.cnf"];
+
+/// Python's own config under `/etc/python3*/` (Debian ships them there).
+pub const PYTHON_ETC: &[&str] = &["debian_config", "sitecustomize.py"];
+
+/// Largest host file copied into the sandbox's `/etc`.
+const MAX_ETC_FILE: u64 = 4 << 20;
+
+fn copy_host_file(src: &Path, dst: &Path) -> Result<(), String> {
+    let Ok(meta) = fs::metadata(src) else { return Ok(()) }; // absent on this host: nothing to copy
+    if !meta.is_file() || meta.len() > MAX_ETC_FILE {
+        return Ok(());
+    }
+    if let Some(dir) = dst.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    }
+    fs::copy(src, dst).map_err(|e| format!("copy {}: {e}", src.display()))?;
+    fs::set_permissions(dst, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod {}: {e}", dst.display()))
+}
+
+/// The sandbox's `/etc`, built fresh: generated account files holding only
+/// the sandbox's users, and the few host files the interpreters read.
+fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
+    fs::create_dir(etc).map_err(|e| format!("mkdir /etc: {e}"))?;
+    let (uid, gid) = owner;
+    let mut passwd = String::from("root:x:0:0:root:/root:/usr/sbin/nologin\n");
+    let mut group = String::from("root:x:0:\n");
+    if uid != 0 {
+        passwd.push_str(&format!("sandbox:x:{uid}:{gid}:sandbench sandbox:/work:/usr/sbin/nologin\n"));
+    }
+    if gid != 0 {
+        group.push_str(&format!("sandbox:x:{gid}:\n"));
+    }
+    let generated = [
+        ("passwd", passwd),
+        ("group", group),
+        ("nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\n".to_string()),
+    ];
+    for (name, text) in generated {
+        fs::write(etc.join(name), text).map_err(|e| format!("write /etc/{name}: {e}"))?;
+    }
+    let host = Path::new("/etc");
+    for f in ETC_COPIED {
+        copy_host_file(&host.join(f), &etc.join(f))?;
+    }
+    if let Ok(rd) = fs::read_dir(host) {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let n = name.to_string_lossy();
+            if n == "python3" || (n.starts_with("python3.") && n[8..].bytes().all(|b| b.is_ascii_digit())) {
+                for f in PYTHON_ETC {
+                    copy_host_file(&e.path().join(f), &etc.join(&*n).join(f))?;
+                }
+            }
+        }
+    }
+    // localtime: the host's zone, by link into /usr (visible) or by copy.
+    match fs::read_link(host.join("localtime")) {
+        Ok(t) if t.starts_with("/usr/share/zoneinfo") => {
+            std::os::unix::fs::symlink(&t, etc.join("localtime")).map_err(|e| format!("symlink /etc/localtime: {e}"))?
+        }
+        _ => copy_host_file(&host.join("localtime"), &etc.join("localtime"))?,
+    }
+    Ok(())
+}
+
 /// Build the sandbox's file system view under a fresh tmpfs root and pivot
-/// into it: system directories read-only, /work and /tmp private tmpfs, a
-/// minimal /dev, a /proc of the new pid namespace. Nothing else of the host.
+/// into it: the interpreters' directories read-only, a generated `/etc`,
+/// /work and /tmp private tmpfs, a minimal /dev, a /proc of the new pid
+/// namespace. Nothing else of the host.
 fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
     let r = |e: nix::Error, what: &str| format!("{what}: {e}");
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(|e| r(e, "make mounts private"))?;
     let root = Path::new("/tmp");
-    tmpfs(root, "size=1m,nr_inodes=256,mode=0755", MsFlags::empty())?;
-    for d in ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt"] {
+    tmpfs(root, "size=4m,nr_inodes=512,mode=0755", MsFlags::empty())?;
+    for d in HOST_BINDS {
         let src = Path::new("/").join(d);
         let dst = root.join(d);
         let Ok(meta) = fs::symlink_metadata(&src) else { continue };
@@ -268,6 +396,7 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
             bind_ro(&src, &dst)?;
         }
     }
+    build_etc(&root.join("etc"), owner)?;
     for d in ["proc", "dev", "work", "tmp"] {
         fs::create_dir(root.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
     }
@@ -323,8 +452,113 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| r(e, "make the root read-only"))?;
-    let _ = nix::unistd::sethostname("sandbench");
+    nix::unistd::sethostname("sandbench").map_err(|e| r(e, "sethostname"))?;
     Ok(())
+}
+
+/// The scratch mounts: the only places the program can write.
+const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
+
+/// Is a scratch mount out of space or inodes right now?
+fn any_mount_full() -> bool {
+    SCRATCH.iter().any(|m| {
+        nix::sys::statvfs::statvfs(*m)
+            .map(|s| s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0))
+            .unwrap_or(false)
+    })
+}
+
+/// High-water marks of the scratch space, watched by init while the program
+/// runs, so that a limit hit the program hides afterwards (a capped file
+/// deleted or buried deep, a full mount emptied again) still counts. Every
+/// write to a scratch mount queues a fanotify event that holds the written
+/// file open: init reads the size through that descriptor (unlinking does
+/// not shrink it) and, while holding the batch's files, checks whether a
+/// mount is full. Needs CAP_SYS_ADMIN (sandbench as root); otherwise only the
+/// final state is judged.
+struct Watch {
+    fan: Option<nix::sys::fanotify::Fanotify>,
+    file_size: u64,
+    hit: Option<String>,
+    full: bool,
+    overflow: bool,
+}
+
+impl Watch {
+    fn new(cfg: &SandboxConfig) -> Watch {
+        use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
+        let fan = (|| -> nix::Result<Fanotify> {
+            let f = Fanotify::init(
+                InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK | InitFlags::FAN_CLASS_NOTIF,
+                EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE,
+            )?;
+            for m in SCRATCH {
+                f.mark(
+                    MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_MOUNT,
+                    MaskFlags::FAN_MODIFY | MaskFlags::FAN_CLOSE_WRITE,
+                    nix::fcntl::AT_FDCWD,
+                    Some(m),
+                )?;
+            }
+            Ok(f)
+        })();
+        let fan = match fan {
+            Ok(f) => Some(f),
+            Err(e) => {
+                send(&Status::Warning {
+                    msg: format!(
+                        "scratch space not watched ({e}): a capped file deleted before exit or a full scratch emptied again may go unreported"
+                    ),
+                });
+                None
+            }
+        };
+        Watch { fan, file_size: cfg.file_size_bytes, hit: None, full: false, overflow: false }
+    }
+
+    /// Read every queued event; judge sizes and mounts while the batch's
+    /// files are held open.
+    fn drain(&mut self) {
+        let Some(fan) = &self.fan else { return };
+        let mut held = vec![];
+        loop {
+            match fan.read_events() {
+                Ok(evs) if !evs.is_empty() => {
+                    for ev in evs {
+                        if ev.mask().contains(nix::sys::fanotify::MaskFlags::FAN_Q_OVERFLOW) {
+                            self.overflow = true;
+                        }
+                        if let Some(fd) = ev.fd() {
+                            if self.hit.is_none() {
+                                if let Ok(st) = nix::sys::stat::fstat(fd) {
+                                    let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+                                    if regular && st.st_size as u64 >= self.file_size {
+                                        let name = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                                            .map(|p| p.to_string_lossy().chars().take(200).collect())
+                                            .unwrap_or_else(|_| "a file".into());
+                                        self.hit = Some(name);
+                                    }
+                                }
+                            }
+                        }
+                        held.push(ev);
+                    }
+                    if held.len() >= 4096 {
+                        self.full |= any_mount_full();
+                        held.clear();
+                    }
+                }
+                _ => break,
+            }
+        }
+        if !held.is_empty() {
+            self.full |= any_mount_full();
+        }
+    }
+
+    fn check_mounts(&mut self) {
+        self.full |= any_mount_full();
+    }
 }
 
 fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
@@ -333,26 +567,54 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
     if let Err(e) = build_root(cfg, (run_uid, run_gid)) {
         fail(format!("sandbox file system: {e}"));
     }
+    // Watching starts before the program exists: no write goes unseen.
+    let mut watch = Watch::new(cfg);
     let main_pid = match unsafe { fork() } {
         Ok(ForkResult::Child) => program_main(cfg, run_uid, run_gid),
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => fail(format!("fork of the program failed: {e}")),
     };
-    // init keeps no copy of the program's output pipes: the host sees EOF as
-    // soon as the program side is gone.
-    if let Ok(null) = fs::OpenOptions::new().write(true).open("/dev/null") {
-        let _ = nix::unistd::dup2_stdout(&null);
-        let _ = nix::unistd::dup2_stderr(&null);
+    // init keeps no copy of the program's output pipes.
+    release_output();
+    // SIGCHLD through a descriptor, so init waits for children and file
+    // events at once. Blocked only now: the program keeps its default mask.
+    let mut mask = nix::sys::signal::SigSet::empty();
+    mask.add(nix::sys::signal::Signal::SIGCHLD);
+    if let Err(e) = mask.thread_block() {
+        fail(format!("init cannot block SIGCHLD: {e}"));
     }
+    let sfd = match nix::sys::signalfd::SignalFd::with_flags(
+        &mask,
+        nix::sys::signalfd::SfdFlags::SFD_NONBLOCK | nix::sys::signalfd::SfdFlags::SFD_CLOEXEC,
+    ) {
+        Ok(s) => s,
+        Err(e) => fail(format!("init cannot watch its children: {e}")),
+    };
     loop {
+        // Reap first: a child that exited before SIGCHLD was blocked sent a
+        // signal nobody received.
         let mut status = 0;
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        let pid = unsafe { libc::wait4(-1, &mut status, 0, &mut ru) };
+        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
         if pid < 0 {
             if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
                 continue;
             }
             fail("init lost its program".into());
+        }
+        if pid == 0 {
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+            if let Some(f) = &watch.fan {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => fail(format!("init poll: {e}")),
+            }
+            while let Ok(Some(_)) = sfd.read_signal() {}
+            watch.drain();
+            continue;
         }
         if pid != main_pid.as_raw() {
             continue; // an orphan reparented to us
@@ -364,7 +626,16 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
         };
         let cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
             + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
-        let (fsize_hit, disk_full) = scan_scratch(cfg);
+        watch.drain();
+        watch.check_mounts();
+        if watch.overflow {
+            send(&Status::Warning {
+                msg: "too many file events to watch them all: a hidden limit hit may go unreported".into(),
+            });
+        }
+        let (scan_hit, scan_full) = scan_scratch(cfg);
+        let fsize_hit = watch.hit.take().or(scan_hit);
+        let disk_full = watch.full || scan_full;
         send(&Status::Exit { code, signal, cpu_ms, max_rss_kb: ru.ru_maxrss as u64, fsize_hit, disk_full });
         // pid 1 exiting makes the kernel kill everything else in the namespace.
         unsafe { libc::_exit(0) }
@@ -462,13 +733,28 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
     // A program that outlives init is killed with the namespace anyway; this
     // also covers the window before init's own wait loop starts.
     set_pdeathsig();
-    let _ = nix::unistd::setsid();
+    if let Err(e) = nix::unistd::setsid() {
+        fail(format!("setsid: {e}"));
+    }
     if let Err(e) = nix::unistd::chdir("/work") {
         fail(format!("chdir /work: {e}"));
     }
     let landlock = landlock();
+    let mut degraded = vec![];
+    if landlock != "fully_enforced" {
+        let what = format!("Landlock {}", landlock.replace('_', " "));
+        if !cfg.allow_degraded {
+            fail(format!(
+                "{what} on this kernel (needs Landlock ABI 6, Linux 6.12+): refusing to run; pass --allow-degraded (or set [process] allow_degraded = true) to run marked degraded"
+            ));
+        }
+        degraded.push(what);
+    }
     let limits = || -> Result<(), String> {
-        rlimit(Resource::RLIMIT_CPU, cfg.cpu_secs, cfg.cpu_secs + 1)?;
+        // A backstop one second past the limit: the host's cgroup counter
+        // judges and kills first, so the hit is reported from a fact the
+        // program cannot forge (a SIGXCPU death alone is not).
+        rlimit(Resource::RLIMIT_CPU, cfg.cpu_secs + 1, cfg.cpu_secs + 2)?;
         if let Some(n) = cfg.data_limit {
             rlimit(Resource::RLIMIT_DATA, n, n)?;
         }
@@ -485,6 +771,9 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
         fail(e);
     }
     if !cfg.user_ns {
+        if uid == 0 || gid == 0 {
+            fail("refusing to run the program as root: the run has no uid of its own".into());
+        }
         let drop = || -> nix::Result<()> {
             nix::unistd::setgroups(&[])?;
             nix::unistd::setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))?;
@@ -494,7 +783,10 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
             fail(format!("cannot drop to uid {uid}: {e}"));
         }
     }
-    unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        fail(format!("PR_SET_NO_NEW_PRIVS: {}", std::io::Error::last_os_error()));
+    }
     let mut argv: Vec<CString> = vec![];
     let Some(exe) = cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)) else {
         fail(format!(
@@ -510,16 +802,26 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
         Ok(p) => p,
         Err(e) => fail(e),
     };
-    send(&Status::Isolation { landlock, seccomp: true, uid: nix::unistd::getuid().as_raw(), user_ns: cfg.user_ns });
+    let mut seccomp = true;
     for p in &programs {
         if let Err(e) = seccompiler::apply_filter(p) {
-            fail(format!("seccomp: {e}"));
+            if !cfg.allow_degraded {
+                fail(format!(
+                    "seccomp filter not installed ({e}): refusing to run; pass --allow-degraded (or set [process] allow_degraded = true) to run marked degraded"
+                ));
+            }
+            seccomp = false;
+            degraded.push(format!("seccomp filter not installed ({e})"));
+            break;
         }
     }
+    send(&Status::Isolation { landlock, seccomp, uid: nix::unistd::getuid().as_raw(), user_ns: cfg.user_ns, degraded });
     send(&Status::Started);
     // Every inherited descriptor past stderr (the status pipe included)
     // closes at exec: the program never sees them.
-    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if let Err(e) = cloexec_all() {
+        fail(e);
+    }
     let err = nix::unistd::execve(&exe, &argv, &envp).unwrap_err();
     // Reopen-free error path: close_range only marked fd 3 CLOEXEC.
     fail(format!("cannot start {}: {err}", exe.to_string_lossy()));

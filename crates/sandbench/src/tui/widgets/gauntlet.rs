@@ -88,6 +88,10 @@ fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize) -> (String, Style)
         Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
         Some(cv) => {
             let mark = if cv.cell.as_expected { "✓" } else { "✗" };
+            if cv.cell.degraded {
+                // A pass in a sandbox that lacked protections is no plain pass.
+                return (format!("{mark} ⚠ {} (degraded)", cv.cell.verdict.short()), Style::new().fg(t.ui.warn));
+            }
             let st = verdict_style(app, &cv.cell.verdict);
             (format!("{mark} {}", cv.cell.verdict.short()), st)
         }
@@ -226,6 +230,10 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     let rep = &cell.report;
     lines.push(field(app, "verdict", Span::styled(cell.verdict.short(), bold(verdict_style(app, &cell.verdict)))));
     lines.push(field(app, "expected", plain(app, cell.expected.clone().unwrap_or_else(|| "— (none declared)".into()))));
+    if cell.degraded {
+        let what = format!("⚠ degraded: {}", rep.degraded.join("; "));
+        lines.push(field(app, "sandbox", Span::styled(what, bold(Style::new().fg(t.ui.warn)))));
+    }
     let mut got = rep.outcome.name().to_string();
     if !rep.violations.is_empty() {
         let kinds: Vec<&str> = rep.violations.iter().map(|v| v.kind.name()).collect();
