@@ -1,97 +1,162 @@
 # sandbench's container loader: PID 1 of every docker/gvisor container.
 # Embedded into the binary (src/tier/docker/container.rs, include_str!) and
 # passed as `python3 -u -c`; it must stay importable by any Python 3.8+.
-import sys, os, ctypes, _signal
-os.chdir("/work")
+#
+# Why it is built this way (issue 10, items 4 and 5):
+# - The program never shares this process: it runs in a child that has
+#   dropped to its own uid before any of its code runs, with only three fds
+#   (stdin = /dev/null, stdout and stderr = pipes to this process). It cannot
+#   signal, ptrace or read this process (other uid, not dumpable).
+# - The container's stdout is this process's alone: everything on it is a
+#   frame (kind byte, 4-byte big-endian length, payload) written here. The
+#   program's output arrives as 'o'/'e' frames, framed by this process, so
+#   the program cannot forge a status ('s') or exit ('x') frame whatever it
+#   writes. The container's stderr carries only this loader's own failures.
+# - The exit frame says "code N" or "signal N" from waitpid: an exit 152 is
+#   not a SIGXCPU.
+# - After the exit frame this process waits for the host's acknowledgement
+#   on stdin before it exits, so no output can be lost when the container
+#   ends (gVisor dropped the tail of a pipe at container exit).
+import sys, os, ctypes, _signal, select
+
 _libc = ctypes.CDLL(None, use_errno=True)
-def _sandbench_load():
-    # Header: its length on one line, then NUL-separated fields (no json:
-    # importing it costs ~35 ms on gVisor), then the program.
-    data = sys.stdin.buffer.read()
-    nl = data.find(b"\n")
-    if nl < 0:
-        os._exit(0)
-    end = nl + 1 + int(data[:nl])
-    f = data[nl + 1:end].split(b"\0")
-    code = data[end:]
-    argc = int(f[5])
-    hdr = {"nonce": f[0], "fsize": int(f[1]), "pids": int(f[2]), "lang": f[3].decode(), "file": f[4].decode(),
-           "argv": [os.fsdecode(a) for a in f[6:6 + argc]]}
-    env = f[6 + argc:]
-    fd = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(fd, 0)
-    os.close(fd)
-    for i in range(0, len(env) - 1, 2):
-        os.environ[os.fsdecode(env[i])] = os.fsdecode(env[i + 1])
-    path = "/work/" + hdr["file"]
-    with open(path, "wb") as f:
-        f.write(code)
-    return hdr, path, code
-# This process is the container's init (PID 1). Not dumpable: the program,
-# same uid, cannot ptrace it. The program runs in a child forked from this
-# started interpreter ahead of time (a warm container has paid for the fork
-# too); the child takes the program from stdin and tells the init the limits
-# it watches over a pipe it closes before any of the program runs.
-_libc.prctl(4, 0, 0, 0, 0)
-_r, _w = os.pipe()
+_libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: not ptrace-able, /proc/1/* root-only
+os.chdir("/work")
+
+
+def _frame(kind, data):
+    buf = kind + len(data).to_bytes(4, "big") + data
+    while buf:
+        n = os.write(1, buf)
+        buf = buf[n:]
+
+
+def _read_exactly(n):
+    out = b""
+    while len(out) < n:
+        x = os.read(0, n - len(out))
+        if not x:
+            raise EOFError("stdin ended inside the payload")
+        out += x
+    return out
+
+
+def _read_line():
+    out = b""
+    while not out.endswith(b"\n"):
+        x = os.read(0, 1)
+        if not x:
+            raise EOFError("stdin ended before the payload")
+        out += x
+        if len(out) > 32:
+            raise ValueError("bad payload header")
+    return out
+
+
+# Header: its length on one line, then NUL-separated fields (no json:
+# importing it costs ~35 ms on gVisor), then exactly code_len bytes of code.
+_n = int(_read_line())
+_f = _read_exactly(_n).split(b"\0")
+_code_len, _fsize, _pids, _uid, _gid = (int(x) for x in _f[:5])
+_lang, _file, _argc = _f[5].decode(), _f[6].decode(), int(_f[7])
+_argv = [os.fsdecode(a) for a in _f[8:8 + _argc]]
+_env = _f[8 + _argc:]
+_code = _read_exactly(_code_len)
+if _uid == 0 or _gid == 0 or "/" in _file:
+    raise ValueError("refusing to run the program as root or outside /work")
+_path = "/work/" + _file
+
+_out_r, _out_w = os.pipe()
+_err_r, _err_w = os.pipe()
+_ok_r, _ok_w = os.pipe()
+_wake_r, _wake_w = os.pipe()
+os.set_blocking(_wake_w, False)
+# A SIGCHLD handler so that the wakeup fd ends select() the moment the
+# program exits (the default disposition would not wake it).
+_signal.signal(_signal.SIGCHLD, lambda *a: None)
+_signal.set_wakeup_fd(_wake_w)
+
 _pid = os.fork()
 if _pid == 0:
-    os.close(_r)
-    _libc.prctl(4, 1, 0, 0, 0)
-    _h, _p, _c = _sandbench_load()
-    del _sandbench_load
-    os.write(_w, b"\0".join([_h["nonce"], b"%d" % _h["fsize"], b"%d" % _h["pids"]]))
-    os.close(_w)
-    if _h["lang"] != "python":
-        _argv = _h["argv"] + [_p]
+    try:
+        _signal.set_wakeup_fd(-1)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+        _null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(_null, 0)
+        os.dup2(_out_w, 1)
+        os.dup2(_err_w, 2)
+        os.closerange(3, _ok_w)
+        os.closerange(_ok_w + 1, 1 << 16)
+        try:
+            # The OOM killer takes the program, never the loader.
+            with open("/proc/self/oom_score_adj", "w") as _fh:
+                _fh.write("1000")
+        except OSError:
+            pass
+        os.setgroups([])
+        os.setresgid(_gid, _gid, _gid)
+        os.setresuid(_uid, _uid, _uid)
+        if os.getuid() != _uid or os.geteuid() != _uid or os.getgid() != _gid:
+            os._exit(121)
+        _libc.prctl(4, 1, 0, 0, 0)
+        # Written as the program's uid: the program owns its own file.
+        with open(_path, "wb") as fh:
+            fh.write(_code)
+        env = dict(os.environ)
+        for i in range(0, len(_env) - 1, 2):
+            env[os.fsdecode(_env[i])] = os.fsdecode(_env[i + 1])
+        os.environ.clear()
+        os.environ.update(env)
+        # Only now is the program's sandbox complete: say so, and keep no
+        # fd of the loader's.
+        os.write(_ok_w, b"1")
+        os.close(_ok_w)
+    except BaseException:
+        os._exit(121)
+    if _lang != "python":
+        _argv = _argv + [_path]
         try:
             os.execvpe(_argv[0], _argv, dict(os.environ))
         finally:
             os._exit(127)
     import types
     _m = types.ModuleType("__main__")
-    _m.__file__ = _p
+    _m.__file__ = _path
     sys.modules["__main__"] = _m
-    sys.argv = [_p]
+    sys.argv = [_path]
     sys.path[0] = "/work"
     sys.stdin = open(0, "r", closefd=False)
     try:
-        exec(compile(_c, _p, "exec"), _m.__dict__)
+        exec(compile(_code, _path, "exec"), _m.__dict__)
     except SystemExit:
         raise
-    except BaseException as _e:
+    except BaseException as e:
         import traceback
-        traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
         sys.exit(1)
     sys.exit(0)
-os.close(_w)
-_fd = os.open("/dev/null", os.O_RDONLY)
-os.dup2(_fd, 0)
-os.close(_fd)
-_b = b""
-while True:
-    _x = os.read(_r, 4096)
-    if not _x:
-        break
-    _b += _x
-os.close(_r)
-_f = _b.split(b"\0")
-if len(_f) == 3:
-    _h = {"nonce": _f[0], "fsize": int(_f[1]), "pids": int(_f[2])}
-else:
-    _h = {"nonce": b"-", "fsize": 1 << 62, "pids": 1 << 30}
+
+os.close(_out_w)
+os.close(_err_w)
+os.close(_ok_w)
+if os.read(_ok_r, 1) != b"1":
+    # The child could not become the program's uid: the run must not happen.
+    _frame(b"f", b"the program's process could not drop to uid %d" % _uid)
+    os.read(0, 1)
+    os._exit(0)
+os.close(_ok_r)
+_frame(b"r", b"uid=%d gid=%d" % (_uid, _gid))
+_code = None
 _said = set()
+
+
 def _say(found):
-    # One nonce-marked status line on stderr; the host takes it out.
     parts = [b"pids=%d" % found["pids"]] if "pids" in found else []
-    parts += [b"oom=%d" % found["oom"]] if "oom" in found else []
     parts += [b"disk=" + os.fsencode(d).hex().encode() for d in found.get("disk", [])]
     parts += [b"fsize=" + os.fsencode(q).hex().encode() for q in found.get("fsize", [])]
-    msg = b"\0sandbench-status " + _h["nonce"] + b" " + b" ".join(parts)[:4000] + b"\n"
-    try:
-        os.write(2, msg)
-    except OSError:
-        pass
+    _frame(b"s", b" ".join(parts)[:4000])
+
+
 def _watch(final):
     # What the program meets, seen from inside: processes at the pids limit
     # (the only view of them on gVisor), a full scratch space, files at the
@@ -99,11 +164,15 @@ def _watch(final):
     found = {}
     try:
         if "pids" not in _said:
-            n = sum(1 for d in os.listdir("/proc") if d.isdigit())
-            if n >= _h["pids"]:
+            # This loader is not one of the program's processes.
+            n = sum(1 for d in os.listdir("/proc") if d.isdigit()) - 1
+            if n >= _pids:
                 found["pids"] = n
-        for d in ("/work", "/tmp"):
-            st = os.statvfs(d)
+        for d in ("/work", "/tmp", "/dev/shm"):
+            try:
+                st = os.statvfs(d)
+            except OSError:
+                continue
             if st.f_bavail * st.f_frsize < 1 << 20 or (st.f_files > 0 and st.f_favail == 0):
                 if "disk:" + d not in _said:
                     found.setdefault("disk", []).append(d)
@@ -115,7 +184,7 @@ def _watch(final):
                     n += 1
                     q = os.path.join(root, f)
                     try:
-                        if os.lstat(q).st_size >= _h["fsize"]:
+                        if os.lstat(q).st_size >= _fsize:
                             found.setdefault("fsize", []).append(q)
                     except OSError:
                         pass
@@ -127,27 +196,65 @@ def _watch(final):
         _said.update(["pids"] if "pids" in found else [])
         _said.update("disk:" + d for d in found.get("disk", []))
         _say(found)
-_signal.signal(_signal.SIGALRM, lambda *a: _watch(False))
-_signal.setitimer(_signal.ITIMER_REAL, 0.1, 0.1)
-_st = 0
-while True:
+
+
+_streams = {_out_r: b"o", _err_r: b"e"}
+_counts = {b"o": 0, b"e": 0}
+_st = None
+
+
+def _pump(fd):
     try:
-        _w, _s = os.waitpid(-1, 0)
-    except ChildProcessError:
-        break
-    if _w == _pid:
-        _st = _s
-        break
-_signal.setitimer(_signal.ITIMER_REAL, 0)
-if os.WIFSIGNALED(_st) and os.WTERMSIG(_st) == 9:
-    # Killed: by the kernel's OOM killer? The container's own cgroup says
-    # (runc shows it inside; gVisor does not, the host judges there).
-    for _f in ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"):
+        x = os.read(fd, 65536)
+    except BlockingIOError:
+        return False
+    if not x:
+        os.close(fd)
+        del _streams[fd]
+        return False
+    _counts[_streams[fd]] += len(x)
+    _frame(_streams[fd], x)
+    return True
+
+
+def _reap():
+    # PID 1 reaps every orphan; the program's own status is kept.
+    global _st
+    while True:
         try:
-            for _l in open(_f):
-                if _l.startswith("oom_kill ") and int(_l.split()[1]) > 0:
-                    _say({"oom": int(_l.split()[1])})
-        except (OSError, ValueError):
-            pass
+            w, s = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if w == 0:
+            return
+        if w == _pid:
+            _st = s
+
+
+while _st is None:
+    ready, _, _ = select.select(list(_streams) + [_wake_r], [], [], 0.1)
+    for fd in ready:
+        if fd == _wake_r:
+            os.read(_wake_r, 512)
+        else:
+            _pump(fd)
+    _reap()
+    _watch(False)
+# The program is gone: what it wrote before it exited is in the pipes. Take
+# all of it, but do not wait for descendants that keep the pipes open.
+for fd in list(_streams):
+    os.set_blocking(fd, False)
+    while fd in _streams and _pump(fd):
+        pass
 _watch(True)
-os._exit(128 + os.WTERMSIG(_st) if os.WIFSIGNALED(_st) else os.WEXITSTATUS(_st))
+if os.WIFSIGNALED(_st):
+    how = b"signal %d" % os.WTERMSIG(_st)
+else:
+    how = b"code %d" % os.WEXITSTATUS(_st)
+_frame(b"x", how + b" out=%d err=%d" % (_counts[b"o"], _counts[b"e"]))
+# Stay up until the host has taken everything (it acknowledges on stdin).
+try:
+    os.read(0, 1)
+except OSError:
+    pass
+os._exit(0)

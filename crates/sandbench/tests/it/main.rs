@@ -14,6 +14,7 @@ mod agent_cli;
 mod agent_loop;
 mod docker_lifecycle;
 mod docker_samples;
+mod docker_verdicts;
 mod e2b_cli;
 mod e2b_lifecycle;
 mod gauntlet;

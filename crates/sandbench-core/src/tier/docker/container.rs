@@ -1,13 +1,15 @@
 //! The hardened container every run gets, cold or warm, and the way code goes
 //! in: over the attached stdin, never through the host's filesystem.
 //!
-//! Each container starts a small resident Python loader (`LOADER`) that waits
-//! on stdin for one payload — a JSON header line (language, file name, the
-//! user's `--env`) followed by the program — writes the program into the
-//! container's tmpfs working directory, detaches stdin, then runs Python code
-//! in that same, already started interpreter (or execs `/bin/sh` for shell).
-//! A warm container has paid for container creation and interpreter start
-//! before the code exists; it still runs exactly one program.
+//! Each container starts a small resident Python loader (`LOADER`, from
+//! `guest/docker_loader.py`) as PID 1. It waits on stdin for one payload — a
+//! header (limits, the program's uid, language, file name, the user's `--env`)
+//! and the program — then forks the program into a child that drops to the
+//! program's own uid before any of its code runs. The container's stdout is
+//! the loader's alone: a stream of frames ([`Frames`]) carrying the program's
+//! output, the loader's status and the program's exit, which the program has
+//! no fd to write. A warm container has paid for container creation and
+//! interpreter start before the code exists; it still runs exactly one program.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, ResourcesUlimits};
 use serde_json::json;
 
+use crate::event::ExitStatus;
 use crate::spec::{Limits, RunSpec};
 
 pub const WORKDIR: &str = "/work";
@@ -89,7 +92,8 @@ impl Shape {
         if self.gvisor() {
             (self.pids.saturating_mul(8)).max(1024) as i64
         } else {
-            self.pids as i64
+            // The loader (PID 1) is the one process that is not the program's.
+            self.pids.saturating_add(1) as i64
         }
     }
 
@@ -129,7 +133,8 @@ impl Shape {
             "memory_swap_bytes": self.memory_bytes,
             "cpus": self.cpus,
             "ulimits": { "fsize": self.file_size_bytes, "nofile": self.open_files, "core": 0, "cpu_secs": self.cpu_secs },
-            "init": "sandbench loader as PID 1 (reaps orphans, not ptrace-able)",
+            "init": "sandbench loader as PID 1, uid 0 with only SETUID/SETGID (reaps orphans, not ptrace-able, not signalable by the program)",
+            "status_channel": "container stdout, written only by the loader (the program's output arrives framed by it)",
             "mounts": [],
             "devices": [],
             "log_driver": "none",
@@ -149,6 +154,9 @@ impl Shape {
             readonly_rootfs: Some(true),
             tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".into()]),
+            // Only for the loader (PID 1, uid 0) to drop the program to its
+            // own uid; the program's setresuid clears every capability.
+            cap_add: Some(LOADER_CAPS.iter().map(|c| c.to_string()).collect()),
             security_opt: Some(vec!["no-new-privileges".into()]),
             privileged: Some(false),
             pids_limit: Some(self.host_pids_limit()),
@@ -174,7 +182,9 @@ impl Shape {
             entrypoint: Some(vec!["python3".into(), "-u".into(), "-c".into(), LOADER.into()]),
             cmd: Some(vec![]),
             env: Some(env),
-            user: Some(self.user.clone()),
+            // The loader starts as root (with LOADER_CAPS only); the program
+            // runs as `self.user`, which is never 0.
+            user: Some("0:0".into()),
             // Not `working_dir`: Docker then remakes the tmpfs mount point
             // 0755 root, unwritable for the program; the loader changes into it.
             hostname: Some("sandbox".into()),
@@ -222,30 +232,146 @@ impl Shape {
     }
 }
 
-/// The marker the loader's status line starts with on stderr.
-pub fn status_marker(nonce: &str) -> Vec<u8> {
-    format!("\0sandbench-status {nonce} ").into_bytes()
+/// Capabilities the container keeps, for the loader alone.
+pub const LOADER_CAPS: [&str; 2] = ["SETUID", "SETGID"];
+
+/// uid and gid of the program from `user` ("uid:gid" or "uid"); never root.
+pub fn program_ids(user: &str) -> anyhow::Result<(u32, u32)> {
+    let (u, g) = user.split_once(':').unwrap_or((user, user));
+    let parse = |x: &str| x.trim().parse::<u32>().ok().filter(|&n| n != 0 && n != u32::MAX);
+    match (parse(u), parse(g)) {
+        (Some(u), Some(g)) => Ok((u, g)),
+        _ => anyhow::bail!("[docker] user must be numeric uid:gid, neither 0 (got {user:?}): fix it in the config"),
+    }
 }
 
-/// A fresh random nonce (so a status line cannot appear by accident).
-pub fn new_nonce() -> String {
-    let mut b = [0u8; 12];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut b);
+/// Longest frame the loader ever writes (64 KiB of output plus slack).
+const MAX_FRAME: usize = 1 << 20;
+
+/// One frame of the loader's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// The program's process exists and runs as this uid.
+    Started {
+        uid: u32,
+    },
+    /// The program's process could not be set up: the run did not happen.
+    Failed(String),
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// What the loader saw from inside (pids at the limit, full mounts,
+    /// capped files).
+    Status(serde_json::Value),
+    /// The program's main process ended: exit code or signal (never both),
+    /// and the bytes the loader read from its stdout and stderr.
+    Exit {
+        status: ExitStatus,
+        stdout_bytes: u64,
+        stderr_bytes: u64,
+    },
+}
+
+/// Decodes the loader's frames (kind byte, 4-byte big-endian length,
+/// payload) across chunk boundaries. The program cannot write this stream,
+/// but it is still parsed defensively: a malformed frame breaks the stream
+/// for good, and the run is an error.
+#[derive(Debug, Default)]
+pub struct Frames {
+    buf: Vec<u8>,
+    start: usize,
+    /// Why the stream stopped making sense.
+    pub broken: Option<String>,
+}
+
+impl Frames {
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Frame> {
+        let mut out = vec![];
+        if self.broken.is_some() {
+            return out;
+        }
+        self.buf.extend_from_slice(chunk);
+        loop {
+            let rest = &self.buf[self.start..];
+            if rest.len() < 5 {
+                break;
+            }
+            let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+            if len > MAX_FRAME {
+                self.broken = Some(format!("frame of {len} bytes"));
+                break;
+            }
+            if rest.len() < 5 + len {
+                break;
+            }
+            let data = &rest[5..5 + len];
+            let frame = match rest[0] {
+                b'o' => Some(Frame::Stdout(data.to_vec())),
+                b'e' => Some(Frame::Stderr(data.to_vec())),
+                b's' => Some(Frame::Status(parse_status(data))),
+                b'r' => parse_started(data),
+                b'f' => Some(Frame::Failed(crate::sanitize::inert_line(&String::from_utf8_lossy(data), 200))),
+                b'x' => parse_exit(data),
+                _ => None,
+            };
+            match frame {
+                Some(f) => out.push(f),
+                None => {
+                    self.broken = Some(format!("unreadable frame of kind {:#04x}", rest[0]));
+                    break;
+                }
+            }
+            self.start += 5 + len;
+        }
+        if self.start > 0 && (self.start == self.buf.len() || self.start > 1 << 16) {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        out
     }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+
+    /// Bytes received that do not (yet) form a whole frame.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+}
+
+fn words(data: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(data)
+        .split(' ')
+        .filter_map(|t| t.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
+fn parse_started(data: &[u8]) -> Option<Frame> {
+    let uid = words(data).into_iter().find(|(k, _)| k == "uid")?.1.parse().ok()?;
+    Some(Frame::Started { uid })
+}
+
+/// `code N out=A err=B` or `signal N out=A err=B`.
+fn parse_exit(data: &[u8]) -> Option<Frame> {
+    let text = std::str::from_utf8(data).ok()?;
+    let mut it = text.split(' ');
+    let how = it.next()?;
+    let n: i32 = it.next()?.parse().ok()?;
+    let status = match how {
+        "code" if (0..=255).contains(&n) => ExitStatus { code: Some(n), signal: None },
+        "signal" if (1..=64).contains(&n) => ExitStatus { code: None, signal: Some(n) },
+        _ => return None,
+    };
+    let w = words(data);
+    let get = |k: &str| w.iter().find(|(key, _)| key == k).and_then(|(_, v)| v.parse().ok());
+    Some(Frame::Exit { status, stdout_bytes: get("out")?, stderr_bytes: get("err")? })
 }
 
 /// `pids=N disk=HEX fsize=HEX ...` (paths hex-encoded: a hostile file name
-/// cannot break the line) → {"pids": N, "disk": [..], "fsize": [..]}.
+/// cannot break the frame) → {"pids": N, "disk": [..], "fsize": [..]}.
 fn parse_status(line: &[u8]) -> serde_json::Value {
     let mut v = json!({});
     for tok in line.split(|&b| b == b' ') {
         let t = String::from_utf8_lossy(tok);
         let Some((k, val)) = t.split_once('=') else { continue };
         match k {
-            "pids" | "oom" => {
+            "pids" => {
                 if let Ok(n) = val.parse::<u64>() {
                     v[k] = json!(n);
                 }
@@ -267,65 +393,19 @@ fn parse_status(line: &[u8]) -> serde_json::Value {
     v
 }
 
-/// Takes the loader's status line out of the stderr stream, across chunk
-/// boundaries; everything else passes through unchanged.
-pub struct StatusFilter {
-    marker: Vec<u8>,
-    /// Bytes of a status line seen so far (None: not inside one).
-    inside: Option<Vec<u8>>,
-    /// Status lines seen and not yet taken.
-    pub statuses: Vec<serde_json::Value>,
-}
-
-impl StatusFilter {
-    pub fn new(nonce: &str) -> Self {
-        StatusFilter { marker: status_marker(nonce), inside: None, statuses: vec![] }
-    }
-
-    /// Returns the bytes that belong to the program's stderr.
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut out = vec![];
-        let mut rest = chunk;
-        loop {
-            if let Some(buf) = self.inside.as_mut() {
-                match rest.iter().position(|&b| b == b'\n') {
-                    Some(nl) => {
-                        buf.extend_from_slice(&rest[..nl]);
-                        let line = self.inside.take().unwrap_or_default();
-                        self.statuses.push(parse_status(&line));
-                        rest = &rest[nl + 1..];
-                    }
-                    None => {
-                        if buf.len() < 4096 {
-                            buf.extend_from_slice(rest);
-                        }
-                        return out;
-                    }
-                }
-            }
-            match rest.windows(self.marker.len()).position(|w| w == self.marker.as_slice()) {
-                Some(i) => {
-                    out.extend_from_slice(&rest[..i]);
-                    rest = &rest[i + self.marker.len()..];
-                    self.inside = Some(vec![]);
-                }
-                None => {
-                    out.extend_from_slice(rest);
-                    return out;
-                }
-            }
-        }
-    }
-}
-
-/// What the loader reads from stdin: one JSON header line, then the code.
-pub fn payload(spec: &RunSpec, nonce: &str) -> Vec<u8> {
+/// What the loader reads from stdin: the header's length on one line, the
+/// NUL-separated header, then exactly `code_len` bytes of code. Stdin stays
+/// open after it: one more byte (or EOF) is the host's acknowledgement that
+/// it has read the whole stream.
+pub fn payload(spec: &RunSpec, uid: u32, gid: u32) -> Vec<u8> {
     // NUL separates fields; no environment string can hold one.
     let clean = |x: &str| x.replace('\0', "");
     let mut fields: Vec<String> = vec![
-        nonce.into(),
+        spec.code.len().to_string(),
         spec.limits.file_size_bytes.to_string(),
         spec.limits.pids.to_string(),
+        uid.to_string(),
+        gid.to_string(),
         spec.language.name().into(),
         spec.language.file_name().into(),
         spec.language.interpreter().len().to_string(),
@@ -350,8 +430,8 @@ pub fn new_run_id() -> String {
     format!("{}-{n}-{nanos:08x}", std::process::id())
 }
 
-/// Exit code of the container's init (tini) → (code, signal). tini exits
-/// with 128+N when the program died of signal N, as shells do.
+/// Exit code of the container (only when the loader reported no exit: the
+/// container was killed) → (code, signal), 128+N meaning signal N.
 pub fn split_exit(code: i64) -> (Option<i32>, Option<i32>) {
     if (129..=128 + 64).contains(&code) {
         (None, Some((code - 128) as i32))
@@ -368,16 +448,26 @@ mod tests {
     fn payload_is_header_then_code() {
         let mut spec = RunSpec::new(crate::spec::Language::Sh, "echo hi\n");
         spec.env.insert("A".into(), "b\nc".into());
-        let p = payload(&spec, "n0nce");
+        let p = payload(&spec, 1234, 5678);
         let nl = p.iter().position(|&b| b == b'\n').unwrap();
         let len: usize = std::str::from_utf8(&p[..nl]).unwrap().parse().unwrap();
         let fields: Vec<&[u8]> = p[nl + 1..nl + 1 + len].split(|&b| b == 0).collect();
-        assert_eq!(fields[0], b"n0nce");
-        assert_eq!(fields[3], b"sh");
-        assert_eq!(fields[5], b"1");
-        assert_eq!(fields[6], b"/bin/sh");
-        assert_eq!(&fields[7..], [&b"A"[..], &b"b\nc"[..]]);
+        assert_eq!(fields[0], b"8");
+        assert_eq!(fields[3], b"1234");
+        assert_eq!(fields[4], b"5678");
+        assert_eq!(fields[5], b"sh");
+        assert_eq!(fields[7], b"1");
+        assert_eq!(fields[8], b"/bin/sh");
+        assert_eq!(&fields[9..], [&b"A"[..], &b"b\nc"[..]]);
         assert_eq!(&p[nl + 1 + len..], b"echo hi\n");
+    }
+
+    #[test]
+    fn the_program_is_never_root() {
+        assert_eq!(program_ids("65534:65534").unwrap(), (65534, 65534));
+        assert!(program_ids("0:0").is_err());
+        assert!(program_ids("1000:0").is_err());
+        assert!(program_ids("nobody").is_err());
     }
 
     #[test]
@@ -397,17 +487,47 @@ mod tests {
         assert!(env.iter().any(|e| e == "HOME=/work"));
     }
 
+    fn frame(kind: u8, data: &[u8]) -> Vec<u8> {
+        let mut v = vec![kind];
+        v.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        v.extend_from_slice(data);
+        v
+    }
+
     #[test]
-    fn status_lines_are_taken_out_across_chunks() {
-        let mut f = StatusFilter::new("abc");
-        let mut out = f.feed(b"err1\n\0sandbench-status abc pids=3 disk=2f");
-        out.extend(f.feed(b"776f726b\nafter"));
-        assert_eq!(out, b"err1\nafter");
-        assert_eq!(f.statuses[0]["disk"][0], "/work");
-        assert_eq!(f.statuses[0]["pids"], 3);
-        let mut g = StatusFilter::new("abc");
-        assert_eq!(g.feed(b"\0sandbench-status xyz pids=1\n"), b"\0sandbench-status xyz pids=1\n");
-        assert!(g.statuses.is_empty());
+    fn frames_are_decoded_across_chunks() {
+        let mut all = frame(b'r', b"uid=4242 gid=4242");
+        all.extend(frame(b'o', b"\0sandbench-status x pids=3\n"));
+        all.extend(frame(b's', b"pids=3 disk=2f776f726b"));
+        all.extend(frame(b'e', b""));
+        all.extend(frame(b'x', b"code 152 out=27 err=0"));
+        // Fed one byte at a time: the same frames.
+        let mut f = Frames::default();
+        let got: Vec<Frame> = all.iter().flat_map(|b| f.feed(std::slice::from_ref(b))).collect();
+        assert_eq!(got.len(), 5);
+        assert_eq!(got[0], Frame::Started { uid: 4242 });
+        assert_eq!(got[1], Frame::Stdout(b"\0sandbench-status x pids=3\n".to_vec()));
+        let Frame::Status(s) = &got[2] else { panic!() };
+        assert_eq!(s["disk"][0], "/work");
+        assert_eq!(
+            got[4],
+            Frame::Exit { status: ExitStatus { code: Some(152), signal: None }, stdout_bytes: 27, stderr_bytes: 0 }
+        );
+        assert_eq!(f.pending(), 0);
+        assert!(f.broken.is_none());
+    }
+
+    #[test]
+    fn malformed_frames_break_the_stream() {
+        for bad in [frame(b'?', b"x"), frame(b'x', b"code 999 out=0 err=0"), frame(b'x', b"signal 0 out=1 err=1")] {
+            let mut f = Frames::default();
+            assert!(f.feed(&bad).is_empty());
+            assert!(f.broken.is_some());
+            assert!(f.feed(&frame(b'o', b"later")).is_empty());
+        }
+        let mut f = Frames::default();
+        assert!(f.feed(&[b'o', 0xff, 0xff, 0xff, 0xff]).is_empty());
+        assert!(f.broken.is_some());
     }
 
     #[test]
