@@ -169,3 +169,39 @@ fn exit_codes_and_signals_are_distinct_on_docker() {
 fn exit_codes_and_signals_are_distinct_on_gvisor() {
     exit_codes_on("gvisor");
 }
+
+/// A child dies to the OOM killer; the program waits for it and exits 0.
+const OOM_CHILD: &str = r#"
+import os
+pid = os.fork()
+if pid == 0:
+    hog = []
+    while True:
+        hog.append(bytearray(8 << 20))
+_, st = os.waitpid(pid, 0)
+print("child ended", os.WIFSIGNALED(st) and os.WTERMSIG(st))
+"#;
+
+fn oom_child_on(tier: &str) {
+    if !tier_ready(tier) {
+        return;
+    }
+    let r = run_on(tier, "oom_child.py", OOM_CHILD, &["--memory", "96M", "--cpu", "20s"]);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(r.has_violation(ViolationKind::Memory), "OOM kill of a child not reported: {}", r.summary_line());
+    if tier == "docker" {
+        // runc: the kernel killed the child only; the program itself ended well.
+        assert_eq!(r.stdout.trim(), "child ended 9");
+        assert_eq!((r.exit.code, r.exit.signal), (Some(0), None));
+    }
+}
+
+#[test]
+fn a_child_killed_by_the_oom_killer_is_reported_on_docker() {
+    oom_child_on("docker");
+}
+
+#[test]
+fn a_child_killed_by_the_oom_killer_is_reported_on_gvisor() {
+    oom_child_on("gvisor");
+}

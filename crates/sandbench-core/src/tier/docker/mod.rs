@@ -531,6 +531,12 @@ impl DockerTier {
                                 }
                                 container::Frame::Exit { status, stdout_bytes, stderr_bytes } => {
                                     reported = Some((status, stdout_bytes, stderr_bytes));
+                                    // The container is still up (the loader waits for the
+                                    // acknowledgement): its cgroup's counters are final now,
+                                    // including OOM kills of children the program survived.
+                                    if let Some(cg) = &cgroup {
+                                        cg_counters = cg_counters.max(cg.sample(guest_pids).counters);
+                                    }
                                     if let Some(tx) = ack_tx.take() {
                                         let _ = tx.send(());
                                     }
