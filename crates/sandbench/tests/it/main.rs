@@ -13,6 +13,7 @@ mod support {
 mod agent_cli;
 mod agent_loop;
 mod docker_lifecycle;
+mod docker_output;
 mod docker_samples;
 mod docker_verdicts;
 mod e2b_cli;
