@@ -21,7 +21,81 @@ import sys, os, ctypes, _signal, select
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: not ptrace-able, /proc/1/* root-only
+
+
+def _scrub_environ():
+    # gVisor (20221219) shows /proc/1/environ to any process whatever the
+    # dumpable flag: blank the block it reads from (os.environ is a copy).
+    env = ctypes.POINTER(ctypes.c_char_p).in_dll(_libc, "environ")
+    i = 0
+    while env[i] is not None:
+        p = ctypes.cast(env, ctypes.POINTER(ctypes.c_void_p))[i]
+        ctypes.memset(p, 0, len(env[i]))
+        i += 1
+
+
+_scrub_environ()
 os.chdir("/work")
+
+# sandbench's seccomp filter, installed by the loader in the program's
+# process on both runtimes, so runc and runsc refuse the same calls (runsc
+# 20221219 cannot load an OCI profile: with --oci-seccomp threads fail). On
+# runc it stacks on Docker's default profile. Denied (EPERM): io_uring,
+# namespaces (unshare, setns, clone with any CLONE_NEW* flag), mounts,
+# keyrings, bpf, perf events, userfaultfd, module and kexec loading,
+# file handles, swap, reboot, syslog, quotas, fanotify, kcmp; clone3 gives
+# ENOSYS (its flags cannot be inspected; libc falls back to clone); calls
+# of any other ABI (i386, x32) are refused.
+_DENY = {
+    # name: (x86_64, aarch64)
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39),
+    "pivot_root": (155, 41), "chroot": (161, 51), "open_tree": (428, 428), "move_mount": (429, 429),
+    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
+    "mount_setattr": (442, 442), "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
+    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "init_module": (175, 105),
+    "finit_module": (313, 273), "delete_module": (176, 106), "name_to_handle_at": (303, 264),
+    "open_by_handle_at": (304, 265), "acct": (163, 89), "swapon": (167, 224), "swapoff": (168, 225),
+    "reboot": (169, 142), "syslog": (103, 116), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
+    "fanotify_init": (300, 262), "kcmp": (312, 272),
+}
+_CLONE = (56, 220)
+_CLONE3 = (435, 435)
+_CLONE_NEW_ANY = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+
+
+def _seccomp():
+    import struct
+    machine = os.uname().machine
+    if machine == "x86_64":
+        arch, col = 0xC000003E, 0
+    elif machine == "aarch64":
+        arch, col = 0xC00000B7, 1
+    else:
+        raise OSError("no seccomp table for " + machine)
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, errno = 0x7FFF0000, 0x00050000
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, errno | 1), (ld, 0, 0, 0)]
+    if col == 0:
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, errno | 1)]
+    for nrs in _DENY.values():
+        prog += [(jeq, 0, 1, nrs[col]), (ret, 0, 0, errno | 1)]
+    prog += [(jeq, 0, 1, _CLONE3[col]), (ret, 0, 0, errno | 38)]
+    prog += [(jeq, 0, 3, _CLONE[col]), (ld, 0, 0, 16), (jset, 0, 1, _CLONE_NEW_ANY), (ret, 0, 0, errno | 1)]
+    prog += [(ret, 0, 0, allow)]
+    raw = b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in prog)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fp = Fprog(len(prog), ctypes.addressof(buf))
+    ul = ctypes.c_ulong
+    if _libc.prctl(38, ul(1), ul(0), ul(0), ul(0)) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    if _libc.prctl(22, ul(2), ctypes.byref(fp), ul(0), ul(0)) != 0:  # PR_SET_SECCOMP, FILTER
+        raise OSError(ctypes.get_errno(), "seccomp")
 
 
 def _frame(kind, data):
@@ -107,6 +181,7 @@ if _pid == 0:
             env[os.fsdecode(_env[i])] = os.fsdecode(_env[i + 1])
         os.environ.clear()
         os.environ.update(env)
+        _seccomp()
         # Only now is the program's sandbox complete: say so, and keep no
         # fd of the loader's.
         os.write(_ok_w, b"1")

@@ -205,3 +205,145 @@ fn a_child_killed_by_the_oom_killer_is_reported_on_docker() {
 fn a_child_killed_by_the_oom_killer_is_reported_on_gvisor() {
     oom_child_on("gvisor");
 }
+
+/// Fills /dev/shm (caught ENOSPC) and says how big it was.
+const SHM_FILLER: &str = r#"
+import os
+st = os.statvfs("/dev/shm")
+print("size", st.f_blocks * st.f_frsize)
+try:
+    with open("/dev/shm/fill", "wb") as fh:
+        while True:
+            fh.write(b"s" * (256 << 10))
+            fh.flush()
+except OSError as e:
+    print("stopped", e.errno)
+"#;
+
+fn shm_on(tier: &str) {
+    if !tier_ready(tier) {
+        return;
+    }
+    let r = run_on(tier, "shm.py", SHM_FILLER, &["--disk", "8M", "--file-size", "64M"]);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(r.stdout.contains(&format!("size {}", 8 << 20)), "/dev/shm is not inside --disk: {}", r.stdout);
+    assert!(r.stdout.contains("stopped 28"), "{}", r.stdout);
+    let disk: Vec<_> = r.violations.iter().filter(|v| v.kind == ViolationKind::Disk).collect();
+    assert!(disk.len() == 1 && disk[0].detail.contains("/dev/shm"), "{}", r.summary_line());
+    assert_eq!(r.details["hardening"]["tmpfs"]["/dev/shm"], 8 << 20);
+}
+
+#[test]
+fn dev_shm_is_inside_the_disk_limit_and_watched_on_docker() {
+    shm_on("docker");
+}
+
+#[test]
+fn dev_shm_is_inside_the_disk_limit_and_watched_on_gvisor() {
+    shm_on("gvisor");
+}
+
+/// Every call sandbench's seccomp filter denies, tried for real; and what
+/// ordinary programs need (threads, fork, subprocess, multiprocessing).
+const SYSCALLS: &str = r#"
+import ctypes, errno, json, multiprocessing, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+x86 = os.uname().machine == "x86_64"
+def call(name, x, a, *args):
+    r = libc.syscall(x if x86 else a, *args)
+    if r == 0 and name.startswith("clone"):
+        os._exit(0)
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+buf = ctypes.create_string_buffer(256)
+res = {
+    "unshare(CLONE_NEWUSER)": call("unshare", 272, 97, 0x10000000),
+    "unshare(CLONE_NEWNS)": call("unshare", 272, 97, 0x00020000),
+    "clone(CLONE_NEWUSER)": call("clone", 56, 220, 0x10000000 | 17, 0, 0, 0, 0),
+    "clone(CLONE_NEWPID)": call("clone", 56, 220, 0x20000000 | 17, 0, 0, 0, 0),
+    "io_uring_setup": call("io_uring_setup", 425, 425, 4, buf),
+    "setns": call("setns", 308, 268, 0, 0),
+    "mount": call("mount", 165, 40, b"none", b"/tmp", b"tmpfs", 0, 0),
+    "keyctl": call("keyctl", 250, 219, 0, 0),
+    "bpf": call("bpf", 321, 280, 0, buf, 64),
+    "userfaultfd": call("userfaultfd", 323, 282, 0),
+    "perf_event_open": call("perf_event_open", 298, 241, buf, 0, -1, -1, 0),
+}
+ok = {}
+t = threading.Thread(target=lambda: ok.__setitem__("thread", True))
+t.start()
+t.join()
+ok["subprocess"] = subprocess.run(["sh", "-c", "echo sub"], capture_output=True).stdout == b"sub\n"
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+ok["fork"] = os.waitpid(pid, 0)[1] >> 8 == 7
+with multiprocessing.Pool(2) as pool:
+    ok["pool"] = pool.map(abs, [-1, -2]) == [1, 2]
+print(json.dumps({"denied": res, "works": ok}))
+"#;
+
+fn seccomp_on(tier: &str) {
+    if !tier_ready(tier) {
+        return;
+    }
+    let r = run_on(tier, "syscalls.py", SYSCALLS, &["--pids", "64"]);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|_| panic!("{}", r.stderr));
+    for (call, got) in v["denied"].as_object().unwrap() {
+        assert_eq!(got, "EPERM", "{call} on {tier}: {got}");
+    }
+    for (what, fine) in v["works"].as_object().unwrap() {
+        assert_eq!(fine, true, "{what} broke on {tier}");
+    }
+    assert!(r.details["hardening"]["seccomp"]["sandbench_filter"].as_str().unwrap().contains("io_uring"));
+}
+
+#[test]
+fn sandbench_seccomp_filter_is_the_same_on_docker() {
+    seccomp_on("docker");
+}
+
+#[test]
+fn sandbench_seccomp_filter_is_the_same_on_gvisor() {
+    seccomp_on("gvisor");
+}
+
+/// What the program can learn of PID 1 through /proc.
+const PROC1: &str = r#"
+import json, os
+out = {}
+for f in ("environ", "maps", "fd"):
+    p = "/proc/1/" + f
+    try:
+        out[f] = os.listdir(p) if f == "fd" else open(p, "rb").read().decode("latin-1")
+    except OSError as e:
+        out[f] = "denied %d" % e.errno
+print(json.dumps(out))
+"#;
+
+fn proc1_on(tier: &str) {
+    if !tier_ready(tier) {
+        return;
+    }
+    let r = run_on(tier, "proc1.py", PROC1, &[]);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|_| panic!("{}", r.stderr));
+    let environ = v["environ"].as_str().unwrap_or_default();
+    // No variable of the loader's: denied (runc), or blanked (gVisor shows
+    // the block to any process).
+    assert!(environ.starts_with("denied") || !environ.contains('='), "{tier}: /proc/1/environ = {environ:?}");
+    if tier == "docker" {
+        assert_eq!(v["maps"], "denied 13");
+        assert_eq!(v["fd"], "denied 13");
+    }
+}
+
+#[test]
+fn pid_1_is_not_readable_through_proc_on_docker() {
+    proc1_on("docker");
+}
+
+#[test]
+fn pid_1_is_not_readable_through_proc_on_gvisor() {
+    proc1_on("gvisor");
+}

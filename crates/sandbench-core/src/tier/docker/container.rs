@@ -22,6 +22,16 @@ use crate::spec::{Limits, RunSpec};
 
 pub const WORKDIR: &str = "/work";
 pub const TMPDIR: &str = "/tmp";
+/// Docker's own /dev/shm would be extra scratch space outside `--disk`: it
+/// is replaced by a tmpfs like the other two, and watched like them.
+pub const SHMDIR: &str = "/dev/shm";
+
+/// What sandbench's seccomp filter denies (installed by the loader in the
+/// program's process on runc and runsc alike; see guest/docker_loader.py).
+pub const SECCOMP_DENIES: &str = "io_uring_*, unshare, setns, clone with any CLONE_NEW* flag, mount family, \
+     keyctl/add_key/request_key, bpf, perf_event_open, userfaultfd, module and kexec loading, \
+     name_to_handle_at/open_by_handle_at, swapon/swapoff, reboot, syslog, quotactl, lookup_dcookie, \
+     fanotify_init, kcmp, chroot, pivot_root (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32)";
 
 /// Label keys. `sandbench` holds the run id (or `warm` for a pool container
 /// not yet given a program); `sandbench.owner` identifies the sandbench
@@ -122,7 +132,12 @@ impl Shape {
         json!({
             "network": "none",
             "rootfs": "read-only",
-            "tmpfs": { WORKDIR: self.disk_bytes, TMPDIR: self.disk_bytes },
+            "tmpfs": { WORKDIR: self.disk_bytes, TMPDIR: self.disk_bytes, SHMDIR: self.disk_bytes },
+            "watched_mounts": [WORKDIR, TMPDIR, SHMDIR],
+            "seccomp": {
+                "sandbench_filter": SECCOMP_DENIES,
+                "engine_profile": if self.gvisor() { "none (gVisor's own kernel; runsc cannot load OCI profiles reliably)" } else { "Docker's default" },
+            },
             "cap_drop": "ALL",
             "no_new_privileges": true,
             "user": self.user,
@@ -148,7 +163,8 @@ impl Shape {
         let tmpfs_opts = self.tmpfs_options();
         let mut tmpfs = HashMap::new();
         tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
-        tmpfs.insert(TMPDIR.to_string(), tmpfs_opts);
+        tmpfs.insert(TMPDIR.to_string(), tmpfs_opts.clone());
+        tmpfs.insert(SHMDIR.to_string(), tmpfs_opts);
         let host = HostConfig {
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
@@ -163,7 +179,6 @@ impl Shape {
             memory: Some(self.memory_bytes as i64),
             memory_swap: Some(self.memory_bytes as i64),
             nano_cpus: Some((self.cpus * 1e9) as i64),
-            shm_size: Some(self.disk_bytes.min(64 << 20) as i64),
             ulimits: Some(self.ulimits()),
             // The loader is the init (PID 1): it reaps orphans like
             // docker-init would, and unlike it cannot be ptraced by the program.
@@ -218,7 +233,7 @@ impl Shape {
             format!("--memory={}", self.memory_bytes),
             format!("--memory-swap={}", self.memory_bytes),
             format!("--cpus={}", self.cpus),
-            format!("--shm-size={}", self.disk_bytes.min(64 << 20)),
+            format!("--tmpfs=/dev/shm:{tmpfs}"),
             "--log-driver=none".into(),
             "--hostname=sandbox".into(),
         ];
@@ -485,6 +500,11 @@ mod tests {
         let env = b.env.unwrap();
         assert!(env.iter().all(|e| !e.starts_with("ANTHROPIC")));
         assert!(env.iter().any(|e| e == "HOME=/work"));
+        // /dev/shm is scratch space like the others: inside --disk.
+        let tmpfs = h.tmpfs.unwrap();
+        assert_eq!(tmpfs.len(), 3);
+        assert!(tmpfs[SHMDIR].contains(&format!("size={}", Limits::default().disk_bytes)));
+        assert!(h.shm_size.is_none());
     }
 
     fn frame(kind: u8, data: &[u8]) -> Vec<u8> {
