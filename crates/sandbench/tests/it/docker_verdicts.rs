@@ -347,3 +347,105 @@ fn pid_1_is_not_readable_through_proc_on_docker() {
 fn pid_1_is_not_readable_through_proc_on_gvisor() {
     proc1_on("gvisor");
 }
+
+/// The program's uid is no host process's: a fresh one from sandbench's
+/// range each run, reported in `details` and `doctor`.
+fn own_uid_on(tier: &str) {
+    if !tier_ready(tier) {
+        return;
+    }
+    let code = "import os\nprint(os.getuid(), os.getgid())\n";
+    let a = run_on(tier, "uid.py", code, &[]);
+    let b = run_on(tier, "uid.py", code, &[]);
+    let uid = |r: &RunReport| -> u64 {
+        assert!(r.error.is_none(), "{:?}", r.error);
+        let ids: Vec<u64> = r.stdout.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert_eq!(ids[0], ids[1]);
+        assert!((0x7000_0000..0x7100_0000).contains(&ids[0]), "uid {} outside the range", ids[0]);
+        assert_eq!(r.details["program_uid"], ids[0]);
+        assert!(r.details["hardening"]["user"].as_str().unwrap().contains("fresh uid per run"));
+        ids[0]
+    };
+    let (ua, ub) = (uid(&a), uid(&b));
+    assert_ne!(ua, ub, "two runs shared a uid");
+    // Nothing of the runs is left on the host under their uids.
+    use std::os::unix::fs::MetadataExt;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if e.file_name().to_string_lossy().parse::<u32>().is_ok() {
+            if let Ok(m) = e.metadata() {
+                let u = u64::from(m.uid());
+                assert!(u != ua && u != ub, "a host process has a program's uid {u}");
+            }
+        }
+    }
+    let out = Command::new(bin()).args(["doctor", "--format", "json"]).output().unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let me = all.as_array().unwrap().iter().find(|t| t["tier"] == tier).unwrap();
+    let check = me["checks"].as_array().unwrap().iter().find(|c| c["name"] == "uid").expect("doctor has a uid check");
+    assert!(check["detail"].as_str().unwrap().contains("1879048192"), "{check}");
+}
+
+#[test]
+fn each_run_has_its_own_uid_on_docker() {
+    own_uid_on("docker");
+}
+
+#[test]
+fn each_run_has_its_own_uid_on_gvisor() {
+    own_uid_on("gvisor");
+}
+
+/// Per-uid kernel quotas are not shared with the host: while a program holds
+/// every inotify instance its uid may have, a host process of uid 65534 (the
+/// uid programs used to share) still gets one. runc only: under gVisor the
+/// program's uid lives in gVisor's kernel, not the host's.
+#[test]
+fn a_program_cannot_exhaust_a_host_uids_quota_on_docker() {
+    if !tier_ready("docker") || !common::is_root() {
+        return;
+    }
+    let max: usize =
+        std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances").unwrap().trim().parse().unwrap();
+    let code = "import ctypes, time\nlibc = ctypes.CDLL(None)\nn = 0\nwhile libc.inotify_init() >= 0:\n    n += 1\nprint('held', n, flush=True)\ntime.sleep(60)\n";
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("inotify.py");
+    std::fs::write(&p, code).unwrap();
+    let net = OuterNet::new();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--tier", "docker", "--format", "json", "--timeout", "90s"])
+        .arg(&p)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = net.spawn(&mut cmd);
+    // The program's process, seen from the host: a uid of sandbench's range
+    // holding as many inotify instances as its uid may (or its fd limit).
+    let inotify_fds = |pid: &str| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("inotify")))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let holder = || {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let uid = e.metadata().ok()?.uid();
+            ((0x7000_0000..0x7100_0000).contains(&uid) && inotify_fds(&name) >= max.min(200)).then_some(uid)
+        })
+    };
+    let found = docker_common::eventually(60, || holder().is_some());
+    let probe = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"])
+        .arg("import ctypes; print(ctypes.CDLL(None).inotify_init())")
+        .output()
+        .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let _ = child.wait();
+    assert!(found, "the program never held its uid's inotify instances");
+    let fd: i64 = String::from_utf8_lossy(&probe.stdout).trim().parse().unwrap_or(-1);
+    assert!(fd >= 0, "a host process of uid 65534 lost its inotify quota to the program");
+}

@@ -140,7 +140,7 @@ impl Shape {
             },
             "cap_drop": "ALL",
             "no_new_privileges": true,
-            "user": self.user,
+            "user": describe_user(&self.user),
             "pids_limit": self.pids,
             "pids_enforced_by": if self.gvisor() { "RLIMIT_NPROC inside the gVisor kernel" } else { "cgroup pids.max" },
             "host_pids_limit": self.host_pids_limit(),
@@ -228,7 +228,10 @@ impl Shape {
             format!("--tmpfs=/tmp:{tmpfs}"),
             "--cap-drop=ALL".into(),
             "--security-opt=no-new-privileges".into(),
-            format!("--user={}", self.user),
+            format!(
+                "--user={}",
+                if self.user == AUTO_USER { format!("{UID_BASE}:{UID_BASE}") } else { self.user.clone() }
+            ),
             format!("--pids-limit={}", self.host_pids_limit()),
             format!("--memory={}", self.memory_bytes),
             format!("--memory-swap={}", self.memory_bytes),
@@ -250,13 +253,79 @@ impl Shape {
 /// Capabilities the container keeps, for the loader alone.
 pub const LOADER_CAPS: [&str; 2] = ["SETUID", "SETGID"];
 
+/// The dedicated range per-run program uids (and gids) come from: far above
+/// any distribution's system and login ranges and the usual subordinate-id
+/// ranges, so no host account shares a uid — and with it per-uid kernel
+/// quotas (inotify instances, RLIMIT_NPROC, ...) — with a program.
+pub const UID_BASE: u32 = 0x7000_0000;
+pub const UID_COUNT: u32 = 1 << 24;
+
+/// `[docker] user`: "auto" (a fresh uid from the dedicated range per run)
+/// or a fixed numeric "uid:gid".
+pub const AUTO_USER: &str = "auto";
+
+/// uids of the host's processes inside the dedicated range now (the owner of
+/// each /proc entry; under runc that includes other runs' programs).
+pub fn host_uids_in_range() -> std::collections::HashSet<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let mut used = std::collections::HashSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return used };
+    for e in dir.flatten() {
+        if !e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(m) = e.metadata() {
+            if (UID_BASE..UID_BASE + UID_COUNT).contains(&m.uid()) {
+                used.insert(m.uid());
+            }
+        }
+    }
+    used
+}
+
+/// The program's uid and gid for one run. Per run: random from the
+/// dedicated range, never one a host process has now; randomness from the
+/// kernel or the run does not happen.
+pub fn choose_ids(user: &str, local: bool) -> anyhow::Result<(u32, u32)> {
+    if user.trim() != AUTO_USER {
+        return program_ids(user);
+    }
+    let used = if local { host_uids_in_range() } else { Default::default() };
+    let mut f = std::fs::File::open("/dev/urandom")
+        .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom for the program's uid: {e}"))?;
+    for _ in 0..64 {
+        let mut b = [0u8; 4];
+        std::io::Read::read_exact(&mut f, &mut b)
+            .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom for the program's uid: {e}"))?;
+        let uid = UID_BASE + u32::from_le_bytes(b) % UID_COUNT;
+        if !used.contains(&uid) {
+            return Ok((uid, uid));
+        }
+    }
+    anyhow::bail!("no free uid in {UID_BASE}..{}: too many host processes in sandbench's range", UID_BASE + UID_COUNT)
+}
+
+/// What `details` and `doctor` say about the program's uid.
+pub fn describe_user(user: &str) -> String {
+    if user.trim() == AUTO_USER {
+        format!(
+            "a fresh uid per run from {UID_BASE}..{} (not any host process's)",
+            UID_BASE as u64 + UID_COUNT as u64 - 1
+        )
+    } else {
+        format!("uid:gid {user} (fixed by [docker] user; shared by every run)")
+    }
+}
+
 /// uid and gid of the program from `user` ("uid:gid" or "uid"); never root.
 pub fn program_ids(user: &str) -> anyhow::Result<(u32, u32)> {
     let (u, g) = user.split_once(':').unwrap_or((user, user));
     let parse = |x: &str| x.trim().parse::<u32>().ok().filter(|&n| n != 0 && n != u32::MAX);
     match (parse(u), parse(g)) {
         (Some(u), Some(g)) => Ok((u, g)),
-        _ => anyhow::bail!("[docker] user must be numeric uid:gid, neither 0 (got {user:?}): fix it in the config"),
+        _ => anyhow::bail!(
+            "[docker] user must be \"auto\" or numeric uid:gid, neither 0 (got {user:?}): fix it in the config"
+        ),
     }
 }
 
@@ -483,6 +552,9 @@ mod tests {
         assert!(program_ids("0:0").is_err());
         assert!(program_ids("1000:0").is_err());
         assert!(program_ids("nobody").is_err());
+        let (u, g) = choose_ids(AUTO_USER, true).unwrap();
+        assert!((UID_BASE..UID_BASE + UID_COUNT).contains(&u) && u == g);
+        assert_eq!(choose_ids("4242:4343", true).unwrap(), (4242, 4343));
     }
 
     #[test]

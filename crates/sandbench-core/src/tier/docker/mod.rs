@@ -313,6 +313,23 @@ impl DockerTier {
             format!("{} — engine {}, API {} (negotiated)", engine.host, engine.server_version, engine.api_version),
         ));
         let mut ok = true;
+        match container::choose_ids(&self.cfg.user, engine.local) {
+            Ok(_) => {
+                let mut detail = container::describe_user(&self.cfg.user);
+                if engine.local && self.cfg.user.trim() != container::AUTO_USER {
+                    if let Ok((uid, _)) = container::program_ids(&self.cfg.user) {
+                        if host_has_uid(uid) {
+                            detail.push_str(&format!(" — a host process has uid {uid} too: it shares per-uid quotas"));
+                        }
+                    }
+                }
+                checks.push(Check::ok("uid", detail));
+            }
+            Err(e) => {
+                ok = false;
+                checks.push(Check::fail("uid", format!("{e:#}"), "set [docker] user = \"auto\" in the config"));
+            }
+        }
         if let Some(rt) = self.runtime {
             if engine.runtimes.contains(rt) {
                 checks.push(Check::ok("runtime", format!("{rt} registered")));
@@ -433,7 +450,7 @@ impl DockerTier {
     ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
         let docker = &engine.docker;
         let limits = &spec.limits;
-        let (uid, gid) = container::program_ids(&self.cfg.user)?;
+        let (uid, gid) = container::choose_ids(&self.cfg.user, engine.local)?;
         let attach = docker
             .attach_container(
                 id,
@@ -670,6 +687,7 @@ impl DockerTier {
             "oom_killed": oom,
             "container_exit_code": raw,
             "program_uid": started_uid,
+            "program_uid_policy": container::describe_user(&self.cfg.user),
             "output": {
                 "stdout_bytes": delivered[0],
                 "stderr_bytes": delivered[1],
@@ -680,6 +698,15 @@ impl DockerTier {
         });
         Ok((usage, details))
     }
+}
+
+/// Does any host process run as `uid` now?
+fn host_has_uid(uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+        e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())
+            && e.metadata().is_ok_and(|m| m.uid() == uid)
+    })
 }
 
 /// What the loader reported from inside the container.
