@@ -148,7 +148,9 @@ pub struct DockerConfig {
     pub image: String,
     /// Warm containers kept ready per tier (0 = every run starts cold).
     pub pool_size: usize,
-    /// uid:gid the program runs as inside the container.
+    /// The program's uid inside the container: "auto" (default: a fresh uid
+    /// per run from sandbench's dedicated range, 1879048192..1895825407, that
+    /// no host process has) or a fixed numeric "uid:gid" (never 0).
     pub user: String,
     /// Debian suite and mirror `sandbench setup docker` builds a local image from
     /// when the image is neither present nor pullable.
@@ -161,7 +163,7 @@ impl Default for DockerConfig {
         DockerConfig {
             image: "python:3.12-slim".into(),
             pool_size: 2,
-            user: "65534:65534".into(),
+            user: "auto".into(),
             debian_suite: "bookworm".into(),
             debian_mirror: "http://deb.debian.org/debian".into(),
         }

@@ -38,6 +38,23 @@ pub struct Counters {
     pub pids_refused: Option<u64>,
 }
 
+impl Counters {
+    /// Each counter's larger value: kernel counters only grow, and a read
+    /// that failed (`None`) does not forget an earlier one.
+    pub fn max(self, o: Counters) -> Counters {
+        let m = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        Counters {
+            cpu_ms: m(self.cpu_ms, o.cpu_ms),
+            oom_kills: m(self.oom_kills, o.oom_kills),
+            memory_limit_hits: m(self.memory_limit_hits, o.memory_limit_hits),
+            pids_refused: m(self.pids_refused, o.pids_refused),
+        }
+    }
+}
+
 /// What a tier knows once the program is gone.
 #[derive(Debug, Clone, Default)]
 pub struct ExitFacts {

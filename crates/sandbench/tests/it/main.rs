@@ -13,7 +13,9 @@ mod support {
 mod agent_cli;
 mod agent_loop;
 mod docker_lifecycle;
+mod docker_output;
 mod docker_samples;
+mod docker_verdicts;
 mod e2b_cli;
 mod e2b_lifecycle;
 mod gauntlet;

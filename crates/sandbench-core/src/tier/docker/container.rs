@@ -1,13 +1,15 @@
 //! The hardened container every run gets, cold or warm, and the way code goes
 //! in: over the attached stdin, never through the host's filesystem.
 //!
-//! Each container starts a small resident Python loader (`LOADER`) that waits
-//! on stdin for one payload — a JSON header line (language, file name, the
-//! user's `--env`) followed by the program — writes the program into the
-//! container's tmpfs working directory, detaches stdin, then runs Python code
-//! in that same, already started interpreter (or execs `/bin/sh` for shell).
-//! A warm container has paid for container creation and interpreter start
-//! before the code exists; it still runs exactly one program.
+//! Each container starts a small resident Python loader (`LOADER`, from
+//! `guest/docker_loader.py`) as PID 1. It waits on stdin for one payload — a
+//! header (limits, the program's uid, language, file name, the user's `--env`)
+//! and the program — then forks the program into a child that drops to the
+//! program's own uid before any of its code runs. The container's stdout is
+//! the loader's alone: a stream of frames ([`Frames`]) carrying the program's
+//! output, the loader's status and the program's exit, which the program has
+//! no fd to write. A warm container has paid for container creation and
+//! interpreter start before the code exists; it still runs exactly one program.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,10 +17,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, ResourcesUlimits};
 use serde_json::json;
 
+use crate::event::ExitStatus;
 use crate::spec::{Limits, RunSpec};
 
 pub const WORKDIR: &str = "/work";
 pub const TMPDIR: &str = "/tmp";
+/// Docker's own /dev/shm would be extra scratch space outside `--disk`: it
+/// is replaced by a tmpfs like the other two, and watched like them.
+pub const SHMDIR: &str = "/dev/shm";
+
+/// What sandbench's seccomp filter denies (installed by the loader in the
+/// program's process on runc and runsc alike; see guest/docker_loader.py).
+pub const SECCOMP_DENIES: &str = "io_uring_*, unshare, setns, clone with any CLONE_NEW* flag, mount family, \
+     keyctl/add_key/request_key, bpf, perf_event_open, userfaultfd, module and kexec loading, \
+     name_to_handle_at/open_by_handle_at, swapon/swapoff, reboot, syslog, quotactl, lookup_dcookie, \
+     fanotify_init, kcmp, chroot, pivot_root (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32)";
 
 /// Label keys. `sandbench` holds the run id (or `warm` for a pool container
 /// not yet given a program); `sandbench.owner` identifies the sandbench
@@ -29,157 +42,7 @@ pub const LABEL_OWNER: &str = "sandbench.owner";
 pub const LABEL_TIER: &str = "sandbench.tier";
 
 /// The resident loader. It must stay importable by any Python 3.8+.
-pub const LOADER: &str = r#"import sys, os, ctypes, _signal
-os.chdir("/work")
-_libc = ctypes.CDLL(None, use_errno=True)
-def _sandbench_load():
-    # Header: its length on one line, then NUL-separated fields (no json:
-    # importing it costs ~35 ms on gVisor), then the program.
-    data = sys.stdin.buffer.read()
-    nl = data.find(b"\n")
-    if nl < 0:
-        os._exit(0)
-    end = nl + 1 + int(data[:nl])
-    f = data[nl + 1:end].split(b"\0")
-    code = data[end:]
-    argc = int(f[5])
-    hdr = {"nonce": f[0], "fsize": int(f[1]), "pids": int(f[2]), "lang": f[3].decode(), "file": f[4].decode(),
-           "argv": [os.fsdecode(a) for a in f[6:6 + argc]]}
-    env = f[6 + argc:]
-    fd = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(fd, 0)
-    os.close(fd)
-    for i in range(0, len(env) - 1, 2):
-        os.environ[os.fsdecode(env[i])] = os.fsdecode(env[i + 1])
-    path = "/work/" + hdr["file"]
-    with open(path, "wb") as f:
-        f.write(code)
-    return hdr, path, code
-# This process is the container's init (PID 1). Not dumpable: the program,
-# same uid, cannot ptrace it. The program runs in a child forked from this
-# started interpreter ahead of time (a warm container has paid for the fork
-# too); the child takes the program from stdin and tells the init the limits
-# it watches over a pipe it closes before any of the program runs.
-_libc.prctl(4, 0, 0, 0, 0)
-_r, _w = os.pipe()
-_pid = os.fork()
-if _pid == 0:
-    os.close(_r)
-    _libc.prctl(4, 1, 0, 0, 0)
-    _h, _p, _c = _sandbench_load()
-    del _sandbench_load
-    os.write(_w, b"\0".join([_h["nonce"], b"%d" % _h["fsize"], b"%d" % _h["pids"]]))
-    os.close(_w)
-    if _h["lang"] != "python":
-        _argv = _h["argv"] + [_p]
-        try:
-            os.execvpe(_argv[0], _argv, dict(os.environ))
-        finally:
-            os._exit(127)
-    import types
-    _m = types.ModuleType("__main__")
-    _m.__file__ = _p
-    sys.modules["__main__"] = _m
-    sys.argv = [_p]
-    sys.path[0] = "/work"
-    sys.stdin = open(0, "r", closefd=False)
-    try:
-        exec(compile(_c, _p, "exec"), _m.__dict__)
-    except SystemExit:
-        raise
-    except BaseException as _e:
-        import traceback
-        traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
-        sys.exit(1)
-    sys.exit(0)
-os.close(_w)
-_fd = os.open("/dev/null", os.O_RDONLY)
-os.dup2(_fd, 0)
-os.close(_fd)
-_b = b""
-while True:
-    _x = os.read(_r, 4096)
-    if not _x:
-        break
-    _b += _x
-os.close(_r)
-_f = _b.split(b"\0")
-if len(_f) == 3:
-    _h = {"nonce": _f[0], "fsize": int(_f[1]), "pids": int(_f[2])}
-else:
-    _h = {"nonce": b"-", "fsize": 1 << 62, "pids": 1 << 30}
-_said = set()
-def _say(found):
-    # One nonce-marked status line on stderr; the host takes it out.
-    parts = [b"pids=%d" % found["pids"]] if "pids" in found else []
-    parts += [b"oom=%d" % found["oom"]] if "oom" in found else []
-    parts += [b"disk=" + os.fsencode(d).hex().encode() for d in found.get("disk", [])]
-    parts += [b"fsize=" + os.fsencode(q).hex().encode() for q in found.get("fsize", [])]
-    msg = b"\0sandbench-status " + _h["nonce"] + b" " + b" ".join(parts)[:4000] + b"\n"
-    try:
-        os.write(2, msg)
-    except OSError:
-        pass
-def _watch(final):
-    # What the program meets, seen from inside: processes at the pids limit
-    # (the only view of them on gVisor), a full scratch space, files at the
-    # size limit (a program that catches EFBIG/ENOSPC says nothing).
-    found = {}
-    try:
-        if "pids" not in _said:
-            n = sum(1 for d in os.listdir("/proc") if d.isdigit())
-            if n >= _h["pids"]:
-                found["pids"] = n
-        for d in ("/work", "/tmp"):
-            st = os.statvfs(d)
-            if st.f_bavail * st.f_frsize < 1 << 20 or (st.f_files > 0 and st.f_favail == 0):
-                if "disk:" + d not in _said:
-                    found.setdefault("disk", []).append(d)
-            if not final:
-                continue
-            n = 0
-            for root, dirs, files in os.walk(d):
-                for f in files:
-                    n += 1
-                    q = os.path.join(root, f)
-                    try:
-                        if os.lstat(q).st_size >= _h["fsize"]:
-                            found.setdefault("fsize", []).append(q)
-                    except OSError:
-                        pass
-                if n > 5000 or len(found.get("fsize", ())) > 5:
-                    break
-    except Exception:
-        pass
-    if found:
-        _said.update(["pids"] if "pids" in found else [])
-        _said.update("disk:" + d for d in found.get("disk", []))
-        _say(found)
-_signal.signal(_signal.SIGALRM, lambda *a: _watch(False))
-_signal.setitimer(_signal.ITIMER_REAL, 0.1, 0.1)
-_st = 0
-while True:
-    try:
-        _w, _s = os.waitpid(-1, 0)
-    except ChildProcessError:
-        break
-    if _w == _pid:
-        _st = _s
-        break
-_signal.setitimer(_signal.ITIMER_REAL, 0)
-if os.WIFSIGNALED(_st) and os.WTERMSIG(_st) == 9:
-    # Killed: by the kernel's OOM killer? The container's own cgroup says
-    # (runc shows it inside; gVisor does not, the host judges there).
-    for _f in ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"):
-        try:
-            for _l in open(_f):
-                if _l.startswith("oom_kill ") and int(_l.split()[1]) > 0:
-                    _say({"oom": int(_l.split()[1])})
-        except (OSError, ValueError):
-            pass
-_watch(True)
-os._exit(128 + os.WTERMSIG(_st) if os.WIFSIGNALED(_st) else os.WEXITSTATUS(_st))
-"#;
+pub const LOADER: &str = include_str!("../../../../../guest/docker_loader.py");
 
 /// Everything a container is created with. Two runs can share a warm
 /// container only when their shapes are equal.
@@ -239,7 +102,8 @@ impl Shape {
         if self.gvisor() {
             (self.pids.saturating_mul(8)).max(1024) as i64
         } else {
-            self.pids as i64
+            // The loader (PID 1) is the one process that is not the program's.
+            self.pids.saturating_add(1) as i64
         }
     }
 
@@ -268,10 +132,15 @@ impl Shape {
         json!({
             "network": "none",
             "rootfs": "read-only",
-            "tmpfs": { WORKDIR: self.disk_bytes, TMPDIR: self.disk_bytes },
+            "tmpfs": { WORKDIR: self.disk_bytes, TMPDIR: self.disk_bytes, SHMDIR: self.disk_bytes },
+            "watched_mounts": [WORKDIR, TMPDIR, SHMDIR],
+            "seccomp": {
+                "sandbench_filter": SECCOMP_DENIES,
+                "engine_profile": if self.gvisor() { "none (gVisor's own kernel; runsc cannot load OCI profiles reliably)" } else { "Docker's default" },
+            },
             "cap_drop": "ALL",
             "no_new_privileges": true,
-            "user": self.user,
+            "user": describe_user(&self.user),
             "pids_limit": self.pids,
             "pids_enforced_by": if self.gvisor() { "RLIMIT_NPROC inside the gVisor kernel" } else { "cgroup pids.max" },
             "host_pids_limit": self.host_pids_limit(),
@@ -279,7 +148,8 @@ impl Shape {
             "memory_swap_bytes": self.memory_bytes,
             "cpus": self.cpus,
             "ulimits": { "fsize": self.file_size_bytes, "nofile": self.open_files, "core": 0, "cpu_secs": self.cpu_secs },
-            "init": "sandbench loader as PID 1 (reaps orphans, not ptrace-able)",
+            "init": "sandbench loader as PID 1, uid 0 with only SETUID/SETGID (reaps orphans, not ptrace-able, not signalable by the program)",
+            "status_channel": "container stdout, written only by the loader (the program's output arrives framed by it)",
             "mounts": [],
             "devices": [],
             "log_driver": "none",
@@ -293,19 +163,22 @@ impl Shape {
         let tmpfs_opts = self.tmpfs_options();
         let mut tmpfs = HashMap::new();
         tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
-        tmpfs.insert(TMPDIR.to_string(), tmpfs_opts);
+        tmpfs.insert(TMPDIR.to_string(), tmpfs_opts.clone());
+        tmpfs.insert(SHMDIR.to_string(), tmpfs_opts);
         let host = HostConfig {
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
             tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".into()]),
+            // Only for the loader (PID 1, uid 0) to drop the program to its
+            // own uid; the program's setresuid clears every capability.
+            cap_add: Some(LOADER_CAPS.iter().map(|c| c.to_string()).collect()),
             security_opt: Some(vec!["no-new-privileges".into()]),
             privileged: Some(false),
             pids_limit: Some(self.host_pids_limit()),
             memory: Some(self.memory_bytes as i64),
             memory_swap: Some(self.memory_bytes as i64),
             nano_cpus: Some((self.cpus * 1e9) as i64),
-            shm_size: Some(self.disk_bytes.min(64 << 20) as i64),
             ulimits: Some(self.ulimits()),
             // The loader is the init (PID 1): it reaps orphans like
             // docker-init would, and unlike it cannot be ptraced by the program.
@@ -324,7 +197,9 @@ impl Shape {
             entrypoint: Some(vec!["python3".into(), "-u".into(), "-c".into(), LOADER.into()]),
             cmd: Some(vec![]),
             env: Some(env),
-            user: Some(self.user.clone()),
+            // The loader starts as root (with LOADER_CAPS only); the program
+            // runs as `self.user`, which is never 0.
+            user: Some("0:0".into()),
             // Not `working_dir`: Docker then remakes the tmpfs mount point
             // 0755 root, unwritable for the program; the loader changes into it.
             hostname: Some("sandbox".into()),
@@ -353,12 +228,15 @@ impl Shape {
             format!("--tmpfs=/tmp:{tmpfs}"),
             "--cap-drop=ALL".into(),
             "--security-opt=no-new-privileges".into(),
-            format!("--user={}", self.user),
+            format!(
+                "--user={}",
+                if self.user == AUTO_USER { format!("{UID_BASE}:{UID_BASE}") } else { self.user.clone() }
+            ),
             format!("--pids-limit={}", self.host_pids_limit()),
             format!("--memory={}", self.memory_bytes),
             format!("--memory-swap={}", self.memory_bytes),
             format!("--cpus={}", self.cpus),
-            format!("--shm-size={}", self.disk_bytes.min(64 << 20)),
+            format!("--tmpfs=/dev/shm:{tmpfs}"),
             "--log-driver=none".into(),
             "--hostname=sandbox".into(),
         ];
@@ -372,30 +250,212 @@ impl Shape {
     }
 }
 
-/// The marker the loader's status line starts with on stderr.
-pub fn status_marker(nonce: &str) -> Vec<u8> {
-    format!("\0sandbench-status {nonce} ").into_bytes()
+/// Capabilities the container keeps, for the loader alone.
+pub const LOADER_CAPS: [&str; 2] = ["SETUID", "SETGID"];
+
+/// The dedicated range per-run program uids (and gids) come from: far above
+/// any distribution's system and login ranges and the usual subordinate-id
+/// ranges, so no host account shares a uid — and with it per-uid kernel
+/// quotas (inotify instances, RLIMIT_NPROC, ...) — with a program.
+pub const UID_BASE: u32 = 0x7000_0000;
+pub const UID_COUNT: u32 = 1 << 24;
+
+/// `[docker] user`: "auto" (a fresh uid from the dedicated range per run)
+/// or a fixed numeric "uid:gid".
+pub const AUTO_USER: &str = "auto";
+
+/// uids of the host's processes inside the dedicated range now (the owner of
+/// each /proc entry; under runc that includes other runs' programs).
+pub fn host_uids_in_range() -> std::collections::HashSet<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let mut used = std::collections::HashSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return used };
+    for e in dir.flatten() {
+        if !e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(m) = e.metadata() {
+            if (UID_BASE..UID_BASE + UID_COUNT).contains(&m.uid()) {
+                used.insert(m.uid());
+            }
+        }
+    }
+    used
 }
 
-/// A fresh random nonce (so a status line cannot appear by accident).
-pub fn new_nonce() -> String {
-    let mut b = [0u8; 12];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut b);
+/// The program's uid and gid for one run. Per run: random from the
+/// dedicated range, never one a host process has now; randomness from the
+/// kernel or the run does not happen.
+pub fn choose_ids(user: &str, local: bool) -> anyhow::Result<(u32, u32)> {
+    if user.trim() != AUTO_USER {
+        return program_ids(user);
     }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let used = if local { host_uids_in_range() } else { Default::default() };
+    let mut f = std::fs::File::open("/dev/urandom")
+        .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom for the program's uid: {e}"))?;
+    for _ in 0..64 {
+        let mut b = [0u8; 4];
+        std::io::Read::read_exact(&mut f, &mut b)
+            .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom for the program's uid: {e}"))?;
+        let uid = UID_BASE + u32::from_le_bytes(b) % UID_COUNT;
+        if !used.contains(&uid) {
+            return Ok((uid, uid));
+        }
+    }
+    anyhow::bail!("no free uid in {UID_BASE}..{}: too many host processes in sandbench's range", UID_BASE + UID_COUNT)
+}
+
+/// What `details` and `doctor` say about the program's uid.
+pub fn describe_user(user: &str) -> String {
+    if user.trim() == AUTO_USER {
+        format!(
+            "a fresh uid per run from {UID_BASE}..{} (not any host process's)",
+            UID_BASE as u64 + UID_COUNT as u64 - 1
+        )
+    } else {
+        format!("uid:gid {user} (fixed by [docker] user; shared by every run)")
+    }
+}
+
+/// uid and gid of the program from `user` ("uid:gid" or "uid"); never root.
+pub fn program_ids(user: &str) -> anyhow::Result<(u32, u32)> {
+    let (u, g) = user.split_once(':').unwrap_or((user, user));
+    let parse = |x: &str| x.trim().parse::<u32>().ok().filter(|&n| n != 0 && n != u32::MAX);
+    match (parse(u), parse(g)) {
+        (Some(u), Some(g)) => Ok((u, g)),
+        _ => anyhow::bail!(
+            "[docker] user must be \"auto\" or numeric uid:gid, neither 0 (got {user:?}): fix it in the config"
+        ),
+    }
+}
+
+/// Longest frame the loader ever writes (64 KiB of output plus slack).
+const MAX_FRAME: usize = 1 << 20;
+
+/// One frame of the loader's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// The program's process exists and runs as this uid.
+    Started {
+        uid: u32,
+    },
+    /// The program's process could not be set up: the run did not happen.
+    Failed(String),
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// What the loader saw from inside (pids at the limit, full mounts,
+    /// capped files).
+    Status(serde_json::Value),
+    /// The program's main process ended: exit code or signal (never both),
+    /// and the bytes the loader read from its stdout and stderr.
+    Exit {
+        status: ExitStatus,
+        stdout_bytes: u64,
+        stderr_bytes: u64,
+    },
+}
+
+/// Decodes the loader's frames (kind byte, 4-byte big-endian length,
+/// payload) across chunk boundaries. The program cannot write this stream,
+/// but it is still parsed defensively: a malformed frame breaks the stream
+/// for good, and the run is an error.
+#[derive(Debug, Default)]
+pub struct Frames {
+    buf: Vec<u8>,
+    start: usize,
+    /// Why the stream stopped making sense.
+    pub broken: Option<String>,
+}
+
+impl Frames {
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Frame> {
+        let mut out = vec![];
+        if self.broken.is_some() {
+            return out;
+        }
+        self.buf.extend_from_slice(chunk);
+        loop {
+            let rest = &self.buf[self.start..];
+            if rest.len() < 5 {
+                break;
+            }
+            let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+            if len > MAX_FRAME {
+                self.broken = Some(format!("frame of {len} bytes"));
+                break;
+            }
+            if rest.len() < 5 + len {
+                break;
+            }
+            let data = &rest[5..5 + len];
+            let frame = match rest[0] {
+                b'o' => Some(Frame::Stdout(data.to_vec())),
+                b'e' => Some(Frame::Stderr(data.to_vec())),
+                b's' => Some(Frame::Status(parse_status(data))),
+                b'r' => parse_started(data),
+                b'f' => Some(Frame::Failed(crate::sanitize::inert_line(&String::from_utf8_lossy(data), 200))),
+                b'x' => parse_exit(data),
+                _ => None,
+            };
+            match frame {
+                Some(f) => out.push(f),
+                None => {
+                    self.broken = Some(format!("unreadable frame of kind {:#04x}", rest[0]));
+                    break;
+                }
+            }
+            self.start += 5 + len;
+        }
+        if self.start > 0 && (self.start == self.buf.len() || self.start > 1 << 16) {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        out
+    }
+
+    /// Bytes received that do not (yet) form a whole frame.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+}
+
+fn words(data: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(data)
+        .split(' ')
+        .filter_map(|t| t.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
+fn parse_started(data: &[u8]) -> Option<Frame> {
+    let uid = words(data).into_iter().find(|(k, _)| k == "uid")?.1.parse().ok()?;
+    Some(Frame::Started { uid })
+}
+
+/// `code N out=A err=B` or `signal N out=A err=B`.
+fn parse_exit(data: &[u8]) -> Option<Frame> {
+    let text = std::str::from_utf8(data).ok()?;
+    let mut it = text.split(' ');
+    let how = it.next()?;
+    let n: i32 = it.next()?.parse().ok()?;
+    let status = match how {
+        "code" if (0..=255).contains(&n) => ExitStatus { code: Some(n), signal: None },
+        "signal" if (1..=64).contains(&n) => ExitStatus { code: None, signal: Some(n) },
+        _ => return None,
+    };
+    let w = words(data);
+    let get = |k: &str| w.iter().find(|(key, _)| key == k).and_then(|(_, v)| v.parse().ok());
+    Some(Frame::Exit { status, stdout_bytes: get("out")?, stderr_bytes: get("err")? })
 }
 
 /// `pids=N disk=HEX fsize=HEX ...` (paths hex-encoded: a hostile file name
-/// cannot break the line) → {"pids": N, "disk": [..], "fsize": [..]}.
+/// cannot break the frame) → {"pids": N, "disk": [..], "fsize": [..]}.
 fn parse_status(line: &[u8]) -> serde_json::Value {
     let mut v = json!({});
     for tok in line.split(|&b| b == b' ') {
         let t = String::from_utf8_lossy(tok);
         let Some((k, val)) = t.split_once('=') else { continue };
         match k {
-            "pids" | "oom" => {
+            "pids" => {
                 if let Ok(n) = val.parse::<u64>() {
                     v[k] = json!(n);
                 }
@@ -417,65 +477,19 @@ fn parse_status(line: &[u8]) -> serde_json::Value {
     v
 }
 
-/// Takes the loader's status line out of the stderr stream, across chunk
-/// boundaries; everything else passes through unchanged.
-pub struct StatusFilter {
-    marker: Vec<u8>,
-    /// Bytes of a status line seen so far (None: not inside one).
-    inside: Option<Vec<u8>>,
-    /// Status lines seen and not yet taken.
-    pub statuses: Vec<serde_json::Value>,
-}
-
-impl StatusFilter {
-    pub fn new(nonce: &str) -> Self {
-        StatusFilter { marker: status_marker(nonce), inside: None, statuses: vec![] }
-    }
-
-    /// Returns the bytes that belong to the program's stderr.
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut out = vec![];
-        let mut rest = chunk;
-        loop {
-            if let Some(buf) = self.inside.as_mut() {
-                match rest.iter().position(|&b| b == b'\n') {
-                    Some(nl) => {
-                        buf.extend_from_slice(&rest[..nl]);
-                        let line = self.inside.take().unwrap_or_default();
-                        self.statuses.push(parse_status(&line));
-                        rest = &rest[nl + 1..];
-                    }
-                    None => {
-                        if buf.len() < 4096 {
-                            buf.extend_from_slice(rest);
-                        }
-                        return out;
-                    }
-                }
-            }
-            match rest.windows(self.marker.len()).position(|w| w == self.marker.as_slice()) {
-                Some(i) => {
-                    out.extend_from_slice(&rest[..i]);
-                    rest = &rest[i + self.marker.len()..];
-                    self.inside = Some(vec![]);
-                }
-                None => {
-                    out.extend_from_slice(rest);
-                    return out;
-                }
-            }
-        }
-    }
-}
-
-/// What the loader reads from stdin: one JSON header line, then the code.
-pub fn payload(spec: &RunSpec, nonce: &str) -> Vec<u8> {
+/// What the loader reads from stdin: the header's length on one line, the
+/// NUL-separated header, then exactly `code_len` bytes of code. Stdin stays
+/// open after it: one more byte (or EOF) is the host's acknowledgement that
+/// it has read the whole stream.
+pub fn payload(spec: &RunSpec, uid: u32, gid: u32) -> Vec<u8> {
     // NUL separates fields; no environment string can hold one.
     let clean = |x: &str| x.replace('\0', "");
     let mut fields: Vec<String> = vec![
-        nonce.into(),
+        spec.code.len().to_string(),
         spec.limits.file_size_bytes.to_string(),
         spec.limits.pids.to_string(),
+        uid.to_string(),
+        gid.to_string(),
         spec.language.name().into(),
         spec.language.file_name().into(),
         spec.language.interpreter().len().to_string(),
@@ -500,8 +514,8 @@ pub fn new_run_id() -> String {
     format!("{}-{n}-{nanos:08x}", std::process::id())
 }
 
-/// Exit code of the container's init (tini) → (code, signal). tini exits
-/// with 128+N when the program died of signal N, as shells do.
+/// Exit code of the container (only when the loader reported no exit: the
+/// container was killed) → (code, signal), 128+N meaning signal N.
 pub fn split_exit(code: i64) -> (Option<i32>, Option<i32>) {
     if (129..=128 + 64).contains(&code) {
         (None, Some((code - 128) as i32))
@@ -518,16 +532,29 @@ mod tests {
     fn payload_is_header_then_code() {
         let mut spec = RunSpec::new(crate::spec::Language::Sh, "echo hi\n");
         spec.env.insert("A".into(), "b\nc".into());
-        let p = payload(&spec, "n0nce");
+        let p = payload(&spec, 1234, 5678);
         let nl = p.iter().position(|&b| b == b'\n').unwrap();
         let len: usize = std::str::from_utf8(&p[..nl]).unwrap().parse().unwrap();
         let fields: Vec<&[u8]> = p[nl + 1..nl + 1 + len].split(|&b| b == 0).collect();
-        assert_eq!(fields[0], b"n0nce");
-        assert_eq!(fields[3], b"sh");
-        assert_eq!(fields[5], b"1");
-        assert_eq!(fields[6], b"/bin/sh");
-        assert_eq!(&fields[7..], [&b"A"[..], &b"b\nc"[..]]);
+        assert_eq!(fields[0], b"8");
+        assert_eq!(fields[3], b"1234");
+        assert_eq!(fields[4], b"5678");
+        assert_eq!(fields[5], b"sh");
+        assert_eq!(fields[7], b"1");
+        assert_eq!(fields[8], b"/bin/sh");
+        assert_eq!(&fields[9..], [&b"A"[..], &b"b\nc"[..]]);
         assert_eq!(&p[nl + 1 + len..], b"echo hi\n");
+    }
+
+    #[test]
+    fn the_program_is_never_root() {
+        assert_eq!(program_ids("65534:65534").unwrap(), (65534, 65534));
+        assert!(program_ids("0:0").is_err());
+        assert!(program_ids("1000:0").is_err());
+        assert!(program_ids("nobody").is_err());
+        let (u, g) = choose_ids(AUTO_USER, true).unwrap();
+        assert!((UID_BASE..UID_BASE + UID_COUNT).contains(&u) && u == g);
+        assert_eq!(choose_ids("4242:4343", true).unwrap(), (4242, 4343));
     }
 
     #[test]
@@ -545,19 +572,54 @@ mod tests {
         let env = b.env.unwrap();
         assert!(env.iter().all(|e| !e.starts_with("ANTHROPIC")));
         assert!(env.iter().any(|e| e == "HOME=/work"));
+        // /dev/shm is scratch space like the others: inside --disk.
+        let tmpfs = h.tmpfs.unwrap();
+        assert_eq!(tmpfs.len(), 3);
+        assert!(tmpfs[SHMDIR].contains(&format!("size={}", Limits::default().disk_bytes)));
+        assert!(h.shm_size.is_none());
+    }
+
+    fn frame(kind: u8, data: &[u8]) -> Vec<u8> {
+        let mut v = vec![kind];
+        v.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        v.extend_from_slice(data);
+        v
     }
 
     #[test]
-    fn status_lines_are_taken_out_across_chunks() {
-        let mut f = StatusFilter::new("abc");
-        let mut out = f.feed(b"err1\n\0sandbench-status abc pids=3 disk=2f");
-        out.extend(f.feed(b"776f726b\nafter"));
-        assert_eq!(out, b"err1\nafter");
-        assert_eq!(f.statuses[0]["disk"][0], "/work");
-        assert_eq!(f.statuses[0]["pids"], 3);
-        let mut g = StatusFilter::new("abc");
-        assert_eq!(g.feed(b"\0sandbench-status xyz pids=1\n"), b"\0sandbench-status xyz pids=1\n");
-        assert!(g.statuses.is_empty());
+    fn frames_are_decoded_across_chunks() {
+        let mut all = frame(b'r', b"uid=4242 gid=4242");
+        all.extend(frame(b'o', b"\0sandbench-status x pids=3\n"));
+        all.extend(frame(b's', b"pids=3 disk=2f776f726b"));
+        all.extend(frame(b'e', b""));
+        all.extend(frame(b'x', b"code 152 out=27 err=0"));
+        // Fed one byte at a time: the same frames.
+        let mut f = Frames::default();
+        let got: Vec<Frame> = all.iter().flat_map(|b| f.feed(std::slice::from_ref(b))).collect();
+        assert_eq!(got.len(), 5);
+        assert_eq!(got[0], Frame::Started { uid: 4242 });
+        assert_eq!(got[1], Frame::Stdout(b"\0sandbench-status x pids=3\n".to_vec()));
+        let Frame::Status(s) = &got[2] else { panic!() };
+        assert_eq!(s["disk"][0], "/work");
+        assert_eq!(
+            got[4],
+            Frame::Exit { status: ExitStatus { code: Some(152), signal: None }, stdout_bytes: 27, stderr_bytes: 0 }
+        );
+        assert_eq!(f.pending(), 0);
+        assert!(f.broken.is_none());
+    }
+
+    #[test]
+    fn malformed_frames_break_the_stream() {
+        for bad in [frame(b'?', b"x"), frame(b'x', b"code 999 out=0 err=0"), frame(b'x', b"signal 0 out=1 err=1")] {
+            let mut f = Frames::default();
+            assert!(f.feed(&bad).is_empty());
+            assert!(f.broken.is_some());
+            assert!(f.feed(&frame(b'o', b"later")).is_empty());
+        }
+        let mut f = Frames::default();
+        assert!(f.feed(&[b'o', 0xff, 0xff, 0xff, 0xff]).is_empty());
+        assert!(f.broken.is_some());
     }
 
     #[test]

@@ -313,6 +313,23 @@ impl DockerTier {
             format!("{} — engine {}, API {} (negotiated)", engine.host, engine.server_version, engine.api_version),
         ));
         let mut ok = true;
+        match container::choose_ids(&self.cfg.user, engine.local) {
+            Ok(_) => {
+                let mut detail = container::describe_user(&self.cfg.user);
+                if engine.local && self.cfg.user.trim() != container::AUTO_USER {
+                    if let Ok((uid, _)) = container::program_ids(&self.cfg.user) {
+                        if host_has_uid(uid) {
+                            detail.push_str(&format!(" — a host process has uid {uid} too: it shares per-uid quotas"));
+                        }
+                    }
+                }
+                checks.push(Check::ok("uid", detail));
+            }
+            Err(e) => {
+                ok = false;
+                checks.push(Check::fail("uid", format!("{e:#}"), "set [docker] user = \"auto\" in the config"));
+            }
+        }
         if let Some(rt) = self.runtime {
             if engine.runtimes.contains(rt) {
                 checks.push(Check::ok("runtime", format!("{rt} registered")));
@@ -433,6 +450,7 @@ impl DockerTier {
     ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
         let docker = &engine.docker;
         let limits = &spec.limits;
+        let (uid, gid) = container::choose_ids(&self.cfg.user, engine.local)?;
         let attach = docker
             .attach_container(
                 id,
@@ -456,26 +474,34 @@ impl DockerTier {
         // The program exists from now on: count it even if it exits before
         // the first sample.
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
-        let nonce = container::new_nonce();
-        let mut status = container::StatusFilter::new(&nonce);
+        let mut frames = container::Frames::default();
         let mut judge = Judge::new(limits);
         let mut loader = LoaderFacts::default();
-        let payload = container::payload(spec, &nonce);
+        let payload = container::payload(spec, uid, gid);
+        // Stdin stays open after the payload: the loader waits for one more
+        // byte (the acknowledgement that every frame arrived) before it ends
+        // the container.
+        let (ack_tx, ack_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut ack_tx = Some(ack_tx);
         let writer = tokio::spawn(async move {
             let r = async {
                 input.write_all(&payload).await?;
+                input.flush().await?;
+                let _ = ack_rx.await;
+                input.write_all(b"\n").await?;
                 input.flush().await?;
                 input.shutdown().await
             }
             .await;
             if let Err(e) = r {
-                tracing::debug!("writing the program to the container: {e}");
+                tracing::debug!("writing to the container's stdin: {e}");
             }
         });
 
         let (sample_tx, mut sample_rx) = mpsc::channel::<Sample>(4);
         let guest_pids = self.runtime.is_none();
-        let sampler = tokio::spawn(sample_loop(docker.clone(), id.to_string(), engine.local, guest_pids, sample_tx));
+        let cgroup = if engine.local { Cgroup::find(id) } else { None };
+        let sampler = tokio::spawn(sample_loop(docker.clone(), id.to_string(), cgroup.clone(), guest_pids, sample_tx));
 
         let mut exit_code: Option<i64> = None;
         let mut wait_error: Option<String> = None;
@@ -485,22 +511,63 @@ impl DockerTier {
         let mut peak_mem: Option<u64> = None;
         let mut cpu_killed = false;
         let mut cg_counters = judge::Counters::default();
+        // From the loader's own channel, which the program cannot write.
+        let mut reported: Option<(ExitStatus, u64, u64)> = None;
+        let mut failed: Option<String> = None;
+        let mut started_uid: Option<u32> = None;
+        let mut delivered = [0u64; 2];
+        // The loader's own failures (never the program's output), bounded.
+        let mut loader_err: Vec<u8> = vec![];
         let grace = tokio::time::sleep(Duration::from_secs(86_400 * 365));
         tokio::pin!(grace);
 
         while exit_code.is_none() && wait_error.is_none() || !output_done {
             tokio::select! {
                 item = output.next(), if !output_done => match item {
-                    Some(Ok(LogOutput::StdOut { message })) => ctx.emit(EventKind::Output(Stream::Stdout, message.to_vec())).await,
+                    Some(Ok(LogOutput::StdOut { message })) => {
+                        for frame in frames.feed(&message) {
+                            match frame {
+                                container::Frame::Stdout(b) => {
+                                    delivered[0] += b.len() as u64;
+                                    ctx.emit(EventKind::Output(Stream::Stdout, b)).await
+                                }
+                                container::Frame::Stderr(b) => {
+                                    delivered[1] += b.len() as u64;
+                                    ctx.emit(EventKind::Output(Stream::Stderr, b)).await
+                                }
+                                container::Frame::Status(found) => {
+                                    loader.absorb(&found);
+                                    judge.sample(ctx, &loader.counters(cg_counters)).await;
+                                }
+                                container::Frame::Started { uid } => started_uid = Some(uid),
+                                container::Frame::Failed(why) => {
+                                    failed = Some(why);
+                                    if let Some(tx) = ack_tx.take() {
+                                        let _ = tx.send(());
+                                    }
+                                }
+                                container::Frame::Exit { status, stdout_bytes, stderr_bytes } => {
+                                    reported = Some((status, stdout_bytes, stderr_bytes));
+                                    // The container is still up (the loader waits for the
+                                    // acknowledgement): its cgroup's counters are final now,
+                                    // including OOM kills of children the program survived.
+                                    if let Some(cg) = &cgroup {
+                                        cg_counters = cg_counters.max(cg.sample(guest_pids).counters);
+                                    }
+                                    if let Some(tx) = ack_tx.take() {
+                                        let _ = tx.send(());
+                                    }
+                                }
+                            }
+                        }
+                        if frames.broken.is_some() && !killed {
+                            killed = true;
+                            kill(docker, id);
+                        }
+                    }
                     Some(Ok(LogOutput::StdErr { message })) => {
-                        let message = status.feed(&message);
-                        for found in std::mem::take(&mut status.statuses) {
-                            loader.absorb(&found);
-                            judge.sample(ctx, &loader.counters(cg_counters)).await;
-                        }
-                        if !message.is_empty() {
-                            ctx.emit(EventKind::Output(Stream::Stderr, message)).await
-                        }
+                        let room = 4096usize.saturating_sub(loader_err.len());
+                        loader_err.extend_from_slice(&message[..message.len().min(room)]);
                     }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
@@ -535,7 +602,7 @@ impl DockerTier {
                         peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
                     }
                     ctx.usage(s.usage).await;
-                    cg_counters = s.counters;
+                    cg_counters = cg_counters.max(s.counters);
                     if judge.sample(ctx, &loader.counters(cg_counters)).await == judge::Action::KillForCpu && !killed {
                         killed = true;
                         cpu_killed = true;
@@ -551,9 +618,13 @@ impl DockerTier {
                 return Err(anyhow!("lost the container while waiting for it: {e}"));
             }
         }
-        // Only a killed container can have been killed by the OOM killer:
-        // skip the extra round trip for the common case.
-        let state = if exit_code.is_none_or(|c| c >= 128) {
+        if let Some(why) = frames.broken {
+            return Err(anyhow!("the container's loader sent an unreadable stream ({why}); the run is void"));
+        }
+        if let Some(why) = failed {
+            return Err(anyhow!("the container could not set up the program: {why}"));
+        }
+        let state = if reported.is_none() {
             docker
                 .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
                 .await
@@ -564,50 +635,83 @@ impl DockerTier {
         };
         let mut oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
         let raw = exit_code.or_else(|| state.as_ref().and_then(|s| s.exit_code)).unwrap_or(137);
-        let (code, signal) = container::split_exit(raw);
-        let unasked_kill = signal == Some(libc::SIGKILL) && !killed;
-        if unasked_kill && !oom && loader.oom == 0 {
-            // The engine may record the OOM event just after the exit.
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            oom = docker
-                .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
-                .await
-                .ok()
-                .and_then(|i| i.state)
-                .and_then(|s| s.oom_killed)
-                .unwrap_or(false);
-        }
-        for found in std::mem::take(&mut status.statuses) {
-            loader.absorb(&found);
-        }
+        let status = match reported {
+            Some((status, _, _)) => status,
+            None if killed => ExitStatus { code: None, signal: Some(libc::SIGKILL) },
+            None => {
+                let (code, signal) = container::split_exit(raw);
+                if signal == Some(libc::SIGKILL) && !oom {
+                    // The engine may record the OOM event just after the exit.
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    oom = docker
+                        .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+                        .await
+                        .ok()
+                        .and_then(|i| i.state)
+                        .and_then(|s| s.oom_killed)
+                        .unwrap_or(false);
+                }
+                if !oom {
+                    // Nothing the program can do ends the loader; a container
+                    // that ended without its report is a broken sandbox.
+                    let why = crate::sanitize::inert_line(&String::from_utf8_lossy(&loader_err), 300);
+                    return Err(anyhow!(
+                        "the container ended (exit {raw}) without the loader reporting the program's exit{}",
+                        if why.is_empty() { String::new() } else { format!(": {why}") }
+                    ));
+                }
+                ExitStatus { code, signal }
+            }
+        };
         let mut counters = loader.counters(cg_counters);
         if oom {
             counters.oom_kills = Some(counters.oom_kills.unwrap_or(0).max(1));
         }
         let facts = ExitFacts {
-            status: ExitStatus { code, signal },
+            status,
             counters,
             rlimit_signals_trusted: false,
             capped_files: loader.fsize.clone(),
             full_mounts: loader.disk.clone(),
         };
         judge.exit(ctx, &facts).await;
-        let exit = if killed && !cpu_killed && exit_code.is_none() {
+        let exit = if killed && !cpu_killed && reported.is_none() {
             ExitStatus { code: None, signal: Some(libc::SIGKILL) }
         } else {
-            ExitStatus { code, signal }
+            status
         };
         ctx.emit(EventKind::Exit(exit)).await;
         let usage = UsageSample { cpu_ms: last.cpu_ms, memory_bytes: peak_mem, pids: None };
-        let details = json!({ "oom_killed": oom, "container_exit_code": raw });
+        let produced = reported.map(|(_, o, e)| [o, e]);
+        let details = json!({
+            "oom_killed": oom,
+            "container_exit_code": raw,
+            "program_uid": started_uid,
+            "program_uid_policy": container::describe_user(&self.cfg.user),
+            "output": {
+                "stdout_bytes": delivered[0],
+                "stderr_bytes": delivered[1],
+                // Every byte the program wrote reached sandbench (before the
+                // runner's output limit); false only when the run was cut.
+                "complete": produced == Some(delivered),
+            },
+        });
         Ok((usage, details))
     }
+}
+
+/// Does any host process run as `uid` now?
+fn host_has_uid(uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+        e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())
+            && e.metadata().is_ok_and(|m| m.uid() == uid)
+    })
 }
 
 /// What the loader reported from inside the container.
 #[derive(Debug, Default)]
 struct LoaderFacts {
-    oom: u64,
     pids_refused: u64,
     fsize: Vec<String>,
     disk: Vec<String>,
@@ -615,9 +719,6 @@ struct LoaderFacts {
 
 impl LoaderFacts {
     fn absorb(&mut self, found: &serde_json::Value) {
-        if let Some(n) = found.get("oom").and_then(|v| v.as_u64()) {
-            self.oom = self.oom.max(n);
-        }
         if found.get("pids").and_then(|v| v.as_u64()).is_some() {
             self.pids_refused = self.pids_refused.max(1);
         }
@@ -645,7 +746,7 @@ impl LoaderFacts {
         let max = |a: Option<u64>, b: u64| Some(a.unwrap_or(0).max(b));
         judge::Counters {
             cpu_ms: cg.cpu_ms,
-            oom_kills: max(cg.oom_kills, self.oom),
+            oom_kills: cg.oom_kills,
             memory_limit_hits: cg.memory_limit_hits,
             pids_refused: max(cg.pids_refused, self.pids_refused),
         }
@@ -746,9 +847,9 @@ impl Cgroup {
 /// and immediate), else the engine's stats stream (one sample a second).
 /// `guest_pids` is false on gVisor, where the host only sees the sandbox's
 /// own threads, not the program's processes.
-async fn sample_loop(docker: Docker, id: String, local: bool, guest_pids: bool, tx: mpsc::Sender<Sample>) {
-    if local {
-        if let Some(cg) = Cgroup::find(&id) {
+async fn sample_loop(docker: Docker, id: String, cgroup: Option<Cgroup>, guest_pids: bool, tx: mpsc::Sender<Sample>) {
+    {
+        if let Some(cg) = cgroup {
             let mut ticker = tokio::time::interval(SAMPLE_EVERY);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -1,0 +1,335 @@
+# sandbench's container loader: PID 1 of every docker/gvisor container.
+# Embedded into the binary (src/tier/docker/container.rs, include_str!) and
+# passed as `python3 -u -c`; it must stay importable by any Python 3.8+.
+#
+# Why it is built this way (issue 10, items 4 and 5):
+# - The program never shares this process: it runs in a child that has
+#   dropped to its own uid before any of its code runs, with only three fds
+#   (stdin = /dev/null, stdout and stderr = pipes to this process). It cannot
+#   signal, ptrace or read this process (other uid, not dumpable).
+# - The container's stdout is this process's alone: everything on it is a
+#   frame (kind byte, 4-byte big-endian length, payload) written here. The
+#   program's output arrives as 'o'/'e' frames, framed by this process, so
+#   the program cannot forge a status ('s') or exit ('x') frame whatever it
+#   writes. The container's stderr carries only this loader's own failures.
+# - The exit frame says "code N" or "signal N" from waitpid: an exit 152 is
+#   not a SIGXCPU.
+# - After the exit frame this process waits for the host's acknowledgement
+#   on stdin before it exits, so no output can be lost when the container
+#   ends (gVisor dropped the tail of a pipe at container exit).
+import sys, os, ctypes, _signal, select
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: not ptrace-able, /proc/1/* root-only
+
+
+def _scrub_environ():
+    # gVisor (20221219) shows /proc/1/environ to any process whatever the
+    # dumpable flag: blank the block it reads from (os.environ is a copy).
+    env = ctypes.POINTER(ctypes.c_char_p).in_dll(_libc, "environ")
+    i = 0
+    while env[i] is not None:
+        p = ctypes.cast(env, ctypes.POINTER(ctypes.c_void_p))[i]
+        ctypes.memset(p, 0, len(env[i]))
+        i += 1
+
+
+_scrub_environ()
+os.chdir("/work")
+
+# sandbench's seccomp filter, installed by the loader in the program's
+# process on both runtimes, so runc and runsc refuse the same calls (runsc
+# 20221219 cannot load an OCI profile: with --oci-seccomp threads fail). On
+# runc it stacks on Docker's default profile. Denied (EPERM): io_uring,
+# namespaces (unshare, setns, clone with any CLONE_NEW* flag), mounts,
+# keyrings, bpf, perf events, userfaultfd, module and kexec loading,
+# file handles, swap, reboot, syslog, quotas, fanotify, kcmp; clone3 gives
+# ENOSYS (its flags cannot be inspected; libc falls back to clone); calls
+# of any other ABI (i386, x32) are refused.
+_DENY = {
+    # name: (x86_64, aarch64)
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39),
+    "pivot_root": (155, 41), "chroot": (161, 51), "open_tree": (428, 428), "move_mount": (429, 429),
+    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
+    "mount_setattr": (442, 442), "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
+    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "init_module": (175, 105),
+    "finit_module": (313, 273), "delete_module": (176, 106), "name_to_handle_at": (303, 264),
+    "open_by_handle_at": (304, 265), "acct": (163, 89), "swapon": (167, 224), "swapoff": (168, 225),
+    "reboot": (169, 142), "syslog": (103, 116), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
+    "fanotify_init": (300, 262), "kcmp": (312, 272),
+}
+_CLONE = (56, 220)
+_CLONE3 = (435, 435)
+_CLONE_NEW_ANY = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+
+
+def _seccomp():
+    import struct
+    machine = os.uname().machine
+    if machine == "x86_64":
+        arch, col = 0xC000003E, 0
+    elif machine == "aarch64":
+        arch, col = 0xC00000B7, 1
+    else:
+        raise OSError("no seccomp table for " + machine)
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, errno = 0x7FFF0000, 0x00050000
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, errno | 1), (ld, 0, 0, 0)]
+    if col == 0:
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, errno | 1)]
+    for nrs in _DENY.values():
+        prog += [(jeq, 0, 1, nrs[col]), (ret, 0, 0, errno | 1)]
+    prog += [(jeq, 0, 1, _CLONE3[col]), (ret, 0, 0, errno | 38)]
+    prog += [(jeq, 0, 3, _CLONE[col]), (ld, 0, 0, 16), (jset, 0, 1, _CLONE_NEW_ANY), (ret, 0, 0, errno | 1)]
+    prog += [(ret, 0, 0, allow)]
+    raw = b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in prog)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fp = Fprog(len(prog), ctypes.addressof(buf))
+    ul = ctypes.c_ulong
+    if _libc.prctl(38, ul(1), ul(0), ul(0), ul(0)) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    if _libc.prctl(22, ul(2), ctypes.byref(fp), ul(0), ul(0)) != 0:  # PR_SET_SECCOMP, FILTER
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
+def _frame(kind, data):
+    buf = kind + len(data).to_bytes(4, "big") + data
+    while buf:
+        n = os.write(1, buf)
+        buf = buf[n:]
+
+
+def _read_exactly(n):
+    out = b""
+    while len(out) < n:
+        x = os.read(0, n - len(out))
+        if not x:
+            raise EOFError("stdin ended inside the payload")
+        out += x
+    return out
+
+
+def _read_line():
+    out = b""
+    while not out.endswith(b"\n"):
+        x = os.read(0, 1)
+        if not x:
+            raise EOFError("stdin ended before the payload")
+        out += x
+        if len(out) > 32:
+            raise ValueError("bad payload header")
+    return out
+
+
+# Header: its length on one line, then NUL-separated fields (no json:
+# importing it costs ~35 ms on gVisor), then exactly code_len bytes of code.
+_n = int(_read_line())
+_f = _read_exactly(_n).split(b"\0")
+_code_len, _fsize, _pids, _uid, _gid = (int(x) for x in _f[:5])
+_lang, _file, _argc = _f[5].decode(), _f[6].decode(), int(_f[7])
+_argv = [os.fsdecode(a) for a in _f[8:8 + _argc]]
+_env = _f[8 + _argc:]
+_code = _read_exactly(_code_len)
+if _uid == 0 or _gid == 0 or "/" in _file:
+    raise ValueError("refusing to run the program as root or outside /work")
+_path = "/work/" + _file
+
+_out_r, _out_w = os.pipe()
+_err_r, _err_w = os.pipe()
+_ok_r, _ok_w = os.pipe()
+_wake_r, _wake_w = os.pipe()
+os.set_blocking(_wake_w, False)
+# A SIGCHLD handler so that the wakeup fd ends select() the moment the
+# program exits (the default disposition would not wake it).
+_signal.signal(_signal.SIGCHLD, lambda *a: None)
+_signal.set_wakeup_fd(_wake_w)
+
+_pid = os.fork()
+if _pid == 0:
+    try:
+        _signal.set_wakeup_fd(-1)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+        _null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(_null, 0)
+        os.dup2(_out_w, 1)
+        os.dup2(_err_w, 2)
+        os.closerange(3, _ok_w)
+        os.closerange(_ok_w + 1, 1 << 16)
+        try:
+            # The OOM killer takes the program, never the loader.
+            with open("/proc/self/oom_score_adj", "w") as _fh:
+                _fh.write("1000")
+        except OSError:
+            pass
+        os.setgroups([])
+        os.setresgid(_gid, _gid, _gid)
+        os.setresuid(_uid, _uid, _uid)
+        if os.getuid() != _uid or os.geteuid() != _uid or os.getgid() != _gid:
+            os._exit(121)
+        _libc.prctl(4, 1, 0, 0, 0)
+        # Written as the program's uid: the program owns its own file.
+        with open(_path, "wb") as fh:
+            fh.write(_code)
+        env = dict(os.environ)
+        for i in range(0, len(_env) - 1, 2):
+            env[os.fsdecode(_env[i])] = os.fsdecode(_env[i + 1])
+        os.environ.clear()
+        os.environ.update(env)
+        _seccomp()
+        # Only now is the program's sandbox complete: say so, and keep no
+        # fd of the loader's.
+        os.write(_ok_w, b"1")
+        os.close(_ok_w)
+    except BaseException:
+        os._exit(121)
+    if _lang != "python":
+        _argv = _argv + [_path]
+        try:
+            os.execvpe(_argv[0], _argv, dict(os.environ))
+        finally:
+            os._exit(127)
+    import types
+    _m = types.ModuleType("__main__")
+    _m.__file__ = _path
+    sys.modules["__main__"] = _m
+    sys.argv = [_path]
+    sys.path[0] = "/work"
+    sys.stdin = open(0, "r", closefd=False)
+    try:
+        exec(compile(_code, _path, "exec"), _m.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        import traceback
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        sys.exit(1)
+    sys.exit(0)
+
+os.close(_out_w)
+os.close(_err_w)
+os.close(_ok_w)
+if os.read(_ok_r, 1) != b"1":
+    # The child could not become the program's uid: the run must not happen.
+    _frame(b"f", b"the program's process could not drop to uid %d" % _uid)
+    os.read(0, 1)
+    os._exit(0)
+os.close(_ok_r)
+_frame(b"r", b"uid=%d gid=%d" % (_uid, _gid))
+_code = None
+_said = set()
+
+
+def _say(found):
+    parts = [b"pids=%d" % found["pids"]] if "pids" in found else []
+    parts += [b"disk=" + os.fsencode(d).hex().encode() for d in found.get("disk", [])]
+    parts += [b"fsize=" + os.fsencode(q).hex().encode() for q in found.get("fsize", [])]
+    _frame(b"s", b" ".join(parts)[:4000])
+
+
+def _watch(final):
+    # What the program meets, seen from inside: processes at the pids limit
+    # (the only view of them on gVisor), a full scratch space, files at the
+    # size limit (a program that catches EFBIG/ENOSPC says nothing).
+    found = {}
+    try:
+        if "pids" not in _said:
+            # This loader is not one of the program's processes.
+            n = sum(1 for d in os.listdir("/proc") if d.isdigit()) - 1
+            if n >= _pids:
+                found["pids"] = n
+        for d in ("/work", "/tmp", "/dev/shm"):
+            try:
+                st = os.statvfs(d)
+            except OSError:
+                continue
+            if st.f_bavail * st.f_frsize < 1 << 20 or (st.f_files > 0 and st.f_favail == 0):
+                if "disk:" + d not in _said:
+                    found.setdefault("disk", []).append(d)
+            if not final:
+                continue
+            n = 0
+            for root, dirs, files in os.walk(d):
+                for f in files:
+                    n += 1
+                    q = os.path.join(root, f)
+                    try:
+                        if os.lstat(q).st_size >= _fsize:
+                            found.setdefault("fsize", []).append(q)
+                    except OSError:
+                        pass
+                if n > 5000 or len(found.get("fsize", ())) > 5:
+                    break
+    except Exception:
+        pass
+    if found:
+        _said.update(["pids"] if "pids" in found else [])
+        _said.update("disk:" + d for d in found.get("disk", []))
+        _say(found)
+
+
+_streams = {_out_r: b"o", _err_r: b"e"}
+_counts = {b"o": 0, b"e": 0}
+_st = None
+
+
+def _pump(fd):
+    try:
+        x = os.read(fd, 65536)
+    except BlockingIOError:
+        return False
+    if not x:
+        os.close(fd)
+        del _streams[fd]
+        return False
+    _counts[_streams[fd]] += len(x)
+    _frame(_streams[fd], x)
+    return True
+
+
+def _reap():
+    # PID 1 reaps every orphan; the program's own status is kept.
+    global _st
+    while True:
+        try:
+            w, s = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if w == 0:
+            return
+        if w == _pid:
+            _st = s
+
+
+while _st is None:
+    ready, _, _ = select.select(list(_streams) + [_wake_r], [], [], 0.1)
+    for fd in ready:
+        if fd == _wake_r:
+            os.read(_wake_r, 512)
+        else:
+            _pump(fd)
+    _reap()
+    _watch(False)
+# The program is gone: what it wrote before it exited is in the pipes. Take
+# all of it, but do not wait for descendants that keep the pipes open.
+for fd in list(_streams):
+    os.set_blocking(fd, False)
+    while fd in _streams and _pump(fd):
+        pass
+_watch(True)
+if os.WIFSIGNALED(_st):
+    how = b"signal %d" % os.WTERMSIG(_st)
+else:
+    how = b"code %d" % os.WEXITSTATUS(_st)
+_frame(b"x", how + b" out=%d err=%d" % (_counts[b"o"], _counts[b"e"]))
+# Stay up until the host has taken everything (it acknowledges on stdin).
+try:
+    os.read(0, 1)
+except OSError:
+    pass
+os._exit(0)
