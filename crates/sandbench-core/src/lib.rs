@@ -13,6 +13,7 @@ pub mod event;
 pub mod gauntlet;
 pub mod host;
 pub mod judge;
+pub mod owner;
 pub mod report;
 pub mod runner;
 pub mod samples;

@@ -87,6 +87,9 @@ fn main() -> ExitCode {
         (r, signal)
     });
     let (result, signal) = result;
+    // Everything this process made is gone (shutdown ran): its owner lock
+    // file has nothing left to vouch for.
+    sandbench::owner::release();
     if let Some(sig) = signal {
         drop(rt);
         die_of(sig);

@@ -23,6 +23,7 @@ mod peers;
 mod process_cli;
 mod process_samples;
 mod process_spare;
+mod reaper;
 mod tui_agent;
 mod tui_app;
 mod tui_e2e;
