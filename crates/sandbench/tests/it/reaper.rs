@@ -149,7 +149,7 @@ fn docker_image() -> String {
 fn container_owned_by(image: &str, owner: &str, test_label: &str) -> String {
     let out = Command::new("docker")
         .args(["create", "--network", "none", "--label", "sandbench=reaper-test", "--label"])
-        .arg(format!("sandbench.owner={owner}"))
+        .arg(format!("sandbench.owner={owner}:owner-lock:v2"))
         .args(["--label", "sandbench.pid=1", "--label"])
         .arg(format!("sandbench.reaper-test={test_label}"))
         .args([image, "true"])

@@ -11,13 +11,24 @@ use super::container::{LABEL_OWNER, LABEL_PID, LABEL_RUN};
 use super::engine::Engine;
 
 /// The labels of a container owned by this process.
-/// The owner label is this process's owner token: with a shared (remote)
+/// After the token in the owner label. Reapers of earlier sandbench versions
+/// read the label as `machine:pid:starttime` and judged anything malformed
+/// dead; with this suffix they read the token as a machine that is not theirs
+/// and leave the container alone, so old and new versions can share an engine.
+const OWNER_SUFFIX: &str = ":owner-lock:v2";
+
+/// The owner token in an owner label; None for labels of earlier versions.
+pub fn token_of(label: &str) -> Option<&str> {
+    label.strip_suffix(OWNER_SUFFIX)
+}
+
+/// The owner label carries this process's owner token: with a shared (remote)
 /// engine, other hosts' sandbench processes see it names another host.
 pub fn labels(run_id: &str, tier: &str) -> anyhow::Result<HashMap<String, String>> {
     Ok(HashMap::from([
         (LABEL_RUN.to_string(), run_id.to_string()),
         (LABEL_PID.to_string(), std::process::id().to_string()),
-        (LABEL_OWNER.to_string(), crate::owner::token()?.to_string()),
+        (LABEL_OWNER.to_string(), format!("{}{OWNER_SUFFIX}", crate::owner::token()?)),
         (super::container::LABEL_TIER.to_string(), tier.to_string()),
     ]))
 }
@@ -38,7 +49,7 @@ pub async fn reap(engine: &Engine) -> anyhow::Result<(usize, usize)> {
     for c in &list {
         let Some(id) = c.id.clone() else { continue };
         let owner = c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).map(String::as_str).unwrap_or("");
-        if sweep.dead(owner) {
+        if token_of(owner).is_some_and(|t| sweep.dead(t)) {
             let docker = engine.docker.clone();
             removals.push(async move {
                 docker
@@ -121,6 +132,18 @@ fn runsc_container_id(cmdline: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owner_labels_carry_the_token_and_old_reapers_read_another_machine() {
+        let l = labels("r", "docker").unwrap();
+        let owner = &l[LABEL_OWNER];
+        assert_eq!(token_of(owner), Some(crate::owner::token().unwrap()));
+        // What earlier versions did with the label: machine:pid:starttime.
+        let mut it = owner.rsplitn(3, ':');
+        let (_, _, machine) = (it.next(), it.next(), it.next().unwrap());
+        assert_eq!(machine, crate::owner::token().unwrap(), "no machine id: an old reaper leaves it alone");
+        assert_eq!(token_of("0123:42:77"), None, "an old label is never judged");
+    }
 
     #[test]
     fn runsc_ids_come_from_the_bundle_path() {
