@@ -19,6 +19,7 @@ pub mod runner;
 pub mod samples;
 pub mod sanitize;
 pub mod setup;
+pub mod soak;
 pub mod spec;
 pub mod stats;
 pub mod tier;

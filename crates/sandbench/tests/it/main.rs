@@ -24,6 +24,7 @@ mod process_cli;
 mod process_samples;
 mod process_spare;
 mod reaper;
+mod soak;
 mod tui_agent;
 mod tui_app;
 mod tui_e2e;

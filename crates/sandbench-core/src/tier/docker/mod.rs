@@ -169,6 +169,18 @@ pub async fn shutdown() {
     pool::drain_all().await;
 }
 
+/// Containers carrying `token`; None when the engine cannot be asked.
+pub async fn owned_containers(token: &str) -> Option<Vec<String>> {
+    let work = async {
+        let engine = Engine::connect().await?;
+        reap::owned(&engine, token).await
+    };
+    match tokio::time::timeout(Duration::from_secs(10), work).await {
+        Ok(Ok(v)) => Some(v),
+        _ => None,
+    }
+}
+
 /// Remove containers of dead sandbench processes and stray runsc processes.
 /// Quiet and quick when there is no daemon.
 pub async fn reap_leftovers() {

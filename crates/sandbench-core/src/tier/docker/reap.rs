@@ -33,6 +33,17 @@ pub fn labels(run_id: &str, tier: &str) -> anyhow::Result<HashMap<String, String
     ]))
 }
 
+/// Containers (any state) whose owner label names `token`.
+pub async fn owned(engine: &Engine, token: &str) -> anyhow::Result<Vec<String>> {
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_OWNER}={token}{OWNER_SUFFIX}")])]);
+    let list = engine
+        .docker
+        .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot list containers: {}", super::engine::cause(&e)))?;
+    Ok(list.into_iter().filter_map(|c| c.id).collect())
+}
+
 /// Remove containers whose owner is provably dead (see `owner`): a container
 /// of another host, another boot, or with a malformed owner label is never
 /// touched. Kill stray runsc processes when the engine is local. Returns how many containers and processes went.

@@ -373,6 +373,22 @@ pub enum WaitEnd {
     Stopped,
 }
 
+/// QEMU processes whose `-name` carries `token`.
+pub fn owned_qemu(token: &str) -> Vec<i32> {
+    let want = format!("{NAME_PREFIX}{token}-");
+    let mut out = vec![];
+    let Ok(rd) = std::fs::read_dir("/proc") else { return out };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let mut args = cmdline.split(|b| *b == 0);
+        if args.any(|a| a == b"-name") && args.next().is_some_and(|n| n.starts_with(want.as_bytes())) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 /// Kill QEMU processes and remove run dirs whose sandbench is provably dead
 /// (see `owner`): never another host's or boot's, never a held owner lock.
 pub fn reap(paths: &Paths) -> usize {

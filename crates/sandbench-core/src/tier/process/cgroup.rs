@@ -390,6 +390,17 @@ fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
+/// Run cgroups named by `token`, in every hierarchy.
+pub fn owned(layout: &Layout, token: &str) -> Vec<PathBuf> {
+    let prefix = format!("{token}-");
+    let mut v = vec![];
+    for parent in layout.parents() {
+        let Ok(rd) = fs::read_dir(&parent) else { continue };
+        v.extend(rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).map(|e| e.path()));
+    }
+    v
+}
+
 /// Remove run cgroups whose owner is provably dead (see `owner`): never
 /// another host's or boot's, never one whose owner's lock is held. Returns how many.
 pub fn reap(layout: &Layout) -> usize {
