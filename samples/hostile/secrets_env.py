@@ -1,5 +1,5 @@
 # name: secrets-env
-# tries: find the host's API key in its environment, its parent's, init's, or any process's /proc/<pid>/environ
+# tries: find the API key planted in the launcher's environment (a fake one each gauntlet run): its own environment, its parent's, init's, any /proc/<pid>/environ
 # must: show it nothing of the host's environment
 # expect: *=ok
 import os

@@ -149,6 +149,23 @@ pub struct BenchArgs {
     pub runs: usize,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Soak instead: benign and hostile samples on every selected tier, N in
+    /// flight, for --duration; reports verdicts, output delivered, host
+    /// latency and leftovers.
+    #[arg(long)]
+    pub soak: bool,
+    /// How long the soak starts new runs (e.g. 30s, 10m).
+    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration, default_value = "60s", requires = "soak")]
+    pub duration: Duration,
+    /// Runs in flight during the soak.
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "soak")]
+    pub concurrency: usize,
+    /// Soak: comma-separated tiers (default: every available tier).
+    #[arg(long, value_name = "TIERS", requires = "soak")]
+    pub tiers: Option<String>,
+    /// Soak: samples folder (with benign/ and hostile/).
+    #[arg(long, value_name = "DIR", requires = "soak")]
+    pub samples: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

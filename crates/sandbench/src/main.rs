@@ -27,13 +27,6 @@ fn main() -> ExitCode {
         }
     };
     init_logging();
-    if matches!(cli.command, Some(Command::Gauntlet(_)))
-        && std::env::var_os(sandbench::gauntlet::canary::SECRET_VAR).is_none()
-    {
-        // The gauntlet's secret canary lives in sandbench's own environment.
-        // Set it before any thread exists.
-        std::env::set_var(sandbench::gauntlet::canary::SECRET_VAR, "sk-ant-sandbench-canary-not-a-real-key");
-    }
     let config = match Config::load() {
         Ok(c) => c,
         Err(e) => {
@@ -97,6 +90,9 @@ fn main() -> ExitCode {
         (r, signal)
     });
     let (result, signal) = result;
+    // Everything this process made is gone (shutdown ran): its owner lock
+    // file has nothing left to vouch for.
+    sandbench::owner::release();
     if let Some(sig) = signal {
         drop(rt);
         die_of(sig);

@@ -1,6 +1,8 @@
 //! Host-side canaries: the gauntlet judges a run by what the host saw, never
 //! by what the program says. Each canary is set up before a run and read
-//! after it.
+//! after it. Every run plants its own fake secrets (an API key in the
+//! launcher's environment, secret files in the host home), so a gauntlet
+//! tests for secret leaks whatever the user's environment holds.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -15,19 +17,32 @@ use serde::Serialize;
 
 use crate::report::RunReport;
 
-/// The variable name of the fake secret in sandbench's own environment.
+/// The variable name of the fake API key in the launcher's environment.
 pub const SECRET_VAR: &str = "ANTHROPIC_API_KEY";
 
-fn token(tag: &str) -> String {
-    let mut b = [0u8; 12];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut b);
-    }
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("sandbench-canary-{tag}-{hex}")
+/// Random hex; a canary that is not random could be guessed, and one that is
+/// all zeros would match another run's (no silent fallback).
+fn random_hex(bytes: usize) -> std::io::Result<String> {
+    let mut b = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
-/// A listener that counts connection attempts that got through.
+fn token(tag: &str) -> std::io::Result<String> {
+    Ok(format!("sandbench-canary-{tag}-{}", random_hex(12)?))
+}
+
+/// What the listeners keep of what was sent to them (to look for secrets).
+const RECEIVED_MAX: usize = 256 << 10;
+/// Per connection: how much is read, and for how long.
+const READ_MAX: usize = 64 << 10;
+const READ_FOR: Duration = Duration::from_millis(100);
+
+/// A connection a listener accepted, ready to be read with a timeout.
+type Accepted = Box<dyn Read + Send>;
+
+/// A listener that counts connection attempts that got through and keeps
+/// (bounded) what they sent.
 struct Listener {
     what: String,
     hits: Arc<AtomicU64>,
@@ -36,9 +51,9 @@ struct Listener {
 }
 
 impl Listener {
-    fn spawn<F>(what: String, accept: F) -> Listener
+    fn spawn<F>(what: String, received: Arc<Mutex<Vec<u8>>>, accept: F) -> Listener
     where
-        F: Fn() -> std::io::Result<bool> + Send + 'static,
+        F: Fn() -> std::io::Result<Option<Accepted>> + Send + 'static,
     {
         let hits = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -46,10 +61,16 @@ impl Listener {
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 match accept() {
-                    Ok(true) => {
+                    Ok(Some(conn)) => {
                         h.fetch_add(1, Ordering::Relaxed);
+                        let mut got = vec![];
+                        let _ = conn.take(READ_MAX as u64).read_to_end(&mut got);
+                        if let Ok(mut r) = received.lock() {
+                            let room = RECEIVED_MAX.saturating_sub(r.len());
+                            r.extend_from_slice(&got[..got.len().min(room)]);
+                        }
                     }
-                    Ok(false) => std::thread::sleep(Duration::from_millis(5)),
+                    Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             }
@@ -67,20 +88,53 @@ impl Drop for Listener {
     }
 }
 
-fn nonblocking_accept<T>(r: std::io::Result<T>) -> std::io::Result<bool> {
+fn nonblocking_accept<T, A>(r: std::io::Result<(T, A)>) -> std::io::Result<Option<Accepted>>
+where
+    T: Read + Send + 'static + Timed,
+{
     match r {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Ok((conn, _)) => {
+            conn.blocking_with_timeout(READ_FOR)?;
+            Ok(Some(Box::new(conn)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// A connection that can be read with a timeout.
+trait Timed {
+    fn blocking_with_timeout(&self, t: Duration) -> std::io::Result<()>;
+}
+
+impl Timed for std::net::TcpStream {
+    fn blocking_with_timeout(&self, t: Duration) -> std::io::Result<()> {
+        self.set_nonblocking(false)?;
+        self.set_read_timeout(Some(t))
+    }
+}
+
+impl Timed for std::os::unix::net::UnixStream {
+    fn blocking_with_timeout(&self, t: Duration) -> std::io::Result<()> {
+        self.set_nonblocking(false)?;
+        self.set_read_timeout(Some(t))
     }
 }
 
 /// Everything planted for one run.
 pub struct Canaries {
-    /// The fake secret's value (set in sandbench's own environment by the caller).
-    pub secret: Option<String>,
+    /// The fake API key: the gauntlet puts it in the launcher's environment
+    /// (`RunSpec::launcher_env`, as `SECRET_VAR`), never the program's.
+    pub api_key: String,
+    /// A secret of the caller's to look for too (e.g. a value it put in a
+    /// sandbench's own exec-time environment).
+    pub also: Option<String>,
     pub home: tempfile::TempDir,
+    /// The content of every planted secret file.
     pub file_secret: String,
+    /// Secret files planted in host locations (removed when dropped): the
+    /// temporary home's, and one in the real home of the user running sandbench.
+    pub secret_files: Vec<PathBuf>,
     pub outside: PathBuf,
     pub port4: u16,
     pub port6: Option<u16>,
@@ -91,6 +145,7 @@ pub struct Canaries {
     /// Put in every sandboxed process's environment; found later = a survivor.
     pub marker: String,
     listeners: Vec<Listener>,
+    received: Arc<Mutex<Vec<u8>>>,
     victim: Option<std::process::Child>,
     probe: Option<HostProbe>,
 }
@@ -99,48 +154,76 @@ pub struct Canaries {
 pub struct Findings {
     /// What got out. Empty: the canaries saw nothing.
     pub escapes: Vec<String>,
+    /// The secrets this run planted (what the escapes would have found).
+    #[serde(default)]
+    pub planted: Vec<String>,
     /// Host responsiveness during the run: latency of spawning `/bin/true`.
     pub host_latency_ms_p50: Option<f64>,
     pub host_latency_ms_max: Option<f64>,
 }
 
 impl Canaries {
-    /// Plant the canaries. `secret` is the value of `SECRET_VAR` in sandbench's
-    /// own environment, if the caller put one there.
-    pub fn plant(secret: Option<String>) -> std::io::Result<Canaries> {
+    /// Plant the canaries in the real home of the user running sandbench.
+    /// `also`: a secret of the caller's to look for too.
+    pub fn plant(also: Option<String>) -> std::io::Result<Canaries> {
+        Canaries::plant_in(also, dirs::home_dir())
+    }
+
+    /// Plant the canaries; `host_home` gets a secret file (a sandbox that
+    /// shows the host's home gives it away).
+    pub fn plant_in(also: Option<String>, host_home: Option<PathBuf>) -> std::io::Result<Canaries> {
         let home = tempfile::Builder::new().prefix("sandbench-canary-home-").tempdir()?;
-        let file_secret = token("file");
-        std::fs::write(home.path().join("canary-secret.txt"), format!("{file_secret}\n"))?;
+        let file_secret = token("file")?;
+        // Looks like a real key, so a program hunting for keys by shape finds it.
+        let api_key = format!("sk-ant-api03-sandbench-canary-{}", random_hex(16)?);
+        let mut secret_files = vec![home.path().join("canary-secret.txt")];
+        if let Some(h) = host_home.filter(|h| h.is_dir()) {
+            secret_files.push(h.join(format!(".sandbench-canary-{}.secret", random_hex(6)?)));
+        }
+        for f in &secret_files {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            // Readable by anyone: the canary is about what a sandbox can see,
+            // not about file modes. create_new: never overwrite a user's file.
+            let mut w = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(f)?;
+            w.write_all(format!("{file_secret}\n").as_bytes())?;
+        }
         let outside = home.path().join("outside-written");
         let mut listeners = vec![];
+        let received = Arc::new(Mutex::new(vec![]));
 
         let l4 = TcpListener::bind("127.0.0.1:0")?;
         l4.set_nonblocking(true)?;
         let port4 = l4.local_addr()?.port();
-        listeners.push(Listener::spawn(format!("TCP 127.0.0.1:{port4}"), move || nonblocking_accept(l4.accept())));
+        listeners.push(Listener::spawn(format!("TCP 127.0.0.1:{port4}"), received.clone(), move || {
+            nonblocking_accept(l4.accept())
+        }));
 
         let port6 = match TcpListener::bind("[::1]:0") {
             Ok(l6) => {
                 l6.set_nonblocking(true)?;
                 let p = l6.local_addr()?.port();
-                listeners.push(Listener::spawn(format!("TCP [::1]:{p}"), move || nonblocking_accept(l6.accept())));
+                listeners.push(Listener::spawn(format!("TCP [::1]:{p}"), received.clone(), move || {
+                    nonblocking_accept(l6.accept())
+                }));
                 Some(p)
             }
             Err(_) => None,
         };
 
-        let unix_name = token("unix");
+        let unix_name = token("unix")?;
         {
             use std::os::linux::net::SocketAddrExt;
             let addr = std::os::unix::net::SocketAddr::from_abstract_name(unix_name.as_bytes())?;
             let lu = UnixListener::bind_addr(&addr)?;
             lu.set_nonblocking(true)?;
-            listeners
-                .push(Listener::spawn(format!("abstract unix @{unix_name}"), move || nonblocking_accept(lu.accept())));
+            listeners.push(Listener::spawn(format!("abstract unix @{unix_name}"), received.clone(), move || {
+                nonblocking_accept(lu.accept())
+            }));
         }
 
-        let marker = token("mark");
-        let sockets = plant_sockets(home.path(), &marker, &mut listeners);
+        let marker = token("mark")?;
+        let sockets = plant_sockets(home.path(), &token("sock")?, &marker, &received, &mut listeners);
 
         // A host process of the sandbox's uid: a sandbox that can signal the
         // host's processes would kill it.
@@ -160,9 +243,11 @@ impl Canaries {
         };
 
         Ok(Canaries {
-            secret,
+            api_key,
+            also: also.filter(|s| !s.is_empty()),
             home,
             file_secret,
+            secret_files,
             outside,
             port4,
             port6,
@@ -170,9 +255,17 @@ impl Canaries {
             sockets,
             marker,
             listeners,
+            received,
             victim,
             probe: None,
         })
+    }
+
+    /// What was planted, for the report (no secret values).
+    pub fn planted(&self) -> Vec<String> {
+        let mut v = vec![format!("a fake {SECRET_VAR} in the launcher's environment")];
+        v.extend(self.secret_files.iter().map(|f| format!("secret file {}", f.display())));
+        v
     }
 
     /// The variables a hostile sample reads to find its targets.
@@ -182,6 +275,10 @@ impl Canaries {
             ("CANARY_UNIX".to_string(), self.unix_name.clone()),
             ("CANARY_HOME".to_string(), self.home.path().display().to_string()),
             ("CANARY_OUTSIDE".to_string(), self.outside.display().to_string()),
+            (
+                "CANARY_SECRET_FILES".to_string(),
+                self.secret_files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(":"),
+            ),
             ("CANARY_MARK".to_string(), self.marker.clone()),
         ];
         if let Some(p) = self.port6 {
@@ -203,8 +300,13 @@ impl Canaries {
             f.host_latency_ms_p50 = p50;
             f.host_latency_ms_max = max;
         }
+        f.planted = self.planted();
         let output = [report.stdout.as_str(), report.stderr.as_str()];
-        if let Some(s) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+        if output.iter().any(|o| o.contains(&self.api_key)) {
+            f.escapes
+                .push(format!("the fake {SECRET_VAR} planted in the launcher's environment appeared in the output"));
+        }
+        if let Some(s) = self.also.as_deref() {
             if output.iter().any(|o| o.contains(s)) {
                 f.escapes.push(format!("the host's {SECRET_VAR} appeared in the output"));
             }
@@ -224,6 +326,14 @@ impl Canaries {
             if n > 0 {
                 f.escapes.push(format!("{n} connection(s) reached the host's {}", l.what));
             }
+        }
+        let sent = self.received.lock().map(|r| r.clone()).unwrap_or_default();
+        let has = |needle: &str| !needle.is_empty() && sent.windows(needle.len()).any(|w| w == needle.as_bytes());
+        if has(&self.api_key) || self.also.as_deref().is_some_and(has) {
+            f.escapes.push(format!("{SECRET_VAR} was sent to a host listener"));
+        }
+        if has(&self.file_secret) {
+            f.escapes.push("the host secret file's content was sent to a host listener".into());
         }
         for p in self.outside_paths() {
             if std::fs::symlink_metadata(&p).is_ok() {
@@ -274,9 +384,15 @@ fn from_this_run(s: &std::os::unix::net::UnixStream, marker: &str) -> bool {
     }
 }
 
-fn plant_sockets(home: &Path, marker: &str, listeners: &mut Vec<Listener>) -> Vec<PathBuf> {
+fn plant_sockets(
+    home: &Path,
+    token: &str,
+    marker: &str,
+    received: &Arc<Mutex<Vec<u8>>>,
+    listeners: &mut Vec<Listener>,
+) -> Vec<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let name = format!("{}.sock", token("sock"));
+    let name = format!("{token}.sock");
     let mut planted = vec![];
     let dirs = SOCKET_DIRS.iter().map(PathBuf::from).chain(std::iter::once(home.to_path_buf()));
     for d in dirs.filter(|d| d.is_dir()) {
@@ -289,10 +405,15 @@ fn plant_sockets(home: &Path, marker: &str, listeners: &mut Vec<Listener>) -> Ve
             continue;
         }
         let marker = marker.to_string();
-        listeners.push(Listener::spawn(format!("unix socket {}", p.display()), move || match l.accept() {
-            Ok((s, _)) => Ok(from_this_run(&s, &marker)),
-            Err(e) => nonblocking_accept::<()>(Err(e)),
-        }));
+        listeners.push(Listener::spawn(
+            format!("unix socket {}", p.display()),
+            received.clone(),
+            move || match l.accept() {
+                Ok((s, a)) if from_this_run(&s, &marker) => nonblocking_accept(Ok((s, a))),
+                Ok(_) => Ok(None),
+                Err(e) => nonblocking_accept::<std::os::unix::net::UnixStream, std::os::unix::net::SocketAddr>(Err(e)),
+            },
+        ));
         planted.push(p);
     }
     planted
@@ -302,6 +423,9 @@ impl Drop for Canaries {
     fn drop(&mut self) {
         for p in &self.sockets {
             let _ = std::fs::remove_file(p);
+        }
+        for f in &self.secret_files {
+            let _ = std::fs::remove_file(f);
         }
         if let Some(mut v) = self.victim.take() {
             let _ = v.kill();
@@ -382,9 +506,14 @@ mod tests {
         }
     }
 
+    fn plant() -> (Canaries, tempfile::TempDir) {
+        let host_home = tempfile::tempdir().unwrap();
+        (Canaries::plant_in(Some("sk-test-secret".into()), Some(host_home.path().to_path_buf())).unwrap(), host_home)
+    }
+
     #[test]
     fn quiet_run_finds_nothing() {
-        let mut c = Canaries::plant(Some("sk-test-secret".into())).unwrap();
+        let (mut c, _h) = plant();
         c.start_probe();
         std::thread::sleep(Duration::from_millis(120));
         let f = c.check(&report("hello"), &[]);
@@ -393,8 +522,28 @@ mod tests {
     }
 
     #[test]
+    fn fake_secrets_are_planted_every_time_and_removed_after() {
+        let (c, h) = plant();
+        let (d, _h2) = plant();
+        assert!(c.api_key.starts_with("sk-ant-") && c.api_key != d.api_key, "a fresh key each run");
+        assert_eq!(c.secret_files.len(), 2, "{:?}", c.secret_files);
+        assert!(c.secret_files[1].starts_with(h.path()), "one in the host home");
+        for f in &c.secret_files {
+            assert_eq!(std::fs::read_to_string(f).unwrap().trim(), c.file_secret);
+        }
+        let env: std::collections::HashMap<_, _> = c.env().into_iter().collect();
+        assert!(!env.values().any(|v| v.contains(&c.api_key)), "the key is never given to the program");
+        assert_eq!(env["CANARY_SECRET_FILES"].split(':').count(), 2);
+        let planted = c.planted().join("\n");
+        assert!(planted.contains("fake ANTHROPIC_API_KEY") && !planted.contains(&c.api_key), "{planted}");
+        let files = c.secret_files.clone();
+        drop(c);
+        assert!(files.iter().all(|f| !f.exists()), "secret files left behind");
+    }
+
+    #[test]
     fn each_canary_can_fire() {
-        let mut c = Canaries::plant(Some("sk-test-secret".into())).unwrap();
+        let (mut c, _h) = plant();
         TcpStream::connect(("127.0.0.1", c.port4)).unwrap();
         if let Some(p) = c.port6 {
             TcpStream::connect(("::1", p)).unwrap();
@@ -439,8 +588,32 @@ mod tests {
     }
 
     #[test]
+    fn the_fake_key_in_the_output_or_sent_to_a_listener_is_a_leak() {
+        let (mut c, _h) = plant();
+        let f = c.check(&report(&format!("found: env: {}", c.api_key)), &[]);
+        assert!(f.escapes.iter().any(|e| e.contains("fake ANTHROPIC_API_KEY")), "{:?}", f.escapes);
+
+        let (mut c, _h) = plant();
+        {
+            use std::io::Write;
+            let mut s = TcpStream::connect(("127.0.0.1", c.port4)).unwrap();
+            s.write_all(format!("POST /steal {} {}", c.api_key, c.file_secret).as_bytes()).unwrap();
+        }
+        // The listener reads what was sent until the peer closes (done above).
+        let t = Instant::now();
+        let mut f = c.check(&report(""), &[]);
+        while !f.escapes.iter().any(|e| e.contains("sent to a host listener")) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+            f = c.check(&report(""), &[]);
+        }
+        let all = f.escapes.join("\n");
+        assert!(all.contains("ANTHROPIC_API_KEY was sent to a host listener"), "{all}");
+        assert!(all.contains("secret file's content was sent"), "{all}");
+    }
+
+    #[test]
     fn survivors_are_found_by_marker() {
-        let c = Canaries::plant(None).unwrap();
+        let (c, _h) = plant();
         let mut child = std::process::Command::new("sleep").arg("30").env("CANARY_MARK", &c.marker).spawn().unwrap();
         // /proc/<pid>/environ is readable once exec is done.
         std::thread::sleep(Duration::from_millis(100));

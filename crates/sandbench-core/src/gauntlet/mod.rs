@@ -112,8 +112,9 @@ pub async fn run_cell(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits) -> 
 /// judged on what got out before the cancel.
 pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits, stop: &CancellationToken) -> Cell {
     let tier_name = tier.name().to_string();
-    let secret = std::env::var(canary::SECRET_VAR).ok();
-    let mut canaries = match tokio::task::spawn_blocking(move || Canaries::plant(secret)).await {
+    // Every cell plants its own fake secrets, whatever the user's environment
+    // holds: a gauntlet always tests what it claims.
+    let mut canaries = match tokio::task::spawn_blocking(|| Canaries::plant(None)).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return error_cell(sample, &tier_name, format!("cannot plant canaries: {e}")),
         Err(e) => return error_cell(sample, &tier_name, format!("cannot plant canaries: {e}")),
@@ -122,12 +123,11 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
     spec.limits = limits.clone();
     spec.label = sample.name.clone();
     spec.env.extend(canaries.env());
-    // The secret also sits where a real launcher's environment would hold it:
-    // a tier that starts a host command (a peer) and passes its environment
+    // The fake key sits where a real launcher's environment would hold it
+    // (passed down in the spec, never set in sandbench's own environment): a
+    // tier that starts a host command (a peer) and passes its environment
     // through leaks it, and the canary sees it.
-    if let Some(s) = canaries.secret.clone().filter(|s| !s.is_empty()) {
-        spec.launcher_env.insert(canary::SECRET_VAR.to_string(), s);
-    }
+    spec.launcher_env.insert(canary::SECRET_VAR.to_string(), canaries.api_key.clone());
     canaries.start_probe();
     let handle = crate::runner::start(tier, spec);
     let canceller = handle.canceller();
@@ -289,4 +289,76 @@ pub async fn run_until(
         let _ = tx.send(GauntletEvent::Finished(Box::new(m.clone()))).await;
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EventKind, ExitStatus, Stream};
+    use crate::tier::{Availability, BoxFuture, RunContext, TierExit};
+
+    /// A deliberately broken sandbox: the program runs on the host with the
+    /// launcher's environment passed through (what a wrapper without `env -i`
+    /// does). The canaries must call that an escape.
+    struct Leaky;
+
+    impl Tier for Leaky {
+        fn name(&self) -> &'static str {
+            "leaky"
+        }
+        fn describe(&self) -> &'static str {
+            "no isolation at all (test)"
+        }
+        fn probe(&self) -> BoxFuture<'_, Availability> {
+            Box::pin(async {
+                Availability { tier: "leaky".into(), available: true, summary: "test".into(), checks: vec![] }
+            })
+        }
+        fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+            Box::pin(async move {
+                let out = tokio::process::Command::new("/usr/bin/python3")
+                    .arg("-c")
+                    .arg(&spec.code)
+                    .env_clear()
+                    .envs(&spec.launcher_env)
+                    .envs(&spec.env)
+                    .kill_on_drop(true)
+                    .output()
+                    .await?;
+                ctx.emit(EventKind::Output(Stream::Stdout, out.stdout)).await;
+                ctx.emit(EventKind::Output(Stream::Stderr, out.stderr)).await;
+                ctx.emit(EventKind::Exit(ExitStatus { code: out.status.code(), signal: None })).await;
+                Ok(TierExit::default())
+            })
+        }
+    }
+
+    fn sample(name: &str) -> Sample {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/hostile").join(name);
+        Sample::parse(&path, std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_leaky_sandbox_is_judged_escaped_by_the_planted_secrets() {
+        if !std::path::Path::new("/usr/bin/python3").exists() {
+            eprintln!("SKIP: no /usr/bin/python3");
+            return;
+        }
+        let env = run_cell(Arc::new(Leaky), &sample("secrets_env.py"), &default_limits()).await;
+        let Verdict::Escaped { what } = &env.verdict else { panic!("{:?}: {}", env.verdict, env.report.stdout) };
+        assert!(what.iter().any(|w| w.contains("ANTHROPIC_API_KEY")), "{what:?}");
+        assert!(!env.as_expected);
+        let file = run_cell(Arc::new(Leaky), &sample("secrets_file.py"), &default_limits()).await;
+        let Verdict::Escaped { what } = &file.verdict else { panic!("{:?}: {}", file.verdict, file.report.stdout) };
+        assert!(what.iter().any(|w| w.contains("secret file")), "{what:?}");
+        // Planted in every cell, named in its findings, gone afterwards.
+        for c in [&env, &file] {
+            assert!(c.findings.planted.iter().any(|p| p.contains("fake ANTHROPIC_API_KEY")), "{:?}", c.findings);
+            let files: Vec<&String> = c.findings.planted.iter().filter(|p| p.starts_with("secret file ")).collect();
+            assert!(!files.is_empty(), "{:?}", c.findings);
+            for f in files {
+                assert!(!std::path::Path::new(f.trim_start_matches("secret file ")).exists(), "{f} left behind");
+            }
+        }
+    }
 }

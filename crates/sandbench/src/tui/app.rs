@@ -1206,7 +1206,7 @@ impl App {
         let id = self.next_id;
         self.next_id += 1;
         let limits = crate::gauntlet::default_limits();
-        let mut g = GauntletView::new(id, ready.clone(), skipped.clone(), &samples, limits.clone(), self.api_key_set);
+        let mut g = GauntletView::new(id, ready.clone(), skipped.clone(), &samples, limits.clone());
         // Keep the selection where it was on a rerun.
         if let Some(old) = &self.gauntlet {
             g.sel = (old.sel.0.min(g.rows.len().saturating_sub(1)), old.sel.1.min(g.tiers.len().saturating_sub(1)));

@@ -129,9 +129,6 @@ pub struct GauntletView {
     pub scroll: usize,
     pub state: GState,
     pub error: Option<String>,
-    /// Whether ANTHROPIC_API_KEY was in sandbench's environment, i.e. the
-    /// secret-env canary had a secret to look for.
-    pub secret_planted: bool,
     pub limits: Limits,
     pub latency: Vec<Latency>,
     /// The engine's count once finished.
@@ -145,7 +142,6 @@ impl GauntletView {
         skipped: Vec<(String, String)>,
         samples: &[Sample],
         limits: Limits,
-        secret_planted: bool,
     ) -> GauntletView {
         let rows: Vec<Row> = samples
             .iter()
@@ -170,7 +166,6 @@ impl GauntletView {
             scroll: 0,
             state: GState::Running,
             error: None,
-            secret_planted,
             limits,
             latency: vec![],
             mismatches: None,

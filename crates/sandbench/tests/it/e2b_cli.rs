@@ -172,20 +172,30 @@ async fn kill_live_kills_what_a_run_could_not() {
 #[tokio::test]
 async fn orphans_of_dead_sandbench_processes_on_this_host_are_reaped_and_nothing_else() {
     let fake = FakeE2b::start(KEY).await;
-    let mut dead = std::process::Command::new("true").spawn().unwrap();
-    dead.wait().unwrap();
-    let dead_pid = dead.id().to_string();
-    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
-    let md = |by: &str, host: &str, pid: &str| serde_json::json!({"created_by": by, "sandbench_host": host, "sandbench_pid": pid});
-    fake.insert_foreign("orphan", md("sandbench", &host, &dead_pid));
-    fake.insert_foreign("ours-alive", md("sandbench", &host, &std::process::id().to_string()));
-    fake.insert_foreign("other-host", md("sandbench", "elsewhere.example", &dead_pid));
-    fake.insert_foreign("not-sandbench", md("someone", &host, &dead_pid));
+    // Owners stand in for other sandbench processes: one dropped (dead), one
+    // held (alive, as a sandbench in another pid namespace would be).
+    let dir = sandbench::owner::dir();
+    let dead = sandbench::owner::Owner::acquire_in(&dir).unwrap();
+    let dead_token = dead.token().to_string();
+    drop(dead);
+    let live = sandbench::owner::Owner::acquire_in(&dir).unwrap();
+    let m = sandbench::owner::machine().unwrap();
+    let other_host =
+        format!("{}-{}-1-00000000", if m.host == "ffffffffffff" { "eeeeeeeeeeee" } else { "ffffffffffff" }, m.boot);
+    let md =
+        |by: &str, owner: &str| serde_json::json!({"created_by": by, "sandbench_owner": owner, "sandbench_pid": "1"});
+    fake.insert_foreign("orphan", md("sandbench", &dead_token));
+    fake.insert_foreign("ours-alive", md("sandbench", sandbench::owner::token().unwrap()));
+    fake.insert_foreign("live-elsewhere", md("sandbench", live.token()));
+    fake.insert_foreign("other-host", md("sandbench", &other_host));
+    fake.insert_foreign("not-sandbench", md("someone", &dead_token));
     let api = sandbench::tier::e2b::api::Api::new(&fake.settings(KEY), KEY).unwrap();
     let n = sandbench::tier::e2b::reap_orphans(&api).await;
     assert_eq!(n, 1);
     assert_eq!(fake.killed(), ["orphan"]);
-    assert_eq!(fake.live_ids(), ["not-sandbench", "other-host", "ours-alive"]);
+    assert_eq!(fake.live_ids(), ["live-elsewhere", "not-sandbench", "other-host", "ours-alive"]);
+    let _ = std::fs::remove_file(dir.join(format!("{dead_token}.lock")));
+    let _ = std::fs::remove_file(live.lock_path());
 }
 
 #[tokio::test]

@@ -26,6 +26,8 @@ mod process_boundary;
 mod process_cli;
 mod process_samples;
 mod process_spare;
+mod reaper;
+mod soak;
 mod tui_agent;
 mod tui_app;
 mod tui_e2e;

@@ -322,7 +322,9 @@ fn a_killed_sandbench_leaves_no_qemu() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let prefix = format!("{}{}-", microvm::vm::NAME_PREFIX, child.id());
+    let m = sandbench::owner::machine().unwrap();
+    let owned_by = format!("{}-{}-{}-", m.host, m.boot, child.id());
+    let prefix = format!("{}{owned_by}", microvm::vm::NAME_PREFIX);
     let find = || -> Vec<i32> {
         let mut out = vec![];
         for e in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -349,13 +351,13 @@ fn a_killed_sandbench_leaves_no_qemu() {
     }
     // Its run dir is still there (nothing ran its cleanup) until a reap.
     let runs = microvm::artefacts::paths().runs;
-    let left = |p: u32| {
+    let left = || {
         std::fs::read_dir(&runs)
-            .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{p}-"))).count())
+            .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&owned_by)).count())
             .unwrap_or(0)
     };
     microvm::reap_leftovers();
-    assert_eq!(left(child.id()), 0, "reap left the dead sandbench's run dir");
+    assert_eq!(left(), 0, "reap left the dead sandbench's run dir");
 }
 
 /// Pooled guests boot with the default scratch size; a run with a smaller
@@ -380,12 +382,14 @@ fn scratch_space_is_sized_per_run() {
 /// A stand-in process carries the name, so no VM is needed.
 #[test]
 fn the_reaper_kills_processes_of_dead_sandbenches() {
-    let pid_max: i32 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
-    let dead = (pid_max - 1..pid_max).rev().chain(1000..pid_max).find(|p| !pid_alive(*p)).unwrap();
-    let name = format!("{}{dead}-0", microvm::vm::NAME_PREFIX);
+    // A dropped owner stands in for a dead sandbench.
+    let dead = sandbench::owner::Owner::acquire_in(&sandbench::owner::dir()).unwrap();
+    let dead_token = dead.token().to_string();
+    drop(dead);
+    let name = format!("{}{dead_token}-0", microvm::vm::NAME_PREFIX);
     let mut stand_in =
         std::process::Command::new("sh").args(["-c", "sleep 100; :", "sh", "-name", &name]).spawn().unwrap();
-    let mine = format!("{}{}-0", microvm::vm::NAME_PREFIX, std::process::id());
+    let mine = format!("{}{}-0", microvm::vm::NAME_PREFIX, sandbench::owner::token().unwrap());
     let mut own = std::process::Command::new("sh").args(["-c", "sleep 100; :", "sh", "-name", &mine]).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(100));
     microvm::reap_leftovers();
@@ -403,4 +407,5 @@ fn the_reaper_kills_processes_of_dead_sandbenches() {
     assert!(own.try_wait().unwrap().is_none(), "the reaper killed a live sandbench's process");
     own.kill().unwrap();
     own.wait().unwrap();
+    let _ = std::fs::remove_file(sandbench::owner::dir().join(format!("{dead_token}.lock")));
 }

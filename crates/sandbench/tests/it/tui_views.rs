@@ -84,6 +84,11 @@ fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str
 fn findings(escapes: &[&str]) -> Findings {
     Findings {
         escapes: escapes.iter().map(|s| s.to_string()).collect(),
+        planted: vec![
+            "a fake ANTHROPIC_API_KEY in the launcher's environment".into(),
+            "secret file /tmp/sandbench-canary-home-x/canary-secret.txt".into(),
+            "secret file /root/.sandbench-canary-0123456789ab.secret".into(),
+        ],
         host_latency_ms_p50: Some(1.4),
         host_latency_ms_max: Some(3.9),
     }
@@ -178,7 +183,7 @@ fn gauntlet_fills_live_and_shows_the_selected_cell() {
     assert!(s.contains("✗ ESCAPED (3 process(es)"), "{s}");
     assert!(s.contains("✓ contained (blocked)"), "{s}");
     assert!(s.contains("▶ running…"), "{s}");
-    assert!(s.contains("secret canary: not planted (no ANTHROPIC_API_KEY in sandbench's env)"), "{s}");
+    assert!(s.contains("secret canary: planted (fake ANTHROPIC_API_KEY + 2 secret file(s))"), "{s}");
     assert!(s.contains("␛]52;c;ZXZpbA==^G␛[2Jstill here ok"), "hostile output is shown inert:\n{s}");
     assert!(!s.contains('\x1b'));
     insta::assert_snapshot!("gauntlet_partial_with_details", s);

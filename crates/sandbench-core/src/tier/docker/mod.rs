@@ -6,7 +6,7 @@
 //! - `container.rs`: the hardened container shape and the resident loader
 //!   that takes the program over the attached stdin.
 //! - `pool.rs`: warm containers, single use, refilled in the background.
-//! - `reap.rs`: owner labels; removing what dead sandbench processes left.
+//! - `reap.rs`: owner labels; removing what provably dead sandbench processes left.
 //! - `image.rs`: `sandbench setup docker` — use, pull, or build the image.
 
 pub mod bench;
@@ -169,6 +169,18 @@ pub async fn shutdown() {
     pool::drain_all().await;
 }
 
+/// Containers carrying `token`; None when the engine cannot be asked.
+pub async fn owned_containers(token: &str) -> Option<Vec<String>> {
+    let work = async {
+        let engine = Engine::connect().await?;
+        reap::owned(&engine, token).await
+    };
+    match tokio::time::timeout(Duration::from_secs(10), work).await {
+        Ok(Ok(v)) => Some(v),
+        _ => None,
+    }
+}
+
 /// Remove containers of dead sandbench processes and stray runsc processes.
 /// Quiet and quick when there is no daemon.
 pub async fn reap_leftovers() {
@@ -191,7 +203,7 @@ pub async fn reap_leftovers() {
 /// Create and start a hardened container whose loader waits for a program.
 /// On failure nothing is left behind.
 pub(crate) async fn launch(engine: &Engine, shape: &Shape, run_id: &str, tier: &str) -> anyhow::Result<String> {
-    let body = shape.body(reap::labels(run_id, tier));
+    let body = shape.body(reap::labels(run_id, tier)?);
     let name = format!("sandbench-{tier}-{run_id}");
     let created = engine
         .docker

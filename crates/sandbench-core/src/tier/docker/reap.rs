@@ -4,77 +4,49 @@
 //! container that failed to start can leave those behind, FACTS.md).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::OnceLock;
 
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
 
 use super::container::{LABEL_OWNER, LABEL_PID, LABEL_RUN};
 use super::engine::Engine;
 
-/// This machine, so that containers of other machines sharing a remote
-/// engine are never judged by our process table.
-fn machine_id() -> String {
-    static ID: OnceLock<String> = OnceLock::new();
-    ID.get_or_init(|| {
-        for p in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
-            if let Ok(s) = std::fs::read_to_string(p) {
-                let s = s.trim();
-                if !s.is_empty() {
-                    return s.to_string();
-                }
-            }
-        }
-        nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "unknown".into())
-    })
-    .clone()
-}
-
-/// Start time of a process in clock ticks since boot (field 22 of stat):
-/// with the pid it names one process, even after pid reuse.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
-}
-
-/// `machine:pid:starttime` of this process.
-pub fn owner() -> String {
-    static O: OnceLock<String> = OnceLock::new();
-    O.get_or_init(|| {
-        let pid = std::process::id();
-        format!("{}:{pid}:{}", machine_id(), start_time(pid).unwrap_or(0))
-    })
-    .clone()
-}
-
 /// The labels of a container owned by this process.
-pub fn labels(run_id: &str, tier: &str) -> HashMap<String, String> {
-    HashMap::from([
+/// After the token in the owner label. Reapers of earlier sandbench versions
+/// read the label as `machine:pid:starttime` and judged anything malformed
+/// dead; with this suffix they read the token as a machine that is not theirs
+/// and leave the container alone, so old and new versions can share an engine.
+const OWNER_SUFFIX: &str = ":owner-lock:v2";
+
+/// The owner token in an owner label; None for labels of earlier versions.
+pub fn token_of(label: &str) -> Option<&str> {
+    label.strip_suffix(OWNER_SUFFIX)
+}
+
+/// The owner label carries this process's owner token: with a shared (remote)
+/// engine, other hosts' sandbench processes see it names another host.
+pub fn labels(run_id: &str, tier: &str) -> anyhow::Result<HashMap<String, String>> {
+    Ok(HashMap::from([
         (LABEL_RUN.to_string(), run_id.to_string()),
         (LABEL_PID.to_string(), std::process::id().to_string()),
-        (LABEL_OWNER.to_string(), owner()),
+        (LABEL_OWNER.to_string(), format!("{}{OWNER_SUFFIX}", crate::owner::token()?)),
         (super::container::LABEL_TIER.to_string(), tier.to_string()),
-    ])
+    ]))
 }
 
-/// Is the owner named by a label value dead? Unknown machines are never
-/// judged; a malformed label on this machine counts as dead.
-pub fn owner_is_dead(label: &str) -> bool {
-    let mut it = label.rsplitn(3, ':');
-    let (Some(st), Some(pid), Some(machine)) = (it.next(), it.next(), it.next()) else {
-        return true;
-    };
-    if machine != machine_id() {
-        return false;
-    }
-    let (Ok(pid), Ok(st)) = (pid.parse::<u32>(), st.parse::<u64>()) else {
-        return true;
-    };
-    start_time(pid) != Some(st)
+/// Containers (any state) whose owner label names `token`.
+pub async fn owned(engine: &Engine, token: &str) -> anyhow::Result<Vec<String>> {
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_OWNER}={token}{OWNER_SUFFIX}")])]);
+    let list = engine
+        .docker
+        .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot list containers: {}", super::engine::cause(&e)))?;
+    Ok(list.into_iter().filter_map(|c| c.id).collect())
 }
 
-/// Remove containers of dead owners; kill stray runsc processes when the
-/// engine is local. Returns how many containers and processes went.
+/// Remove containers whose owner is provably dead (see `owner`): a container
+/// of another host, another boot, or with a malformed owner label is never
+/// touched. Kill stray runsc processes when the engine is local. Returns how many containers and processes went.
 pub async fn reap(engine: &Engine) -> anyhow::Result<(usize, usize)> {
     let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
     let list = engine
@@ -84,10 +56,11 @@ pub async fn reap(engine: &Engine) -> anyhow::Result<(usize, usize)> {
         .map_err(|e| anyhow::anyhow!("cannot list containers: {}", super::engine::cause(&e)))?;
     let mut gone = 0;
     let mut removals = vec![];
+    let mut sweep = crate::owner::Sweep::new();
     for c in &list {
         let Some(id) = c.id.clone() else { continue };
         let owner = c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).map(String::as_str).unwrap_or("");
-        if owner_is_dead(owner) {
+        if token_of(owner).is_some_and(|t| sweep.dead(t)) {
             let docker = engine.docker.clone();
             removals.push(async move {
                 docker
@@ -172,13 +145,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn own_process_is_alive_and_others_are_judged() {
-        assert!(!owner_is_dead(&owner()));
-        let mut dead = owner();
-        dead.push('7'); // a different start time
-        assert!(owner_is_dead(&dead));
-        assert!(owner_is_dead("garbage"));
-        assert!(!owner_is_dead("another-machine:1:1"));
+    fn owner_labels_carry_the_token_and_old_reapers_read_another_machine() {
+        let l = labels("r", "docker").unwrap();
+        let owner = &l[LABEL_OWNER];
+        assert_eq!(token_of(owner), Some(crate::owner::token().unwrap()));
+        // What earlier versions did with the label: machine:pid:starttime.
+        let mut it = owner.rsplitn(3, ':');
+        let (_, _, machine) = (it.next(), it.next(), it.next().unwrap());
+        assert_eq!(machine, crate::owner::token().unwrap(), "no machine id: an old reaper leaves it alone");
+        assert_eq!(token_of("0123:42:77"), None, "an old label is never judged");
     }
 
     #[test]

@@ -144,24 +144,22 @@ pub async fn kill_live() -> Vec<String> {
     futures_util::future::join_all(kills).await.into_iter().flatten().collect()
 }
 
-/// This host's name, to tell our sandboxes from other machines' on one key.
-fn host_name() -> String {
-    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
-}
-
 /// Metadata every sandbox gets, so that a later sandbench can tell its own
-/// orphans (a sandbench killed with SIGKILL cannot clean up) from anyone else's.
+/// orphans (a sandbench killed with SIGKILL cannot clean up) from anyone
+/// else's: the owner token (see `owner`). Without one the sandbox is never
+/// judged an orphan and E2B's own timeout ends it.
 pub fn ownership_metadata() -> serde_json::Value {
     json!({
         "created_by": "sandbench",
-        "sandbench_host": host_name(),
+        "sandbench_owner": crate::owner::token().unwrap_or(""),
         "sandbench_pid": std::process::id().to_string(),
     })
 }
 
 /// Kill the sandboxes that a dead sandbench process on this host left
-/// running. Only ours: same host, created by sandbench, and the pid that
-/// created them is gone. Runs once per process, in the background, the first
+/// running. Only ours: created by sandbench, with an owner token of this host
+/// and boot whose owner lock is free (its process is gone, whatever pid
+/// namespace it ran in). Runs once per process, in the background, the first
 /// time the tier is used (not at every start: that would be a network call
 /// for every command). E2B's own timeout reaps them anyway; this is sooner.
 fn reap_orphans_once(s: &Settings, key: &str) {
@@ -183,21 +181,17 @@ pub async fn reap_orphans(api: &Api) -> usize {
     let Ok(list) = api.list_by_metadata("created_by=sandbench").await else {
         return 0;
     };
-    let host = host_name();
+    let mut sweep = crate::owner::Sweep::new();
     let mut killed = 0;
     for sb in list {
         let md = &sb["metadata"];
-        let (Some(id), Some(pid)) =
-            (sb["sandboxID"].as_str(), md["sandbench_pid"].as_str().and_then(|p| p.parse::<i32>().ok()))
-        else {
+        let (Some(id), Some(owner)) = (sb["sandboxID"].as_str(), md["sandbench_owner"].as_str()) else {
             continue;
         };
-        if md["created_by"] != "sandbench" || md["sandbench_host"].as_str() != Some(host.as_str()) {
+        if md["created_by"] != "sandbench" || !sweep.dead(owner) {
             continue;
         }
-        let alive = pid == std::process::id() as i32
-            || !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH));
-        if !alive && matches!(api.kill(id).await, Ok(true)) {
+        if matches!(api.kill(id).await, Ok(true)) {
             killed += 1;
         }
     }

@@ -77,7 +77,7 @@ async fn probe_kvm(cfg: &MicrovmConfig, p: &Paths) -> anyhow::Result<Duration> {
     let mut cmd = tokio::process::Command::new(&cfg.qemu);
     cmd.args(["-M", "microvm,accel=kvm,x-option-roms=off,rtc=off,pcie=off", "-cpu", "host", "-m", "256M"])
         .args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
-        .args(["-name", &format!("{}{}-probe", super::vm::NAME_PREFIX, std::process::id())])
+        .args(["-name", &format!("{}{}-probe", super::vm::NAME_PREFIX, crate::owner::token()?)])
         .args(["-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con"])
         .arg("-kernel")
         .arg(&p.kernel)

@@ -153,7 +153,8 @@ pub struct RunDir {
 impl RunDir {
     pub fn create(runs: &Path, with_files: bool) -> anyhow::Result<RunDir> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        let name = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        // The owner token lets a reaper in any pid namespace judge the VM.
+        let name = format!("{}-{}", crate::owner::token()?, SEQ.fetch_add(1, Ordering::Relaxed));
         let path = runs.join(&name);
         if with_files {
             std::fs::create_dir_all(&path).with_context(|| format!("cannot create {}", path.display()))?;
@@ -372,18 +373,26 @@ pub enum WaitEnd {
     Stopped,
 }
 
-pub fn pid_alive(pid: i32) -> bool {
-    pid > 0
-        && matches!(
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
-            Ok(()) | Err(nix::errno::Errno::EPERM)
-        )
+/// QEMU processes whose `-name` carries `token`.
+pub fn owned_qemu(token: &str) -> Vec<i32> {
+    let want = format!("{NAME_PREFIX}{token}-");
+    let mut out = vec![];
+    let Ok(rd) = std::fs::read_dir("/proc") else { return out };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let mut args = cmdline.split(|b| *b == 0);
+        if args.any(|a| a == b"-name") && args.next().is_some_and(|n| n.starts_with(want.as_bytes())) {
+            out.push(pid);
+        }
+    }
+    out
 }
 
-/// Kill QEMU processes and remove run dirs that belong to sandbench
-/// processes that no longer exist.
+/// Kill QEMU processes and remove run dirs whose sandbench is provably dead
+/// (see `owner`): never another host's or boot's, never a held owner lock.
 pub fn reap(paths: &Paths) -> usize {
-    let me = std::process::id() as i32;
+    let mut sweep = crate::owner::Sweep::new();
     let mut n = 0;
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
@@ -392,14 +401,10 @@ pub fn reap(paths: &Paths) -> usize {
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
             let Some(i) = args.iter().position(|a| *a == b"-name") else { continue };
             let Some(name) = args.get(i + 1).and_then(|a| std::str::from_utf8(a).ok()) else { continue };
-            let Some(owner) =
-                name.strip_prefix(NAME_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if owner != me && !pid_alive(owner) {
+            let Some(rest) = name.strip_prefix(NAME_PREFIX) else { continue };
+            if sweep.name_dead(rest) {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-                tracing::info!("killed leftover QEMU {pid} of dead sandbench {owner}");
+                tracing::info!("killed leftover QEMU {pid} of a dead sandbench ({rest})");
                 n += 1;
             }
         }
@@ -407,8 +412,7 @@ pub fn reap(paths: &Paths) -> usize {
     if let Ok(rd) = std::fs::read_dir(&paths.runs) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(owner) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
-            if owner != me && !pid_alive(owner) {
+            if sweep.name_dead(&name) {
                 let _ = std::fs::remove_dir_all(e.path());
                 n += 1;
             }

@@ -18,7 +18,7 @@
 //! and the signals sandbench sent; never from printed text.
 
 pub mod profile;
-mod rundir;
+pub mod rundir;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

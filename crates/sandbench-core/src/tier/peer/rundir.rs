@@ -1,6 +1,5 @@
 //! The host side of one peer run: its folder (program, scratch, the tool's
-//! home, settings files), the scratch tmpfs, the lock that proves the run is
-//! alive, and the fork/exec step that puts the wrapper into the outer cgroup
+//! home, settings files), the scratch tmpfs, and the fork/exec step that puts the wrapper into the outer cgroup
 //! as the peer user. Folders live under `/run/sandbench-peers` (root) or the
 //! user's runtime dir: not under /tmp, which some tools replace (firejail's
 //! --private-tmp) or refuse (Codex will not put its helpers there).
@@ -15,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
-use nix::fcntl::{Flock, FlockArg};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use super::RunAs;
@@ -41,7 +39,6 @@ pub struct RunDir {
     pub scratch: PathBuf,
     pub home: PathBuf,
     tmpfs: bool,
-    _lock: Flock<fs::File>,
 }
 
 fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
@@ -55,17 +52,16 @@ impl RunDir {
         fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
         // The peer user must be able to walk in; nobody else may write.
         fs::set_permissions(&base, fs::Permissions::from_mode(0o755))?;
-        let root = base.join(format!("{}-{}-{peer}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        // Named by the owner token: its held lock proves the run alive (see `owner`).
+        let token = crate::owner::token()?;
+        let root = base.join(format!("{token}-{}-{peer}", SEQ.fetch_add(1, Ordering::Relaxed)));
         mkdir(&root, 0o755).with_context(|| format!("cannot create {}", root.display()))?;
-        let lock_file = fs::OpenOptions::new().create(true).write(true).truncate(true).open(root.join(".lock"))?;
-        let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e)?;
         let mut dir = RunDir {
             program_dir: root.join("program"),
             scratch: root.join("scratch"),
             home: root.join("home"),
             root,
             tmpfs: false,
-            _lock: lock,
         };
         mkdir(&dir.program_dir, 0o755)?;
         let file = dir.program_dir.join(spec.language.file_name());
@@ -142,20 +138,15 @@ impl Drop for RunDir {
     }
 }
 
-/// Remove run folders whose owner is gone: their lock can be taken. A live
-/// sandbench, in whatever pid namespace, holds its runs' locks.
+/// Remove run folders whose owner is provably dead (see `owner`). A live
+/// sandbench, in whatever pid namespace, holds its owner lock.
 pub fn reap() -> usize {
     let Ok(rd) = fs::read_dir(base()) else { return 0 };
+    let mut sweep = crate::owner::Sweep::new();
     let mut n = 0;
     for e in rd.flatten() {
         let root = e.path();
-        // A run being created has its lock file a moment before its lock.
-        let young = e.metadata().and_then(|m| m.modified()).map(|t| t.elapsed().unwrap_or_default().as_secs() < 5);
-        if young.unwrap_or(true) {
-            continue;
-        }
-        let Ok(f) = fs::File::open(root.join(".lock")) else { continue };
-        if Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err() {
+        if !sweep.name_dead(&e.file_name().to_string_lossy()) {
             continue;
         }
         let _ = umount2(&root.join("scratch"), MntFlags::MNT_DETACH);

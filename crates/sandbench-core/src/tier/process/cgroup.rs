@@ -224,7 +224,10 @@ impl RunCgroup {
     /// A run cgroup whose tier keeps `supervisors` processes of its own in it
     /// (a peer's wrapper): they are added to the pids limit and left out of the counts.
     pub fn create_with(layout: &Layout, limits: &Limits, supervisors: u64) -> io::Result<RunCgroup> {
-        let name = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        // Named by this process's owner token, so that a reaper anywhere
+        // (another pid namespace included) can prove whether it is alive.
+        let token = crate::owner::token().map_err(|e| io::Error::other(format!("{e:#}")))?;
+        let name = format!("{token}-{}", SEQ.fetch_add(1, Ordering::Relaxed));
         let mut cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0, supervisors };
         for d in cg.dirs() {
             fs::create_dir(&d)?;
@@ -387,28 +390,37 @@ fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
-fn pid_alive(pid: i32) -> bool {
-    pid > 0 && Path::new(&format!("/proc/{pid}")).exists()
+/// Run cgroups named by `token`, in every hierarchy.
+pub fn owned(layout: &Layout, token: &str) -> Vec<PathBuf> {
+    let prefix = format!("{token}-");
+    let mut v = vec![];
+    for parent in layout.parents() {
+        let Ok(rd) = fs::read_dir(&parent) else { continue };
+        v.extend(rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).map(|e| e.path()));
+    }
+    v
 }
 
-/// Remove run cgroups whose sandbench process is gone. Returns how many.
+/// Remove run cgroups whose owner is provably dead (see `owner`): never
+/// another host's or boot's, never one whose owner's lock is held. Returns how many.
 pub fn reap(layout: &Layout) -> usize {
-    let mut n = 0;
+    reap_with(layout, &mut crate::owner::Sweep::new())
+}
+
+pub fn reap_with(layout: &Layout, sweep: &mut crate::owner::Sweep) -> usize {
     let mut seen = std::collections::BTreeSet::new();
     for parent in layout.parents() {
         let Ok(rd) = fs::read_dir(&parent) else { continue };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(owner) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
-            if owner as u32 == std::process::id() || pid_alive(owner) {
+            if !sweep.name_dead(&name) {
                 continue;
             }
             remove_dirs(&[e.path()]);
             seen.insert(name);
         }
     }
-    n += seen.len();
-    n
+    seen.len()
 }
 
 #[cfg(test)]

@@ -81,6 +81,14 @@ pub fn reap_leftovers() {
     }
 }
 
+/// Run cgroups that carry `token` (the soak's leftover count).
+pub fn owned_cgroups(token: &str) -> Vec<std::path::PathBuf> {
+    match layout() {
+        Ok(l) => cgroup::owned(l, token),
+        Err(_) => vec![],
+    }
+}
+
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
         ProcessTier {

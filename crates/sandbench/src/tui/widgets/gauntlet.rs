@@ -269,10 +269,12 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             Span::styled(format!("ESCAPED: {e}"), bold(Style::new().fg(t.ui.violation))),
         ));
     }
-    let secret = if g.secret_planted {
-        Span::styled("planted (sandbench's own ANTHROPIC_API_KEY, looked for in the output)", t.dim())
+    let planted = &cell.findings.planted;
+    let secret = if planted.is_empty() {
+        Span::styled("not planted (the cell did not run)", Style::new().fg(t.ui.warn))
     } else {
-        Span::styled("not planted (no ANTHROPIC_API_KEY in sandbench's env)", Style::new().fg(t.ui.warn))
+        let files = planted.iter().filter(|p| p.starts_with("secret file")).count();
+        Span::styled(format!("planted (fake ANTHROPIC_API_KEY + {files} secret file(s))"), t.dim())
     };
     lines.push(field(app, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
     let latency = match (cell.findings.host_latency_ms_p50, cell.findings.host_latency_ms_max) {

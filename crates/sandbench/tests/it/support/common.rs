@@ -148,6 +148,11 @@ impl OuterNet {
             .collect()
     }
 
+    /// Where sandbench makes run cgroups under the net (one per hierarchy).
+    pub fn run_parents(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("sandbench")).filter(|d| d.is_dir()).collect()
+    }
+
     /// Run cgroups sandbench created under the net that still exist.
     pub fn leftover_cgroups(&self) -> Vec<PathBuf> {
         let mut v = vec![];

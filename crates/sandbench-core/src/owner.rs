@@ -1,0 +1,355 @@
+//! Who owns a leftover, provably across pid namespaces and hosts.
+//!
+//! Every sandbench process holds an exclusive `flock` on its own owner lock
+//! file, `<state>/owners/<token>.lock`, for as long as it lives, and names
+//! everything it leaves on the machine (run cgroups, containers, QEMU
+//! processes, run folders) with its token: `<host>-<boot>-<pid>-<nonce>`.
+//!
+//! A reaper removes a leftover only when the token names this host and this
+//! boot AND the owner's lock file can be locked: the kernel drops a `flock`
+//! when its holder dies, whatever pid namespace either side is in, so a held
+//! lock means alive. A pid is not proof of anything here: a sandbench in a
+//! pid namespace sees no other sandbench's pid, and a sandbench on another
+//! host sharing a Docker engine (`DOCKER_HOST`) sees none of ours. So:
+//! another host's or another boot's token, a malformed one, or a token whose
+//! lock file is missing, are never touched.
+//!
+//! The pid is only there for people reading `docker ps`; the random nonce
+//! makes tokens unique when two pid namespaces reuse a pid in the same tick
+//! (a start time would not).
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{bail, Context};
+use nix::fcntl::{Flock, FlockArg};
+
+const ID_LEN: usize = 12;
+const NONCE_LEN: usize = 8;
+
+/// This host and this boot, as they appear in tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machine {
+    pub host: String,
+    pub boot: String,
+}
+
+fn hex_prefix(s: &str) -> Option<String> {
+    let h: String = s.chars().filter(|c| *c != '-').map(|c| c.to_ascii_lowercase()).collect();
+    (h.len() >= ID_LEN && h.chars().all(|c| c.is_ascii_hexdigit())).then(|| h[..ID_LEN].to_string())
+}
+
+/// 64-bit FNV-1a: a stable id from a host name when there is no machine id.
+fn fnv(s: &str) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")[..ID_LEN].to_string()
+}
+
+fn read_machine() -> anyhow::Result<Machine> {
+    let host = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+        .iter()
+        .find_map(|p| fs::read_to_string(p).ok().and_then(|s| hex_prefix(s.trim())))
+        .or_else(|| nix::unistd::gethostname().ok().map(|h| fnv(&h.to_string_lossy())))
+        .context("this host has neither a machine id nor a host name")?;
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .and_then(|s| hex_prefix(s.trim()))
+        .context("cannot read the boot id (/proc/sys/kernel/random/boot_id)")?;
+    Ok(Machine { host, boot })
+}
+
+pub fn machine() -> anyhow::Result<&'static Machine> {
+    static M: OnceLock<Result<Machine, String>> = OnceLock::new();
+    M.get_or_init(|| read_machine().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Where owner lock files live: shared by every sandbench of this user on
+/// this machine (root's in `/run`, which a reboot empties).
+pub fn dir() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/run/sandbench/owners");
+    }
+    match dirs::runtime_dir() {
+        Some(d) => d.join("sandbench/owners"),
+        None => std::env::temp_dir().join(format!("sandbench-owners-{}", nix::unistd::geteuid())),
+    }
+}
+
+/// The folder, made if missing, and only if nobody else can write to it:
+/// whoever can replace a lock file could make a live run look dead.
+fn checked_dir(dir: &Path) -> anyhow::Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let m = fs::symlink_metadata(dir)?;
+    if !m.is_dir() || m.uid() != nix::unistd::geteuid().as_raw() || m.permissions().mode() & 0o022 != 0 {
+        bail!("{} is not a directory of this user that only it can write", dir.display());
+    }
+    Ok(())
+}
+
+fn nonce() -> anyhow::Result<String> {
+    let mut b = [0u8; NONCE_LEN / 2];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("cannot read /dev/urandom for the owner token")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// A live owner: its lock is held until it is dropped (or the process ends).
+pub struct Owner {
+    token: String,
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Owner {
+    /// A new owner in `dir`. Each sandbench process has one ([`this`]); tests
+    /// make more to stand in for other (live or, dropped, dead) processes.
+    pub fn acquire_in(dir: &Path) -> anyhow::Result<Owner> {
+        let m = machine()?;
+        checked_dir(dir)?;
+        let token = format!("{}-{}-{}-{}", m.host, m.boot, std::process::id(), nonce()?);
+        let path = dir.join(format!("{token}.lock"));
+        let f = OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .with_context(|| format!("cannot create the owner lock {}", path.display()))?;
+        let lock = Flock::lock(f, FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))?;
+        Ok(Owner { token, path, _lock: lock })
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    pub fn lock_path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// This process's owner, made on first use.
+pub fn this() -> anyhow::Result<&'static Owner> {
+    static O: OnceLock<Result<Owner, String>> = OnceLock::new();
+    O.get_or_init(|| Owner::acquire_in(&dir()).map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("no owner lock, so nothing can be created that a reaper could judge: {e}"))
+}
+
+/// This process's token. Without one nothing may be created: a leftover
+/// without a provable owner could never be reaped, or would be reaped live.
+pub fn token() -> anyhow::Result<&'static str> {
+    this().map(Owner::token)
+}
+
+/// At a normal exit, after everything the process made is gone: drop the
+/// lock file so that the folder does not grow with every run. (A process
+/// that dies leaves its file, unlocked: that is what lets its leftovers go.)
+pub fn release() {
+    if let Ok(o) = this() {
+        let _ = fs::remove_file(&o.path);
+    }
+}
+
+/// The fields of a token.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Token<'a> {
+    pub host: &'a str,
+    pub boot: &'a str,
+    pub pid: u32,
+    pub nonce: &'a str,
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A token, alone.
+pub fn parse(s: &str) -> Option<Token<'_>> {
+    match split(s)? {
+        (t, "") => Some(t),
+        _ => None,
+    }
+}
+
+/// A name that starts with a token (`<token>-<rest>` or the token alone):
+/// the token and the rest.
+pub fn split(name: &str) -> Option<(Token<'_>, &str)> {
+    let mut it = name.splitn(5, '-');
+    let (host, boot, pid, tail) = (it.next()?, it.next()?, it.next()?, it.next()?);
+    let rest = it.next().unwrap_or("");
+    if !is_hex(host, ID_LEN) || !is_hex(boot, ID_LEN) || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let nonce = tail;
+    if !is_hex(nonce, NONCE_LEN) {
+        return None;
+    }
+    Some((Token { host, boot, pid: pid.parse().ok()?, nonce }, rest))
+}
+
+impl Token<'_> {
+    /// The token text (for the lock file name).
+    pub fn text(&self) -> String {
+        format!("{}-{}-{}-{}", self.host, self.boot, self.pid, self.nonce)
+    }
+}
+
+/// What a reaper may do with a token's leftovers.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Judgement {
+    /// This host, this boot, and the owner's lock could be taken: reap.
+    Dead,
+    /// The lock is held: a live sandbench, whatever its pid namespace.
+    Alive,
+    /// Another host or another boot: never ours to judge.
+    Foreign,
+    /// Not a token, or no lock file to prove anything: leave alone.
+    Unknown,
+}
+
+/// One pass of a reaper. The locks of dead owners are held until the sweep
+/// is dropped, so two reapers never work on the same owner's leftovers, and
+/// each owner is judged once however many leftovers carry its token.
+pub struct Sweep {
+    dir: PathBuf,
+    judged: HashMap<String, (Judgement, Option<Flock<File>>)>,
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        Sweep::new()
+    }
+}
+
+impl Sweep {
+    pub fn new() -> Sweep {
+        Sweep::in_dir(dir())
+    }
+
+    pub fn in_dir(dir: PathBuf) -> Sweep {
+        Sweep { dir, judged: HashMap::new() }
+    }
+
+    /// Judge the owner of a name that starts with a token.
+    pub fn judge_name(&mut self, name: &str) -> Judgement {
+        match split(name) {
+            Some((t, _)) => self.judge_token(&t),
+            None => Judgement::Unknown,
+        }
+    }
+
+    pub fn judge(&mut self, token: &str) -> Judgement {
+        match parse(token) {
+            Some(t) => self.judge_token(&t),
+            None => Judgement::Unknown,
+        }
+    }
+
+    /// Dead, provably: the only judgement that allows removing anything.
+    pub fn dead(&mut self, token: &str) -> bool {
+        self.judge(token) == Judgement::Dead
+    }
+
+    pub fn name_dead(&mut self, name: &str) -> bool {
+        self.judge_name(name) == Judgement::Dead
+    }
+
+    fn judge_token(&mut self, t: &Token) -> Judgement {
+        let Ok(m) = machine() else { return Judgement::Unknown };
+        if t.host != m.host || t.boot != m.boot {
+            return Judgement::Foreign;
+        }
+        let text = t.text();
+        if let Some((j, _)) = self.judged.get(&text) {
+            return *j;
+        }
+        let (j, lock) = self.try_lock(&text);
+        self.judged.insert(text, (j, lock));
+        j
+    }
+
+    fn try_lock(&self, token: &str) -> (Judgement, Option<Flock<File>>) {
+        if this().is_ok_and(|o| o.token == token) {
+            return (Judgement::Alive, None);
+        }
+        let path = self.dir.join(format!("{token}.lock"));
+        let Ok(f) = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) else {
+            return (Judgement::Unknown, None);
+        };
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => (Judgement::Dead, Some(l)),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => (Judgement::Alive, None),
+            Err(_) => (Judgement::Unknown, None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_parse_and_names_split() {
+        let t = "0123456789ab-ba9876543210-42-deadbeef";
+        let p = parse(t).unwrap();
+        assert_eq!((p.host, p.boot, p.pid, p.nonce), ("0123456789ab", "ba9876543210", 42, "deadbeef"));
+        assert_eq!(p.text(), t);
+        let name = format!("{t}-7-bwrap");
+        let (p2, rest) = split(&name).unwrap();
+        assert_eq!((p2, rest), (p, "7-bwrap"));
+        for bad in
+            ["", "garbage", "machine:1:1", "0123456789ab-ba9876543210-42", "0123456789AB-ba9876543210-1-deadbeef"]
+        {
+            assert!(parse(bad).is_none(), "{bad}");
+        }
+        assert!(parse(&format!("{t}-1")).is_none(), "a name is not a token");
+    }
+
+    #[test]
+    fn live_dead_foreign_and_unknown_owners() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = Owner::acquire_in(dir.path()).unwrap();
+        let dead = Owner::acquire_in(dir.path()).unwrap();
+        let dead_token = dead.token().to_string();
+        drop(dead);
+        let m = machine().unwrap();
+        let mut s = Sweep::in_dir(dir.path().to_path_buf());
+        // Same process, another open file: the held lock alone says alive.
+        assert_eq!(s.judge(live.token()), Judgement::Alive);
+        assert_eq!(s.judge(&dead_token), Judgement::Dead);
+        // A second sweep at the same time cannot judge it dead again.
+        assert_eq!(Sweep::in_dir(dir.path().to_path_buf()).judge(&dead_token), Judgement::Alive);
+        assert_eq!(s.judge_name(&format!("{dead_token}-3")), Judgement::Dead, "judged once per sweep");
+        let other_host = format!("ffffffffffff-{}-1-00000000", m.boot);
+        let other_boot = format!("{}-ffffffffffff-1-00000000", m.host);
+        std::fs::write(dir.path().join(format!("{other_host}.lock")), "").unwrap();
+        std::fs::write(dir.path().join(format!("{other_boot}.lock")), "").unwrap();
+        if m.host != "ffffffffffff" {
+            assert_eq!(s.judge(&other_host), Judgement::Foreign);
+        }
+        if m.boot != "ffffffffffff" {
+            assert_eq!(s.judge(&other_boot), Judgement::Foreign);
+        }
+        let no_file = format!("{}-{}-1-00000000", m.host, m.boot);
+        assert_eq!(s.judge(&no_file), Judgement::Unknown);
+        assert_eq!(s.judge("machine:1:1"), Judgement::Unknown);
+    }
+
+    #[test]
+    fn a_folder_others_can_write_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(Owner::acquire_in(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,344 @@
+//! The soak: a mix of benign and hostile samples on every selected tier with
+//! N runs in flight for a set time, each judged as in the gauntlet (host-side
+//! canaries, declared expectations). It reports runs completed, verdicts
+//! that differ from what the samples declare, output bytes delivered against
+//! bytes produced by programs whose output size is known in advance, the
+//! host's `/bin/true` latency while it ran, and what the run left behind
+//! (cgroups, containers, QEMU processes, run folders carrying this process's
+//! owner token), which must be nothing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::task::JoinSet;
+
+use crate::gauntlet;
+use crate::samples::Sample;
+use crate::spec::Limits;
+use crate::tier::Tier;
+
+/// How long leftovers may take to go after the last run and the pools' drain.
+const SETTLE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    pub duration: Duration,
+    pub concurrency: usize,
+    pub limits: Limits,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct TierSoak {
+    pub tier: String,
+    pub runs: usize,
+    pub mismatches: usize,
+    pub errors: usize,
+}
+
+/// Bytes of programs that print a known amount (single large write, many
+/// small writes, both streams interleaved, a write just before exit).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct OutputCheck {
+    pub runs: usize,
+    pub bytes_produced: u64,
+    pub bytes_delivered: u64,
+    /// Runs that delivered less than they produced without a truncation flag.
+    pub lost_runs: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct HostLatency {
+    pub samples: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+}
+
+/// Resources carrying this process's owner token, after every run and the
+/// warm pools are gone. `None`: could not be looked at (e.g. no daemon).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Leftovers {
+    pub cgroups: usize,
+    pub containers: Option<usize>,
+    pub qemu: usize,
+    pub rundirs: usize,
+    pub total: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakReport {
+    pub duration_s: f64,
+    pub concurrency: usize,
+    pub tiers: Vec<String>,
+    pub skipped_tiers: Vec<(String, String)>,
+    pub runs: usize,
+    pub mismatches: usize,
+    /// The first mismatches (sample, tier, why), for a look.
+    pub mismatch_examples: Vec<String>,
+    pub per_tier: Vec<TierSoak>,
+    pub output: OutputCheck,
+    pub host_true: HostLatency,
+    pub leftovers: Leftovers,
+}
+
+impl SoakReport {
+    /// Nothing left behind, no output lost, every verdict as declared.
+    pub fn passed(&self) -> bool {
+        self.leftovers.total == 0 && self.output.lost_runs == 0 && self.mismatches == 0
+    }
+}
+
+/// One program with a known output: what it prints to each stream.
+struct OutputProgram {
+    sample: Sample,
+    stdout: u64,
+    stderr: u64,
+}
+
+fn output_program(name: &str, body: &str, stdout: u64, stderr: u64) -> OutputProgram {
+    let code = format!(
+        "# name: {name}\n# tries: print a known number of bytes (soak output check)\n# must: deliver all of it\n\
+         # expect: *=ok\nimport os, sys\n{body}"
+    );
+    let sample = Sample::parse(std::path::Path::new(&format!("benign/{name}.py")), code)
+        .expect("the soak's own output programs parse");
+    OutputProgram { sample, stdout, stderr }
+}
+
+/// The output programs. Sizes stay well under the default output limit.
+fn output_programs() -> Vec<OutputProgram> {
+    const BIG: u64 = 256 << 10;
+    vec![
+        output_program("soak-one-large-write", &format!("sys.stdout.write('x' * {BIG})\nsys.stdout.flush()\n"), BIG, 0),
+        // 4000 lines of 32 bytes each (31 characters and a newline).
+        output_program(
+            "soak-many-small-writes",
+            "for i in range(4000):\n    print('y' * 31, flush=True)\n",
+            4000 * 32,
+            0,
+        ),
+        output_program(
+            "soak-interleaved",
+            "for i in range(2000):\n    sys.stdout.write('o' * 15 + '\\n'); sys.stdout.flush()\n    \
+             sys.stderr.write('e' * 15 + '\\n'); sys.stderr.flush()\n",
+            2000 * 16,
+            2000 * 16,
+        ),
+        output_program("soak-write-then-exit", &format!("os.write(1, b'z' * {BIG})\nos._exit(0)\n"), BIG, 0),
+    ]
+}
+
+/// `/bin/true` spawned every 100 ms on the host while the soak runs.
+fn probe_host(stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<f64>>>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let bin = if std::path::Path::new("/bin/true").exists() { "/bin/true" } else { "true" };
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            if std::process::Command::new(bin).status().is_ok() {
+                if let Ok(mut v) = out.lock() {
+                    v.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
+
+enum Job {
+    Sample(usize),
+    Output(usize),
+}
+
+/// Run the soak. The mix cycles through (output programs, then samples) ×
+/// tiers, so even a short soak starts with the output check on every tier.
+pub async fn run(
+    tiers: Vec<Arc<dyn Tier>>,
+    skipped_tiers: Vec<(String, String)>,
+    samples: Vec<Sample>,
+    cfg: SoakConfig,
+    progress: &mut (dyn FnMut(usize, usize) + Send),
+) -> SoakReport {
+    let outputs = Arc::new(output_programs());
+    let samples = Arc::new(samples);
+    let mut mix = vec![];
+    for i in 0..outputs.len() {
+        mix.push(Job::Output(i));
+    }
+    for i in 0..samples.len() {
+        mix.push(Job::Sample(i));
+    }
+    let slots: Vec<(usize, usize)> = (0..mix.len()).flat_map(|j| (0..tiers.len()).map(move |t| (j, t))).collect();
+
+    let stop_probe = Arc::new(AtomicBool::new(false));
+    let host = Arc::new(Mutex::new(vec![]));
+    let prober = probe_host(stop_probe.clone(), host.clone());
+
+    let started = Instant::now();
+    let until = started + cfg.duration;
+    let mut set = JoinSet::new();
+    let mut next = 0usize;
+    let mut per_tier: Vec<TierSoak> =
+        tiers.iter().map(|t| TierSoak { tier: t.name().to_string(), ..Default::default() }).collect();
+    let mut output = OutputCheck::default();
+    let mut examples = vec![];
+    let (mut runs, mut mismatches) = (0usize, 0usize);
+    let concurrency = cfg.concurrency.max(1);
+    loop {
+        while set.len() < concurrency && Instant::now() < until && !slots.is_empty() {
+            let (j, t) = slots[next % slots.len()];
+            next += 1;
+            let tier = tiers[t].clone();
+            let limits = cfg.limits.clone();
+            let (samples, outputs) = (samples.clone(), outputs.clone());
+            let is_output = matches!(mix[j], Job::Output(_));
+            let idx = match mix[j] {
+                Job::Sample(i) | Job::Output(i) => i,
+            };
+            set.spawn(async move {
+                let sample = if is_output { &outputs[idx].sample } else { &samples[idx] };
+                let cell = gauntlet::run_cell(tier, sample, &limits).await;
+                (t, is_output.then_some(idx), cell)
+            });
+        }
+        if set.is_empty() {
+            break;
+        }
+        // Wake at the deadline too, so that no slot stays idle while waiting.
+        let joined = if Instant::now() < until {
+            tokio::select! {
+                j = set.join_next() => j,
+                _ = tokio::time::sleep_until(until.into()) => continue,
+            }
+        } else {
+            set.join_next().await
+        };
+        let Some(joined) = joined else { break };
+        let (t, out_idx, cell) = match joined {
+            Ok(x) => x,
+            Err(e) => {
+                mismatches += 1;
+                examples.push(format!("a soak task failed: {e}"));
+                continue;
+            }
+        };
+        runs += 1;
+        per_tier[t].runs += 1;
+        if matches!(cell.verdict, gauntlet::Verdict::Error { .. }) {
+            per_tier[t].errors += 1;
+        }
+        if !cell.as_expected {
+            mismatches += 1;
+            per_tier[t].mismatches += 1;
+            if examples.len() < 20 {
+                let why = cell.mismatch.clone().unwrap_or_default();
+                examples.push(crate::sanitize::inert_line(&format!("{} on {}: {why}", cell.sample, cell.tier), 300));
+            }
+        }
+        if let Some(i) = out_idx {
+            let p = &outputs[i];
+            let r = &cell.report;
+            let (so, se) = (r.stdout.len() as u64, r.stderr.len() as u64);
+            output.runs += 1;
+            output.bytes_produced += p.stdout + p.stderr;
+            output.bytes_delivered += so.min(p.stdout) + se.min(p.stderr);
+            let short = (so < p.stdout && !r.stdout_truncated) || (se < p.stderr && !r.stderr_truncated);
+            if short {
+                output.lost_runs += 1;
+            }
+        }
+        progress(runs, mismatches);
+    }
+    let elapsed = started.elapsed();
+    stop_probe.store(true, Ordering::Relaxed);
+    let _ = tokio::task::spawn_blocking(move || prober.join()).await;
+    let mut lat = host.lock().map(|v| v.clone()).unwrap_or_default();
+    lat.sort_by(f64::total_cmp);
+    let host_true = HostLatency {
+        samples: lat.len(),
+        p50_ms: (!lat.is_empty()).then(|| crate::stats::percentile(&lat, 0.5)),
+        p99_ms: (!lat.is_empty()).then(|| crate::stats::percentile(&lat, 0.99)),
+        max_ms: lat.last().copied(),
+    };
+
+    // Warm pools and spares hold containers, guests and helpers by design:
+    // drain them and drop the tiers, then everything carrying our token must
+    // be gone. A spare being made in the background as the last run ended
+    // goes a moment later, hence the short settle.
+    let tier_names = tiers.iter().map(|t| t.name().to_string()).collect();
+    let _ = crate::tier::shutdown().await;
+    drop(tiers);
+    let settle = Instant::now();
+    let leftovers = loop {
+        let l = leftovers().await;
+        if l.total == 0 || settle.elapsed() > SETTLE {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    SoakReport {
+        duration_s: elapsed.as_secs_f64(),
+        concurrency,
+        tiers: tier_names,
+        skipped_tiers,
+        runs,
+        mismatches,
+        mismatch_examples: examples,
+        per_tier,
+        output,
+        host_true,
+        leftovers,
+    }
+}
+
+/// Everything on this machine (and its Docker engine) that carries this
+/// process's owner token.
+pub async fn leftovers() -> Leftovers {
+    let Ok(token) = crate::owner::token() else {
+        return Leftovers::default();
+    };
+    let prefix = format!("{token}-");
+    // One run's cgroup is a directory per hierarchy (v1): count runs.
+    let cgroups: std::collections::BTreeSet<_> = crate::tier::process::owned_cgroups(token)
+        .into_iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_owned()))
+        .collect();
+    let mut l = Leftovers { cgroups: cgroups.len(), ..Default::default() };
+    l.containers = crate::tier::docker::owned_containers(token).await.map(|v| v.len());
+    l.qemu = crate::tier::microvm::vm::owned_qemu(token).len();
+    let mut dirs = vec![crate::tier::microvm::artefacts::paths().runs, crate::tier::peer::rundir::base()];
+    dirs.dedup();
+    for d in dirs {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            l.rundirs += rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).count();
+        }
+    }
+    l.total = l.cgroups + l.containers.unwrap_or(0) + l.qemu + l.rundirs;
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_programs_parse_and_declare_ok() {
+        for p in output_programs() {
+            assert!(!p.sample.is_hostile());
+            assert!(p.sample.expect_for("process").is_some(), "{}", p.sample.name);
+            assert!(p.stdout + p.stderr > 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn leftovers_count_what_carries_our_token() {
+        let base = crate::tier::peer::rundir::base();
+        std::fs::create_dir_all(&base).unwrap();
+        let d = base.join(format!("{}-999999-soaktest", crate::owner::token().unwrap()));
+        std::fs::create_dir(&d).unwrap();
+        let l = leftovers().await;
+        std::fs::remove_dir(&d).unwrap();
+        assert!(l.rundirs >= 1 && l.total >= 1, "{l:?}");
+    }
+}

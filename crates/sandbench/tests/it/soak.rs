@@ -1,0 +1,61 @@
+//! `sandbench bench --soak`: a short soak on the process tier completes runs,
+//! judges each against its sample's declaration, delivers every byte the
+//! output programs produced, measures the host, and leaves nothing behind.
+
+use crate::support::common::{self, bin, samples_dir, OuterNet};
+
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn a_short_soak_on_the_process_tier_leaves_nothing_and_loses_no_output() {
+    let net = OuterNet::new();
+    let out = net.output(
+        Command::new(bin())
+            .args([
+                "bench",
+                "--soak",
+                "--duration",
+                "3s",
+                "--concurrency",
+                "2",
+                "--tiers",
+                "process",
+                "--format",
+                "json",
+            ])
+            .arg("--samples")
+            .arg(samples_dir()),
+        Duration::from_secs(180),
+    );
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(r["tiers"], serde_json::json!(["process"]), "{r:#}");
+    let runs = r["runs"].as_u64().unwrap();
+    assert!(runs >= 1, "{r:#}");
+    assert_eq!(r["per_tier"][0]["runs"].as_u64(), Some(runs), "{r:#}");
+    // The output programs come first in the mix, so a short soak has some.
+    let o = &r["output"];
+    assert!(o["runs"].as_u64().unwrap() >= 1, "{r:#}");
+    assert!(o["bytes_produced"].as_u64().unwrap() > 0, "{r:#}");
+    assert_eq!(o["bytes_delivered"], o["bytes_produced"], "{r:#}");
+    assert_eq!(o["lost_runs"], 0, "{r:#}");
+    assert!(r["host_true"]["samples"].as_u64().unwrap() >= 1, "{r:#}");
+    assert!(r["host_true"]["p99_ms"].is_number(), "{r:#}");
+    assert_eq!(r["leftovers"]["total"], 0, "{r:#}");
+    if common::is_root() {
+        assert!(net.leftover_cgroups().is_empty(), "{:?}", net.leftover_cgroups());
+    }
+    assert!(net.remaining().is_empty(), "processes left behind: {:?}", net.remaining());
+    let passed = r["mismatches"] == 0 && r["leftovers"]["total"] == 0 && o["lost_runs"] == 0;
+    assert_eq!(out.status.code(), Some(if passed { 0 } else { 1 }), "{r:#}");
+}
+
+#[test]
+fn soak_arguments_are_checked() {
+    let out = Command::new(bin()).args(["bench", "--soak", "--concurrency", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--concurrency"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin()).args(["bench", "--duration", "5s"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "--duration without --soak is refused");
+}
