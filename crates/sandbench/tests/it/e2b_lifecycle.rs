@@ -15,9 +15,9 @@ use sandbench::spec::{Language, RunSpec};
 use sandbench::tier::e2b::E2bTier;
 use sandbench::tier::Tier;
 
-const KEY: &str = "e2b_0123456789abcdef";
+pub(crate) const KEY: &str = "e2b_0123456789abcdef";
 
-fn tier(fake: &FakeE2b) -> Arc<dyn Tier> {
+pub(crate) fn tier(fake: &FakeE2b) -> Arc<dyn Tier> {
     Arc::new(E2bTier::with_settings(fake.settings(KEY)))
 }
 
@@ -26,7 +26,7 @@ fn py(code: &str) -> RunSpec {
 }
 
 /// Events and the report of one run, with a safety-net timeout.
-async fn run_collect(t: Arc<dyn Tier>, spec: RunSpec) -> (Vec<(f64, EventKind)>, RunReport) {
+pub(crate) async fn run_collect(t: Arc<dyn Tier>, spec: RunSpec) -> (Vec<(f64, EventKind)>, RunReport) {
     tokio::time::timeout(Duration::from_secs(60), async {
         let mut h = runner::start(t, spec);
         let mut evs = vec![];
@@ -42,7 +42,7 @@ async fn run_collect(t: Arc<dyn Tier>, spec: RunSpec) -> (Vec<(f64, EventKind)>,
     .expect("the run did not end within 60 s")
 }
 
-async fn assert_nothing_left(fake: &FakeE2b) {
+pub(crate) async fn assert_nothing_left(fake: &FakeE2b) {
     assert_eq!(fake.live_count(), 0, "a sandbox was left running in the fake E2B");
     assert!(fake.wait_programs_gone(Duration::from_secs(5)).await, "a program kept running in the fake sandbox");
     assert!(sandbench::tier::e2b::live_sandboxes().iter().all(|id| !fake.created().contains(id)));

@@ -15,6 +15,7 @@ mod agent_loop;
 mod docker_lifecycle;
 mod docker_samples;
 mod e2b_cli;
+mod e2b_dialect;
 mod e2b_lifecycle;
 mod gauntlet;
 mod microvm_protocol;

@@ -159,8 +159,13 @@ impl Envd {
         envs: &BTreeMap<String, String>,
         cwd: &str,
     ) -> Result<ProcStream, EnvdError> {
+        // `stdin: false` always, as the SDK's `commands.run` sends it: envd
+        // reads a missing value as true and gives the process a pipe that
+        // nobody closes, so a program reading stdin would hang to the wall
+        // time here while every other tier hands it an empty stdin.
         let msg = json!({
             "process": { "cmd": cmd, "args": args, "envs": envs, "cwd": cwd },
+            "stdin": false,
         });
         let body = envelope(0, &serde_json::to_vec(&msg).expect("json"));
         let resp = self

@@ -5,7 +5,9 @@
 //! "sandbox" is a temp directory; Start really runs the given command there
 //! (on this host: tests only send benign programs) and streams its output,
 //! so the tier's command line, streaming and exit mapping are exercised for
-//! real. Knobs make each error path happen.
+//! real. Like envd, a Start that does not say `"stdin": false` gives the
+//! program a stdin pipe that stays open, so a program reading it hangs until
+//! it is killed. Knobs make each error path happen.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -74,6 +76,8 @@ pub struct State {
     pub start_headers: Vec<Vec<(String, String)>>,
     /// The `process` config of each Start call.
     pub start_process: Vec<Value>,
+    /// The whole StartRequest message of each Start call.
+    pub start_messages: Vec<Value>,
     /// Programs still running (pid) in the fake.
     pub running: Vec<u32>,
     pub log: Vec<String>,
@@ -370,6 +374,11 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     let msg: Value = serde_json::from_slice(&b[5..]).unwrap_or(Value::Null);
     let p = &msg["process"];
     state.lock().unwrap().start_process.push(p.clone());
+    state.lock().unwrap().start_messages.push(msg.clone());
+    // envd reads a missing `stdin` as true: the process gets a pipe that
+    // stays open until the process ends, so a program that reads stdin
+    // waits until it is killed.
+    let stdin_open = msg.get("stdin") != Some(&Value::Bool(false));
     let mode = state.lock().unwrap().knobs.start.clone();
     if mode == StartMode::Http502 {
         return err(502, "The sandbox was not found");
@@ -417,7 +426,7 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
         .env_clear()
         .envs(envs)
         .current_dir(&cwd)
-        .stdin(Stdio::null())
+        .stdin(if stdin_open { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -435,7 +444,10 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     let pid = child.id().unwrap_or(0);
     state.lock().unwrap().running.push(pid);
     let st = state.clone();
+    // Held (never written, never closed) for as long as the program runs.
+    let stdin_pipe = child.stdin.take();
     tokio::spawn(async move {
+        let _stdin_pipe = stdin_pipe;
         let _ = tx.send(event(json!({"start": {"pid": pid}}))).await;
         let mut out = child.stdout.take().unwrap();
         let mut errs = child.stderr.take().unwrap();
