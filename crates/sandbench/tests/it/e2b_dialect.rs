@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::e2b_lifecycle::{assert_nothing_left, run_collect, tier, KEY};
-use crate::support::fake_e2b::FakeE2b;
+use crate::support::fake_e2b::{FakeE2b, Knobs};
 use sandbench::report::Outcome;
 use sandbench::spec::{Language, RunSpec};
 
@@ -23,4 +23,52 @@ async fn a_program_reading_stdin_gets_end_of_file_at_once() {
     assert_eq!(r.stdout, "done\n");
     assert_eq!(fake.state.lock().unwrap().start_messages[0]["stdin"], false);
     assert_nothing_left(&fake).await;
+}
+
+#[tokio::test]
+async fn the_deprecated_v1_create_and_list_are_refused_like_e2b_does() {
+    // The fake is strict where the service is: a client still on the v1
+    // forms fails here instead of passing against a lenient fake.
+    let fake = FakeE2b::start(KEY).await;
+    let http = sandbench::tier::e2b::api::http_client(&[fake.url().as_str()]).unwrap();
+    let create = http
+        .post(format!("{}/sandboxes", fake.url()))
+        .header("X-API-Key", KEY)
+        .json(&serde_json::json!({"templateID": "base"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(create.status().as_u16(), 410);
+    let list = http.get(format!("{}/sandboxes", fake.url())).header("X-API-Key", KEY).send().await.unwrap();
+    assert_eq!(list.status().as_u16(), 410);
+    // The tier itself creates through v2 and lists nothing through v1.
+    let (_, r) = run_collect(tier(&fake), RunSpec::new(Language::Sh, "echo hi\n")).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
+    let log = fake.state.lock().unwrap().log.clone();
+    assert!(log.iter().any(|l| l == "POST /v2/sandboxes"), "{log:?}");
+    assert_eq!(log.iter().filter(|l| l.ends_with(" /sandboxes")).count(), 2, "{log:?}");
+    assert_nothing_left(&fake).await;
+}
+
+#[tokio::test]
+async fn listing_follows_next_token_pages_for_reaping_and_doctor() {
+    let fake = FakeE2b::start(KEY).await;
+    fake.knobs(Knobs { max_page: Some(2), ..Default::default() });
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    dead.wait().unwrap();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    for i in 0..5 {
+        fake.insert_foreign(
+            &format!("orphan{i}"),
+            serde_json::json!({"created_by": "sandbench", "sandbench_host": host, "sandbench_pid": dead.id().to_string()}),
+        );
+    }
+    fake.insert_foreign("someone-elses", serde_json::json!({"created_by": "someone"}));
+    let api = sandbench::tier::e2b::api::Api::new(&fake.settings(KEY), KEY).unwrap();
+    assert_eq!(api.list().await.unwrap().len(), 6);
+    // Five orphans over three pages of two: all of them, and nothing else.
+    assert_eq!(sandbench::tier::e2b::reap_orphans(&api).await, 5);
+    assert_eq!(fake.live_ids(), ["someone-elses"]);
+    let log = fake.state.lock().unwrap().log.clone();
+    assert!(log.iter().all(|l| l != "GET /sandboxes"), "{log:?}");
 }

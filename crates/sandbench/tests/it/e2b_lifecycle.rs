@@ -89,7 +89,10 @@ async fn lifecycle_streams_output_live_reports_exit_and_kills() {
         assert_eq!(body["templateID"], "base");
         assert_eq!(body["timeout"], 10 + 30);
         assert_eq!(body["allow_internet_access"], false);
-        assert_eq!(body["secure"], true);
+        // v2 has no `secure` (always secured); autoPause false so that E2B
+        // kills, not pauses, a sandbox sandbench could not kill.
+        assert!(body.get("secure").is_none(), "{body}");
+        assert_eq!(body["autoPause"], false);
         assert_eq!(body["metadata"]["created_by"], "sandbench");
         assert_eq!(body["metadata"]["sandbench_pid"], std::process::id().to_string());
         let h = &st.start_headers[0];
@@ -224,7 +227,7 @@ async fn rate_limit_is_retried_after_the_wait_it_asks_for() {
     assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
     assert!(started.elapsed() >= Duration::from_secs(1), "retry-after was not honoured");
     assert!(evs.iter().any(|(_, k)| matches!(k, EventKind::Note(n) if n.contains("429") && n.contains("retrying"))));
-    assert_eq!(fake.state.lock().unwrap().log.iter().filter(|l| *l == "POST /sandboxes").count(), 2);
+    assert_eq!(fake.state.lock().unwrap().log.iter().filter(|l| *l == "POST /v2/sandboxes").count(), 2);
     assert_nothing_left(&fake).await;
 }
 
@@ -248,7 +251,7 @@ async fn server_errors_are_reported_without_retrying_create() {
     assert_eq!(r.outcome, Outcome::Error);
     let e = r.error.unwrap();
     assert!(e.contains("server error") && e.contains("503"), "{e}");
-    assert_eq!(fake.state.lock().unwrap().log.iter().filter(|l| *l == "POST /sandboxes").count(), 1);
+    assert_eq!(fake.state.lock().unwrap().log.iter().filter(|l| *l == "POST /v2/sandboxes").count(), 1);
     assert_nothing_left(&fake).await;
 }
 

@@ -3,7 +3,7 @@
 //! how a user outgrows one machine: nothing runs on the local kernel, and the
 //! number of sandboxes at once is E2B's quota, not local cores.
 //!
-//! Flow: `POST /sandboxes` (REST API, `api.rs`) → upload the program to envd
+//! Flow: `POST /v2/sandboxes` (REST API, `api.rs`) → upload the program to envd
 //! (`envd.rs`) → `process.Process/Start` streams stdout/stderr and the exit →
 //! `DELETE /sandboxes/{id}`, always: on a normal end, on cancel, wall timeout,
 //! error, and — through [`kill_live`] and a SIGTERM/SIGHUP hook — when

@@ -1,6 +1,7 @@
-//! A fake E2B speaking the published shapes: the REST API (`POST /sandboxes`,
-//! `DELETE /sandboxes/{id}`, `GET /sandboxes`, `X-API-Key`, `{code,message}`
-//! errors) and envd (`POST /files` multipart, `GET /metrics`, Connect-RPC
+//! A fake E2B speaking the published shapes: the REST API (`POST
+//! /v2/sandboxes`, `DELETE /sandboxes/{id}`, `GET /v2/sandboxes` paged with
+//! `x-next-token`, `X-API-Key`, `{code,message}` errors; the deprecated v1
+//! create and list answer 410 so a client still on them fails here) and envd (`POST /files` multipart, `GET /metrics`, Connect-RPC
 //! `process.Process/Start` with JSON envelopes, `X-Access-Token`). A
 //! "sandbox" is a temp directory; Start really runs the given command there
 //! (on this host: tests only send benign programs) and streams its output,
@@ -40,16 +41,19 @@ pub enum StartMode {
 
 #[derive(Clone, Debug)]
 pub struct Knobs {
-    /// Statuses `POST /sandboxes` answers before succeeding, with retry-after.
+    /// Statuses `POST /v2/sandboxes` answers before succeeding, with retry-after.
     pub create_failures: Vec<(u16, Option<u64>)>,
     pub start: StartMode,
     /// How many DELETEs fail with 500 before they work.
     pub kill_failures: u32,
+    /// Most sandboxes per list page whatever `limit` asks (the server may
+    /// send fewer than asked; the rest follows with `nextToken`).
+    pub max_page: Option<usize>,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { create_failures: vec![], start: StartMode::Real, kill_failures: 0 }
+        Knobs { create_failures: vec![], start: StartMode::Real, kill_failures: 0, max_page: None }
     }
 }
 
@@ -70,7 +74,7 @@ pub struct State {
     pub live: HashMap<String, Sandbox>,
     pub created: Vec<String>,
     pub killed: Vec<String>,
-    /// Bodies of POST /sandboxes.
+    /// Bodies of POST /v2/sandboxes.
     pub create_bodies: Vec<Value>,
     /// Headers of each Start call.
     pub start_headers: Vec<Vec<(String, String)>>,
@@ -193,33 +197,12 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
     state.lock().unwrap().log.push(format!("{} {}", req.method, req.path()));
     let path = req.path().to_string();
     match (req.method.as_str(), path.as_str()) {
-        ("POST", "/sandboxes") => create(&state, &req),
-        ("GET", "/sandboxes") => {
-            if let Some(r) = check_key(&state, &req) {
-                return r;
-            }
-            // `metadata=k%3Dv&k2%3Dv2`: every pair must match.
-            let filter: Vec<(String, String)> = req
-                .query("metadata")
-                .map(|m| {
-                    m.split('&')
-                        .filter_map(|kv| kv.split_once('='))
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let st = state.lock().unwrap();
-            let list: Vec<Value> = st
-                .live
-                .iter()
-                .filter(|(_, s)| filter.iter().all(|(k, v)| s.body["metadata"][k] == v.as_str()))
-                .map(|(id, s)| {
-                    json!({"sandboxID": id, "templateID": s.template, "clientID": "6532622b",
-                           "state": "running", "metadata": s.body["metadata"]})
-                })
-                .collect();
-            Reply::json(200, Value::Array(list))
+        // Deprecated in E2B's spec in favour of the v2 forms.
+        ("POST", "/sandboxes") | ("GET", "/sandboxes") => {
+            err(410, &format!("{} {path} is deprecated; use {} /v2/sandboxes", req.method, req.method))
         }
+        ("POST", "/v2/sandboxes") => create(&state, &req),
+        ("GET", "/v2/sandboxes") => list(&state, &req),
         ("DELETE", p) if p.starts_with("/sandboxes/") => {
             if let Some(r) = check_key(&state, &req) {
                 return r;
@@ -249,6 +232,68 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
         },
         ("POST", "/process.Process/Start") => start(state, req).await,
         _ => err(404, "no such route"),
+    }
+}
+
+/// `GET /v2/sandboxes`: `metadata` (`k=v&k2=v2`, url-encoded), `state`
+/// (comma list), `limit`, `nextToken`; the next page's token in `x-next-token`.
+fn list(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
+    if let Some(r) = check_key(state, req) {
+        return r;
+    }
+    let filter: Vec<(String, String)> = req
+        .query("metadata")
+        .map(|m| {
+            m.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        })
+        .unwrap_or_default();
+    let states: Vec<String> = req
+        .query("state")
+        .map(|s| s.split(',').map(str::to_string).collect())
+        .unwrap_or_else(|| vec!["running".into(), "paused".into()]);
+    if states.iter().any(|s| s != "running" && s != "paused") {
+        return err(400, "state must be running or paused");
+    }
+    let limit: usize = match req.query("limit").map(|l| l.parse::<usize>()) {
+        None => 100,
+        Some(Ok(n)) if (1..=100).contains(&n) => n,
+        Some(_) => return err(400, "limit must be between 1 and 100"),
+    };
+    let st = state.lock().unwrap();
+    let page = st.knobs.max_page.map_or(limit, |m| m.min(limit));
+    let mut ids: Vec<&String> = st
+        .live
+        .iter()
+        .filter(|(_, s)| filter.iter().all(|(k, v)| s.body["metadata"][k] == v.as_str()))
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort();
+    let start = match req.query("nextToken") {
+        None => 0,
+        Some(t) => match ids.iter().position(|id| **id == t) {
+            Some(i) => i,
+            None => return err(400, "invalid nextToken"),
+        },
+    };
+    // Every fake sandbox is running.
+    let running = states.iter().any(|s| s == "running");
+    let items: Vec<Value> = if running {
+        ids[start..]
+            .iter()
+            .take(page)
+            .map(|id| {
+                let s = &st.live[*id];
+                json!({"sandboxID": id, "templateID": s.template, "clientID": "6532622b", "state": "running",
+                       "envdVersion": "0.2.4", "metadata": s.body["metadata"]})
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    let reply = Reply::json(200, Value::Array(items));
+    match ids.get(start + page).filter(|_| running) {
+        Some(next) => reply.with_header("x-next-token", next),
+        None => reply,
     }
 }
 
