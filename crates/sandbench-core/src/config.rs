@@ -20,10 +20,55 @@ pub struct Config {
     pub e2b: E2bConfig,
     pub agent: AgentConfig,
     pub microvm: MicrovmConfig,
+    /// Keys and endpoints of the remote services, from the environment (not
+    /// the file): filled by [`Config::load`], empty in a default config.
+    #[serde(skip)]
+    pub env: RemoteEnv,
+}
+
+/// What the remote clients take from the environment, under the names the
+/// official SDKs read (`e2b` and `anthropic` on PyPI). Read once, here, so
+/// that the e2b tier and the agent are handed values, never variable names.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RemoteEnv {
+    pub e2b_api_key: Option<String>,
+    pub e2b_domain: Option<String>,
+    /// Deprecated in the SDK but still honoured there, so here too.
+    pub e2b_api_url: Option<String>,
+    /// Deprecated in the SDK but still honoured there: every envd call goes here.
+    pub e2b_sandbox_url: Option<String>,
+    /// `E2B_DEBUG=true`: the SDK's local mode (API at http://localhost:3000,
+    /// envd at http://localhost:49983).
+    pub e2b_debug: bool,
+    pub anthropic_api_key: Option<String>,
+    pub anthropic_base_url: Option<String>,
+}
+
+impl RemoteEnv {
+    /// From this process's environment; blank values count as unset.
+    pub fn from_process() -> RemoteEnv {
+        RemoteEnv::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// From any lookup (tests pass a map instead of touching the process).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> RemoteEnv {
+        let var = |k: &str| get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        RemoteEnv {
+            e2b_api_key: var("E2B_API_KEY"),
+            e2b_domain: var("E2B_DOMAIN"),
+            e2b_api_url: var("E2B_API_URL"),
+            e2b_sandbox_url: var("E2B_SANDBOX_URL"),
+            // The SDK's test: `os.getenv("E2B_DEBUG", "false").lower() == "true"`.
+            e2b_debug: var("E2B_DEBUG").is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            anthropic_api_key: var("ANTHROPIC_API_KEY"),
+            anthropic_base_url: var("ANTHROPIC_BASE_URL"),
+        }
+    }
 }
 
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
-/// (E2B_API_KEY, E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL).
+/// (E2B_API_KEY, E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL, E2B_DEBUG; see
+/// [`RemoteEnv`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct E2bConfig {
@@ -158,6 +203,7 @@ impl Default for Config {
             agent: AgentConfig::default(),
             samples_dir: None,
             microvm: MicrovmConfig::default(),
+            env: RemoteEnv::default(),
         }
     }
 }
@@ -171,7 +217,15 @@ impl Config {
     }
 
     /// Load the config file; a missing file gives the defaults, a broken one an error.
+    /// Also reads the remote services' keys and endpoints from the
+    /// environment ([`RemoteEnv`]).
     pub fn load() -> anyhow::Result<Config> {
+        let mut config = Config::load_file()?;
+        config.env = RemoteEnv::from_process();
+        Ok(config)
+    }
+
+    fn load_file() -> anyhow::Result<Config> {
         let Some(path) = Config::path() else { return Ok(Config::default()) };
         match std::fs::read_to_string(&path) {
             Ok(text) => toml::from_str(&text)

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use crate::e2b_lifecycle::{assert_nothing_left, run_collect, tier, KEY};
 use crate::support::fake_e2b::{FakeE2b, Knobs};
+use sandbench::config::{Config, RemoteEnv};
 use sandbench::report::Outcome;
 use sandbench::spec::{Language, RunSpec};
+use sandbench::tier::e2b::Settings;
 
 #[tokio::test]
 async fn a_program_reading_stdin_gets_end_of_file_at_once() {
@@ -71,4 +73,71 @@ async fn listing_follows_next_token_pages_for_reaping_and_doctor() {
     assert_eq!(fake.live_ids(), ["someone-elses"]);
     let log = fake.state.lock().unwrap().log.clone();
     assert!(log.iter().all(|l| l != "GET /sandboxes"), "{log:?}");
+}
+
+/// The e2b settings a given environment gives, as `Config::load` reads it.
+fn settings_for(vars: &[(&str, &str)]) -> Settings {
+    let vars: std::collections::HashMap<String, String> =
+        vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let config = Config { env: RemoteEnv::from_lookup(|k| vars.get(k).cloned()), ..Config::default() };
+    Settings::from_config(&config)
+}
+
+#[test]
+fn envd_is_reached_the_way_the_sdk_routes_it() {
+    // E2B's own domains: one host for every sandbox, routed by the
+    // E2b-Sandbox-Id / E2b-Sandbox-Port headers (ConnectionConfig.get_sandbox_url).
+    let s = settings_for(&[]);
+    assert_eq!(s.api_url, "https://api.e2b.app");
+    assert_eq!(s.envd_url("sbx1", None), "https://sandbox.e2b.app");
+    // The domain the create answered wins over the configured one.
+    assert_eq!(s.envd_url("sbx1", Some("e2b.dev")), "https://sandbox.e2b.dev");
+    let s = settings_for(&[("E2B_DOMAIN", "e2b.dev")]);
+    assert_eq!(
+        (s.api_url.as_str(), s.envd_url("sbx1", None)),
+        ("https://api.e2b.dev", "https://sandbox.e2b.dev".into())
+    );
+    // A self-hosted domain has no header-routing edge: the per-sandbox host.
+    let s = settings_for(&[("E2B_DOMAIN", "e2b.example.org")]);
+    assert_eq!(s.api_url, "https://api.e2b.example.org");
+    assert_eq!(s.envd_url("sbx1", None), "https://49983-sbx1.e2b.example.org");
+}
+
+#[test]
+fn the_sdk_environment_overrides_are_honoured() {
+    let s = settings_for(&[
+        ("E2B_API_URL", "http://127.0.0.1:3000"),
+        ("E2B_SANDBOX_URL", "http://127.0.0.1:49983"),
+        ("E2B_DOMAIN", "e2b.dev"),
+    ]);
+    assert_eq!(s.api_url, "http://127.0.0.1:3000");
+    assert_eq!(s.envd_url("sbx1", Some("e2b.app")), "http://127.0.0.1:49983");
+    // E2B_DEBUG=true is the SDK's local mode; only the word true turns it on.
+    let s = settings_for(&[("E2B_DEBUG", "TRUE")]);
+    assert_eq!(
+        (s.api_url.as_str(), s.envd_url("sbx1", None)),
+        ("http://localhost:3000", "http://localhost:49983".into())
+    );
+    let s = settings_for(&[("E2B_DEBUG", "true"), ("E2B_API_URL", "http://127.0.0.1:1")]);
+    assert_eq!(s.api_url, "http://127.0.0.1:1");
+    let s = settings_for(&[("E2B_DEBUG", "1")]);
+    assert_eq!(s.envd_url("sbx1", None), "https://sandbox.e2b.app");
+    // Blank values are unset, as in the SDK (`os.getenv(..) or default`).
+    let s = settings_for(&[("E2B_DOMAIN", " "), ("E2B_API_KEY", "")]);
+    assert_eq!(s.domain, "e2b.app");
+    assert_eq!(s.api_key, None);
+}
+
+#[tokio::test]
+async fn every_envd_call_names_the_sandbox_and_envds_port() {
+    // The fake, like E2B's edge, routes envd calls by these headers and
+    // refuses a call without the port.
+    let fake = FakeE2b::start(KEY).await;
+    let (_, r) = run_collect(tier(&fake), RunSpec::new(Language::Sh, "echo hi\n")).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
+    let st = fake.state.lock().unwrap();
+    let h = &st.start_headers[0];
+    let get = |k: &str| h.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get("e2b-sandbox-id"), Some(st.created[0].clone()));
+    assert_eq!(get("e2b-sandbox-port").as_deref(), Some("49983"));
 }

@@ -1,5 +1,7 @@
-//! envd: the daemon inside every E2B sandbox, at
-//! `https://49983-{sandboxID}.{domain}` (or `E2B_SANDBOX_URL`).
+//! envd: the daemon inside every E2B sandbox (port 49983), reached where
+//! [`super::Settings::envd_url`] says — `https://sandbox.{domain}` on E2B's
+//! domains, routed by the `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers every
+//! call carries, as the official SDK does.
 //!
 //! Why envd's process API and not the code interpreter's `/execute` (port
 //! 49999): `process.Process/Start` is a server-streaming Connect-RPC call whose

@@ -11,10 +11,18 @@
 //! calls, so every sandbox is also created with an E2B timeout of wall time +
 //! a margin: E2B reaps it by itself shortly after the run could have ended.
 //!
-//! Configuration: `E2B_API_KEY` (required), `E2B_DOMAIN` (default `e2b.app`),
-//! `E2B_API_URL` (default `https://api.<domain>`), `E2B_SANDBOX_URL` (envd URL
-//! override, default `https://49983-<id>.<domain>`) — the names E2B's own SDKs
-//! read — and `[e2b] template`, `[e2b] timeout_margin_secs` in the config.
+//! Configuration: `E2B_API_KEY` (required), `E2B_DOMAIN` (default
+//! `e2b.app`), `E2B_API_URL` (default `https://api.<domain>`),
+//! `E2B_SANDBOX_URL` (every envd call goes there) and `E2B_DEBUG` — the names
+//! and meanings of E2B's own SDK, read by the config ([`crate::config::RemoteEnv`]), never
+//! here — and `[e2b] template`, `[e2b] timeout_margin_secs` in the config.
+//!
+//! envd routing follows the SDK (`ConnectionConfig.get_sandbox_url`, e2b
+//! 2.63): on E2B's own domains every envd call goes to
+//! `https://sandbox.<domain>`, and E2B's edge routes it by the
+//! `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers; on other domains (self-hosted
+//! E2B) to the per-sandbox host `https://49983-<id>.<domain>`, which the SDK
+//! keeps for direct signed file URLs (sandbench makes none).
 
 pub mod api;
 pub mod envd;
@@ -37,37 +45,64 @@ use envd::{Envd, ProcEvent};
 pub const WORK_DIR: &str = "/home/user/sandbench";
 const METRICS_EVERY: Duration = Duration::from_millis(500);
 
-/// Where and how to reach E2B. Built from the environment and the config, or
-/// given directly (tests, the TUI).
+/// The domains whose edge routes envd traffic by headers at
+/// `sandbox.<domain>` (the SDK's `SUPPORTED_SANDBOX_DOMAINS`, e2b 2.63).
+pub const HEADER_ROUTED_DOMAINS: &[&str] =
+    &["e2b.app", "e2b.dev", "e2b.pro", "e2b-staging.dev", "e2b-tango.dev", "e2b-juliett.dev", "foxtrot-2.e2b.dev"];
+/// Where the SDK's debug mode finds the API (a local E2B).
+const DEBUG_API_URL: &str = "http://localhost:3000";
+
+/// Where and how to reach E2B. Built from the config, or given directly
+/// (tests, the TUI).
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub api_key: Option<String>,
     pub domain: String,
     pub api_url: String,
+    /// Every envd call goes here when set (`E2B_SANDBOX_URL`).
     pub sandbox_url: Option<String>,
+    /// The SDK's debug mode: envd at `http://localhost:49983`.
+    pub debug: bool,
     pub template: String,
     /// Added to the wall time for the sandbox's own E2B timeout.
     pub timeout_margin: Duration,
 }
 
 impl Settings {
-    pub fn from_env(config: &Config) -> Settings {
-        let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        let domain = var("E2B_DOMAIN").unwrap_or_else(|| "e2b.app".into());
+    /// The SDK's precedence: an explicit URL, then debug mode, then the domain.
+    pub fn from_config(config: &Config) -> Settings {
+        let env = &config.env;
+        let domain = env.e2b_domain.clone().unwrap_or_else(|| "e2b.app".into());
+        let api_url = match (&env.e2b_api_url, env.e2b_debug) {
+            (Some(u), _) => u.clone(),
+            (None, true) => DEBUG_API_URL.into(),
+            (None, false) => format!("https://api.{domain}"),
+        };
         Settings {
-            api_key: var("E2B_API_KEY"),
-            api_url: var("E2B_API_URL").unwrap_or_else(|| format!("https://api.{domain}")),
-            sandbox_url: var("E2B_SANDBOX_URL"),
+            api_key: env.e2b_api_key.clone(),
+            api_url,
+            sandbox_url: env.e2b_sandbox_url.clone(),
+            debug: env.e2b_debug,
             domain,
             template: config.e2b.template.clone(),
             timeout_margin: Duration::from_secs(config.e2b.timeout_margin_secs),
         }
     }
 
-    fn envd_url(&self, id: &str, domain: Option<&str>) -> String {
-        match &self.sandbox_url {
-            Some(u) => u.clone(),
-            None => format!("https://{}-{id}.{}", envd::ENVD_PORT, domain.unwrap_or(&self.domain)),
+    /// envd's base URL for a sandbox; `sandbox_domain` is the `domain` the
+    /// create answered (null unless the sandbox lives elsewhere).
+    pub fn envd_url(&self, id: &str, sandbox_domain: Option<&str>) -> String {
+        if let Some(u) = &self.sandbox_url {
+            return u.clone();
+        }
+        if self.debug {
+            return format!("http://localhost:{}", envd::ENVD_PORT);
+        }
+        let domain = sandbox_domain.map(str::trim).filter(|d| !d.is_empty()).unwrap_or(&self.domain);
+        if HEADER_ROUTED_DOMAINS.contains(&domain) {
+            format!("https://sandbox.{domain}")
+        } else {
+            format!("https://{}-{id}.{domain}", envd::ENVD_PORT)
         }
     }
 }
@@ -78,7 +113,7 @@ pub struct E2bTier {
 
 impl E2bTier {
     pub fn new(config: &Config) -> Self {
-        E2bTier { settings: Settings::from_env(config) }
+        E2bTier { settings: Settings::from_config(config) }
     }
 
     pub fn with_settings(settings: Settings) -> Self {
@@ -98,6 +133,7 @@ struct LiveEntry {
     api_url: String,
     api_key: String,
     sandbox_url: Option<String>,
+    debug: bool,
 }
 
 fn live() -> &'static Mutex<HashMap<String, LiveEntry>> {
@@ -124,6 +160,7 @@ pub async fn kill_live() -> Vec<String> {
             domain: String::new(),
             api_url: e.api_url,
             sandbox_url: e.sandbox_url,
+            debug: e.debug,
             template: String::new(),
             timeout_margin: Duration::ZERO,
         };
@@ -213,7 +250,12 @@ impl LiveGuard {
         if let Ok(mut m) = live().lock() {
             m.insert(
                 id.to_string(),
-                LiveEntry { api_url: s.api_url.clone(), api_key: key.to_string(), sandbox_url: s.sandbox_url.clone() },
+                LiveEntry {
+                    api_url: s.api_url.clone(),
+                    api_key: key.to_string(),
+                    sandbox_url: s.sandbox_url.clone(),
+                    debug: s.debug,
+                },
             );
         }
         LiveGuard { id: id.to_string() }
@@ -562,11 +604,15 @@ mod tests {
     }
 
     #[test]
-    fn envd_url_follows_the_sdk_shape() {
-        let mut s = Settings::from_env(&Config::default());
-        s.sandbox_url = None;
-        s.domain = "e2b.app".into();
-        assert_eq!(s.envd_url("abc", None), "https://49983-abc.e2b.app");
-        assert_eq!(s.envd_url("abc", Some("eu.e2b.dev")), "https://49983-abc.eu.e2b.dev");
+    fn envd_routing_follows_the_sdk() {
+        let mut s = Settings::from_config(&Config::default());
+        assert_eq!(s.api_url, "https://api.e2b.app");
+        // E2B's domains: one host, routed by the E2b-Sandbox-* headers.
+        assert_eq!(s.envd_url("abc", None), "https://sandbox.e2b.app");
+        assert_eq!(s.envd_url("abc", Some("e2b.dev")), "https://sandbox.e2b.dev");
+        // Any other domain (self-hosted): the per-sandbox host.
+        assert_eq!(s.envd_url("abc", Some("e2b.example.org")), "https://49983-abc.e2b.example.org");
+        s.sandbox_url = Some("http://127.0.0.1:9".into());
+        assert_eq!(s.envd_url("abc", Some("e2b.dev")), "http://127.0.0.1:9");
     }
 }

@@ -91,14 +91,38 @@ pub struct State {
 pub struct FakeE2b {
     pub addr: SocketAddr,
     pub state: Arc<Mutex<State>>,
+    /// Held while the fake lives: see [`exclusive`].
+    _shared: Option<Arc<tokio::sync::OwnedRwLockReadGuard<()>>>,
+}
+
+/// The e2b tier's registry of live sandboxes is process-wide, and
+/// `tier::shutdown` kills every sandbox in it — those of other tests' fakes
+/// too. Each fake holds this lock shared; a test that calls shutdown takes it
+/// exclusively (before starting its own fake with [`FakeE2b::start_alone`]).
+fn registry_lock() -> Arc<tokio::sync::RwLock<()>> {
+    static LOCK: std::sync::OnceLock<Arc<tokio::sync::RwLock<()>>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(Default::default).clone()
+}
+
+/// Wait until no other fake is alive, and keep it so while the guard lives.
+pub async fn exclusive() -> tokio::sync::OwnedRwLockWriteGuard<()> {
+    registry_lock().write_owned().await
 }
 
 impl FakeE2b {
     pub async fn start(key: &str) -> FakeE2b {
+        let guard = registry_lock().read_owned().await;
+        let mut f = FakeE2b::start_alone(key).await;
+        f._shared = Some(Arc::new(guard));
+        f
+    }
+
+    /// A fake that does not take the shared lock: for a test holding [`exclusive`].
+    pub async fn start_alone(key: &str) -> FakeE2b {
         let state = Arc::new(Mutex::new(State { key: key.into(), ..Default::default() }));
         let s = state.clone();
         let addr = serve(move |req| handle(s.clone(), req)).await;
-        FakeE2b { addr, state }
+        FakeE2b { addr, state, _shared: None }
     }
 
     pub fn url(&self) -> String {
@@ -160,6 +184,7 @@ impl FakeE2b {
             domain: "e2b.test".into(),
             api_url: self.url(),
             sandbox_url: Some(self.url()),
+            debug: false,
             template: "base".into(),
             timeout_margin: Duration::from_secs(30),
         }
@@ -343,12 +368,16 @@ fn create(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
     )
 }
 
-/// The sandbox a request to envd is for: `E2b-Sandbox-Id` + `X-Access-Token`.
+/// The sandbox a request to envd is for: E2B's edge routes by
+/// `E2b-Sandbox-Id` + `E2b-Sandbox-Port` (envd's port), envd checks `X-Access-Token`.
 fn sandbox_for(
     state: &Arc<Mutex<State>>,
     req: &Request,
 ) -> Result<(String, std::path::PathBuf, CancellationToken), Reply> {
     let st = state.lock().unwrap();
+    if req.header("e2b-sandbox-port") != Some("49983") {
+        return Err(err(400, "E2b-Sandbox-Port must name envd's port, 49983"));
+    }
     let id = req.header("e2b-sandbox-id").unwrap_or("");
     let Some(sb) = st.live.get(id) else {
         return Err(err(502, &format!("The sandbox {id} was not found")));
