@@ -85,7 +85,8 @@ impl Default for E2bConfig {
     }
 }
 
-/// `[agent]`: the model loop. The key comes from ANTHROPIC_API_KEY only.
+/// `[agent]`: the model loop. The key comes from ANTHROPIC_API_KEY only
+/// (and the endpoint from ANTHROPIC_BASE_URL; see [`RemoteEnv`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
@@ -97,7 +98,7 @@ pub struct AgentConfig {
 
 impl Default for AgentConfig {
     fn default() -> Self {
-        AgentConfig { model: "claude-sonnet-4-5".into(), max_turns: 10, max_tokens: 4096 }
+        AgentConfig { model: crate::agent::anthropic::DEFAULT_MODEL.into(), max_turns: 10, max_tokens: 4096 }
     }
 }
 

@@ -27,6 +27,15 @@ use tokio_util::sync::CancellationToken;
 
 pub const API_VERSION: &str = "2023-06-01";
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The model the agent uses unless `[agent] model` or `--model` says
+/// otherwise: a current model of the official SDK's model list (`anthropic`
+/// 2.14, `types/model.py`), not in its deprecation table. The one place the
+/// default is written; `sandbench agent --list-models` shows what a key offers.
+pub const DEFAULT_MODEL: &str = "claude-sonnet-5-5";
+/// Models per page of `GET /v1/models` (the API's maximum).
+const MODELS_PAGE: u32 = 1000;
+/// Pages read at most.
+const MODELS_MAX_PAGES: u32 = 10;
 /// Attempts per request (the first one included).
 pub const MAX_ATTEMPTS: u32 = 5;
 /// A `retry-after` longer than this is reported instead of waited for.
@@ -69,6 +78,31 @@ pub struct TokenUsage {
     pub output_tokens: u64,
 }
 
+/// One entry of `GET /v1/models` (`ModelInfo`); what sandbench shows of it.
+/// Every field is the server's text: bound and clean it before display.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ModelInfo {
+    pub id: String,
+    #[serde(default)]
+    pub display_name: String,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    /// `active`, `deprecated` or `retired`.
+    #[serde(default)]
+    pub lifecycle: Option<String>,
+    #[serde(default)]
+    pub retires_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ModelPage {
+    data: Vec<ModelInfo>,
+    #[serde(default)]
+    has_more: bool,
+    #[serde(default)]
+    last_id: Option<String>,
+}
+
 /// A content block this loop acts on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
@@ -107,6 +141,8 @@ pub enum ApiError {
     Overloaded { status: u16, kind: String, message: String, attempts: u32 },
     #[error("Anthropic refused the request (HTTP {status} {kind}: {message}){hint}")]
     Request { status: u16, kind: String, message: String, hint: String },
+    #[error("Anthropic has no model '{model}' for this key (HTTP 404 {kind}: {message}): it is misspelt or retired; see `sandbench agent --list-models`, then pass --model NAME or set `model = \"NAME\"` under [agent] in the config")]
+    ModelNotFound { model: String, kind: String, message: String },
     #[error("cannot reach Anthropic at {url} after {attempts} attempt(s): {detail}")]
     Unreachable { url: String, detail: String, attempts: u32 },
     #[error("Anthropic answered something sandbench cannot read ({0})")]
@@ -197,7 +233,7 @@ impl Client {
                         .and_then(|v| v.to_str().ok())
                         .is_some_and(|v| v.starts_with("text/event-stream"));
                     if (200..300).contains(&status) && sse {
-                        match read_sse(resp, cancel, attempt, on_progress).await {
+                        match read_sse(resp, cancel, attempt, req.model, on_progress).await {
                             Ok(r) => return Ok(r),
                             Err(SseFailure::Fatal(e)) => return Err(e),
                             Err(SseFailure::Retryable(status, e)) => (status, None, e),
@@ -219,7 +255,7 @@ impl Client {
                             Ok(text) if (200..300).contains(&status) => {
                                 return parse_response(&text);
                             }
-                            Ok(text) => (Some(status), hint, classify(status, &text, attempt, hint)),
+                            Ok(text) => (Some(status), hint, classify(status, &text, attempt, hint, Some(req.model))),
                         }
                     }
                 }
@@ -250,6 +286,60 @@ impl Client {
         }
     }
 
+    /// `GET /v1/models`: the models this key can use, newest first (the
+    /// API's order), every page. Active and deprecated ones unless
+    /// `with_retired`.
+    pub async fn list_models(&self, with_retired: bool) -> Result<Vec<ModelInfo>, ApiError> {
+        let url = format!("{}/v1/models", self.base);
+        let mut all = vec![];
+        let mut after: Option<String> = None;
+        for _ in 0..MODELS_MAX_PAGES {
+            let limit = MODELS_PAGE.to_string();
+            let mut q: Vec<(&str, &str)> = vec![("limit", &limit)];
+            if with_retired {
+                // The SDK's array format is `brackets`.
+                for l in ["active", "deprecated", "retired"] {
+                    q.push(("lifecycle[]", l));
+                }
+            }
+            if let Some(a) = &after {
+                q.push(("after_id", a));
+            }
+            let resp = self
+                .http
+                .get(&url)
+                .query(&q)
+                .header("x-api-key", &self.key)
+                .header("anthropic-version", API_VERSION)
+                .timeout(Duration::from_secs(60))
+                .send()
+                .await
+                .map_err(|e| ApiError::Unreachable {
+                    url: self.base.clone(),
+                    detail: crate::tier::e2b::api::one_line(&e),
+                    attempts: 1,
+                })?;
+            let status = resp.status().as_u16();
+            let hint = retry_after(resp.headers());
+            let text = resp.text().await.map_err(|e| ApiError::Unreachable {
+                url: self.base.clone(),
+                detail: format!("the reply broke off: {}", crate::tier::e2b::api::one_line(&e)),
+                attempts: 1,
+            })?;
+            if !(200..300).contains(&status) {
+                return Err(classify(status, &text, 1, hint, None));
+            }
+            let page: ModelPage =
+                serde_json::from_str(&text).map_err(|e| ApiError::Malformed(format!("not a model list: {e}")))?;
+            all.extend(page.data);
+            match (page.has_more, page.last_id) {
+                (true, Some(last)) if !last.is_empty() => after = Some(last),
+                _ => return Ok(all),
+            }
+        }
+        Err(ApiError::Malformed(format!("the model list goes on past {MODELS_MAX_PAGES} pages")))
+    }
+
     fn backoff_for(&self, attempt: u32) -> Duration {
         let base = self.backoff.as_secs_f64() * 2f64.powi(attempt as i32 - 1);
         // Up to 25 % jitter so that many clients do not retry in step.
@@ -274,6 +364,7 @@ async fn read_sse(
     resp: reqwest::Response,
     cancel: &CancellationToken,
     attempt: u32,
+    model: &str,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Response, SseFailure> {
     use futures_util::StreamExt;
@@ -291,7 +382,7 @@ async fn read_sse(
             }
             let v: Value = serde_json::from_str(&data)
                 .map_err(|e| SseFailure::Fatal(ApiError::Malformed(format!("a {name} event that is not JSON: {e}"))))?;
-            asm.event(&v, attempt, on_progress)?;
+            asm.event(&v, attempt, model, on_progress)?;
             if asm.done {
                 return asm.finish().map_err(SseFailure::Fatal);
             }
@@ -358,6 +449,7 @@ impl Assembler {
         &mut self,
         v: &Value,
         attempt: u32,
+        model: &str,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<(), SseFailure> {
         match v.get("type").and_then(|t| t.as_str()).unwrap_or("") {
@@ -434,7 +526,7 @@ impl Assembler {
                     _ => 400,
                 };
                 let body = json!({"type": "error", "error": {"type": kind, "message": message}}).to_string();
-                let e = classify(status, &body, attempt, None);
+                let e = classify(status, &body, attempt, None, Some(model));
                 return Err(if matches!(status, 429 | 500 | 529) {
                     SseFailure::Retryable(Some(status), e)
                 } else {
@@ -475,11 +567,15 @@ fn error_parts(v: &Value) -> (String, String) {
     (kind, crate::tier::e2b::api::bounded(msg, 300))
 }
 
-fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>) -> ApiError {
+/// `model`: the model a Messages call named (a 404 there is about it).
+fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>, model: Option<&str>) -> ApiError {
     let (kind, message) = match serde_json::from_str::<Value>(body) {
         Ok(v) => error_parts(&v),
         Err(_) => ("error".into(), crate::tier::e2b::api::bounded(body.lines().next().unwrap_or(""), 200)),
     };
+    if let (404, Some(model)) = (status, model) {
+        return ApiError::ModelNotFound { model: crate::tier::e2b::api::bounded(model, 100), kind, message };
+    }
     match status {
         401 | 403 => ApiError::Auth { status, kind, message },
         429 => ApiError::RateLimited {
@@ -489,12 +585,7 @@ fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>) -> 
             after: retry.map(|w| format!("; the API asks to wait {:.0} s", w.as_secs_f64().ceil())).unwrap_or_default(),
         },
         500..=599 => ApiError::Overloaded { status, kind, message, attempts },
-        _ => ApiError::Request {
-            status,
-            kind,
-            message,
-            hint: if status == 404 { "; is the model name right? (--model)".into() } else { String::new() },
-        },
+        _ => ApiError::Request { status, kind, message, hint: String::new() },
     }
 }
 
@@ -530,13 +621,19 @@ mod tests {
     #[test]
     fn errors_are_classified() {
         let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
-        let e = classify(401, body, 1, None);
+        let e = classify(401, body, 1, None, Some("m"));
         assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
-        let e =
-            classify(529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, 5, None);
+        let e = classify(
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            5,
+            None,
+            None,
+        );
         assert!(matches!(e, ApiError::Overloaded { status: 529, .. }));
-        let e = classify(404, "<html>", 1, None);
-        assert!(e.to_string().contains("--model"), "{e}");
+        let e = classify(404, "<html>", 1, None, Some("claude-gone"));
+        let e = e.to_string();
+        assert!(e.contains("'claude-gone'") && e.contains("--model") && e.contains("[agent]"), "{e}");
         assert!(parse_response("{}").is_err());
         assert!(parse_response("nope").is_err());
         assert!(parse_response(r#"{"content":[{"type":"text","text":"x"}],"stop_reason":"end_turn"}"#).is_ok());

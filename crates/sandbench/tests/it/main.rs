@@ -11,6 +11,7 @@ mod support {
 }
 
 mod agent_cli;
+mod agent_dialect;
 mod agent_loop;
 mod docker_lifecycle;
 mod docker_samples;
