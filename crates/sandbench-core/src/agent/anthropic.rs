@@ -1,23 +1,37 @@
-//! A small client for Anthropic's Messages API.
+//! A small client for Anthropic's Messages and Models APIs, in the dialect
+//! of the official SDK (`anthropic` 2.14 on PyPI, API version 2026-10-21),
+//! checked against its sources.
 //!
 //! `POST {ANTHROPIC_BASE_URL|https://api.anthropic.com}/v1/messages` with
-//! headers `x-api-key`, `anthropic-version: 2023-06-01`,
+//! headers `x-api-key`, `anthropic-version: 2026-10-21`,
 //! `content-type: application/json`; body `{model, max_tokens, system,
-//! messages, tools: [{name, description, input_schema}]}`. A reply is
+//! messages, tools: [{name, description, input_schema}], stream}` — all of
+//! them parameters of that version's `MessageCreateParams` (sandbench sends
+//! none that it removed, such as `temperature`, `top_p`, `top_k`). A reply is
 //! `{id, type: "message", role: "assistant", content: [{type: "text", text} |
 //! {type: "tool_use", id, name, input}], stop_reason, usage}`. Errors are
-//! `{"type": "error", "error": {"type", "message"}}` with 400/401/403/404/413/
-//! 429/500/529; 429 and 529 carry `retry-after` when the API knows the wait.
-//! Like the official SDKs, transient failures (408, 409, 429, 5xx, 529,
-//! connection errors) are retried with exponential backoff that honours
-//! `retry-after-ms` / `retry-after`.
+//! `{"type": "error", "error": {"type", "message"}, "request_id"}`, the types
+//! being invalid_request_error (400), authentication_error (401),
+//! billing_error (402), permission_error (403), not_found_error (404),
+//! rate_limit_error (429), api_error (500), timeout_error (504) and
+//! overloaded_error (529); 429 and 529 carry `retry-after` when the API knows
+//! the wait. Like the SDK, an `x-should-retry: true|false` header decides
+//! whether to retry; without it 408, 409, 429, 5xx and connection errors are
+//! retried with exponential backoff that honours `retry-after-ms` /
+//! `retry-after`.
 //!
-//! With `stream: true` the reply is server-sent events (`message_start`,
-//! `content_block_start`, `content_block_delta` with `text_delta` /
-//! `input_json_delta`, `content_block_stop`, `message_delta` with the
-//! `stop_reason`, `message_stop`, `ping`, and `error` mid-stream); text deltas
-//! are handed out as they arrive and the message is assembled from them. A
-//! plain JSON reply is accepted too.
+//! With `stream: true` the reply is server-sent events, read as the SDK reads
+//! them: `ping` and blocks without an `event:` name are skipped, an `error`
+//! event is an error (its body the error shape above), and every other event
+//! is decoded by its data's `type` (`message_start`, `content_block_start`,
+//! `content_block_delta` with `text_delta` / `input_json_delta` /
+//! `thinking_delta` / `signature_delta`, `content_block_stop`,
+//! `message_delta` with the `stop_reason`, `message_stop`; unknown types are
+//! ignored). Text deltas are handed out as they arrive and the message is
+//! assembled from them. A plain JSON reply is accepted too.
+//!
+//! `GET /v1/models` (`limit`, `after_id`, `lifecycle[]`) answers `{data:
+//! [ModelInfo], has_more, first_id, last_id}`.
 
 use std::time::Duration;
 
@@ -25,7 +39,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-pub const API_VERSION: &str = "2023-06-01";
+/// The version the SDK sends (`ANTHROPIC_API_VERSION` in anthropic 2.14).
+pub const API_VERSION: &str = "2026-10-21";
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// The model the agent uses unless `[agent] model` or `--model` says
 /// otherwise: a current model of the official SDK's model list (`anthropic`
@@ -207,6 +222,8 @@ impl Client {
         let url = format!("{}/v1/messages", self.base);
         let mut attempt = 1;
         loop {
+            // The server's own say on retrying, when it gives one.
+            let mut should_retry: Option<bool> = None;
             let sent = self
                 .http
                 .post(&url)
@@ -227,6 +244,7 @@ impl Client {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     let hint = retry_after(resp.headers());
+                    should_retry = should_retry_header(resp.headers());
                     let sse = resp
                         .headers()
                         .get("content-type")
@@ -260,9 +278,10 @@ impl Client {
                     }
                 }
             };
-            let retryable = match status {
-                None => true,
-                Some(s) => matches!(s, 408 | 409 | 429 | 500..=599),
+            let retryable = match (should_retry, status) {
+                (Some(said), _) => said,
+                (None, None) => true,
+                (None, Some(s)) => matches!(s, 408 | 409 | 429 | 500..=599),
             };
             if !retryable || attempt >= MAX_ATTEMPTS {
                 return Err(err);
@@ -377,11 +396,22 @@ async fn read_sse(
         while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
             let block: Vec<u8> = buf.drain(..end + 2).collect();
             let (name, data) = sse_fields(&block);
+            // As the SDK: unnamed blocks and pings carry nothing to act on.
+            let Some(name) = name.filter(|n| n != "ping") else { continue };
             if data.is_empty() {
+                if name == "error" {
+                    return Err(SseFailure::Fatal(ApiError::Malformed("an error event without a body".into())));
+                }
                 continue;
             }
             let v: Value = serde_json::from_str(&data)
                 .map_err(|e| SseFailure::Fatal(ApiError::Malformed(format!("a {name} event that is not JSON: {e}"))))?;
+            if name == "error" && v.get("type").and_then(|t| t.as_str()) != Some("error") {
+                return Err(SseFailure::Fatal(ApiError::Malformed(format!(
+                    "an error event that is not an error: {}",
+                    crate::tier::e2b::api::bounded(&data, 200)
+                ))));
+            }
             asm.event(&v, attempt, model, on_progress)?;
             if asm.done {
                 return asm.finish().map_err(SseFailure::Fatal);
@@ -408,14 +438,14 @@ async fn read_sse(
     }
 }
 
-/// `event:` and the joined `data:` lines of one SSE block.
-fn sse_fields(block: &[u8]) -> (String, String) {
+/// `event:` (if any) and the joined `data:` lines of one SSE block.
+fn sse_fields(block: &[u8]) -> (Option<String>, String) {
     let text = String::from_utf8_lossy(block);
-    let mut name = String::from("message");
+    let mut name = None;
     let mut data: Vec<&str> = vec![];
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("event:") {
-            name = v.trim().to_string();
+            name = Some(v.trim().to_string());
         } else if let Some(v) = line.strip_prefix("data:") {
             data.push(v.strip_prefix(' ').unwrap_or(v));
         }
@@ -519,6 +549,8 @@ impl Assembler {
                     "overloaded_error" => 529,
                     "rate_limit_error" => 429,
                     "api_error" => 500,
+                    "timeout_error" => 504,
+                    "billing_error" => 402,
                     "request_too_large" => 413,
                     "not_found_error" => 404,
                     "permission_error" => 403,
@@ -527,7 +559,7 @@ impl Assembler {
                 };
                 let body = json!({"type": "error", "error": {"type": kind, "message": message}}).to_string();
                 let e = classify(status, &body, attempt, None, Some(model));
-                return Err(if matches!(status, 429 | 500 | 529) {
+                return Err(if matches!(status, 429 | 500 | 504 | 529) {
                     SseFailure::Retryable(Some(status), e)
                 } else {
                     SseFailure::Fatal(e)
@@ -560,11 +592,17 @@ fn parse_response(text: &str) -> Result<Response, ApiError> {
     Ok(r)
 }
 
+/// Type and message of an error body; the message carries the `request_id`
+/// (what Anthropic's support asks for) when there is one.
 fn error_parts(v: &Value) -> (String, String) {
     let e = v.get("error");
-    let kind = e.and_then(|e| e.get("type")).and_then(|t| t.as_str()).unwrap_or("error").to_string();
+    let kind = e.and_then(|e| e.get("type")).and_then(|t| t.as_str()).unwrap_or("error");
     let msg = e.and_then(|e| e.get("message")).and_then(|t| t.as_str()).unwrap_or("no message");
-    (kind, crate::tier::e2b::api::bounded(msg, 300))
+    let mut message = crate::tier::e2b::api::bounded(msg, 300);
+    if let Some(id) = v.get("request_id").and_then(|r| r.as_str()).filter(|r| !r.is_empty()) {
+        message.push_str(&format!("; request {}", crate::tier::e2b::api::bounded(id, 80)));
+    }
+    (crate::tier::e2b::api::bounded(kind, 60), message)
 }
 
 /// `model`: the model a Messages call named (a 404 there is about it).
@@ -585,7 +623,25 @@ fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>, mod
             after: retry.map(|w| format!("; the API asks to wait {:.0} s", w.as_secs_f64().ceil())).unwrap_or_default(),
         },
         500..=599 => ApiError::Overloaded { status, kind, message, attempts },
-        _ => ApiError::Request { status, kind, message, hint: String::new() },
+        _ => ApiError::Request {
+            status,
+            kind,
+            message,
+            hint: if status == 402 {
+                "; the account has no credit left: see its billing in the Anthropic console".into()
+            } else {
+                String::new()
+            },
+        },
+    }
+}
+
+/// `x-should-retry: true|false` (anything else: no opinion).
+fn should_retry_header(h: &reqwest::header::HeaderMap) -> Option<bool> {
+    match h.get("x-should-retry").and_then(|v| v.to_str().ok()).map(str::trim) {
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        _ => None,
     }
 }
 

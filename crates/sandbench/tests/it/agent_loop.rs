@@ -102,7 +102,7 @@ async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
     assert_eq!(reqs.len(), 2);
     for r in &reqs {
         assert_eq!(r.header("x-api-key"), Some(KEY));
-        assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(r.header("anthropic-version"), Some("2026-10-21"));
         assert_eq!(r.header("content-type"), Some("application/json"));
     }
     let first = reqs[0].json();

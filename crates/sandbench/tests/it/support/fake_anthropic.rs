@@ -2,7 +2,10 @@
 //! in the published shapes, lists its model catalogue at `GET /v1/models`,
 //! and records every request. Strict where the API is: a Messages call for a
 //! model that is not in the catalogue, or is retired, gets the API's 404
-//! `not_found_error` (`model: <name>`) before any script step is used.
+//! `not_found_error` (`model: <name>`), and a body field that is not a
+//! parameter of API version 2026-10-21 the API's 400 (`<field>: Extra inputs
+//! are not permitted`), before any script step is used. It speaks that
+//! version only: any other `anthropic-version` is a 400.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -22,6 +25,68 @@ pub struct FakeAnthropic {
     script: Arc<Mutex<VecDeque<Step>>>,
     /// Most models per list page, whatever `limit` asks.
     models_page: Arc<Mutex<usize>>,
+}
+
+/// The API version whose shapes this fake follows (the SDK's `ANTHROPIC_API_VERSION`).
+pub const API_VERSION: &str = "2026-10-21";
+
+/// `MessageCreateParams` of that version (anthropic 2.14,
+/// `types/message_create_params.py`): `temperature`, `top_p` and `top_k`
+/// are not among them.
+const MESSAGE_PARAMS: &[&str] = &[
+    "cache_control",
+    "container",
+    "diagnostics",
+    "inference_geo",
+    "max_tokens",
+    "messages",
+    "metadata",
+    "model",
+    "output_config",
+    "service_tier",
+    "speed",
+    "stop_sequences",
+    "stream",
+    "system",
+    "thinking",
+    "tool_choice",
+    "tools",
+    "user_profile_id",
+];
+/// `ToolParam` of that version (`types/tool_param.py`).
+const TOOL_PARAMS: &[&str] = &[
+    "name",
+    "description",
+    "input_schema",
+    "type",
+    "allowed_callers",
+    "cache_control",
+    "defer_loading",
+    "eager_input_streaming",
+    "input_examples",
+    "strict",
+];
+
+/// What the API answers a Messages body it cannot take (None: fine).
+fn check_body(body: &Value) -> Option<Reply> {
+    let Some(obj) = body.as_object() else {
+        return Some(error(400, "invalid_request_error", "the body must be a JSON object"));
+    };
+    let extra = |k: &str| error(400, "invalid_request_error", &format!("{k}: Extra inputs are not permitted"));
+    if let Some(k) = obj.keys().find(|k| !MESSAGE_PARAMS.contains(&k.as_str())) {
+        return Some(extra(k));
+    }
+    for (i, t) in body["tools"].as_array().cloned().unwrap_or_default().iter().enumerate() {
+        if let Some(k) = t.as_object().and_then(|o| o.keys().find(|k| !TOOL_PARAMS.contains(&k.as_str())).cloned()) {
+            return Some(extra(&format!("tools.{i}.{k}")));
+        }
+    }
+    for (i, m) in body["messages"].as_array().cloned().unwrap_or_default().iter().enumerate() {
+        if !matches!(m["role"].as_str(), Some("user" | "assistant")) {
+            return Some(error(400, "invalid_request_error", &format!("messages.{i}.role: must be user or assistant")));
+        }
+    }
+    None
 }
 
 /// The catalogue: the official SDK's model list (`anthropic` 2.14,
@@ -95,12 +160,22 @@ impl FakeAnthropic {
             let (r, s, mp) = (r.clone(), s.clone(), mp.clone());
             async move {
                 r.lock().unwrap().push(req.clone());
+                if req.header("anthropic-version") != Some(API_VERSION) {
+                    return error(
+                        400,
+                        "invalid_request_error",
+                        &format!("anthropic-version: this server speaks {API_VERSION} only"),
+                    );
+                }
                 if req.method == "GET" && req.path() == "/v1/models" {
                     let max = *mp.lock().unwrap();
                     return list_models(&req, max);
                 }
                 if req.method != "POST" || req.path() != "/v1/messages" {
                     return error(404, "not_found_error", "no such route");
+                }
+                if let Some(refused) = check_body(&req.json()) {
+                    return refused;
                 }
                 let model = req.json()["model"].as_str().unwrap_or("").to_string();
                 if !MODELS.iter().any(|(id, _, lifecycle, _)| *id == model && *lifecycle != "retired") {
