@@ -141,3 +141,69 @@ async fn every_envd_call_names_the_sandbox_and_envds_port() {
     assert_eq!(get("e2b-sandbox-id"), Some(st.created[0].clone()));
     assert_eq!(get("e2b-sandbox-port").as_deref(), Some("49983"));
 }
+
+#[tokio::test]
+async fn start_carries_a_connect_deadline_just_past_the_wall_time() {
+    // envd's own deadline is the second line of defence: it kills the
+    // program if sandbench's kill never arrives. Wall time 10 s + 5 s grace.
+    let fake = FakeE2b::start(KEY).await;
+    let (_, r) = run_collect(tier(&fake), RunSpec::new(Language::Sh, "echo hi\n")).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
+    let st = fake.state.lock().unwrap();
+    let h = &st.start_headers[0];
+    let get = |k: &str| h.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get("connect-timeout-ms").as_deref(), Some("15000"));
+}
+
+#[tokio::test]
+async fn programs_start_the_way_commands_run_starts_them() {
+    // /bin/bash -l -c, as the SDK's commands.run; the sh program itself runs
+    // as a file under /bin/sh after the limits, as on every other tier.
+    let fake = FakeE2b::start(KEY).await;
+    let (_, r) = run_collect(
+        tier(&fake),
+        RunSpec::new(Language::Sh, "echo \"$0\"\nshopt -q login_shell 2>/dev/null || echo not-bash\n"),
+    )
+    .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
+    let st = fake.state.lock().unwrap();
+    let p = &st.start_process[0];
+    assert_eq!(p["cmd"], "/bin/bash");
+    assert_eq!(p["args"][0], "-l");
+    assert_eq!(p["args"][1], "-c");
+    assert!(p["args"][2].as_str().unwrap().ends_with("exec /bin/sh /home/user/sandbench/main.sh"), "{p}");
+    assert!(r.stdout.ends_with("main.sh\nnot-bash\n"), "{}", r.stdout);
+}
+
+#[tokio::test]
+async fn envd_ending_the_call_at_its_deadline_is_an_error_naming_it() {
+    // The fake, as envd, kills the program at the Connect deadline and ends
+    // the call with deadline_exceeded; the client reports envd's code.
+    let fake = FakeE2b::start(KEY).await;
+    let settings = fake.settings(KEY);
+    let api = sandbench::tier::e2b::api::Api::new(&settings, KEY).unwrap();
+    let created = api.create("base", 60, false, &|_| {}).await.unwrap();
+    let envd = sandbench::tier::e2b::envd::Envd::new(
+        sandbench::tier::e2b::api::http_client(&[fake.url().as_str()]).unwrap(),
+        fake.url(),
+        created.sandbox_id.clone(),
+        created.envd_access_token.clone(),
+    );
+    let args = ["-c".to_string(), "sleep 60".to_string()];
+    let mut stream =
+        envd.start("/bin/sh", &args, &Default::default(), "/", Some(Duration::from_millis(200))).await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match stream.next().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("the call ended without the deadline error"),
+                Err(e) => return e,
+            }
+        }
+    })
+    .await
+    .expect("envd's deadline did not end the call");
+    assert!(err.to_string().contains("deadline_exceeded"), "{err}");
+    assert!(api.kill(&created.sandbox_id).await.unwrap());
+    assert!(fake.wait_programs_gone(Duration::from_secs(5)).await);
+}

@@ -17,7 +17,9 @@
 //! each response message are envelopes `[flags u8][len u32 BE][json]`; the last
 //! response envelope has flag 0x02 and carries `{"error": {code, message}}` on
 //! failure. Headers: `X-Access-Token: <envdAccessToken>`, `Authorization: Basic
-//! base64("user:")` (the user the process runs as), `Keepalive-Ping-Interval`.
+//! base64("user:")` (the user the process runs as), `Keepalive-Ping-Interval`,
+//! `Connect-Timeout-Ms` (the call's deadline). The StartRequest always says
+//! `"stdin": false`.
 //! Files go up with `POST /files?path=...&username=user` (multipart `file`).
 
 use std::collections::BTreeMap;
@@ -153,13 +155,17 @@ impl Envd {
         resp.json().await.ok()
     }
 
-    /// Start a process and return its event stream.
+    /// Start a process and return its event stream. `deadline` goes to envd
+    /// as the Connect deadline (`Connect-Timeout-Ms`, as the SDK sends its
+    /// command timeout): envd ends the call and kills the process when it
+    /// passes, even if sandbench can no longer reach the sandbox.
     pub async fn start(
         &self,
         cmd: &str,
         args: &[String],
         envs: &BTreeMap<String, String>,
         cwd: &str,
+        deadline: Option<Duration>,
     ) -> Result<ProcStream, EnvdError> {
         // `stdin: false` always, as the SDK's `commands.run` sends it: envd
         // reads a missing value as true and gives the process a pipe that
@@ -170,8 +176,12 @@ impl Envd {
             "stdin": false,
         });
         let body = envelope(0, &serde_json::to_vec(&msg).expect("json"));
-        let resp = self
-            .req(reqwest::Method::POST, "/process.Process/Start")
+        let mut req = self.req(reqwest::Method::POST, "/process.Process/Start");
+        if let Some(d) = deadline {
+            // The Connect protocol allows at most 10 digits; at least 1 ms.
+            req = req.header("Connect-Timeout-Ms", d.as_millis().clamp(1, 9_999_999_999).to_string());
+        }
+        let resp = req
             .header("Content-Type", "application/connect+json")
             .header("Connect-Protocol-Version", "1")
             .header("Authorization", format!("Basic {}", b64_encode(format!("{USER}:").as_bytes())))

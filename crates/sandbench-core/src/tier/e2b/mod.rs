@@ -44,6 +44,9 @@ use envd::{Envd, ProcEvent};
 /// Where the program lives inside the sandbox (the template's user home).
 pub const WORK_DIR: &str = "/home/user/sandbench";
 const METRICS_EVERY: Duration = Duration::from_millis(500);
+/// How long after the wall time envd's own deadline kills the program (if
+/// sandbench's kill did not arrive); never later than the sandbox's timeout.
+const ENVD_DEADLINE_GRACE: Duration = Duration::from_secs(5);
 
 /// The domains whose edge routes envd traffic by headers at
 /// `sandbox.<domain>` (the SDK's `SUPPORTED_SANDBOX_DOMAINS`, e2b 2.63).
@@ -306,8 +309,13 @@ pub fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
     })
 }
 
-/// The command envd starts: bash (as E2B's SDKs use) sets the rlimits E2B can
-/// honour, then execs the interpreter so signals and the exit are the program's.
+/// The command envd starts, the way the SDK's `commands.run` starts one:
+/// `/bin/bash -l -c <script>` (a login shell, so the template's profile sets
+/// the environment E2B users expect). The script sets the rlimits E2B can
+/// honour, then execs the interpreter on the uploaded file so that signals and
+/// the exit are the program's. An `sh` program is not handed to bash as the
+/// script text (what `commands.run(code)` would do): it runs as a file under
+/// `/bin/sh`, the interpreter it gets on every other tier, after the limits.
 pub fn command(spec: &RunSpec) -> (String, Vec<String>) {
     let l = &spec.limits;
     let file = format!("{WORK_DIR}/{}", spec.language.file_name());
@@ -322,7 +330,7 @@ pub fn command(spec: &RunSpec) -> (String, Vec<String>) {
         l.file_size_bytes.div_ceil(1024).max(1),
         l.open_files,
     );
-    ("/bin/bash".into(), vec!["-c".into(), script])
+    ("/bin/bash".into(), vec!["-l".into(), "-c".into(), script])
 }
 
 impl E2bTier {
@@ -418,7 +426,7 @@ impl E2bTier {
                 ctx.emit(EventKind::Exit(ExitStatus::default())).await;
                 Ok(Usage::default())
             } else {
-                execute(&envd, &spec, &ctx).await
+                execute(&envd, &spec, &ctx, s.timeout_margin).await
             }
         }
         .await;
@@ -467,7 +475,7 @@ struct Usage {
 }
 
 /// Upload, start, stream; returns once the program ended or was stopped.
-async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Result<Usage> {
+async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext, timeout_margin: Duration) -> anyhow::Result<Usage> {
     let file = format!("{WORK_DIR}/{}", spec.language.file_name());
     tokio::select! {
         r = envd.upload(&file, spec.code.as_bytes()) => r?,
@@ -478,8 +486,9 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Resul
     }
     let (cmd, args) = command(spec);
     let envs: BTreeMap<String, String> = spec.sandbox_env("/home/user", "/tmp").into_iter().collect();
+    let deadline = spec.limits.wall_time + ENVD_DEADLINE_GRACE.min(timeout_margin);
     let mut stream = tokio::select! {
-        r = envd.start(&cmd, &args, &envs, WORK_DIR) => r?,
+        r = envd.start(&cmd, &args, &envs, WORK_DIR, Some(deadline)) => r?,
         _ = ctx.stop.cancelled() => {
             ctx.emit(EventKind::Exit(ExitStatus::default())).await;
             return Ok(Usage::default());
@@ -584,10 +593,10 @@ mod tests {
         let spec = RunSpec::new(Language::Python, "print(1)");
         let (cmd, args) = command(&spec);
         assert_eq!(cmd, "/bin/bash");
-        assert_eq!(args[0], "-c");
-        assert!(args[1].contains("ulimit -S -t 5"), "{}", args[1]);
-        assert!(args[1].contains("ulimit -f 16384"), "{}", args[1]);
-        assert!(args[1].ends_with("exec python3 -u /home/user/sandbench/main.py"), "{}", args[1]);
+        assert_eq!(args[..2], ["-l", "-c"]);
+        assert!(args[2].contains("ulimit -S -t 5"), "{}", args[2]);
+        assert!(args[2].contains("ulimit -f 16384"), "{}", args[2]);
+        assert!(args[2].ends_with("exec python3 -u /home/user/sandbench/main.py"), "{}", args[2]);
     }
 
     #[test]

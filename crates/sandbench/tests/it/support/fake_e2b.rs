@@ -453,6 +453,14 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     // stays open until the process ends, so a program that reads stdin
     // waits until it is killed.
     let stdin_open = msg.get("stdin") != Some(&Value::Bool(false));
+    // The Connect deadline: envd ends the call and kills the process at it.
+    let deadline = match req.header("connect-timeout-ms") {
+        None => None,
+        Some(v) if !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(Duration::from_millis(v.parse().unwrap()))
+        }
+        Some(_) => return err(400, "invalid Connect-Timeout-Ms"),
+    };
     let mode = state.lock().unwrap().knobs.start.clone();
     if mode == StartMode::Http502 {
         return err(502, "The sandbox was not found");
@@ -527,6 +535,14 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
         let mut errs = child.stderr.take().unwrap();
         let (mut ob, mut eb) = ([0u8; 4096], [0u8; 4096]);
         let (mut o_done, mut e_done) = (false, false);
+        let expiry = async {
+            match deadline {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expiry);
+        let mut expired = false;
         let status = loop {
             tokio::select! {
                 n = out.read(&mut ob), if !o_done => match n {
@@ -542,8 +558,19 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
                     let _ = child.kill().await;
                     break child.wait().await.ok();
                 }
+                _ = &mut expiry => {
+                    expired = true;
+                    let _ = child.kill().await;
+                    break child.wait().await.ok();
+                }
             }
         };
+        if expired {
+            st.lock().unwrap().running.retain(|p| *p != pid);
+            let trailer = json!({"error": {"code": "deadline_exceeded", "message": "context deadline exceeded"}});
+            let _ = tx.send(Chunk::Data(envelope(2, trailer.to_string().as_bytes()))).await;
+            return;
+        }
         st.lock().unwrap().running.retain(|p| *p != pid);
         use std::os::unix::process::ExitStatusExt;
         let end = match status {
