@@ -20,7 +20,7 @@ fn program(dir: &tempfile::TempDir, name: &str, code: &str) -> std::path::PathBu
 
 /// sandbench with a clean environment: no real E2B or Anthropic settings
 /// leak in from the developer's shell, config and logs go to a temp dir.
-fn sandbench(dir: &tempfile::TempDir) -> tokio::process::Command {
+pub(crate) fn sandbench(dir: &tempfile::TempDir) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(BIN);
     c.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -207,3 +207,127 @@ async fn envd_ending_the_call_at_its_deadline_is_an_error_naming_it() {
     assert!(api.kill(&created.sandbox_id).await.unwrap());
     assert!(fake.wait_programs_gone(Duration::from_secs(5)).await);
 }
+
+/// Runs `openssl` with `args` in `dir`; false when it is missing or fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) -> bool {
+    std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test]
+async fn tls_trusts_the_system_ca_store_as_well_as_the_bundled_roots() {
+    // A corporate proxy's CA is in the system store, not in the bundled
+    // roots. Here: a CA made for the test, named by SSL_CERT_FILE (how the
+    // system store is overridden), a TLS server on loopback signed by it, and
+    // `sandbench doctor`: with the CA the handshake succeeds (the server is
+    // not E2B, so what follows is a reply sandbench cannot read); without it
+    // the connection fails.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let made = openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sandbench test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    ) && openssl(
+        d,
+        &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=localhost"],
+    ) && std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .is_ok()
+        && openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "srv.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "srv.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "ext.cnf",
+            ],
+        );
+    if !made {
+        // Not a tier: nothing in SANDBENCH_REQUIRE_TIERS asks for it.
+        eprintln!("SKIPPED tls test: the openssl command is not available to make a CA");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _server = tokio::process::Command::new("openssl")
+        .args([
+            "s_server",
+            "-quiet",
+            "-www",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-cert",
+            "srv.pem",
+            "-key",
+            "srv.key",
+        ])
+        .current_dir(d)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut up = false;
+    for _ in 0..500 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(up, "openssl s_server did not listen");
+    let doctor = |with_ca: bool| {
+        let mut c = crate::e2b_cli::sandbench(&dir);
+        c.env("E2B_API_KEY", KEY).env("E2B_API_URL", format!("https://localhost:{port}"));
+        if with_ca {
+            c.env("SSL_CERT_FILE", d.join("ca.pem"));
+        }
+        c.args(["doctor", "--format", "json"]);
+        c
+    };
+    let summary = |out: std::process::Output| {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let e2b = v.as_array().unwrap().iter().find(|a| a["tier"] == "e2b").unwrap().clone();
+        e2b["summary"].as_str().unwrap().to_string()
+    };
+    let trusted = summary(doctor(true).output().await.unwrap());
+    assert!(trusted.contains("cannot read"), "the handshake failed with the CA in the store: {trusted}");
+    let untrusted = summary(doctor(false).output().await.unwrap());
+    assert!(untrusted.starts_with("unreachable"), "a server no store trusts was accepted: {untrusted}");
+}
