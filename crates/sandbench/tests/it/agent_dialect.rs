@@ -49,12 +49,11 @@ async fn the_models_api_is_read_page_by_page() {
     let ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
     let want: Vec<&str> = fake_anthropic::MODELS.iter().filter(|m| m.2 != "retired").map(|m| m.0).collect();
     assert_eq!(ids, want);
-    let reqs = fake.requests.lock().unwrap();
+    let reqs = fake.requests.lock().unwrap().clone();
     assert_eq!(reqs.len(), want.len().div_ceil(3));
     assert!(reqs.iter().all(|r| r.method == "GET" && r.path() == "/v1/models"));
     assert!(reqs.iter().all(|r| r.header("x-api-key") == Some(KEY)));
     // With the retired ones when asked.
-    drop(reqs);
     let all = agent::list_models(&config_for(&fake), true).await.unwrap();
     assert!(all.iter().any(|m| m.id == "claude-sonnet-4-5" && m.lifecycle.as_deref() == Some("retired")));
 }
