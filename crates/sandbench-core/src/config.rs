@@ -22,6 +22,50 @@ pub struct Config {
     pub microvm: MicrovmConfig,
     /// Which tiers the workbench warms (spares, pools, guests) ahead of runs.
     pub prewarm: Prewarm,
+    /// Keys and endpoints of the remote services, from the environment (not
+    /// the file): filled by [`Config::load`], empty in a default config.
+    #[serde(skip)]
+    pub env: RemoteEnv,
+}
+
+/// What the remote clients take from the environment, under the names the
+/// official SDKs read (`e2b` and `anthropic` on PyPI). Read once, here, so
+/// that the e2b tier and the agent are handed values, never variable names.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RemoteEnv {
+    pub e2b_api_key: Option<String>,
+    pub e2b_domain: Option<String>,
+    /// Deprecated in the SDK but still honoured there, so here too.
+    pub e2b_api_url: Option<String>,
+    /// Deprecated in the SDK but still honoured there: every envd call goes here.
+    pub e2b_sandbox_url: Option<String>,
+    /// `E2B_DEBUG=true`: the SDK's local mode (API at http://localhost:3000,
+    /// envd at http://localhost:49983).
+    pub e2b_debug: bool,
+    pub anthropic_api_key: Option<String>,
+    pub anthropic_base_url: Option<String>,
+}
+
+impl RemoteEnv {
+    /// From this process's environment; blank values count as unset.
+    pub fn from_process() -> RemoteEnv {
+        RemoteEnv::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// From any lookup (tests pass a map instead of touching the process).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> RemoteEnv {
+        let var = |k: &str| get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        RemoteEnv {
+            e2b_api_key: var("E2B_API_KEY"),
+            e2b_domain: var("E2B_DOMAIN"),
+            e2b_api_url: var("E2B_API_URL"),
+            e2b_sandbox_url: var("E2B_SANDBOX_URL"),
+            // The SDK's test: `os.getenv("E2B_DEBUG", "false").lower() == "true"`.
+            e2b_debug: var("E2B_DEBUG").is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            anthropic_api_key: var("ANTHROPIC_API_KEY"),
+            anthropic_base_url: var("ANTHROPIC_BASE_URL"),
+        }
+    }
 }
 
 /// `prewarm`: warm sandboxes cost memory (a microvm guest ~180 MB), so the
@@ -39,7 +83,8 @@ pub enum Prewarm {
 }
 
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
-/// (E2B_API_KEY, E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL).
+/// (E2B_API_KEY, E2B_DOMAIN, E2B_API_URL, E2B_SANDBOX_URL, E2B_DEBUG; see
+/// [`RemoteEnv`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct E2bConfig {
@@ -56,7 +101,8 @@ impl Default for E2bConfig {
     }
 }
 
-/// `[agent]`: the model loop. The key comes from ANTHROPIC_API_KEY only.
+/// `[agent]`: the model loop. The key comes from ANTHROPIC_API_KEY only
+/// (and the endpoint from ANTHROPIC_BASE_URL; see [`RemoteEnv`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
@@ -68,7 +114,7 @@ pub struct AgentConfig {
 
 impl Default for AgentConfig {
     fn default() -> Self {
-        AgentConfig { model: "claude-sonnet-4-5".into(), max_turns: 10, max_tokens: 4096 }
+        AgentConfig { model: crate::agent::anthropic::DEFAULT_MODEL.into(), max_turns: 10, max_tokens: 4096 }
     }
 }
 
@@ -183,6 +229,7 @@ impl Default for Config {
             samples_dir: None,
             microvm: MicrovmConfig::default(),
             prewarm: Prewarm::default(),
+            env: RemoteEnv::default(),
         }
     }
 }
@@ -196,7 +243,15 @@ impl Config {
     }
 
     /// Load the config file; a missing file gives the defaults, a broken one an error.
+    /// Also reads the remote services' keys and endpoints from the
+    /// environment ([`RemoteEnv`]).
     pub fn load() -> anyhow::Result<Config> {
+        let mut config = Config::load_file()?;
+        config.env = RemoteEnv::from_process();
+        Ok(config)
+    }
+
+    fn load_file() -> anyhow::Result<Config> {
         let Some(path) = Config::path() else { return Ok(Config::default()) };
         match std::fs::read_to_string(&path) {
             Ok(text) => toml::from_str(&text)

@@ -226,6 +226,9 @@ pub struct AgentArgs {
     /// Model name (default from [agent] model in the config).
     #[arg(long, short, value_name = "MODEL")]
     pub model: Option<String>,
+    /// List the models the key can use (Anthropic's Models API) and exit.
+    #[arg(long)]
+    pub list_models: bool,
     /// Model turns before the loop stops without a final answer.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=200))]
     pub max_turns: Option<u32>,
@@ -234,7 +237,8 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// What the model should do.
-    pub task: String,
+    #[arg(required_unless_present = "list_models")]
+    pub task: Option<String>,
 }
 
 #[derive(Debug, Args)]

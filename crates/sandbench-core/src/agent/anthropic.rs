@@ -1,23 +1,37 @@
-//! A small client for Anthropic's Messages API.
+//! A small client for Anthropic's Messages and Models APIs, in the dialect
+//! of the official SDK (`anthropic` 2.14 on PyPI, API version 2026-10-21),
+//! checked against its sources.
 //!
 //! `POST {ANTHROPIC_BASE_URL|https://api.anthropic.com}/v1/messages` with
-//! headers `x-api-key`, `anthropic-version: 2023-06-01`,
+//! headers `x-api-key`, `anthropic-version: 2026-10-21`,
 //! `content-type: application/json`; body `{model, max_tokens, system,
-//! messages, tools: [{name, description, input_schema}]}`. A reply is
+//! messages, tools: [{name, description, input_schema}], stream}` — all of
+//! them parameters of that version's `MessageCreateParams` (sandbench sends
+//! none that it removed, such as `temperature`, `top_p`, `top_k`). A reply is
 //! `{id, type: "message", role: "assistant", content: [{type: "text", text} |
 //! {type: "tool_use", id, name, input}], stop_reason, usage}`. Errors are
-//! `{"type": "error", "error": {"type", "message"}}` with 400/401/403/404/413/
-//! 429/500/529; 429 and 529 carry `retry-after` when the API knows the wait.
-//! Like the official SDKs, transient failures (408, 409, 429, 5xx, 529,
-//! connection errors) are retried with exponential backoff that honours
-//! `retry-after-ms` / `retry-after`.
+//! `{"type": "error", "error": {"type", "message"}, "request_id"}`, the types
+//! being invalid_request_error (400), authentication_error (401),
+//! billing_error (402), permission_error (403), not_found_error (404),
+//! rate_limit_error (429), api_error (500), timeout_error (504) and
+//! overloaded_error (529); 429 and 529 carry `retry-after` when the API knows
+//! the wait. Like the SDK, an `x-should-retry: true|false` header decides
+//! whether to retry; without it 408, 409, 429, 5xx and connection errors are
+//! retried with exponential backoff that honours `retry-after-ms` /
+//! `retry-after`.
 //!
-//! With `stream: true` the reply is server-sent events (`message_start`,
-//! `content_block_start`, `content_block_delta` with `text_delta` /
-//! `input_json_delta`, `content_block_stop`, `message_delta` with the
-//! `stop_reason`, `message_stop`, `ping`, and `error` mid-stream); text deltas
-//! are handed out as they arrive and the message is assembled from them. A
-//! plain JSON reply is accepted too.
+//! With `stream: true` the reply is server-sent events, read as the SDK reads
+//! them: `ping` and blocks without an `event:` name are skipped, an `error`
+//! event is an error (its body the error shape above), and every other event
+//! is decoded by its data's `type` (`message_start`, `content_block_start`,
+//! `content_block_delta` with `text_delta` / `input_json_delta` /
+//! `thinking_delta` / `signature_delta`, `content_block_stop`,
+//! `message_delta` with the `stop_reason`, `message_stop`; unknown types are
+//! ignored). Text deltas are handed out as they arrive and the message is
+//! assembled from them. A plain JSON reply is accepted too.
+//!
+//! `GET /v1/models` (`limit`, `after_id`, `lifecycle[]`) answers `{data:
+//! [ModelInfo], has_more, first_id, last_id}`.
 
 use std::time::Duration;
 
@@ -25,8 +39,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-pub const API_VERSION: &str = "2023-06-01";
+/// The version the SDK sends (`ANTHROPIC_API_VERSION` in anthropic 2.14).
+pub const API_VERSION: &str = "2026-10-21";
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The model the agent uses unless `[agent] model` or `--model` says
+/// otherwise: a current model of the official SDK's model list (`anthropic`
+/// 2.14, `types/model.py`), not in its deprecation table. The one place the
+/// default is written; `sandbench agent --list-models` shows what a key offers.
+pub const DEFAULT_MODEL: &str = "claude-sonnet-5-5";
+/// Models per page of `GET /v1/models` (the API's maximum).
+const MODELS_PAGE: u32 = 1000;
+/// Pages read at most.
+const MODELS_MAX_PAGES: u32 = 10;
 /// Attempts per request (the first one included).
 pub const MAX_ATTEMPTS: u32 = 5;
 /// A `retry-after` longer than this is reported instead of waited for.
@@ -69,6 +93,31 @@ pub struct TokenUsage {
     pub output_tokens: u64,
 }
 
+/// One entry of `GET /v1/models` (`ModelInfo`); what sandbench shows of it.
+/// Every field is the server's text: bound and clean it before display.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ModelInfo {
+    pub id: String,
+    #[serde(default)]
+    pub display_name: String,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    /// `active`, `deprecated` or `retired`.
+    #[serde(default)]
+    pub lifecycle: Option<String>,
+    #[serde(default)]
+    pub retires_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ModelPage {
+    data: Vec<ModelInfo>,
+    #[serde(default)]
+    has_more: bool,
+    #[serde(default)]
+    last_id: Option<String>,
+}
+
 /// A content block this loop acts on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
@@ -107,6 +156,8 @@ pub enum ApiError {
     Overloaded { status: u16, kind: String, message: String, attempts: u32 },
     #[error("Anthropic refused the request (HTTP {status} {kind}: {message}){hint}")]
     Request { status: u16, kind: String, message: String, hint: String },
+    #[error("Anthropic has no model '{model}' for this key (HTTP 404 {kind}: {message}): it is misspelt or retired; see `sandbench agent --list-models`, then pass --model NAME or set `model = \"NAME\"` under [agent] in the config")]
+    ModelNotFound { model: String, kind: String, message: String },
     #[error("cannot reach Anthropic at {url} after {attempts} attempt(s): {detail}")]
     Unreachable { url: String, detail: String, attempts: u32 },
     #[error("Anthropic answered something sandbench cannot read ({0})")]
@@ -171,6 +222,8 @@ impl Client {
         let url = format!("{}/v1/messages", self.base);
         let mut attempt = 1;
         loop {
+            // The server's own say on retrying, when it gives one.
+            let mut should_retry: Option<bool> = None;
             let sent = self
                 .http
                 .post(&url)
@@ -191,13 +244,14 @@ impl Client {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     let hint = retry_after(resp.headers());
+                    should_retry = should_retry_header(resp.headers());
                     let sse = resp
                         .headers()
                         .get("content-type")
                         .and_then(|v| v.to_str().ok())
                         .is_some_and(|v| v.starts_with("text/event-stream"));
                     if (200..300).contains(&status) && sse {
-                        match read_sse(resp, cancel, attempt, on_progress).await {
+                        match read_sse(resp, cancel, attempt, req.model, on_progress).await {
                             Ok(r) => return Ok(r),
                             Err(SseFailure::Fatal(e)) => return Err(e),
                             Err(SseFailure::Retryable(status, e)) => (status, None, e),
@@ -219,14 +273,15 @@ impl Client {
                             Ok(text) if (200..300).contains(&status) => {
                                 return parse_response(&text);
                             }
-                            Ok(text) => (Some(status), hint, classify(status, &text, attempt, hint)),
+                            Ok(text) => (Some(status), hint, classify(status, &text, attempt, hint, Some(req.model))),
                         }
                     }
                 }
             };
-            let retryable = match status {
-                None => true,
-                Some(s) => matches!(s, 408 | 409 | 429 | 500..=599),
+            let retryable = match (should_retry, status) {
+                (Some(said), _) => said,
+                (None, None) => true,
+                (None, Some(s)) => matches!(s, 408 | 409 | 429 | 500..=599),
             };
             if !retryable || attempt >= MAX_ATTEMPTS {
                 return Err(err);
@@ -248,6 +303,60 @@ impl Client {
             }
             attempt += 1;
         }
+    }
+
+    /// `GET /v1/models`: the models this key can use, newest first (the
+    /// API's order), every page. Active and deprecated ones unless
+    /// `with_retired`.
+    pub async fn list_models(&self, with_retired: bool) -> Result<Vec<ModelInfo>, ApiError> {
+        let url = format!("{}/v1/models", self.base);
+        let mut all = vec![];
+        let mut after: Option<String> = None;
+        for _ in 0..MODELS_MAX_PAGES {
+            let limit = MODELS_PAGE.to_string();
+            let mut q: Vec<(&str, &str)> = vec![("limit", &limit)];
+            if with_retired {
+                // The SDK's array format is `brackets`.
+                for l in ["active", "deprecated", "retired"] {
+                    q.push(("lifecycle[]", l));
+                }
+            }
+            if let Some(a) = &after {
+                q.push(("after_id", a));
+            }
+            let resp = self
+                .http
+                .get(&url)
+                .query(&q)
+                .header("x-api-key", &self.key)
+                .header("anthropic-version", API_VERSION)
+                .timeout(Duration::from_secs(60))
+                .send()
+                .await
+                .map_err(|e| ApiError::Unreachable {
+                    url: self.base.clone(),
+                    detail: crate::tier::e2b::api::one_line(&e),
+                    attempts: 1,
+                })?;
+            let status = resp.status().as_u16();
+            let hint = retry_after(resp.headers());
+            let text = resp.text().await.map_err(|e| ApiError::Unreachable {
+                url: self.base.clone(),
+                detail: format!("the reply broke off: {}", crate::tier::e2b::api::one_line(&e)),
+                attempts: 1,
+            })?;
+            if !(200..300).contains(&status) {
+                return Err(classify(status, &text, 1, hint, None));
+            }
+            let page: ModelPage =
+                serde_json::from_str(&text).map_err(|e| ApiError::Malformed(format!("not a model list: {e}")))?;
+            all.extend(page.data);
+            match (page.has_more, page.last_id) {
+                (true, Some(last)) if !last.is_empty() => after = Some(last),
+                _ => return Ok(all),
+            }
+        }
+        Err(ApiError::Malformed(format!("the model list goes on past {MODELS_MAX_PAGES} pages")))
     }
 
     fn backoff_for(&self, attempt: u32) -> Duration {
@@ -274,6 +383,7 @@ async fn read_sse(
     resp: reqwest::Response,
     cancel: &CancellationToken,
     attempt: u32,
+    model: &str,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Response, SseFailure> {
     use futures_util::StreamExt;
@@ -286,12 +396,23 @@ async fn read_sse(
         while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
             let block: Vec<u8> = buf.drain(..end + 2).collect();
             let (name, data) = sse_fields(&block);
+            // As the SDK: unnamed blocks and pings carry nothing to act on.
+            let Some(name) = name.filter(|n| n != "ping") else { continue };
             if data.is_empty() {
+                if name == "error" {
+                    return Err(SseFailure::Fatal(ApiError::Malformed("an error event without a body".into())));
+                }
                 continue;
             }
             let v: Value = serde_json::from_str(&data)
                 .map_err(|e| SseFailure::Fatal(ApiError::Malformed(format!("a {name} event that is not JSON: {e}"))))?;
-            asm.event(&v, attempt, on_progress)?;
+            if name == "error" && v.get("type").and_then(|t| t.as_str()) != Some("error") {
+                return Err(SseFailure::Fatal(ApiError::Malformed(format!(
+                    "an error event that is not an error: {}",
+                    crate::tier::e2b::api::bounded(&data, 200)
+                ))));
+            }
+            asm.event(&v, attempt, model, on_progress)?;
             if asm.done {
                 return asm.finish().map_err(SseFailure::Fatal);
             }
@@ -317,14 +438,14 @@ async fn read_sse(
     }
 }
 
-/// `event:` and the joined `data:` lines of one SSE block.
-fn sse_fields(block: &[u8]) -> (String, String) {
+/// `event:` (if any) and the joined `data:` lines of one SSE block.
+fn sse_fields(block: &[u8]) -> (Option<String>, String) {
     let text = String::from_utf8_lossy(block);
-    let mut name = String::from("message");
+    let mut name = None;
     let mut data: Vec<&str> = vec![];
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("event:") {
-            name = v.trim().to_string();
+            name = Some(v.trim().to_string());
         } else if let Some(v) = line.strip_prefix("data:") {
             data.push(v.strip_prefix(' ').unwrap_or(v));
         }
@@ -358,6 +479,7 @@ impl Assembler {
         &mut self,
         v: &Value,
         attempt: u32,
+        model: &str,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<(), SseFailure> {
         match v.get("type").and_then(|t| t.as_str()).unwrap_or("") {
@@ -427,6 +549,8 @@ impl Assembler {
                     "overloaded_error" => 529,
                     "rate_limit_error" => 429,
                     "api_error" => 500,
+                    "timeout_error" => 504,
+                    "billing_error" => 402,
                     "request_too_large" => 413,
                     "not_found_error" => 404,
                     "permission_error" => 403,
@@ -434,8 +558,8 @@ impl Assembler {
                     _ => 400,
                 };
                 let body = json!({"type": "error", "error": {"type": kind, "message": message}}).to_string();
-                let e = classify(status, &body, attempt, None);
-                return Err(if matches!(status, 429 | 500 | 529) {
+                let e = classify(status, &body, attempt, None, Some(model));
+                return Err(if matches!(status, 429 | 500 | 504 | 529) {
                     SseFailure::Retryable(Some(status), e)
                 } else {
                     SseFailure::Fatal(e)
@@ -468,18 +592,28 @@ fn parse_response(text: &str) -> Result<Response, ApiError> {
     Ok(r)
 }
 
+/// Type and message of an error body; the message carries the `request_id`
+/// (what Anthropic's support asks for) when there is one.
 fn error_parts(v: &Value) -> (String, String) {
     let e = v.get("error");
-    let kind = e.and_then(|e| e.get("type")).and_then(|t| t.as_str()).unwrap_or("error").to_string();
+    let kind = e.and_then(|e| e.get("type")).and_then(|t| t.as_str()).unwrap_or("error");
     let msg = e.and_then(|e| e.get("message")).and_then(|t| t.as_str()).unwrap_or("no message");
-    (kind, crate::tier::e2b::api::bounded(msg, 300))
+    let mut message = crate::tier::e2b::api::bounded(msg, 300);
+    if let Some(id) = v.get("request_id").and_then(|r| r.as_str()).filter(|r| !r.is_empty()) {
+        message.push_str(&format!("; request {}", crate::tier::e2b::api::bounded(id, 80)));
+    }
+    (crate::tier::e2b::api::bounded(kind, 60), message)
 }
 
-fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>) -> ApiError {
+/// `model`: the model a Messages call named (a 404 there is about it).
+fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>, model: Option<&str>) -> ApiError {
     let (kind, message) = match serde_json::from_str::<Value>(body) {
         Ok(v) => error_parts(&v),
         Err(_) => ("error".into(), crate::tier::e2b::api::bounded(body.lines().next().unwrap_or(""), 200)),
     };
+    if let (404, Some(model)) = (status, model) {
+        return ApiError::ModelNotFound { model: crate::tier::e2b::api::bounded(model, 100), kind, message };
+    }
     match status {
         401 | 403 => ApiError::Auth { status, kind, message },
         429 => ApiError::RateLimited {
@@ -493,8 +627,21 @@ fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>) -> 
             status,
             kind,
             message,
-            hint: if status == 404 { "; is the model name right? (--model)".into() } else { String::new() },
+            hint: if status == 402 {
+                "; the account has no credit left: see its billing in the Anthropic console".into()
+            } else {
+                String::new()
+            },
         },
+    }
+}
+
+/// `x-should-retry: true|false` (anything else: no opinion).
+fn should_retry_header(h: &reqwest::header::HeaderMap) -> Option<bool> {
+    match h.get("x-should-retry").and_then(|v| v.to_str().ok()).map(str::trim) {
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        _ => None,
     }
 }
 
@@ -530,13 +677,19 @@ mod tests {
     #[test]
     fn errors_are_classified() {
         let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
-        let e = classify(401, body, 1, None);
+        let e = classify(401, body, 1, None, Some("m"));
         assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
-        let e =
-            classify(529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, 5, None);
+        let e = classify(
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            5,
+            None,
+            None,
+        );
         assert!(matches!(e, ApiError::Overloaded { status: 529, .. }));
-        let e = classify(404, "<html>", 1, None);
-        assert!(e.to_string().contains("--model"), "{e}");
+        let e = classify(404, "<html>", 1, None, Some("claude-gone"));
+        let e = e.to_string();
+        assert!(e.contains("'claude-gone'") && e.contains("--model") && e.contains("[agent]"), "{e}");
         assert!(parse_response("{}").is_err());
         assert!(parse_response("nope").is_err());
         assert!(parse_response(r#"{"content":[{"type":"text","text":"x"}],"stop_reason":"end_turn"}"#).is_ok());

@@ -47,30 +47,45 @@ pub struct AgentOptions {
 }
 
 impl AgentOptions {
-    /// Key and base URL from the environment, the official SDKs' names.
-    pub fn from_env(
+    /// Model, turns and tokens from `[agent]`; key and base URL from the
+    /// environment the config read (the official SDKs' names).
+    pub fn from_config(
         tier: Arc<dyn Tier>,
         limits: Limits,
-        config: &crate::config::AgentConfig,
+        config: &crate::config::Config,
     ) -> anyhow::Result<AgentOptions> {
-        let key = std::env::var("ANTHROPIC_API_KEY").ok().filter(|k| !k.trim().is_empty()).ok_or_else(|| {
-            anyhow::anyhow!("ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=sk-ant-... to use sandbench agent")
-        })?;
-        let base_url = std::env::var("ANTHROPIC_BASE_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-            .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.into());
+        let (key, base_url) = credentials(config)?;
+        let a = &config.agent;
         Ok(AgentOptions {
             tier,
             limits,
-            model: config.model.clone(),
-            max_turns: config.max_turns,
-            max_tokens: config.max_tokens,
+            model: a.model.clone(),
+            max_turns: a.max_turns,
+            max_tokens: a.max_tokens,
             base_url,
-            api_key: key.trim().to_string(),
+            api_key: key,
             retry_backoff: std::time::Duration::from_millis(500),
         })
     }
+}
+
+/// The API key (required) and base URL the config read from the environment.
+pub fn credentials(config: &crate::config::Config) -> anyhow::Result<(String, String)> {
+    let key = config.env.anthropic_api_key.clone().ok_or_else(|| {
+        anyhow::anyhow!("ANTHROPIC_API_KEY is not set: export ANTHROPIC_API_KEY=sk-ant-... to use sandbench agent")
+    })?;
+    let base_url = config.env.anthropic_base_url.clone().unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.into());
+    Ok((key, base_url))
+}
+
+/// The models the configured key can use (`GET /v1/models`).
+pub async fn list_models(
+    config: &crate::config::Config,
+    with_retired: bool,
+) -> anyhow::Result<Vec<anthropic::ModelInfo>> {
+    let (key, base_url) = credentials(config)?;
+    let client = anthropic::Client::new(&base_url, &key)?;
+    Ok(client.list_models(with_retired).await?)
 }
 
 /// How a session ended.

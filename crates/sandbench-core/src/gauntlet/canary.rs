@@ -405,15 +405,13 @@ fn plant_sockets(
             continue;
         }
         let marker = marker.to_string();
-        listeners.push(Listener::spawn(
-            format!("unix socket {}", p.display()),
-            received.clone(),
-            move || match l.accept() {
+        listeners.push(Listener::spawn(format!("unix socket {}", p.display()), received.clone(), move || {
+            match l.accept() {
                 Ok((s, a)) if from_this_run(&s, &marker) => nonblocking_accept(Ok((s, a))),
                 Ok(_) => Ok(None),
                 Err(e) => nonblocking_accept::<std::os::unix::net::UnixStream, std::os::unix::net::SocketAddr>(Err(e)),
-            },
-        ));
+            }
+        }));
         planted.push(p);
     }
     planted

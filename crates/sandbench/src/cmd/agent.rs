@@ -13,13 +13,17 @@ use crate::tier;
 use super::usage;
 
 pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
+    if args.list_models {
+        return list_models(&args, config).await;
+    }
+    let task = args.task.clone().unwrap_or_default();
     let tier_name = args.tier.clone().unwrap_or_else(|| config.default_tier.clone());
     let tier = tier::by_name(&tier_name, config).map_err(|e| usage(e.to_string()))?;
-    if args.task.trim().is_empty() {
+    if task.trim().is_empty() {
         return Err(usage("the task is empty: say what the model should do"));
     }
     let limits = args.limits.apply(config.limits.clone());
-    let mut opts = AgentOptions::from_env(tier.clone(), limits, &config.agent)?;
+    let mut opts = AgentOptions::from_config(tier.clone(), limits, config)?;
     // Before the model is asked anything: a tier that cannot run programs
     // would only feed it errors.
     let avail = tier.probe().await;
@@ -32,7 +36,7 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
     if let Some(n) = args.max_turns {
         opts.max_turns = n;
     }
-    let mut handle = agent::start(opts, args.task.clone());
+    let mut handle = agent::start(opts, task);
     let canceller = handle.canceller();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -61,6 +65,38 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
         EndReason::Error => 1,
         EndReason::Cancelled => 130,
     })
+}
+
+/// `--list-models`: what the key can use, the configured model marked, so
+/// that a user can pick one for `--model` / `[agent] model`.
+async fn list_models(args: &AgentArgs, config: &Config) -> anyhow::Result<i32> {
+    let models = agent::list_models(config, false).await?;
+    let configured = args.model.clone().unwrap_or_else(|| config.agent.model.clone());
+    let offered = models.iter().any(|m| m.id == configured);
+    if args.format == Format::Json {
+        let v = serde_json::json!({"configured": configured, "configured_offered": offered, "models": models});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    // Everything here is the server's text: bounded, controls made visible.
+    let clean = |s: &str| visible_controls(crate::tier::e2b::api::bounded(s, 80).as_bytes());
+    let width = models.iter().map(|m| clean(&m.id).chars().count()).max().unwrap_or(0);
+    println!("models this key can use, newest first (* = the configured model):");
+    for m in &models {
+        let mark = if m.id == configured { '*' } else { ' ' };
+        let mut state = m.lifecycle.as_deref().map(clean).unwrap_or_default();
+        if let Some(r) = m.retires_at.as_deref() {
+            state = format!("{state}, retires {}", clean(r));
+        }
+        println!("{mark} {:<width$}  {}  {state}", clean(&m.id), clean(&m.display_name));
+    }
+    if !offered {
+        println!(
+            "the configured model '{}' is not offered to this key: pass --model NAME or set `model = \"NAME\"` under [agent] in the config",
+            clean(&configured)
+        );
+    }
+    Ok(0)
 }
 
 /// What the text view remembers between events.

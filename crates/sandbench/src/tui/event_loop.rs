@@ -200,7 +200,7 @@ impl Engine {
                     )
                 };
                 let opts = tier::by_name(&name, &self.config)
-                    .and_then(|t| crate::agent::AgentOptions::from_env(t, limits, &self.config.agent));
+                    .and_then(|t| crate::agent::AgentOptions::from_config(t, limits, &self.config));
                 let opts = match opts {
                     Ok(o) => o,
                     Err(e) => {

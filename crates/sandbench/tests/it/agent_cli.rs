@@ -12,7 +12,7 @@ use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandbench");
 
-fn sandbench(dir: &tempfile::TempDir) -> tokio::process::Command {
+pub(crate) fn sandbench(dir: &tempfile::TempDir) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(BIN);
     c.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -19,11 +19,11 @@ use serde_json::json;
 
 const KEY: &str = "sk-ant-test-key-0123456789";
 
-fn opts(fake: &FakeAnthropic, tier: Arc<dyn Tier>) -> AgentOptions {
+pub(crate) fn opts(fake: &FakeAnthropic, tier: Arc<dyn Tier>) -> AgentOptions {
     AgentOptions {
         tier,
         limits: Default::default(),
-        model: "claude-test".into(),
+        model: sandbench::agent::anthropic::DEFAULT_MODEL.into(),
         max_turns: 5,
         max_tokens: 1024,
         base_url: fake.url(),
@@ -32,7 +32,7 @@ fn opts(fake: &FakeAnthropic, tier: Arc<dyn Tier>) -> AgentOptions {
     }
 }
 
-fn process_tier() -> Arc<dyn Tier> {
+pub(crate) fn process_tier() -> Arc<dyn Tier> {
     // The process tier execs its helper: the sandbench binary, not this test.
     std::env::set_var("SANDBENCH_HELPER", env!("CARGO_BIN_EXE_sandbench"));
     Arc::new(ProcessTier::new(&Config::default()))
@@ -102,11 +102,11 @@ async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
     assert_eq!(reqs.len(), 2);
     for r in &reqs {
         assert_eq!(r.header("x-api-key"), Some(KEY));
-        assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(r.header("anthropic-version"), Some("2026-10-21"));
         assert_eq!(r.header("content-type"), Some("application/json"));
     }
     let first = reqs[0].json();
-    assert_eq!(first["model"], "claude-test");
+    assert_eq!(first["model"], sandbench::agent::anthropic::DEFAULT_MODEL);
     assert_eq!(first["max_tokens"], 1024);
     assert_eq!(first["stream"], true);
     assert_eq!(first["tools"][0]["name"], "run_code");

@@ -20,7 +20,7 @@ fn program(dir: &tempfile::TempDir, name: &str, code: &str) -> std::path::PathBu
 
 /// sandbench with a clean environment: no real E2B or Anthropic settings
 /// leak in from the developer's shell, config and logs go to a temp dir.
-fn sandbench(dir: &tempfile::TempDir) -> tokio::process::Command {
+pub(crate) fn sandbench(dir: &tempfile::TempDir) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(BIN);
     c.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -143,7 +143,9 @@ async fn a_sandbox_whose_kill_failed_is_killed_when_sandbench_exits() {
 async fn kill_live_kills_what_a_run_could_not() {
     use sandbench::event::{EventKind, RunEvent};
     use sandbench::runner::Update;
-    let fake = FakeE2b::start(KEY).await;
+    // shutdown kills every live sandbox of this process: no other test's.
+    let _alone = fake_e2b::exclusive().await;
+    let fake = FakeE2b::start_alone(KEY).await;
     fake.knobs(fake_e2b::Knobs { kill_failures: 4, ..Default::default() });
     let tier: std::sync::Arc<dyn sandbench::tier::Tier> =
         std::sync::Arc::new(sandbench::tier::e2b::E2bTier::with_settings(fake.settings(KEY)));

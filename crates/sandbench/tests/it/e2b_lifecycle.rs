@@ -15,9 +15,9 @@ use sandbench::spec::{Language, RunSpec};
 use sandbench::tier::e2b::E2bTier;
 use sandbench::tier::Tier;
 
-const KEY: &str = "e2b_0123456789abcdef";
+pub(crate) const KEY: &str = "e2b_0123456789abcdef";
 
-fn tier(fake: &FakeE2b) -> Arc<dyn Tier> {
+pub(crate) fn tier(fake: &FakeE2b) -> Arc<dyn Tier> {
     Arc::new(E2bTier::with_settings(fake.settings(KEY)))
 }
 
@@ -26,7 +26,7 @@ fn py(code: &str) -> RunSpec {
 }
 
 /// Events and the report of one run, with a safety-net timeout.
-async fn run_collect(t: Arc<dyn Tier>, spec: RunSpec) -> (Vec<(f64, EventKind)>, RunReport) {
+pub(crate) async fn run_collect(t: Arc<dyn Tier>, spec: RunSpec) -> (Vec<(f64, EventKind)>, RunReport) {
     tokio::time::timeout(Duration::from_secs(60), async {
         let mut h = runner::start(t, spec);
         let mut evs = vec![];
@@ -42,7 +42,7 @@ async fn run_collect(t: Arc<dyn Tier>, spec: RunSpec) -> (Vec<(f64, EventKind)>,
     .expect("the run did not end within 60 s")
 }
 
-async fn assert_nothing_left(fake: &FakeE2b) {
+pub(crate) async fn assert_nothing_left(fake: &FakeE2b) {
     assert_eq!(fake.live_count(), 0, "a sandbox was left running in the fake E2B");
     assert!(fake.wait_programs_gone(Duration::from_secs(5)).await, "a program kept running in the fake sandbox");
     assert!(sandbench::tier::e2b::live_sandboxes().iter().all(|id| !fake.created().contains(id)));
@@ -89,7 +89,10 @@ async fn lifecycle_streams_output_live_reports_exit_and_kills() {
         assert_eq!(body["templateID"], "base");
         assert_eq!(body["timeout"], 10 + 30);
         assert_eq!(body["allow_internet_access"], false);
-        assert_eq!(body["secure"], true);
+        // v2 has no `secure` (always secured); autoPause false so that E2B
+        // kills, not pauses, a sandbox sandbench could not kill.
+        assert!(body.get("secure").is_none(), "{body}");
+        assert_eq!(body["autoPause"], false);
         assert_eq!(body["metadata"]["created_by"], "sandbench");
         assert_eq!(body["metadata"]["sandbench_pid"], std::process::id().to_string());
         let h = &st.start_headers[0];
@@ -224,7 +227,7 @@ async fn rate_limit_is_retried_after_the_wait_it_asks_for() {
     assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
     assert!(started.elapsed() >= Duration::from_secs(1), "retry-after was not honoured");
     assert!(evs.iter().any(|(_, k)| matches!(k, EventKind::Note(n) if n.contains("429") && n.contains("retrying"))));
-    assert_eq!(fake.state.lock().unwrap().log.iter().filter(|l| *l == "POST /sandboxes").count(), 2);
+    assert_eq!(fake.state.lock().unwrap().log.iter().filter(|l| *l == "POST /v2/sandboxes").count(), 2);
     assert_nothing_left(&fake).await;
 }
 
@@ -248,7 +251,7 @@ async fn server_errors_are_reported_without_retrying_create() {
     assert_eq!(r.outcome, Outcome::Error);
     let e = r.error.unwrap();
     assert!(e.contains("server error") && e.contains("503"), "{e}");
-    assert_eq!(fake.state.lock().unwrap().log.iter().filter(|l| *l == "POST /sandboxes").count(), 1);
+    assert_eq!(fake.state.lock().unwrap().log.iter().filter(|l| *l == "POST /v2/sandboxes").count(), 1);
     assert_nothing_left(&fake).await;
 }
 

@@ -11,12 +11,14 @@ mod support {
 }
 
 mod agent_cli;
+mod agent_dialect;
 mod agent_loop;
 mod docker_lifecycle;
 mod docker_output;
 mod docker_samples;
 mod docker_verdicts;
 mod e2b_cli;
+mod e2b_dialect;
 mod e2b_lifecycle;
 mod gauntlet;
 mod microvm_protocol;

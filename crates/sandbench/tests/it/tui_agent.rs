@@ -22,8 +22,7 @@ const KEY: &str = "sk-ant-tui-agent-test-key-0123456789";
 
 #[test]
 fn agent_session_through_the_workbench() {
-    // One thread until the environment is set (the engine reads the key and
-    // base URL from sandbench's own environment, as the SDKs do).
+    // One thread until the environment is set.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let fake = FakeAnthropic::start(vec![
@@ -32,10 +31,17 @@ fn agent_session_through_the_workbench() {
         ])
         .await;
         std::env::set_var("SANDBENCH_HELPER", env!("CARGO_BIN_EXE_sandbench"));
+        // The workbench's "key set" line looks at the environment itself.
         std::env::set_var("ANTHROPIC_API_KEY", KEY);
-        std::env::set_var("ANTHROPIC_BASE_URL", fake.url());
 
-        let config = Config::default();
+        // The engine takes key and base URL from the config, which reads
+        // them from the environment in Config::load.
+        let env = sandbench::config::RemoteEnv {
+            anthropic_api_key: Some(KEY.into()),
+            anthropic_base_url: Some(fake.url()),
+            ..Default::default()
+        };
+        let config = Config { env, ..Config::default() };
         let tier = sandbench::tier::by_name("process", &config).unwrap();
         let avail = tier.probe().await;
         if !avail.available {

@@ -1,12 +1,15 @@
 //! E2B's REST API (the control plane): create, kill and list sandboxes.
 //!
-//! Shapes follow E2B's OpenAPI spec (`spec/openapi.yml` in e2b-dev/E2B):
-//! `POST /sandboxes` with a `NewSandbox` body (`templateID`, `timeout` in
-//! seconds, `secure`, `allow_internet_access`, `metadata`) answers 201 with a
-//! `Sandbox` (`sandboxID`, `envdVersion`, `envdAccessToken`, `domain`);
-//! `DELETE /sandboxes/{sandboxID}` answers 204 (404 when already gone);
-//! `GET /sandboxes` lists running ones. Every call carries `X-API-Key`.
-//! Errors are `{"code": int, "message": string}`.
+//! Shapes follow E2B's OpenAPI spec and the official SDK (`e2b` 2.63, whose
+//! generated client is built from that spec): `POST /v2/sandboxes` with a
+//! `NewSandboxV2` body (`templateID`, `timeout` in seconds, `autoPause`,
+//! `allow_internet_access`, `metadata`; access is always secured, so v2 has no
+//! `secure`) answers 201 with a `Sandbox` (`sandboxID`, `envdVersion`,
+//! `envdAccessToken`, `domain`); `DELETE /sandboxes/{sandboxID}` answers 204
+//! (404 when already gone); `GET /v2/sandboxes?metadata=&state=&limit=` lists,
+//! a page at a time, the next page's token in the `x-next-token` header. The
+//! v1 `POST /sandboxes` and `GET /sandboxes` are deprecated in the spec and not
+//! used. Every call carries `X-API-Key`. Errors are `{"code": int, "message": string}`.
 
 use std::time::Duration;
 
@@ -18,6 +21,10 @@ use super::Settings;
 /// Longest `retry-after` we honour on a 429 before giving up with a message.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
 const CREATE_ATTEMPTS: u32 = 3;
+/// Sandboxes per list page (the SDK's default).
+const LIST_PAGE: u32 = 100;
+/// Pages read at most: a listing is for housekeeping and doctor, and must end.
+const LIST_MAX_PAGES: u32 = 50;
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Created {
@@ -117,17 +124,19 @@ impl Api {
         internet: bool,
         on_wait: &(dyn Fn(String) + Sync),
     ) -> Result<Created, ApiError> {
+        // autoPause false: at its timeout the sandbox is killed, not kept
+        // paused (the SDK's default too, sent explicitly as the SDK does).
         let body = json!({
             "templateID": template,
             "timeout": timeout_s,
-            "secure": true,
+            "autoPause": false,
             "allow_internet_access": internet,
             "metadata": super::ownership_metadata(),
         });
         let mut attempt = 1;
         loop {
             let resp = self
-                .req(reqwest::Method::POST, "/sandboxes")
+                .req(reqwest::Method::POST, "/v2/sandboxes")
                 .json(&body)
                 .send()
                 .await
@@ -186,29 +195,57 @@ impl Api {
         Err(last.unwrap_or(ApiError::Malformed("kill".into())))
     }
 
-    /// `GET /sandboxes`: the cheapest authenticated call, used by `doctor`.
+    /// Running sandboxes (`GET /v2/sandboxes?state=running`): the cheapest
+    /// authenticated call, used by `doctor`.
     pub async fn list(&self) -> Result<Vec<serde_json::Value>, ApiError> {
         self.list_query(None).await
     }
 
-    /// `GET /sandboxes?metadata=k%3Dv`: running sandboxes whose metadata match.
+    /// Running sandboxes whose metadata match `k=v` (`metadata=k%3Dv`).
     pub async fn list_by_metadata(&self, filter: &str) -> Result<Vec<serde_json::Value>, ApiError> {
         self.list_query(Some(filter)).await
     }
 
     async fn list_query(&self, metadata: Option<&str>) -> Result<Vec<serde_json::Value>, ApiError> {
-        let mut req = self.req(reqwest::Method::GET, "/sandboxes").timeout(Duration::from_secs(10));
-        if let Some(m) = metadata {
-            req = req.query(&[("metadata", m)]);
-        }
-        let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
-        let status = resp.status().as_u16();
-        if status == 200 {
+        let mut all = vec![];
+        let mut next: Option<String> = None;
+        for _ in 0..LIST_MAX_PAGES {
+            let limit = LIST_PAGE.to_string();
+            let mut q: Vec<(&str, &str)> = vec![("state", "running"), ("limit", &limit)];
+            if let Some(m) = metadata {
+                q.push(("metadata", m));
+            }
+            if let Some(t) = &next {
+                q.push(("nextToken", t));
+            }
+            let resp = self
+                .req(reqwest::Method::GET, "/v2/sandboxes")
+                .query(&q)
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .map_err(|e| self.unreachable(&e))?;
+            let status = resp.status().as_u16();
+            if status != 200 {
+                let ra = retry_after(resp.headers());
+                return Err(classify(status, error_message(resp).await, ra, None));
+            }
+            next = resp
+                .headers()
+                .get("x-next-token")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
             let text = resp.text().await.map_err(|e| self.unreachable(&e))?;
-            return serde_json::from_str(&text).map_err(|e| ApiError::Malformed(format!("list sandboxes: {e}")));
+            let page: Vec<serde_json::Value> =
+                serde_json::from_str(&text).map_err(|e| ApiError::Malformed(format!("list sandboxes: {e}")))?;
+            all.extend(page);
+            if next.is_none() {
+                return Ok(all);
+            }
         }
-        let ra = retry_after(resp.headers());
-        Err(classify(status, error_message(resp).await, ra, None))
+        Err(ApiError::Malformed(format!("list sandboxes: still more after {LIST_MAX_PAGES} pages")))
     }
 }
 

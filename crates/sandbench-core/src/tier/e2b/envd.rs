@@ -1,5 +1,7 @@
-//! envd: the daemon inside every E2B sandbox, at
-//! `https://49983-{sandboxID}.{domain}` (or `E2B_SANDBOX_URL`).
+//! envd: the daemon inside every E2B sandbox (port 49983), reached where
+//! [`super::Settings::envd_url`] says — `https://sandbox.{domain}` on E2B's
+//! domains, routed by the `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers every
+//! call carries, as the official SDK does.
 //!
 //! Why envd's process API and not the code interpreter's `/execute` (port
 //! 49999): `process.Process/Start` is a server-streaming Connect-RPC call whose
@@ -15,7 +17,9 @@
 //! each response message are envelopes `[flags u8][len u32 BE][json]`; the last
 //! response envelope has flag 0x02 and carries `{"error": {code, message}}` on
 //! failure. Headers: `X-Access-Token: <envdAccessToken>`, `Authorization: Basic
-//! base64("user:")` (the user the process runs as), `Keepalive-Ping-Interval`.
+//! base64("user:")` (the user the process runs as), `Keepalive-Ping-Interval`,
+//! `Connect-Timeout-Ms` (the call's deadline). The StartRequest always says
+//! `"stdin": false`.
 //! Files go up with `POST /files?path=...&username=user` (multipart `file`).
 
 use std::collections::BTreeMap;
@@ -151,20 +155,33 @@ impl Envd {
         resp.json().await.ok()
     }
 
-    /// Start a process and return its event stream.
+    /// Start a process and return its event stream. `deadline` goes to envd
+    /// as the Connect deadline (`Connect-Timeout-Ms`, as the SDK sends its
+    /// command timeout): envd ends the call and kills the process when it
+    /// passes, even if sandbench can no longer reach the sandbox.
     pub async fn start(
         &self,
         cmd: &str,
         args: &[String],
         envs: &BTreeMap<String, String>,
         cwd: &str,
+        deadline: Option<Duration>,
     ) -> Result<ProcStream, EnvdError> {
+        // `stdin: false` always, as the SDK's `commands.run` sends it: envd
+        // reads a missing value as true and gives the process a pipe that
+        // nobody closes, so a program reading stdin would hang to the wall
+        // time here while every other tier hands it an empty stdin.
         let msg = json!({
             "process": { "cmd": cmd, "args": args, "envs": envs, "cwd": cwd },
+            "stdin": false,
         });
         let body = envelope(0, &serde_json::to_vec(&msg).expect("json"));
-        let resp = self
-            .req(reqwest::Method::POST, "/process.Process/Start")
+        let mut req = self.req(reqwest::Method::POST, "/process.Process/Start");
+        if let Some(d) = deadline {
+            // The Connect protocol allows at most 10 digits; at least 1 ms.
+            req = req.header("Connect-Timeout-Ms", d.as_millis().clamp(1, 9_999_999_999).to_string());
+        }
+        let resp = req
             .header("Content-Type", "application/connect+json")
             .header("Connect-Protocol-Version", "1")
             .header("Authorization", format!("Basic {}", b64_encode(format!("{USER}:").as_bytes())))

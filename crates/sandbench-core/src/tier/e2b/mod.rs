@@ -3,7 +3,7 @@
 //! how a user outgrows one machine: nothing runs on the local kernel, and the
 //! number of sandboxes at once is E2B's quota, not local cores.
 //!
-//! Flow: `POST /sandboxes` (REST API, `api.rs`) → upload the program to envd
+//! Flow: `POST /v2/sandboxes` (REST API, `api.rs`) → upload the program to envd
 //! (`envd.rs`) → `process.Process/Start` streams stdout/stderr and the exit →
 //! `DELETE /sandboxes/{id}`, always: on a normal end, on cancel, wall timeout,
 //! error, and — through [`kill_live`] and a SIGTERM/SIGHUP hook — when
@@ -11,10 +11,18 @@
 //! calls, so every sandbox is also created with an E2B timeout of wall time +
 //! a margin: E2B reaps it by itself shortly after the run could have ended.
 //!
-//! Configuration: `E2B_API_KEY` (required), `E2B_DOMAIN` (default `e2b.app`),
-//! `E2B_API_URL` (default `https://api.<domain>`), `E2B_SANDBOX_URL` (envd URL
-//! override, default `https://49983-<id>.<domain>`) — the names E2B's own SDKs
-//! read — and `[e2b] template`, `[e2b] timeout_margin_secs` in the config.
+//! Configuration: `E2B_API_KEY` (required), `E2B_DOMAIN` (default
+//! `e2b.app`), `E2B_API_URL` (default `https://api.<domain>`),
+//! `E2B_SANDBOX_URL` (every envd call goes there) and `E2B_DEBUG` — the names
+//! and meanings of E2B's own SDK, read by the config ([`crate::config::RemoteEnv`]), never
+//! here — and `[e2b] template`, `[e2b] timeout_margin_secs` in the config.
+//!
+//! envd routing follows the SDK (`ConnectionConfig.get_sandbox_url`, e2b
+//! 2.63): on E2B's own domains every envd call goes to
+//! `https://sandbox.<domain>`, and E2B's edge routes it by the
+//! `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers; on other domains (self-hosted
+//! E2B) to the per-sandbox host `https://49983-<id>.<domain>`, which the SDK
+//! keeps for direct signed file URLs (sandbench makes none).
 
 pub mod api;
 pub mod envd;
@@ -36,38 +44,68 @@ use envd::{Envd, ProcEvent};
 /// Where the program lives inside the sandbox (the template's user home).
 pub const WORK_DIR: &str = "/home/user/sandbench";
 const METRICS_EVERY: Duration = Duration::from_millis(500);
+/// How long after the wall time envd's own deadline kills the program (if
+/// sandbench's kill did not arrive); never later than the sandbox's timeout.
+const ENVD_DEADLINE_GRACE: Duration = Duration::from_secs(5);
 
-/// Where and how to reach E2B. Built from the environment and the config, or
-/// given directly (tests, the TUI).
+/// The domains whose edge routes envd traffic by headers at
+/// `sandbox.<domain>` (the SDK's `SUPPORTED_SANDBOX_DOMAINS`, e2b 2.63).
+pub const HEADER_ROUTED_DOMAINS: &[&str] =
+    &["e2b.app", "e2b.dev", "e2b.pro", "e2b-staging.dev", "e2b-tango.dev", "e2b-juliett.dev", "foxtrot-2.e2b.dev"];
+/// Where the SDK's debug mode finds the API (a local E2B).
+const DEBUG_API_URL: &str = "http://localhost:3000";
+
+/// Where and how to reach E2B. Built from the config, or given directly
+/// (tests, the TUI).
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub api_key: Option<String>,
     pub domain: String,
     pub api_url: String,
+    /// Every envd call goes here when set (`E2B_SANDBOX_URL`).
     pub sandbox_url: Option<String>,
+    /// The SDK's debug mode: envd at `http://localhost:49983`.
+    pub debug: bool,
     pub template: String,
     /// Added to the wall time for the sandbox's own E2B timeout.
     pub timeout_margin: Duration,
 }
 
 impl Settings {
-    pub fn from_env(config: &Config) -> Settings {
-        let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        let domain = var("E2B_DOMAIN").unwrap_or_else(|| "e2b.app".into());
+    /// The SDK's precedence: an explicit URL, then debug mode, then the domain.
+    pub fn from_config(config: &Config) -> Settings {
+        let env = &config.env;
+        let domain = env.e2b_domain.clone().unwrap_or_else(|| "e2b.app".into());
+        let api_url = match (&env.e2b_api_url, env.e2b_debug) {
+            (Some(u), _) => u.clone(),
+            (None, true) => DEBUG_API_URL.into(),
+            (None, false) => format!("https://api.{domain}"),
+        };
         Settings {
-            api_key: var("E2B_API_KEY"),
-            api_url: var("E2B_API_URL").unwrap_or_else(|| format!("https://api.{domain}")),
-            sandbox_url: var("E2B_SANDBOX_URL"),
+            api_key: env.e2b_api_key.clone(),
+            api_url,
+            sandbox_url: env.e2b_sandbox_url.clone(),
+            debug: env.e2b_debug,
             domain,
             template: config.e2b.template.clone(),
             timeout_margin: Duration::from_secs(config.e2b.timeout_margin_secs),
         }
     }
 
-    fn envd_url(&self, id: &str, domain: Option<&str>) -> String {
-        match &self.sandbox_url {
-            Some(u) => u.clone(),
-            None => format!("https://{}-{id}.{}", envd::ENVD_PORT, domain.unwrap_or(&self.domain)),
+    /// envd's base URL for a sandbox; `sandbox_domain` is the `domain` the
+    /// create answered (null unless the sandbox lives elsewhere).
+    pub fn envd_url(&self, id: &str, sandbox_domain: Option<&str>) -> String {
+        if let Some(u) = &self.sandbox_url {
+            return u.clone();
+        }
+        if self.debug {
+            return format!("http://localhost:{}", envd::ENVD_PORT);
+        }
+        let domain = sandbox_domain.map(str::trim).filter(|d| !d.is_empty()).unwrap_or(&self.domain);
+        if HEADER_ROUTED_DOMAINS.contains(&domain) {
+            format!("https://sandbox.{domain}")
+        } else {
+            format!("https://{}-{id}.{domain}", envd::ENVD_PORT)
         }
     }
 }
@@ -78,7 +116,7 @@ pub struct E2bTier {
 
 impl E2bTier {
     pub fn new(config: &Config) -> Self {
-        E2bTier { settings: Settings::from_env(config) }
+        E2bTier { settings: Settings::from_config(config) }
     }
 
     pub fn with_settings(settings: Settings) -> Self {
@@ -98,6 +136,7 @@ struct LiveEntry {
     api_url: String,
     api_key: String,
     sandbox_url: Option<String>,
+    debug: bool,
 }
 
 fn live() -> &'static Mutex<HashMap<String, LiveEntry>> {
@@ -124,6 +163,7 @@ pub async fn kill_live() -> Vec<String> {
             domain: String::new(),
             api_url: e.api_url,
             sandbox_url: e.sandbox_url,
+            debug: e.debug,
             template: String::new(),
             timeout_margin: Duration::ZERO,
         };
@@ -207,7 +247,12 @@ impl LiveGuard {
         if let Ok(mut m) = live().lock() {
             m.insert(
                 id.to_string(),
-                LiveEntry { api_url: s.api_url.clone(), api_key: key.to_string(), sandbox_url: s.sandbox_url.clone() },
+                LiveEntry {
+                    api_url: s.api_url.clone(),
+                    api_key: key.to_string(),
+                    sandbox_url: s.sandbox_url.clone(),
+                    debug: s.debug,
+                },
             );
         }
         LiveGuard { id: id.to_string() }
@@ -258,8 +303,13 @@ pub fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
     })
 }
 
-/// The command envd starts: bash (as E2B's SDKs use) sets the rlimits E2B can
-/// honour, then execs the interpreter so signals and the exit are the program's.
+/// The command envd starts, the way the SDK's `commands.run` starts one:
+/// `/bin/bash -l -c <script>` (a login shell, so the template's profile sets
+/// the environment E2B users expect). The script sets the rlimits E2B can
+/// honour, then execs the interpreter on the uploaded file so that signals and
+/// the exit are the program's. An `sh` program is not handed to bash as the
+/// script text (what `commands.run(code)` would do): it runs as a file under
+/// `/bin/sh`, the interpreter it gets on every other tier, after the limits.
 pub fn command(spec: &RunSpec) -> (String, Vec<String>) {
     let l = &spec.limits;
     let file = format!("{WORK_DIR}/{}", spec.language.file_name());
@@ -274,7 +324,7 @@ pub fn command(spec: &RunSpec) -> (String, Vec<String>) {
         l.file_size_bytes.div_ceil(1024).max(1),
         l.open_files,
     );
-    ("/bin/bash".into(), vec!["-c".into(), script])
+    ("/bin/bash".into(), vec!["-l".into(), "-c".into(), script])
 }
 
 impl E2bTier {
@@ -370,7 +420,7 @@ impl E2bTier {
                 ctx.emit(EventKind::Exit(ExitStatus::default())).await;
                 Ok(Usage::default())
             } else {
-                execute(&envd, &spec, &ctx).await
+                execute(&envd, &spec, &ctx, s.timeout_margin).await
             }
         }
         .await;
@@ -419,7 +469,7 @@ struct Usage {
 }
 
 /// Upload, start, stream; returns once the program ended or was stopped.
-async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Result<Usage> {
+async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext, timeout_margin: Duration) -> anyhow::Result<Usage> {
     let file = format!("{WORK_DIR}/{}", spec.language.file_name());
     tokio::select! {
         r = envd.upload(&file, spec.code.as_bytes()) => r?,
@@ -430,8 +480,9 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext) -> anyhow::Resul
     }
     let (cmd, args) = command(spec);
     let envs: BTreeMap<String, String> = spec.sandbox_env("/home/user", "/tmp").into_iter().collect();
+    let deadline = spec.limits.wall_time + ENVD_DEADLINE_GRACE.min(timeout_margin);
     let mut stream = tokio::select! {
-        r = envd.start(&cmd, &args, &envs, WORK_DIR) => r?,
+        r = envd.start(&cmd, &args, &envs, WORK_DIR, Some(deadline)) => r?,
         _ = ctx.stop.cancelled() => {
             ctx.emit(EventKind::Exit(ExitStatus::default())).await;
             return Ok(Usage::default());
@@ -536,10 +587,10 @@ mod tests {
         let spec = RunSpec::new(Language::Python, "print(1)");
         let (cmd, args) = command(&spec);
         assert_eq!(cmd, "/bin/bash");
-        assert_eq!(args[0], "-c");
-        assert!(args[1].contains("ulimit -S -t 5"), "{}", args[1]);
-        assert!(args[1].contains("ulimit -f 16384"), "{}", args[1]);
-        assert!(args[1].ends_with("exec python3 -u /home/user/sandbench/main.py"), "{}", args[1]);
+        assert_eq!(args[..2], ["-l", "-c"]);
+        assert!(args[2].contains("ulimit -S -t 5"), "{}", args[2]);
+        assert!(args[2].contains("ulimit -f 16384"), "{}", args[2]);
+        assert!(args[2].ends_with("exec python3 -u /home/user/sandbench/main.py"), "{}", args[2]);
     }
 
     #[test]
@@ -556,11 +607,15 @@ mod tests {
     }
 
     #[test]
-    fn envd_url_follows_the_sdk_shape() {
-        let mut s = Settings::from_env(&Config::default());
-        s.sandbox_url = None;
-        s.domain = "e2b.app".into();
-        assert_eq!(s.envd_url("abc", None), "https://49983-abc.e2b.app");
-        assert_eq!(s.envd_url("abc", Some("eu.e2b.dev")), "https://49983-abc.eu.e2b.dev");
+    fn envd_routing_follows_the_sdk() {
+        let mut s = Settings::from_config(&Config::default());
+        assert_eq!(s.api_url, "https://api.e2b.app");
+        // E2B's domains: one host, routed by the E2b-Sandbox-* headers.
+        assert_eq!(s.envd_url("abc", None), "https://sandbox.e2b.app");
+        assert_eq!(s.envd_url("abc", Some("e2b.dev")), "https://sandbox.e2b.dev");
+        // Any other domain (self-hosted): the per-sandbox host.
+        assert_eq!(s.envd_url("abc", Some("e2b.example.org")), "https://49983-abc.e2b.example.org");
+        s.sandbox_url = Some("http://127.0.0.1:9".into());
+        assert_eq!(s.envd_url("abc", Some("e2b.dev")), "http://127.0.0.1:9");
     }
 }

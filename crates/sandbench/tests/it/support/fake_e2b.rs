@@ -1,11 +1,14 @@
-//! A fake E2B speaking the published shapes: the REST API (`POST /sandboxes`,
-//! `DELETE /sandboxes/{id}`, `GET /sandboxes`, `X-API-Key`, `{code,message}`
-//! errors) and envd (`POST /files` multipart, `GET /metrics`, Connect-RPC
+//! A fake E2B speaking the published shapes: the REST API (`POST
+//! /v2/sandboxes`, `DELETE /sandboxes/{id}`, `GET /v2/sandboxes` paged with
+//! `x-next-token`, `X-API-Key`, `{code,message}` errors; the deprecated v1
+//! create and list answer 410 so a client still on them fails here) and envd (`POST /files` multipart, `GET /metrics`, Connect-RPC
 //! `process.Process/Start` with JSON envelopes, `X-Access-Token`). A
 //! "sandbox" is a temp directory; Start really runs the given command there
 //! (on this host: tests only send benign programs) and streams its output,
 //! so the tier's command line, streaming and exit mapping are exercised for
-//! real. Knobs make each error path happen.
+//! real. Like envd, a Start that does not say `"stdin": false` gives the
+//! program a stdin pipe that stays open, so a program reading it hangs until
+//! it is killed. Knobs make each error path happen.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -38,16 +41,19 @@ pub enum StartMode {
 
 #[derive(Clone, Debug)]
 pub struct Knobs {
-    /// Statuses `POST /sandboxes` answers before succeeding, with retry-after.
+    /// Statuses `POST /v2/sandboxes` answers before succeeding, with retry-after.
     pub create_failures: Vec<(u16, Option<u64>)>,
     pub start: StartMode,
     /// How many DELETEs fail with 500 before they work.
     pub kill_failures: u32,
+    /// Most sandboxes per list page whatever `limit` asks (the server may
+    /// send fewer than asked; the rest follows with `nextToken`).
+    pub max_page: Option<usize>,
 }
 
 impl Default for Knobs {
     fn default() -> Self {
-        Knobs { create_failures: vec![], start: StartMode::Real, kill_failures: 0 }
+        Knobs { create_failures: vec![], start: StartMode::Real, kill_failures: 0, max_page: None }
     }
 }
 
@@ -68,12 +74,14 @@ pub struct State {
     pub live: HashMap<String, Sandbox>,
     pub created: Vec<String>,
     pub killed: Vec<String>,
-    /// Bodies of POST /sandboxes.
+    /// Bodies of POST /v2/sandboxes.
     pub create_bodies: Vec<Value>,
     /// Headers of each Start call.
     pub start_headers: Vec<Vec<(String, String)>>,
     /// The `process` config of each Start call.
     pub start_process: Vec<Value>,
+    /// The whole StartRequest message of each Start call.
+    pub start_messages: Vec<Value>,
     /// Programs still running (pid) in the fake.
     pub running: Vec<u32>,
     pub log: Vec<String>,
@@ -83,14 +91,38 @@ pub struct State {
 pub struct FakeE2b {
     pub addr: SocketAddr,
     pub state: Arc<Mutex<State>>,
+    /// Held while the fake lives: see [`exclusive`].
+    _shared: Option<Arc<tokio::sync::OwnedRwLockReadGuard<()>>>,
+}
+
+/// The e2b tier's registry of live sandboxes is process-wide, and
+/// `tier::shutdown` kills every sandbox in it — those of other tests' fakes
+/// too. Each fake holds this lock shared; a test that calls shutdown takes it
+/// exclusively (before starting its own fake with [`FakeE2b::start_alone`]).
+fn registry_lock() -> Arc<tokio::sync::RwLock<()>> {
+    static LOCK: std::sync::OnceLock<Arc<tokio::sync::RwLock<()>>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(Default::default).clone()
+}
+
+/// Wait until no other fake is alive, and keep it so while the guard lives.
+pub async fn exclusive() -> tokio::sync::OwnedRwLockWriteGuard<()> {
+    registry_lock().write_owned().await
 }
 
 impl FakeE2b {
     pub async fn start(key: &str) -> FakeE2b {
+        let guard = registry_lock().read_owned().await;
+        let mut f = FakeE2b::start_alone(key).await;
+        f._shared = Some(Arc::new(guard));
+        f
+    }
+
+    /// A fake that does not take the shared lock: for a test holding [`exclusive`].
+    pub async fn start_alone(key: &str) -> FakeE2b {
         let state = Arc::new(Mutex::new(State { key: key.into(), ..Default::default() }));
         let s = state.clone();
         let addr = serve(move |req| handle(s.clone(), req)).await;
-        FakeE2b { addr, state }
+        FakeE2b { addr, state, _shared: None }
     }
 
     pub fn url(&self) -> String {
@@ -152,6 +184,7 @@ impl FakeE2b {
             domain: "e2b.test".into(),
             api_url: self.url(),
             sandbox_url: Some(self.url()),
+            debug: false,
             template: "base".into(),
             timeout_margin: Duration::from_secs(30),
         }
@@ -189,33 +222,12 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
     state.lock().unwrap().log.push(format!("{} {}", req.method, req.path()));
     let path = req.path().to_string();
     match (req.method.as_str(), path.as_str()) {
-        ("POST", "/sandboxes") => create(&state, &req),
-        ("GET", "/sandboxes") => {
-            if let Some(r) = check_key(&state, &req) {
-                return r;
-            }
-            // `metadata=k%3Dv&k2%3Dv2`: every pair must match.
-            let filter: Vec<(String, String)> = req
-                .query("metadata")
-                .map(|m| {
-                    m.split('&')
-                        .filter_map(|kv| kv.split_once('='))
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let st = state.lock().unwrap();
-            let list: Vec<Value> = st
-                .live
-                .iter()
-                .filter(|(_, s)| filter.iter().all(|(k, v)| s.body["metadata"][k] == v.as_str()))
-                .map(|(id, s)| {
-                    json!({"sandboxID": id, "templateID": s.template, "clientID": "6532622b",
-                           "state": "running", "metadata": s.body["metadata"]})
-                })
-                .collect();
-            Reply::json(200, Value::Array(list))
+        // Deprecated in E2B's spec in favour of the v2 forms.
+        ("POST", "/sandboxes") | ("GET", "/sandboxes") => {
+            err(410, &format!("{} {path} is deprecated; use {} /v2/sandboxes", req.method, req.method))
         }
+        ("POST", "/v2/sandboxes") => create(&state, &req),
+        ("GET", "/v2/sandboxes") => list(&state, &req),
         ("DELETE", p) if p.starts_with("/sandboxes/") => {
             if let Some(r) = check_key(&state, &req) {
                 return r;
@@ -245,6 +257,68 @@ async fn handle(state: Arc<Mutex<State>>, req: Request) -> Reply {
         },
         ("POST", "/process.Process/Start") => start(state, req).await,
         _ => err(404, "no such route"),
+    }
+}
+
+/// `GET /v2/sandboxes`: `metadata` (`k=v&k2=v2`, url-encoded), `state`
+/// (comma list), `limit`, `nextToken`; the next page's token in `x-next-token`.
+fn list(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
+    if let Some(r) = check_key(state, req) {
+        return r;
+    }
+    let filter: Vec<(String, String)> = req
+        .query("metadata")
+        .map(|m| {
+            m.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        })
+        .unwrap_or_default();
+    let states: Vec<String> = req
+        .query("state")
+        .map(|s| s.split(',').map(str::to_string).collect())
+        .unwrap_or_else(|| vec!["running".into(), "paused".into()]);
+    if states.iter().any(|s| s != "running" && s != "paused") {
+        return err(400, "state must be running or paused");
+    }
+    let limit: usize = match req.query("limit").map(|l| l.parse::<usize>()) {
+        None => 100,
+        Some(Ok(n)) if (1..=100).contains(&n) => n,
+        Some(_) => return err(400, "limit must be between 1 and 100"),
+    };
+    let st = state.lock().unwrap();
+    let page = st.knobs.max_page.map_or(limit, |m| m.min(limit));
+    let mut ids: Vec<&String> = st
+        .live
+        .iter()
+        .filter(|(_, s)| filter.iter().all(|(k, v)| s.body["metadata"][k] == v.as_str()))
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort();
+    let start = match req.query("nextToken") {
+        None => 0,
+        Some(t) => match ids.iter().position(|id| **id == t) {
+            Some(i) => i,
+            None => return err(400, "invalid nextToken"),
+        },
+    };
+    // Every fake sandbox is running.
+    let running = states.iter().any(|s| s == "running");
+    let items: Vec<Value> = if running {
+        ids[start..]
+            .iter()
+            .take(page)
+            .map(|id| {
+                let s = &st.live[*id];
+                json!({"sandboxID": id, "templateID": s.template, "clientID": "6532622b", "state": "running",
+                       "envdVersion": "0.2.4", "metadata": s.body["metadata"]})
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    let reply = Reply::json(200, Value::Array(items));
+    match ids.get(start + page).filter(|_| running) {
+        Some(next) => reply.with_header("x-next-token", next),
+        None => reply,
     }
 }
 
@@ -294,12 +368,16 @@ fn create(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
     )
 }
 
-/// The sandbox a request to envd is for: `E2b-Sandbox-Id` + `X-Access-Token`.
+/// The sandbox a request to envd is for: E2B's edge routes by
+/// `E2b-Sandbox-Id` + `E2b-Sandbox-Port` (envd's port), envd checks `X-Access-Token`.
 fn sandbox_for(
     state: &Arc<Mutex<State>>,
     req: &Request,
 ) -> Result<(String, std::path::PathBuf, CancellationToken), Reply> {
     let st = state.lock().unwrap();
+    if req.header("e2b-sandbox-port") != Some("49983") {
+        return Err(err(400, "E2b-Sandbox-Port must name envd's port, 49983"));
+    }
     let id = req.header("e2b-sandbox-id").unwrap_or("");
     let Some(sb) = st.live.get(id) else {
         return Err(err(502, &format!("The sandbox {id} was not found")));
@@ -370,6 +448,19 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     let msg: Value = serde_json::from_slice(&b[5..]).unwrap_or(Value::Null);
     let p = &msg["process"];
     state.lock().unwrap().start_process.push(p.clone());
+    state.lock().unwrap().start_messages.push(msg.clone());
+    // envd reads a missing `stdin` as true: the process gets a pipe that
+    // stays open until the process ends, so a program that reads stdin
+    // waits until it is killed.
+    let stdin_open = msg.get("stdin") != Some(&Value::Bool(false));
+    // The Connect deadline: envd ends the call and kills the process at it.
+    let deadline = match req.header("connect-timeout-ms") {
+        None => None,
+        Some(v) if !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(Duration::from_millis(v.parse().unwrap()))
+        }
+        Some(_) => return err(400, "invalid Connect-Timeout-Ms"),
+    };
     let mode = state.lock().unwrap().knobs.start.clone();
     if mode == StartMode::Http502 {
         return err(502, "The sandbox was not found");
@@ -417,7 +508,7 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
         .env_clear()
         .envs(envs)
         .current_dir(&cwd)
-        .stdin(Stdio::null())
+        .stdin(if stdin_open { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -435,12 +526,23 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     let pid = child.id().unwrap_or(0);
     state.lock().unwrap().running.push(pid);
     let st = state.clone();
+    // Held (never written, never closed) for as long as the program runs.
+    let stdin_pipe = child.stdin.take();
     tokio::spawn(async move {
+        let _stdin_pipe = stdin_pipe;
         let _ = tx.send(event(json!({"start": {"pid": pid}}))).await;
         let mut out = child.stdout.take().unwrap();
         let mut errs = child.stderr.take().unwrap();
         let (mut ob, mut eb) = ([0u8; 4096], [0u8; 4096]);
         let (mut o_done, mut e_done) = (false, false);
+        let expiry = async {
+            match deadline {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expiry);
+        let mut expired = false;
         let status = loop {
             tokio::select! {
                 n = out.read(&mut ob), if !o_done => match n {
@@ -456,8 +558,19 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
                     let _ = child.kill().await;
                     break child.wait().await.ok();
                 }
+                _ = &mut expiry => {
+                    expired = true;
+                    let _ = child.kill().await;
+                    break child.wait().await.ok();
+                }
             }
         };
+        if expired {
+            st.lock().unwrap().running.retain(|p| *p != pid);
+            let trailer = json!({"error": {"code": "deadline_exceeded", "message": "context deadline exceeded"}});
+            let _ = tx.send(Chunk::Data(envelope(2, trailer.to_string().as_bytes()))).await;
+            return;
+        }
         st.lock().unwrap().running.retain(|p| *p != pid);
         use std::os::unix::process::ExitStatusExt;
         let end = match status {
