@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod bench;
+pub mod compare;
 pub mod config;
 pub mod event;
 pub mod gauntlet;

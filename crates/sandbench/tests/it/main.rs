@@ -25,6 +25,7 @@ mod process_samples;
 mod process_spare;
 mod tui_agent;
 mod tui_app;
+mod tui_compare;
 mod tui_e2e;
 mod tui_gauntlet;
 mod tui_snapshots;
