@@ -20,5 +20,6 @@ pub mod samples;
 pub mod sanitize;
 pub mod setup;
 pub mod spec;
+pub mod state;
 pub mod stats;
 pub mod tier;

@@ -4,8 +4,8 @@
 //! integration tests) can say `sandbench::runner` as before.
 
 pub use sandbench_core::{
-    agent, bench, compare, config, event, gauntlet, host, judge, report, runner, samples, sanitize, setup, spec, stats,
-    tier,
+    agent, bench, compare, config, event, gauntlet, host, judge, report, runner, samples, sanitize, setup, spec, state,
+    stats, tier,
 };
 
 pub mod cli;

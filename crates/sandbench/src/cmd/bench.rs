@@ -24,6 +24,9 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     if text {
         eprintln!();
     }
+    if let Err(e) = crate::state::save_bench_in(&crate::config::state_dir(), &report) {
+        tracing::warn!("could not keep the benchmark: {e:#}");
+    }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Text => print!("{}", render(&report)),

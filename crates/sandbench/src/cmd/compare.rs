@@ -41,6 +41,9 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
     }
     let order: Vec<String> = tiers.iter().map(|t| t.name().to_string()).collect();
     let summary = compare::summarize(&order, &reports, mode, repeat, &spec.label, skipped.clone());
+    if let Err(e) = crate::state::save_compare_in(&crate::config::state_dir(), &summary) {
+        tracing::warn!("could not keep the compare: {e:#}");
+    }
     match args.format {
         TableFormat::Json => println!(
             "{}",

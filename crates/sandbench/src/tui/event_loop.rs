@@ -140,12 +140,20 @@ impl Engine {
                     stop.clone(),
                 ));
                 let tx = self.run_tx.clone();
+                let state_dir = crate::config::state_dir();
                 tokio::spawn(async move {
                     let mut finished = false;
                     while let Some(mut ev) = grx.recv().await {
                         // The view has every cell from CellDone already: the
                         // matrix's copies (full reports) are not sent again.
                         if let crate::gauntlet::GauntletEvent::Finished(m) = &mut ev {
+                            // Kept for `sandbench report --reuse` and the frontier.
+                            let (m2, dir, s2) = (m.clone(), state_dir.clone(), secret.clone());
+                            tokio::task::spawn_blocking(move || {
+                                if let Err(e) = crate::state::save_gauntlet_in(&dir, &m2, s2.as_deref()) {
+                                    tracing::warn!("could not keep the gauntlet: {e:#}");
+                                }
+                            });
                             m.cells.clear();
                         }
                         if let Some(s) = &secret {
