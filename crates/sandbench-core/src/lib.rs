@@ -11,6 +11,7 @@ pub mod bench;
 pub mod compare;
 pub mod config;
 pub mod event;
+pub mod frontier;
 pub mod gauntlet;
 pub mod host;
 pub mod judge;

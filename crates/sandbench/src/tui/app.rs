@@ -52,6 +52,8 @@ pub enum Msg {
     GauntletFailed(u64, String),
     /// An event of the agent session with this id.
     Agent(u64, crate::agent::TranscriptEvent),
+    /// The gauntlet kept from an earlier session (the frontier shows it).
+    SavedGauntlet(Box<crate::gauntlet::Matrix>),
     /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
     Terminate,
 }
@@ -282,6 +284,8 @@ pub struct App {
     pub found: Option<u64>,
     /// The last (or running) gauntlet.
     pub gauntlet: Option<GauntletView>,
+    /// The gauntlet of an earlier session, until this one runs its own.
+    pub saved_gauntlet: Option<Box<crate::gauntlet::Matrix>>,
     pub agent: AgentView,
     /// ANTHROPIC_API_KEY is in sandbench's environment (read at start: the
     /// agent needs it; the gauntlet's secret-env canary looks for it).
@@ -330,6 +334,7 @@ impl App {
             search: None,
             found: None,
             gauntlet: None,
+            saved_gauntlet: None,
             agent: AgentView::new(),
             api_key_set: std::env::var(crate::gauntlet::canary::SECRET_VAR).is_ok_and(|k| !k.trim().is_empty()),
         }
@@ -440,6 +445,7 @@ impl App {
                 self.assets = Some(a);
             }
             Msg::Terminate => self.quit(true),
+            Msg::SavedGauntlet(m) => self.saved_gauntlet = Some(m),
             Msg::Gauntlet(id, ev) => self.on_gauntlet_event(id, ev),
             Msg::GauntletCell(id, cv) => {
                 if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id) {
@@ -1163,6 +1169,31 @@ impl App {
                 Level::Error,
                 format!("cannot write {}: {e} (start sandbench in a writable directory)", path.display()),
             ),
+        }
+    }
+
+    /// The frontier's points: hostile cells of this session's gauntlet (or
+    /// the saved one), latencies of the compare and of the gauntlets.
+    pub fn frontier(&self) -> (Vec<sandbench_core::frontier::Point>, Vec<(String, String)>) {
+        use sandbench_core::frontier;
+        let mut obs = vec![];
+        if let Some(c) = &self.compare_run {
+            obs.extend(frontier::obs_of_compare(&c.summary()));
+        }
+        let live = self.gauntlet.as_ref().filter(|g| g.done() > 0);
+        if let Some(g) = live {
+            obs.extend(frontier::obs_of_gauntlet(&g.latency));
+        }
+        if let Some(m) = &self.saved_gauntlet {
+            obs.extend(frontier::obs_of_gauntlet(&m.latency));
+        }
+        match (live, &self.saved_gauntlet) {
+            (Some(g), _) => {
+                let cells = g.cells.iter().flatten().flatten().map(|cv| &cv.cell);
+                frontier::points(&g.tiers, cells, &obs)
+            }
+            (None, Some(m)) => frontier::points(&m.tiers, &m.cells, &obs),
+            (None, None) => (vec![], vec![]),
         }
     }
 

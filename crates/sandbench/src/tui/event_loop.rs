@@ -85,6 +85,15 @@ impl Engine {
         tokio::task::spawn_blocking(move || {
             let _ = tx.send(Msg::Assets(Arc::new(SyntaxAssets::load())));
         });
+        // The last gauntlet, for the frontier chart before a new one runs.
+        let tx = self.ctl_tx.clone();
+        tokio::task::spawn_blocking(move || match crate::state::load_gauntlet_in(&crate::config::state_dir()) {
+            Ok(Some(saved)) => {
+                let _ = tx.send(Msg::SavedGauntlet(Box::new(saved.data)));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("the last gauntlet is not shown: {e:#}"),
+        });
     }
 
     fn apply(&mut self, e: Effect) {

@@ -27,6 +27,15 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     }
     let summary_h = (runs.len() as u16 + 3).min(area.height / 2);
     let [cols_area, summary] = Layout::vertical([Constraint::Min(6), Constraint::Length(summary_h)]).areas(area);
+    // The frontier right of the columns when there is one and room for it.
+    let (points, missing) = app.frontier();
+    let cols_area = if !points.is_empty() && cols_area.width >= 110 && cols_area.height >= 10 {
+        let [cols, chart] = Layout::horizontal([Constraint::Min(60), Constraint::Length(48)]).areas(cols_area);
+        super::frontier::draw(app, f, chart, &points, &missing);
+        cols
+    } else {
+        cols_area
+    };
     let cols = Layout::horizontal(vec![Constraint::Ratio(1, runs.len() as u32); runs.len()]).split(cols_area);
     for (run, col) in runs.iter().zip(cols.iter()) {
         draw_column(app, run, f, *col);
