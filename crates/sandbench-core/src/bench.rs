@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::report::Outcome;
@@ -70,7 +70,7 @@ impl Contender {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Stats {
     pub name: String,
     pub runs: usize,
@@ -79,7 +79,7 @@ pub struct Stats {
     pub mean_ms: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ratio {
     pub what: String,
     pub against: String,
@@ -89,7 +89,7 @@ pub struct Ratio {
     pub met: Option<bool>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchReport {
     pub tier: String,
     pub program: String,

@@ -270,6 +270,21 @@ pub fn data_dir() -> PathBuf {
     dirs::data_dir().unwrap_or_else(std::env::temp_dir).join("sandbench")
 }
 
+/// Where sandbench keeps what it measured last (the gauntlet, latency runs)
+/// for `sandbench report --reuse`: `$SANDBENCH_STATE_DIR`, else the XDG state
+/// dir (`~/.local/state/sandbench`). The variable is read once per process.
+pub fn state_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| match std::env::var_os("SANDBENCH_STATE_DIR").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => dirs::state_dir()
+            .or_else(|| dirs::home_dir().map(|h| h.join(".local").join("state")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("sandbench"),
+    })
+    .clone()
+}
+
 /// Where logs go (never to the terminal).
 pub fn log_dir() -> PathBuf {
     dirs::state_dir().or_else(dirs::cache_dir).unwrap_or_else(std::env::temp_dir).join("sandbench")

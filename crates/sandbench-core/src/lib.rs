@@ -8,8 +8,10 @@
 
 pub mod agent;
 pub mod bench;
+pub mod compare;
 pub mod config;
 pub mod event;
+pub mod frontier;
 pub mod gauntlet;
 pub mod host;
 pub mod judge;
@@ -21,5 +23,6 @@ pub mod sanitize;
 pub mod setup;
 pub mod soak;
 pub mod spec;
+pub mod state;
 pub mod stats;
 pub mod tier;

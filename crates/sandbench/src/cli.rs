@@ -209,13 +209,28 @@ pub struct CompareArgs {
     /// Pass KEY=VALUE into every sandbox.
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = spec::parse_env)]
     pub env: Vec<(String, String)>,
-    /// One tier after the other (cleaner timings) instead of all at once.
+    /// Rounds: every tier runs the program once per round, rounds interleaved.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub repeat: u32,
+    /// Run the tiers of a round all at once (quicker; the timings skew each
+    /// other and are labelled so). By default one tier runs at a time.
     #[arg(long)]
+    pub concurrent: bool,
+    /// Accepted for old scripts: one tier at a time is the default now.
+    #[arg(long, hide = true, conflicts_with = "concurrent")]
     pub sequential: bool,
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+    pub format: TableFormat,
     /// The program, or - for standard input.
     pub file: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TableFormat {
+    Text,
+    Json,
+    Markdown,
+    Csv,
 }
 
 #[derive(Debug, Args)]

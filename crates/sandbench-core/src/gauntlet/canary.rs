@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::report::RunReport;
 
@@ -150,7 +150,7 @@ pub struct Canaries {
     probe: Option<HostProbe>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Findings {
     /// What got out. Empty: the canaries saw nothing.
     pub escapes: Vec<String>,

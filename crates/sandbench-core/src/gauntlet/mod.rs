@@ -8,7 +8,7 @@ pub mod canary;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +18,7 @@ use crate::spec::{Limits, RunSpec};
 use crate::tier::Tier;
 use canary::{Canaries, Findings};
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
     /// A benign control ran to its end.
@@ -42,7 +42,7 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cell {
     pub sample: String,
     pub hostile: bool,
@@ -65,7 +65,7 @@ pub struct Cell {
     pub report: RunReport,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Latency {
     pub tier: String,
     pub start: String,
@@ -74,7 +74,7 @@ pub struct Latency {
     pub p95_ms: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Matrix {
     pub tiers: Vec<String>,
     pub skipped_tiers: Vec<(String, String)>,

@@ -27,6 +27,9 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     if text {
         eprintln!();
     }
+    if let Err(e) = crate::state::save_bench_in(&crate::config::state_dir(), &report) {
+        tracing::warn!("could not keep the benchmark: {e:#}");
+    }
     match args.format {
         Format::Json => super::emit_json(&report)?,
         Format::Text => super::emit(&render(&report))?,

@@ -1,11 +1,12 @@
-//! `sandbench compare`: one program on several tiers, side by side.
+//! `sandbench compare`: one program on several tiers, side by side, through
+//! the engine's compare (`sandbench_core::compare`): one tier at a time by
+//! default, `--repeat` rounds interleaved, a summary of distributions.
 
-use futures_util::future::join_all;
+use sandbench_core::compare::{self, Mode};
 
-use crate::cli::{CompareArgs, Format};
+use crate::cli::{CompareArgs, TableFormat};
 use crate::config::Config;
-use crate::report::{Outcome, RunReport};
-use crate::runner;
+use crate::report::Outcome;
 use crate::tier;
 
 use super::{run::load_spec, usage};
@@ -23,50 +24,33 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
     if tiers.is_empty() {
         anyhow::bail!("none of the selected tiers is available here (run `sandbench doctor`)");
     }
-    let reports: Vec<RunReport> = if args.sequential {
-        let mut v = vec![];
-        for t in tiers {
-            v.push(runner::run(t, spec.clone()).await);
+    let mode = if args.concurrent { Mode::Concurrent } else { Mode::Sequential };
+    let repeat = args.repeat as usize;
+    let total = repeat * tiers.len();
+    let show = args.format == TableFormat::Text && total > 1;
+    let mut n = 0;
+    let mut progress = |r: &crate::report::RunReport| {
+        n += 1;
+        if show {
+            eprint!("\rrun {n}/{total} ({})   ", r.tier);
         }
-        v
-    } else {
-        join_all(tiers.into_iter().map(|t| runner::run(t, spec.clone()))).await
     };
+    let reports = compare::run(&tiers, &spec, repeat, mode, &mut progress).await;
+    if show {
+        eprintln!();
+    }
+    let order: Vec<String> = tiers.iter().map(|t| t.name().to_string()).collect();
+    let summary = compare::summarize(&order, &reports, mode, repeat, &spec.label, skipped.clone());
+    if let Err(e) = crate::state::save_compare_in(&crate::config::state_dir(), &summary) {
+        tracing::warn!("could not keep the compare: {e:#}");
+    }
     match args.format {
-        Format::Json => super::emit_json(&serde_json::json!({ "reports": reports, "skipped": skipped }))?,
-        Format::Text => super::emit(&table(&reports, &skipped))?,
+        TableFormat::Json => {
+            super::emit_json(&serde_json::json!({ "summary": summary, "reports": reports, "skipped": skipped }))?
+        }
+        TableFormat::Text => super::emit(&compare::text(&summary))?,
+        TableFormat::Markdown => super::emit(&compare::markdown(&summary))?,
+        TableFormat::Csv => super::emit(&compare::csv(&summary))?,
     }
     Ok(if reports.iter().any(|r| r.outcome == Outcome::Error) { 1 } else { 0 })
-}
-
-pub fn table(reports: &[RunReport], skipped: &[(String, String)]) -> String {
-    let ms = |v: f64| format!("{v:.1}");
-    let mut s = format!(
-        "{:<9} {:<10} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}\n",
-        "tier", "outcome", "violations", "setup", "1st out", "run", "teardown", "total", "cpu ms", "peak MiB"
-    );
-    for r in reports {
-        let v: Vec<&str> = r.violations.iter().map(|v| v.kind.name()).collect();
-        let t = &r.timings_ms;
-        s.push_str(&format!(
-            "{:<9} {:<10} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}\n",
-            r.tier,
-            r.outcome.name(),
-            if v.is_empty() { "—".to_string() } else { v.join(",") },
-            ms(t.setup),
-            t.first_output.map(ms).unwrap_or_else(|| "—".into()),
-            ms(t.run),
-            ms(t.teardown),
-            ms(t.total),
-            r.usage.cpu_ms.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
-            r.usage.peak_memory_bytes.map(|b| format!("{:.1}", b as f64 / 1048576.0)).unwrap_or_else(|| "?".into()),
-        ));
-        if let Some(e) = &r.error {
-            s.push_str(&format!("          error: {e}\n"));
-        }
-    }
-    for (t, why) in skipped {
-        s.push_str(&format!("{t:<9} unavailable: {why}\n"));
-    }
-    s
 }

@@ -59,6 +59,10 @@ pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
     });
     let matrix = gauntlet::run(tiers, skipped, all, limits, args.repeat, Some(tx)).await;
     let _ = printer.await;
+    let secret = std::env::var(gauntlet::canary::SECRET_VAR).ok();
+    if let Err(e) = crate::state::save_gauntlet_in(&crate::config::state_dir(), &matrix, secret.as_deref()) {
+        tracing::warn!("could not keep the gauntlet for `sandbench report --reuse`: {e:#}");
+    }
     let out = match args.format {
         MatrixFormat::Table => render::table(&matrix),
         MatrixFormat::Markdown => render::markdown(&matrix),

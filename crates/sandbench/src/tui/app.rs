@@ -11,10 +11,11 @@ use ratatui::crossterm::event::{KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::Rect;
 
 use super::agent_view::AgentView;
+use super::compare_view::CompareRun;
 use super::editor::Editor;
 use super::gauntlet_view::{GState, GauntletView};
 use super::highlight::{Highlighter, SyntaxAssets};
-use super::keymap::{self, Action, Ctx};
+use super::keymap::{self, Action, Ctx, ExportFormat};
 use super::run_view::RunView;
 use super::theme::Theme;
 use super::widgets;
@@ -51,6 +52,8 @@ pub enum Msg {
     GauntletFailed(u64, String),
     /// An event of the agent session with this id.
     Agent(u64, crate::agent::TranscriptEvent),
+    /// The gauntlet kept from an earlier session (the frontier shows it).
+    SavedGauntlet(Box<crate::gauntlet::Matrix>),
     /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
     Terminate,
 }
@@ -257,8 +260,17 @@ pub struct App {
     pub runs: BTreeMap<u64, RunView>,
     /// The run the output and resources panes show.
     pub current: Option<u64>,
-    /// The runs of the last compare, one per tier.
+    /// The runs the compare columns show: the latest of each tier.
     pub compare: Vec<u64>,
+    /// The last (or running) compare: its schedule and reports.
+    pub compare_run: Option<CompareRun>,
+    /// Rounds and mode of the next compare.
+    pub compare_repeat: usize,
+    pub compare_mode: sandbench_core::compare::Mode,
+    /// First summary column shown after the tier column.
+    pub compare_hscroll: usize,
+    /// Where exports are written (the current directory).
+    pub export_dir: PathBuf,
     next_id: u64,
     pub focus: Focus,
     pub view: View,
@@ -290,6 +302,8 @@ pub struct App {
     pub found: Option<u64>,
     /// The last (or running) gauntlet.
     pub gauntlet: Option<GauntletView>,
+    /// The gauntlet of an earlier session, until this one runs its own.
+    pub saved_gauntlet: Option<Box<crate::gauntlet::Matrix>>,
     pub agent: AgentView,
     /// ANTHROPIC_API_KEY is in sandbench's environment (read at start: the
     /// agent needs it; the gauntlet's secret-env canary looks for it).
@@ -314,6 +328,11 @@ impl App {
             runs: BTreeMap::new(),
             current: None,
             compare: vec![],
+            compare_run: None,
+            compare_repeat: 1,
+            compare_mode: sandbench_core::compare::Mode::Sequential,
+            compare_hscroll: 0,
+            export_dir: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             next_id: 1,
             focus: Focus::Editor,
             view: View::Single,
@@ -336,6 +355,7 @@ impl App {
             search: None,
             found: None,
             gauntlet: None,
+            saved_gauntlet: None,
             agent: AgentView::new(),
             api_key_set: std::env::var(crate::gauntlet::canary::SECRET_VAR).is_ok_and(|k| !k.trim().is_empty()),
         }
@@ -447,6 +467,7 @@ impl App {
                 self.assets = Some(a);
             }
             Msg::Terminate => self.quit(true),
+            Msg::SavedGauntlet(m) => self.saved_gauntlet = Some(m),
             Msg::Gauntlet(id, ev) => self.on_gauntlet_event(id, ev),
             Msg::GauntletCell(id, cv) => {
                 if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id) {
@@ -518,8 +539,15 @@ impl App {
         let line = run.report.as_ref().map(|r| format!("{}: {}", r.tier, r.summary_line())).unwrap_or_default();
         let bad = run.report.as_ref().is_some_and(|r| r.error.is_some());
         if self.compare.contains(&id) {
+            if let (Some(c), Some(rep)) = (self.compare_run.as_mut(), run.report.as_ref()) {
+                c.record(rep);
+                if rep.outcome == crate::report::Outcome::Cancelled {
+                    c.stopped = true;
+                    c.queue.clear();
+                }
+            }
             if self.compare.iter().all(|c| self.runs.get(c).is_none_or(|r| r.finished())) {
-                self.say(Level::Info, "compare finished: summary below the columns");
+                self.advance_compare();
             }
         } else {
             self.say(if bad { Level::Error } else { Level::Info }, line);
@@ -568,11 +596,7 @@ impl App {
             Ctx::Samples => self.samples_key(action),
             Ctx::Limits => self.limits_key(action, typed),
             Ctx::Prompt => self.prompt_key(action, typed),
-            Ctx::Compare => match action {
-                Some(Action::Close) => self.view = View::Single,
-                Some(a) => self.global(a),
-                None => {}
-            },
+            Ctx::Compare => self.compare_key(action),
             Ctx::Gauntlet => self.gauntlet_key(action),
             Ctx::Agent => self.agent_key(action, typed),
             Ctx::Output => self.output_key(action),
@@ -990,6 +1014,10 @@ impl App {
         if other {
             return true;
         }
+        if let Some(c) = self.compare_run.as_mut().filter(|c| !c.queue.is_empty()) {
+            c.queue.clear();
+            c.stopped = true;
+        }
         let active = self.active_runs();
         for id in &active {
             if let Some(r) = self.runs.get_mut(id) {
@@ -1074,22 +1102,151 @@ impl App {
         let Some(spec) = self.spec() else {
             return self.say(Level::Warn, "nothing to run: the editor is empty");
         };
+        let skipped: Vec<(String, String)> = self
+            .tiers
+            .iter()
+            .filter(|t| !ready.contains(&t.name))
+            .map(|t| (t.name.clone(), t.avail.as_ref().map_or("still being probed".into(), |a| a.summary.clone())))
+            .collect();
+        let n = skipped.len();
         self.compare.clear();
-        let ids: Vec<u64> = ready.iter().map(|t| self.start(t, spec.clone())).collect();
-        self.compare = ids;
-        let sel = self.selected_tier().name.clone();
-        self.current = ready.iter().position(|t| *t == sel).map(|i| self.compare[i]).or(self.compare.first().copied());
+        self.compare_run =
+            Some(CompareRun::new(ready.clone(), spec, self.compare_mode, self.compare_repeat.max(1), skipped));
         self.follow = true;
         self.view = View::Compare;
-        let skipped = self.tiers.len() - ready.len();
+        self.advance_compare();
         self.say(
             Level::Info,
             format!(
-                "comparing on {} tier(s){}",
+                "comparing on {} tier(s), {} round(s), {}{}",
                 ready.len(),
-                if skipped > 0 { format!(" ({skipped} unavailable, skipped)") } else { String::new() }
+                self.compare_repeat.max(1),
+                match self.compare_mode {
+                    sandbench_core::compare::Mode::Sequential => "one tier at a time",
+                    sandbench_core::compare::Mode::Concurrent => "tiers at once (timings skewed)",
+                },
+                if n > 0 { format!(" ({n} unavailable, skipped)") } else { String::new() }
             ),
         );
+    }
+
+    /// Start the compare's next run (or round); say so when it is over.
+    fn advance_compare(&mut self) {
+        let Some(c) = self.compare_run.as_mut() else { return };
+        let batch = c.next_batch();
+        if batch.is_empty() {
+            let (done, total, stopped) = (c.reports.len(), c.total(), c.stopped);
+            return self.say(
+                Level::Info,
+                if stopped {
+                    format!("compare cancelled after {done}/{total} runs: summary below the columns")
+                } else {
+                    format!("compare finished: {done} runs, summary below the columns (m/j/v export it)")
+                },
+            );
+        }
+        let spec = c.spec.clone();
+        let tiers = c.tiers.clone();
+        for t in batch {
+            let id = self.start(&t, spec.clone());
+            // One column per tier, showing its latest run.
+            let col = tiers.iter().position(|x| *x == t).unwrap_or(0);
+            let ids: Vec<(String, u64)> =
+                self.compare.iter().filter_map(|i| self.runs.get(i).map(|r| (r.tier.clone(), *i))).collect();
+            let mut cols: Vec<Option<u64>> = vec![None; tiers.len()];
+            for (tier, i) in ids {
+                if let Some(p) = tiers.iter().position(|x| *x == tier) {
+                    cols[p] = Some(i);
+                }
+            }
+            cols[col] = Some(id);
+            self.compare = cols.into_iter().flatten().collect();
+            self.current = Some(id);
+        }
+        self.prune();
+    }
+
+    fn compare_key(&mut self, action: Option<Action>) {
+        use sandbench_core::compare::Mode;
+        match action {
+            Some(Action::Close) => self.view = View::Single,
+            Some(Action::Rerun) => self.compare(),
+            Some(Action::RepeatMore) => {
+                self.compare_repeat = (self.compare_repeat + 1).min(1000);
+                self.say(Level::Info, format!("next compare: {} round(s) (r starts it)", self.compare_repeat));
+            }
+            Some(Action::RepeatLess) => {
+                self.compare_repeat = self.compare_repeat.saturating_sub(1).max(1);
+                self.say(Level::Info, format!("next compare: {} round(s) (r starts it)", self.compare_repeat));
+            }
+            Some(Action::ToggleConcurrent) => {
+                self.compare_mode = match self.compare_mode {
+                    Mode::Sequential => Mode::Concurrent,
+                    Mode::Concurrent => Mode::Sequential,
+                };
+                self.say(
+                    Level::Info,
+                    match self.compare_mode {
+                        Mode::Sequential => "next compare: one tier at a time",
+                        Mode::Concurrent => "next compare: every tier of a round at once (the timings skew each other)",
+                    },
+                );
+            }
+            Some(Action::Left) => self.compare_hscroll = self.compare_hscroll.saturating_sub(1),
+            Some(Action::Right) => {
+                self.compare_hscroll = (self.compare_hscroll + 1).min(sandbench_core::compare::COLUMNS.len() - 2)
+            }
+            Some(Action::Export(f)) => self.export_compare(f),
+            Some(a) => self.global(a),
+            None => {}
+        }
+    }
+
+    /// Write the compare summary to `export_dir` and say where.
+    pub fn export_compare(&mut self, f: ExportFormat) {
+        use sandbench_core::compare;
+        let Some(c) = self.compare_run.as_ref().filter(|c| !c.reports.is_empty()) else {
+            return self.say(Level::Info, "nothing to export yet: F6 compares the code on every ready tier");
+        };
+        let s = c.summary();
+        let text = match f {
+            ExportFormat::Markdown => compare::markdown(&s),
+            ExportFormat::Json => compare::json(&s),
+            ExportFormat::Csv => compare::csv(&s),
+        };
+        let path = self.export_dir.join(format!("sandbench-compare.{}", f.ext()));
+        match std::fs::write(&path, text) {
+            Ok(()) => self.say(Level::Info, format!("exported {}", path.display())),
+            Err(e) => self.say(
+                Level::Error,
+                format!("cannot write {}: {e} (start sandbench in a writable directory)", path.display()),
+            ),
+        }
+    }
+
+    /// The frontier's points: hostile cells of this session's gauntlet (or
+    /// the saved one), latencies of the compare and of the gauntlets.
+    pub fn frontier(&self) -> (Vec<sandbench_core::frontier::Point>, Vec<(String, String)>) {
+        use sandbench_core::frontier;
+        let mut obs = vec![];
+        if let Some(c) = &self.compare_run {
+            obs.extend(frontier::obs_of_compare(&c.summary()));
+        }
+        let live = self.gauntlet.as_ref().filter(|g| g.done() > 0);
+        if let Some(g) = live {
+            obs.extend(frontier::obs_of_gauntlet(&g.latency));
+        }
+        if let Some(m) = &self.saved_gauntlet {
+            obs.extend(frontier::obs_of_gauntlet(&m.latency));
+        }
+        match (live, &self.saved_gauntlet) {
+            (Some(g), _) => {
+                let cells = g.cells.iter().flatten().flatten().map(|cv| &cv.cell);
+                frontier::points(&g.tiers, cells, &obs)
+            }
+            (None, Some(m)) => frontier::points(&m.tiers, &m.cells, &obs),
+            (None, None) => (vec![], vec![]),
+        }
     }
 
     /// Names of the tiers the tier pane shows as ready.

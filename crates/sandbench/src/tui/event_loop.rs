@@ -87,6 +87,15 @@ impl Engine {
         tokio::task::spawn_blocking(move || {
             let _ = tx.send(Msg::Assets(Arc::new(SyntaxAssets::load())));
         });
+        // The last gauntlet, for the frontier chart before a new one runs.
+        let tx = self.ctl_tx.clone();
+        tokio::task::spawn_blocking(move || match crate::state::load_gauntlet_in(&crate::config::state_dir()) {
+            Ok(Some(saved)) => {
+                let _ = tx.send(Msg::SavedGauntlet(Box::new(saved.data)));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("the last gauntlet is not shown: {e:#}"),
+        });
     }
 
     fn apply(&mut self, e: Effect) {
@@ -151,12 +160,20 @@ impl Engine {
                     stop.clone(),
                 ));
                 let tx = self.run_tx.clone();
+                let state_dir = crate::config::state_dir();
                 tokio::spawn(async move {
                     let mut finished = false;
                     while let Some(mut ev) = grx.recv().await {
                         // The view has every cell from CellDone already: the
                         // matrix's copies (full reports) are not sent again.
                         if let crate::gauntlet::GauntletEvent::Finished(m) = &mut ev {
+                            // Kept for `sandbench report --reuse` and the frontier.
+                            let (m2, dir, s2) = (m.clone(), state_dir.clone(), secret.clone());
+                            tokio::task::spawn_blocking(move || {
+                                if let Err(e) = crate::state::save_gauntlet_in(&dir, &m2, s2.as_deref()) {
+                                    tracing::warn!("could not keep the gauntlet: {e:#}");
+                                }
+                            });
                             m.cells.clear();
                         }
                         if let Some(s) = &secret {

@@ -55,6 +55,12 @@ pub enum Action {
     Gauntlet,
     Agent,
     Rerun,
+    /// Compare view: one round more / less, concurrent on or off.
+    RepeatMore,
+    RepeatLess,
+    ToggleConcurrent,
+    /// Write the compare summary to a file in the current directory.
+    Export(ExportFormat),
     // editor
     Move(Move),
     Select(Move),
@@ -85,6 +91,24 @@ pub enum Action {
     Search,
     SearchNext,
     SearchPrev,
+}
+
+/// The formats the compare summary exports to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    Markdown,
+    Json,
+    Csv,
+}
+
+impl ExportFormat {
+    pub fn ext(self) -> &'static str {
+        match self {
+            ExportFormat::Markdown => "md",
+            ExportFormat::Json => "json",
+            ExportFormat::Csv => "csv",
+        }
+    }
 }
 
 pub struct Binding {
@@ -126,7 +150,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Global, K::F(4), SHIFT, A::PrevTier, "S-F4", "select the previous tier"),
     b!(Global, K::F(5), NONE, A::Run, "F5", "run the code on the selected tier", "run"),
     b!(Global, K::Char('r'), CTRL, A::Run, "^R", "run (same as F5)"),
-    b!(Global, K::F(6), NONE, A::Compare, "F6", "compare: run on every available tier at once", "compare"),
+    b!(Global, K::F(6), NONE, A::Compare, "F6", "compare: run on every available tier, one at a time, in rounds", "compare"),
     b!(Global, K::F(7), NONE, A::ToggleView, "F7", "switch between the editor and the compare view", "view"),
     b!(Global, K::F(8), NONE, A::Cancel, "F8", "cancel the running run(s), gauntlet or agent", "cancel"),
     b!(Global, K::F(9), NONE, A::Gauntlet, "F9", "gauntlet view; r r there runs every sample on every ready tier", "gauntlet"),
@@ -186,6 +210,15 @@ pub static BINDINGS: &[Binding] = &[
     b!(Output, K::Char('n'), NONE, A::SearchNext, "n", "next (newer) match"),
     b!(Output, K::Char('N'), NONE, A::SearchPrev, "N", "previous (older) match"),
     // Compare
+    b!(Compare, K::Char('r'), NONE, A::Rerun, "r", "compare again with the current rounds and mode", "rerun"),
+    b!(Compare, K::Char('+'), NONE, A::RepeatMore, "+", "one round more for the next compare"),
+    b!(Compare, K::Char('-'), NONE, A::RepeatLess, "-", "one round less for the next compare"),
+    b!(Compare, K::Char('c'), NONE, A::ToggleConcurrent, "c", "next compare: all tiers of a round at once (skews timings) or one at a time"),
+    b!(Compare, K::Left, NONE, A::Left, "←", "summary: scroll the columns left"),
+    b!(Compare, K::Right, NONE, A::Right, "→", "summary: scroll the columns right"),
+    b!(Compare, K::Char('m'), NONE, A::Export(ExportFormat::Markdown), "m", "export the summary as markdown (file in the current directory)", "export"),
+    b!(Compare, K::Char('j'), NONE, A::Export(ExportFormat::Json), "j", "export the summary as JSON (file in the current directory)"),
+    b!(Compare, K::Char('v'), NONE, A::Export(ExportFormat::Csv), "v", "export the summary as CSV (file in the current directory)"),
     b!(Compare, K::Esc, NONE, A::Close, "Esc", "back to the editor", "back"),
     // Gauntlet
     b!(Gauntlet, K::Up, NONE, A::Up, "↑", "previous sample (scroll up in zoomed details)"),

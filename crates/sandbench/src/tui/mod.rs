@@ -9,6 +9,7 @@
 
 pub mod agent_view;
 pub mod app;
+pub mod compare_view;
 pub mod editor;
 pub mod event_loop;
 pub mod gauntlet_view;

@@ -23,8 +23,10 @@ fn flipped_expectation_fails_the_gauntlet() {
     let dir = tempfile::tempdir().unwrap();
     copy_samples(&["benign/hello.py", "hostile/fork_bomb.py", "hostile/net_loopback.py"], dir.path());
     let net = OuterNet::new();
+    let state = tempfile::tempdir().unwrap();
     let ok = net.output(
         Command::new(bin())
+            .env("SANDBENCH_STATE_DIR", state.path())
             .args(["gauntlet", "--tiers", "process", "--repeat", "1", "--format", "json", "--samples"])
             .arg(dir.path()),
         Duration::from_secs(120),
@@ -38,6 +40,10 @@ fn flipped_expectation_fails_the_gauntlet() {
     assert_eq!(fork["verdict"], "contained");
     assert!(fork["by"].as_str().unwrap().contains("pids"), "{fork}");
     assert!(fork["findings"]["host_latency_ms_max"].is_number(), "host responsiveness is measured");
+    // Kept for `sandbench report --reuse`: the same matrix.
+    let saved = sandbench::state::load_gauntlet_in(state.path()).unwrap().expect("the gauntlet is saved");
+    assert_eq!(saved.data.cells.len(), 3);
+    assert_eq!(serde_json::to_value(&saved.data.cells[1].verdict).unwrap()["verdict"], m["cells"][1]["verdict"]);
 
     // Declare that the fork bomb should run unhindered: the judge must object.
     let p = dir.path().join("hostile/fork_bomb.py");

@@ -32,6 +32,7 @@ mod reaper;
 mod soak;
 mod tui_agent;
 mod tui_app;
+mod tui_compare;
 mod tui_e2e;
 mod tui_gauntlet;
 mod tui_snapshots;

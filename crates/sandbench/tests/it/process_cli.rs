@@ -247,11 +247,44 @@ fn compare_runs_every_available_tier_and_reports_json() {
     for r in reports {
         assert_eq!(r["outcome"], "ok", "{r}");
     }
+    let s = &v["summary"]["tiers"];
+    let ps = s.as_array().unwrap().iter().find(|t| t["tier"] == "process").unwrap();
+    assert_eq!(ps["runs"], 1);
+    assert_eq!(v["summary"]["mode"], "sequential");
     let text = net.output(
         Command::new(bin()).args(["compare", "--tiers", "process"]).arg(samples_dir().join("benign/hello.py")),
         Duration::from_secs(60),
     );
-    assert!(String::from_utf8_lossy(&text.stdout).contains("process   ok"));
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("one tier at a time"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("process") && l.trim_end().ends_with(" ok")), "{text}");
+}
+
+#[test]
+fn compare_repeats_in_rounds_and_writes_every_format() {
+    let net = OuterNet::new();
+    let hello = samples_dir().join("benign/hello.py");
+    let run = |args: &[&str]| {
+        let out = net.output(
+            Command::new(bin()).args(["compare", "--tiers", "process", "--repeat", "3"]).args(args).arg(&hello),
+            Duration::from_secs(120),
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let v: serde_json::Value = serde_json::from_str(&run(&["--format", "json"])).unwrap();
+    let p = &v["summary"]["tiers"][0];
+    assert_eq!(p["runs"], 3);
+    assert_eq!(p["exit_samples_ms"].as_array().unwrap().len(), 3);
+    let e = &p["exit_ms"];
+    assert!(e["min"].as_f64() <= e["p50"].as_f64() && e["p50"].as_f64() <= e["max"].as_f64(), "{e}");
+    assert_eq!(p["ratio_to_fastest"], 1.0);
+    let csv = run(&["--format", "csv", "--concurrent"]);
+    assert!(csv.lines().nth(1).unwrap().starts_with("process,concurrent,3,"), "{csv}");
+    let md = run(&["--format", "markdown"]);
+    assert!(md.contains("| process | 3 |"), "{md}");
+    let bad = Command::new(bin()).args(["compare", "--repeat", "0"]).arg(&hello).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
 }
 
 #[test]

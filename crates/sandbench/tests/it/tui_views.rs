@@ -469,3 +469,50 @@ fn agent_cancel_and_refused_start() {
     assert!(app.take_effects().is_empty());
     assert!(app.status.as_ref().unwrap().text.contains("e2b is unavailable"), "{:?}", app.status);
 }
+
+#[test]
+fn gauntlet_and_compare_views_draw_the_frontier() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    start_gauntlet(&mut app);
+    let id = started_gauntlet(&mut app);
+    feed_partial(&mut app, id);
+    let lat =
+        |tier: &str, p50: f64| Latency { tier: tier.into(), start: "cold".into(), runs: 1, p50_ms: p50, p95_ms: p50 };
+    let m = Matrix {
+        tiers: vec!["process".into(), "docker".into()],
+        skipped_tiers: vec![],
+        samples: vec![],
+        cells: vec![],
+        latency: vec![lat("process", 104.0), lat("docker", 420.0)],
+        mismatches: 1,
+    };
+    g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
+    let (points, _) = app.frontier();
+    assert_eq!(points.len(), 2);
+    // The fork bomb was contained on process and got out on docker.
+    assert_eq!((points[0].tier.as_str(), points[0].contained, points[0].hostile), ("process", 1, 1));
+    assert_eq!((points[1].tier.as_str(), points[1].contained, points[1].hostile), ("docker", 0, 1));
+    let s = screen(&mut app, 160, 40);
+    assert!(s.contains("safety × latency"), "{s}");
+    assert!(s.contains("process 104 ms cold · 1/1 contained"), "{s}");
+    assert!(s.contains("docker 420 ms cold · 0/1 contained"), "{s}");
+    insta::assert_snapshot!("frontier_gauntlet_view", s);
+
+    // A compare with warm runs moves the points to the warm latency.
+    app.update(key(KeyCode::Esc));
+    app.update(key(KeyCode::F(6)));
+    for _ in 0..2 {
+        let (id, tier) = match app.take_effects().as_slice() {
+            [Effect::Start { id, tier, .. }] => (*id, tier.clone()),
+            other => panic!("one start expected, got {other:?}"),
+        };
+        let mut r = report(&tier, Outcome::Ok, vec![], "");
+        r.details = serde_json::json!({ "start": "warm" });
+        r.timings_ms = Timings { setup: 5.0, first_output: Some(9.0), run: 7.0, teardown: 1.0, total: 13.0 };
+        app.update(Msg::Finished(id, Box::new(r)));
+    }
+    let s = screen(&mut app, 160, 40);
+    assert!(s.contains("process 12 ms warm · 1/1 contained"), "{s}");
+    insta::assert_snapshot!("frontier_compare_view", s);
+}

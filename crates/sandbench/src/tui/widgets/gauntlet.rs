@@ -62,7 +62,15 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     if !g.zoom {
         draw_matrix(app, g, f, l.matrix);
     }
-    draw_details(app, g, f, l.details);
+    // The frontier beside the details once the screen is wide enough for both.
+    let (points, missing) = app.frontier();
+    if !g.zoom && l.details.width >= 100 && l.details.height >= 8 && !points.is_empty() {
+        let [details, chart] = Layout::horizontal([Constraint::Min(50), Constraint::Percentage(45)]).areas(l.details);
+        draw_details(app, g, f, details);
+        super::frontier::draw(app, f, chart, &points, &missing);
+    } else {
+        draw_details(app, g, f, l.details);
+    }
 }
 
 fn state_text(g: &GauntletView) -> String {

@@ -4,6 +4,7 @@
 mod agent;
 mod compare;
 mod editor;
+pub mod frontier;
 pub mod gauntlet;
 mod output;
 mod overlays;
