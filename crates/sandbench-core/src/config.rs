@@ -20,6 +20,11 @@ pub struct Config {
     pub e2b: E2bConfig,
     pub agent: AgentConfig,
     pub microvm: MicrovmConfig,
+    /// Where the run log lives: `$SANDBENCH_STATE_DIR`, else the XDG state
+    /// dir's `sandbench/`. Set by `load` (not a config key); `None` (the
+    /// default, as in tests that build a config) logs no runs.
+    #[serde(skip)]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
@@ -158,6 +163,7 @@ impl Default for Config {
             agent: AgentConfig::default(),
             samples_dir: None,
             microvm: MicrovmConfig::default(),
+            state_dir: None,
         }
     }
 }
@@ -172,6 +178,12 @@ impl Config {
 
     /// Load the config file; a missing file gives the defaults, a broken one an error.
     pub fn load() -> anyhow::Result<Config> {
+        let mut c = Config::load_file()?;
+        c.state_dir = Some(state_dir());
+        Ok(c)
+    }
+
+    fn load_file() -> anyhow::Result<Config> {
         let Some(path) = Config::path() else { return Ok(Config::default()) };
         match std::fs::read_to_string(&path) {
             Ok(text) => toml::from_str(&text)
@@ -188,6 +200,18 @@ pub fn data_dir() -> PathBuf {
         return PathBuf::from(p);
     }
     dirs::data_dir().unwrap_or_else(std::env::temp_dir).join("sandbench")
+}
+
+/// sandbench's state (the run log): `$SANDBENCH_STATE_DIR`, else
+/// `$XDG_STATE_HOME/sandbench` (`~/.local/state/sandbench`).
+pub fn state_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("SANDBENCH_STATE_DIR").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    dirs::state_dir()
+        .or_else(|| dirs::home_dir().map(|h| h.join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("sandbench")
 }
 
 /// Where logs go (never to the terminal).

@@ -4,7 +4,8 @@
 //! integration tests) can say `sandbench::runner` as before.
 
 pub use sandbench_core::{
-    agent, bench, config, event, gauntlet, host, judge, report, runner, samples, sanitize, setup, spec, stats, tier,
+    agent, bench, config, event, gauntlet, host, judge, policy, report, runlog, runner, samples, sanitize, setup, spec,
+    stats, tier,
 };
 
 pub mod cli;

@@ -126,6 +126,7 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
         spec.launcher_env.insert(canary::SECRET_VAR.to_string(), s);
     }
     canaries.start_probe();
+    let logged = spec.clone();
     let handle = crate::runner::start(tier, spec);
     let canceller = handle.canceller();
     let report = {
@@ -139,6 +140,7 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
             }
         }
     };
+    crate::runlog::record(&logged, &report, None);
     let escaped_if = sample.escaped_if.clone();
     let seen = report.clone();
     // Reading the canaries blocks (listener threads, /proc scan); the set is

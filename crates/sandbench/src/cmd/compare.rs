@@ -32,6 +32,9 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
     } else {
         join_all(tiers.into_iter().map(|t| runner::run(t, spec.clone()))).await
     };
+    for r in &reports {
+        crate::runlog::record(&spec, r, None);
+    }
     match args.format {
         Format::Json => println!(
             "{}",

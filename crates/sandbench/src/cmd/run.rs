@@ -61,6 +61,7 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     spec.limits = args.limits.apply(spec.limits);
     spec.env.extend(args.env.iter().cloned());
 
+    let logged = spec.clone();
     let mut handle = runner::start(tier, spec);
     // Ctrl-C cancels the run (and so cleans it up) instead of killing us mid-way.
     let canceller = handle.canceller();
@@ -110,6 +111,7 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let Some(report) = report else {
         anyhow::bail!("the run ended without a report (see the log)");
     };
+    crate::runlog::record(&logged, &report, None);
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Text => eprintln!("{}", summary(&report)),

@@ -98,12 +98,16 @@ impl Engine {
                         return;
                     }
                 };
+                let logged = spec.clone();
                 let mut handle = runner::start(tier, spec);
                 self.cancels.insert(id, handle.canceller());
                 let tx = self.run_tx.clone();
                 tokio::spawn(async move {
                     let mut pre = PreSanitizer::default();
                     while let Some(ev) = handle.events.recv().await {
+                        if let runner::Update::Finished(r) = &ev {
+                            crate::runlog::record(&logged, r, None);
+                        }
                         if tx.send(pre.convert(id, ev)).await.is_err() {
                             // The UI is gone: still drain so the run ends and cleans up.
                             handle.cancel();
