@@ -1,7 +1,8 @@
 """A real MCP client (the official Python SDK, `mcp` on PyPI) that drives
 `sandbench mcp` over stdio for the integration tests.
 
-Usage: client.py STEPS_JSON SERVER_COMMAND...
+Usage: client.py STEPS_JSON SERVER_COMMAND...  (stdio: the client starts the server)
+       client.py STEPS_JSON http://127.0.0.1:PORT/mcp  (streamable HTTP to a running server)
 STEPS_JSON is a list of {"op": "list_tools"} or {"op": "call", "name": ..., "args": {...}}.
 For each step one JSON line goes to stdout: {"op": "calling"} just before a
 call is sent, then the result (or the MCP error). The test asserts on those
@@ -15,6 +16,7 @@ import sys
 
 import anyio
 from mcp import ClientSession, Implementation, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 
@@ -22,11 +24,17 @@ def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
+def transport(server):
+    if server[0].startswith("http://"):
+        return streamable_http_client(server[0])
+    params = StdioServerParameters(command=server[0], args=server[1:], env=dict(os.environ))
+    return stdio_client(params)
+
+
 async def main():
     steps = json.loads(sys.argv[1])
-    server = sys.argv[2:]
-    params = StdioServerParameters(command=server[0], args=server[1:], env=dict(os.environ))
-    async with stdio_client(params) as (read, write):
+    async with transport(sys.argv[2:]) as streams:
+        read, write = streams[0], streams[1]
         info = Implementation(name="sandbench-test-client", version="1.0")
         async with ClientSession(read, write, client_info=info) as session:
             await session.initialize()

@@ -295,3 +295,46 @@ fn mcp_http_listens_on_loopback_only() {
     assert!(err.contains("loopback only"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn mcp_over_streamable_http_on_loopback() {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let net = OuterNet::new();
+    let mut server = Command::new(bin());
+    server
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .env("SANDBENCH_CONFIG", home.dir.path().join("config.toml"))
+        .env("SANDBENCH_STATE_DIR", home.state())
+        .env("SANDBENCH_TEST_SECRET", SECRET)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = net.spawn(&mut server);
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).unwrap_or_else(|| panic!("{line}"));
+    let steps = json!([call("run_code", json!({"language": "sh", "code": "echo via-http; env"}))]);
+    let mut client = Command::new(&py);
+    // The client talks to loopback directly, never through a proxy.
+    client
+        .arg(client_script())
+        .arg(steps.to_string())
+        .arg(url)
+        .env("NO_PROXY", "127.0.0.1")
+        .env("no_proxy", "127.0.0.1");
+    let out = net.output(&mut client, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
+        panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(result["structured"]["outcome"], "ok", "{result}");
+    assert!(result["structured"]["stdout"].as_str().unwrap().starts_with("via-http\n"));
+    assert!(!stdout.contains(SECRET));
+    // SIGTERM to the server we started: it ends and leaves no sandbox.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().unwrap();
+    assert!(eventually(20, || net.remaining().is_empty()), "left running: {:?}", net.remaining());
+    assert!(eventually(5, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
+}
