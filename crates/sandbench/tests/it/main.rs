@@ -29,5 +29,6 @@ mod tui_agent;
 mod tui_app;
 mod tui_e2e;
 mod tui_gauntlet;
+mod tui_runs;
 mod tui_snapshots;
 mod tui_views;
