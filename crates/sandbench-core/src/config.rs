@@ -26,6 +26,11 @@ pub struct Config {
     /// the file): filled by [`Config::load`], empty in a default config.
     #[serde(skip)]
     pub env: RemoteEnv,
+    /// Where the run log lives: `$SANDBENCH_STATE_DIR`, else the XDG state
+    /// dir's `sandbench/`. Set by `load` (not a config key); `None` (the
+    /// default, as in tests that build a config) logs no runs.
+    #[serde(skip)]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// What the remote clients take from the environment, under the names the
@@ -230,6 +235,7 @@ impl Default for Config {
             microvm: MicrovmConfig::default(),
             prewarm: Prewarm::default(),
             env: RemoteEnv::default(),
+            state_dir: None,
         }
     }
 }
@@ -248,6 +254,7 @@ impl Config {
     pub fn load() -> anyhow::Result<Config> {
         let mut config = Config::load_file()?;
         config.env = RemoteEnv::from_process();
+        config.state_dir = Some(state_dir());
         Ok(config)
     }
 

@@ -41,6 +41,10 @@ pub enum Command {
     /// Measure the workbench's frame times and memory under an output flood.
     #[command(hide = true)]
     BenchUi(BenchUiArgs),
+    /// Serve the tiers to agents over the Model Context Protocol (stdio; --http for loopback HTTP).
+    Mcp(McpArgs),
+    /// Print the run log (every run of every front end), filtered.
+    Log(LogArgs),
     /// Get a tier ready on this machine: images, runtimes, guest kernels. Idempotent.
     Setup(SetupArgs),
     /// Print shell completions.
@@ -289,4 +293,61 @@ pub struct SetupArgs {
     /// Rebuild everything, also what is up to date.
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Comma-separated tiers clients may use; the first is the default
+    /// (default: the configured default tier only).
+    #[arg(long, value_name = "TIERS")]
+    pub tiers: Option<String>,
+    /// Serve streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio.
+    #[arg(long, value_name = "IP:PORT", value_parser = crate::cmd::mcp::loopback_addr)]
+    pub http: Option<std::net::SocketAddr>,
+    /// Default limits of a run whose client asks for none.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Most CPU time a client may ask for (default: the default limit).
+    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
+    pub max_cpu: Option<Duration>,
+    /// Most wall-clock time a client may ask for.
+    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
+    pub max_wall: Option<Duration>,
+    /// Most memory a client may ask for.
+    #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
+    pub max_memory: Option<u64>,
+    /// Most processes a client may ask for.
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub max_pids: Option<u64>,
+    /// Largest file size a client may ask for.
+    #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
+    pub max_file_size: Option<u64>,
+    /// Largest scratch space a client may ask for.
+    #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
+    pub max_disk: Option<u64>,
+    /// Most output a client may ask for.
+    #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
+    pub max_output: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Only runs on this tier.
+    #[arg(long, value_name = "TIER")]
+    pub tier: Option<String>,
+    /// Only runs with this outcome: ok, violation, error, cancelled.
+    #[arg(long, value_name = "OUTCOME")]
+    pub outcome: Option<String>,
+    /// Only runs since this long ago (30m, 2h, 7d) or this UTC time (2026-12-01T10:00:00Z).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Only runs from this front end: run, compare, gauntlet, agent, mcp, tui.
+    #[arg(long, value_name = "NAME")]
+    pub front_end: Option<String>,
+    /// Only the last N matching runs.
+    #[arg(long, value_name = "N")]
+    pub last: Option<usize>,
+    /// text: one line per run; json: one log entry (JSON) per line.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
 }

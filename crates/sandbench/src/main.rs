@@ -34,6 +34,22 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Every run a front end makes goes to the run log in the state dir
+    // (doctor's probes, bench's timing runs and setup's checks do not).
+    if let Some(dir) = &config.state_dir {
+        let front_end = match &cli.command {
+            None => Some("tui"),
+            Some(Command::Run(_)) => Some("run"),
+            Some(Command::Compare(_)) => Some("compare"),
+            Some(Command::Gauntlet(_)) => Some("gauntlet"),
+            Some(Command::Agent(_)) => Some("agent"),
+            Some(Command::Mcp(_)) => Some("mcp"),
+            _ => None,
+        };
+        if let Some(f) = front_end {
+            sandbench::runlog::install(sandbench::runlog::RunLog::new(dir), f);
+        }
+    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -69,6 +85,8 @@ fn main() -> ExitCode {
                     sandbench::tui::bench_ui(&config, a.source, a.seconds, a.output, a.size.0, a.size.1).await
                 }
                 Some(Command::Setup(a)) => cmd::setup::run(a, &config).await,
+                Some(Command::Mcp(a)) => cmd::mcp::run(a, &config).await,
+                Some(Command::Log(a)) => cmd::log::run(a, &config).await,
                 Some(Command::Completions { shell }) => {
                     clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
                     Ok(0)

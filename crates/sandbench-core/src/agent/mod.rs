@@ -403,6 +403,7 @@ impl Session {
         spec.limits = self.opts.limits.clone();
         spec.label = format!("agent turn {turn}");
         // spec.env stays empty: the sandbox sees only the scrubbed base env.
+        let logged = spec.clone();
         let mut handle = runner::start(self.opts.tier.clone(), spec);
         let canceller = handle.canceller();
         let mut report = None;
@@ -426,6 +427,7 @@ impl Session {
             self.emit(TranscriptEvent::ToolRejected { id: id.into(), reason: reason.clone() }).await;
             return reject(reason);
         };
+        crate::runlog::record(&logged, &report, None);
         let content = tool::compact_report(&report);
         let is_error = tool::is_error(&report);
         self.emit(TranscriptEvent::ToolResult {

@@ -129,6 +129,7 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
     // through leaks it, and the canary sees it.
     spec.launcher_env.insert(canary::SECRET_VAR.to_string(), canaries.api_key.clone());
     canaries.start_probe();
+    let logged = spec.clone();
     let handle = crate::runner::start(tier, spec);
     let canceller = handle.canceller();
     let report = {
@@ -142,6 +143,7 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
             }
         }
     };
+    crate::runlog::record(&logged, &report, None);
     let escaped_if = sample.escaped_if.clone();
     let seen = report.clone();
     // Reading the canaries blocks (listener threads, /proc scan); the set is

@@ -44,6 +44,9 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
     if let Err(e) = crate::state::save_compare_in(&crate::config::state_dir(), &summary) {
         tracing::warn!("could not keep the compare: {e:#}");
     }
+    for r in &reports {
+        crate::runlog::record(&spec, r, None);
+    }
     match args.format {
         TableFormat::Json => {
             super::emit_json(&serde_json::json!({ "summary": summary, "reports": reports, "skipped": skipped }))?

@@ -6,6 +6,8 @@ pub mod compare;
 pub mod doctor;
 pub mod gauntlet;
 pub mod gauntlet_render;
+pub mod log;
+pub mod mcp;
 pub mod run;
 pub mod setup;
 

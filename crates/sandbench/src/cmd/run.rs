@@ -65,6 +65,7 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     spec.env.extend(args.env.iter().cloned());
     tier.check_limits(&spec.limits).map_err(usage)?;
 
+    let logged = spec.clone();
     let mut handle = runner::start(tier, spec);
     // Ctrl-C cancels the run (and so cleans it up) instead of killing us mid-way.
     let canceller = handle.canceller();
@@ -117,6 +118,7 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let Some(report) = report else {
         anyhow::bail!("the run ended without a report (see the log)");
     };
+    crate::runlog::record(&logged, &report, None);
     match args.format {
         Format::Json => super::emit_json(&report)?,
         Format::Text => eprintln!("{}", summary(&report)),

@@ -17,6 +17,7 @@ use super::gauntlet_view::{GState, GauntletView};
 use super::highlight::{Highlighter, SyntaxAssets};
 use super::keymap::{self, Action, Ctx, ExportFormat};
 use super::run_view::RunView;
+use super::runs_view::RunsView;
 use super::theme::Theme;
 use super::widgets;
 use crate::event::RunEvent;
@@ -54,6 +55,8 @@ pub enum Msg {
     Agent(u64, crate::agent::TranscriptEvent),
     /// The gauntlet kept from an earlier session (the frontier shows it).
     SavedGauntlet(Box<crate::gauntlet::Matrix>),
+    /// New entries of the run log (from any sandbench process).
+    LogEntries(Vec<crate::runlog::Entry>),
     /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
     Terminate,
 }
@@ -112,6 +115,7 @@ pub enum View {
     Compare,
     Gauntlet,
     Agent,
+    Runs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,6 +309,8 @@ pub struct App {
     /// The gauntlet of an earlier session, until this one runs its own.
     pub saved_gauntlet: Option<Box<crate::gauntlet::Matrix>>,
     pub agent: AgentView,
+    /// The run log as the runs view shows it (F11).
+    pub runs_log: RunsView,
     /// ANTHROPIC_API_KEY is in sandbench's environment (read at start: the
     /// agent needs it; the gauntlet's secret-env canary looks for it).
     pub api_key_set: bool,
@@ -357,6 +363,7 @@ impl App {
             gauntlet: None,
             saved_gauntlet: None,
             agent: AgentView::new(),
+            runs_log: RunsView::default(),
             api_key_set: std::env::var(crate::gauntlet::canary::SECRET_VAR).is_ok_and(|k| !k.trim().is_empty()),
         }
     }
@@ -434,6 +441,7 @@ impl App {
             None if self.view == View::Compare => Ctx::Compare,
             None if self.view == View::Gauntlet => Ctx::Gauntlet,
             None if self.view == View::Agent => Ctx::Agent,
+            None if self.view == View::Runs => Ctx::Runs,
             None if self.focus == Focus::Output => Ctx::Output,
             None => Ctx::Editor,
         };
@@ -468,6 +476,7 @@ impl App {
             }
             Msg::Terminate => self.quit(true),
             Msg::SavedGauntlet(m) => self.saved_gauntlet = Some(m),
+            Msg::LogEntries(entries) => self.runs_log.add(entries),
             Msg::Gauntlet(id, ev) => self.on_gauntlet_event(id, ev),
             Msg::GauntletCell(id, cv) => {
                 if let Some(g) = self.gauntlet.as_mut().filter(|g| g.id == id) {
@@ -599,6 +608,7 @@ impl App {
             Ctx::Compare => self.compare_key(action),
             Ctx::Gauntlet => self.gauntlet_key(action),
             Ctx::Agent => self.agent_key(action, typed),
+            Ctx::Runs => self.runs_key(action),
             Ctx::Output => self.output_key(action),
             Ctx::Editor | Ctx::Global => match (action, typed) {
                 (Some(a), _) => self.editor_key(a),
@@ -620,6 +630,10 @@ impl App {
                 self.view = View::Agent;
                 self.overlay = None;
             }
+            Action::Runs => {
+                self.view = View::Runs;
+                self.overlay = None;
+            }
             Action::ToggleView => {
                 self.view = match self.view {
                     View::Single if !self.compare.is_empty() => View::Compare,
@@ -627,7 +641,7 @@ impl App {
                         self.say(Level::Info, "no compare yet: F6 runs the code on every available tier");
                         View::Single
                     }
-                    View::Compare | View::Gauntlet | View::Agent => View::Single,
+                    View::Compare | View::Gauntlet | View::Agent | View::Runs => View::Single,
                 }
             }
             Action::Samples => self.open_samples(),
@@ -1428,6 +1442,57 @@ impl App {
             max_top
         } else {
             self.agent.top.min(max_top)
+        }
+    }
+
+    fn runs_key(&mut self, action: Option<Action>) {
+        let v = &mut self.runs_log;
+        let page = (self.areas.list_rows as usize).max(1);
+        let detail_page = (self.areas.detail_rows as usize).max(1);
+        match action {
+            Some(Action::Up) => v.select(v.selected.saturating_sub(1)),
+            Some(Action::Down) => v.select(v.selected + 1),
+            Some(Action::PageUp) if v.open => v.detail_top = v.detail_top.saturating_sub(detail_page),
+            Some(Action::PageDown) if v.open => v.detail_top += detail_page,
+            Some(Action::PageUp) => v.select(v.selected.saturating_sub(page)),
+            Some(Action::PageDown) => v.select(v.selected + page),
+            Some(Action::Top) => v.select(0),
+            Some(Action::Bottom) => v.select(usize::MAX),
+            Some(Action::Accept) => {
+                v.open = v.selected_entry().is_some() && !v.open;
+                v.detail_top = 0;
+            }
+            Some(Action::FilterOutcome) => v.cycle_outcome(),
+            Some(Action::FilterTier) => v.cycle_tier(),
+            Some(Action::LoadRun) => self.load_run(),
+            Some(Action::Close) if v.open => v.open = false,
+            Some(Action::Close) => self.view = View::Single,
+            Some(a) => self.global(a),
+            None => {}
+        }
+    }
+
+    /// Put the selected run's code in the editor, on its tier, to re-run it
+    /// there (F5), on another tier (F4, F5) or across tiers (F6).
+    fn load_run(&mut self) {
+        let Some(e) = self.runs_log.selected_entry() else {
+            return self.say(Level::Info, "no run selected");
+        };
+        let (code, label, tier, truncated) = (e.code.clone(), e.label.clone(), e.tier.clone(), e.code_truncated);
+        let language = e.language.parse::<Language>().unwrap_or(Language::Python);
+        self.editor = Editor::new(&code);
+        self.set_language(language);
+        self.path = None;
+        self.label = crate::sanitize::inert_line(&label, 60);
+        if let Some(i) = self.tiers.iter().position(|t| t.name == tier) {
+            self.tier = i;
+        }
+        self.view = View::Single;
+        self.focus = Focus::Editor;
+        if truncated {
+            self.say(Level::Warn, "the log kept only the head and tail of this program: check it before running");
+        } else {
+            self.say(Level::Info, "run loaded: F5 runs it again, F4 picks another tier, F6 compares across tiers");
         }
     }
 

@@ -42,6 +42,8 @@ const QUIT_GRACE: Duration = Duration::from_secs(30);
 /// are up to 64 KiB (a few hundred KiB once split into styled lines), so
 /// this bounds what waits for the UI to about 10 MiB.
 const CHANNEL: usize = 32;
+/// How often the runs view looks for runs other processes logged.
+const LOG_POLL: Duration = Duration::from_millis(500);
 
 /// Runs and probes: the only part that touches tiers.
 struct Engine {
@@ -82,6 +84,31 @@ impl Engine {
         }
     }
 
+    /// Follow the run log: what any sandbench process appends shows up in
+    /// the runs view. A file is polled (no inotify: the log may sit on any
+    /// file system), cheaply — a read from the last offset.
+    fn follow_log(&self) {
+        let Some(log) = crate::runlog::installed().cloned() else { return };
+        let tx = self.ctl_tx.clone();
+        tokio::spawn(async move {
+            let mut offset = 0;
+            loop {
+                let l = log.clone();
+                let read = tokio::task::spawn_blocking(move || l.read_from(offset)).await;
+                if let Ok(Ok((entries, next))) = read {
+                    offset = next;
+                    if !entries.is_empty() && tx.send(Msg::LogEntries(entries)).is_err() {
+                        return;
+                    }
+                }
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(LOG_POLL).await;
+            }
+        });
+    }
+
     fn load_assets(&self) {
         let tx = self.ctl_tx.clone();
         tokio::task::spawn_blocking(move || {
@@ -109,12 +136,16 @@ impl Engine {
                         return;
                     }
                 };
+                let logged = spec.clone();
                 let mut handle = runner::start(tier, spec);
                 self.cancels.insert(id, handle.canceller());
                 let tx = self.run_tx.clone();
                 tokio::spawn(async move {
                     let mut pre = PreSanitizer::default();
                     while let Some(ev) = handle.events.recv().await {
+                        if let runner::Update::Finished(r) = &ev {
+                            crate::runlog::record(&logged, r, None);
+                        }
                         if tx.send(pre.convert(id, ev)).await.is_err() {
                             // The UI is gone: still drain so the run ends and cleans up.
                             handle.cancel();
@@ -455,6 +486,7 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
         let mut lp = new_loop(&mut terminal, &mut app, config, Input::Terminal(EventStream::new()));
         lp.engine.probe_all(&names);
         lp.engine.load_assets();
+        lp.engine.follow_log();
         spawn_signals(lp.engine.ctl_tx.clone());
         let r = lp.run(|_| false).await;
         lp.shutdown().await;

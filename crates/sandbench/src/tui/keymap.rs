@@ -18,6 +18,7 @@ pub enum Ctx {
     Prompt,
     Gauntlet,
     Agent,
+    Runs,
 }
 
 impl Ctx {
@@ -33,6 +34,7 @@ impl Ctx {
             Ctx::Prompt => "Save-as and search prompts",
             Ctx::Gauntlet => "Gauntlet view",
             Ctx::Agent => "Agent view",
+            Ctx::Runs => "Runs view",
         }
     }
 }
@@ -54,6 +56,7 @@ pub enum Action {
     ThemeNext,
     Gauntlet,
     Agent,
+    Runs,
     Rerun,
     /// Compare view: one round more / less, concurrent on or off.
     RepeatMore,
@@ -61,6 +64,9 @@ pub enum Action {
     ToggleConcurrent,
     /// Write the compare summary to a file in the current directory.
     Export(ExportFormat),
+    FilterOutcome,
+    FilterTier,
+    LoadRun,
     // editor
     Move(Move),
     Select(Move),
@@ -155,6 +161,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Global, K::F(8), NONE, A::Cancel, "F8", "cancel the running run(s), gauntlet or agent", "cancel"),
     b!(Global, K::F(9), NONE, A::Gauntlet, "F9", "gauntlet view; r r there runs every sample on every ready tier", "gauntlet"),
     b!(Global, K::F(10), NONE, A::Agent, "F10", "agent view: a model writes code, runs it on the selected tier", "agent"),
+    b!(Global, K::F(11), NONE, A::Runs, "F11", "runs view: every run of every front end and process, live", "runs"),
     b!(Global, K::Char('w'), CTRL, A::FocusNext, "^W", "move focus: editor ↔ output"),
     b!(Global, K::Char('s'), CTRL, A::Save, "^S", "save the code (asks for a name the first time)"),
     b!(Global, K::Char('t'), CTRL, A::ThemeNext, "^T", "next built-in theme"),
@@ -240,6 +247,18 @@ pub static BINDINGS: &[Binding] = &[
     b!(Agent, K::Home, NONE, A::Top, "Home", "start of the transcript"),
     b!(Agent, K::End, NONE, A::Bottom, "End", "end of the transcript; follow again"),
     b!(Agent, K::Esc, NONE, A::Close, "Esc", "back to the editor (a session keeps going)", "back"),
+    // Runs
+    b!(Runs, K::Up, NONE, A::Up, "↑", "previous run"),
+    b!(Runs, K::Down, NONE, A::Down, "↓", "next run"),
+    b!(Runs, K::PageUp, NONE, A::PageUp, "PgUp", "page up (scroll the details when open)"),
+    b!(Runs, K::PageDown, NONE, A::PageDown, "PgDn", "page down (scroll the details when open)"),
+    b!(Runs, K::Home, NONE, A::Top, "Home", "oldest run"),
+    b!(Runs, K::End, NONE, A::Bottom, "End", "newest run; follow new runs again"),
+    b!(Runs, K::Enter, NONE, A::Accept, "Enter", "open or close the run's code, verdict and output", "open"),
+    b!(Runs, K::Char('o'), NONE, A::FilterOutcome, "o", "filter by outcome: all, violation, error, ok, cancelled", "outcome"),
+    b!(Runs, K::Char('t'), NONE, A::FilterTier, "t", "filter by tier: all, then each tier in the log", "tier"),
+    b!(Runs, K::Char('e'), NONE, A::LoadRun, "e", "load the run's code into the editor (then F4/F5/F6 re-run or compare it)", "edit"),
+    b!(Runs, K::Esc, NONE, A::Close, "Esc", "close the details; else back to the editor", "back"),
     // Help
     b!(Help, K::Esc, NONE, A::Close, "Esc", "close help", "close"),
     b!(Help, K::F(1), NONE, A::Close, "F1", "close help"),
@@ -312,6 +331,7 @@ pub fn help_sections() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)>
         Ctx::Compare,
         Ctx::Gauntlet,
         Ctx::Agent,
+        Ctx::Runs,
         Ctx::Samples,
         Ctx::Limits,
         Ctx::Prompt,

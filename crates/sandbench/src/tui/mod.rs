@@ -17,6 +17,7 @@ pub mod headless;
 pub mod highlight;
 pub mod keymap;
 pub mod run_view;
+pub mod runs_view;
 pub mod sanitize;
 pub mod theme;
 pub mod widgets;

@@ -8,6 +8,7 @@ pub mod frontier;
 pub mod gauntlet;
 mod output;
 mod overlays;
+pub mod runs;
 mod side;
 
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -52,6 +53,7 @@ pub fn areas(app: &App, area: Rect) -> Areas {
     let (list_rows, detail_rows) = match app.view {
         View::Gauntlet => gauntlet::rows(app, m.body),
         View::Agent => (0, agent::rows(m.body)),
+        View::Runs => runs::rows(app, m.body),
         _ => (0, 0),
     };
     Areas { editor: m.editor, output: m.output, list_rows, detail_rows }
@@ -74,6 +76,7 @@ pub fn draw(app: &App, f: &mut Frame) {
         }
         View::Gauntlet => gauntlet::draw(app, f, m.body),
         View::Agent => agent::draw(app, f, m.body),
+        View::Runs => runs::draw(app, f, m.body),
     }
     draw_status(app, f, m.status);
     draw_keybar(app, f, m.keybar);

@@ -1,0 +1,161 @@
+//! Runs view: the run log as a table, and the selected run's code, verdict
+//! and output. Every field comes from the log file and is made inert here.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::{outcome_style, pane};
+use crate::runlog::Entry;
+use crate::sanitize::{inert_line, visible_controls};
+use crate::tui::app::App;
+
+/// Lines of code, stdout and stderr shown each in the details.
+const DETAIL_LINES: usize = 200;
+
+pub fn layout(app: &App, body: Rect) -> (Rect, Option<Rect>) {
+    if app.runs_log.open {
+        let [list, detail] = Layout::vertical([Constraint::Percentage(40), Constraint::Min(4)]).areas(body);
+        (list, Some(detail))
+    } else {
+        (body, None)
+    }
+}
+
+/// (table rows, detail rows) for paging.
+pub fn rows(app: &App, body: Rect) -> (u16, u16) {
+    let (list, detail) = layout(app, body);
+    (list.height.saturating_sub(3), detail.map_or(0, |d| d.height.saturating_sub(2)))
+}
+
+fn row_text(e: &Entry) -> String {
+    let who = match &e.client {
+        Some(c) => format!("{}({})", e.front_end, c),
+        None => e.front_end.clone(),
+    };
+    let kinds: Vec<&str> = e.report.violations.iter().map(|v| v.kind.name()).collect();
+    let first = e.code.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    // The clock part of an RFC 3339 time: 2026-12-01T10:00:00.123Z → 10:00:00.
+    let clock = e.time.get(11..19).unwrap_or(&e.time);
+    format!(
+        "{:<8}  {:<22} {:<9} {:>9.1} ms  {:<14} {}",
+        inert_line(clock, 8),
+        inert_line(&who, 22),
+        inert_line(&e.tier, 9),
+        e.report.timings_ms.total,
+        inert_line(&kinds.join(","), 14),
+        inert_line(first, 80),
+    )
+}
+
+pub fn draw(app: &App, f: &mut Frame, body: Rect) {
+    let t = &app.theme;
+    let v = &app.runs_log;
+    let (list, detail) = layout(app, body);
+    let visible = v.visible();
+    let title = format!(
+        " runs · {} of {} · {} · o/t filter · Enter opens · e loads into the editor ",
+        visible.len(),
+        v.entries.len(),
+        v.filter_label()
+    );
+    let rows = list.height.saturating_sub(3) as usize;
+    let top = (v.selected + 1).saturating_sub(rows.max(1));
+    let mut lines = vec![Line::from(Span::styled(
+        format!(
+            "  {:<8}  {:<22} {:<9} {:<10}{:>12}  {:<14} code",
+            "time", "front end", "tier", "outcome", "total", "violations"
+        ),
+        t.dim(),
+    ))];
+    if visible.is_empty() {
+        lines.push(Line::from(Span::styled(
+            "  no runs yet: runs of every sandbench front end (run, compare, gauntlet, agent, mcp, this workbench) appear here",
+            t.dim(),
+        )));
+    }
+    for (pos, &i) in visible.iter().enumerate().skip(top).take(rows) {
+        let e = &v.entries[i];
+        let (ostyle, glyph) = outcome_style(app, e.report.outcome);
+        let text = row_text(e);
+        // The outcome goes in coloured between the tier and the total.
+        let (head, rest) = text.split_at(text.char_indices().nth(43).map_or(text.len(), |(b, _)| b));
+        let mut spans = vec![
+            Span::raw(if pos == v.selected { "▶ " } else { "  " }),
+            Span::raw(head.to_string()),
+            Span::styled(format!("{glyph} {:<8}", e.report.outcome.name()), ostyle),
+            Span::raw(rest.to_string()),
+        ];
+        if pos == v.selected {
+            for s in &mut spans {
+                s.style = s.style.add_modifier(Modifier::REVERSED);
+            }
+        }
+        lines.push(Line::from(spans));
+    }
+    f.render_widget(Paragraph::new(lines).block(pane(app, title, !v.open)), list);
+
+    if let (Some(area), Some(e)) = (detail, v.selected_entry()) {
+        let lines = detail_lines(app, e);
+        let title =
+            format!(" {} · {} · PgUp/PgDn scroll · Esc closes ", inert_line(&e.label, 40), inert_line(&e.time, 30));
+        f.render_widget(
+            Paragraph::new(lines).scroll((v.detail_top.min(u16::MAX as usize) as u16, 0)).block(pane(app, title, true)),
+            area,
+        );
+    }
+}
+
+fn block(out: &mut Vec<Line<'static>>, heading: String, text: &str, style: Style) {
+    out.push(Line::from(Span::styled(heading, style.add_modifier(Modifier::BOLD))));
+    let shown = visible_controls(text.as_bytes());
+    let total = shown.lines().count();
+    for l in shown.lines().take(DETAIL_LINES) {
+        out.push(Line::from(format!("  {}", l.replace('\t', "    "))));
+    }
+    if total > DETAIL_LINES {
+        out.push(Line::from(format!("  … {} more lines", total - DETAIL_LINES)));
+    }
+}
+
+pub fn detail_lines(app: &App, e: &Entry) -> Vec<Line<'static>> {
+    let t = &app.theme;
+    let r = &e.report;
+    let (ostyle, glyph) = outcome_style(app, r.outcome);
+    let mut out = vec![];
+    let who = match &e.client {
+        Some(c) => format!("{} (client {})", e.front_end, inert_line(c, 40)),
+        None => e.front_end.clone(),
+    };
+    out.push(Line::from(vec![
+        Span::styled(format!("{glyph} {}", r.outcome.name()), ostyle),
+        Span::raw(format!(
+            "  {} · {} · {} · {} · total {:.1} ms (setup {:.1}, run {:.1})",
+            inert_line(&e.tier, 20),
+            inert_line(&e.language, 10),
+            who,
+            inert_line(&r.exit.describe(), 40),
+            r.timings_ms.total,
+            r.timings_ms.setup,
+            r.timings_ms.run
+        )),
+    ]));
+    if let Some(err) = &r.error {
+        out.push(Line::from(Span::styled(format!("error: {}", inert_line(err, 300)), Style::new().fg(t.ui.error))));
+    }
+    for v in &r.violations {
+        out.push(Line::from(Span::styled(
+            format!("violation {} at {:.0} ms: {}", v.kind.name(), v.at_ms, inert_line(&v.detail, 300)),
+            Style::new().fg(t.ui.violation),
+        )));
+    }
+    let cut = if e.code_truncated { ", head and tail kept" } else { "" };
+    let sha = inert_line(e.code_sha256.get(..12).unwrap_or(""), 12);
+    block(&mut out, format!("code ({} bytes, sha256 {sha}…{cut})", e.code_bytes), &e.code, t.key());
+    let trunc = |b: bool| if b { " (truncated)" } else { "" };
+    block(&mut out, format!("stdout{}", trunc(r.stdout_truncated)), &r.stdout, t.key());
+    block(&mut out, format!("stderr{}", trunc(r.stderr_truncated)), &r.stderr, t.key());
+    out
+}

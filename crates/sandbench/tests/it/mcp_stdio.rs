@@ -1,0 +1,340 @@
+//! `sandbench mcp` driven by a real MCP client: the official Python SDK
+//! (`mcp` from PyPI, installed by `.ci/setup-mcp.sh`) runs `mcp_client.py`,
+//! which starts the server over stdio and prints one JSON line per step.
+//! Skipped with a reason when the SDK is not installed, unless
+//! `SANDBENCH_REQUIRE_TIERS` names `mcp`.
+
+use crate::support::common;
+use crate::support::docker_common::{eventually, tier_ready};
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{bin, OuterNet};
+use serde_json::{json, Value};
+
+const SECRET: &str = "sk-mcp-test-secret-4f1c9e";
+
+/// The Python that has the `mcp` SDK: `$SANDBENCH_MCP_PYTHON`, else the venv
+/// `.ci/setup-mcp.sh` makes. None (skip) when neither imports `mcp`.
+fn sdk_python() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("SANDBENCH_MCP_PYTHON").map(PathBuf::from),
+        Some(PathBuf::from("/opt/sandbench-mcp-venv/bin/python")),
+    ];
+    for p in candidates.into_iter().flatten() {
+        let ok = Command::new(&p)
+            .args(["-c", "import mcp"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    assert!(
+        !common::required("mcp"),
+        "SANDBENCH_REQUIRE_TIERS names mcp, but no Python with the mcp SDK was found (run .ci/setup-mcp.sh)"
+    );
+    eprintln!("SKIP: the Python MCP SDK is not installed (run .ci/setup-mcp.sh or set SANDBENCH_MCP_PYTHON)");
+    None
+}
+
+fn client_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_client.py")
+}
+
+/// A private config and state dir for one server.
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    /// The user's config (where `sandbench setup docker` named the image it
+    /// built) with `extra`'s tables merged over it.
+    fn new(extra: &str) -> Home {
+        let dir = tempfile::tempdir().unwrap();
+        let mut base: toml::Table = sandbench::config::Config::path()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|t| toml::from_str(&t).ok())
+            .unwrap_or_default();
+        let extra: toml::Table = toml::from_str(extra).unwrap();
+        for (k, v) in extra {
+            match (base.get_mut(&k), v) {
+                (Some(toml::Value::Table(b)), toml::Value::Table(e)) => b.extend(e),
+                (_, v) => {
+                    base.insert(k, v);
+                }
+            }
+        }
+        std::fs::write(dir.path().join("config.toml"), toml::to_string(&base).unwrap()).unwrap();
+        Home { dir }
+    }
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    fn command(&self, py: &Path, steps: &Value, server_args: &[&str]) -> Command {
+        let mut cmd = Command::new(py);
+        cmd.arg(client_script())
+            .arg(steps.to_string())
+            .arg(bin())
+            .arg("mcp")
+            .args(server_args)
+            .env("SANDBENCH_CONFIG", self.dir.path().join("config.toml"))
+            .env("SANDBENCH_STATE_DIR", self.state())
+            // sandbench's own environment holds a secret; no sandbox may see it.
+            .env("ANTHROPIC_API_KEY", SECRET)
+            .env("SANDBENCH_TEST_SECRET", SECRET);
+        cmd
+    }
+}
+
+/// Run the client to the end; its JSON lines without the "calling" markers.
+fn drive(home: &Home, py: &Path, steps: Value, server_args: &[&str]) -> Vec<Value> {
+    let net = OuterNet::new();
+    let out = net.output(&mut home.command(py, &steps, server_args), Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("client printed non-JSON {l:?}: {e}")))
+        .filter(|v: &Value| v["op"] != "calling")
+        .collect();
+    assert_eq!(lines.len(), steps.as_array().unwrap().len(), "one result per step: {stdout}");
+    assert!(net.leftover_cgroups().is_empty(), "cgroups left: {:?}", net.leftover_cgroups());
+    lines
+}
+
+fn call(name: &str, args: Value) -> Value {
+    json!({"op": "call", "name": name, "args": args})
+}
+
+#[test]
+fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let code = "import os\nprint('hello from mcp')\nprint(sorted(os.environ.items()))\n\
+                print(open('/proc/self/environ','rb').read())\n";
+    let out = drive(
+        &home,
+        &py,
+        json!([
+            {"op": "list_tools"},
+            call("run_code", json!({"language": "python", "code": code})),
+            call("list_tiers", json!({})),
+        ]),
+        &[],
+    );
+    let names: Vec<&str> = out[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"run_code") && names.contains(&"list_tiers"), "{names:?}");
+    let schema = &out[0]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "run_code").unwrap()["input_schema"];
+    assert_eq!(schema["required"], json!(["language", "code"]), "{schema}");
+
+    let run = &out[1];
+    assert_eq!(run["is_error"], false, "{run}");
+    let s = &run["structured"];
+    assert_eq!(s["outcome"], "ok", "{run}");
+    assert_eq!(s["tier"], "process");
+    assert_eq!(s["exit"]["code"], 0);
+    assert!(s["timings_ms"]["total"].as_f64().unwrap() > 0.0);
+    assert!(s["stdout"].as_str().unwrap().starts_with("hello from mcp\n"), "{s}");
+    let text = run["text"].as_str().unwrap();
+    assert!(text.contains("outcome: ok") && text.contains("hello from mcp"), "{text}");
+    assert!(!run.to_string().contains(SECRET), "the secret reached the sandbox: {run}");
+
+    let tiers = &out[2]["structured"];
+    assert_eq!(tiers["default"], "process");
+    assert_eq!(tiers["tiers"][0]["tier"], "process");
+    assert!(tiers["tiers"][0]["available"].is_boolean());
+    assert_eq!(tiers["max_limits"]["memory_bytes"], tiers["default_limits"]["memory_bytes"]);
+
+    // The run is in the log, with the client's name from its handshake.
+    let log = std::fs::read_to_string(home.state().join("runs.jsonl")).unwrap();
+    let entries: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(entries.len(), 1, "{log}");
+    assert_eq!(entries[0]["front_end"], "mcp");
+    assert_eq!(entries[0]["client"], "sandbench-test-client");
+    assert_eq!(entries[0]["code"], code);
+    assert_eq!(entries[0]["report"]["outcome"], "ok");
+    assert!(!log.contains(SECRET));
+}
+
+#[test]
+fn mcp_memory_bomb_is_a_violation_with_its_time() {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let bomb = "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n";
+    let out = drive(
+        &home,
+        &py,
+        json!([call("run_code", json!({"language": "python", "code": bomb, "limits": {"memory": "64M"}}))]),
+        &[],
+    );
+    let s = &out[0]["structured"];
+    assert_eq!(s["outcome"], "violation", "{}", out[0]);
+    assert_eq!(s["limits"]["memory_bytes"], 64 << 20);
+    let v = s["violations"].as_array().unwrap();
+    assert!(v.iter().any(|v| v["kind"] == "memory" && v["at_ms"].as_f64().unwrap() > 0.0), "{v:?}");
+    assert!(out[0]["text"].as_str().unwrap().contains("violation: memory at"), "{}", out[0]);
+}
+
+#[test]
+fn mcp_bad_arguments_say_what_was_wrong_and_the_ceiling_holds() {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let py_args = |extra: Value| {
+        let mut a = json!({"language": "python", "code": "print(1)"});
+        for (k, v) in extra.as_object().unwrap() {
+            a[k] = v.clone();
+        }
+        call("run_code", a)
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (call("run_code", json!({"language": "ruby", "code": "puts 1"})), "unknown language 'ruby'"),
+        (py_args(json!({"code": " \n"})), "code is empty"),
+        (py_args(json!({"tier": "e2b"})), "tier 'e2b' is not offered by this server (allowed: process)"),
+        (py_args(json!({"limits": {"memory": "2G"}})), "limits.memory 2G is above this server's ceiling 512M"),
+        (py_args(json!({"limits": {"wall_time": "1h"}})), "limits.wall_time 3600 s is above this server's ceiling"),
+        (py_args(json!({"limits": {"memory": "lots"}})), "limits.memory: invalid size 'lots'"),
+        (py_args(json!({"limits": {"memroy": "1M"}})), "unknown field `memroy`"),
+        (py_args(json!({"shell": true})), "unknown field `shell`"),
+        (call("run_code", json!({"code": "print(1)"})), "missing field `language`"),
+    ];
+    let steps: Vec<Value> = cases.iter().map(|(s, _)| s.clone()).collect();
+    // The operator allows up to 512M; the client may not go past it.
+    let out = drive(&home, &py, Value::Array(steps), &["--max-memory", "512M"]);
+    for ((step, want), got) in cases.iter().zip(&out) {
+        // Either a JSON-RPC error (invalid params) or a tool error result;
+        // both carry the reason.
+        let msg = match &got["mcp_error"] {
+            Value::Null => {
+                assert_eq!(got["is_error"], true, "{step}: {got}");
+                got["text"].as_str().unwrap().to_string()
+            }
+            e => {
+                assert_eq!(e["code"], -32602, "{step}: {got}");
+                e["message"].as_str().unwrap().to_string()
+            }
+        };
+        assert!(msg.contains(want), "{step}: wanted {want:?} in {msg:?}");
+    }
+    // Nothing ran: refused calls are not runs.
+    assert!(!home.state().join("runs.jsonl").exists());
+}
+
+#[test]
+fn mcp_runs_on_docker_when_offered() {
+    let Some(py) = sdk_python() else { return };
+    if !tier_ready("docker") {
+        return;
+    }
+    let home = Home::new("");
+    let out = drive(
+        &home,
+        &py,
+        json!([call("run_code", json!({"language": "sh", "code": "echo in-docker; env", "tier": "docker"}))]),
+        &["--tiers", "process,docker"],
+    );
+    let s = &out[0]["structured"];
+    assert_eq!(s["outcome"], "ok", "{}", out[0]);
+    assert_eq!(s["tier"], "docker");
+    assert!(s["stdout"].as_str().unwrap().starts_with("in-docker\n"));
+    assert!(!out[0].to_string().contains(SECRET));
+}
+
+#[test]
+fn mcp_client_that_disconnects_mid_run_leaves_nothing_behind() {
+    let Some(py) = sdk_python() else { return };
+    if !common::is_root() {
+        // The run's cgroup is how this test sees the run start and end.
+        eprintln!("SKIP: needs root to watch the run's cgroup");
+        return;
+    }
+    // No spare: the only cgroup under the net is the run's own.
+    let home = Home::new("[process]\nspare = false\n");
+    let net = OuterNet::new();
+    let steps = json!([call("run_code", json!({"language": "python", "code": "import time\ntime.sleep(120)\n"}))]);
+    let mut cmd = home.command(&py, &steps, &["--timeout", "120s"]);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut client = net.spawn(&mut cmd);
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("calling"), "{first}");
+    assert!(eventually(60, || !net.leftover_cgroups().is_empty()), "the run never started");
+    // The client dies without a goodbye: the server's stdin closes mid-run.
+    client.kill().unwrap();
+    client.wait().unwrap();
+    // The server cancels the run, waits for its clean-up and exits — long
+    // before the program's 120 s would have run out.
+    assert!(
+        eventually(30, || net.remaining().is_empty()),
+        "processes still running after the client left: {:?}",
+        net.remaining()
+    );
+    assert!(net.leftover_cgroups().is_empty(), "cgroups left: {:?}", net.leftover_cgroups());
+    // The cancelled run is logged as such.
+    let log = std::fs::read_to_string(home.state().join("runs.jsonl")).unwrap_or_default();
+    assert!(log.contains("\"outcome\":\"cancelled\""), "{log}");
+}
+
+#[test]
+fn mcp_http_listens_on_loopback_only() {
+    let out = Command::new(bin()).args(["mcp", "--http", "0.0.0.0:8765"]).stdin(Stdio::null()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loopback only"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn mcp_over_streamable_http_on_loopback() {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let net = OuterNet::new();
+    let mut server = Command::new(bin());
+    server
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .env("SANDBENCH_CONFIG", home.dir.path().join("config.toml"))
+        .env("SANDBENCH_STATE_DIR", home.state())
+        .env("SANDBENCH_TEST_SECRET", SECRET)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = net.spawn(&mut server);
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).unwrap_or_else(|| panic!("{line}"));
+    let steps = json!([call("run_code", json!({"language": "sh", "code": "echo via-http; env"}))]);
+    let mut client = Command::new(&py);
+    // The client talks to loopback directly, never through a proxy.
+    client
+        .arg(client_script())
+        .arg(steps.to_string())
+        .arg(url)
+        .env("NO_PROXY", "127.0.0.1")
+        .env("no_proxy", "127.0.0.1");
+    let out = net.output(&mut client, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
+        panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(result["structured"]["outcome"], "ok", "{result}");
+    assert!(result["structured"]["stdout"].as_str().unwrap().starts_with("via-http\n"));
+    assert!(!stdout.contains(SECRET));
+    // SIGTERM to the server we started: it ends and leaves no sandbox.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().unwrap();
+    assert!(eventually(20, || net.remaining().is_empty()), "left running: {:?}", net.remaining());
+    assert!(eventually(5, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
+}

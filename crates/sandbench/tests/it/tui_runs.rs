@@ -1,0 +1,94 @@
+//! The runs view (F11) headless: runs made by separate `sandbench run`
+//! processes, read from their log the way the workbench's follower reads it,
+//! appear as rows; Enter opens one; filters narrow the table; `e` loads a
+//! run's code into the editor on its tier.
+
+use crate::support::common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{bin, OuterNet};
+use ratatui::crossterm::event::KeyCode;
+use sandbench::runlog::RunLog;
+use sandbench::spec::{Language, Limits};
+use sandbench::tier::{Availability, Check};
+use sandbench::tui::app::{App, Msg, View};
+use sandbench::tui::headless::{key, screen};
+use sandbench::tui::theme::Theme;
+
+#[test]
+fn runs_of_another_process_show_up_open_and_load_into_the_editor() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let ok = dir.path().join("greet.py");
+    std::fs::write(&ok, "print('from another process')\n").unwrap();
+    let spin = dir.path().join("spin.sh");
+    std::fs::write(&spin, "while :; do :; done\n").unwrap();
+    let net = OuterNet::new();
+    for (file, extra) in [(&ok, vec![]), (&spin, vec!["--timeout", "300ms"])] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "--tier", "process"]).args(extra).arg(file).env("SANDBENCH_STATE_DIR", &state);
+        let out = net.output(cmd.stdin(Stdio::null()), Duration::from_secs(60));
+        if !out.status.success() {
+            assert!(!common::required("process"), "run failed: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!("SKIP: process tier unavailable: {}", String::from_utf8_lossy(&out.stderr));
+            return;
+        }
+    }
+
+    // What the workbench's log follower does: read the file from an offset.
+    let (entries, offset) = RunLog::new(&state).read_from(0).unwrap();
+    assert_eq!(entries.len(), 2);
+    assert!(offset > 0);
+    assert!(RunLog::new(&state).read_from(offset).unwrap().0.is_empty());
+
+    let mut app = App::new(Theme::dark(), &["process", "docker"], "docker", Limits::default());
+    app.live_clock = false;
+    app.update(Msg::Probed(Availability {
+        tier: "process".into(),
+        available: true,
+        summary: "ready".into(),
+        checks: vec![Check::ok("all", "fine")],
+    }));
+    app.update(key(KeyCode::F(11)));
+    assert_eq!(app.view, View::Runs);
+    let s = screen(&mut app, 140, 30);
+    assert!(s.contains("no runs yet"), "{s}");
+
+    app.update(Msg::LogEntries(entries));
+    let s = screen(&mut app, 140, 30);
+    assert!(s.contains("runs · 2 of 2"), "{s}");
+    let row = s.lines().find(|l| l.contains("print('from another process')")).unwrap_or_else(|| panic!("{s}"));
+    assert!(row.contains(" run ") && row.contains("process") && row.contains("ok"), "{row}");
+    let row = s.lines().find(|l| l.contains("while :; do :; done")).unwrap_or_else(|| panic!("{s}"));
+    assert!(
+        row.contains("violation") && row.contains("wall_timeout") && row.contains('▶'),
+        "new runs are followed: {row}"
+    );
+
+    // Only violations, then Enter opens the selected one.
+    app.update(key(KeyCode::Char('o')));
+    let s = screen(&mut app, 140, 30);
+    assert!(s.contains("runs · 1 of 2 · outcome violation"), "{s}");
+    app.update(key(KeyCode::Enter));
+    let s = screen(&mut app, 140, 30);
+    assert!(s.contains("violation wall_timeout at"), "{s}");
+    assert!(s.contains("spin.sh") && s.contains("code (20 bytes"), "{s}");
+    app.update(key(KeyCode::Esc));
+    app.update(key(KeyCode::Char('o'))); // error
+    app.update(key(KeyCode::Char('o'))); // ok
+    let s = screen(&mut app, 140, 30);
+    assert!(s.contains("runs · 1 of 2 · outcome ok"), "{s}");
+    app.update(key(KeyCode::Enter));
+    let s = screen(&mut app, 140, 30);
+    assert!(s.contains("stdout") && s.contains("  from another process"), "{s}");
+
+    // e: the code goes to the editor, on the tier it ran on.
+    app.update(key(KeyCode::Char('e')));
+    assert_eq!(app.view, View::Single);
+    assert_eq!(app.editor.text(), "print('from another process')\n");
+    assert_eq!(app.language, Language::Python);
+    assert_eq!(app.selected_tier().name, "process");
+    assert_eq!(app.label, "greet.py");
+}
