@@ -56,13 +56,14 @@ async fn the_deprecated_v1_create_and_list_are_refused_like_e2b_does() {
 async fn listing_follows_next_token_pages_for_reaping_and_doctor() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { max_page: Some(2), ..Default::default() });
-    let mut dead = std::process::Command::new("true").spawn().unwrap();
-    dead.wait().unwrap();
-    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    // An owner that has gone (its lock released) stands in for a dead sandbench.
+    let dead = sandbench::owner::Owner::acquire_in(&sandbench::owner::dir()).unwrap();
+    let dead_token = dead.token().to_string();
+    drop(dead);
     for i in 0..5 {
         fake.insert_foreign(
             &format!("orphan{i}"),
-            serde_json::json!({"created_by": "sandbench", "sandbench_host": host, "sandbench_pid": dead.id().to_string()}),
+            serde_json::json!({"created_by": "sandbench", "sandbench_owner": dead_token, "sandbench_pid": "1"}),
         );
     }
     fake.insert_foreign("someone-elses", serde_json::json!({"created_by": "someone"}));

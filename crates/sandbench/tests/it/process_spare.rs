@@ -17,7 +17,9 @@ fn my_cgroups() -> Vec<String> {
     let rel = own.lines().find_map(|l| l.split_once(":pids:").map(|(_, p)| p.to_string()));
     let Some(rel) = rel else { return vec![] };
     let dir = std::path::Path::new("/sys/fs/cgroup/pids").join(rel.trim_start_matches('/')).join("sandbench");
-    let prefix = format!("{}-", std::process::id());
+    // Run cgroups are named by this process's owner token (see `owner`).
+    let Ok(token) = sandbench::owner::token() else { return vec![] };
+    let prefix = format!("{token}-");
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
