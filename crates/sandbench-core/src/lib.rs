@@ -23,6 +23,7 @@ pub mod runner;
 pub mod samples;
 pub mod sanitize;
 pub mod setup;
+pub mod share;
 pub mod soak;
 pub mod spec;
 pub mod state;

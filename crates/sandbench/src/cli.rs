@@ -38,6 +38,8 @@ pub enum Command {
     Gauntlet(GauntletArgs),
     /// Let a model solve a task with one tool, run_code, executed in a sandbox.
     Agent(AgentArgs),
+    /// One page to share: the gauntlet, latency per tier, the safety × latency frontier, the machine.
+    Report(ReportArgs),
     /// Measure the workbench's frame times and memory under an output flood.
     #[command(hide = true)]
     BenchUi(BenchUiArgs),
@@ -196,6 +198,41 @@ pub struct GauntletArgs {
     pub format: MatrixFormat,
     /// Run even where Landlock or seccomp cannot be enforced; such cells are
     /// marked degraded (otherwise those runs are refused).
+    #[arg(long)]
+    pub allow_degraded: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    /// One self-contained HTML page (no scripts, nothing loaded from anywhere).
+    Html,
+    /// The same numbers as a JSON record.
+    Json,
+    /// The safety × latency frontier alone, as SVG.
+    Svg,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Comma-separated tiers (default: every available tier of sandbench's own).
+    #[arg(long, value_name = "TIERS")]
+    pub tiers: Option<String>,
+    /// Rounds of the latency benchmark (print(1) on every tier, interleaved).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// Reuse the last gauntlet and latency benchmark kept in the state dir
+    /// instead of running them again (what was never measured is run).
+    #[arg(long)]
+    pub reuse: bool,
+    /// Samples folder of the gauntlet (with benign/ and hostile/).
+    #[arg(long, value_name = "DIR")]
+    pub samples: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Html)]
+    pub format: ReportFormat,
+    /// Where to write it; - for standard output (default: sandbench-report.html, .json or .svg here).
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Run the gauntlet even where Landlock or seccomp cannot be enforced (such cells are marked degraded).
     #[arg(long)]
     pub allow_degraded: bool,
 }

@@ -42,6 +42,7 @@ fn main() -> ExitCode {
             Some(Command::Run(_)) => Some("run"),
             Some(Command::Compare(_)) => Some("compare"),
             Some(Command::Gauntlet(_)) => Some("gauntlet"),
+            Some(Command::Report(_)) => Some("report"),
             Some(Command::Agent(_)) => Some("agent"),
             Some(Command::Mcp(_)) => Some("mcp"),
             _ => None,
@@ -81,6 +82,7 @@ fn main() -> ExitCode {
                 Some(Command::Bench(a)) => cmd::bench::run(a, &config).await,
                 Some(Command::Gauntlet(a)) => cmd::gauntlet::run(a, &config).await,
                 Some(Command::Agent(a)) => cmd::agent::run(a, &config).await,
+                Some(Command::Report(a)) => cmd::report::run(a, &config).await,
                 Some(Command::BenchUi(a)) => {
                     sandbench::tui::bench_ui(&config, a.source, a.seconds, a.output, a.size.0, a.size.1).await
                 }
