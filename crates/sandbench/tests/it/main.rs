@@ -30,6 +30,7 @@ mod process_cli;
 mod process_samples;
 mod process_spare;
 mod reaper;
+mod report;
 mod runlog_cli;
 mod soak;
 mod tui_agent;
