@@ -208,16 +208,40 @@ hostile samples contained against warm p50 latency</text>\n",
         mt + ph / 2.0,
         mt + ph / 2.0
     ));
+    // Labels are placed so they neither overlap each other nor leave the
+    // plot: above the point, else below, else further away.
+    let mut placed: Vec<(f64, f64, f64)> = vec![];
     for p in points {
         let (px, py) = (x(p.latency_ms), y(p.share));
+        let label = format!(
+            "{} · {} {} · {}/{}",
+            crate::sanitize::inert_line(&p.tier, 200),
+            tick_label((p.latency_ms * 10.0).round() / 10.0),
+            crate::sanitize::inert_line(&p.start, 200),
+            p.contained,
+            p.hostile
+        );
+        let width = label.chars().count() as f64 * 6.6;
         // Labels go left of points near the right edge.
-        let (dx, anchor) = if px > ml + pw * 0.75 { (-8.0, "end") } else { (8.0, "start") };
+        let (dx, anchor) = if px > ml + pw * 0.6 { (-8.0, "end") } else { (8.0, "start") };
+        let x0 = if anchor == "end" { px + dx - width } else { px + dx };
+        let clear = |ly: f64, placed: &[(f64, f64, f64)]| {
+            ly > mt + 10.0
+                && ly < mt + ph - 2.0
+                && placed.iter().all(|(a, b, y)| (ly - y).abs() >= 14.0 || x0 + width < *a || x0 > *b)
+        };
+        let ly = [-6.0, 16.0, -20.0, 30.0, -34.0, 44.0, -48.0, 58.0]
+            .iter()
+            .map(|o| py + o)
+            .find(|ly| clear(*ly, &placed))
+            .unwrap_or(py - 6.0);
+        placed.push((x0, x0 + width, ly));
         s.push_str(&format!(
             "<g class=\"point\" data-tier=\"{tier}\" data-latency-ms=\"{lat:.1}\" data-contained=\"{c}\" data-hostile=\"{n}\">\
 <circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"5\" fill=\"#1f6feb\"/>\
 <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{tier} · {} {} · {c}/{n}</text></g>\n",
             px + dx,
-            py - 6.0,
+            ly,
             tick_label((p.latency_ms * 10.0).round() / 10.0),
             escape(&p.start),
             tier = escape(&p.tier),
