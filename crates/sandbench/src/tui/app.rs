@@ -273,8 +273,10 @@ pub struct App {
     pub compare_mode: sandbench_core::compare::Mode,
     /// First summary column shown after the tier column.
     pub compare_hscroll: usize,
-    /// Where exports are written (the current directory).
+    /// Where exports and screenshots are written (the current directory).
     pub export_dir: PathBuf,
+    /// ^P: the event loop saves the next drawn screen as SVG (`save_screen`).
+    pub screenshot_wanted: bool,
     next_id: u64,
     pub focus: Focus,
     pub view: View,
@@ -339,6 +341,7 @@ impl App {
             compare_mode: sandbench_core::compare::Mode::Sequential,
             compare_hscroll: 0,
             export_dir: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+            screenshot_wanted: false,
             next_id: 1,
             focus: Focus::Editor,
             view: View::Single,
@@ -658,6 +661,7 @@ impl App {
                 self.prewarm_selected();
             }
             Action::Save => self.save(),
+            Action::SaveScreen => self.screenshot_wanted = true,
             Action::FocusNext => {
                 self.view = View::Single;
                 self.focus = match self.focus {
@@ -1213,6 +1217,20 @@ impl App {
             Some(Action::Export(f)) => self.export_compare(f),
             Some(a) => self.global(a),
             None => {}
+        }
+    }
+
+    /// Write `svg` (the screen just drawn) to `export_dir` and say where.
+    pub fn save_screen(&mut self, svg: &str) {
+        self.screenshot_wanted = false;
+        let name = format!("sandbench-screen-{}.svg", chrono::Local::now().format("%Y%m%d-%H%M%S"));
+        let path = self.export_dir.join(name);
+        match std::fs::write(&path, svg) {
+            Ok(()) => self.say(Level::Info, format!("screen saved as {}", path.display())),
+            Err(e) => self.say(
+                Level::Error,
+                format!("cannot write {}: {e} (start sandbench in a writable directory)", path.display()),
+            ),
         }
     }
 

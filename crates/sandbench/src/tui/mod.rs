@@ -3,7 +3,8 @@
 //! - `app`: state and input handling, no terminal (driven headless in tests).
 //! - `event_loop`: terminal, fixed frame rate, channels, runs, signals.
 //! - `widgets`: drawing only; `keymap`: the one table of keys (help and key
-//!   bar come from it); `editor`, `highlight`, `run_view`, `theme`.
+//!   bar come from it); `editor`, `highlight`, `run_view`, `theme`;
+//!   `screenshot`: the screen as SVG (^P).
 //! - `gauntlet_view` / `agent_view`: the state of the gauntlet matrix (F9)
 //!   and of the agent transcript (F10), folded from the engine's events.
 
@@ -19,6 +20,7 @@ pub mod keymap;
 pub mod run_view;
 pub mod runs_view;
 pub mod sanitize;
+pub mod screenshot;
 pub mod theme;
 pub mod widgets;
 

@@ -38,6 +38,7 @@ mod tui_app;
 mod tui_compare;
 mod tui_e2e;
 mod tui_gauntlet;
+mod tui_instrument;
 mod tui_runs;
 mod tui_snapshots;
 mod tui_views;
