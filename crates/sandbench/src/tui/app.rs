@@ -1215,6 +1215,13 @@ impl App {
                 self.compare_hscroll = (self.compare_hscroll + 1).min(sandbench_core::compare::COLUMNS.len() - 2)
             }
             Some(Action::Export(f)) => self.export_compare(f),
+            Some(Action::ToggleDist) => {
+                let live = !self.active_runs().is_empty();
+                if let Some(c) = self.compare_run.as_mut() {
+                    let live = live || !c.queue.is_empty();
+                    c.toggle_dist(live);
+                }
+            }
             Some(a) => self.global(a),
             None => {}
         }

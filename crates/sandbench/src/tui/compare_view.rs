@@ -25,12 +25,16 @@ pub struct CompareRun {
     pub skipped: Vec<(String, String)>,
     /// Cancelled: what is queued will not start.
     pub stopped: bool,
+    /// The upper area shows latency histograms (`true`) or the live columns;
+    /// `None` until `d` is pressed: histograms once a finished compare has
+    /// repeated runs.
+    pub dist: Option<bool>,
 }
 
 impl CompareRun {
     pub fn new(tiers: Vec<String>, spec: RunSpec, mode: Mode, repeat: usize, skipped: Vec<(String, String)>) -> Self {
         let queue = compare::schedule(&tiers, repeat).into();
-        CompareRun { tiers, spec, mode, repeat, queue, reports: vec![], skipped, stopped: false }
+        CompareRun { tiers, spec, mode, repeat, queue, reports: vec![], skipped, stopped: false, dist: None }
     }
 
     /// The runs to start now: the next one, or (concurrent) the next round.
@@ -52,6 +56,16 @@ impl CompareRun {
         r.stdout = String::new();
         r.stderr = String::new();
         self.reports.push(r);
+    }
+
+    /// Whether the histograms are shown now; `live`: runs are still going.
+    pub fn show_dist(&self, live: bool) -> bool {
+        self.dist.unwrap_or(!live && self.repeat > 1 && self.reports.len() > self.tiers.len())
+    }
+
+    /// `d`: switch between the live columns and the histograms.
+    pub fn toggle_dist(&mut self, live: bool) {
+        self.dist = Some(!self.show_dist(live));
     }
 
     pub fn total(&self) -> usize {

@@ -62,6 +62,8 @@ pub enum Action {
     RepeatMore,
     RepeatLess,
     ToggleConcurrent,
+    /// Compare view: latency histograms or the live columns.
+    ToggleDist,
     /// Write the compare summary to a file in the current directory.
     Export(ExportFormat),
     /// Save the screen as an SVG picture in the current directory.
@@ -224,6 +226,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Compare, K::Char('+'), NONE, A::RepeatMore, "+", "one round more for the next compare"),
     b!(Compare, K::Char('-'), NONE, A::RepeatLess, "-", "one round less for the next compare"),
     b!(Compare, K::Char('c'), NONE, A::ToggleConcurrent, "c", "next compare: all tiers of a round at once (skews timings) or one at a time"),
+    b!(Compare, K::Char('d'), NONE, A::ToggleDist, "d", "show the latency histograms per tier or the live columns", "histograms"),
     b!(Compare, K::Left, NONE, A::Left, "←", "summary: scroll the columns left"),
     b!(Compare, K::Right, NONE, A::Right, "→", "summary: scroll the columns right"),
     b!(Compare, K::Char('m'), NONE, A::Export(ExportFormat::Markdown), "m", "export the summary as markdown (file in the current directory)", "export"),

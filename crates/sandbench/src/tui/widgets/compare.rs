@@ -36,9 +36,15 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     } else {
         cols_area
     };
-    let cols = Layout::horizontal(vec![Constraint::Ratio(1, runs.len() as u32); runs.len()]).split(cols_area);
-    for (run, col) in runs.iter().zip(cols.iter()) {
-        draw_column(app, run, f, *col);
+    let live = runs.iter().any(|r| !r.finished()) || app.compare_run.as_ref().is_some_and(|c| !c.queue.is_empty());
+    match app.compare_run.as_ref().filter(|c| c.show_dist(live)) {
+        Some(c) => super::histogram::draw(app, f, cols_area, &c.summary().tiers),
+        None => {
+            let cols = Layout::horizontal(vec![Constraint::Ratio(1, runs.len() as u32); runs.len()]).split(cols_area);
+            for (run, col) in runs.iter().zip(cols.iter()) {
+                draw_column(app, run, f, *col);
+            }
+        }
     }
     draw_summary(app, &runs, f, summary);
 }
@@ -78,7 +84,7 @@ fn draw_summary(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
         Mode::Concurrent => "CONCURRENT (timings skew each other)".to_string(),
     };
     let title = format!(
-        " summary{} · {}/{} runs · {mode} · ←→ columns · m/j/v export ",
+        " summary{} · {}/{} runs · {mode} · ←→ columns · d histograms/columns · m/j/v export ",
         if live { " (live)" } else { "" },
         c.reports.len(),
         c.total()

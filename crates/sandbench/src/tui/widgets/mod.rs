@@ -6,6 +6,7 @@ mod compare;
 mod editor;
 pub mod frontier;
 pub mod gauntlet;
+mod histogram;
 mod output;
 mod overlays;
 pub mod runs;
