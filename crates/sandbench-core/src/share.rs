@@ -360,14 +360,23 @@ pub fn build(
             bins: histogram(&t.exit_samples_ms, HIST_BINS),
         })
         .collect();
+    // x is the latency benchmark's print(1); a tier it did not measure falls
+    // back to the gauntlet's benign controls (and the point says which start).
     let mut obs = vec![];
     if let Some(l) = &latency {
         obs.extend(frontier::obs_of_compare(&l.data.summary));
     }
     if let Some(g) = &gauntlet {
-        obs.extend(frontier::obs_of_gauntlet(&g.data.latency));
+        let measured: Vec<String> = obs.iter().map(|o| o.tier.clone()).collect();
+        obs.extend(frontier::obs_of_gauntlet(&g.data.latency).into_iter().filter(|o| !measured.contains(&o.tier)));
     }
-    let (points, missing) = frontier::points(&names, cells.iter().copied(), &obs);
+    let (points, mut missing) = frontier::points(&names, cells.iter().copied(), &obs);
+    // A tier that was not available says so, not "no sample ran on it".
+    for (t, why) in &mut missing {
+        if let Some(f) = tiers.iter().find(|f| &f.tier == t && !f.available) {
+            *why = format!("unavailable: {}", f.summary);
+        }
+    }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     Report {
         sandbench_version: env!("CARGO_PKG_VERSION").into(),
