@@ -42,6 +42,8 @@ const QUIT_GRACE: Duration = Duration::from_secs(30);
 /// are up to 64 KiB (a few hundred KiB once split into styled lines), so
 /// this bounds what waits for the UI to about 10 MiB.
 const CHANNEL: usize = 32;
+/// Bytes of each stream a workbench run's report keeps (the run log keeps 8 KiB).
+const REPORT_KEEPS: usize = 64 << 10;
 /// How often the runs view looks for runs other processes logged.
 const LOG_POLL: Duration = Duration::from_millis(500);
 
@@ -137,7 +139,9 @@ impl Engine {
                     }
                 };
                 let logged = spec.clone();
-                let mut handle = runner::start(tier, spec);
+                // The pane keeps its own bounded copy of the output: the
+                // report needs only a head, whatever the output limit.
+                let mut handle = runner::start_keeping(tier, spec, REPORT_KEEPS);
                 self.cancels.insert(id, handle.canceller());
                 let tx = self.run_tx.clone();
                 tokio::spawn(async move {
@@ -609,9 +613,9 @@ pub async fn bench_ui(
                 anyhow::bail!("the process tier is unavailable here: {}", a.summary);
             }
             lp.app.update(Msg::Probed(a));
-            // The runner keeps a run's output for its report up to the
-            // output limit (and queues events for a slow reader): that
-            // memory is the runner's, reported apart from the UI's.
+            // The workbench's runs keep only a head of the output in their
+            // reports (REPORT_KEEPS), so a high output limit does not grow
+            // the process: the peak RSS below holds whatever the limit.
             lp.app.limits.output_bytes = output_limit;
             lp.app.run();
             lp.effects();

@@ -29,6 +29,10 @@ use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// Sampling is ten times denser for the first half second, so that a 50 ms
+/// program still shows a curve (reading the cgroup files takes microseconds).
+const SAMPLE_EARLY: Duration = Duration::from_millis(10);
+const EARLY_FOR: Duration = Duration::from_millis(500);
 
 pub struct ProcessTier {
     uid_base: u32,
@@ -389,7 +393,11 @@ impl ProcessTier {
         self.refill();
         let mut out = result?;
         if let Some(s) = final_stats {
-            if let Some(u) = out.usage.as_mut() {
+            // A run stopped from outside (output limit, timeout, cancel) has
+            // no exit report, but the cgroup still counted what it used: that,
+            // not the last sample (often the zeros of the first tick).
+            let u = out.usage.get_or_insert_with(Default::default);
+            {
                 u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
                 u.pids = s.pids_peak.or(u.pids);
                 // The cgroup charges shared pages to whoever touched them
@@ -431,8 +439,8 @@ impl ProcessTier {
         let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
         let mut status = BufReader::new(status_rx);
 
-        let mut ticker = tokio::time::interval(SAMPLE_EVERY);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let sampling_from = tokio::time::Instant::now();
+        let mut next_sample = sampling_from;
         let mut judge = Judge::new(limits);
         let mut isolation = json!({});
         let mut exit: Option<Status> = None;
@@ -481,7 +489,9 @@ impl ProcessTier {
                     let _ = child.start_kill();
                     if let Some(c) = cg { c.kill_all(); }
                 }
-                _ = ticker.tick(), if !helper_done => {
+                _ = tokio::time::sleep_until(next_sample), if !helper_done => {
+                    let every = if sampling_from.elapsed() < EARLY_FOR { SAMPLE_EARLY } else { SAMPLE_EVERY };
+                    next_sample = tokio::time::Instant::now() + every;
                     let (sample, counters) = match cg {
                         Some(c) => {
                             let s = c.stats();

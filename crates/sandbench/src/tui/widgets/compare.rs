@@ -84,7 +84,7 @@ fn draw_summary(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
         Mode::Concurrent => "CONCURRENT (timings skew each other)".to_string(),
     };
     let title = format!(
-        " summary{} · {}/{} runs · {mode} · ←→ columns · d histograms/columns · m/j/v export ",
+        " summary{} · {}/{} runs · {mode} · ←→ columns · m/j/v export ",
         if live { " (live)" } else { "" },
         c.reports.len(),
         c.total()

@@ -402,7 +402,7 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             format!(
                 "cpu {} · peak memory {} · peak pids {}",
                 opt(u.cpu_ms.map(|ms| fmt_ms(ms as f64))),
-                opt(u.peak_memory_bytes.map(format_size)),
+                opt(u.peak_memory_bytes.filter(|b| *b > 0).map(super::side::short_size)),
                 opt(u.peak_pids.map(|p| p.to_string()))
             ),
         ),
