@@ -474,10 +474,10 @@ pub fn html(r: &Report) -> String {
 <title>sandbench report — {}</title><style>{CSS}</style></head><body>\n",
         esc(&r.generated_at)
     );
-    let _ = write!(
+    let _ = writeln!(
         h,
         "<h1>sandbench report</h1><p class=\"muted\">generated {} by sandbench {} · what each sandbox stops, what it \
-costs, on this machine</p>\n",
+costs, on this machine</p>",
         esc(&r.generated_at),
         esc(&r.sandbench_version)
     );

@@ -135,10 +135,45 @@ pub struct Status {
 pub struct SamplesPicker {
     /// (group: "benign" / "hostile", sample)
     pub items: Vec<(String, Sample)>,
+    /// Index into `visible()`.
     pub selected: usize,
     pub problems: Vec<String>,
     /// Enter was pressed once over unsaved edits; a second Enter replaces them.
     pub confirm: bool,
+    /// Typed text: only samples whose name, group or "tries" contain it show.
+    pub filter: String,
+}
+
+impl SamplesPicker {
+    /// Indices of the items the filter lets through.
+    pub fn visible(&self) -> Vec<usize> {
+        let f = self.filter.to_lowercase();
+        (0..self.items.len())
+            .filter(|i| {
+                let (g, s) = &self.items[*i];
+                f.is_empty() || [g.as_str(), &s.name, &s.tries].iter().any(|t| t.to_lowercase().contains(&f))
+            })
+            .collect()
+    }
+
+    pub fn current(&self) -> Option<&(String, Sample)> {
+        self.visible().get(self.selected).map(|i| &self.items[*i])
+    }
+
+    /// Put the selection on the sample named `name` (if it is shown).
+    pub fn select_name(&mut self, name: &str) {
+        if let Some(p) = self.visible().iter().position(|i| self.items[*i].1.name == name) {
+            self.selected = p;
+        }
+    }
+
+    /// The filter changed: keep the same sample selected when it still shows.
+    fn refilter(&mut self, before: Option<String>) {
+        self.selected = 0;
+        if let Some(n) = before {
+            self.select_name(&n);
+        }
+    }
 }
 
 /// What goes with an editor text besides the text: undo brings it back.
@@ -296,6 +331,8 @@ pub struct App {
     gauntlet_armed: bool,
     /// Identities of the documents the editor has held, by `Editor::doc` id.
     docs: Vec<DocIdentity>,
+    /// The sample the picker showed last: F2 opens on it again.
+    samples_pos: Option<String>,
     /// Tiers already asked to warm up (each is asked once).
     prewarmed: std::collections::HashSet<String>,
     /// Something changed since the last draw.
@@ -358,6 +395,7 @@ impl App {
             gauntlet_armed: false,
             docs: vec![],
             prewarmed: Default::default(),
+            samples_pos: None,
             dirty: true,
             areas: Areas::default(),
             live_clock: true,
@@ -453,6 +491,15 @@ impl App {
 
     pub fn update(&mut self, msg: Msg) {
         self.dirty = true;
+        // A message said in one view is about that view: leaving it clears it.
+        let (view, t0) = (self.view, Instant::now());
+        self.handle(msg);
+        if self.view != view && self.status.as_ref().is_some_and(|s| s.at < t0) {
+            self.status = None;
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Key(k) => self.on_key(k),
             Msg::Paste(s) => self.on_paste(&s),
@@ -605,7 +652,7 @@ impl App {
         };
         match ctxs[0] {
             Ctx::Help => self.help_key(action),
-            Ctx::Samples => self.samples_key(action),
+            Ctx::Samples => self.samples_key(action, typed),
             Ctx::Limits => self.limits_key(action, typed),
             Ctx::Prompt => self.prompt_key(action, typed),
             Ctx::Compare => self.compare_key(action),
@@ -843,19 +890,24 @@ impl App {
         }
     }
 
-    fn samples_key(&mut self, action: Option<Action>) {
+    fn samples_key(&mut self, action: Option<Action>, typed: Option<char>) {
         let Some(Overlay::Samples(p)) = &mut self.overlay else {
             return;
         };
-        let n = p.items.len();
-        match action {
-            Some(Action::Close) => self.overlay = None,
-            Some(Action::Up) => p.selected = p.selected.saturating_sub(1),
-            Some(Action::Down) => p.selected = (p.selected + 1).min(n.saturating_sub(1)),
-            Some(Action::PageUp) => p.selected = p.selected.saturating_sub(10),
-            Some(Action::PageDown) => p.selected = (p.selected + 10).min(n.saturating_sub(1)),
-            Some(Action::Accept) => {
-                if let Some((_, s)) = p.items.get(p.selected).cloned() {
+        let n = p.visible().len();
+        match (action, typed) {
+            (Some(Action::Close), _) => self.overlay = None,
+            (Some(Action::Up), _) => p.selected = p.selected.saturating_sub(1),
+            (Some(Action::Down), _) => p.selected = (p.selected + 1).min(n.saturating_sub(1)),
+            (Some(Action::PageUp), _) => p.selected = p.selected.saturating_sub(10),
+            (Some(Action::PageDown), _) => p.selected = (p.selected + 10).min(n.saturating_sub(1)),
+            (Some(Action::Backspace), _) => {
+                let before = p.current().map(|(_, s)| s.name.clone());
+                p.filter.pop();
+                p.refilter(before);
+            }
+            (Some(Action::Accept), _) => {
+                if let Some((_, s)) = p.current().cloned() {
                     if self.editor.modified && !p.confirm {
                         p.confirm = true;
                         return self.say(
@@ -863,16 +915,27 @@ impl App {
                             "unsaved changes: Enter again replaces them (^Z brings them back), Esc keeps them",
                         );
                     }
+                    self.samples_pos = Some(s.name.clone());
                     self.overlay = None;
                     self.load_sample(&s);
                 }
             }
-            Some(a) => self.global(a),
-            None => {}
+            (Some(a), _) => self.global(a),
+            (None, Some(c)) => {
+                let before = p.current().map(|(_, s)| s.name.clone());
+                if p.filter.chars().count() < 40 {
+                    p.filter.push(c);
+                }
+                p.refilter(before);
+            }
+            (None, None) => {}
         }
         if let Some(Overlay::Samples(p)) = &mut self.overlay {
             if !matches!(action, Some(Action::Accept)) {
                 p.confirm = false;
+            }
+            if let Some((_, s)) = p.current() {
+                self.samples_pos = Some(s.name.clone());
             }
         }
     }
@@ -1322,7 +1385,11 @@ impl App {
             }
             None => problems.push(self.no_samples_message()),
         }
-        self.overlay = Some(Overlay::Samples(SamplesPicker { items, selected: 0, problems, confirm: false }));
+        let mut p = SamplesPicker { items, selected: 0, problems, confirm: false, filter: String::new() };
+        if let Some(n) = &self.samples_pos {
+            p.select_name(n);
+        }
+        self.overlay = Some(Overlay::Samples(p));
     }
 
     /// F9: show the gauntlet view (a gauntlet starts only when asked: `r`).

@@ -204,7 +204,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Editor, K::Char('v'), CTRL, A::Paste, "^V", "paste (terminal paste works too)"),
     b!(Editor, K::Backspace, NONE, A::Backspace, "Bksp", "delete back (an indent at a time in leading spaces)"),
     b!(Editor, K::Delete, NONE, A::Delete, "Del", "delete forward"),
-    b!(Editor, K::Enter, NONE, A::Newline, "Enter", "new line, keeping the indentation"),
+    b!(Editor, K::Enter, NONE, A::Newline, "Enter", "new line, keeping the indentation (one level more after a line ending in ':')"),
     b!(Editor, K::Tab, NONE, A::Indent, "Tab", "indent (4 spaces, or the selected lines)"),
     b!(Editor, K::BackTab, SHIFT, A::Dedent, "S-Tab", "dedent the line or the selected lines"),
     // Output
@@ -278,6 +278,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Samples, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
     b!(Samples, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
     b!(Samples, K::Enter, NONE, A::Accept, "Enter", "load the sample into the editor", "load"),
+    b!(Samples, K::Backspace, NONE, A::Backspace, "Bksp", "delete a character of the filter (type to filter by name or what it tries)"),
     b!(Samples, K::Esc, NONE, A::Close, "Esc", "close", "close"),
     // Limits
     b!(Limits, K::Up, NONE, A::Up, "↑", "previous field"),

@@ -105,3 +105,95 @@ fn sparklines_scale_to_the_run_have_a_time_axis_or_say_there_is_too_little() {
     usage(&mut app, id, 60.0, 8 * 5 + 50, 14 << 20);
     assert_eq!(app.runs[&id].cpu_pct(), Some(100));
 }
+
+fn samples(dir: &std::path::Path) {
+    for (rel, name, tries) in [
+        ("benign/hello.py", "hello", "print a greeting"),
+        ("hostile/fork_bomb.py", "fork-bomb", "fork without end"),
+        ("hostile/memory_bomb.py", "memory-bomb", "allocate without end"),
+        ("hostile/net_loopback.py", "net-loopback", "connect to the host's loopback"),
+    ] {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, format!("# name: {name}\n# tries: {tries}\n# must: x\n# expect: *=ok\nprint(1)\n")).unwrap();
+    }
+}
+
+#[test]
+fn the_samples_picker_filters_as_you_type_and_reopens_where_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    samples(dir.path());
+    let mut app = ready_app();
+    app.samples_dirs = vec![dir.path().to_path_buf()];
+    app.update(key(KeyCode::F(2)));
+    sandbench::tui::headless::type_text(&mut app, "bomb");
+    let s = screen(&mut app, 100, 30);
+    assert!(s.contains("filter: bomb_"), "{s}");
+    assert!(s.contains("fork-bomb") && s.contains("memory-bomb") && !s.contains("net-loopback"), "{s}");
+    app.update(key(KeyCode::Down));
+    // Backspace widens the filter again and keeps the selection.
+    for _ in 0..4 {
+        app.update(key(KeyCode::Backspace));
+    }
+    let s = screen(&mut app, 100, 30);
+    assert!(s.contains("net-loopback") && s.contains("allocate without end"), "memory-bomb stays selected:\n{s}");
+    app.update(key(KeyCode::Esc));
+    // Reopened: on the same sample, not the first.
+    app.update(key(KeyCode::F(2)));
+    assert!(screen(&mut app, 100, 30).contains("allocate without end"));
+    app.update(key(KeyCode::Enter));
+    assert_eq!(app.label, "memory-bomb");
+    app.update(key(KeyCode::F(2)));
+    assert!(screen(&mut app, 100, 30).contains("allocate without end"), "after loading it too");
+    sandbench::tui::headless::type_text(&mut app, "zzz");
+    assert!(screen(&mut app, 100, 30).contains("no sample matches 'zzz'"));
+}
+
+#[test]
+fn output_search_highlights_the_matches_and_marks_the_current_one() {
+    let mut app = ready_app();
+    let id = started(&mut app);
+    let text = b"alpha\nbeta needle here\ngamma\n".to_vec();
+    app.update(Msg::Run(
+        id,
+        sandbench::event::RunEvent {
+            at_ms: 1.0,
+            kind: sandbench::event::EventKind::Output(sandbench::event::Stream::Stdout, text.clone()),
+        },
+    ));
+    app.update(ctrl('w'));
+    app.update(key(KeyCode::Char('/')));
+    sandbench::tui::headless::type_text(&mut app, "NEEDLE");
+    app.update(key(KeyCode::Enter));
+    let buf = sandbench::tui::headless::render(&mut app, 100, 30);
+    let text = sandbench::tui::headless::text(&buf);
+    let (y, row) = text.lines().enumerate().find(|(_, l)| l.contains("beta needle here")).expect("the line is shown");
+    let x = row.chars().position(|c| c == 'n').unwrap() as u16;
+    let cell = &buf[(x, y as u16)];
+    assert_eq!(cell.symbol(), "n");
+    assert_eq!(cell.bg, app.theme.ui.warn, "the match is highlighted");
+    assert_ne!(buf[(x - 2, y as u16)].bg, app.theme.ui.warn, "the rest of the line is not");
+    assert!(row.contains("▶beta") || row.contains("▶ beta"), "the current match is marked: {row:?}");
+}
+
+#[test]
+fn a_status_message_stays_with_its_view_and_the_save_prompt_names_the_directory() {
+    let mut app = ready_app();
+    app.update(key(KeyCode::F(9)));
+    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("r starts the gauntlet")));
+    app.update(key(KeyCode::Esc));
+    assert!(app.status.is_none(), "the gauntlet's hint does not follow into the editor: {:?}", app.status);
+    app.update(ctrl('s'));
+    let s = screen(&mut app, 120, 30);
+    let cwd = std::env::current_dir().unwrap().display().to_string();
+    assert!(s.contains(&format!("relative to {cwd}")), "{s}");
+    // Help says what Enter really does after a ':'.
+    app.update(key(KeyCode::Esc));
+    let help = sandbench::tui::keymap::help_sections();
+    let enter = help.iter().flat_map(|(_, v)| v).find(|(k, h)| *k == "Enter" && h.contains("new line")).unwrap();
+    assert!(enter.1.contains("one level more after a line ending in ':'"), "{enter:?}");
+    app.editor = sandbench::tui::editor::Editor::new("if x:");
+    app.update(key(KeyCode::End));
+    app.update(key(KeyCode::Enter));
+    assert_eq!(app.editor.text(), "if x:\n    ");
+}

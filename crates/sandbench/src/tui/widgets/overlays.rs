@@ -59,12 +59,21 @@ fn help(app: &App, f: &mut Frame, area: Rect, scroll: usize) {
 fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPicker) {
     let t = &app.theme;
     let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
-    let inner = popup(app, f, rect, " samples · Enter loads · Esc closes ");
+    let title = if p.filter.is_empty() {
+        " samples · type to filter · Enter loads · Esc closes ".to_string()
+    } else {
+        format!(" samples · filter: {}_ · Bksp · Enter loads · Esc closes ", p.filter)
+    };
+    let inner = popup(app, f, rect, &title);
     let list_w = (inner.width / 3).clamp(18, 30);
     let [left, right] = Layout::horizontal([Constraint::Length(list_w), Constraint::Min(10)]).areas(inner);
-    let items: Vec<ListItem> = p
-        .items
+    let visible = p.visible();
+    if visible.is_empty() && !p.items.is_empty() {
+        f.render_widget(Paragraph::new(Span::styled(format!("no sample matches '{}'", p.filter), t.dim())), left);
+    }
+    let items: Vec<ListItem> = visible
         .iter()
+        .map(|i| &p.items[*i])
         .map(|(group, s)| {
             let tag = if group == "hostile" {
                 Span::styled("☠ ", Style::new().fg(t.ui.violation))
@@ -84,7 +93,7 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPic
     for prob in &p.problems {
         lines.push(Line::from(Span::styled(prob.clone(), Style::new().fg(t.ui.warn))));
     }
-    if let Some((group, s)) = p.items.get(p.selected) {
+    if let Some((group, s)) = p.current() {
         let field = |k: &str, v: String| {
             Line::from(vec![Span::styled(format!("{k:<7}"), t.key()), Span::styled(v, Style::new().fg(t.ui.fg))])
         };
