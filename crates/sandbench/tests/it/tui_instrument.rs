@@ -197,3 +197,16 @@ fn a_status_message_stays_with_its_view_and_the_save_prompt_names_the_directory(
     app.update(key(KeyCode::Enter));
     assert_eq!(app.editor.text(), "if x:\n    ");
 }
+
+#[test]
+fn a_pids_violation_shows_the_pids_gauge_at_its_limit() {
+    use sandbench::event::{EventKind, RunEvent, Violation, ViolationKind};
+    let mut app = ready_app();
+    let id = started(&mut app);
+    // gVisor: the host sees one process, the loader inside saw the limit.
+    usage(&mut app, id, 5.0, 1, 4 << 20);
+    let v = Violation { kind: ViolationKind::Pids, at_ms: 30.0, detail: "pids limit 64 reached".into() };
+    app.update(Msg::Run(id, RunEvent { at_ms: 30.0, kind: EventKind::Violation(v) }));
+    let s = screen(&mut app, 120, 40);
+    assert!(s.contains("pids 64/64") && !s.contains("pids 1/64"), "{s}");
+}

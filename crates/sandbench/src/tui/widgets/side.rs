@@ -179,6 +179,13 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     let done = run.finished();
     let mem = if done { Some(run.peak_memory).filter(|m| *m > 0) } else { run.usage.memory_bytes };
     let pids = if done { run.peak_pids } else { run.usage.pids.unwrap_or(0) };
+    // A pids violation means the count reached the limit, whatever the
+    // samples saw (gVisor's processes are not visible to the host's cgroup).
+    let pids = if run.violations.iter().any(|v| v.kind == crate::event::ViolationKind::Pids) {
+        pids.max(run.limits.pids)
+    } else {
+        pids
+    };
     let mem_txt =
         format!("{} {:>4}", if done { "peak" } else { "mem " }, mem.map(short_size).unwrap_or_else(|| "—".into()));
     // A curve needs a few points: a run shorter than the sampling interval
