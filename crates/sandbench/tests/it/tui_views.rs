@@ -565,3 +565,27 @@ fn gauntlet_and_compare_views_draw_the_frontier() {
     assert!(s.contains("process 12 ms warm · 1/1 contained"), "{s}");
     insta::assert_snapshot!("frontier_compare_view", s);
 }
+
+#[test]
+fn the_gauntlet_view_draws_the_kept_gauntlets_frontier_before_any_run() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    let fork = sample("hostile/fork_bomb.py", FORK);
+    let v = Violation { kind: ViolationKind::Pids, at_ms: 31.0, detail: "pids limit 64 reached".into() };
+    let cell = gauntlet::judge(&fork, "process", report("process", Outcome::Violation, vec![v], ""), findings(&[]));
+    let lat = Latency { tier: "process".into(), start: "warm".into(), runs: 3, p50_ms: 48.0, p95_ms: 60.0 };
+    let m = Matrix {
+        tiers: vec!["process".into()],
+        skipped_tiers: vec![],
+        samples: vec!["fork-bomb".into()],
+        cells: vec![cell],
+        latency: vec![lat],
+        mismatches: 0,
+    };
+    app.update(Msg::SavedGauntlet(Box::new(m)));
+    app.update(key(KeyCode::F(9)));
+    assert!(app.take_effects().is_empty(), "nothing starts");
+    let s = screen(&mut app, 120, 36);
+    assert!(s.contains("no gauntlet yet") && s.contains("last gauntlet kept in the state dir"), "{s}");
+    assert!(s.contains("safety × latency") && s.contains("process 48 ms warm · 1/1 contained"), "{s}");
+}

@@ -158,7 +158,20 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
                 Span::styled(" goes back", t.dim()),
             ]),
         ];
-        f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
+        // The gauntlet kept from an earlier run still draws the frontier.
+        let (points, missing) = app.frontier();
+        if points.is_empty() || body.height < 14 {
+            f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
+        } else {
+            let mut hint = hint;
+            hint.push(Line::from(Span::styled(
+                "the frontier below is from the last gauntlet kept in the state dir (sandbench gauntlet or report)",
+                t.dim(),
+            )));
+            let [top, chart] = Layout::vertical([Constraint::Length(5), Constraint::Min(8)]).areas(body);
+            f.render_widget(Paragraph::new(hint).wrap(Wrap { trim: false }).block(pane(app, " gauntlet ", true)), top);
+            super::frontier::draw(app, f, chart, &points, &missing);
+        }
         return;
     };
     let l = layout(app, body);
