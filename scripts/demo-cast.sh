@@ -40,8 +40,13 @@ trap cleanup EXIT
 # The workbench writes ^P screens to its working directory.
 cp samples/benign/hello.py "$work/hello.py"
 cd "$work"
+# A tmux server started earlier has its own environment: pass sandbench's on.
+pass=()
+for v in SANDBENCH_STATE_DIR SANDBENCH_DATA_DIR SANDBENCH_CONFIG SANDBENCH_SAMPLES; do
+    if [ -n "${!v:-}" ]; then pass+=("$v=${!v}"); fi
+done
 tmux new-session -d -s "$session" -x 100 -y 30 \
-    "asciinema rec --quiet --overwrite --idle-time-limit 1.5 -c '$bin hello.py' '$work/demo.cast'"
+    "env ${pass[*]} asciinema rec --quiet --overwrite --idle-time-limit 1.5 -c '$bin hello.py' '$work/demo.cast'"
 
 # Wait until the screen shows $1 (at most $2 seconds, default 60).
 wait_for() {
@@ -62,7 +67,7 @@ keys F5                         # run hello on the process tier
 wait_for "ok · exit code 0"
 sleep 2
 keys F2                         # the samples picker, filtered
-for c in f o r k; do keys "$c"; done
+for c in f o r k - b; do keys "$c"; done
 keys Enter
 keys F5                         # a fork bomb, contained
 wait_for "violation"
@@ -73,8 +78,7 @@ keys C-p                        # the screen as SVG
 wait_for "screen saved as"
 sleep 2
 keys Escape
-keys C-q
-keys C-q                        # the fork bomb was loaded over the file: quit anyway
+keys C-q                        # quit (the loaded sample has no unsaved edits)
 for _ in $(seq 1 100); do
     tmux has-session -t "$session" 2>/dev/null || break
     sleep 0.2
