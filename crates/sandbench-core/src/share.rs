@@ -374,7 +374,7 @@ pub fn build(
     // A tier that was not available says so, not "no sample ran on it".
     for (t, why) in &mut missing {
         if let Some(f) = tiers.iter().find(|f| &f.tier == t && !f.available) {
-            *why = format!("unavailable: {}", f.summary);
+            why.clone_from(&f.summary);
         }
     }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -461,7 +461,7 @@ border-bottom:1px solid #d0d7de;padding-bottom:4px}table{border-collapse:collaps
 #bf8700}a.cell{color:inherit;text-decoration:none;display:block}pre{background:#f6f8fa;padding:6px;overflow:auto;\
 max-height:240px;white-space:pre-wrap;word-break:break-all;margin:4px 0}details{margin:4px 0;border:1px solid #d0d7de;\
 padding:4px 8px;border-radius:4px}summary{cursor:pointer}.grid{display:flex;flex-wrap:wrap;gap:12px}.matrix td{font-size:\
-12px;white-space:nowrap}.note{font-size:12px}";
+12px;min-width:90px}.scroll{overflow-x:auto}.note{font-size:12px}";
 
 /// The whole page.
 pub fn html(r: &Report) -> String {
@@ -575,7 +575,7 @@ host-side canaries, never by what the program says. Select a cell for its eviden
             int(&format!("{b}/degraded"), s.degraded),
         );
     }
-    h.push_str("</table>\n<table class=\"matrix\"><tr><th>program</th>");
+    h.push_str("</table>\n<div class=\"scroll\"><table class=\"matrix\"><tr><th>program</th>");
     for t in &m.tiers {
         let _ = write!(h, "<th>{}</th>", esc(t));
     }
@@ -608,7 +608,7 @@ host-side canaries, never by what the program says. Select a cell for its eviden
         }
         h.push_str("</tr>\n");
     }
-    h.push_str("</table>\n");
+    h.push_str("</table></div>\n");
     let _ = writeln!(
         h,
         "<p>{} of {} cells differ from what the samples declare (✗).</p>",
