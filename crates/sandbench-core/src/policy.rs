@@ -212,7 +212,7 @@ mod tests {
         let e = p.limits(&LimitRequest { memory: Some("1G".into()), ..Default::default() }).unwrap_err();
         assert!(e.contains("limits.memory 1G is above") && e.contains("512M") && e.contains("--max-memory"), "{e}");
         let e = p.limits(&LimitRequest { wall_time: Some("1h".into()), ..Default::default() }).unwrap_err();
-        assert!(e.contains("limits.wall_time") && e.contains("10 s"), "{e}");
+        assert!(e.contains("limits.wall_time") && e.contains("10s"), "{e}");
         let e = p.limits(&LimitRequest { pids: Some(10_000), ..Default::default() }).unwrap_err();
         assert!(e.contains("limits.pids"), "{e}");
         let e = p.limits(&LimitRequest { memory: Some("lots".into()), ..Default::default() }).unwrap_err();

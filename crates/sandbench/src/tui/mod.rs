@@ -16,10 +16,14 @@ pub mod gauntlet_view;
 pub mod headless;
 pub mod highlight;
 pub mod keymap;
+pub mod output_pane;
+pub mod overlays;
 pub mod run_view;
 pub mod runs_view;
 pub mod sanitize;
+pub mod scroll;
 pub mod theme;
+pub mod view;
 pub mod widgets;
 
 pub use event_loop::{bench_ui, run};
