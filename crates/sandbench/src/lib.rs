@@ -10,4 +10,5 @@ pub use sandbench_core::{
 
 pub mod cli;
 pub mod cmd;
+pub mod error;
 pub mod tui;
