@@ -19,8 +19,14 @@ pub fn which(cmd: &str) -> Option<PathBuf> {
     if cmd.contains('/') {
         return Path::new(cmd).is_file().then(|| PathBuf::from(cmd));
     }
-    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-    which_in(cmd, &format!("{path}:/usr/local/sbin:/usr/sbin:/sbin"))
+    // The search path, looked up once: this module is where sandbench asks
+    // the host (its PATH is the user's tools, not configuration).
+    static SEARCH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let search = SEARCH.get_or_init(|| {
+        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+        format!("{path}:/usr/local/sbin:/usr/sbin:/sbin")
+    });
+    which_in(cmd, search)
 }
 
 #[cfg(test)]

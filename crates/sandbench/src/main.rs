@@ -66,8 +66,8 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match own_tier {
-            Some(t) => sandbench::tier::reap_leftovers_of(&[t]).await,
-            None => sandbench::tier::reap_leftovers().await,
+            Some(t) => sandbench::tier::reap_leftovers_of(&[t], &config).await,
+            None => sandbench::tier::reap_leftovers(&config).await,
         }
         // The workbench owns its signals (it restores the terminal first);
         // every other command ends on SIGTERM/SIGHUP through the same

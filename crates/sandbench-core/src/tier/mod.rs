@@ -175,7 +175,7 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
         "gvisor" => Ok(Arc::new(docker::DockerTier::gvisor(config))),
         "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
         "microvm" => Ok(Arc::new(microvm::MicrovmTier::new(config))),
-        other => match peer::by_name(other).map_err(|e| anyhow::anyhow!(e))? {
+        other => match peer::by_name(other, &config.host).map_err(|e| anyhow::anyhow!(e))? {
             Some(t) => Ok(t),
             None => anyhow::bail!("unknown tier '{other}' (known: {})", known_names().join(", ")),
         },
@@ -233,30 +233,30 @@ pub async fn probe_selected(
 }
 
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
-pub async fn reap_leftovers() {
-    process::reap_leftovers();
-    docker::reap_leftovers().await;
+pub async fn reap_leftovers(config: &Config) {
+    process::reap_leftovers(&config.host);
+    docker::reap_leftovers(&config.host).await;
     microvm::reap_leftovers();
-    peer::reap_leftovers();
+    peer::reap_leftovers(&config.host);
 }
 
 /// Reap leftovers of the named tiers only. A one-shot command pays for its
 /// own tier's check, not for asking a Docker engine it will not use (~30 ms
 /// of `sandbench run --tier process`); other tiers' leftovers go at their
 /// next use or the next command that uses every tier (workbench, doctor).
-pub async fn reap_leftovers_of(names: &[String]) {
+pub async fn reap_leftovers_of(names: &[String], config: &Config) {
     let has = |n: &str| names.iter().any(|t| t == n);
     if has("process") {
-        process::reap_leftovers();
+        process::reap_leftovers(&config.host);
     }
     if has("docker") || has("gvisor") {
-        docker::reap_leftovers().await;
+        docker::reap_leftovers(&config.host).await;
     }
     if has("microvm") {
         microvm::reap_leftovers();
     }
     if names.iter().any(|n| !KNOWN.contains(&n.as_str())) {
-        peer::reap_leftovers();
+        peer::reap_leftovers(&config.host);
     }
 }
 

@@ -207,8 +207,8 @@ pub struct App {
     pub agent: AgentView,
     /// The run log as the runs view shows it (F11).
     pub runs_log: RunsView,
-    /// ANTHROPIC_API_KEY is in sandbench's environment (read at start: the
-    /// agent needs it; the gauntlet's secret-env canary looks for it).
+    /// ANTHROPIC_API_KEY is in sandbench's environment (from the config,
+    /// which read it at start): the agent needs it.
     pub api_key_set: bool,
 }
 
@@ -240,7 +240,7 @@ impl App {
             output: OutputPane::default(),
             status: None,
             clipboard: String::new(),
-            samples_dirs: default_samples_dirs(),
+            samples_dirs: default_samples_dirs(None),
             effects: vec![],
             quitting: false,
             quit_armed: false,
@@ -254,7 +254,7 @@ impl App {
             saved_gauntlet: None,
             agent: AgentView::new(),
             runs_log: RunsView::default(),
-            api_key_set: std::env::var(crate::gauntlet::canary::SECRET_VAR).is_ok_and(|k| !k.trim().is_empty()),
+            api_key_set: false,
         }
     }
 
@@ -1254,13 +1254,11 @@ impl App {
     }
 }
 
-/// Where the samples picker looks: `$SANDBENCH_SAMPLES`, `./samples`, next
-/// to the binary's checkout, the source tree it was built from.
-pub fn default_samples_dirs() -> Vec<PathBuf> {
-    let mut v = vec![];
-    if let Some(p) = std::env::var_os("SANDBENCH_SAMPLES") {
-        v.push(PathBuf::from(p));
-    }
+/// Where the samples picker looks: `first` (`$SANDBENCH_SAMPLES`, from the
+/// config), `./samples`, next to the binary's checkout, the source tree it
+/// was built from.
+pub fn default_samples_dirs(first: Option<&Path>) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = first.map(Path::to_path_buf).into_iter().collect();
     if let Ok(cwd) = std::env::current_dir() {
         v.push(cwd.join("samples"));
     }

@@ -156,8 +156,8 @@ impl Engine {
                 }
                 let stop = CancellationToken::new();
                 self.cancels.insert(id, stop.clone());
-                // The secret canary's value, to keep it off the screen.
-                let secret = std::env::var(crate::gauntlet::canary::SECRET_VAR).ok().filter(|s| !s.is_empty());
+                // The user's own key (if any), to keep it off the screen.
+                let secret = self.config.env.anthropic_api_key.clone();
                 let (gtx, mut grx) = mpsc::channel(16);
                 let task = tokio::spawn(crate::gauntlet::run_until(
                     tiers,

@@ -224,12 +224,14 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
     let names: Vec<String> = tier::known_names();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut app = App::new(theme, &refs, &config.default_tier, config.limits.clone());
+    app.api_key_set = config.env.anthropic_api_key.is_some();
+    app.samples_dirs = super::app::default_samples_dirs(config.host.samples_dir.as_deref());
     if let Some(f) = &file {
         app.open(f).map_err(|e| usage(format!("{e:#}")))?;
     }
     if let Some(d) = &config.samples_dir {
         // $SANDBENCH_SAMPLES (first when set) still wins over the config.
-        let at = usize::from(std::env::var_os("SANDBENCH_SAMPLES").is_some());
+        let at = usize::from(config.host.samples_dir.is_some());
         app.samples_dirs.insert(at, d.clone());
     }
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
