@@ -48,9 +48,9 @@ fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
 
 impl RunDir {
     pub fn create(base: &Path, peer: &str, spec: &RunSpec, who: &RunAs, disk_bytes: u64) -> anyhow::Result<RunDir> {
-        fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+        fs::create_dir_all(base).with_context(|| format!("cannot create {}", base.display()))?;
         // The peer user must be able to walk in; nobody else may write.
-        fs::set_permissions(&base, fs::Permissions::from_mode(0o755))?;
+        fs::set_permissions(base, fs::Permissions::from_mode(0o755))?;
         // Named by the owner token: its held lock proves the run alive (see `owner`).
         let token = crate::owner::token()?;
         let root = base.join(format!("{token}-{}-{peer}", SEQ.fetch_add(1, Ordering::Relaxed)));

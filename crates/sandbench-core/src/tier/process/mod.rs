@@ -146,7 +146,7 @@ impl ProcessTier {
         let exe = &host.exe;
         let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
         let wfd = status_w.as_raw_fd();
-        let mut cmd = Command::new(&exe);
+        let mut cmd = Command::new(exe);
         cmd.arg("__sandbox")
             .env_clear()
             .stdin(std::process::Stdio::piped())
