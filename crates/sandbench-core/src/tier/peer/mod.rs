@@ -101,11 +101,7 @@ fn outer_layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
     })
 }
 
-/// Look a command up on PATH (then the usual bin folders, where npm and pip
-/// put tools), or take it as a path.
-pub fn which(cmd: &str) -> Option<PathBuf> {
-    crate::host::which(cmd).or_else(|| crate::host::which_in(cmd, "/usr/local/bin:/usr/bin:/bin"))
-}
+use crate::host::which;
 
 /// Who the wrapper runs as: the peer account as root, else the caller.
 #[derive(Debug, Clone)]
