@@ -185,8 +185,8 @@ pub struct MicrovmConfig {
     pub modules_dir: Option<PathBuf>,
     /// The QEMU binary.
     pub qemu: String,
-    /// "auto" (KVM when a probe guest boots, else TCG), "kvm" or "tcg".
-    pub accel: String,
+    /// KVM when a probe guest boots, else TCG; or one of them, unprobed.
+    pub accel: AccelSetting,
     /// Pre-booted, single-use guests kept ready in a long-lived sandbench.
     pub pool_size: usize,
     /// Guest memory on top of the run's memory limit (kernel, agent, page cache).
@@ -206,7 +206,7 @@ impl Default for MicrovmConfig {
             kernel: None,
             modules_dir: None,
             qemu: "qemu-system-x86_64".into(),
-            accel: "auto".into(),
+            accel: AccelSetting::Auto,
             pool_size: 2,
             overhead_bytes: 192 << 20,
             snapshot: true,
@@ -214,6 +214,17 @@ impl Default for MicrovmConfig {
             suite: "bookworm".into(),
         }
     }
+}
+
+/// `[microvm] accel`: a typo is an error naming the choices, not "auto".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum AccelSetting {
+    #[default]
+    Auto,
+    Kvm,
+    Tcg,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -361,6 +372,8 @@ mod tests {
         assert!(e.contains("memroy_bytes"), "{e}");
         let e = toml::from_str::<Config>("defualt_tier = \"docker\"\n").unwrap_err().to_string();
         assert!(e.contains("defualt_tier"), "{e}");
+        let e = toml::from_str::<Config>("[microvm]\naccel = \"kvmm\"\n").unwrap_err().to_string();
+        assert!(e.contains("kvmm") && e.contains("tcg"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 /// Languages a sandbox knows how to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Language {
     Python,
     Sh,
@@ -20,10 +22,7 @@ impl Language {
     pub const ALL: [Language; 2] = [Language::Python, Language::Sh];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Language::Python => "python",
-            Language::Sh => "sh",
-        }
+        self.into()
     }
 
     /// File name the program gets inside the sandbox.
