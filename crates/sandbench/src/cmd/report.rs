@@ -69,7 +69,7 @@ pub async fn run(args: ReportArgs, config: &Config) -> anyhow::Result<i32> {
             }
         }
         None => {
-            let sdir = args.samples.clone().unwrap_or_else(samples::default_dir);
+            let sdir = args.samples.clone().unwrap_or_else(|| samples::default_dir(&config.host));
             let all = samples::load_dir(&sdir).map_err(|e| usage(format!("{e:#}")))?;
             if all.is_empty() {
                 return Err(usage(format!("no samples in {}", sdir.display())));
@@ -93,7 +93,7 @@ pub async fn run(args: ReportArgs, config: &Config) -> anyhow::Result<i32> {
             let m = gauntlet::run(ready.clone(), skipped.clone(), all, gauntlet::default_limits(), 3, Some(tx)).await;
             let _ = printer.await;
             // The report shows what was kept: outputs cut, the host's secret redacted.
-            let secret = std::env::var(gauntlet::canary::SECRET_VAR).ok();
+            let secret = config.env.anthropic_api_key.clone();
             state::save_gauntlet_in(&dir, &m, secret.as_deref())?;
             let s = state::load_gauntlet_in(&dir)?
                 .ok_or_else(|| anyhow::anyhow!("the gauntlet just saved in {} is gone", dir.display()))?;

@@ -85,26 +85,23 @@ pub fn entries() -> Result<&'static [Entry], String> {
 }
 
 /// The named peer, if there is one.
-pub fn by_name(name: &str) -> Result<Option<Arc<dyn Tier>>, String> {
+pub fn by_name(name: &str, env: &crate::config::HostEnv) -> Result<Option<Arc<dyn Tier>>, String> {
     let all = registry().as_ref().map_err(Clone::clone)?;
-    Ok(all.iter().find(|e| e.profile.name == name).map(|e| Arc::new(PeerTier::new(e)) as Arc<dyn Tier>))
+    Ok(all.iter().find(|e| e.profile.name == name).map(|e| Arc::new(PeerTier::new(e, env)) as Arc<dyn Tier>))
 }
 
-fn outer_layout() -> &'static Result<Layout, String> {
+/// The cgroup layout of the outer cgroups, detected once.
+fn outer_layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
     static L: OnceLock<Result<Layout, String>> = OnceLock::new();
     L.get_or_init(|| {
-        if !nix::unistd::geteuid().is_root() && std::env::var_os("SANDBENCH_TRY_USER_CGROUP").is_none() {
+        if !nix::unistd::geteuid().is_root() && !try_user_cgroup {
             return Err("sandbench is not root: it cannot create the outer cgroup a peer runs in".into());
         }
         cgroup::detect()
     })
 }
 
-/// Look a command up on PATH (then the usual bin folders, where npm and pip
-/// put tools), or take it as a path.
-pub fn which(cmd: &str) -> Option<PathBuf> {
-    crate::host::which(cmd).or_else(|| crate::host::which_in(cmd, "/usr/local/bin:/usr/bin:/bin"))
-}
+use crate::host::which;
 
 /// Who the wrapper runs as: the peer account as root, else the caller.
 #[derive(Debug, Clone)]
@@ -164,11 +161,20 @@ pub struct PeerTier {
     profile: &'static Profile,
     source: &'static str,
     version: OnceLock<String>,
+    try_user_cgroup: bool,
+    /// Where run folders go (`rundir::base`).
+    runs: PathBuf,
 }
 
 impl PeerTier {
-    fn new(e: &'static Entry) -> PeerTier {
-        PeerTier { profile: &e.profile, source: &e.source, version: OnceLock::new() }
+    fn new(e: &'static Entry, env: &crate::config::HostEnv) -> PeerTier {
+        PeerTier {
+            profile: &e.profile,
+            source: &e.source,
+            version: OnceLock::new(),
+            try_user_cgroup: env.try_user_cgroup,
+            runs: rundir::base(env),
+        }
     }
 
     pub fn tool_path(&self) -> Option<PathBuf> {
@@ -264,7 +270,7 @@ impl PeerTier {
             Ok(r) => checks.push(Check::ok("user", format!("runs as {} (uid {})", r.user, r.uid))),
             Err(e) => checks.push(Check::fail("user", e, "sandbench setup peers")),
         }
-        match outer_layout() {
+        match outer_layout(self.try_user_cgroup) {
             Ok(l) => checks.push(Check::ok(
                 "outer net",
                 format!("cgroup {} around every run", if l.version() == cgroup::Version::V1 { "v1" } else { "v2" }),
@@ -287,7 +293,13 @@ impl PeerTier {
             // The honest test: a trivial program through the real wrapper.
             let mut spec = RunSpec::new(Language::Sh, "echo peer-probe-ok\n");
             spec.label = "doctor probe".into();
-            let me = PeerTier { profile: self.profile, source: self.source, version: OnceLock::new() };
+            let me = PeerTier {
+                profile: self.profile,
+                source: self.source,
+                version: OnceLock::new(),
+                try_user_cgroup: self.try_user_cgroup,
+                runs: self.runs.clone(),
+            };
             let r = crate::runner::run(Arc::new(me), spec).await;
             if r.outcome == crate::report::Outcome::Ok && r.exit.code == Some(0) && r.stdout.contains("peer-probe-ok") {
                 checks.push(Check::ok("sandbox", format!("a trivial program ran ({:.0} ms)", r.timings_ms.total)));
@@ -323,15 +335,15 @@ impl PeerTier {
         let limits = spec.limits.clone();
         let tool = self.tool_path().ok_or_else(|| anyhow!("{} is not installed: {}", p.tool, p.install))?;
         let who = run_as().map_err(|e| anyhow!(e))?;
-        let layout = outer_layout()
+        let layout = outer_layout(self.try_user_cgroup)
             .as_ref()
             .map_err(|e| anyhow!("no outer cgroup for the {} peer ({e}); peers run only inside one", p.name))?;
         let interp = interpreter(spec.language)
             .ok_or_else(|| anyhow!("{} is not installed on the host", spec.language.interpreter()[0]))?;
         let version = self.version().await;
 
-        let dir =
-            RunDir::create(&p.name, &spec, &who, limits.disk_bytes).context("cannot prepare the run's folders")?;
+        let dir = RunDir::create(&self.runs, &p.name, &spec, &who, limits.disk_bytes)
+            .context("cannot prepare the run's folders")?;
         let cx = Context {
             tool: tool.display().to_string(),
             run: dir.root.clone(),
@@ -620,8 +632,8 @@ async fn pump<R: AsyncRead + Unpin>(
 }
 
 /// Remove run folders of sandbench processes that are gone (their lock is free).
-pub fn reap_leftovers() {
-    let n = rundir::reap();
+pub fn reap_leftovers(env: &crate::config::HostEnv) {
+    let n = rundir::reap(&rundir::base(env));
     if n > 0 {
         tracing::info!("reaped {n} leftover peer run folder(s)");
     }

@@ -22,12 +22,12 @@ use crate::spec::RunSpec;
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Where run folders go.
-pub fn base() -> PathBuf {
+pub fn base(env: &crate::config::HostEnv) -> PathBuf {
     if nix::unistd::geteuid().is_root() {
         return PathBuf::from("/run/sandbench-peers");
     }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) => PathBuf::from(d).join("sandbench-peers"),
+    match &env.runtime_dir {
+        Some(d) => d.join("sandbench-peers"),
         None => std::env::temp_dir().join(format!("sandbench-peers-{}", nix::unistd::getuid())),
     }
 }
@@ -47,11 +47,10 @@ fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
 }
 
 impl RunDir {
-    pub fn create(peer: &str, spec: &RunSpec, who: &RunAs, disk_bytes: u64) -> anyhow::Result<RunDir> {
-        let base = base();
-        fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+    pub fn create(base: &Path, peer: &str, spec: &RunSpec, who: &RunAs, disk_bytes: u64) -> anyhow::Result<RunDir> {
+        fs::create_dir_all(base).with_context(|| format!("cannot create {}", base.display()))?;
         // The peer user must be able to walk in; nobody else may write.
-        fs::set_permissions(&base, fs::Permissions::from_mode(0o755))?;
+        fs::set_permissions(base, fs::Permissions::from_mode(0o755))?;
         // Named by the owner token: its held lock proves the run alive (see `owner`).
         let token = crate::owner::token()?;
         let root = base.join(format!("{token}-{}-{peer}", SEQ.fetch_add(1, Ordering::Relaxed)));
@@ -140,8 +139,8 @@ impl Drop for RunDir {
 
 /// Remove run folders whose owner is provably dead (see `owner`). A live
 /// sandbench, in whatever pid namespace, holds its owner lock.
-pub fn reap() -> usize {
-    let Ok(rd) = fs::read_dir(base()) else { return 0 };
+pub fn reap(base: &Path) -> usize {
+    let Ok(rd) = fs::read_dir(base) else { return 0 };
     let mut sweep = crate::owner::Sweep::new();
     let mut n = 0;
     for e in rd.flatten() {

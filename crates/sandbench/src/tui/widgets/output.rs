@@ -25,7 +25,8 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         f.render_widget(Paragraph::new(hint).block(block), area);
         return;
     };
-    let mut title = format!(" output · {} · {} ", run.tier, if app.follow { "following" } else { "scrolled" });
+    let mut title =
+        format!(" output · {} · {} ", run.tier, if app.output.scroll.follows() { "following" } else { "scrolled" });
     if run.lines.dropped > 0 {
         title.push_str(&format!("· {} dropped ", run.lines.dropped));
     }
@@ -37,15 +38,15 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let partials: Vec<OutLine> = run.partials().collect();
     let all = run.lines.iter().chain(partials.iter());
     // The search's matches are highlighted, the current match's line marked.
-    let query: Option<Vec<char>> = app.search.as_ref().map(|q| lower(q)).filter(|q| !q.is_empty());
+    let query: Option<Vec<char>> = app.output.search.as_ref().map(|q| lower(q)).filter(|q| !q.is_empty());
     let first = run.lines.dropped + top as u64;
     let lines: Vec<Line> = all
         .skip(top)
         .take(rows)
         .enumerate()
         .map(|(i, l)| {
-            let current = app.found == Some(first + i as u64);
-            render_marked(app, l, app.hscroll, inner.width as usize, query.as_deref(), current)
+            let current = app.output.found == Some(first + i as u64);
+            render_marked(app, l, app.output.hscroll, inner.width as usize, query.as_deref(), current)
         })
         .collect();
     f.render_widget(Paragraph::new(lines), inner);
