@@ -10,29 +10,15 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use sandbench_core::compare::TierSummary;
-use sandbench_core::stats::histogram;
 
 use super::{bold, pane};
 use crate::tui::app::App;
 use crate::tui::run_view::fmt_ms;
 
-/// Text lines of `samples` as a histogram `width` columns wide, at most
-/// `rows` bins. Fewer than two samples: a line saying so.
+/// Text lines of `samples` as a histogram (the engine's, shared with
+/// `sandbench compare`'s text output).
 pub fn lines(samples: &[f64], rows: usize, width: usize) -> Vec<String> {
-    if samples.len() < 2 {
-        return vec![format!("{} run(s): + adds rounds, r reruns", samples.len())];
-    }
-    let bins = histogram(samples, rows.clamp(1, 12));
-    let max = bins.iter().map(|b| b.count).max().unwrap_or(1).max(1);
-    let cw = bins.iter().map(|b| b.count.to_string().len()).max().unwrap_or(1);
-    bins.iter()
-        .map(|b| {
-            let label = format!("{:>8} [{:>cw$}] ", fmt_ms(b.lo_ms), b.count);
-            let room = width.saturating_sub(label.chars().count()).max(1);
-            let n = (b.count * room).div_ceil(max).min(room);
-            format!("{label}{}", "■".repeat(n))
-        })
-        .collect()
+    sandbench_core::compare::histogram_lines(samples, rows, width)
 }
 
 /// One panel per tier, as many side by side as fit at 30 columns each.
@@ -80,6 +66,6 @@ mod tests {
         assert!(l[3].contains("[1] ■"), "{l:?}");
         // The fullest bin fills the row.
         assert_eq!(l[0].chars().count(), 30, "{l:?}");
-        assert!(lines(&[5.0], 4, 30)[0].starts_with("1 run(s)"));
+        assert!(lines(&[5.0], 4, 30)[0].starts_with("1 run(s): repeat"));
     }
 }
