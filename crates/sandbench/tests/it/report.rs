@@ -178,3 +178,18 @@ fn report_page_and_json_agree_in_a_real_browser() {
         assert!(shown.iter().any(|(p, _, _)| p == must), "{must} is not shown");
     }
 }
+
+#[test]
+fn report_refuses_bad_input_in_one_line() {
+    for (args, want) in [
+        (&["report", "--tiers", "nosuch"][..], "unknown tier 'nosuch'"),
+        (&["report", "--repeat", "0"][..], "--repeat"),
+        (&["report", "--format", "pdf"][..], "--format"),
+    ] {
+        let out = Command::new(bin()).args(args).stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
