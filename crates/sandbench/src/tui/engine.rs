@@ -27,19 +27,35 @@ pub struct Engine {
     /// Probes, signals, the log: small and rare.
     pub ctl_tx: mpsc::UnboundedSender<Msg>,
     cancels: HashMap<u64, CancellationToken>,
+    /// One instance of each tier for the whole session: its warm pool or
+    /// spare sandbox lives in the instance, so a fresh instance per run
+    /// started every run cold (11 of 11 process runs and 4 of 4 docker runs
+    /// in a workbench session were cold before).
+    tiers: HashMap<String, Arc<dyn tier::Tier>>,
 }
 
 impl Engine {
     pub fn new(config: &Config, run_tx: mpsc::Sender<Msg>, ctl_tx: mpsc::UnboundedSender<Msg>) -> Engine {
-        Engine { config: config.clone(), run_tx, ctl_tx, cancels: HashMap::new() }
+        Engine { config: config.clone(), run_tx, ctl_tx, cancels: HashMap::new(), tiers: HashMap::new() }
     }
 
-    pub fn probe_all(&self, names: &[String]) {
+    /// The session's instance of the named tier.
+    fn tier(&mut self, name: &str) -> anyhow::Result<Arc<dyn tier::Tier>> {
+        if let Some(t) = self.tiers.get(name) {
+            return Ok(t.clone());
+        }
+        let t = tier::by_name(name, &self.config)?;
+        self.tiers.insert(name.to_string(), t.clone());
+        Ok(t)
+    }
+
+    pub fn probe_all(&mut self, names: &[String]) {
         for name in names {
-            let (name, config, tx) = (name.clone(), self.config.clone(), self.ctl_tx.clone());
+            let found = self.tier(name);
+            let (name, tx) = (name.clone(), self.ctl_tx.clone());
             let all = self.config.prewarm == crate::config::Prewarm::All;
             tokio::spawn(async move {
-                let t = match tier::by_name(&name, &config) {
+                let t = match found {
                     Ok(t) => t,
                     Err(e) => {
                         let avail = tier::Availability {
@@ -109,7 +125,7 @@ impl Engine {
         match e {
             Effect::Start { id, tier: name, spec } => {
                 tracing::info!(id, tier = %name, label = %spec.label, "tui run start");
-                let tier = match tier::by_name(&name, &self.config) {
+                let tier = match self.tier(&name) {
                     Ok(t) => t,
                     Err(e) => {
                         let _ = self.ctl_tx.send(Msg::Finished(id, failed(&name, &spec, format!("{e:#}"))));
@@ -139,7 +155,7 @@ impl Engine {
                 if self.config.prewarm == crate::config::Prewarm::None {
                     return;
                 }
-                if let Ok(t) = tier::by_name(&name, &self.config) {
+                if let Ok(t) = self.tier(&name) {
                     tracing::info!(tier = %name, "tui prewarm");
                     tokio::spawn(async move { t.prewarm().await });
                 }
@@ -153,7 +169,7 @@ impl Engine {
                 tracing::info!(id, tiers = ?names, samples = samples.len(), "tui gauntlet start");
                 let mut tiers = vec![];
                 for name in names {
-                    match tier::by_name(&name, &self.config) {
+                    match self.tier(&name) {
                         Ok(t) => tiers.push(t),
                         Err(e) => skipped.push((name, format!("{e:#}"))),
                     }
@@ -229,8 +245,8 @@ impl Engine {
                         },
                     )
                 };
-                let opts = tier::by_name(&name, &self.config)
-                    .and_then(|t| crate::agent::AgentOptions::from_config(t, limits, &self.config));
+                let opts =
+                    self.tier(&name).and_then(|t| crate::agent::AgentOptions::from_config(t, limits, &self.config));
                 let opts = match opts {
                     Ok(o) => o,
                     Err(e) => {

@@ -210,3 +210,38 @@ fn a_pids_violation_shows_the_pids_gauge_at_its_limit() {
     let s = screen(&mut app, 120, 40);
     assert!(s.contains("pids 64/64") && !s.contains("pids 1/64"), "{s}");
 }
+
+#[test]
+fn the_workbench_keeps_one_tier_instance_so_later_runs_are_warm() {
+    if !crate::support::docker_common::tier_ready("process") {
+        return;
+    }
+    let mut app = App::new(Theme::dark(), &["process"], "process", Limits::default());
+    app.live_clock = false;
+    let mut starts: Vec<String> = vec![];
+    let mut asked = 0;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let config = crate::support::common::config();
+    rt.block_on(async {
+        // run_headless does not probe: the test does, as the loop would.
+        let a = sandbench::tier::by_name("process", &config).unwrap().probe().await;
+        app.update(Msg::Probed(a));
+        let run = sandbench::tui::event_loop::run_headless(&config, &mut app, 100, 30, |app: &mut App| {
+            let ready = app.tiers[0].avail.as_ref().is_some_and(|a| a.available);
+            if let Some(r) = app.current_run().and_then(|r| r.report.as_ref()) {
+                if starts.len() < asked {
+                    starts.push(r.details["start"].as_str().unwrap_or("?").to_string());
+                }
+            }
+            if ready && !app.busy() && starts.len() == asked && asked < 6 {
+                asked += 1;
+                app.update(key(KeyCode::F(5)));
+            }
+            starts.len() == 6 || starts.iter().skip(1).any(|s| s == "warm")
+        });
+        tokio::time::timeout(Duration::from_secs(120), run).await.expect("three runs end").expect("the loop runs");
+    });
+    // The first is cold; once the spare sandbox made after it is ready, a
+    // run takes it (a fresh tier per run made every run cold).
+    assert!(starts.iter().skip(1).any(|s| s == "warm"), "{starts:?}");
+}
