@@ -194,6 +194,12 @@ pub trait Tier: Send + Sync {
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
+    /// What this instance holds warm right now (a spare sandbox, a pool's
+    /// containers or guests), in a few words, for the workbench's tier pane;
+    /// `None` for a tier that keeps nothing warm.
+    fn warm(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Build the named tier.

@@ -59,6 +59,8 @@ pub enum Msg {
     Agent(u64, crate::agent::TranscriptEvent),
     /// The gauntlet kept from an earlier session (the frontier shows it).
     SavedGauntlet(Box<crate::gauntlet::Matrix>),
+    /// What a tier holds warm now (its spare sandbox or pool), when it changed.
+    Warm(String, Option<String>),
     /// New entries of the run log (from any sandbench process).
     LogEntries(Vec<crate::runlog::Entry>),
     /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
@@ -105,6 +107,8 @@ pub struct TierEntry {
     pub name: String,
     /// `None` while the probe runs.
     pub avail: Option<Availability>,
+    /// What it holds warm now ("2 of 2 warm container(s) ready").
+    pub warm: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,7 +222,8 @@ pub struct App {
 
 impl App {
     pub fn new(theme: Theme, tiers: &[&str], default_tier: &str, limits: Limits) -> App {
-        let tiers: Vec<TierEntry> = tiers.iter().map(|n| TierEntry { name: n.to_string(), avail: None }).collect();
+        let tiers: Vec<TierEntry> =
+            tiers.iter().map(|n| TierEntry { name: n.to_string(), avail: None, warm: None }).collect();
         let tier = tiers.iter().position(|t| t.name == default_tier).unwrap_or(0);
         App {
             theme,
@@ -378,6 +383,11 @@ impl App {
             }
             Msg::Terminate => self.quit(true),
             Msg::SavedGauntlet(m) => self.saved_gauntlet = Some(m),
+            Msg::Warm(tier, what) => {
+                if let Some(t) = self.tiers.iter_mut().find(|t| t.name == tier) {
+                    t.warm = what;
+                }
+            }
             Msg::LogEntries(entries) => self.runs_log.add(entries),
             Msg::Gauntlet(id, ev) => self.on_gauntlet_event(id, ev),
             Msg::GauntletCell(id, cv) => {

@@ -17,6 +17,8 @@ use crate::{runner, tier};
 
 /// How often the runs view looks for runs other processes logged.
 const LOG_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often the tier pane's "warm" line is refreshed.
+const WARM_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 /// Bytes of each stream a workbench run's report keeps (the run log keeps 8 KiB).
 const REPORT_KEEPS: usize = 64 << 10;
 /// Runs and probes: the only part that touches tiers.
@@ -46,7 +48,27 @@ impl Engine {
         }
         let t = tier::by_name(name, &self.config)?;
         self.tiers.insert(name.to_string(), t.clone());
+        self.watch_warm(t.clone());
         Ok(t)
+    }
+
+    /// Tell the app what `t` holds warm, whenever that changes (the tier
+    /// pane shows it), until the app is gone.
+    fn watch_warm(&self, t: Arc<dyn tier::Tier>) {
+        let tx = self.ctl_tx.clone();
+        tokio::spawn(async move {
+            let mut last: Option<Option<String>> = None;
+            while !tx.is_closed() {
+                let now = t.warm();
+                if last.as_ref() != Some(&now) {
+                    if tx.send(Msg::Warm(t.name().to_string(), now.clone())).is_err() {
+                        return;
+                    }
+                    last = Some(now);
+                }
+                tokio::time::sleep(WARM_POLL).await;
+            }
+        });
     }
 
     pub fn probe_all(&mut self, names: &[String]) {

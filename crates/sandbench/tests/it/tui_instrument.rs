@@ -244,4 +244,10 @@ fn the_workbench_keeps_one_tier_instance_so_later_runs_are_warm() {
     // The first is cold; once the spare sandbox made after it is ready, a
     // run takes it (a fresh tier per run made every run cold).
     assert!(starts.iter().skip(1).any(|s| s == "warm"), "{starts:?}");
+    // The tier pane says what the tier holds warm.
+    let warm = app.tiers[0].warm.clone().unwrap_or_default();
+    assert!(warm.contains("spare sandbox"), "{warm:?}");
+    app.status = None;
+    let s = screen(&mut app, 120, 40);
+    assert!(s.contains(&format!("warm: {}", &warm[..warm.len().min(20)])), "{s}");
 }

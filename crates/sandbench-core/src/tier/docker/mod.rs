@@ -284,6 +284,14 @@ impl Tier for DockerTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
+    fn warm(&self) -> Option<String> {
+        if self.cfg.pool_size == 0 {
+            return None;
+        }
+        let ready = self.pool.get().map_or(0, |p| p.ready());
+        Some(format!("{ready} of {} warm container(s) ready", self.cfg.pool_size))
+    }
+
     /// Fill the warm pool for runs with the configured limits (a run with
     /// other limits starts cold and the pool follows it).
     fn prewarm(&self) -> BoxFuture<'_, ()> {

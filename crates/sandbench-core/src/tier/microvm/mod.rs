@@ -138,6 +138,15 @@ impl Tier for MicrovmTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
+    fn warm(&self) -> Option<String> {
+        if self.cfg.pool_size == 0 {
+            return None;
+        }
+        // The guest pool is the process's (one per sandbench).
+        let ready = pool::Pool::current().map_or(0, |p| p.ready_count());
+        Some(format!("{ready} of {} warm guest(s) ready", self.cfg.pool_size))
+    }
+
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             if let Err(e) = MicrovmTier::prewarm(self).await {

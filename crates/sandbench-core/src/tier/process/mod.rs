@@ -246,6 +246,18 @@ impl Tier for ProcessTier {
         "process"
     }
 
+    fn warm(&self) -> Option<String> {
+        if !self.keep_spare {
+            return None;
+        }
+        let ready = self.spare.lock().ok().is_some_and(|mut s| s.as_mut().is_some_and(|l| l.alive()));
+        Some(if ready {
+            "1 spare sandbox ready".into()
+        } else {
+            "no spare sandbox ready (one is made after a run)".into()
+        })
+    }
+
     fn max_limits(&self) -> LimitMaxima {
         host_maxima()
     }

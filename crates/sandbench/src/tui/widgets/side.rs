@@ -43,6 +43,9 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
     let mut lines = vec![];
     if let Some(a) = &app.selected_tier().avail {
         lines.push(Line::from(Span::styled(a.summary.clone(), t.dim())));
+        if let (true, Some(w)) = (a.available, &app.selected_tier().warm) {
+            lines.push(Line::from(vec![Span::styled("warm: ", t.key()), Span::styled(w.clone(), t.dim())]));
+        }
         if !a.available {
             if let Some(c) = a.checks.iter().find(|c| !c.ok) {
                 lines.push(Line::from(Span::styled(format!("{}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
