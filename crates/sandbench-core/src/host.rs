@@ -30,6 +30,15 @@ pub fn which(cmd: &str) -> Option<PathBuf> {
     which_in(cmd, search)
 }
 
+/// `n` random bytes from the kernel, as hex: nonces and tokens. Failing to
+/// read them is an error for the caller to report, never a zero fallback.
+pub fn random_hex(n: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,5 +48,12 @@ mod tests {
         assert!(which_in("sh", "/usr/bin:/bin").is_some());
         assert!(which_in("passwd", "/etc").is_none(), "a plain file is not a command");
         assert!(which_in("sh", "relative:dirs").is_none());
+    }
+
+    #[test]
+    fn random_hex_is_fresh_each_time() {
+        let (a, b) = (random_hex(16).unwrap(), random_hex(16).unwrap());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
     }
 }
