@@ -387,7 +387,7 @@ pub struct LogArgs {
     /// Only runs since this long ago (30m, 2h, 7d) or this UTC time (2026-12-01T10:00:00Z).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
-    /// Only runs from this front end: run, compare, gauntlet, agent, mcp, tui.
+    /// Only runs from this front end: run, compare, gauntlet, report, agent, mcp, tui.
     #[arg(long, value_name = "NAME")]
     pub front_end: Option<String>,
     /// Only the last N matching runs.
