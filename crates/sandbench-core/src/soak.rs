@@ -307,7 +307,11 @@ pub async fn leftovers() -> Leftovers {
     let mut l = Leftovers { cgroups: cgroups.len(), ..Default::default() };
     l.containers = crate::tier::docker::owned_containers(token).await.map(|v| v.len());
     l.qemu = crate::tier::microvm::vm::owned_qemu(token).len();
-    let mut dirs = vec![crate::tier::microvm::artefacts::paths().runs, crate::tier::peer::rundir::base()];
+    let mut dirs = vec![
+        crate::tier::microvm::artefacts::paths().runs,
+        crate::tier::peer::rundir::base(),
+        crate::tier::docker::scratch::base(),
+    ];
     dirs.dedup();
     for d in dirs {
         if let Ok(rd) = std::fs::read_dir(&d) {
