@@ -13,7 +13,8 @@
 //! (`gvisor=violation:disk?`) says the tier does not guarantee it: the
 //! violation is what should be seen, but `ok` is no mismatch there (the
 //! README's tier section says why). `escaped-if` names output that only a
-//! breach could produce.
+//! breach could produce; `delivers` names output that must arrive (a cell
+//! whose report lacks it, without saying it was cut, lost output).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -105,6 +106,8 @@ pub struct Sample {
     pub must: String,
     pub expect: BTreeMap<String, Expect>,
     pub escaped_if: Vec<String>,
+    /// Output that must reach the report (unless it says the output was cut).
+    pub delivers: Vec<String>,
     pub code: String,
 }
 
@@ -133,6 +136,7 @@ impl Sample {
             must: String::new(),
             expect: BTreeMap::new(),
             escaped_if: vec![],
+            delivers: vec![],
             code: String::new(),
         };
         for line in code.lines() {
@@ -153,6 +157,7 @@ impl Sample {
                     }
                 }
                 "escaped-if" => s.escaped_if.push(value.trim_matches('"').to_string()),
+                "delivers" => s.delivers.push(value.trim_matches('"').to_string()),
                 _ => {}
             }
         }
