@@ -552,7 +552,12 @@ impl Guard {
         let mut sizes = libc::seccomp_notif_sizes { seccomp_notif: 0, seccomp_notif_resp: 0, seccomp_data: 0 };
         // SAFETY: SECCOMP_GET_NOTIF_SIZES writes three u16 into `sizes`.
         let r = unsafe {
-            libc::syscall(libc::SYS_seccomp, libc::SECCOMP_GET_NOTIF_SIZES, 0, &mut sizes as *mut libc::seccomp_notif_sizes)
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_GET_NOTIF_SIZES,
+                0,
+                &mut sizes as *mut libc::seccomp_notif_sizes,
+            )
         };
         if r != 0 {
             return Err(format!("seccomp notification sizes: {}", std::io::Error::last_os_error()));
@@ -607,10 +612,13 @@ impl Guard {
         watch.drain();
         watch.check_mounts();
         self.served += 1;
-        let mut resp = libc::seccomp_notif_resp { id, val: 0, error: 0, flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32 };
+        let mut resp =
+            libc::seccomp_notif_resp { id, val: 0, error: 0, flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32 };
         // SAFETY: `resp` is a complete seccomp_notif_resp. ENOENT (the thread
         // died meanwhile) is fine.
-        unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp as *mut libc::seccomp_notif_resp) };
+        unsafe {
+            libc::ioctl(self.fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp as *mut libc::seccomp_notif_resp)
+        };
         true
     }
 }
@@ -684,7 +692,13 @@ impl Running {
     pub fn finish(mut self) -> (Found, u64) {
         self.stop.take(); // closing the pipe wakes the thread
         self.thread.take().and_then(|t| t.join().ok()).unwrap_or_else(|| {
-            (Found { gaps: vec!["the scratch watch failed: hidden limit hits may go unreported".into()], ..Default::default() }, 0)
+            (
+                Found {
+                    gaps: vec!["the scratch watch failed: hidden limit hits may go unreported".into()],
+                    ..Default::default()
+                },
+                0,
+            )
         })
     }
 }

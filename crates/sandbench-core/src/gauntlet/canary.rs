@@ -352,9 +352,9 @@ impl Canaries {
         }
         if let Some(v) = self.victim.as_mut() {
             match v.try_wait() {
-                Ok(Some(st)) if st.code() == Some(3) => {
-                    f.escapes.push("a host process of uid 65534 was refused an inotify instance: the per-uid quota was shared".into())
-                }
+                Ok(Some(st)) if st.code() == Some(3) => f.escapes.push(
+                    "a host process of uid 65534 was refused an inotify instance: the per-uid quota was shared".into(),
+                ),
                 Ok(Some(st)) => f.escapes.push(format!("a host process of uid 65534 was killed ({st})")),
                 _ => {}
             }

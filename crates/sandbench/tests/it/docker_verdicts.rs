@@ -479,7 +479,6 @@ fn every_way_of_hiding_a_limit_hit_is_seen_on_gvisor() {
     use crate::support::hidden::GUARANTEED;
     // What stays until exit is seen; whatever is deleted, truncated or
     // unmapped first races the watch.
-    let racy: Vec<&str> =
-        GUARANTEED.iter().map(|h| h.name).filter(|n| !n.contains(", kept,")).collect();
+    let racy: Vec<&str> = GUARANTEED.iter().map(|h| h.name).filter(|n| !n.contains(", kept,")).collect();
     hidden_hits_on("gvisor", &racy);
 }

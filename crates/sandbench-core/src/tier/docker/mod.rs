@@ -242,18 +242,17 @@ pub(crate) async fn launch(engine: &Engine, shape: &Shape, run_id: &str, tier: &
             r
         }
     };
-    let created = created
-        .map_err(|e| {
-            if engine::is_not_found(&e) {
-                anyhow!(
-                    "image {} is not present at {}: run `sandbench setup {tier}` (or set [docker] image in the config)",
-                    shape.image,
-                    engine.host
-                )
-            } else {
-                anyhow!("cannot create the container: {}", engine::cause(&e))
-            }
-        })?;
+    let created = created.map_err(|e| {
+        if engine::is_not_found(&e) {
+            anyhow!(
+                "image {} is not present at {}: run `sandbench setup {tier}` (or set [docker] image in the config)",
+                shape.image,
+                engine.host
+            )
+        } else {
+            anyhow!("cannot create the container: {}", engine::cause(&e))
+        }
+    })?;
     let id = created.id;
     if let Err(e) = engine.docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await {
         remove(&engine.docker, &id).await;
@@ -487,7 +486,8 @@ impl DockerTier {
         details["hardening"] = shape.hardening();
         if let Some(binds) = host_binds {
             details["hardening"]["mounts"] = json!(binds);
-            details["hardening"]["scratch"] = json!("host tmpfs mounts (size and inode limits as above), watched from the host");
+            details["hardening"]["scratch"] =
+                json!("host tmpfs mounts (size and inode limits as above), watched from the host");
         }
         Ok(TierExit { usage: Some(usage), details })
     }
@@ -524,17 +524,15 @@ impl DockerTier {
             ctx.note("scratch space judged by the loader alone (sandbench is not root): a full scratch emptied at once, or a capped file deleted or truncated, may go unreported").await;
             return (None, None);
         }
-        let pid = match engine
-            .docker
-            .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
-            .await
-        {
-            Ok(i) => i.state.and_then(|s| s.pid).filter(|p| *p > 0).map(|p| p as i32),
-            Err(e) => {
-                tracing::debug!("inspect {}: {}", short(id), engine::cause(&e));
-                None
-            }
-        };
+        let pid =
+            match engine.docker.inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>).await
+            {
+                Ok(i) => i.state.and_then(|s| s.pid).filter(|p| *p > 0).map(|p| p as i32),
+                Err(e) => {
+                    tracing::debug!("inspect {}: {}", short(id), engine::cause(&e));
+                    None
+                }
+            };
         let Some(pid) = pid else {
             ctx.note("scratch space judged by the loader alone (the container's process was not found)").await;
             return (None, None);

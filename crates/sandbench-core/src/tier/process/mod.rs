@@ -516,7 +516,8 @@ impl ProcessTier {
         if let Some(msg) = error {
             return Err(anyhow!("{msg}"));
         }
-        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) = exit
+        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
+            exit
         else {
             if killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;

@@ -299,7 +299,11 @@ pub fn run(net: &OuterNet, tier: &str, code: &str) -> RunReport {
         Duration::from_secs(300),
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("{tier}: no report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "{tier}: no report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
     })
 }
 
@@ -314,7 +318,11 @@ pub fn check_tier(tier: &str, racy: &[&str]) {
         let r = run(&net, tier, h.code);
         let seen = r.outcome == Outcome::Violation && r.violations.iter().any(|v| v.kind == h.kind);
         if racy.contains(&h.name) {
-            eprintln!("{tier}: not guaranteed: {} — {}", h.name, if seen { "seen this time" } else { "missed this time" });
+            eprintln!(
+                "{tier}: not guaranteed: {} — {}",
+                h.name,
+                if seen { "seen this time" } else { "missed this time" }
+            );
             continue;
         }
         let ok = seen && (r.exit.code == Some(0) || h.exit_may_fail);
