@@ -13,6 +13,7 @@ pub mod config;
 pub mod event;
 pub mod frontier;
 pub mod gauntlet;
+pub mod highwater;
 pub mod host;
 pub mod http;
 pub mod judge;

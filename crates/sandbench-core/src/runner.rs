@@ -283,7 +283,9 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
     let end = ms();
     let (error, details, final_usage) = match result {
         Ok(x) => (None, x.details, x.usage),
-        Err(e) => (Some(format!("{e:#}")), serde_json::Value::Null, None),
+        // A tier's error may quote what a sandbox or a wrapped tool said: a
+        // single-line field, made inert here once like every event's text.
+        Err(e) => (Some(crate::sanitize::inert_line(&format!("{e:#}"), 1000)), serde_json::Value::Null, None),
     };
     if let Some(u) = final_usage {
         f.usage(u);

@@ -309,7 +309,11 @@ pub async fn leftovers(env: &crate::config::HostEnv) -> Leftovers {
     let mut l = Leftovers { cgroups: cgroups.len(), ..Default::default() };
     l.containers = crate::tier::docker::owned_containers(token, env).await.map(|v| v.len());
     l.qemu = crate::tier::microvm::vm::owned_qemu(token).len();
-    let mut dirs = vec![crate::tier::microvm::artefacts::paths().runs, crate::tier::peer::rundir::base(env)];
+    let mut dirs = vec![
+        crate::tier::microvm::artefacts::paths().runs,
+        crate::tier::peer::rundir::base(env),
+        crate::tier::docker::scratch::base(),
+    ];
     dirs.dedup();
     for d in dirs {
         if let Ok(rd) = std::fs::read_dir(&d) {

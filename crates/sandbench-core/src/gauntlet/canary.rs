@@ -225,12 +225,14 @@ impl Canaries {
         let marker = token("mark")?;
         let sockets = plant_sockets(home.path(), &token("sock")?, &marker, &received, &mut listeners);
 
-        // A host process of the sandbox's uid: a sandbox that can signal the
-        // host's processes would kill it.
+        // A host process of the uid sandboxes used to share (65534): a
+        // sandbox that can signal the host's processes would kill it, and
+        // one that shares its per-uid quotas would make it fail to get an
+        // inotify instance (it checks every 50 ms and exits 3 if refused).
         let victim = if nix::unistd::geteuid().is_root() {
             use std::os::unix::process::CommandExt;
-            std::process::Command::new("sleep")
-                .arg("600")
+            std::process::Command::new("/usr/bin/python3")
+                .args(["-S", "-c", VICTIM])
                 .uid(65534)
                 .gid(65534)
                 .stdin(std::process::Stdio::null())
@@ -349,8 +351,12 @@ impl Canaries {
             }
         }
         if let Some(v) = self.victim.as_mut() {
-            if let Ok(Some(st)) = v.try_wait() {
-                f.escapes.push(format!("a host process of uid 65534 was killed ({st})"));
+            match v.try_wait() {
+                Ok(Some(st)) if st.code() == Some(3) => f.escapes.push(
+                    "a host process of uid 65534 was refused an inotify instance: the per-uid quota was shared".into(),
+                ),
+                Ok(Some(st)) => f.escapes.push(format!("a host process of uid 65534 was killed ({st})")),
+                _ => {}
             }
         }
         f
@@ -383,6 +389,9 @@ fn from_this_run(s: &std::os::unix::net::UnixStream, marker: &str) -> bool {
         Err(_) => true,
     }
 }
+
+/// The uid-65534 canary: holds one inotify instance at a time, for 600 s.
+const VICTIM: &str = "import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\nfor _ in range(12000):\n    fd = libc.inotify_init1(0)\n    if fd < 0:\n        os._exit(3)\n    os.close(fd)\n    time.sleep(0.05)\n";
 
 fn plant_sockets(
     home: &Path,

@@ -194,6 +194,16 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
         (_, None) => Some(format!("the sample declares no expectation for {tier}")),
         (_, Some(e)) => e.check(&report).err(),
     };
+    // Output the sample must deliver: missing without a cut flagged is lost.
+    let cut = report.stdout_truncated || report.stderr_truncated;
+    let lost = sample
+        .delivers
+        .iter()
+        .find(|d| !cut && !report.stdout.contains(d.as_str()) && !report.stderr.contains(d.as_str()));
+    let mismatch = match (mismatch, lost) {
+        (None, Some(d)) => Some(format!("lost output: {d:?} never arrived and no cut was flagged")),
+        (m, _) => m,
+    };
     Cell {
         sample: sample.name.clone(),
         hostile: sample.is_hostile(),

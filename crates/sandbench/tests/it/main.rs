@@ -7,6 +7,7 @@ mod support {
     pub mod docker_common;
     pub mod fake_anthropic;
     pub mod fake_e2b;
+    pub mod hidden;
     pub mod http;
 }
 
@@ -33,6 +34,7 @@ mod reaper;
 mod report;
 mod runlog_cli;
 mod soak;
+mod terminal_injection;
 mod tui_agent;
 mod tui_app;
 mod tui_compare;

@@ -415,3 +415,14 @@ fn the_reaper_kills_processes_of_dead_sandbenches() {
     own.wait().unwrap();
     let _ = std::fs::remove_file(sandbench::owner::dir().join(format!("{dead_token}.lock")));
 }
+
+/// A limit hit the program hides is reported: the guest agent, root on its
+/// own kernel, watches the scratch mounts with fanotify and guards the calls
+/// that free space (issue 10, item 8).
+#[test]
+fn microvm_every_way_of_hiding_a_limit_hit_is_seen() {
+    if !crate::support::docker_common::tier_ready("microvm") {
+        return;
+    }
+    crate::support::hidden::check_tier("microvm", &[]);
+}

@@ -439,6 +439,16 @@ print("done")
 }
 
 #[test]
+fn process_every_way_of_hiding_a_limit_hit_is_seen() {
+    if !common::is_root() {
+        assert!(!common::required("process"), "the scratch watch needs root");
+        eprintln!("skipped: without root the process tier judges only the final state");
+        return;
+    }
+    crate::support::hidden::check_tier("process", &[]);
+}
+
+#[test]
 fn process_memory_limit_is_resident_memory_where_a_cgroup_enforces_it() {
     let net = OuterNet::new();
     // 48 threads reserve far more address space (stacks) than 256M, while

@@ -89,7 +89,13 @@ impl Shape {
         )
     }
 
-    fn gvisor(&self) -> bool {
+    /// The same limits for a host tmpfs (gVisor's host-side scratch mounts;
+    /// nosuid, nodev and noexec are mount flags there).
+    pub fn host_tmpfs_options(&self) -> String {
+        format!("size={},nr_inodes={},mode=1777", self.disk_bytes, (self.disk_bytes / 4096).max(1024))
+    }
+
+    pub fn gvisor(&self) -> bool {
         self.runtime.as_deref() == Some("runsc")
     }
 
@@ -156,15 +162,18 @@ impl Shape {
         })
     }
 
-    /// The create request. `labels` carry run id and owner.
-    pub fn body(&self, labels: HashMap<String, String>) -> ContainerCreateBody {
+    /// The create request. `labels` carry run id and owner; `binds`, when
+    /// given, are host scratch mounts that replace the engine's tmpfs.
+    pub fn body(&self, labels: HashMap<String, String>, binds: Option<Vec<String>>) -> ContainerCreateBody {
         let base = RunSpec::new(crate::spec::Language::Python, "");
         let env = base.sandbox_env(WORKDIR, TMPDIR).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let tmpfs_opts = self.tmpfs_options();
         let mut tmpfs = HashMap::new();
-        tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
-        tmpfs.insert(TMPDIR.to_string(), tmpfs_opts.clone());
-        tmpfs.insert(SHMDIR.to_string(), tmpfs_opts);
+        if binds.is_none() {
+            tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
+            tmpfs.insert(TMPDIR.to_string(), tmpfs_opts.clone());
+            tmpfs.insert(SHMDIR.to_string(), tmpfs_opts);
+        }
         let host = HostConfig {
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
@@ -184,7 +193,7 @@ impl Shape {
             // docker-init would, and unlike it cannot be ptraced by the program.
             init: Some(false),
             runtime: self.runtime.clone(),
-            binds: Some(vec![]),
+            binds: Some(binds.unwrap_or_default()),
             devices: Some(vec![]),
             // Output reaches sandbench over the attach stream; a log file
             // on the host would let an output flood fill the host's disk.
@@ -335,9 +344,11 @@ const MAX_FRAME: usize = 1 << 20;
 /// One frame of the loader's stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
-    /// The program's process exists and runs as this uid.
+    /// The program's process exists and runs as this uid; `guard` is the
+    /// loader's descriptor of the scratch guard's listener, when asked for.
     Started {
         uid: u32,
+        guard: Option<i32>,
     },
     /// The program's process could not be set up: the run did not happen.
     Failed(String),
@@ -427,8 +438,10 @@ fn words(data: &[u8]) -> Vec<(String, String)> {
 }
 
 fn parse_started(data: &[u8]) -> Option<Frame> {
-    let uid = words(data).into_iter().find(|(k, _)| k == "uid")?.1.parse().ok()?;
-    Some(Frame::Started { uid })
+    let w = words(data);
+    let uid = w.iter().find(|(k, _)| k == "uid")?.1.parse().ok()?;
+    let guard = w.iter().find(|(k, _)| k == "guard").and_then(|(_, v)| v.parse::<i32>().ok()).filter(|fd| *fd >= 0);
+    Some(Frame::Started { uid, guard })
 }
 
 /// `code N out=A err=B` or `signal N out=A err=B`.
@@ -480,8 +493,9 @@ fn parse_status(line: &[u8]) -> serde_json::Value {
 /// What the loader reads from stdin: the header's length on one line, the
 /// NUL-separated header, then exactly `code_len` bytes of code. Stdin stays
 /// open after it: one more byte (or EOF) is the host's acknowledgement that
-/// it has read the whole stream.
-pub fn payload(spec: &RunSpec, uid: u32, gid: u32) -> Vec<u8> {
+/// it has read the whole stream. `guard`: install the scratch guard in the
+/// program's process (only when sandbench will serve it).
+pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool) -> Vec<u8> {
     // NUL separates fields; no environment string can hold one.
     let clean = |x: &str| x.replace('\0', "");
     let mut fields: Vec<String> = vec![
@@ -490,6 +504,7 @@ pub fn payload(spec: &RunSpec, uid: u32, gid: u32) -> Vec<u8> {
         spec.limits.pids.to_string(),
         uid.to_string(),
         gid.to_string(),
+        u8::from(guard).to_string(),
         spec.language.name().into(),
         spec.language.file_name().into(),
         spec.language.interpreter().len().to_string(),
@@ -532,17 +547,18 @@ mod tests {
     fn payload_is_header_then_code() {
         let mut spec = RunSpec::new(crate::spec::Language::Sh, "echo hi\n");
         spec.env.insert("A".into(), "b\nc".into());
-        let p = payload(&spec, 1234, 5678);
+        let p = payload(&spec, 1234, 5678, true);
         let nl = p.iter().position(|&b| b == b'\n').unwrap();
         let len: usize = std::str::from_utf8(&p[..nl]).unwrap().parse().unwrap();
         let fields: Vec<&[u8]> = p[nl + 1..nl + 1 + len].split(|&b| b == 0).collect();
         assert_eq!(fields[0], b"8");
         assert_eq!(fields[3], b"1234");
         assert_eq!(fields[4], b"5678");
-        assert_eq!(fields[5], b"sh");
-        assert_eq!(fields[7], b"1");
-        assert_eq!(fields[8], b"/bin/sh");
-        assert_eq!(&fields[9..], [&b"A"[..], &b"b\nc"[..]]);
+        assert_eq!(fields[5], b"1");
+        assert_eq!(fields[6], b"sh");
+        assert_eq!(fields[8], b"1");
+        assert_eq!(fields[9], b"/bin/sh");
+        assert_eq!(&fields[10..], [&b"A"[..], &b"b\nc"[..]]);
         assert_eq!(&p[nl + 1 + len..], b"echo hi\n");
     }
 
@@ -560,7 +576,7 @@ mod tests {
     #[test]
     fn body_is_hardened() {
         let s = Shape::new("img", Some("runsc"), "65534:65534", &Limits::default());
-        let b = s.body(HashMap::new());
+        let b = s.body(HashMap::new(), None);
         let h = b.host_config.unwrap();
         assert_eq!(h.network_mode.as_deref(), Some("none"));
         assert_eq!(h.readonly_rootfs, Some(true));
@@ -588,7 +604,7 @@ mod tests {
 
     #[test]
     fn frames_are_decoded_across_chunks() {
-        let mut all = frame(b'r', b"uid=4242 gid=4242");
+        let mut all = frame(b'r', b"uid=4242 gid=4242 guard=7");
         all.extend(frame(b'o', b"\0sandbench-status x pids=3\n"));
         all.extend(frame(b's', b"pids=3 disk=2f776f726b"));
         all.extend(frame(b'e', b""));
@@ -597,7 +613,7 @@ mod tests {
         let mut f = Frames::default();
         let got: Vec<Frame> = all.iter().flat_map(|b| f.feed(std::slice::from_ref(b))).collect();
         assert_eq!(got.len(), 5);
-        assert_eq!(got[0], Frame::Started { uid: 4242 });
+        assert_eq!(got[0], Frame::Started { uid: 4242, guard: Some(7) });
         assert_eq!(got[1], Frame::Stdout(b"\0sandbench-status x pids=3\n".to_vec()));
         let Frame::Status(s) = &got[2] else { panic!() };
         assert_eq!(s["disk"][0], "/work");

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod image;
 pub mod pool;
 pub mod reap;
+pub mod scratch;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +36,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{Config, DockerConfig};
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::highwater;
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
@@ -187,7 +189,13 @@ pub async fn reap_leftovers(env: &crate::config::HostEnv) {
         let engine = Engine::connect(&engine::Endpoint::of(env)).await?;
         reap::reap(&engine).await
     };
-    match tokio::time::timeout(Duration::from_secs(10), work).await {
+    let outcome = tokio::time::timeout(Duration::from_secs(10), work).await;
+    // After the containers: a dead owner's host scratch mounts.
+    let s = scratch::reap();
+    if s > 0 {
+        tracing::info!("reaped {s} leftover gVisor scratch folder(s)");
+    }
+    match outcome {
         Ok(Ok((c, p))) if c + p > 0 => {
             tracing::info!("reaped {c} leftover container(s), {p} stray runsc process(es)")
         }
@@ -202,23 +210,48 @@ pub async fn reap_leftovers(env: &crate::config::HostEnv) {
 /// Create and start a hardened container whose loader waits for a program.
 /// On failure nothing is left behind.
 pub(crate) async fn launch(engine: &Engine, shape: &Shape, run_id: &str, tier: &str) -> anyhow::Result<String> {
-    let body = shape.body(reap::labels(run_id, tier)?);
+    // gVisor's own tmpfs cannot be watched from the host: give it host
+    // tmpfs mounts that can (see scratch.rs), where this process may.
+    let host_scratch = if shape.gvisor() && engine.local && scratch::available() {
+        match scratch::create(run_id, shape) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!("gVisor scratch stays inside the sandbox (only its final state is judged): {e:#}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let body = shape.body(reap::labels(run_id, tier)?, host_scratch.as_deref().map(scratch::binds));
     let name = format!("sandbench-{tier}-{run_id}");
     let created = engine
         .docker
         .create_container(Some(CreateContainerOptions { name: Some(name), ..Default::default() }), body)
-        .await
-        .map_err(|e| {
-            if engine::is_not_found(&e) {
-                anyhow!(
-                    "image {} is not present at {}: run `sandbench setup {tier}` (or set [docker] image in the config)",
-                    shape.image,
-                    engine.host
-                )
-            } else {
-                anyhow!("cannot create the container: {}", engine::cause(&e))
+        .await;
+    let created = match (created, host_scratch) {
+        (Ok(c), Some(d)) => {
+            scratch::register(&c.id, d);
+            Ok(c)
+        }
+        (r, d) => {
+            if let (Err(_), Some(d)) = (&r, d) {
+                scratch::destroy(&d);
             }
-        })?;
+            r
+        }
+    };
+    let created = created.map_err(|e| {
+        if engine::is_not_found(&e) {
+            anyhow!(
+                "image {} is not present at {}: run `sandbench setup {tier}` (or set [docker] image in the config)",
+                shape.image,
+                engine.host
+            )
+        } else {
+            anyhow!("cannot create the container: {}", engine::cause(&e))
+        }
+    })?;
     let id = created.id;
     if let Err(e) = engine.docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await {
         remove(&engine.docker, &id).await;
@@ -239,8 +272,8 @@ pub(crate) async fn remove(docker: &Docker, id: &str) {
     let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
     for attempt in 0..3 {
         match docker.remove_container(id, Some(opts.clone())).await {
-            Ok(()) => return,
-            Err(e) if engine::is_not_found(&e) => return,
+            Ok(()) => return scratch::release(id),
+            Err(e) if engine::is_not_found(&e) => return scratch::release(id),
             // "removal already in progress" and similar races settle quickly.
             Err(e) => {
                 if attempt == 2 {
@@ -443,6 +476,7 @@ impl DockerTier {
                 (launch(engine, &shape, &run_id, self.name).await?, "cold")
             }
         };
+        let host_binds = scratch::of(&id).map(|d| scratch::binds(&d));
         let result = self.execute(engine, &id, &spec, &ctx).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         remove(&engine.docker, &id).await;
@@ -458,7 +492,79 @@ impl DockerTier {
         details["engine"] =
             json!({ "host": engine.host, "api_version": engine.api_version, "server_version": engine.server_version });
         details["hardening"] = shape.hardening();
+        if let Some(binds) = host_binds {
+            details["hardening"]["mounts"] = json!(binds);
+            details["hardening"]["scratch"] =
+                json!("host tmpfs mounts (size and inode limits as above), watched from the host");
+        }
         Ok(TierExit { usage: Some(usage), details })
+    }
+
+    /// The host's watch of the container's scratch mounts: runc on a local
+    /// engine with sandbench as root marks them through the loader's
+    /// `/proc/<pid>/root` (and serves the guard: the loader's pid is
+    /// returned). Otherwise None, and the loader's own checks judge.
+    async fn host_watch(
+        &self,
+        engine: &Engine,
+        id: &str,
+        limits: &crate::spec::Limits,
+        ctx: &RunContext,
+    ) -> (Option<highwater::Watch>, Option<i32>) {
+        if !engine.local {
+            return (None, None);
+        }
+        if self.runtime.is_some() {
+            // gVisor: its host scratch mounts, if it has them; no guard
+            // (runsc 20221219 has no seccomp user notification).
+            let Some(dir) = scratch::of(id) else {
+                ctx.note("gVisor scratch space judged by the loader alone (no host scratch mounts: not root, or they could not be made)").await;
+                return (None, None);
+            };
+            let mounts: Vec<highwater::Scratch> =
+                scratch::MOUNTS.iter().map(|(name, inside)| highwater::Scratch::new(inside, dir.join(name))).collect();
+            return match highwater::Watch::new(&mounts, limits.file_size_bytes, highwater::Mode::Handles) {
+                Ok(w) if w.sees_files() => (Some(w), None),
+                Ok(_) | Err(_) => (None, None),
+            };
+        }
+        if !nix::unistd::geteuid().is_root() {
+            ctx.note("scratch space judged by the loader alone (sandbench is not root): a full scratch emptied at once, or a capped file deleted or truncated, may go unreported").await;
+            return (None, None);
+        }
+        let pid =
+            match engine.docker.inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>).await
+            {
+                Ok(i) => i.state.and_then(|s| s.pid).filter(|p| *p > 0).map(|p| p as i32),
+                Err(e) => {
+                    tracing::debug!("inspect {}: {}", short(id), engine::cause(&e));
+                    None
+                }
+            };
+        let Some(pid) = pid else {
+            ctx.note("scratch space judged by the loader alone (the container's process was not found)").await;
+            return (None, None);
+        };
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let mounts: Vec<highwater::Scratch> = [container::WORKDIR, container::TMPDIR, container::SHMDIR]
+            .iter()
+            .map(|m| highwater::Scratch::new(m, root.join(m.trim_start_matches('/'))))
+            .collect();
+        match highwater::Watch::new(&mounts, limits.file_size_bytes, highwater::Mode::Pin) {
+            Ok(w) if w.sees_files() => (Some(w), Some(pid)),
+            Ok(w) => {
+                ctx.note(format!(
+                    "scratch files not watched from the host ({}): the loader's checks judge",
+                    w.why_not().unwrap_or("?")
+                ))
+                .await;
+                (None, None)
+            }
+            Err(e) => {
+                ctx.note(format!("scratch space not watched from the host ({e}): the loader's checks judge")).await;
+                (None, None)
+            }
+        }
     }
 
     async fn execute(
@@ -497,7 +603,14 @@ impl DockerTier {
         let mut frames = container::Frames::default();
         let mut judge = Judge::new(limits);
         let mut loader = LoaderFacts::default();
-        let payload = container::payload(spec, uid, gid);
+        // High-water marks of the scratch space, from the host where it can
+        // (see host_watch); the loader's own checks stay as the fallback.
+        let (mut watch, loader_pid) = self.host_watch(engine, id, limits, ctx).await;
+        let guard_wanted = watch.as_ref().is_some_and(|w| w.sees_files()) && loader_pid.is_some();
+        let mut running: Option<highwater::Running> = None;
+        let mut guarded: Option<u64> = None;
+        let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
+        let payload = container::payload(spec, uid, gid, guard_wanted);
         // Stdin stays open after the payload: the loader waits for one more
         // byte (the acknowledgement that every frame arrived) before it ends
         // the container.
@@ -559,7 +672,22 @@ impl DockerTier {
                                     loader.absorb(&found);
                                     judge.sample(ctx, &loader.counters(cg_counters)).await;
                                 }
-                                container::Frame::Started { uid } => started_uid = Some(uid),
+                                container::Frame::Started { uid, guard } => {
+                                    started_uid = Some(uid);
+                                    if let Some(w) = watch.take() {
+                                        match start_watch(w, guard_wanted, guard, loader_pid) {
+                                            Ok(r) => running = Some(r),
+                                            Err(why) => {
+                                                // Guarded calls would wait for ever: end it.
+                                                failed = Some(why);
+                                                if !killed {
+                                                    killed = true;
+                                                    kill(docker, id);
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
                                 container::Frame::Failed(why) => {
                                     failed = Some(why);
                                     if let Some(tx) = ack_tx.take() {
@@ -568,6 +696,16 @@ impl DockerTier {
                                 }
                                 container::Frame::Exit { status, stdout_bytes, stderr_bytes } => {
                                     reported = Some((status, stdout_bytes, stderr_bytes));
+                                    // The program is gone: the watch's last look.
+                                    if let Some(r) = running.take() {
+                                        if let Ok((found, served)) = tokio::task::spawn_blocking(move || r.finish()).await {
+                                            for gap in &found.gaps {
+                                                ctx.note(gap.clone()).await;
+                                            }
+                                            loader.absorb_found(found);
+                                            guarded = Some(served);
+                                        }
+                                    }
                                     // The container is still up (the loader waits for the
                                     // acknowledgement): its cgroup's counters are final now,
                                     // including OOM kills of children the program survived.
@@ -708,6 +846,11 @@ impl DockerTier {
             "container_exit_code": raw,
             "program_uid": started_uid,
             "program_uid_policy": container::describe_user(&self.cfg.user),
+            "scratch_watch": if files_watched {
+                json!({ "from": "host", "file_events": files_watched, "guarded_calls": guarded })
+            } else {
+                json!({ "from": "loader: free space every 100 ms and a scan at exit" })
+            },
             "output": {
                 "stdout_bytes": delivered[0],
                 "stderr_bytes": delivered[1],
@@ -729,6 +872,26 @@ fn host_has_uid(uid: u32) -> bool {
     })
 }
 
+/// Start the host's watch thread once the program's process exists, with
+/// the scratch guard's listener taken from the loader when one was asked for.
+fn start_watch(
+    w: highwater::Watch,
+    wanted: bool,
+    guard: Option<i32>,
+    loader_pid: Option<i32>,
+) -> Result<highwater::Running, String> {
+    let guard = match (wanted, guard, loader_pid) {
+        (false, _, _) => None,
+        (true, Some(fd), Some(pid)) => Some(
+            highwater::take_fd(pid, fd)
+                .and_then(highwater::Guard::new)
+                .map_err(|e| format!("cannot serve the scratch guard ({e})"))?,
+        ),
+        (true, _, _) => return Err("the loader did not hand over the scratch guard".into()),
+    };
+    highwater::Running::spawn(w, guard)
+}
+
 /// What the loader reported from inside the container.
 #[derive(Debug, Default)]
 struct LoaderFacts {
@@ -738,6 +901,20 @@ struct LoaderFacts {
 }
 
 impl LoaderFacts {
+    /// The host watch's findings (names as the sandbox sees them).
+    fn absorb_found(&mut self, found: highwater::Found) {
+        for f in found.capped {
+            if self.fsize.len() < 16 && !self.fsize.contains(&f) {
+                self.fsize.push(f);
+            }
+        }
+        for d in found.full {
+            if self.disk.len() < 16 && !self.disk.contains(&d) {
+                self.disk.push(d);
+            }
+        }
+    }
+
     fn absorb(&mut self, found: &serde_json::Value) {
         if found.get("pids").and_then(|v| v.as_u64()).is_some() {
             self.pids_refused = self.pids_refused.max(1);

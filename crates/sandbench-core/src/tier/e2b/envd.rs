@@ -214,15 +214,13 @@ impl ProcStream {
             if self.ended {
                 return Ok(None);
             }
-            if let Some((flags, payload)) = take_envelope(&mut self.buf)? {
-                if flags & 0x01 != 0 {
-                    return Err(EnvdError::Malformed("a compressed message though none was asked for".into()));
-                }
-                if flags & 0x02 != 0 {
+            match step(&mut self.buf)? {
+                Step::Event(e) => return Ok(Some(e)),
+                Step::End => {
                     self.ended = true;
-                    return end_of_stream(&payload).map(|_| None);
+                    return Ok(None);
                 }
-                return decode_event(&payload).map(Some);
+                Step::Need => {}
             }
             match tokio::time::timeout(STREAM_IDLE, self.body.next()).await {
                 Err(_) => {
@@ -243,6 +241,30 @@ impl ProcStream {
             }
         }
     }
+}
+
+/// What the bytes received so far hold next.
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    /// Not a whole envelope yet.
+    Need,
+    Event(ProcEvent),
+    /// The end-of-stream envelope (without an error).
+    End,
+}
+
+/// Take the next envelope of a server stream from `buf` (consumed as it is
+/// read): the one decoder of envd's untrusted stream, also fuzzed
+/// (`fuzz/fuzz_targets/envd_stream.rs`).
+pub fn step(buf: &mut Vec<u8>) -> Result<Step, EnvdError> {
+    let Some((flags, payload)) = take_envelope(buf)? else { return Ok(Step::Need) };
+    if flags & 0x01 != 0 {
+        return Err(EnvdError::Malformed("a compressed message though none was asked for".into()));
+    }
+    if flags & 0x02 != 0 {
+        return end_of_stream(&payload).map(|_| Step::End);
+    }
+    decode_event(&payload).map(Step::Event)
 }
 
 /// Connect envelope: flags, big-endian length, payload.

@@ -342,9 +342,12 @@ impl MicrovmTier {
         let result = self.execute(&spec, &ctx, &mut guest).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         guest.kill().await;
-        let (usage, garbage) = result?;
+        let (usage, garbage, watch) = result?;
         if garbage > 0 {
             details["control_channel_garbage_bytes"] = json!(garbage);
+        }
+        if !watch.is_null() {
+            details["scratch_watch"] = watch;
         }
         Ok(TierExit { usage, details })
     }
@@ -355,7 +358,7 @@ impl MicrovmTier {
         spec: &RunSpec,
         ctx: &RunContext,
         guest: &mut Guest,
-    ) -> anyhow::Result<(Option<UsageSample>, u64)> {
+    ) -> anyhow::Result<(Option<UsageSample>, u64, serde_json::Value)> {
         let limits = &spec.limits;
         // The guest's random seed: a run without one does not happen.
         let seed =
@@ -389,13 +392,13 @@ impl MicrovmTier {
                 _ = ctx.stop.cancelled() => {
                     guest.start_kill();
                     ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                    return Ok((None, garbage));
+                    return Ok((None, garbage, serde_json::Value::Null));
                 }
             };
             let Some(item) = item else {
                 if ctx.stop.is_cancelled() {
                     ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                    return Ok((None, garbage));
+                    return Ok((None, garbage, serde_json::Value::Null));
                 }
                 let tail = guest.console_tail(6);
                 return Err(anyhow!(
@@ -458,11 +461,16 @@ impl MicrovmTier {
             },
             rlimit_signals_trusted: false,
             capped_files: x.fsize_hit.iter().cloned().collect(),
-            full_mounts: if x.disk_full { vec!["/work or /tmp".into()] } else { vec![] },
+            full_mounts: match (&x.full_mounts, x.disk_full) {
+                (Some(m), _) if !m.is_empty() => m.split(", ").map(str::to_string).collect(),
+                (_, true) => vec!["/work or /tmp".into()],
+                _ => vec![],
+            },
         };
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(status)).await;
         let usage = UsageSample { cpu_ms, memory_bytes: x.memory_peak.or(last.memory_bytes), pids: x.pids_peak };
-        Ok((Some(usage), garbage))
+        let watch = json!({ "from": "guest agent", "file_events": x.file_events, "guarded_calls": x.guarded_calls });
+        Ok((Some(usage), garbage, watch))
     }
 }

@@ -70,6 +70,12 @@ pub struct GuestExit {
     pub fsize_hit: Option<String>,
     /// A scratch file system ran out of space or inodes.
     pub disk_full: bool,
+    /// Which ones were full at some moment (the agent's watch), comma-separated.
+    pub full_mounts: Option<String>,
+    /// Did the agent's watch see file events (fanotify in the guest)?
+    pub file_events: bool,
+    /// Calls that waited for the agent's scratch guard (None: no guard).
+    pub guarded_calls: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -558,7 +558,9 @@ impl ProcessTier {
         if let Some(msg) = error {
             return Err(anyhow!("{msg}"));
         }
-        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, disk_full }) = exit else {
+        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
+            exit
+        else {
             if killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
                 return Ok(TierExit { usage: None, details: isolation_details(isolation, cg) });
@@ -575,12 +577,13 @@ impl ProcessTier {
             counters,
             rlimit_signals_trusted: false,
             capped_files: fsize_hit.into_iter().collect(),
-            full_mounts: if disk_full { vec!["/work, /tmp or /dev/shm".into()] } else { vec![] },
+            full_mounts,
         };
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(x)).await;
         let mut details = isolation_details(isolation, cg);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
+        details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
         Ok(TierExit {
             usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(max_rss_kb * 1024), pids: None }),
             details,

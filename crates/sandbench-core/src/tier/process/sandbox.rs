@@ -98,7 +98,12 @@ pub enum Status {
         max_rss_kb: u64,
         /// A file at the file-size limit, if one was found.
         fsize_hit: Option<String>,
-        disk_full: bool,
+        /// Scratch mounts that were full at some moment.
+        full_mounts: Vec<String>,
+        /// Calls that waited for the scratch watch (None: no guard).
+        guarded: Option<u64>,
+        /// Did the watch see file events (or only mount states)?
+        files_watched: bool,
     },
 }
 
@@ -459,105 +464,67 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
 /// The scratch mounts: the only places the program can write.
 const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
 
-/// Is a scratch mount out of space or inodes right now?
-fn any_mount_full() -> bool {
-    SCRATCH.iter().any(|m| {
-        nix::sys::statvfs::statvfs(*m)
-            .map(|s| s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0))
-            .unwrap_or(false)
-    })
+/// The scratch mounts as the watch names them.
+fn scratch_mounts() -> Vec<crate::highwater::Scratch> {
+    SCRATCH.iter().map(|m| crate::highwater::Scratch::new(m, *m)).collect()
 }
 
-/// High-water marks of the scratch space, watched by init while the program
-/// runs, so that a limit hit the program hides afterwards (a capped file
-/// deleted or buried deep, a full mount emptied again) still counts. Every
-/// write to a scratch mount queues a fanotify event that holds the written
-/// file open: init reads the size through that descriptor (unlinking does
-/// not shrink it) and, while holding the batch's files, checks whether a
-/// mount is full. Needs CAP_SYS_ADMIN (sandbench as root); otherwise only the
-/// final state is judged.
-struct Watch {
-    fan: Option<nix::sys::fanotify::Fanotify>,
-    file_size: u64,
-    hit: Option<String>,
-    full: bool,
-    overflow: bool,
+/// High-water marks of the scratch space, watched by init from before the
+/// program starts (see [`crate::highwater`]): file events need
+/// CAP_SYS_ADMIN (sandbench as root); the mount checks work without.
+fn watch_scratch(cfg: &SandboxConfig) -> Option<crate::highwater::Watch> {
+    match crate::highwater::Watch::new(&scratch_mounts(), cfg.file_size_bytes, crate::highwater::Mode::Pin) {
+        Ok(w) => Some(w),
+        // init made these mounts a moment ago: not opening them is a broken sandbox.
+        Err(e) => fail(format!("cannot watch the scratch space: {e}")),
+    }
 }
 
-impl Watch {
-    fn new(cfg: &SandboxConfig) -> Watch {
-        use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
-        let fan = (|| -> nix::Result<Fanotify> {
-            let f = Fanotify::init(
-                InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK | InitFlags::FAN_CLASS_NOTIF,
-                EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE,
-            )?;
-            for m in SCRATCH {
-                f.mark(
-                    MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_MOUNT,
-                    MaskFlags::FAN_MODIFY | MaskFlags::FAN_CLOSE_WRITE,
-                    nix::fcntl::AT_FDCWD,
-                    Some(m),
-                )?;
-            }
-            Ok(f)
-        })();
-        let fan = match fan {
-            Ok(f) => Some(f),
-            Err(e) => {
-                send(&Status::Warning {
-                    msg: format!(
-                        "scratch space not watched ({e}): a capped file deleted before exit or a full scratch emptied again may go unreported"
-                    ),
-                });
-                None
-            }
-        };
-        Watch { fan, file_size: cfg.file_size_bytes, hit: None, full: false, overflow: false }
-    }
-
-    /// Read every queued event; judge sizes and mounts while the batch's
-    /// files are held open.
-    fn drain(&mut self) {
-        let Some(fan) = &self.fan else { return };
-        let mut held = vec![];
-        loop {
-            match fan.read_events() {
-                Ok(evs) if !evs.is_empty() => {
-                    for ev in evs {
-                        if ev.mask().contains(nix::sys::fanotify::MaskFlags::FAN_Q_OVERFLOW) {
-                            self.overflow = true;
-                        }
-                        if let Some(fd) = ev.fd() {
-                            if self.hit.is_none() {
-                                if let Ok(st) = nix::sys::stat::fstat(fd) {
-                                    let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
-                                    if regular && st.st_size as u64 >= self.file_size {
-                                        let name = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-                                            .map(|p| p.to_string_lossy().chars().take(200).collect())
-                                            .unwrap_or_else(|_| "a file".into());
-                                        self.hit = Some(name);
-                                    }
-                                }
-                            }
-                        }
-                        held.push(ev);
-                    }
-                    if held.len() >= 4096 {
-                        self.full |= any_mount_full();
-                        held.clear();
-                    }
-                }
-                _ => break,
+/// The program's side of the guard (see [`crate::highwater::install_guard`]):
+/// install the filter and hand its listener to init over `sock`. A guard
+/// that cannot be installed is reported, not fatal: the watch then races
+/// space freed by the program.
+fn send_guard(sock: std::os::fd::OwnedFd) {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    match crate::highwater::install_guard() {
+        Ok(listener) => {
+            let fds = [listener.as_raw_fd()];
+            let iov = [std::io::IoSlice::new(b"g")];
+            if let Err(e) =
+                sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+            {
+                // Without a supervisor every guarded call would wait forever.
+                fail(format!("cannot hand the scratch guard to init: {e}"));
             }
         }
-        if !held.is_empty() {
-            self.full |= any_mount_full();
-        }
+        Err(e) => send(&Status::Warning {
+            msg: format!("{e}: space the program frees is not checked first, so a full scratch emptied at once may go unreported"),
+        }),
     }
+}
 
-    fn check_mounts(&mut self) {
-        self.full |= any_mount_full();
+/// Init's side: the listener, or None when the program sent none.
+fn receive_guard(sock: &std::os::fd::OwnedFd) -> Option<crate::highwater::Guard> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::FromRawFd;
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = loop {
+        match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => break r.ok()?,
+        }
+    };
+    let fd = msg.cmsgs().ok()?.find_map(|c| match c {
+        ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
+        _ => None,
+    })?;
+    // SAFETY: SCM_RIGHTS just installed this descriptor in our table.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    match crate::highwater::Guard::new(fd) {
+        Ok(g) => Some(g),
+        Err(e) => fail(format!("scratch guard: {e}")),
     }
 }
 
@@ -568,12 +535,30 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
         fail(format!("sandbox file system: {e}"));
     }
     // Watching starts before the program exists: no write goes unseen.
-    let mut watch = Watch::new(cfg);
+    let mut watch = watch_scratch(cfg);
+    let (guard_init, guard_prog) = match nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    ) {
+        Ok(p) => p,
+        Err(e) => fail(format!("init cannot make the guard's socket: {e}")),
+    };
     let main_pid = match unsafe { fork() } {
-        Ok(ForkResult::Child) => program_main(cfg, run_uid, run_gid),
+        Ok(ForkResult::Child) => {
+            drop(guard_init);
+            program_main(cfg, run_uid, run_gid, guard_prog)
+        }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => fail(format!("fork of the program failed: {e}")),
     };
+    drop(guard_prog);
+    // Before anything else: until init serves the guard, the program's
+    // guarded calls wait. EOF (no guard) when the program could not install
+    // one or did not get that far.
+    let mut guard = receive_guard(&guard_init);
+    drop(guard_init);
     // init keeps no copy of the program's output pipes.
     release_output();
     // SIGCHLD through a descriptor, so init waits for children and file
@@ -604,16 +589,40 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
         }
         if pid == 0 {
             use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-            let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-            if let Some(f) = &watch.fan {
-                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
-            }
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => fail(format!("init poll: {e}")),
-            }
+            let (idle, notified) = {
+                let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+                let guarded = guard.as_ref().and_then(|g| g.fd()).is_some();
+                if let Some(f) = guard.as_ref().and_then(|g| g.fd()) {
+                    fds.push(PollFd::new(f, PollFlags::POLLIN));
+                }
+                if let Some(f) = watch.as_ref().and_then(|w| w.fd()) {
+                    fds.push(PollFd::new(f, PollFlags::POLLIN));
+                }
+                // Idle now and then: a file filled through a mapping sends no event.
+                let timeout = if watch.is_some() { PollTimeout::from(50u16) } else { PollTimeout::NONE };
+                let n = match poll(&mut fds, timeout) {
+                    Ok(n) => n,
+                    Err(nix::errno::Errno::EINTR) => 1,
+                    Err(e) => fail(format!("init poll: {e}")),
+                };
+                (n == 0, guarded.then(|| fds[1].revents().unwrap_or(PollFlags::empty())))
+            };
             while let Ok(Some(_)) = sfd.read_signal() {}
-            watch.drain();
+            let call = match (notified, &mut guard) {
+                (Some(rev), Some(g)) => g.ready(rev),
+                _ => false,
+            };
+            if let Some(w) = &mut watch {
+                if call {
+                    if let Some(g) = &mut guard {
+                        g.serve(w);
+                    }
+                } else if idle {
+                    w.check_mounts();
+                } else {
+                    w.drain();
+                }
+            }
             continue;
         }
         if pid != main_pid.as_raw() {
@@ -626,17 +635,23 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
         };
         let cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
             + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
-        watch.drain();
-        watch.check_mounts();
-        if watch.overflow {
-            send(&Status::Warning {
-                msg: "too many file events to watch them all: a hidden limit hit may go unreported".into(),
-            });
+        let guarded = guard.as_ref().map(|g| g.served());
+        let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
+        let mut found = watch.map(|w| w.finish()).unwrap_or_default();
+        for gap in &found.gaps {
+            send(&Status::Warning { msg: gap.clone() });
         }
-        let (scan_hit, scan_full) = scan_scratch(cfg);
-        let fsize_hit = watch.hit.take().or(scan_hit);
-        let disk_full = watch.full || scan_full;
-        send(&Status::Exit { code, signal, cpu_ms, max_rss_kb: ru.ru_maxrss as u64, fsize_hit, disk_full });
+        found.merge(scan_scratch(cfg));
+        send(&Status::Exit {
+            code,
+            signal,
+            cpu_ms,
+            max_rss_kb: ru.ru_maxrss as u64,
+            fsize_hit: found.capped.into_iter().next(),
+            full_mounts: found.full,
+            guarded,
+            files_watched,
+        });
         // pid 1 exiting makes the kernel kill everything else in the namespace.
         unsafe { libc::_exit(0) }
     }
@@ -644,13 +659,13 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
 
 /// After the program: did it hit the file-size limit or fill its scratch
 /// space? Host-side evidence, not the program's word. Bounded, no symlinks.
-fn scan_scratch(cfg: &SandboxConfig) -> (Option<String>, bool) {
+fn scan_scratch(cfg: &SandboxConfig) -> crate::highwater::Found {
     let mut hit = None;
-    let mut full = false;
-    for dir in ["/work", "/tmp", "/dev/shm"] {
+    let mut full = vec![];
+    for dir in SCRATCH {
         if let Ok(s) = nix::sys::statvfs::statvfs(dir) {
             if s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0) {
-                full = true;
+                full.push(dir.to_string());
             }
         }
         if hit.is_some() {
@@ -679,7 +694,7 @@ fn scan_scratch(cfg: &SandboxConfig) -> (Option<String>, bool) {
             }
         }
     }
-    (hit, full)
+    crate::highwater::Found { capped: hit.into_iter().collect(), full, gaps: vec![] }
 }
 
 fn landlock() -> String {
@@ -729,7 +744,7 @@ fn find_in_path(cmd: &str, env: &[(String, String)]) -> Option<CString> {
     None
 }
 
-fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
+fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32, guard: std::os::fd::OwnedFd) -> ! {
     // A program that outlives init is killed with the namespace anyway; this
     // also covers the window before init's own wait loop starts.
     set_pdeathsig();
@@ -798,6 +813,9 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
         argv.push(CString::new(a.as_str()).unwrap_or_default());
     }
     let envp: Vec<CString> = cfg.env.iter().filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok()).collect();
+    // The guard first: its listener goes to init before the program's own
+    // code can make a guarded call.
+    send_guard(guard);
     let programs = match super::seccomp::programs() {
         Ok(p) => p,
         Err(e) => fail(e),
