@@ -35,6 +35,9 @@ pub enum ViolationKind {
     OutputLimit,
     /// The writable scratch space filled up.
     Disk,
+    /// The egress proxy refused a connection (not in the allow list, a
+    /// mismatched Host or SNI, a private address, ...).
+    Network,
 }
 
 impl ViolationKind {
@@ -47,12 +50,13 @@ impl ViolationKind {
             ViolationKind::FileSize => "file_size",
             ViolationKind::OutputLimit => "output_limit",
             ViolationKind::Disk => "disk",
+            ViolationKind::Network => "network",
         }
     }
 
     pub fn parse(s: &str) -> Option<ViolationKind> {
         use ViolationKind::*;
-        [CpuTime, Memory, WallTimeout, Pids, FileSize, OutputLimit, Disk].into_iter().find(|k| k.name() == s)
+        [CpuTime, Memory, WallTimeout, Pids, FileSize, OutputLimit, Disk, Network].into_iter().find(|k| k.name() == s)
     }
 }
 
@@ -125,6 +129,9 @@ pub enum EventKind {
     /// Free-form status line from the tier ("warm container", "accel=tcg").
     Note(String),
     Exit(ExitStatus),
+    /// A decision of the run's egress proxy (and, later, the same
+    /// connection's end with its bytes).
+    Network(crate::egress::NetRecord),
 }
 
 #[derive(Debug, Clone)]

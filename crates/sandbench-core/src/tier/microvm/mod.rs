@@ -293,9 +293,6 @@ impl MicrovmTier {
             "network": "none (no network device)",
             "root": "read-only ext4; /work and /tmp are tmpfs",
         });
-        if limits.network {
-            ctx.note("warning: network access was requested but the microVM has no network device").await;
-        }
         let Some((mut guest, start, pool_boot)) = self.acquire(&p, shape, limits.disk_bytes, &ctx).await? else {
             // Stopped (cancel / timeout) while booting: nothing ran.
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;

@@ -341,9 +341,6 @@ impl ProcessTier {
         let limits = spec.limits.clone();
         let root = nix::unistd::geteuid().is_root();
         let mut warnings: Vec<String> = vec![];
-        if limits.network {
-            warnings.push("network access was requested but the process tier never grants it".into());
-        }
         let (mut launched, start) = match self.take_spare() {
             Some(l) => (l, "warm"),
             None => (Self::launch(&limits, (self.uid_base, self.uid_count)).await?, "cold"),
