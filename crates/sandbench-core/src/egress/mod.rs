@@ -163,6 +163,21 @@ impl Egress {
         });
     }
 
+    /// Run `fut` (a tier's transport work) until it ends or the run stops;
+    /// `finish` waits for it.
+    pub fn track<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let stop = self.stop();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = fut => {}
+                _ = stop.cancelled() => {}
+            }
+        });
+    }
+
     pub fn stop(&self) -> CancellationToken {
         self.shared.stop.clone()
     }
