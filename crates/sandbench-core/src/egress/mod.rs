@@ -27,7 +27,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use policy::{AllowEntry, Host, Network};
@@ -114,9 +113,19 @@ impl NetRecord {
     }
 }
 
-/// One run's egress proxy. Clones share it.
+/// One run's egress proxy. Clones share it; when the last is dropped
+/// (a tier's error path) every connection ends, so nothing of the run
+/// outlives it. [`Egress::finish`] ends it in order and says what happened.
 #[derive(Clone)]
 pub struct Egress {
+    server: Server,
+    _guard: Arc<tokio_util::sync::DropGuard>,
+}
+
+/// What transports hold: serve connections of the run. It does not keep
+/// the proxy alive.
+#[derive(Clone)]
+pub struct Server {
     shared: Arc<proxy::Shared>,
     tasks: TaskTracker,
 }
@@ -131,9 +140,37 @@ impl Egress {
         let stop = ctx.stop.child_token();
         let shared =
             proxy::Shared::new(network.clone(), resolve::Resolver::new(hosts.clone()), ctx.clone(), stop.clone());
-        Some(Egress { shared: Arc::new(shared), tasks: TaskTracker::new() })
+        Some(Egress {
+            server: Server { shared: Arc::new(shared), tasks: TaskTracker::new() },
+            _guard: Arc::new(stop.drop_guard()),
+        })
     }
 
+    pub fn server(&self) -> Server {
+        self.server.clone()
+    }
+
+    /// End every connection, wait until they are gone (their last records
+    /// sent), and say what happened, for the report's `details.network`.
+    pub async fn finish(self) -> serde_json::Value {
+        let s = &self.server;
+        s.shared.stop.cancel();
+        s.tasks.close();
+        s.tasks.wait().await;
+        let t = s.shared.totals.lock().map(|t| *t).unwrap_or_default();
+        json!({
+            "policy": s.shared.network.to_string(),
+            "proxy": format!("sandbench's egress proxy on the host, at {} inside the sandbox", proxy_url()),
+            "allowed": t.allowed,
+            "denied": t.denied,
+            "bytes_up": t.bytes_up,
+            "bytes_down": t.bytes_down,
+            "dns_lookups": s.shared.resolver.lookups(),
+        })
+    }
+}
+
+impl Server {
     /// Serve one client connection (any transport) in the background.
     pub fn serve<S>(&self, client: S)
     where
@@ -146,18 +183,17 @@ impl Egress {
     /// Accept and serve connections from `listener` until the run stops.
     pub fn serve_listener(&self, listener: tokio::net::TcpListener) {
         let me = self.clone();
-        let stop = self.stop();
-        self.tasks.spawn(async move {
+        self.track(async move {
             loop {
-                tokio::select! {
-                    r = listener.accept() => match r {
-                        Ok((s, _)) => { let _ = s.set_nodelay(true); me.serve(s) }
-                        Err(e) => {
-                            tracing::debug!("egress listener: {e}");
-                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                        }
-                    },
-                    _ = stop.cancelled() => return,
+                match listener.accept().await {
+                    Ok((s, _)) => {
+                        let _ = s.set_nodelay(true);
+                        me.serve(s)
+                    }
+                    Err(e) => {
+                        tracing::debug!("egress listener: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
                 }
             }
         });
@@ -169,34 +205,12 @@ impl Egress {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let stop = self.stop();
+        let stop = self.shared.stop.clone();
         self.tasks.spawn(async move {
             tokio::select! {
                 _ = fut => {}
                 _ = stop.cancelled() => {}
             }
         });
-    }
-
-    pub fn stop(&self) -> CancellationToken {
-        self.shared.stop.clone()
-    }
-
-    /// End every connection, wait until they are gone (their last records
-    /// sent), and say what happened, for the report's `details.network`.
-    pub async fn finish(self) -> serde_json::Value {
-        self.shared.stop.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
-        let t = self.shared.totals.lock().map(|t| *t).unwrap_or_default();
-        json!({
-            "policy": self.shared.network.to_string(),
-            "proxy": format!("sandbench's egress proxy on the host, at {} inside the sandbox", proxy_url()),
-            "allowed": t.allowed,
-            "denied": t.denied,
-            "bytes_up": t.bytes_up,
-            "bytes_down": t.bytes_down,
-            "dns_lookups": self.shared.resolver.lookups(),
-        })
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::Egress;
+use super::Server;
 
 pub const WINDOW: usize = 256 << 10;
 /// Largest `D` payload either side sends.
@@ -66,16 +66,20 @@ impl Drop for Conn {
 /// The host end of one channel. Feed it the far side's messages with
 /// [`Mux::incoming`]; what it sends comes out of the receiver `new` returns.
 pub struct Mux {
-    egress: Egress,
-    out: mpsc::Sender<Vec<u8>>,
+    egress: Server,
+    out: mpsc::UnboundedSender<Vec<u8>>,
     conns: HashMap<u32, Conn>,
     /// Messages that broke the protocol (ignored, counted for the report).
     pub violations: u64,
 }
 
 impl Mux {
-    pub fn new(egress: Egress) -> (Mux, mpsc::Receiver<Vec<u8>>) {
-        let (out, rx) = mpsc::channel(256);
+    pub fn new(egress: Server) -> (Mux, mpsc::UnboundedReceiver<Vec<u8>>) {
+        // Unbounded, and still bounded: every data message needs credit the
+        // far side gave (a window per connection), every credit a data
+        // message it sent. A bounded queue could deadlock the transport: the
+        // loop that feeds `incoming` is the one that drains the far side.
+        let (out, rx) = mpsc::unbounded_channel();
         (Mux { egress, out, conns: HashMap::new(), violations: 0 }, rx)
     }
 
@@ -92,7 +96,7 @@ impl Mux {
             OPEN => {
                 if self.conns.contains_key(&id) || self.conns.len() >= MAX_CONNS {
                     self.violations += u64::from(self.conns.contains_key(&id));
-                    let _ = self.out.send(message(RESET, id, &[])).await;
+                    let _ = self.out.send(message(RESET, id, &[]));
                     return;
                 }
                 self.open(id);
@@ -129,7 +133,7 @@ impl Mux {
 
     async fn reset(&mut self, id: u32) {
         self.conns.remove(&id);
-        let _ = self.out.send(message(RESET, id, &[])).await;
+        let _ = self.out.send(message(RESET, id, &[]));
     }
 
     /// Drop every connection (the run is over).
@@ -152,11 +156,11 @@ impl Mux {
                 match chunk {
                     Chunk::Data(d) => {
                         if wr.write_all(&d).await.is_err() {
-                            let _ = out.send(message(RESET, id, &[])).await;
+                            let _ = out.send(message(RESET, id, &[]));
                             return;
                         }
                         unread2.fetch_sub(d.len(), Ordering::AcqRel);
-                        let _ = out.send(message(CREDIT, id, &(d.len() as u32).to_be_bytes())).await;
+                        let _ = out.send(message(CREDIT, id, &(d.len() as u32).to_be_bytes()));
                     }
                     Chunk::Eof => {
                         let _ = wr.shutdown().await;
@@ -181,12 +185,12 @@ impl Mux {
                 match rd.read(&mut buf[..want]).await {
                     Ok(n) if n > 0 => {
                         credit2.add_permits(want - n);
-                        if out.send(message(DATA, id, &buf[..n])).await.is_err() {
+                        if out.send(message(DATA, id, &buf[..n])).is_err() {
                             return;
                         }
                     }
                     _ => {
-                        let _ = out.send(message(EOF, id, &[])).await;
+                        let _ = out.send(message(EOF, id, &[]));
                         return;
                     }
                 }
@@ -208,7 +212,7 @@ mod tests {
         let (tx, mut events) = mpsc::channel(64);
         let ctx = RunContext { started: std::time::Instant::now(), tx, stop: CancellationToken::new() };
         let eg = Egress::start(&"allow=pypi.test".parse::<Network>().unwrap(), &Hosts::default(), &ctx).unwrap();
-        let (mut mux, mut out) = Mux::new(eg.clone());
+        let (mut mux, mut out) = Mux::new(eg.server());
         mux.incoming(&message(OPEN, 7, &[])).await;
         mux.incoming(&message(DATA, 7, b"GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n")).await;
         let mut answer = vec![];

@@ -143,7 +143,7 @@ fn run(network: &str, hosts: &[(&str, IpAddr)]) -> Run {
 impl Run {
     fn client(&self) -> DuplexStream {
         let (a, b) = tokio::io::duplex(64 << 10);
-        self.eg.serve(a);
+        self.eg.server().serve(a);
         b
     }
 

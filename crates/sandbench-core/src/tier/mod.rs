@@ -207,6 +207,16 @@ pub fn max_limits(name: &str) -> LimitMaxima {
     }
 }
 
+/// Whether the named tier can enforce `network`, without building it (the
+/// workbench's limits form; the runner asks the tier itself).
+pub fn check_network(name: &str, network: &crate::egress::Network) -> Result<(), String> {
+    match name {
+        "process" | "docker" | "gvisor" | "microvm" => Ok(()),
+        "e2b" => e2b::check_allow_list(network),
+        other => refuse_allow_list(other, network),
+    }
+}
+
 /// sandbench's tiers, then the peers (when their profiles load).
 pub fn known_names() -> Vec<String> {
     KNOWN.iter().map(|s| s.to_string()).chain(peer::names().unwrap_or_default().into_iter().map(String::from)).collect()

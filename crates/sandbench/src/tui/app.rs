@@ -158,10 +158,11 @@ pub enum LimitField {
     FileSize,
     Disk,
     Output,
+    Network,
 }
 
 impl LimitField {
-    pub const ALL: [LimitField; 7] = [
+    pub const ALL: [LimitField; 8] = [
         LimitField::CpuTime,
         LimitField::WallTime,
         LimitField::Memory,
@@ -169,6 +170,7 @@ impl LimitField {
         LimitField::FileSize,
         LimitField::Disk,
         LimitField::Output,
+        LimitField::Network,
     ];
 
     pub fn label(self) -> &'static str {
@@ -180,6 +182,15 @@ impl LimitField {
             LimitField::FileSize => "file size",
             LimitField::Disk => "disk",
             LimitField::Output => "output",
+            LimitField::Network => "network",
+        }
+    }
+
+    /// Longest text the field takes (an allow list is long).
+    pub fn max_len(self) -> usize {
+        match self {
+            LimitField::Network => 400,
+            _ => 24,
         }
     }
 
@@ -187,6 +198,7 @@ impl LimitField {
         match self {
             LimitField::CpuTime | LimitField::WallTime => "e.g. 5s, 500ms, 2m",
             LimitField::Pids => "a whole number",
+            LimitField::Network => "none, or allow=pypi.org,host:443",
             _ => "e.g. 256M, 1G, 512K",
         }
     }
@@ -200,6 +212,7 @@ impl LimitField {
             LimitField::FileSize => format_size(l.file_size_bytes),
             LimitField::Disk => format_size(l.disk_bytes),
             LimitField::Output => format_size(l.output_bytes),
+            LimitField::Network => l.network.to_string(),
         }
     }
 
@@ -212,6 +225,7 @@ impl LimitField {
             LimitField::FileSize => l.file_size_bytes = spec::parse_size(s)?,
             LimitField::Disk => l.disk_bytes = spec::parse_size(s)?,
             LimitField::Output => l.output_bytes = spec::parse_size(s)?,
+            LimitField::Network => l.network = s.parse()?,
         }
         Ok(())
     }
@@ -901,7 +915,10 @@ impl App {
                 // The same refusal `run` gives: a limit the tier cannot
                 // enforce never reaches a run.
                 if let Some(t) = self.tiers.get(self.tier) {
-                    if let Err(e) = crate::tier::max_limits(&t.name).check(&t.name, &l) {
+                    let checked = crate::tier::max_limits(&t.name)
+                        .check(&t.name, &l)
+                        .and_then(|_| crate::tier::check_network(&t.name, &l.network));
+                    if let Err(e) = checked {
                         f.error = Some(e);
                         return;
                     }
@@ -912,8 +929,8 @@ impl App {
             }
             (Some(a), _) => self.global(a),
             (None, Some(c)) => {
-                let t = &mut f.fields[f.selected].1;
-                if t.len() < 24 {
+                let (field, t) = &mut f.fields[f.selected];
+                if t.len() < field.max_len() {
                     t.push(c);
                 }
                 f.error = None;

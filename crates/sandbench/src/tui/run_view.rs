@@ -276,13 +276,17 @@ impl RunView {
     }
 
     pub fn limits_line(&self) -> String {
-        format!(
+        let mut s = format!(
             "mem {} · cpu {} · wall {} · pids {}",
             format_size(self.limits.memory_bytes),
             crate::spec::format_duration(self.limits.cpu_time),
             crate::spec::format_duration(self.limits.wall_time),
             self.limits.pids
-        )
+        );
+        if !self.limits.network.is_none() {
+            s.push_str(&format!(" · net {}", self.limits.network));
+        }
+        s
     }
 }
 

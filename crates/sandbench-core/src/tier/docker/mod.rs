@@ -67,6 +67,8 @@ pub struct DockerTier {
     prewarmed: AtomicBool,
     /// The configured limits: what `Tier::prewarm` warms containers for.
     limits: crate::spec::Limits,
+    /// `[network] hosts`, for the egress proxy's resolver.
+    hosts: crate::egress::Hosts,
 }
 
 impl DockerTier {
@@ -89,6 +91,7 @@ impl DockerTier {
             runs: AtomicU64::new(0),
             prewarmed: AtomicBool::new(false),
             limits: config.limits.clone(),
+            hosts: config.network.hosts.clone(),
         }
     }
 
@@ -270,6 +273,11 @@ impl Tier for DockerTier {
         self.name
     }
 
+    /// Any allow list: the loader relays the egress port to the host proxy.
+    fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
+    }
+
     fn describe(&self) -> &'static str {
         match self.runtime {
             None => "hardened Docker container (runc): namespaces, cgroups, seccomp, no network, read-only root",
@@ -386,6 +394,7 @@ impl DockerTier {
                 runs: AtomicU64::new(0),
                 prewarmed: AtomicBool::new(false),
                 limits: self.limits.clone(),
+                hosts: Default::default(),
             };
             let report = crate::runner::run(Arc::new(probe), spec).await;
             if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
@@ -489,18 +498,44 @@ impl DockerTier {
         let mut frames = container::Frames::default();
         let mut judge = Judge::new(limits);
         let mut loader = LoaderFacts::default();
-        let payload = container::payload(spec, uid, gid);
+        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), ctx);
+        let payload = container::payload(spec, uid, gid, egress.as_ref().map(|_| crate::egress::SANDBOX_PORT));
+        let (mut mux, mut mux_out) = match &egress {
+            Some(eg) => {
+                let (m, out) = crate::egress::mux::Mux::new(eg.server());
+                (Some(m), Some(out))
+            }
+            None => (None, None),
+        };
         // Stdin stays open after the payload: the loader waits for one more
         // byte (the acknowledgement that every frame arrived) before it ends
-        // the container.
+        // the container. With egress it carries the relay's messages first,
+        // and the acknowledgement is a frame.
         let (ack_tx, ack_rx) = tokio::sync::oneshot::channel::<()>();
         let mut ack_tx = Some(ack_tx);
         let writer = tokio::spawn(async move {
             let r = async {
                 input.write_all(&payload).await?;
                 input.flush().await?;
-                let _ = ack_rx.await;
-                input.write_all(b"\n").await?;
+                match mux_out.as_mut() {
+                    None => {
+                        let _ = ack_rx.await;
+                        input.write_all(b"\n").await?;
+                    }
+                    Some(out) => {
+                        tokio::pin!(ack_rx);
+                        loop {
+                            tokio::select! {
+                                m = out.recv() => match m {
+                                    Some(m) => input.write_all(&container::host_frame(b'n', &m)).await?,
+                                    None => { let _ = (&mut ack_rx).await; break }
+                                },
+                                _ = &mut ack_rx => break,
+                            }
+                        }
+                        input.write_all(&container::host_frame(b'k', b"")).await?;
+                    }
+                }
                 input.flush().await?;
                 input.shutdown().await
             }
@@ -552,6 +587,12 @@ impl DockerTier {
                                     judge.sample(ctx, &loader.counters(cg_counters)).await;
                                 }
                                 container::Frame::Started { uid } => started_uid = Some(uid),
+                                container::Frame::Net(m) => match mux.as_mut() {
+                                    Some(mux) => mux.incoming(&m).await,
+                                    // Relay messages in a run without egress: the stream is not
+                                    // what sandbench's loader writes.
+                                    None => frames.broken = Some("a relay frame in a run without egress".into()),
+                                },
                                 container::Frame::Failed(why) => {
                                     failed = Some(why);
                                     if let Some(tx) = ack_tx.take() {
@@ -625,6 +666,17 @@ impl DockerTier {
         }
         sampler.abort();
         writer.abort();
+        if let Some(m) = mux.as_mut() {
+            m.close_all();
+        }
+        let network = match egress {
+            Some(eg) => {
+                let mut n = eg.finish().await;
+                n["relay_protocol_violations"] = json!(mux.map_or(0, |m| m.violations));
+                n
+            }
+            None => json!("none (network_mode none)"),
+        };
         if let Some(e) = wait_error {
             if !(killed || ctx.stop.is_cancelled()) {
                 return Err(anyhow!("lost the container while waiting for it: {e}"));
@@ -707,6 +759,7 @@ impl DockerTier {
                 // runner's output limit); false only when the run was cut.
                 "complete": produced == Some(delivered),
             },
+            "network": network,
         });
         Ok((usage, details))
     }

@@ -397,10 +397,10 @@ impl ProcessTier {
                     env.push((k, v));
                 }
             }
-            let eg2 = eg.clone();
-            eg.track(async move {
+            let server = eg.server();
+            eg.server().track(async move {
                 if let Some(l) = netns::receive_listener(chan).await {
-                    eg2.serve_listener(l);
+                    server.serve_listener(l);
                 }
             });
         }
