@@ -200,6 +200,54 @@ impl Mux {
     }
 }
 
+/// Carry a channel whose messages are each prefixed with their length (u32
+/// BE), the framing of the guest's `sandbench.net` port, until it closes or
+/// the run stops.
+pub fn carry_framed<S>(server: Server, chan: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(chan);
+    let (mut mux, mut out) = Mux::new(server.clone());
+    server.track(async move {
+        while let Some(m) = out.recv().await {
+            let mut f = (m.len() as u32).to_be_bytes().to_vec();
+            f.extend_from_slice(&m);
+            if wr.write_all(&f).await.is_err() {
+                return;
+            }
+        }
+    });
+    server.track(async move {
+        let mut buf = Vec::with_capacity(64 << 10);
+        let mut chunk = vec![0u8; 64 << 10];
+        loop {
+            let n = match rd.read(&mut chunk).await {
+                Ok(n) if n > 0 => n,
+                _ => break,
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            let mut at = 0;
+            while buf.len() - at >= 4 {
+                let len = u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) as usize;
+                if len > 5 + MAX_DATA {
+                    // Not the relay's framing: stop trusting the channel.
+                    tracing::warn!("egress channel: a message of {len} bytes; closing the channel");
+                    mux.close_all();
+                    return;
+                }
+                if buf.len() - at < 4 + len {
+                    break;
+                }
+                mux.incoming(&buf[at + 4..at + 4 + len]).await;
+                at += 4 + len;
+            }
+            buf.drain(..at);
+        }
+        mux.close_all();
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
