@@ -251,7 +251,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::egress::{Hosts, Network};
+    use crate::egress::{Egress, Hosts, Network};
     use crate::tier::RunContext;
     use tokio_util::sync::CancellationToken;
 
