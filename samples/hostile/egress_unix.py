@@ -1,9 +1,9 @@
 # name: egress-unix
 # tries: reach the egress proxy's transport (or any other service) through a unix socket: every socket /proc/net/unix lists, abstract ones included, and the usual proxy socket paths
-# must: expose no unix socket that leads out of the sandbox
+# must: expose no unix socket that leads out of the sandbox (no connection reaches the host's canary sockets)
 # network: allow=allowed.gauntlet.test:{http_port}
-# escaped-if: "UNIX-CONNECTED"
 # expect: *=ok
+import os
 import socket
 
 names = []
@@ -15,7 +15,7 @@ try:
                 names.append(parts[7])
 except OSError as e:
     print(f"no /proc/net/unix: {e}")
-names += ["/run/sandbench.sock", "/var/run/sandbench-egress.sock", "/tmp/.X11-unix/X0", "@sandbench-egress"]
+names += ["@" + os.environ.get("CANARY_UNIX", "sandbench-canary"), "/run/sandbench.sock", "@sandbench-egress"]
 seen = set()
 for n in names[:500]:
     if n in seen:
@@ -30,7 +30,7 @@ for n in names[:500]:
     s.settimeout(1)
     try:
         s.connect(addr)
-        print(f"UNIX-CONNECTED {n}")
+        print(f"connected: {n}")
     except OSError as e:
         print(f"cannot reach {n}: {e.strerror or e}")
     finally:
