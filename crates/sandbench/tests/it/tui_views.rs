@@ -92,6 +92,7 @@ fn findings(escapes: &[&str]) -> Findings {
         ],
         host_latency_ms_p50: Some(1.4),
         host_latency_ms_max: Some(3.9),
+        notes: vec![],
     }
 }
 
