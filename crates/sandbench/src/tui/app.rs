@@ -198,7 +198,7 @@ impl LimitField {
         match self {
             LimitField::CpuTime | LimitField::WallTime => "e.g. 5s, 500ms, 2m",
             LimitField::Pids => "a whole number",
-            LimitField::Network => "none, or allow=pypi.org,host:443",
+            LimitField::Network => "none or allow=pypi.org,…",
             _ => "e.g. 256M, 1G, 512K",
         }
     }
