@@ -250,7 +250,7 @@ async fn names_hosts_and_addresses_outside_the_list_are_refused() {
     let r = run(&format!("allow=pypi.test:{p},localhost:{p}"), &[("pypi.test", ip)]);
     let cases = [
         // Not in the list (and so never resolved).
-        format!("CONNECT s3cr3t.exfil.test:443 HTTP/1.1\r\n\r\n"),
+        "CONNECT s3cr3t.exfil.test:443 HTTP/1.1\r\n\r\n".to_string(),
         // The allowed name's address, as a literal, and its IPv4-mapped IPv6 form.
         format!("GET http://{ip}:{p}/ HTTP/1.1\r\nHost: {ip}:{p}\r\n\r\n"),
         format!("GET http://[::ffff:{ip}]:{p}/ HTTP/1.1\r\nHost: [::ffff:{ip}]:{p}\r\n\r\n"),

@@ -105,7 +105,8 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
             }
             // Each refusal gets its own network line below.
             EventKind::Violation(v) if text && v.kind == crate::event::ViolationKind::Network => {}
-            EventKind::Network(rec) if text && !(rec.decision == crate::egress::Decision::Allowed && !rec.open) => {
+            // An allowed connection is shown when it opens, not again when it ends.
+            EventKind::Network(rec) if text && (rec.open || rec.decision != crate::egress::Decision::Allowed) => {
                 eprintln!(
                     "sandbench: network — {} (at {:.0} ms)",
                     sanitize::visible_controls(rec.line().as_bytes()),

@@ -585,7 +585,7 @@ mod tests {
         // With egress: the port, and the proxy variables before the user's own.
         let p = payload(&spec, 1234, 5678, Some(3128));
         let text = String::from_utf8_lossy(&p);
-        assert!(text.contains("\03128\0sh\0") && text.contains("HTTPS_PROXY\0http://127.0.0.1:3128"), "{text:?}");
+        assert!(text.contains("\x003128\x00sh\x00") && text.contains("HTTPS_PROXY\0http://127.0.0.1:3128"), "{text:?}");
     }
 
     #[test]
