@@ -456,14 +456,17 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
 }
 
 /// Spawns `/bin/true` every 50 ms on the host and records how long it took.
-struct HostProbe {
+/// Host responsiveness while something runs: the time to spawn `/bin/true`,
+/// every 50 ms, on a thread of its own (the gauntlet's canary, the report's
+/// latency benchmark).
+pub struct HostProbe {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<f64>>>,
     thread: JoinHandle<()>,
 }
 
 impl HostProbe {
-    fn start() -> HostProbe {
+    pub fn start() -> HostProbe {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(vec![]));
         let (s, v) = (stop.clone(), samples.clone());
@@ -481,10 +484,15 @@ impl HostProbe {
         HostProbe { stop, samples, thread }
     }
 
-    fn finish(self) -> (Option<f64>, Option<f64>) {
+    /// Stop; every spawn time measured (ms), in order.
+    pub fn samples(self) -> Vec<f64> {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
-        let mut v = self.samples.lock().map(|v| v.clone()).unwrap_or_default();
+        self.samples.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    fn finish(self) -> (Option<f64>, Option<f64>) {
+        let mut v = self.samples();
         if v.is_empty() {
             return (None, None);
         }

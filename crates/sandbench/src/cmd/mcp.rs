@@ -24,8 +24,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::cli::McpArgs;
 use crate::config::Config;
-use crate::policy::{head_tail, LimitRequest, Policy};
+use crate::policy::{LimitRequest, Policy};
 use crate::report::{Outcome, RunReport};
+use crate::sanitize::head_tail;
 use crate::tier::{self, Tier};
 use crate::{runlog, runner, sanitize};
 

@@ -57,6 +57,10 @@ pub struct RunView {
     /// CPU use in percent of one core per sample interval, and memory in bytes.
     pub cpu_hist: VecDeque<u64>,
     pub mem_hist: VecDeque<u64>,
+    /// When the first and the latest usage sample arrived (ms since the
+    /// start), and how many came: the sparklines' time axis.
+    pub samples_span: Option<(f64, f64)>,
+    pub samples: usize,
     prev_cpu: Option<(f64, u64)>,
     pub violations: Vec<Violation>,
     pub exit: Option<ExitStatus>,
@@ -87,6 +91,8 @@ impl RunView {
             peak_pids: 0,
             cpu_hist: VecDeque::new(),
             mem_hist: VecDeque::new(),
+            samples_span: None,
+            samples: 0,
             prev_cpu: None,
             violations: vec![],
             exit: None,
@@ -237,6 +243,10 @@ impl RunView {
     }
 
     fn usage_sample(&mut self, at_ms: f64, u: UsageSample) {
+        if u.memory_bytes.is_some() || u.cpu_ms.is_some() {
+            self.samples += 1;
+            self.samples_span = Some((self.samples_span.map_or(at_ms, |s| s.0), at_ms));
+        }
         if let Some(m) = u.memory_bytes {
             self.peak_memory = self.peak_memory.max(m);
             push_capped(&mut self.mem_hist, m);
@@ -248,7 +258,10 @@ impl RunView {
             if let Some((t0, c0)) = self.prev_cpu {
                 let dt = at_ms - t0;
                 if dt > 0.0 {
-                    let pct = (c.saturating_sub(c0) as f64 / dt * 100.0).round() as u64;
+                    // A sandbox cannot use more CPUs than it has: above that is
+                    // sampling jitter (the counter and the clock are read apart).
+                    let most = (self.limits.cpus.ceil().max(1.0) * 100.0) as u64;
+                    let pct = ((c.saturating_sub(c0) as f64 / dt * 100.0).round() as u64).min(most);
                     push_capped(&mut self.cpu_hist, pct);
                 }
             }

@@ -151,6 +151,15 @@ impl Tier for MicrovmTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
+    fn warm(&self) -> Option<String> {
+        if self.cfg.pool_size == 0 {
+            return None;
+        }
+        // The guest pool is the process's (one per sandbench).
+        let ready = pool::Pool::current().map_or(0, |p| p.ready_count());
+        Some(format!("{ready} of {} warm guest(s) ready", self.cfg.pool_size))
+    }
+
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             if let Err(e) = MicrovmTier::prewarm(self).await {
@@ -369,8 +378,9 @@ impl MicrovmTier {
         egress: bool,
     ) -> anyhow::Result<(Option<UsageSample>, u64)> {
         let limits = &spec.limits;
-        let mut seed = [0u8; 32];
-        let _ = getrandom(&mut seed);
+        // The guest's random seed: a run without one does not happen.
+        let seed =
+            anyhow::Context::context(crate::host::random_hex(32), "cannot read /dev/urandom for the guest's seed")?;
         let mut env = spec.sandbox_env("/work", "/tmp");
         if egress {
             env.extend(crate::egress::proxy_env().into_iter().filter(|(k, _)| !spec.env.contains_key(k)));
@@ -388,7 +398,7 @@ impl MicrovmTier {
                 disk_bytes: limits.disk_bytes,
                 open_files: limits.open_files,
             },
-            seed: seed.iter().map(|b| format!("{b:02x}")).collect(),
+            seed,
             now: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
@@ -481,9 +491,4 @@ impl MicrovmTier {
         let usage = UsageSample { cpu_ms, memory_bytes: x.memory_peak.or(last.memory_bytes), pids: x.pids_peak };
         Ok((Some(usage), garbage))
     }
-}
-
-fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }

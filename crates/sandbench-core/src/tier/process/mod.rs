@@ -30,8 +30,13 @@ use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// Sampling is ten times denser for the first half second, so that a 50 ms
+/// program still shows a curve (reading the cgroup files takes microseconds).
+const SAMPLE_EARLY: Duration = Duration::from_millis(10);
+const EARLY_FOR: Duration = Duration::from_millis(500);
 
 pub struct ProcessTier {
+    host: Host,
     uid_base: u32,
     uid_count: u32,
     allow_degraded: bool,
@@ -65,10 +70,28 @@ impl Launched {
     }
 }
 
-fn layout() -> &'static Result<Layout, String> {
+/// What the tier takes from sandbench's environment (`config::HostEnv`).
+#[derive(Debug, Clone)]
+struct Host {
+    /// The binary started as the sandbox helper.
+    exe: std::path::PathBuf,
+    try_user_cgroup: bool,
+}
+
+impl Host {
+    fn of(env: &crate::config::HostEnv) -> Host {
+        Host {
+            exe: env.helper.clone().unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe")),
+            try_user_cgroup: env.try_user_cgroup,
+        }
+    }
+}
+
+/// The cgroup layout, detected once (the first caller's environment decides).
+fn layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
     static L: OnceLock<Result<Layout, String>> = OnceLock::new();
     L.get_or_init(|| {
-        if !nix::unistd::geteuid().is_root() && std::env::var_os("SANDBENCH_TRY_USER_CGROUP").is_none() {
+        if !nix::unistd::geteuid().is_root() && !try_user_cgroup {
             // v1 hierarchies are root's; on v2 an unprivileged user can only
             // use a delegated subtree, which detect() tries.
             return cgroup::detect().map_err(|e| format!("{e} (run as root, or use a systemd-delegated cgroup v2)"));
@@ -78,8 +101,8 @@ fn layout() -> &'static Result<Layout, String> {
 }
 
 /// Remove cgroups left by sandbench processes that died.
-pub fn reap_leftovers() {
-    if let Ok(l) = layout() {
+pub fn reap_leftovers(env: &crate::config::HostEnv) {
+    if let Ok(l) = layout(env.try_user_cgroup) {
         let n = cgroup::reap(l);
         if n > 0 {
             tracing::info!("reaped {n} leftover run cgroup(s)");
@@ -88,8 +111,8 @@ pub fn reap_leftovers() {
 }
 
 /// Run cgroups that carry `token` (the soak's leftover count).
-pub fn owned_cgroups(token: &str) -> Vec<std::path::PathBuf> {
-    match layout() {
+pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path::PathBuf> {
+    match layout(env.try_user_cgroup) {
         Ok(l) => cgroup::owned(l, token),
         Err(_) => vec![],
     }
@@ -98,6 +121,7 @@ pub fn owned_cgroups(token: &str) -> Vec<std::path::PathBuf> {
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
         ProcessTier {
+            host: Host::of(&config.host),
             uid_base: config.process.uid_base,
             uid_count: config.process.uid_count,
             keep_spare: config.process.spare,
@@ -109,7 +133,7 @@ impl ProcessTier {
 
     /// Start a helper in a fresh cgroup; it joins the cgroup at once (the
     /// slow part of a cold start on cgroup v1) and then waits for a program.
-    async fn launch(limits: &crate::spec::Limits, uid_range: (u32, u32)) -> anyhow::Result<Launched> {
+    async fn launch(limits: &crate::spec::Limits, uid_range: (u32, u32), host: &Host) -> anyhow::Result<Launched> {
         let mut warnings: Vec<String> = vec![];
         let uid = if nix::unistd::geteuid().is_root() {
             Some(
@@ -119,7 +143,7 @@ impl ProcessTier {
         } else {
             None
         };
-        let cg = match layout() {
+        let cg = match layout(host.try_user_cgroup) {
             // Cgroups work here: a run without its own is not the sandbox
             // sandbench promised, so it does not happen.
             Ok(l) => Some(RunCgroup::create(l, limits).context("cannot create the run's cgroup")?),
@@ -130,9 +154,7 @@ impl ProcessTier {
                 None
             }
         };
-        let exe = std::env::var_os("SANDBENCH_HELPER")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
+        let exe = &host.exe;
         let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
         let wfd = status_w.as_raw_fd();
         let (net_host, net_helper) = nix::sys::socket::socketpair(
@@ -143,7 +165,7 @@ impl ProcessTier {
         )
         .context("cannot create the egress channel")?;
         let nfd = net_helper.as_raw_fd();
-        let mut cmd = Command::new(&exe);
+        let mut cmd = Command::new(exe);
         cmd.arg("__sandbox")
             .env_clear()
             .stdin(std::process::Stdio::piped())
@@ -199,8 +221,9 @@ impl ProcessTier {
         }
         let slot = self.spare.clone();
         let range = (self.uid_base, self.uid_count);
+        let host = self.host.clone();
         tokio::spawn(async move {
-            if let Ok(l) = Self::launch(&crate::spec::Limits::default(), range).await {
+            if let Ok(l) = Self::launch(&crate::spec::Limits::default(), range, &host).await {
                 if let Ok(mut s) = slot.lock() {
                     if s.is_none() {
                         *s = Some(l);
@@ -247,6 +270,18 @@ impl Tier for ProcessTier {
         "process"
     }
 
+    fn warm(&self) -> Option<String> {
+        if !self.keep_spare {
+            return None;
+        }
+        let ready = self.spare.lock().ok().is_some_and(|mut s| s.as_mut().is_some_and(|l| l.alive()));
+        Some(if ready {
+            "1 spare sandbox ready".into()
+        } else {
+            "no spare sandbox ready (one is made after a run)".into()
+        })
+    }
+
     fn max_limits(&self) -> LimitMaxima {
         host_maxima()
     }
@@ -283,7 +318,7 @@ fn interpreter_on_host(lang: Language) -> Option<String> {
 impl ProcessTier {
     async fn probe_inner(&self) -> Availability {
         let mut checks = vec![];
-        match layout() {
+        match layout(self.host.try_user_cgroup) {
             Ok(l) => checks.push(Check::ok(
                 "cgroup",
                 format!("{} — memory and pids limits, CPU accounting", match l.version() {
@@ -312,6 +347,7 @@ impl ProcessTier {
         spec.limits.wall_time = Duration::from_secs(10);
         spec.label = "doctor probe".into();
         let probe = ProcessTier {
+            host: self.host.clone(),
             uid_base: self.uid_base,
             uid_count: self.uid_count,
             allow_degraded: self.allow_degraded,
@@ -355,7 +391,7 @@ impl ProcessTier {
         }
         let available = sandbox_ok;
         let summary = if available {
-            let cg = match layout() {
+            let cg = match layout(self.host.try_user_cgroup) {
                 Ok(l) => format!("cgroup {:?}", l.version()).to_lowercase(),
                 Err(_) => "no cgroup: weaker containment".into(),
             };
@@ -373,7 +409,7 @@ impl ProcessTier {
         let mut warnings: Vec<String> = vec![];
         let (mut launched, start) = match self.take_spare() {
             Some(l) => (l, "warm"),
-            None => (Self::launch(&limits, (self.uid_base, self.uid_count)).await?, "cold"),
+            None => (Self::launch(&limits, (self.uid_base, self.uid_count), &self.host).await?, "cold"),
         };
         if let Some(c) = &launched.cg {
             c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
@@ -438,7 +474,11 @@ impl ProcessTier {
         let mut out = result?;
         out.details["network"] = network;
         if let Some(s) = final_stats {
-            if let Some(u) = out.usage.as_mut() {
+            // A run stopped from outside (output limit, timeout, cancel) has
+            // no exit report, but the cgroup still counted what it used: that,
+            // not the last sample (often the zeros of the first tick).
+            let u = out.usage.get_or_insert_with(Default::default);
+            {
                 u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
                 u.pids = s.pids_peak.or(u.pids);
                 // The cgroup charges shared pages to whoever touched them
@@ -480,8 +520,8 @@ impl ProcessTier {
         let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
         let mut status = BufReader::new(status_rx);
 
-        let mut ticker = tokio::time::interval(SAMPLE_EVERY);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let sampling_from = tokio::time::Instant::now();
+        let mut next_sample = sampling_from;
         let mut judge = Judge::new(limits);
         let mut isolation = json!({});
         let mut exit: Option<Status> = None;
@@ -530,7 +570,9 @@ impl ProcessTier {
                     let _ = child.start_kill();
                     if let Some(c) = cg { c.kill_all(); }
                 }
-                _ = ticker.tick(), if !helper_done => {
+                _ = tokio::time::sleep_until(next_sample), if !helper_done => {
+                    let every = if sampling_from.elapsed() < EARLY_FOR { SAMPLE_EARLY } else { SAMPLE_EVERY };
+                    next_sample = tokio::time::Instant::now() + every;
                     let (sample, counters) = match cg {
                         Some(c) => {
                             let s = c.stats();
