@@ -106,7 +106,7 @@ def decode_run(payload):
         if k == "env":
             name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
             spec["env"].append((name, val))
-        elif k in ("language", "seed", "now"):
+        elif k in ("language", "seed", "now", "net_port"):
             spec[k] = v.decode()
         elif k == "code":
             spec["code"] = v
@@ -178,17 +178,76 @@ class Port:
         return kind, self.read_exact(length)
 
 
-def find_port():
+def find_port(want="sandbench.0"):
     base = "/sys/class/virtio-ports"
     for _ in range(1000):
         try:
             for name in sorted(os.listdir(base)):
-                if read_file("%s/%s/name" % (base, name)).strip() == "sandbench.0":
+                if read_file("%s/%s/name" % (base, name)).strip() == want:
                     return "/dev/" + name
         except OSError:
             pass
         time.sleep(0.01)
-    raise RuntimeError("the control port sandbench.0 did not appear")
+    raise RuntimeError("the port %s did not appear" % want)
+
+
+def loopback_up():
+    import fcntl
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        req = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, req))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 0x1 | 0x40))  # SIOCSIFFLAGS UP|RUNNING
+    finally:
+        s.close()
+
+
+def start_egress(net_port, control_fd):
+    """A run with an allow list: listen on 127.0.0.1:net_port before the
+    program exists, and relay what arrives to the host proxy over the
+    sandbench.net port from a process of its own (root, outside the run's
+    cgroup; killed with everything else when the program ends)."""
+    loopback_up()
+    listener = EgressRelay.listen(net_port)
+    dev = find_port("sandbench.net")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(control_fd)
+            relay_process(listener, os.open(dev, os.O_RDWR))
+        finally:
+            os._exit(0)
+    listener.close()
+
+
+def relay_process(listener, fd):
+    # sandbench.net carries relay messages, each prefixed with its length (u32 BE).
+    def send(m):
+        view = memoryview(len(m).to_bytes(4, "big") + m)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    relay = EgressRelay(listener, send)
+    buf = b""
+    while True:
+        if not relay.step(1.0, (fd,)):
+            continue
+        x = os.read(fd, 65536)
+        if not x:
+            time.sleep(0.01)  # the host end is not connected (yet)
+            continue
+        buf += x
+        while len(buf) >= 4:
+            n = int.from_bytes(buf[:4], "big")
+            if n > 5 + EgressRelay.MAX_DATA:
+                return
+            if len(buf) < 4 + n:
+                break
+            relay.on_message(buf[4:4 + n])
+            buf = buf[4 + n:]
 
 
 def setup_guest():
@@ -551,6 +610,8 @@ def run(port, spec):
             pass
     for n in notes:
         port.send(T_LOG, n)
+    if spec.get("net_port"):
+        start_egress(int(spec["net_port"]), port.fd)
     name = "/work/main.sh" if spec["language"] == "sh" else "/work/main.py"
     with open(name, "wb") as f:
         f.write(spec["code"])

@@ -152,11 +152,22 @@ def _guard():
     return fd
 
 
+# Held while a frame is written once the egress relay thread (below) writes
+# frames too; None in a run without network.
+_out_lock = None
+
+
 def _frame(kind, data):
     buf = kind + len(data).to_bytes(4, "big") + data
-    while buf:
-        n = os.write(1, buf)
-        buf = buf[n:]
+    if _out_lock is not None:
+        _out_lock.acquire()
+    try:
+        while buf:
+            n = os.write(1, buf)
+            buf = buf[n:]
+    finally:
+        if _out_lock is not None:
+            _out_lock.release()
 
 
 def _read_exactly(n):
@@ -185,14 +196,18 @@ def _read_line():
 # importing it costs ~35 ms on gVisor), then exactly code_len bytes of code.
 _n = int(_read_line())
 _f = _read_exactly(_n).split(b"\0")
-_code_len, _fsize, _pids, _uid, _gid, _guarded = (int(x) for x in _f[:6])
-_lang, _file, _argc = _f[6].decode(), _f[7].decode(), int(_f[8])
-_argv = [os.fsdecode(a) for a in _f[9:9 + _argc]]
-_env = _f[9 + _argc:]
+_code_len, _fsize, _pids, _uid, _gid, _guarded, _net = (int(x) for x in _f[:7])
+_lang, _file, _argc = _f[7].decode(), _f[8].decode(), int(_f[9])
+_argv = [os.fsdecode(a) for a in _f[10:10 + _argc]]
+_env = _f[10 + _argc:]
 _code = _read_exactly(_code_len)
 if _uid == 0 or _gid == 0 or "/" in _file:
     raise ValueError("refusing to run the program as root or outside /work")
 _path = "/work/" + _file
+
+# A run with an allow list: the egress listener exists before the program
+# does (the child closes its fd); the relay thread starts once it runs.
+_egress = EgressRelay.listen(_net) if _net else None
 
 _out_r, _out_w = os.pipe()
 _err_r, _err_w = os.pipe()
@@ -301,6 +316,39 @@ if _guarded:
     _gs[0].close()
 _frame(b"r", b"uid=%d gid=%d guard=%d" % (_uid, _gid, _gfd))
 _code = None
+
+
+def _egress_main(relay, acked):
+    # After the payload, stdin carries the host's frames: 'n' (a relay
+    # message) and 'k' (the acknowledgement).
+    buf = b""
+    while True:
+        if not relay.step(0.5, (0,)):
+            continue
+        x = os.read(0, 65536)
+        if not x:
+            acked.set()
+            return
+        buf += x
+        while len(buf) >= 5:
+            n = int.from_bytes(buf[1:5], "big")
+            if len(buf) < 5 + n:
+                break
+            kind, payload, buf = buf[:1], buf[5:5 + n], buf[5 + n:]
+            if kind == b"n":
+                relay.on_message(payload)
+            elif kind == b"k":
+                acked.set()
+
+
+_acked = None
+if _egress is not None:
+    import threading
+
+    _out_lock = threading.Lock()
+    _acked = threading.Event()
+    _relay = EgressRelay(_egress, lambda m: _frame(b"n", m))
+    threading.Thread(target=_egress_main, args=(_relay, _acked), daemon=True).start()
 _said = set()
 
 
@@ -407,8 +455,11 @@ else:
     how = b"code %d" % os.WEXITSTATUS(_st)
 _frame(b"x", how + b" out=%d err=%d" % (_counts[b"o"], _counts[b"e"]))
 # Stay up until the host has taken everything (it acknowledges on stdin).
-try:
-    os.read(0, 1)
-except OSError:
-    pass
+if _acked is not None:
+    _acked.wait()
+else:
+    try:
+        os.read(0, 1)
+    except OSError:
+        pass
 os._exit(0)

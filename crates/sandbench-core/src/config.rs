@@ -22,6 +22,8 @@ pub struct Config {
     pub microvm: MicrovmConfig,
     /// Which tiers the workbench warms (spares, pools, guests) ahead of runs.
     pub prewarm: Prewarm,
+    /// The egress proxy's resolver (`[network] hosts`).
+    pub network: NetworkConfig,
     /// Keys and endpoints of the remote services, from the environment (not
     /// the file): filled by [`Config::load`], empty in a default config.
     #[serde(skip)]
@@ -137,6 +139,17 @@ pub enum Prewarm {
     All,
     /// None: every workbench run starts cold.
     None,
+}
+
+/// `[network]`: how the egress proxy resolves names (the limit itself is
+/// `[limits] network`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Names resolved without DNS, like /etc/hosts: `"mirror.corp" =
+    /// "10.0.0.5"` or a list. These addresses are the operator's word and
+    /// pass the proxy's address check even when private or loopback.
+    pub hosts: crate::egress::Hosts,
 }
 
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
@@ -297,6 +310,7 @@ impl Default for Config {
             samples_dir: None,
             microvm: MicrovmConfig::default(),
             prewarm: Prewarm::default(),
+            network: NetworkConfig::default(),
             env: RemoteEnv::default(),
             host: HostEnv::default(),
             state_dir: None,
@@ -393,6 +407,20 @@ mod tests {
         assert_eq!(h.require_tiers, ["process", "docker"]);
         assert!(h.try_user_cgroup, "set, even empty, means try");
         assert_eq!(h.helper, None);
+    }
+
+    #[test]
+    fn the_network_limit_and_hosts_parse() {
+        let c: Config = toml::from_str(
+            "[limits]\nnetwork = \"allow=pypi.test\"\n[network]\nhosts = { \"pypi.test\" = \"127.0.0.5\" }\n",
+        )
+        .unwrap();
+        assert_eq!(c.limits.network.to_string(), "allow=pypi.test");
+        assert_eq!(c.network.hosts.0["pypi.test"].len(), 1);
+        let e = toml::from_str::<Config>("[limits]\nnetwork = \"allow=a b\"\n").unwrap_err().to_string();
+        assert!(e.contains("not a host name"), "{e}");
+        let e = toml::from_str::<Config>("[network]\nhost = {}\n").unwrap_err().to_string();
+        assert!(e.contains("host"), "{e}");
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub enum ViolationKind {
     OutputLimit,
     /// The writable scratch space filled up.
     Disk,
+    /// The egress proxy refused a connection (not in the allow list, a
+    /// mismatched Host or SNI, a private address, ...).
+    Network,
 }
 
 impl ViolationKind {
@@ -129,6 +132,9 @@ pub enum EventKind {
     /// Free-form status line from the tier ("warm container", "accel=tcg").
     Note(String),
     Exit(ExitStatus),
+    /// A decision of the run's egress proxy (and, later, the same
+    /// connection's end with its bytes).
+    Network(crate::egress::NetRecord),
 }
 
 #[derive(Debug, Clone)]

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod bench;
 pub mod compare;
 pub mod config;
+pub mod egress;
 pub mod event;
 pub mod frontier;
 pub mod gauntlet;

@@ -33,6 +33,8 @@ pub struct LimitRequest {
     pub disk: Option<String>,
     /// stdout + stderr captured before the run is stopped, e.g. "1M".
     pub output: Option<String>,
+    /// Network: "none", or "allow=HOST[:PORT],..." within what this server allows.
+    pub network: Option<String>,
 }
 
 /// The operator's terms for remote clients.
@@ -63,7 +65,9 @@ impl Policy {
         b.output_bytes = b.output_bytes.min(ceiling.output_bytes);
         b.open_files = b.open_files.min(ceiling.open_files);
         b.cpus = b.cpus.min(ceiling.cpus);
-        b.network = b.network && ceiling.network;
+        if b.network.within(&ceiling.network).is_err() {
+            b.network = crate::egress::Network::None;
+        }
         Ok(Policy { tiers, base: b, ceiling })
     }
 
@@ -111,6 +115,12 @@ impl Policy {
         }
         if let Some(s) = &req.output {
             l.output_bytes = size("output", s, c.output_bytes, "--max-output")?;
+        }
+        if let Some(s) = &req.network {
+            let n: crate::egress::Network = s.parse().map_err(|e| format!("limits.network: {e}"))?;
+            n.within(&c.network)
+                .map_err(|e| format!("limits.{e} (the operator sets it with sandbench mcp --network)"))?;
+            l.network = n;
         }
         Ok(l)
     }
@@ -196,6 +206,22 @@ mod tests {
         assert!(e.contains("limits.pids"), "{e}");
         let e = p.limits(&LimitRequest { memory: Some("lots".into()), ..Default::default() }).unwrap_err();
         assert!(e.starts_with("limits.memory: invalid size"), "{e}");
+    }
+
+    #[test]
+    fn a_client_may_narrow_the_network_but_never_widen_it() {
+        let op: crate::egress::Network = "allow=pypi.test,*.pythonhosted.org:443".parse().unwrap();
+        let base = Limits { network: op.clone(), ..Default::default() };
+        let p = Policy::new(vec!["process".into()], base.clone(), base).unwrap();
+        assert_eq!(p.limits(&LimitRequest::default()).unwrap().network, op, "the default is the operator's");
+        let req = |n: &str| LimitRequest { network: Some(n.into()), ..Default::default() };
+        assert_eq!(p.limits(&req("allow=pypi.test:443")).unwrap().network.to_string(), "allow=pypi.test:443");
+        assert!(p.limits(&req("none")).unwrap().network.is_none());
+        let e = p.limits(&req("allow=evil.test")).unwrap_err();
+        assert!(e.starts_with("limits.network evil.test is not within") && e.contains("--network"), "{e}");
+        assert!(p.limits(&req("allow=")).unwrap_err().starts_with("limits.network: invalid"));
+        let closed = Policy::new(vec!["process".into()], Limits::default(), Limits::default()).unwrap();
+        assert!(closed.limits(&req("allow=pypi.test")).unwrap_err().contains("allows no network"));
     }
 
     #[test]

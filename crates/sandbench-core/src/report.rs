@@ -93,7 +93,14 @@ pub struct RunReport {
     /// the sandbox was complete.
     #[serde(default)]
     pub degraded: Vec<String>,
+    /// Every decision of the run's egress proxy (bounded: the first
+    /// [`MAX_NETWORK_RECORDS`] connections; `details.network` has the totals).
+    #[serde(default)]
+    pub network: Vec<crate::egress::NetRecord>,
 }
+
+/// Connections listed in a report.
+pub const MAX_NETWORK_RECORDS: usize = 256;
 
 impl RunReport {
     /// The start kind the tier recorded in `details.start`; `None` for a run
@@ -122,6 +129,7 @@ impl RunReport {
             limits: Limits::default(),
             details: serde_json::Value::Null,
             degraded: vec![],
+            network: vec![],
         }
     }
 

@@ -100,6 +100,7 @@ struct Fold {
     peak: UsageSample,
     last: UsageSample,
     exit: Option<ExitStatus>,
+    network: Vec<crate::egress::NetRecord>,
 }
 
 impl Fold {
@@ -180,6 +181,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         peak: UsageSample::default(),
         last: UsageSample::default(),
         exit: None,
+        network: vec![],
     };
     let mut stop_reason: Option<StopReason> = None;
     let mut deadline = tokio::time::Instant::now() + limits.wall_time + SETUP_GRACE;
@@ -273,6 +275,15 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
                 forward(ev).await;
             }
             EventKind::Note(_) => forward(ev).await,
+            EventKind::Network(ref rec) => {
+                // One entry per connection: its end replaces its decision.
+                match f.network.iter().position(|r| r.id == rec.id) {
+                    Some(i) => f.network[i] = rec.clone(),
+                    None if f.network.len() < crate::report::MAX_NETWORK_RECORDS => f.network.push(rec.clone()),
+                    None => {}
+                }
+                forward(ev).await
+            }
         }
     }
 
@@ -337,6 +348,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         limits,
         details,
         degraded,
+        network: f.network,
     };
     let _ = out.send(Update::Finished(Box::new(report))).await;
 }

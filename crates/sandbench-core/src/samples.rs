@@ -15,6 +15,10 @@
 //! README's tier section says why). `escaped-if` names output that only a
 //! breach could produce; `delivers` names output that must arrive (a cell
 //! whose report lacks it, without saying it was cut, lost output).
+//! `network: allow=...` (optional) runs the sample under that network limit,
+//! against the gauntlet's own loopback internet (`gauntlet::internet`;
+//! `{http_port}` and `{tls_port}` stand for its ports); a tier that cannot
+//! enforce it runs it with none.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -108,6 +112,8 @@ pub struct Sample {
     pub escaped_if: Vec<String>,
     /// Output that must reach the report (unless it says the output was cut).
     pub delivers: Vec<String>,
+    /// The network limit it runs under (with the internet's placeholders).
+    pub network: Option<String>,
     pub code: String,
 }
 
@@ -137,6 +143,7 @@ impl Sample {
             expect: BTreeMap::new(),
             escaped_if: vec![],
             delivers: vec![],
+            network: None,
             code: String::new(),
         };
         for line in code.lines() {
@@ -158,6 +165,13 @@ impl Sample {
                 }
                 "escaped-if" => s.escaped_if.push(value.trim_matches('"').to_string()),
                 "delivers" => s.delivers.push(value.trim_matches('"').to_string()),
+                "network" => {
+                    let filled = value.replace("{http_port}", "1").replace("{tls_port}", "1");
+                    filled
+                        .parse::<crate::egress::Network>()
+                        .map_err(|e| anyhow::anyhow!("{}: network: {e}", path.display()))?;
+                    s.network = Some(value.to_string());
+                }
                 _ => {}
             }
         }
@@ -230,6 +244,14 @@ mod tests {
         assert_eq!(s.expect_for("docker").unwrap().outcome, Outcome::Ok);
         assert_eq!(s.escaped_if, vec!["ATTACHED"]);
         assert_eq!(s.expect_for("process").unwrap().to_string(), "violation:pids|cpu_time");
+        assert!(s.network.is_none());
+        let n = Sample::parse(
+            Path::new("samples/hostile/n.py"),
+            "# expect: *=ok\n# network: allow=allowed.gauntlet.test:{http_port}\n".into(),
+        )
+        .unwrap();
+        assert_eq!(n.network.as_deref(), Some("allow=allowed.gauntlet.test:{http_port}"));
+        assert!(Sample::parse(Path::new("a.py"), "# expect: *=ok\n# network: everything\n".into()).is_err());
     }
 
     #[test]

@@ -94,8 +94,10 @@ pub struct Limits {
     pub open_files: u64,
     /// CPU bandwidth (1.0 = one core).
     pub cpus: f64,
-    /// Network access. Only `false` is supported by the local tiers.
-    pub network: bool,
+    /// Network access: `none`, or `allow=HOST[:PORT],...` through the run's
+    /// egress proxy (see `egress`). A tier that cannot enforce an allow list
+    /// refuses the run.
+    pub network: crate::egress::Network,
 }
 
 impl Default for Limits {
@@ -110,7 +112,7 @@ impl Default for Limits {
             output_bytes: 1 << 20,
             open_files: 256,
             cpus: 1.0,
-            network: false,
+            network: crate::egress::Network::None,
         }
     }
 }
@@ -143,6 +145,10 @@ pub struct RunSpec {
     /// program. Never the program's own environment.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub launcher_env: BTreeMap<String, String>,
+    /// Names the egress proxy resolves for this run on top of `[network]
+    /// hosts` (the gauntlet's own loopback "internet"). Never the program's.
+    #[serde(default, skip_serializing_if = "crate::egress::Hosts::is_empty")]
+    pub hosts: crate::egress::Hosts,
 }
 
 impl RunSpec {
@@ -154,6 +160,7 @@ impl RunSpec {
             env: BTreeMap::new(),
             label: String::from("-"),
             launcher_env: BTreeMap::new(),
+            hosts: Default::default(),
         }
     }
 

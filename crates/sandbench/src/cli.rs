@@ -87,6 +87,10 @@ pub struct LimitArgs {
     /// Output (stdout + stderr) captured before the run is stopped, e.g. 1M.
     #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
     pub output: Option<u64>,
+    /// Network: none (the default), or allow=HOST[:PORT][,HOST[:PORT]...]
+    /// through sandbench's egress proxy (a bare host means ports 80 and 443).
+    #[arg(long, value_name = "none|allow=HOSTS", value_parser = clap::value_parser!(crate::egress::Network))]
+    pub network: Option<crate::egress::Network>,
 }
 
 impl LimitArgs {
@@ -111,6 +115,9 @@ impl LimitArgs {
         }
         if let Some(v) = self.output {
             l.output_bytes = v;
+        }
+        if let Some(v) = &self.network {
+            l.network = v.clone();
         }
         l
     }

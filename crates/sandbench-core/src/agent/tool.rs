@@ -14,7 +14,8 @@ pub fn definition() -> Value {
         "name": NAME,
         "description": "Run a program in a fresh, isolated sandbox and get its verdict: outcome, exit status, \
             limit violations and its stdout/stderr (long output is cut in the middle). Each call starts from \
-            an empty sandbox with no network; nothing persists between calls.",
+            an empty sandbox with no network (unless the system prompt names hosts it may reach); nothing \
+            persists between calls.",
         "input_schema": {
             "type": "object",
             "properties": {
@@ -29,14 +30,28 @@ pub fn definition() -> Value {
 pub fn system_prompt(tier: &str, limits: &Limits) -> String {
     format!(
         "You solve the user's task. You can run programs with the run_code tool; each runs on sandbench's '{tier}' \
-         tier in a fresh sandbox with no network, limited to {} wall time, {} CPU time, {} memory, {} processes and \
+         tier in a fresh sandbox with {}, limited to {} wall time, {} CPU time, {} memory, {} processes and \
          {} of output. Programs print their results; nothing persists between runs. When you are done, answer \
          without calling the tool.",
+        network(limits),
         crate::spec::format_duration(limits.wall_time),
         crate::spec::format_duration(limits.cpu_time),
         format_size(limits.memory_bytes),
         limits.pids,
         format_size(limits.output_bytes),
+    )
+}
+
+/// The network a program has, in words the model can act on.
+fn network(limits: &Limits) -> String {
+    if limits.network.is_none() {
+        return "no network".into();
+    }
+    let hosts: Vec<String> = limits.network.entries().iter().map(|e| e.to_string()).collect();
+    format!(
+        "network access to {} only (HTTP and HTTPS through a proxy that HTTP_PROXY and HTTPS_PROXY point at; \
+         a bare host means ports 80 and 443; no DNS in the sandbox)",
+        hosts.join(", ")
     )
 }
 
@@ -90,6 +105,14 @@ pub fn is_error(r: &RunReport) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prompt_says_which_network_the_programs_have() {
+        assert!(system_prompt("process", &Limits::default()).contains("with no network,"));
+        let l = Limits { network: "allow=pypi.org".parse().unwrap(), ..Limits::default() };
+        let p = system_prompt("process", &l);
+        assert!(p.contains("network access to pypi.org only") && p.contains("HTTPS_PROXY"), "{p}");
+    }
 
     #[test]
     fn input_is_validated() {

@@ -160,6 +160,10 @@ pub struct Findings {
     /// Host responsiveness during the run: latency of spawning `/bin/true`.
     pub host_latency_ms_p50: Option<f64>,
     pub host_latency_ms_max: Option<f64>,
+    /// How the cell differed from the sample's declaration (a network limit
+    /// the tier could not enforce, run with none instead).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Canaries {

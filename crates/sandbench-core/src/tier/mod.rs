@@ -184,7 +184,13 @@ pub trait Tier: Send + Sync {
     /// Refuse limits the tier cannot enforce, before any sandbox work: one
     /// line that names the maximum.
     fn check_limits(&self, limits: &crate::spec::Limits) -> Result<(), String> {
-        self.max_limits().check(self.name(), limits)
+        self.max_limits().check(self.name(), limits)?;
+        self.check_network(&limits.network)
+    }
+    /// Refuse a network limit the tier cannot enforce as given (never widen
+    /// it). The default: no network at all, and no allow list.
+    fn check_network(&self, network: &crate::egress::Network) -> Result<(), String> {
+        refuse_allow_list(self.name(), network)
     }
     /// Run one program. Must return only once every process, container, VM
     /// and temp file of the run is gone, also when `ctx.stop` fires.
@@ -200,6 +206,16 @@ pub trait Tier: Send + Sync {
     fn warm(&self) -> Option<String> {
         None
     }
+}
+
+/// The refusal of a tier without an egress path.
+pub fn refuse_allow_list(tier: &str, network: &crate::egress::Network) -> Result<(), String> {
+    if network.is_none() {
+        return Ok(());
+    }
+    Err(format!(
+        "the {tier} tier cannot enforce a network allow list (it runs with no network at all); use --network none, or a tier with egress: process, docker, gvisor, microvm"
+    ))
 }
 
 /// Build the named tier.
@@ -223,6 +239,16 @@ pub fn max_limits(name: &str) -> LimitMaxima {
     match name {
         "process" => process::host_maxima(),
         _ => LimitMaxima::default(),
+    }
+}
+
+/// Whether the named tier can enforce `network`, without building it (the
+/// workbench's limits form; the runner asks the tier itself).
+pub fn check_network(name: &str, network: &crate::egress::Network) -> Result<(), String> {
+    match name {
+        "process" | "docker" | "gvisor" | "microvm" => Ok(()),
+        "e2b" => e2b::check_allow_list(network),
+        other => refuse_allow_list(other, network),
     }
 }
 

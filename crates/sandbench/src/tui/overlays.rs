@@ -161,10 +161,11 @@ pub enum LimitField {
     FileSize,
     Disk,
     Output,
+    Network,
 }
 
 impl LimitField {
-    pub const ALL: [LimitField; 7] = [
+    pub const ALL: [LimitField; 8] = [
         LimitField::CpuTime,
         LimitField::WallTime,
         LimitField::Memory,
@@ -172,6 +173,7 @@ impl LimitField {
         LimitField::FileSize,
         LimitField::Disk,
         LimitField::Output,
+        LimitField::Network,
     ];
 
     pub fn label(self) -> &'static str {
@@ -183,6 +185,15 @@ impl LimitField {
             LimitField::FileSize => "file size",
             LimitField::Disk => "disk",
             LimitField::Output => "output",
+            LimitField::Network => "network",
+        }
+    }
+
+    /// Longest text the field takes (an allow list is long).
+    pub fn max_len(self) -> usize {
+        match self {
+            LimitField::Network => 400,
+            _ => 24,
         }
     }
 
@@ -190,6 +201,7 @@ impl LimitField {
         match self {
             LimitField::CpuTime | LimitField::WallTime => "e.g. 5s, 500ms, 2m",
             LimitField::Pids => "a whole number",
+            LimitField::Network => "none or allow=pypi.org,…",
             _ => "e.g. 256M, 1G, 512K",
         }
     }
@@ -203,6 +215,7 @@ impl LimitField {
             LimitField::FileSize => format_size(l.file_size_bytes),
             LimitField::Disk => format_size(l.disk_bytes),
             LimitField::Output => format_size(l.output_bytes),
+            LimitField::Network => l.network.to_string(),
         }
     }
 
@@ -215,6 +228,7 @@ impl LimitField {
             LimitField::FileSize => l.file_size_bytes = spec::parse_size(s)?,
             LimitField::Disk => l.disk_bytes = spec::parse_size(s)?,
             LimitField::Output => l.output_bytes = spec::parse_size(s)?,
+            LimitField::Network => l.network = s.parse()?,
         }
         Ok(())
     }
@@ -261,8 +275,8 @@ impl LimitsForm {
             },
             (Some(a), _) => Reply::Pass(a),
             (None, Some(c)) => {
-                let t = &mut self.fields[self.selected].1;
-                if t.len() < 24 {
+                let (field, t) = &mut self.fields[self.selected];
+                if t.len() < field.max_len() {
                     t.push(c);
                 }
                 self.error = None;
@@ -284,7 +298,10 @@ impl LimitsForm {
         }
         // The same refusal `run` gives: a limit the tier cannot enforce
         // never reaches a run.
-        if let Err(e) = crate::tier::max_limits(&self.tier).check(&self.tier, &l) {
+        let checked = crate::tier::max_limits(&self.tier)
+            .check(&self.tier, &l)
+            .and_then(|_| crate::tier::check_network(&self.tier, &l.network));
+        if let Err(e) = checked {
             self.error = Some(e);
             return Err(());
         }

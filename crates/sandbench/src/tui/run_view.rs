@@ -189,10 +189,23 @@ impl RunView {
                 self.apply_lines(ev.at_ms, stream, done, partial, bytes.len() as u64);
             }
             EventKind::Usage(u) => self.usage_sample(ev.at_ms, u),
+            // Each refusal has its own network line (below); the violation
+            // that stands for them all is kept without a second line.
+            EventKind::Violation(v) if v.kind == crate::event::ViolationKind::Network => self.violations.push(v),
             EventKind::Violation(v) => {
                 let text = format!("✖ {} at {at}: {}", v.kind.name(), visible_controls(v.detail.as_bytes()));
                 self.violations.push(v);
                 self.meta(Origin::Violation, text);
+            }
+            EventKind::Network(rec) => {
+                let line = visible_controls(rec.line().as_bytes());
+                match (rec.decision, rec.open) {
+                    (crate::egress::Decision::Denied, _) => {
+                        self.meta(Origin::Violation, format!("✖ network at {at}: {line}"))
+                    }
+                    (_, true) => self.meta(Origin::Note, format!("⇄ network at {at}: {line}")),
+                    (_, false) => self.meta(Origin::Note, format!("· network: {line}")),
+                }
             }
             EventKind::Note(n) => self.meta(Origin::Note, format!("· {}", visible_controls(n.as_bytes()))),
             EventKind::Exit(x) => {
@@ -276,13 +289,17 @@ impl RunView {
     }
 
     pub fn limits_line(&self) -> String {
-        format!(
+        let mut s = format!(
             "mem {} · cpu {} · wall {} · pids {}",
             format_size(self.limits.memory_bytes),
             crate::spec::format_duration(self.limits.cpu_time),
             crate::spec::format_duration(self.limits.wall_time),
             self.limits.pids
-        )
+        );
+        if !self.limits.network.is_none() {
+            s.push_str(&format!(" · net {}", self.limits.network));
+        }
+        s
     }
 }
 

@@ -183,7 +183,7 @@ async fn envd_ending_the_call_at_its_deadline_is_an_error_naming_it() {
     let fake = FakeE2b::start(KEY).await;
     let settings = fake.settings(KEY);
     let api = sandbench::tier::e2b::api::Api::new(&settings, KEY).unwrap();
-    let created = api.create("base", 60, false, &|_| {}).await.unwrap();
+    let created = api.create("base", 60, &sandbench::egress::Network::None, &|_| {}).await.unwrap();
     let envd = sandbench::tier::e2b::envd::Envd::new(
         sandbench::http::client(&[fake.url().as_str()]).unwrap(),
         fake.url(),

@@ -21,6 +21,7 @@ mod docker_verdicts;
 mod e2b_cli;
 mod e2b_dialect;
 mod e2b_lifecycle;
+mod egress;
 mod gauntlet;
 mod mcp_stdio;
 mod microvm_protocol;

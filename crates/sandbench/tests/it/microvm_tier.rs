@@ -216,9 +216,9 @@ fn no_network_and_a_read_only_root() {
     assert!(!r.stdout.contains("connected"), "{}", r.stdout);
     assert!(r.stdout.contains("['lo']"), "the guest has a network device: {}", r.stdout);
     assert!(r.stdout.contains("root ro"), "{}", r.stdout);
-    // The control channel exists but only the agent (root) may use it.
-    assert!(r.stdout.contains("ports 1"), "{}", r.stdout);
-    assert!(r.stdout.contains("port denied 13"), "{}", r.stdout);
+    // The control and egress channels exist but only the agent (root) may use them.
+    assert!(r.stdout.contains("ports 2"), "{}", r.stdout);
+    assert_eq!(r.stdout.matches("port denied 13").count(), 2, "{}", r.stdout);
     assert!(!r.stdout.contains("opened control port"), "{}", r.stdout);
     assert!(l.accept().is_err(), "the guest reached the host's loopback");
 }

@@ -214,6 +214,60 @@ fn limits_form_applies_valid_values() {
 }
 
 #[test]
+fn the_network_limit_is_set_in_the_form_and_decisions_show_live() {
+    let mut app = app();
+    app.update(key(KeyCode::F(3)));
+    // The last field: the network.
+    app.update(key(KeyCode::Up));
+    for _ in 0.."none".len() {
+        app.update(key(KeyCode::Backspace));
+    }
+    type_text(&mut app, "allow=pypi.test,files.pythonhosted.org:443");
+    app.update(key(KeyCode::Enter));
+    assert!(app.overlay.is_none());
+    assert_eq!(app.limits.network.to_string(), "allow=pypi.test,files.pythonhosted.org:443");
+    let id = start(&mut app);
+    assert_eq!(app.runs[&id].limits.network, app.limits.network);
+    let rec = |id: u64, decision, host: &str, open: bool, detail: &str| sandbench::egress::NetRecord {
+        id,
+        at_ms: 12.0,
+        decision,
+        method: "CONNECT".into(),
+        host: host.into(),
+        port: 443,
+        address: Some("127.0.0.5".into()),
+        detail: detail.into(),
+        bytes_up: 517,
+        bytes_down: 4096,
+        duration_ms: 30.0,
+        open,
+    };
+    use sandbench::egress::Decision::{Allowed, Denied};
+    for r in [
+        rec(1, Allowed, "pypi.test", true, "connected to 127.0.0.5"),
+        rec(2, Denied, "evil.test", false, "evil.test:443 is not in the allow list"),
+    ] {
+        app.update(Msg::Run(id, RunEvent { at_ms: 12.0, kind: EventKind::Network(r) }));
+    }
+    let s = screen(&mut app, 100, 30);
+    assert!(s.contains("⇄ network") && s.contains("allowed CONNECT pypi.test:443"), "{s}");
+    assert!(s.contains("✖ network") && s.contains("denied CONNECT evil.test:443"), "{s}");
+
+    // A tier with no egress path refuses an allow list in the form itself.
+    let mut app = App::new(Theme::dark(), &["bwrap"], "bwrap", Limits::default());
+    app.update(key(KeyCode::F(3)));
+    app.update(key(KeyCode::Up));
+    for _ in 0.."none".len() {
+        app.update(key(KeyCode::Backspace));
+    }
+    type_text(&mut app, "allow=pypi.test");
+    app.update(key(KeyCode::Enter));
+    let Some(Overlay::Limits(f)) = &app.overlay else { panic!("the form closed") };
+    assert!(f.error.as_deref().unwrap_or("").contains("cannot enforce a network allow list"), "{:?}", f.error);
+    assert!(app.limits.network.is_none());
+}
+
+#[test]
 fn samples_picker_loads_a_sample() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("benign")).unwrap();

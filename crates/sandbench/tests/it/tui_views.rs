@@ -78,6 +78,7 @@ fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str
         limits: gauntlet::default_limits(),
         details: serde_json::json!({"start": "cold"}),
         degraded: vec![],
+        network: vec![],
     }
 }
 
@@ -91,6 +92,7 @@ fn findings(escapes: &[&str]) -> Findings {
         ],
         host_latency_ms_p50: Some(1.4),
         host_latency_ms_max: Some(3.9),
+        notes: vec![],
     }
 }
 

@@ -67,6 +67,8 @@ pub struct DockerTier {
     prewarmed: AtomicBool,
     /// The configured limits: what `Tier::prewarm` warms containers for.
     limits: crate::spec::Limits,
+    /// `[network] hosts`, for the egress proxy's resolver.
+    hosts: crate::egress::Hosts,
 }
 
 impl DockerTier {
@@ -90,6 +92,7 @@ impl DockerTier {
             runs: AtomicU64::new(0),
             prewarmed: AtomicBool::new(false),
             limits: config.limits.clone(),
+            hosts: config.network.hosts.clone(),
         }
     }
 
@@ -302,6 +305,11 @@ impl Tier for DockerTier {
         self.name
     }
 
+    /// Any allow list: the loader relays the egress port to the host proxy.
+    fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
+    }
+
     fn describe(&self) -> &'static str {
         match self.runtime {
             None => "hardened Docker container (runc): namespaces, cgroups, seccomp, no network, read-only root",
@@ -427,6 +435,7 @@ impl DockerTier {
                 runs: AtomicU64::new(0),
                 prewarmed: AtomicBool::new(false),
                 limits: self.limits.clone(),
+                hosts: Default::default(),
             };
             let report = crate::runner::run(Arc::new(probe), spec).await;
             if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
@@ -610,18 +619,45 @@ impl DockerTier {
         let mut running: Option<highwater::Running> = None;
         let mut guarded: Option<u64> = None;
         let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
-        let payload = container::payload(spec, uid, gid, guard_wanted);
+        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), ctx);
+        let payload =
+            container::payload(spec, uid, gid, guard_wanted, egress.as_ref().map(|_| crate::egress::SANDBOX_PORT));
+        let (mut mux, mut mux_out) = match &egress {
+            Some(eg) => {
+                let (m, out) = crate::egress::mux::Mux::new(eg.server());
+                (Some(m), Some(out))
+            }
+            None => (None, None),
+        };
         // Stdin stays open after the payload: the loader waits for one more
         // byte (the acknowledgement that every frame arrived) before it ends
-        // the container.
+        // the container. With egress it carries the relay's messages first,
+        // and the acknowledgement is a frame.
         let (ack_tx, ack_rx) = tokio::sync::oneshot::channel::<()>();
         let mut ack_tx = Some(ack_tx);
         let writer = tokio::spawn(async move {
             let r = async {
                 input.write_all(&payload).await?;
                 input.flush().await?;
-                let _ = ack_rx.await;
-                input.write_all(b"\n").await?;
+                match mux_out.as_mut() {
+                    None => {
+                        let _ = ack_rx.await;
+                        input.write_all(b"\n").await?;
+                    }
+                    Some(out) => {
+                        tokio::pin!(ack_rx);
+                        loop {
+                            tokio::select! {
+                                m = out.recv() => match m {
+                                    Some(m) => input.write_all(&container::host_frame(b'n', &m)).await?,
+                                    None => { let _ = (&mut ack_rx).await; break }
+                                },
+                                _ = &mut ack_rx => break,
+                            }
+                        }
+                        input.write_all(&container::host_frame(b'k', b"")).await?;
+                    }
+                }
                 input.flush().await?;
                 input.shutdown().await
             }
@@ -688,6 +724,12 @@ impl DockerTier {
                                         }
                                     }
                                 }
+                                container::Frame::Net(m) => match mux.as_mut() {
+                                    Some(mux) => mux.incoming(&m).await,
+                                    // Relay messages in a run without egress: the stream is not
+                                    // what sandbench's loader writes.
+                                    None => frames.broken = Some("a relay frame in a run without egress".into()),
+                                },
                                 container::Frame::Failed(why) => {
                                     failed = Some(why);
                                     if let Some(tx) = ack_tx.take() {
@@ -771,6 +813,17 @@ impl DockerTier {
         }
         sampler.abort();
         writer.abort();
+        if let Some(m) = mux.as_mut() {
+            m.close_all();
+        }
+        let network = match egress {
+            Some(eg) => {
+                let mut n = eg.finish().await;
+                n["relay_protocol_violations"] = json!(mux.map_or(0, |m| m.violations));
+                n
+            }
+            None => json!("none (network_mode none)"),
+        };
         if let Some(e) = wait_error {
             if !(killed || ctx.stop.is_cancelled()) {
                 return Err(anyhow!("lost the container while waiting for it: {e}"));
@@ -858,6 +911,7 @@ impl DockerTier {
                 // runner's output limit); false only when the run was cut.
                 "complete": produced == Some(delivered),
             },
+            "network": network,
         });
         Ok((usage, details))
     }

@@ -97,18 +97,27 @@ impl Api {
         &self,
         template: &str,
         timeout_s: u64,
-        internet: bool,
+        network: &crate::egress::Network,
         on_wait: &(dyn Fn(String) + Sync),
     ) -> Result<Created, ApiError> {
         // autoPause false: at its timeout the sandbox is killed, not kept
         // paused (the SDK's default too, sent explicitly as the SDK does).
-        let body = json!({
+        let mut body = json!({
             "templateID": template,
             "timeout": timeout_s,
             "autoPause": false,
-            "allow_internet_access": internet,
+            "allow_internet_access": !network.is_none(),
             "metadata": super::ownership_metadata(),
         });
+        if !network.is_none() {
+            // E2B's own egress rules (SandboxNetworkConfig): the allowed
+            // hosts, everything else denied (`ALL_TRAFFIC`), as the SDK's
+            // `network={"allow_out": [...], "deny_out": [ALL_TRAFFIC]}` sends.
+            body["network"] = json!({
+                "allowOut": super::allow_out(network),
+                "denyOut": [super::ALL_TRAFFIC],
+            });
+        }
         let mut attempt = 1;
         loop {
             let resp = self

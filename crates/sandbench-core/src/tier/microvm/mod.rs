@@ -47,6 +47,8 @@ pub struct MicrovmTier {
     cfg: MicrovmConfig,
     default_limits: Limits,
     policy: Policy,
+    /// `[network] hosts`, for the egress proxy's resolver.
+    hosts: crate::egress::Hosts,
 }
 
 /// Remove what dead sandbench processes left: QEMU processes and run dirs.
@@ -59,7 +61,12 @@ pub fn reap_leftovers() {
 
 impl MicrovmTier {
     pub fn new(config: &Config) -> Self {
-        MicrovmTier { cfg: config.microvm.clone(), default_limits: config.limits.clone(), policy: Policy::Auto }
+        MicrovmTier {
+            cfg: config.microvm.clone(),
+            default_limits: config.limits.clone(),
+            policy: Policy::Auto,
+            hosts: config.network.hosts.clone(),
+        }
     }
 
     pub fn with_policy(config: &Config, policy: Policy) -> Self {
@@ -128,6 +135,12 @@ impl Tier for MicrovmTier {
 
     fn describe(&self) -> &'static str {
         "QEMU microVM: own guest kernel, no network device, read-only root, in-guest cgroup + rlimits"
+    }
+
+    /// Any allow list: the guest's relay carries the egress port over a
+    /// serial port to the host proxy (the guest still has no network device).
+    fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
     }
 
     fn probe(&self) -> BoxFuture<'_, Availability> {
@@ -302,9 +315,6 @@ impl MicrovmTier {
             "network": "none (no network device)",
             "root": "read-only ext4; /work and /tmp are tmpfs",
         });
-        if limits.network {
-            ctx.note("warning: network access was requested but the microVM has no network device").await;
-        }
         let Some((mut guest, start, pool_boot)) = self.acquire(&p, shape, limits.disk_bytes, &ctx).await? else {
             // Stopped (cancel / timeout) while booting: nothing ran.
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
@@ -339,9 +349,19 @@ impl MicrovmTier {
         for n in std::mem::take(&mut guest.notes) {
             ctx.note(format!("guest: {n}")).await;
         }
-        let result = self.execute(&spec, &ctx, &mut guest).await;
+        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), &ctx);
+        if let (Some(eg), Some(chan)) = (&egress, guest.net.take()) {
+            let std_sock = std::os::unix::net::UnixStream::from(chan);
+            std_sock.set_nonblocking(true)?;
+            crate::egress::mux::carry_framed(eg.server(), tokio::net::UnixStream::from_std(std_sock)?);
+        }
+        let result = self.execute(&spec, &ctx, &mut guest, egress.is_some()).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         guest.kill().await;
+        details["network"] = match egress {
+            Some(eg) => eg.finish().await,
+            None => json!("none (no network device)"),
+        };
         let (usage, garbage, watch) = result?;
         if garbage > 0 {
             details["control_channel_garbage_bytes"] = json!(garbage);
@@ -358,15 +378,21 @@ impl MicrovmTier {
         spec: &RunSpec,
         ctx: &RunContext,
         guest: &mut Guest,
+        egress: bool,
     ) -> anyhow::Result<(Option<UsageSample>, u64, serde_json::Value)> {
         let limits = &spec.limits;
         // The guest's random seed: a run without one does not happen.
         let seed =
             anyhow::Context::context(crate::host::random_hex(32), "cannot read /dev/urandom for the guest's seed")?;
+        let mut env = spec.sandbox_env("/work", "/tmp");
+        if egress {
+            env.extend(crate::egress::proxy_env().into_iter().filter(|(k, _)| !spec.env.contains_key(k)));
+        }
         let req = proto::RunRequest {
             language: spec.language.name().into(),
             code: spec.code.clone(),
-            env: spec.sandbox_env("/work", "/tmp"),
+            env,
+            net_port: egress.then_some(crate::egress::SANDBOX_PORT),
             limits: proto::GuestLimits {
                 cpu_ms: limits.cpu_time.as_millis() as u64,
                 memory_bytes: limits.memory_bytes,

@@ -118,6 +118,10 @@ pub struct RunRequest {
     /// The host's clock (Unix seconds): the guest has no RTC, and a restored
     /// snapshot carries the time it was saved at.
     pub now: f64,
+    /// The run's network is an allow list: the agent's relay listens here
+    /// (on the guest's loopback) and carries connections over `sandbench.net`.
+    #[serde(default)]
+    pub net_port: Option<u16>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -168,6 +172,9 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
     field("code", req.code.as_bytes());
     field("seed", req.seed.as_bytes());
     field("now", format!("{:.6}", req.now).as_bytes());
+    if let Some(p) = req.net_port {
+        field("net_port", p.to_string().as_bytes());
+    }
     let l = &req.limits;
     for (k, v) in [
         ("cpu_ms", l.cpu_ms),
@@ -372,6 +379,7 @@ mod tests {
             },
             seed: "00ff".into(),
             now: 1.5,
+            net_port: None,
         };
         let f = encode_run(&req);
         assert_eq!(&f[..3], b"SB\x01");

@@ -6,6 +6,7 @@
 #![allow(unsafe_code)] // pre_exec hooks of the helper (async-signal-safe calls only)
 
 pub mod cgroup;
+pub mod netns;
 pub mod sandbox;
 pub mod seccomp;
 pub mod uids;
@@ -42,6 +43,8 @@ pub struct ProcessTier {
     /// Keep one helper started ahead (in its cgroup, waiting for a program).
     keep_spare: bool,
     spare: Arc<Mutex<Option<Launched>>>,
+    /// `[network] hosts`, for the egress proxy's resolver.
+    hosts: crate::egress::Hosts,
 }
 
 /// A sandbox helper started and placed in its fresh cgroup, waiting for the
@@ -56,6 +59,9 @@ struct Launched {
     /// program keeps the invoking user's uid.
     uid: Option<uids::UidLease>,
     warnings: Vec<String>,
+    /// The host end of the channel init hands the egress listener over
+    /// (see `netns`); every helper gets one, a run without network drops it.
+    net: Option<OwnedFd>,
 }
 
 impl Launched {
@@ -121,6 +127,7 @@ impl ProcessTier {
             keep_spare: config.process.spare,
             allow_degraded: config.process.allow_degraded,
             spare: Arc::new(Mutex::new(None)),
+            hosts: config.network.hosts.clone(),
         }
     }
 
@@ -150,6 +157,14 @@ impl ProcessTier {
         let exe = &host.exe;
         let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
         let wfd = status_w.as_raw_fd();
+        let (net_host, net_helper) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::Stream,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .context("cannot create the egress channel")?;
+        let nfd = net_helper.as_raw_fd();
         let mut cmd = Command::new(exe);
         cmd.arg("__sandbox")
             .env_clear()
@@ -163,6 +178,11 @@ impl ProcessTier {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // Out of the way first: the status pipe may be about to land on its number.
+                let net = libc::fcntl(nfd, libc::F_DUPFD_CLOEXEC, 10);
+                if net < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 if wfd == sandbox::STATUS_FD {
                     if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
                         return Err(std::io::Error::last_os_error());
@@ -170,11 +190,15 @@ impl ProcessTier {
                 } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                if libc::dup2(net, netns::NET_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 Ok(())
             });
         }
         let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
         drop(status_w);
+        drop(net_helper);
         let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
         let prep = sandbox::Prepare {
             user_ns: !nix::unistd::geteuid().is_root(),
@@ -187,7 +211,7 @@ impl ProcessTier {
         let mut line = serde_json::to_vec(&prep)?;
         line.push(b'\n');
         stdin.write_all(&line).await.context("cannot talk to the sandbox helper")?;
-        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, uid, warnings })
+        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, uid, warnings, net: Some(net_host) })
     }
 
     /// A spare for the next run, made in the background after this one.
@@ -262,6 +286,11 @@ impl Tier for ProcessTier {
         host_maxima()
     }
 
+    /// Any allow list: the egress listener in the empty namespace is the way out.
+    fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
+    }
+
     fn describe(&self) -> &'static str {
         "limited subprocess: namespaces, cgroup, Landlock, seccomp, rlimits"
     }
@@ -324,6 +353,7 @@ impl ProcessTier {
             allow_degraded: self.allow_degraded,
             keep_spare: false,
             spare: Default::default(),
+            hosts: Default::default(),
         };
         let report = crate::runner::run(Arc::new(probe), spec).await;
         let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);
@@ -377,9 +407,6 @@ impl ProcessTier {
         let limits = spec.limits.clone();
         let root = nix::unistd::geteuid().is_root();
         let mut warnings: Vec<String> = vec![];
-        if limits.network {
-            warnings.push("network access was requested but the process tier never grants it".into());
-        }
         let (mut launched, start) = match self.take_spare() {
             Some(l) => (l, "warm"),
             None => (Self::launch(&limits, (self.uid_base, self.uid_count), &self.host).await?, "cold"),
@@ -398,11 +425,28 @@ impl ProcessTier {
             // for the ones the user already has.
             Some(count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids)
         };
+        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), &ctx);
+        let mut env = spec.sandbox_env("/work", "/tmp");
+        if let (Some(eg), Some(chan)) = (&egress, launched.net.take()) {
+            for (k, v) in crate::egress::proxy_env() {
+                if !spec.env.contains_key(&k) {
+                    env.push((k, v));
+                }
+            }
+            let server = eg.server();
+            eg.server().track(async move {
+                if let Some(l) = netns::receive_listener(chan).await {
+                    server.serve_listener(l);
+                }
+            });
+        }
+        launched.net = None;
         let config = SandboxConfig {
             code: spec.code.clone(),
             file_name: spec.language.file_name().into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
-            env: spec.sandbox_env("/work", "/tmp"),
+            env,
+            network_port: egress.as_ref().map(|_| crate::egress::SANDBOX_PORT),
             user_ns: !root,
             // Unused in a user namespace (the program keeps the caller's uid).
             run_uid: launched.uid.as_ref().map_or(0, |l| l.uid),
@@ -423,7 +467,12 @@ impl ProcessTier {
         }
         drop(launched);
         self.refill();
+        let network = match egress {
+            Some(eg) => eg.finish().await,
+            None => json!("none: an empty network namespace (no device but a loopback that is down)"),
+        };
         let mut out = result?;
+        out.details["network"] = network;
         if let Some(s) = final_stats {
             // A run stopped from outside (output limit, timeout, cancel) has
             // no exit report, but the cgroup still counted what it used: that,

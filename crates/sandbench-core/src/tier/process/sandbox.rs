@@ -67,6 +67,10 @@ pub struct SandboxConfig {
     /// (the run is then marked degraded); otherwise such a run is refused.
     #[serde(default)]
     pub allow_degraded: bool,
+    /// The egress port on the sandbox's loopback (`netns`), when the run's
+    /// network is an allow list.
+    #[serde(default)]
+    pub network_port: Option<u16>,
 }
 
 /// Status lines from the sandbox to the host.
@@ -201,6 +205,8 @@ pub fn helper_main() -> ! {
     match unsafe { fork() } {
         Ok(ForkResult::Child) => init_main(&cfg, uid.as_raw(), gid.as_raw()),
         Ok(ForkResult::Parent { child }) => {
+            // init alone holds the egress channel.
+            let _ = nix::unistd::close(super::netns::NET_FD);
             // Only the status pipe matters now; the program's output reaches
             // the host through its own copies of stdout and stderr, so the
             // host sees EOF when the program side is gone.
@@ -534,6 +540,10 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
     if let Err(e) = build_root(cfg, (run_uid, run_gid)) {
         fail(format!("sandbox file system: {e}"));
     }
+    // Before anything else opens a descriptor: the channel is fd 4.
+    if let Err(e) = super::netns::serve_port(cfg.network_port) {
+        fail(format!("sandbox network: {e}"));
+    }
     // Watching starts before the program exists: no write goes unseen.
     let mut watch = watch_scratch(cfg);
     let (guard_init, guard_prog) = match nix::sys::socket::socketpair(
@@ -697,9 +707,9 @@ fn scan_scratch(cfg: &SandboxConfig) -> crate::highwater::Found {
     crate::highwater::Found { capped: hit.into_iter().collect(), full, gaps: vec![] }
 }
 
-fn landlock() -> String {
+fn landlock(egress_port: Option<u16>) -> String {
     use landlock::{
-        path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+        path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
         RulesetCreatedAttr, RulesetStatus, Scope, ABI,
     };
     let abi = ABI::V6;
@@ -713,6 +723,9 @@ fn landlock() -> String {
             .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
             .add_rules(path_beneath_rules(["/work", "/tmp", "/dev/shm"], AccessFs::from_all(abi)))?
             .add_rules(path_beneath_rules(["/dev/null", "/dev/zero", "/dev/full"], AccessFs::from_all(abi)))?
+            // TCP connect to the egress listener's port only (nothing else
+            // listens in the namespace either); no bind at all.
+            .add_rules(egress_port.map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(p, AccessNet::ConnectTcp))))?
             .restrict_self()?;
         Ok(status.ruleset)
     })();
@@ -754,7 +767,7 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32, guard: std::os::fd::Own
     if let Err(e) = nix::unistd::chdir("/work") {
         fail(format!("chdir /work: {e}"));
     }
-    let landlock = landlock();
+    let landlock = landlock(cfg.network_port);
     let mut degraded = vec![];
     if landlock != "fully_enforced" {
         let what = format!("Landlock {}", landlock.replace('_', " "));

@@ -139,6 +139,9 @@ fn limits(app: &App, f: &mut Frame, area: Rect, form: &LimitsForm) {
     for (i, (field, text)) in form.fields.iter().enumerate() {
         let sel = i == form.selected;
         let val_style = if sel { Style::new().fg(t.ui.fg).bg(t.ui.selection_bg) } else { Style::new().fg(t.ui.fg) };
+        // A long allow list shows its end, where the typing happens.
+        let n = text.chars().count();
+        let text = if n > 30 { format!("…{}", text.chars().skip(n - 29).collect::<String>()) } else { text.clone() };
         lines.push(Line::from(vec![
             Span::styled(if sel { "▶ " } else { "  " }, t.key()),
             Span::styled(format!("{:<10}", field.label()), Style::new().fg(t.ui.title)),
