@@ -46,6 +46,10 @@ use engine::Engine;
 use pool::Pool;
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+/// How long a container killed without its loader's report may take to be
+/// marked OOMKilled by the engine (gVisor's whole sandbox is killed at the
+/// memory limit; the engine learns it from containerd a moment later).
+const OOM_FLAG_WAIT: Duration = Duration::from_secs(3);
 /// After the container exited, how long the output stream may take to end.
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
@@ -851,9 +855,11 @@ impl DockerTier {
             None if killed => ExitStatus { code: None, signal: Some(libc::SIGKILL) },
             None => {
                 let (code, signal) = container::split_exit(raw);
-                if signal == Some(libc::SIGKILL) && !oom {
-                    // The engine may record the OOM event just after the exit.
-                    tokio::time::sleep(Duration::from_millis(150)).await;
+                // The engine records the OOM event after the exit, later
+                // still on a loaded machine: ask again for a while.
+                let deadline = tokio::time::Instant::now() + OOM_FLAG_WAIT;
+                while signal == Some(libc::SIGKILL) && !oom && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     oom = docker
                         .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
                         .await
