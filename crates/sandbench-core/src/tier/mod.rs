@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
 use crate::spec::RunSpec;
 
+pub mod background;
 pub mod docker;
 pub mod e2b;
 pub mod microvm;
@@ -165,6 +166,20 @@ pub trait Tier: Send + Sync {
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
+    /// Sandboxes this tier holds ready (spares, pools) and their memory now;
+    /// `None`: it holds none.
+    fn held(&self) -> Option<Held> {
+        None
+    }
+}
+
+/// Warm sandboxes a tier holds, for `doctor` and the tier pane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Held {
+    pub sandboxes: usize,
+    /// Their resident memory (PSS for processes, the cgroup's usage for
+    /// containers), in bytes.
+    pub bytes: u64,
 }
 
 /// Build the named tier.
