@@ -38,7 +38,7 @@ use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
-pub use bench::bench_plan;
+pub use bench::{bench_plan, cli_argv};
 use container::Shape;
 use engine::Engine;
 use pool::Pool;
@@ -437,12 +437,29 @@ impl DockerTier {
         };
         let result = self.execute(engine, &id, &spec, &ctx).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        remove(&engine.docker, &id).await;
+        // The program has exited and its output is in (the loader's exit
+        // frame comes after every output frame): the report is final now.
+        // The single-use container goes in the background, awaited at
+        // shutdown and by the benchmarks; a killed sandbench leaves it to
+        // the next start's reaper (its owner label).
+        let (docker, gone) = (engine.docker.clone(), id.clone());
+        let ack = result.as_ref().ok().map(|r| r.2.abort_handle());
+        super::background::spawn(async move {
+            if let Some(w) = ack {
+                // The loader's acknowledgement first, so that it ends as it
+                // would: everything was received.
+                let t = tokio::time::Instant::now();
+                while !w.is_finished() && t.elapsed() < Duration::from_secs(2) {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            remove(&docker, &gone).await;
+        });
         // Refill (and retarget to this run's shape) only now, off this run's path.
         if let Some(p) = use_pool {
             p.want(&shape);
         }
-        let (usage, mut details) = result?;
+        let (usage, mut details, _) = result?;
         details["runtime"] = json!(self.runtime_name());
         details["start"] = json!(start);
         details["image"] = json!(self.image);
@@ -459,7 +476,7 @@ impl DockerTier {
         id: &str,
         spec: &RunSpec,
         ctx: &RunContext,
-    ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
+    ) -> anyhow::Result<(UsageSample, serde_json::Value, tokio::task::JoinHandle<()>)> {
         let docker = &engine.docker;
         let limits = &spec.limits;
         let (uid, gid) = container::choose_ids(&self.cfg.user, engine.local)?;
@@ -533,7 +550,9 @@ impl DockerTier {
         let grace = tokio::time::sleep(Duration::from_secs(86_400 * 365));
         tokio::pin!(grace);
 
-        while exit_code.is_none() && wait_error.is_none() || !output_done {
+        // Until the loader's exit frame (every output frame comes before it)
+        // or its failure; else until the container is gone and its stream ended.
+        while reported.is_none() && failed.is_none() && (exit_code.is_none() && wait_error.is_none() || !output_done) {
             tokio::select! {
                 item = output.next(), if !output_done => match item {
                     Some(Ok(LogOutput::StdOut { message })) => {
@@ -624,7 +643,6 @@ impl DockerTier {
             }
         }
         sampler.abort();
-        writer.abort();
         if let Some(e) = wait_error {
             if !(killed || ctx.stop.is_cancelled()) {
                 return Err(anyhow!("lost the container while waiting for it: {e}"));
@@ -708,7 +726,7 @@ impl DockerTier {
                 "complete": produced == Some(delivered),
             },
         });
-        Ok((usage, details))
+        Ok((usage, details, writer))
     }
 }
 

@@ -60,6 +60,8 @@ struct Launched {
     /// program keeps the invoking user's uid.
     uid: Option<uids::UidLease>,
     warnings: Vec<String>,
+    /// Marks of the run's own time taken before `execute` (ms from its start).
+    timeline: Vec<(&'static str, f64)>,
 }
 
 impl Launched {
@@ -164,7 +166,10 @@ impl ProcessTier {
         waiter: Option<sandbox::Waiter>,
         uid_range: (u32, u32),
         allow_degraded: bool,
+        t0: std::time::Instant,
     ) -> anyhow::Result<Launched> {
+        let at = |what: &'static str| (what, t0.elapsed().as_secs_f64() * 1000.0);
+        let mut timeline = vec![];
         let root = nix::unistd::geteuid().is_root();
         let exe = std::env::var_os("SANDBENCH_HELPER")
             .map(std::path::PathBuf::from)
@@ -195,6 +200,7 @@ impl ProcessTier {
             });
         }
         let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
+        timeline.push(at("helper_spawned"));
         drop(status_w);
         let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
         let lim = limits.clone();
@@ -223,6 +229,7 @@ impl ProcessTier {
         })
         .await
         .context("sandbox preparation")??;
+        timeline.push(at("uid_and_cgroup"));
         let prep = sandbox::Prepare {
             host_pid: std::process::id() as i32,
             cgroup_procs: cg
@@ -247,6 +254,7 @@ impl ProcessTier {
             cg,
             uid,
             warnings,
+            timeline,
         })
     }
 
@@ -267,7 +275,8 @@ impl ProcessTier {
             let mut spec = RunSpec::new(Language::Python, "");
             spec.limits = limits.clone();
             let made = async {
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded).await?;
+                let t0 = std::time::Instant::now();
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded, t0).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -480,17 +489,20 @@ impl ProcessTier {
             warnings.push("network access was requested but the process tier never grants it".into());
         }
         let (mut launched, start) = match self.take_spare() {
-            Some(l) => {
+            Some(mut l) => {
                 if let Some(c) = &l.cg {
                     c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
                 }
+                l.timeline = vec![("sandbox_taken", ctx.ms())];
                 (l, "warm")
             }
             None => {
                 // Built for this run: its interpreter (Python) starts ahead of
                 // the program as in a spare, while init joins the cgroup.
                 let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
-                let l = Self::launch(&limits, waiter, (self.uid_base, self.uid_count), self.allow_degraded).await?;
+                let range = (self.uid_base, self.uid_count);
+                let mut l = Self::launch(&limits, waiter, range, self.allow_degraded, ctx.started).await?;
+                l.timeline.push(("helper_prepared", ctx.ms()));
                 (l, "cold")
             }
         };
@@ -580,12 +592,17 @@ impl ProcessTier {
         let (mut out_done, mut err_done) = (false, false);
         let mut line = Vec::new();
         let mut early = std::mem::take(&mut launched.early).into_iter();
+        // Where the run's time goes (ms from its start), for the report.
+        let mut timeline: Vec<(&'static str, f64)> = std::mem::take(&mut launched.timeline);
 
         // Done once the program has exited and both its output pipes are
         // drained (EOF: every process holding them is gone), or the sandbox
         // is gone without saying so.
         while !((exit.is_some() || status_eof) && out_done && err_done) {
+            let mut from_early = false;
             let next = if let Some(s) = early.next() {
+                // Read before this run (a spare's set-up): not its time.
+                from_early = true;
                 Some(s)
             } else {
                 tokio::select! {
@@ -633,8 +650,20 @@ impl ProcessTier {
                     }
                 }
             };
+            if let Some(s) = &next {
+                let what = match s {
+                    Status::Joined => Some("cgroup_joined"),
+                    Status::Ready => Some("interpreter_ready"),
+                    Status::Started => Some("program_started"),
+                    Status::Exit { .. } => Some("program_exited"),
+                    _ => None,
+                };
+                if let Some(w) = what.filter(|_| !from_early) {
+                    timeline.push((w, ctx.ms()));
+                }
+            }
             match next {
-                None | Some(Status::Ready) => {}
+                None | Some(Status::Ready | Status::Joined) => {}
                 Some(Status::Started) => {
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     // The program exists from now on: count it even
@@ -657,6 +686,7 @@ impl ProcessTier {
                 Some(s @ Status::Exit { .. }) => exit = Some(s),
             }
         }
+        timeline.push(("output_drained", ctx.ms()));
         let _ = writer.await;
         let final_counters = cg.map(|c| c.stats().counters());
         if let Some(c) = &final_counters {
@@ -672,7 +702,7 @@ impl ProcessTier {
         let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, disk_full }) = exit else {
             if killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                return Ok(TierExit { usage: None, details: isolation_details(isolation, cg) });
+                return Ok(TierExit { usage: None, details: isolation_details(isolation, cg, &timeline) });
             }
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
@@ -690,7 +720,7 @@ impl ProcessTier {
         };
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(x)).await;
-        let mut details = isolation_details(isolation, cg);
+        let mut details = isolation_details(isolation, cg, &timeline);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
         Ok(TierExit {
             usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(max_rss_kb * 1024), pids: None }),
@@ -711,7 +741,16 @@ fn uid_policy(base: u32, count: u32, used: &serde_json::Value) -> String {
     }
 }
 
-fn isolation_details(mut iso: serde_json::Value, cg: Option<&RunCgroup>) -> serde_json::Value {
+fn isolation_details(
+    mut iso: serde_json::Value,
+    cg: Option<&RunCgroup>,
+    timeline: &[(&'static str, f64)],
+) -> serde_json::Value {
+    let mut t = serde_json::Map::new();
+    for (k, v) in timeline {
+        t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+    }
+    iso["timeline_ms"] = serde_json::Value::Object(t);
     iso["cgroup"] = match cg {
         Some(c) => json!(c.version()),
         None => serde_json::Value::Null,

@@ -121,6 +121,8 @@ pub enum Status {
         #[serde(default)]
         degraded: Vec<String>,
     },
+    /// The program's process is in the run's cgroup.
+    Joined,
     /// The sandbox is built, in its cgroup, and its interpreter is waiting.
     Ready,
     /// The program is about to start.
@@ -772,6 +774,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         }
     }
     drop(procs);
+    send(&Status::Joined);
     // Ready: the interpreter has read its own file (so the program's may
     // replace it) and waits; or the program's process waits before its exec.
     let mut byte = [0u8; 1];
