@@ -324,7 +324,10 @@ pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
             let cold = "sandbench process (cold)".to_string();
             let warm = "sandbench process (warm)".to_string();
             // The same interpreter the sandbox uses, started the plain way.
-            c.push(Contender::Command { name: "bare python3".into(), argv: vec![py.clone(), "-c".into(), CODE.into()] });
+            c.push(Contender::Command {
+                name: "bare python3".into(),
+                argv: vec![py.clone(), "-c".into(), CODE.into()],
+            });
             targets.push((cold.clone(), "bare python3".into(), Some(1.15)));
             targets.push((warm.clone(), "bare python3".into(), Some(0.3)));
             match bwrap_argv(&py) {
@@ -461,10 +464,8 @@ pub async fn measure(
         }
         round_done(round + 1);
     }
-    let all: Vec<Vec<Stats>> = samples
-        .iter()
-        .map(|per| contenders.iter().zip(per).map(|(c, s)| stats(c.name(), s)).collect())
-        .collect();
+    let all: Vec<Vec<Stats>> =
+        samples.iter().map(|per| contenders.iter().zip(per).map(|(c, s)| stats(c.name(), s)).collect()).collect();
     let r0 = ratios(&all[0], &targets);
     // The control has no targets of its own: the same pairs, for a look.
     let untargeted: Vec<_> = targets.iter().map(|(a, b, _)| (a.clone(), b.clone(), None)).collect();
@@ -763,7 +764,11 @@ mod tests {
     use super::*;
 
     fn s(exit: f64, first: Option<f64>, phases: &[(&str, f64)]) -> Sample {
-        Sample { exit_ms: exit, first_byte_ms: first, phases: phases.iter().map(|(k, v)| (k.to_string(), *v)).collect() }
+        Sample {
+            exit_ms: exit,
+            first_byte_ms: first,
+            phases: phases.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
     }
 
     #[test]
@@ -782,8 +787,10 @@ mod tests {
 
     #[test]
     fn ratios_compare_named_contenders_and_say_whether_targets_are_met() {
-        let a = Stats { name: "a".into(), p50_ms: 3.0, p95_ms: 6.0, first_byte_p50_ms: Some(1.0), ..Default::default() };
-        let b = Stats { name: "b".into(), p50_ms: 10.0, p95_ms: 12.0, first_byte_p50_ms: Some(4.0), ..Default::default() };
+        let a =
+            Stats { name: "a".into(), p50_ms: 3.0, p95_ms: 6.0, first_byte_p50_ms: Some(1.0), ..Default::default() };
+        let b =
+            Stats { name: "b".into(), p50_ms: 10.0, p95_ms: 12.0, first_byte_p50_ms: Some(4.0), ..Default::default() };
         let r = ratios(&[a, b], &[("a".into(), "b".into(), Some(0.3)), ("a".into(), "zz".into(), None)]);
         assert_eq!(r.len(), 1, "a missing contender gives no ratio");
         assert!((r[0].p50_ratio - 0.3).abs() < 1e-9);

@@ -197,6 +197,40 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
     }
 }
 
+/// One instance per tier name for a front end's whole life (workbench,
+/// compare, MCP, the agent loop): the spares and warm pools a tier keeps
+/// serve every run the front end makes. A tier built per run would start
+/// every run cold, and drop the pool it had just filled.
+pub struct Tiers {
+    config: Config,
+    map: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Tier>>>,
+}
+
+impl Tiers {
+    pub fn new(config: &Config) -> Tiers {
+        Tiers { config: config.clone(), map: Default::default() }
+    }
+
+    /// The named tier, built on first use.
+    pub fn get(&self, name: &str) -> anyhow::Result<Arc<dyn Tier>> {
+        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = m.get(name) {
+            return Ok(t.clone());
+        }
+        let t = by_name(name, &self.config)?;
+        m.insert(name.to_string(), t.clone());
+        Ok(t)
+    }
+
+    /// The tiers built so far, with what each holds warm now.
+    pub fn held(&self) -> Vec<(String, Held)> {
+        let m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(String, Held)> = m.iter().filter_map(|(n, t)| Some((n.clone(), t.held()?))).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
 /// The maxima of the named tier, without building it (the workbench's limits
 /// form checks against the tier the next run goes to).
 pub fn max_limits(name: &str) -> LimitMaxima {

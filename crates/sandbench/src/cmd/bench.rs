@@ -231,11 +231,7 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         let t = t.clone();
         tokio::spawn(async move { t.prewarm().await });
     }
-    let cfg = sandbench_core::soak::SoakConfig {
-        duration,
-        concurrency,
-        limits: crate::gauntlet::default_limits(),
-    };
+    let cfg = sandbench_core::soak::SoakConfig { duration, concurrency, limits: crate::gauntlet::default_limits() };
     let text = args.format == Format::Text;
     let mut progress = move |runs: usize, mismatches: usize| {
         if text {

@@ -43,6 +43,8 @@ pub enum Msg {
         bytes: u64,
     },
     Probed(Availability),
+    /// What each tier holds warm now (spares, pools) and its memory.
+    Held(Vec<(String, crate::tier::Held)>),
     Assets(Arc<SyntaxAssets>),
     /// An event of the gauntlet with this id.
     Gauntlet(u64, crate::gauntlet::GauntletEvent),
@@ -101,6 +103,8 @@ pub struct TierEntry {
     pub name: String,
     /// `None` while the probe runs.
     pub avail: Option<Availability>,
+    /// Warm sandboxes it holds and their memory (`None`: none).
+    pub held: Option<crate::tier::Held>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,7 +322,8 @@ pub struct App {
 
 impl App {
     pub fn new(theme: Theme, tiers: &[&str], default_tier: &str, limits: Limits) -> App {
-        let tiers: Vec<TierEntry> = tiers.iter().map(|n| TierEntry { name: n.to_string(), avail: None }).collect();
+        let tiers: Vec<TierEntry> =
+            tiers.iter().map(|n| TierEntry { name: n.to_string(), avail: None, held: None }).collect();
         let tier = tiers.iter().position(|t| t.name == default_tier).unwrap_or(0);
         App {
             theme,
@@ -469,6 +474,11 @@ impl App {
                     t.avail = Some(a);
                 }
                 self.prewarm_selected();
+            }
+            Msg::Held(list) => {
+                for t in self.tiers.iter_mut() {
+                    t.held = list.iter().find(|(n, _)| *n == t.name).map(|(_, h)| *h).filter(|h| h.sandboxes > 0);
+                }
             }
             Msg::Assets(a) => {
                 self.highlighter = Some(Highlighter::new(a.clone(), &self.theme.syntax, self.language));

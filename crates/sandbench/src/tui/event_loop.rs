@@ -48,6 +48,9 @@ const LOG_POLL: Duration = Duration::from_millis(500);
 /// Runs and probes: the only part that touches tiers.
 struct Engine {
     config: Config,
+    /// One instance per tier for the workbench's life: its spares and warm
+    /// pools serve every run (see `tier::Tiers`).
+    tiers: Arc<tier::Tiers>,
     run_tx: mpsc::Sender<Msg>,
     ctl_tx: mpsc::UnboundedSender<Msg>,
     cancels: HashMap<u64, CancellationToken>,
@@ -56,10 +59,10 @@ struct Engine {
 impl Engine {
     fn probe_all(&self, names: &[String]) {
         for name in names {
-            let (name, config, tx) = (name.clone(), self.config.clone(), self.ctl_tx.clone());
+            let (name, tiers, tx) = (name.clone(), self.tiers.clone(), self.ctl_tx.clone());
             let all = self.config.prewarm == crate::config::Prewarm::All;
             tokio::spawn(async move {
-                let t = match tier::by_name(&name, &config) {
+                let t = match tiers.get(&name) {
                     Ok(t) => t,
                     Err(e) => {
                         let avail = tier::Availability {
@@ -82,6 +85,22 @@ impl Engine {
                 }
             });
         }
+    }
+
+    /// Every 2 s, what each tier holds warm (spares, pools) and its memory,
+    /// for the tier pane.
+    fn watch_held(&self) {
+        let (tiers, tx) = (self.tiers.clone(), self.ctl_tx.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let t = tiers.clone();
+                let Ok(list) = tokio::task::spawn_blocking(move || t.held()).await else { return };
+                if tx.send(Msg::Held(list)).is_err() {
+                    return;
+                }
+            }
+        });
     }
 
     /// Follow the run log: what any sandbench process appends shows up in
@@ -129,7 +148,7 @@ impl Engine {
         match e {
             Effect::Start { id, tier: name, spec } => {
                 tracing::info!(id, tier = %name, label = %spec.label, "tui run start");
-                let tier = match tier::by_name(&name, &self.config) {
+                let tier = match self.tiers.get(&name) {
                     Ok(t) => t,
                     Err(e) => {
                         let _ = self.ctl_tx.send(Msg::Finished(id, failed(&name, &spec, format!("{e:#}"))));
@@ -157,7 +176,7 @@ impl Engine {
                 if self.config.prewarm == crate::config::Prewarm::None {
                     return;
                 }
-                if let Ok(t) = tier::by_name(&name, &self.config) {
+                if let Ok(t) = self.tiers.get(&name) {
                     tracing::info!(tier = %name, "tui prewarm");
                     tokio::spawn(async move { t.prewarm().await });
                 }
@@ -171,7 +190,7 @@ impl Engine {
                 tracing::info!(id, tiers = ?names, samples = samples.len(), "tui gauntlet start");
                 let mut tiers = vec![];
                 for name in names {
-                    match tier::by_name(&name, &self.config) {
+                    match self.tiers.get(&name) {
                         Ok(t) => tiers.push(t),
                         Err(e) => skipped.push((name, format!("{e:#}"))),
                     }
@@ -247,7 +266,9 @@ impl Engine {
                         },
                     )
                 };
-                let opts = tier::by_name(&name, &self.config)
+                let opts = self
+                    .tiers
+                    .get(&name)
                     .and_then(|t| crate::agent::AgentOptions::from_config(t, limits, &self.config));
                 let opts = match opts {
                     Ok(o) => o,
@@ -437,7 +458,13 @@ fn new_loop<'a, B: Backend>(
 ) -> Loop<'a, B> {
     let (run_tx, run_rx) = mpsc::channel(CHANNEL);
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
-    let engine = Engine { config: config.clone(), run_tx, ctl_tx, cancels: HashMap::new() };
+    let engine = Engine {
+        config: config.clone(),
+        tiers: Arc::new(tier::Tiers::new(config)),
+        run_tx,
+        ctl_tx,
+        cancels: HashMap::new(),
+    };
     Loop { terminal, app, engine, run_rx, ctl_rx, input, stats: FrameStats::default() }
 }
 
@@ -487,6 +514,7 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
         lp.engine.probe_all(&names);
         lp.engine.load_assets();
         lp.engine.follow_log();
+        lp.engine.watch_held();
         spawn_signals(lp.engine.ctl_tx.clone());
         let r = lp.run(|_| false).await;
         lp.shutdown().await;

@@ -134,10 +134,18 @@ async fn cold_and_warm_runs_get_the_same_isolation() {
     let host: std::collections::BTreeMap<String, String> = std::fs::read_dir("/proc/self/ns")
         .unwrap()
         .flatten()
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read_link(e.path()).unwrap().display().to_string()))
+        .map(|e| {
+            (e.file_name().to_string_lossy().into_owned(), std::fs::read_link(e.path()).unwrap().display().to_string())
+        })
         .collect();
     let fresh = |f: &serde_json::Value| -> Vec<String> {
-        f["ns"].as_object().unwrap().iter().filter(|(n, v)| host.get(*n) != v.as_str().map(String::from).as_ref()).map(|(n, _)| n.clone()).collect()
+        f["ns"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(n, v)| host.get(*n) != v.as_str().map(String::from).as_ref())
+            .map(|(n, _)| n.clone())
+            .collect()
     };
     assert_eq!(fresh(&c), fresh(&w), "the same namespaces are new on both");
     for n in ["pid", "net", "mnt", "ipc", "uts", "cgroup"] {

@@ -97,6 +97,31 @@ impl DockerTier {
         self.engine.get_or_try_init(Engine::connect).await
     }
 
+    /// What the warm pool costs while it waits, measured on one container
+    /// started now (as the pool starts them) and removed.
+    async fn warm_check(&self, engine: &Engine) -> String {
+        let n = self.cfg.pool_size;
+        if n == 0 {
+            return "no warm pool ([docker] pool_size = 0): every run starts cold".into();
+        }
+        let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, &self.limits);
+        let each = match launch(engine, &shape, &format!("doctor-{}", container::new_run_id()), self.name).await {
+            Ok(id) => {
+                // The loader needs a moment to be resident and waiting.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let m = Cgroup::find(&id).and_then(|c| c.sample(true).usage.memory_bytes);
+                remove(&engine.docker, &id).await;
+                m
+            }
+            Err(_) => None,
+        };
+        format!(
+            "long-lived front ends keep {n} container(s) started ahead{}; [docker] pool_size bounds it",
+            each.map(|b| format!(", {} each while waiting (measured now)", crate::spec::format_size(b)))
+                .unwrap_or_default()
+        )
+    }
+
     fn runtime_name(&self) -> &'static str {
         self.runtime.unwrap_or("runc")
     }
@@ -285,6 +310,15 @@ impl Tier for DockerTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
+    /// Pooled containers and their memory (their cgroups' usage; a remote
+    /// engine's containers count, their memory is unknown here: 0).
+    fn held(&self) -> Option<crate::tier::Held> {
+        let ids = self.pool.get()?.ready_ids();
+        let bytes =
+            ids.iter().filter_map(|id| Cgroup::find(id)).filter_map(|c| c.sample(true).usage.memory_bytes).sum();
+        Some(crate::tier::Held { sandboxes: ids.len(), bytes })
+    }
+
     /// Fill the warm pool for runs with the configured limits (a run with
     /// other limits starts cold and the pool follows it).
     fn prewarm(&self) -> BoxFuture<'_, ()> {
@@ -393,6 +427,7 @@ impl DockerTier {
                     "container",
                     format!("a hardened container ran a trivial program in {:.0} ms", report.timings_ms.total),
                 ));
+                checks.push(Check::ok("warm", self.warm_check(engine).await));
             } else {
                 ok = false;
                 let why = report.error.clone().unwrap_or_else(|| report.summary_line());
@@ -435,7 +470,9 @@ impl DockerTier {
                 (launch(engine, &shape, &run_id, self.name).await?, "cold")
             }
         };
-        let result = self.execute(engine, &id, &spec, &ctx).await;
+        let mut timeline: Vec<(&'static str, f64)> =
+            vec![(if start == "warm" { "container_taken" } else { "container_started" }, ctx.ms())];
+        let result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         // The program has exited and its output is in (the loader's exit
         // frame comes after every output frame): the report is final now.
@@ -460,6 +497,11 @@ impl DockerTier {
             p.want(&shape);
         }
         let (usage, mut details, _) = result?;
+        let mut t = serde_json::Map::new();
+        for (k, v) in &timeline {
+            t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+        }
+        details["timeline_ms"] = serde_json::Value::Object(t);
         details["runtime"] = json!(self.runtime_name());
         details["start"] = json!(start);
         details["image"] = json!(self.image);
@@ -476,6 +518,7 @@ impl DockerTier {
         id: &str,
         spec: &RunSpec,
         ctx: &RunContext,
+        timeline: &mut Vec<(&'static str, f64)>,
     ) -> anyhow::Result<(UsageSample, serde_json::Value, tokio::task::JoinHandle<()>)> {
         let docker = &engine.docker;
         let limits = &spec.limits;
@@ -494,6 +537,7 @@ impl DockerTier {
             )
             .await
             .map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
+        timeline.push(("attached", ctx.ms()));
         let mut output = attach.output;
         let mut input = attach.input;
         let mut wait =
@@ -570,7 +614,10 @@ impl DockerTier {
                                     loader.absorb(&found);
                                     judge.sample(ctx, &loader.counters(cg_counters)).await;
                                 }
-                                container::Frame::Started { uid } => started_uid = Some(uid),
+                                container::Frame::Started { uid } => {
+                                    timeline.push(("program_started", ctx.ms()));
+                                    started_uid = Some(uid)
+                                }
                                 container::Frame::Failed(why) => {
                                     failed = Some(why);
                                     if let Some(tx) = ack_tx.take() {
@@ -578,6 +625,7 @@ impl DockerTier {
                                     }
                                 }
                                 container::Frame::Exit { status, stdout_bytes, stderr_bytes } => {
+                                    timeline.push(("program_exited", ctx.ms()));
                                     reported = Some((status, stdout_bytes, stderr_bytes));
                                     // The container is still up (the loader waits for the
                                     // acknowledgement): its cgroup's counters are final now,

@@ -138,6 +138,10 @@ impl Tier for MicrovmTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
+    fn held(&self) -> Option<crate::tier::Held> {
+        Some(pool::Pool::current()?.held())
+    }
+
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             if let Err(e) = MicrovmTier::prewarm(self).await {
@@ -241,10 +245,12 @@ impl MicrovmTier {
         shape: Shape,
         disk: u64,
         ctx: &RunContext,
+        timeline: &mut Vec<(&'static str, f64)>,
     ) -> anyhow::Result<Option<(Guest, &'static str, Option<&'static str>)>> {
         if self.policy == Policy::Auto {
             if let Some(pool) = pool::Pool::current() {
                 if let Some((g, how)) = pool.take(shape) {
+                    timeline.push(("guest_taken", ctx.ms()));
                     return Ok(Some((g, "warm", Some(how))));
                 }
             }
@@ -260,12 +266,20 @@ impl MicrovmTier {
         let (mut g, how, want_pong) = match &snap {
             Some((state, _)) => {
                 let mut g = Guest::spawn(&self.cfg.qemu, p, shape, Boot::Restore(state), false)?;
+                timeline.push(("qemu_spawned", ctx.ms()));
                 vm::ping(&mut g).await?;
                 (g, "snapshot", true)
             }
-            None => (Guest::spawn(&self.cfg.qemu, p, shape, Boot::Cold(Some(disk)), false)?, "cold", false),
+            None => {
+                let g = Guest::spawn(&self.cfg.qemu, p, shape, Boot::Cold(Some(disk)), false)?;
+                timeline.push(("qemu_spawned", ctx.ms()));
+                (g, "cold", false)
+            }
         };
-        match g.wait_for(want_pong, snapshot::BOOT_TIMEOUT, &ctx.stop).await {
+        let waited = g.wait_for(want_pong, snapshot::BOOT_TIMEOUT, &ctx.stop).await;
+        // Restored guests answer the agent's ping; booted ones say READY.
+        timeline.push((if want_pong { "restored_agent_answered" } else { "booted_agent_ready" }, ctx.ms()));
+        match waited {
             Ok(WaitEnd::Ready) => Ok(Some((g, how, None))),
             Ok(WaitEnd::Stopped) => {
                 g.kill().await;
@@ -296,7 +310,10 @@ impl MicrovmTier {
         if limits.network {
             ctx.note("warning: network access was requested but the microVM has no network device").await;
         }
-        let Some((mut guest, start, pool_boot)) = self.acquire(&p, shape, limits.disk_bytes, &ctx).await? else {
+        // Where the run's time goes (ms from its start), for the report.
+        let mut timeline: Vec<(&'static str, f64)> = vec![];
+        let acquired = self.acquire(&p, shape, limits.disk_bytes, &ctx, &mut timeline).await?;
+        let Some((mut guest, start, pool_boot)) = acquired else {
             // Stopped (cancel / timeout) while booting: nothing ran.
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
             details["start"] = json!("cold");
@@ -330,9 +347,17 @@ impl MicrovmTier {
         for n in std::mem::take(&mut guest.notes) {
             ctx.note(format!("guest: {n}")).await;
         }
-        let result = self.execute(&spec, &ctx, &mut guest).await;
+        let result = self.execute(&spec, &ctx, &mut guest, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        guest.kill().await;
+        // The program's exit and output are in: the guest is killed (and
+        // its memory freed) in the background, awaited at shutdown; a killed
+        // sandbench's QEMU dies with it (PDEATHSIG) or is reaped next start.
+        super::background::spawn(async move { guest.kill().await });
+        let mut t = serde_json::Map::new();
+        for (k, v) in &timeline {
+            t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+        }
+        details["timeline_ms"] = serde_json::Value::Object(t);
         let (usage, garbage) = result?;
         if garbage > 0 {
             details["control_channel_garbage_bytes"] = json!(garbage);
@@ -346,6 +371,7 @@ impl MicrovmTier {
         spec: &RunSpec,
         ctx: &RunContext,
         guest: &mut Guest,
+        timeline: &mut Vec<(&'static str, f64)>,
     ) -> anyhow::Result<(Option<UsageSample>, u64)> {
         let limits = &spec.limits;
         let mut seed = [0u8; 32];
@@ -369,6 +395,7 @@ impl MicrovmTier {
                 .unwrap_or(0.0),
         };
         guest.send(&proto::encode_run(&req)).await?;
+        timeline.push(("program_sent", ctx.ms()));
         let mut judge = Judge::new(limits);
         let mut garbage = 0u64;
         let exit: proto::GuestExit;
@@ -395,6 +422,7 @@ impl MicrovmTier {
             };
             match item {
                 Item::Frame(Frame::Started) => {
+                    timeline.push(("program_started", ctx.ms()));
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
                 }
@@ -416,6 +444,7 @@ impl MicrovmTier {
                     ctx.note(format!("guest: {}", crate::sanitize::visible_controls(l.as_bytes()))).await
                 }
                 Item::Frame(Frame::Exit(x)) => {
+                    timeline.push(("program_exited", ctx.ms()));
                     exit = x;
                     break;
                 }

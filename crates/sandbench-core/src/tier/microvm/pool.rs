@@ -95,6 +95,16 @@ impl Pool {
         got
     }
 
+    /// Guests waiting and the resident memory (PSS) of their QEMU processes.
+    pub fn held(&self) -> crate::tier::Held {
+        let pids: Vec<i32> = self
+            .state
+            .lock()
+            .map(|s| s.ready.iter().filter_map(|(g, _)| g.pid()).map(|p| p as i32).collect())
+            .unwrap_or_default();
+        crate::tier::Held { sandboxes: pids.len(), bytes: crate::host::pss_bytes(&pids) }
+    }
+
     pub fn ready_count(&self) -> usize {
         self.state.lock().map(|s| s.ready.len()).unwrap_or(0)
     }

@@ -148,6 +148,7 @@ fn python_waiter(spec: &RunSpec) -> sandbox::Waiter {
 
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
+        uids::prefetch();
         ProcessTier {
             uid_base: config.process.uid_base,
             uid_count: config.process.uid_count,
@@ -318,6 +319,31 @@ impl ProcessTier {
         }
     }
 
+    /// What a spare costs while it waits, measured on one built now.
+    async fn warm_check(&self) -> String {
+        if !self.keep_spare {
+            return "no spare ([process] spare = false): every run starts cold".into();
+        }
+        let mut spec = RunSpec::new(Language::Python, "");
+        spec.limits = self.spare_limits.clone();
+        let range = (self.uid_base, self.uid_count);
+        let built = async {
+            let t0 = std::time::Instant::now();
+            let mut l =
+                Self::launch(&self.spare_limits, Some(python_waiter(&spec)), range, self.allow_degraded, t0).await?;
+            l.wait_ready().await?;
+            anyhow::Ok((l.memory(), t0.elapsed()))
+        };
+        match built.await {
+            Ok((bytes, took)) => format!(
+                "long-lived front ends keep 1 spare sandbox ready, its interpreter started: {} resident (PSS), built in {:.0} ms; [process] spare = false turns it off",
+                crate::spec::format_size(bytes),
+                took.as_secs_f64() * 1000.0
+            ),
+            Err(e) => format!("a spare could not be built ({e:#}): runs start cold"),
+        }
+    }
+
     /// Memory held by the waiting spare (its processes' PSS), if there is one.
     pub fn held(&self) -> Option<crate::tier::Held> {
         let s = self.spare.lock().ok()?;
@@ -460,6 +486,7 @@ impl ProcessTier {
                 format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len()),
             ));
             checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
+            checks.push(Check::ok("warm", self.warm_check().await));
         } else {
             let why = report.error.clone().unwrap_or_else(|| report.summary_line());
             checks.push(Check::fail(

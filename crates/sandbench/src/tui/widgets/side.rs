@@ -72,11 +72,16 @@ pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
             Some(_) => ("✖", "unavailable".to_string(), Style::new().fg(t.ui.error)),
         };
         let name_style = if sel { bold(Style::new().fg(t.ui.accent)) } else { Style::new().fg(t.ui.fg) };
-        lines.push(Line::from(vec![
+        let mut row = vec![
             Span::styled(if sel { "▶ " } else { "  " }, name_style),
             Span::styled(format!("{:<9}", tier.name), name_style),
             Span::styled(format!("{glyph} {state}"), st),
-        ]));
+        ];
+        if let Some(h) = tier.held {
+            // Warm sandboxes cost memory while they wait: say how much.
+            row.push(Span::styled(format!(" · {} warm {}", h.sandboxes, short_size(h.bytes)), t.dim()));
+        }
+        lines.push(Line::from(row));
     }
     lines.extend(detail_lines(app));
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
