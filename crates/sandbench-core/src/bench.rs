@@ -497,9 +497,10 @@ pub struct ThroughputSide {
     pub runs_per_s: f64,
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
-    /// CPU of sandbench and its children (the sandboxes), plus dockerd and
-    /// containerd for the engine tiers, per completed run; background
-    /// teardown included.
+    /// CPU per completed run: everything sandbench (or the bare command)
+    /// started, measured by a cgroup around it, plus the run cgroups of the
+    /// process tier, and for the engine tiers dockerd, containerd and the
+    /// containers' cgroups; background teardown included.
     pub cpu_ms_per_run: Option<f64>,
     /// The host's `/bin/true` spawned every 100 ms meanwhile.
     pub host_true: crate::soak::HostLatency,
@@ -527,21 +528,14 @@ pub struct ThroughputReport {
     pub load_after: Option<[f64; 3]>,
 }
 
-/// CPU time (ms) of this process and its reaped children so far, plus the
-/// processes named in `daemons` (by their comm prefix).
-fn cpu_now(daemons: &[&str]) -> f64 {
-    use nix::sys::resource::{getrusage, UsageWho};
-    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1000.0 + t.tv_usec() as f64 / 1000.0;
-    let mut total = 0.0;
-    for who in [UsageWho::RUSAGE_SELF, UsageWho::RUSAGE_CHILDREN] {
-        if let Ok(u) = getrusage(who) {
-            total += tv(u.user_time()) + tv(u.system_time());
-        }
-    }
+/// CPU time (ms) of the processes named in `daemons` (by their comm
+/// prefix), summed: the Docker engine's share of a run.
+fn daemons_cpu_ms(daemons: &[&str]) -> f64 {
     if daemons.is_empty() {
-        return total;
+        return 0.0;
     }
     let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as f64;
+    let mut total = 0.0;
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
             let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
@@ -558,6 +552,67 @@ fn cpu_now(daemons: &[&str]) -> f64 {
         }
     }
     total
+}
+
+/// CPU (ms) of every container the local engine ran: its cgroup parent's
+/// counter, which keeps what removed containers used (other users'
+/// containers on the same engine count too).
+fn containers_cpu_ms() -> f64 {
+    let v1 = std::path::Path::new("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage");
+    if let Some(ns) = std::fs::read_to_string(v1).ok().and_then(|s| s.trim().parse::<f64>().ok()) {
+        return ns / 1e6;
+    }
+    std::fs::read_to_string("/sys/fs/cgroup/docker/cpu.stat")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<f64>().ok()))
+        .map(|us| us / 1000.0)
+        .unwrap_or(0.0)
+}
+
+/// This process's own CPU and its waited-for children's (ms): the fallback
+/// where no CPU meter cgroup can be made.
+fn rusage_ms() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1000.0 + t.tv_usec() as f64 / 1000.0;
+    [UsageWho::RUSAGE_SELF, UsageWho::RUSAGE_CHILDREN]
+        .into_iter()
+        .filter_map(|w| getrusage(w).ok())
+        .map(|u| tv(u.user_time()) + tv(u.system_time()))
+        .sum()
+}
+
+/// Counts the CPU of one throughput phase: a meter cgroup around sandbench
+/// (and so around every process it starts), plus the engine's daemons and
+/// containers for the Docker tiers.
+struct PhaseCpu {
+    meter: Option<crate::tier::process::cgroup::CpuMeter>,
+    start: f64,
+    engine: bool,
+}
+
+impl PhaseCpu {
+    fn begin(engine: bool, daemons: &[&str]) -> PhaseCpu {
+        let meter = crate::tier::process::cpu_meter("bench").ok();
+        let mut p = PhaseCpu { meter, start: 0.0, engine };
+        p.start = p.now(daemons);
+        p
+    }
+
+    fn now(&self, daemons: &[&str]) -> f64 {
+        let own = match &self.meter {
+            Some(m) => m.cpu_ns().map(|n| n as f64 / 1e6).unwrap_or(0.0),
+            None => rusage_ms(),
+        };
+        let engine = if self.engine { daemons_cpu_ms(daemons) + containers_cpu_ms() } else { 0.0 };
+        own + engine
+    }
+
+    /// The phase's CPU, and its meter: dropped (removed) once nothing of
+    /// the phase runs inside (a spare sandbox made in it lives on).
+    fn end(self, daemons: &[&str]) -> (f64, Option<crate::tier::process::cgroup::CpuMeter>) {
+        let d = self.now(daemons) - self.start;
+        (d.max(0.0), self.meter)
+    }
 }
 
 /// What to throughput-test: sandbench's tier (with its pools) and the
@@ -597,14 +652,15 @@ pub fn throughput_plan(tier_name: &str, config: &Config) -> anyhow::Result<Throu
     Ok(ThroughputPlan { tier, bare, target, daemons, skipped })
 }
 
-/// Keep `n` runs of `one` in flight until `until`; (latencies ms, errors).
-async fn keep_in_flight<F, Fut>(n: usize, until: Instant, one: F) -> (Vec<f64>, usize)
+/// Keep `n` runs of `one` in flight until `until`; (latencies ms, errors,
+/// CPU the runs accounted outside this process's meter, ms).
+async fn keep_in_flight<F, Fut>(n: usize, until: Instant, one: F) -> (Vec<f64>, usize, f64)
 where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<f64>> + Send + 'static,
 {
     let mut set = tokio::task::JoinSet::new();
-    let (mut lat, mut errors) = (vec![], 0usize);
+    let (mut lat, mut errors, mut cpu) = (vec![], 0usize, 0.0);
     loop {
         while set.len() < n && Instant::now() < until {
             let f = one();
@@ -614,7 +670,10 @@ where
             });
         }
         match set.join_next().await {
-            Some(Ok((Ok(()), d))) => lat.push(d),
+            Some(Ok((Ok(c), d))) => {
+                lat.push(d);
+                cpu += c;
+            }
             Some(Ok((Err(e), _))) => {
                 errors += 1;
                 tracing::info!("throughput run failed: {e:#}");
@@ -623,7 +682,7 @@ where
             None => break,
         }
     }
-    (lat, errors)
+    (lat, errors, cpu)
 }
 
 fn side(name: &str, lat: &mut [f64], errors: usize, seconds: f64, cpu: f64, host: Vec<f64>) -> ThroughputSide {
@@ -673,20 +732,28 @@ pub async fn throughput(
     warm.label = "bench".into();
     let _ = runner::run(tier.clone(), warm).await;
     tier::background::drain(Duration::from_secs(60)).await;
+    let engine = !daemons.is_empty();
+    let process = tier_name == "process";
+    let mut meters = vec![];
     for round in 0..2 {
         progress(&format!("round {}/2: sandbench {tier_name}", round + 1));
         tier.prewarm().await;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let host = Arc::new(std::sync::Mutex::new(vec![]));
         let prober = crate::soak::probe_host(stop.clone(), host.clone());
-        let (c0, t0) = (cpu_now(&daemons), Instant::now());
+        let cpu = PhaseCpu::begin(engine, &daemons);
+        let t0 = Instant::now();
         let t = tier.clone();
-        let (mut lat, err) = keep_in_flight(n, t0 + half, move || {
+        let (mut lat, err, in_runs) = keep_in_flight(n, t0 + half, move || {
             let t = t.clone();
             async move {
                 let mut spec = RunSpec::new(Language::Python, PRINT1);
                 spec.label = "bench".into();
-                check(t.name(), &runner::run(t.clone(), spec).await)
+                let r = runner::run(t.clone(), spec).await;
+                check(t.name(), &r)?;
+                // The process tier's program runs in its own cgroup, outside
+                // the meter: its cgroup's CPU is in the report.
+                Ok(if process { r.usage.cpu_ms.unwrap_or(0) as f64 } else { 0.0 })
             }
         })
         .await;
@@ -695,7 +762,9 @@ pub async fn throughput(
         let d0 = Instant::now();
         tier::background::drain(Duration::from_secs(120)).await;
         teardown_after_ms += ms(d0.elapsed());
-        s_cpu += cpu_now(&daemons) - c0;
+        let (c, m) = cpu.end(&daemons);
+        s_cpu += c + in_runs;
+        meters.push(m);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = tokio::task::spawn_blocking(move || prober.join()).await;
         s_host.extend(host.lock().map(|v| v.clone()).unwrap_or_default());
@@ -707,15 +776,18 @@ pub async fn throughput(
             let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let host = Arc::new(std::sync::Mutex::new(vec![]));
             let prober = crate::soak::probe_host(stop.clone(), host.clone());
-            let (c0, t0) = (cpu_now(&daemons), Instant::now());
+            let cpu = PhaseCpu::begin(engine, &daemons);
+            let t0 = Instant::now();
             let argv = Arc::new(argv.clone());
-            let (mut lat, err) = keep_in_flight(n, t0 + half, move || {
+            let (mut lat, err, _) = keep_in_flight(n, t0 + half, move || {
                 let argv = argv.clone();
-                async move { command_once(&argv, PRINT1).await.map(|_| ()) }
+                async move { command_once(&argv, PRINT1).await.map(|_| 0.0) }
             })
             .await;
             b_secs += t0.elapsed().as_secs_f64();
-            b_cpu += cpu_now(&daemons) - c0;
+            let (c, m) = cpu.end(&daemons);
+            b_cpu += c;
+            meters.push(m);
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let _ = tokio::task::spawn_blocking(move || prober.join()).await;
             b_host.extend(host.lock().map(|v| v.clone()).unwrap_or_default());
@@ -730,6 +802,8 @@ pub async fn throughput(
     progress("draining pools and counting leftovers");
     let _ = tier::shutdown().await;
     drop(tier);
+    // The meters last: a spare made during a phase was born in its meter.
+    tokio::task::spawn_blocking(move || drop(meters)).await.ok();
     let settle = Instant::now();
     let leftovers = loop {
         let l = crate::soak::leftovers().await;

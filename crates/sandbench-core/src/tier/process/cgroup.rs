@@ -394,6 +394,65 @@ fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
+/// A CPU meter around this process: while entered, this process and all it
+/// starts from then on are accounted in a cgroup of their own (the CPU
+/// accounting hierarchy only), so their CPU time is known however the
+/// processes end (a bwrap's namespace init reaps without waiting: rusage
+/// misses its children). Named by the owner token, so the reaper removes it
+/// if sandbench dies inside. Entering moves this process (on v1 that waits
+/// for an RCU grace period): benchmarks do it between measurements.
+pub struct CpuMeter {
+    dir: PathBuf,
+    home: PathBuf,
+    v2: bool,
+}
+
+impl CpuMeter {
+    pub fn enter(layout: &Layout, what: &str) -> io::Result<CpuMeter> {
+        let (parent, v2) = match layout {
+            Layout::V1 { cpuacct: Some(c), .. } => (c.clone(), false),
+            Layout::V1 { .. } => return Err(io::Error::other("no cpuacct hierarchy")),
+            Layout::V2 { parent } => (parent.clone(), true),
+        };
+        let home = parent.parent().ok_or_else(|| io::Error::other("no own cgroup"))?.to_path_buf();
+        let token = crate::owner::token().map_err(|e| io::Error::other(format!("{e:#}")))?;
+        let dir =
+            parent.join(format!("{}-{what}-{}", crate::owner::opaque(token), SEQ.fetch_add(1, Ordering::Relaxed)));
+        fs::create_dir(&dir)?;
+        if let Err(e) = fs::write(dir.join("cgroup.procs"), std::process::id().to_string()) {
+            let _ = fs::remove_dir(&dir);
+            return Err(e);
+        }
+        Ok(CpuMeter { dir, home, v2 })
+    }
+
+    /// CPU time used inside so far.
+    pub fn cpu_ns(&self) -> Option<u64> {
+        if self.v2 {
+            read_key(&self.dir.join("cpu.stat"), "usage_usec").map(|u| u * 1000)
+        } else {
+            read_u64(&self.dir.join("cpuacct.usage"))
+        }
+    }
+}
+
+impl Drop for CpuMeter {
+    fn drop(&mut self) {
+        // Back where this process came from, then the (empty) meter goes.
+        // Never a kill here: this process itself was inside.
+        if fs::write(self.home.join("cgroup.procs"), std::process::id().to_string()).is_err() {
+            return;
+        }
+        for _ in 0..100 {
+            match fs::remove_dir(&self.dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+}
+
 /// Run cgroups named by `token` (in its opaque form), in every hierarchy.
 pub fn owned(layout: &Layout, token: &str) -> Vec<PathBuf> {
     let prefix = format!("{}-", crate::owner::opaque(token));

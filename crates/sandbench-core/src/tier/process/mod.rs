@@ -129,6 +129,13 @@ pub fn reap_leftovers() {
     }
 }
 
+/// A CPU meter around this process (see [`cgroup::CpuMeter`]), where the
+/// process tier's cgroups work.
+pub fn cpu_meter(what: &str) -> Result<cgroup::CpuMeter, String> {
+    let l = layout().as_ref().map_err(|e| e.clone())?;
+    cgroup::CpuMeter::enter(l, what).map_err(|e| format!("cannot make a CPU meter cgroup: {e}"))
+}
+
 /// Run cgroups that carry `token` (the soak's leftover count).
 pub fn owned_cgroups(token: &str) -> Vec<std::path::PathBuf> {
     match layout() {
@@ -261,6 +268,13 @@ impl ProcessTier {
 
     /// A spare for the next run, made in the background (one at a time).
     fn refill(&self) {
+        self.refill_after(Duration::ZERO)
+    }
+
+    /// The same, starting `after` from now: right after a run, so that the
+    /// new helper's fork (which stalls every thread of this process while
+    /// it copies the page tables) never delays the run's own report.
+    fn refill_after(&self, after: Duration) {
         if !self.keep_spare || self.spare.lock().map(|s| s.is_some()).unwrap_or(true) {
             return;
         }
@@ -273,6 +287,9 @@ impl ProcessTier {
         let range = (self.uid_base, self.uid_count);
         let degraded = self.allow_degraded;
         tokio::spawn(async move {
+            if !after.is_zero() {
+                tokio::time::sleep(after).await;
+            }
             let mut spec = RunSpec::new(Language::Python, "");
             spec.limits = limits.clone();
             let made = async {
@@ -563,7 +580,7 @@ impl ProcessTier {
         // for the helper's exit and the cgroup's removal (awaited at shutdown;
         // a killed sandbench leaves them to the next start's reaper).
         super::background::spawn(launched.teardown());
-        self.refill();
+        self.refill_after(Duration::from_millis(20));
         let mut out = result?;
         if let Some(s) = final_stats {
             if let Some(u) = out.usage.as_mut() {
