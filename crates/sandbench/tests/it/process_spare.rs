@@ -130,7 +130,9 @@ async fn cold_and_warm_runs_get_the_same_isolation() {
     for k in ["landlock", "seccomp", "namespaces", "cgroup", "user_ns", "degraded"] {
         assert_eq!(cold.details[k], warm.details[k], "details.{k}");
     }
-    // Each run has namespaces of its own: none is the host's, none the other run's.
+    // Each run has namespaces of its own: none is the host's. (Two runs'
+    // numbers may match: the kernel reuses a freed namespace's inode number,
+    // and the cold run's are gone before the spare is made.)
     let host: std::collections::BTreeMap<String, String> = std::fs::read_dir("/proc/self/ns")
         .unwrap()
         .flatten()
@@ -150,7 +152,6 @@ async fn cold_and_warm_runs_get_the_same_isolation() {
     assert_eq!(fresh(&c), fresh(&w), "the same namespaces are new on both");
     for n in ["pid", "net", "mnt", "ipc", "uts", "cgroup"] {
         assert!(fresh(&c).iter().any(|f| f == n), "{n} namespace not new: {c}");
-        assert_ne!(c["ns"][n], w["ns"][n], "two runs share a {n} namespace");
     }
     // Its own uid (as root: from the dedicated range; never 0), no groups.
     for f in [&c, &w] {

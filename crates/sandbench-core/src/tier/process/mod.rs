@@ -31,6 +31,10 @@ use sandbox::{SandboxConfig, Status};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
+/// The set-up steps the sandbox stamps (`Status::Mark`), kept in the
+/// report's timeline; any other name is not trusted into it.
+const MARKS: &[&str] = &["helper_started", "namespaces_made", "root_built", "isolation_applied"];
+
 pub struct ProcessTier {
     uid_base: u32,
     uid_count: u32,
@@ -62,6 +66,8 @@ struct Launched {
     warnings: Vec<String>,
     /// Marks of the run's own time taken before `execute` (ms from its start).
     timeline: Vec<(&'static str, f64)>,
+    /// The cgroup's counters at the program's exit.
+    final_stats: Option<cgroup::Stats>,
 }
 
 impl Launched {
@@ -80,6 +86,7 @@ impl Launched {
             }
             match sandbox::parse_status(&line) {
                 Status::Ready => self.ready = true,
+                Status::Mark { .. } => {}
                 Status::Error { msg } => anyhow::bail!("{msg}"),
                 s => self.early.push(s),
             }
@@ -263,6 +270,7 @@ impl ProcessTier {
             uid,
             warnings,
             timeline,
+            final_stats: None,
         })
     }
 
@@ -575,7 +583,8 @@ impl ProcessTier {
         };
         let result = self.execute(&spec, &ctx, config, &mut launched).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        let final_stats = launched.cg.as_ref().map(|c| c.stats());
+        // Read once at the program's exit (in execute), not again here.
+        let final_stats = launched.final_stats.take();
         // The program is gone and its output drained: the report need not wait
         // for the helper's exit and the cgroup's removal (awaited at shutdown;
         // a killed sandbench leaves them to the next start's reaper).
@@ -638,6 +647,8 @@ impl ProcessTier {
         let mut early = std::mem::take(&mut launched.early).into_iter();
         // Where the run's time goes (ms from its start), for the report.
         let mut timeline: Vec<(&'static str, f64)> = std::mem::take(&mut launched.timeline);
+        // The sandbox stamps its steps on CLOCK_MONOTONIC: this run's start on it.
+        let start_ns = sandbox::mono_ns().saturating_sub((ctx.ms() * 1e6) as u64);
 
         // Done once the program has exited and both its output pipes are
         // drained (EOF: every process holding them is gone), or the sandbox
@@ -705,9 +716,15 @@ impl ProcessTier {
                 if let Some(w) = what.filter(|_| !from_early) {
                     timeline.push((w, ctx.ms()));
                 }
+                if let (Status::Mark { what, mono_ns }, false) = (s, from_early) {
+                    let at = mono_ns.saturating_sub(start_ns) as f64 / 1e6;
+                    if let Some(k) = MARKS.iter().find(|m| **m == what.as_str()) {
+                        timeline.push((k, at));
+                    }
+                }
             }
             match next {
-                None | Some(Status::Ready | Status::Joined) => {}
+                None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
                 Some(Status::Started) => {
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     // The program exists from now on: count it even
@@ -732,7 +749,8 @@ impl ProcessTier {
         }
         timeline.push(("output_drained", ctx.ms()));
         let _ = writer.await;
-        let final_counters = cg.map(|c| c.stats().counters());
+        let stats = cg.map(|c| c.stats());
+        let final_counters = stats.map(|s| s.counters());
         if let Some(c) = &final_counters {
             judge.sample(ctx, c).await;
         }
@@ -754,6 +772,7 @@ impl ProcessTier {
         // Whole-sandbox CPU from the cgroup; without one, init's rusage of
         // the program (kernel-kept, after its exit).
         let mut counters = final_counters.unwrap_or_default();
+        launched.final_stats = stats;
         counters.cpu_ms = counters.cpu_ms.or(Some(cpu_ms));
         let facts = ExitFacts {
             status: x,

@@ -123,6 +123,12 @@ pub enum Status {
     },
     /// The program's process is in the run's cgroup.
     Joined,
+    /// A step of the sandbox's set-up done, at this CLOCK_MONOTONIC time
+    /// (shared by every pid namespace): where a cold start's time goes.
+    Mark {
+        what: String,
+        mono_ns: u64,
+    },
     /// The sandbox is built, in its cgroup, and its interpreter is waiting.
     Ready,
     /// The program is about to start.
@@ -158,6 +164,20 @@ fn send(status: &Status) {
     let _ = nix::unistd::write(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, line.as_bytes());
 }
 
+/// CLOCK_MONOTONIC in ns (the clock the host's `Instant` reads).
+pub fn mono_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only into `t`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+fn mark(what: &str) {
+    send(&Status::Mark { what: what.into(), mono_ns: mono_ns() });
+}
+
 fn fail(msg: String) -> ! {
     send(&Status::Error { msg });
     // SAFETY: ends the process at once; nothing to unwind in a forked child.
@@ -190,6 +210,7 @@ pub fn frame_prepare(p: &Prepare) -> Vec<u8> {
 
 /// Entry point of `sandbench __sandbox`. Never returns.
 pub fn helper_main() -> ! {
+    mark("helper_started");
     let prep = match read_prepare() {
         Ok(p) => p,
         Err(e) => fail(format!("sandbox helper: {e}")),
@@ -244,6 +265,7 @@ pub fn helper_main() -> ! {
             }
         }
     }
+    mark("namespaces_made");
     // SAFETY: single-threaded (exec'd fresh), so fork is safe.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
@@ -738,6 +760,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     if let Err(e) = build_root(prep.disk_bytes, owner, waiter.as_ref().map(|(w, _)| *w)) {
         fail(format!("sandbox file system: {e}"));
     }
+    mark("root_built");
     // Watching starts before the program exists: no write goes unseen.
     let mut watch = Watch::new();
     let (go_r, go_w) = pipe();
@@ -1098,6 +1121,7 @@ fn program_main(
         user_ns: prep.user_ns,
         degraded,
     });
+    mark("isolation_applied");
     // Every inherited descriptor past stderr closes at exec: the program never
     // sees them. The status pipe moves above the waiter's two (still
     // close-on-exec) so that this process can report a failure until then.
