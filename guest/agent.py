@@ -106,7 +106,7 @@ def decode_run(payload):
         if k == "env":
             name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
             spec["env"].append((name, val))
-        elif k in ("language", "seed", "now"):
+        elif k in ("language", "seed", "now", "net_port"):
             spec[k] = v.decode()
         elif k == "code":
             spec["code"] = v
@@ -178,17 +178,76 @@ class Port:
         return kind, self.read_exact(length)
 
 
-def find_port():
+def find_port(want="sandbench.0"):
     base = "/sys/class/virtio-ports"
     for _ in range(1000):
         try:
             for name in sorted(os.listdir(base)):
-                if read_file("%s/%s/name" % (base, name)).strip() == "sandbench.0":
+                if read_file("%s/%s/name" % (base, name)).strip() == want:
                     return "/dev/" + name
         except OSError:
             pass
         time.sleep(0.01)
-    raise RuntimeError("the control port sandbench.0 did not appear")
+    raise RuntimeError("the port %s did not appear" % want)
+
+
+def loopback_up():
+    import fcntl
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        req = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, req))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 0x1 | 0x40))  # SIOCSIFFLAGS UP|RUNNING
+    finally:
+        s.close()
+
+
+def start_egress(net_port, control_fd):
+    """A run with an allow list: listen on 127.0.0.1:net_port before the
+    program exists, and relay what arrives to the host proxy over the
+    sandbench.net port from a process of its own (root, outside the run's
+    cgroup; killed with everything else when the program ends)."""
+    loopback_up()
+    listener = EgressRelay.listen(net_port)
+    dev = find_port("sandbench.net")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(control_fd)
+            relay_process(listener, os.open(dev, os.O_RDWR))
+        finally:
+            os._exit(0)
+    listener.close()
+
+
+def relay_process(listener, fd):
+    # sandbench.net carries relay messages, each prefixed with its length (u32 BE).
+    def send(m):
+        view = memoryview(len(m).to_bytes(4, "big") + m)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    relay = EgressRelay(listener, send)
+    buf = b""
+    while True:
+        if not relay.step(1.0, (fd,)):
+            continue
+        x = os.read(fd, 65536)
+        if not x:
+            time.sleep(0.01)  # the host end is not connected (yet)
+            continue
+        buf += x
+        while len(buf) >= 4:
+            n = int.from_bytes(buf[:4], "big")
+            if n > 5 + EgressRelay.MAX_DATA:
+                return
+            if len(buf) < 4 + n:
+                break
+            relay.on_message(buf[4:4 + n])
+            buf = buf[4 + n:]
 
 
 def setup_guest():
@@ -249,7 +308,177 @@ class Sampler:
         }
 
 
-def child(spec, out_w, err_w):
+# High-water marks of the scratch space (issue 10, item 8), the same two
+# pieces as the host's src/highwater.rs:
+# - a fanotify watch (this agent is root on its own kernel): every write to
+#   /work or /tmp queues an event that pins the file until read, so a file
+#   that reached the file-size limit is measured even if the program deleted
+#   it before the agent looked; each batch of events is followed by a check
+#   of both mounts while its files are still held;
+# - a guard: a seccomp filter in the program makes every call that can free
+#   scratch space (unlink, rmdir, rename, truncate, an open with O_TRUNC, a
+#   punched hole) wait until this agent has drained the watch and checked the
+#   mounts (SECCOMP_RET_USER_NOTIF), then go on unchanged.
+FAN_MODIFY = 0x2
+FAN_Q_OVERFLOW = 0x4000
+FAN_INIT = 0x1 | 0x2 | 0x10  # FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE (class notif)
+FAN_MARK = 0x1 | 0x100  # FAN_MARK_ADD | FAN_MARK_FILESYSTEM
+EVENT_META = struct.Struct("=IBBHQii")
+SCRATCH = ("/work", "/tmp")
+
+# (x86_64, aarch64, argument index or None, mask): as src/highwater.rs.
+GUARDED = [
+    (263, 35, None, 0), (316, 276, None, 0), (76, 45, None, 0), (77, 46, None, 0),
+    (437, 437, None, 0), (257, 56, 2, 0o1000), (285, 47, 1, 0x02 | 0x08),
+    (87, None, None, 0), (84, None, None, 0), (82, None, None, 0), (264, 38, None, 0),
+    (85, None, None, 0), (2, None, 1, 0o1000),
+]
+NOTIF_RECV = 0xC0502100
+NOTIF_SEND = 0xC0182101
+
+
+class Watch:
+    def __init__(self, file_size):
+        import ctypes
+
+        self.ctypes = ctypes
+        self.file_size = file_size
+        self.capped = None
+        self.full = []
+        self.lost = False
+        self.why_not = None
+        self.roots = []
+        for m in SCRATCH:
+            self.roots.append((m, os.open(m, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+        fd = libc.fanotify_init(FAN_INIT, os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC | os.O_NONBLOCK)
+        if fd < 0:
+            self.fd = None
+            self.why_not = "fanotify: %s" % os.strerror(ctypes.get_errno())
+            return
+        self.fd = fd
+        for m, _ in self.roots:
+            if libc.fanotify_mark(fd, FAN_MARK, FAN_MODIFY, -100, m.encode()) != 0:
+                self.why_not = "fanotify mark %s: %s" % (m, os.strerror(ctypes.get_errno()))
+                os.close(fd)
+                self.fd = None
+                return
+
+    def drain(self):
+        if self.fd is None:
+            return
+        for _ in range(32):
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                self.lost = True
+                continue
+            held = []
+            pos = 0
+            while pos + EVENT_META.size <= len(data):
+                n, _v, _r, _m, mask, fd, _pid = EVENT_META.unpack_from(data, pos)
+                if n < EVENT_META.size:
+                    break
+                if mask & FAN_Q_OVERFLOW:
+                    self.lost = True
+                if fd >= 0:
+                    held.append(fd)
+                pos += n
+            for fd in held:
+                if self.capped is None:
+                    try:
+                        st = os.fstat(fd)
+                        if (st.st_mode & 0o170000) == 0o100000 and st.st_size >= self.file_size:
+                            self.capped = os.readlink("/proc/self/fd/%d" % fd)[:240]
+                    except OSError:
+                        pass
+            self.check()
+            for fd in held:
+                os.close(fd)
+
+    def check(self):
+        for m, fd in self.roots:
+            try:
+                st = os.fstatvfs(fd)
+            except OSError:
+                continue
+            if (st.f_bavail == 0 or (st.f_files > 0 and st.f_favail == 0)) and m not in self.full:
+                self.full.append(m)
+
+
+def guard_program():
+    col = 0 if os.uname().machine == "x86_64" else 1
+    arch = (0xC000003E, 0xC00000B7)[col]
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    allow, notify = 0x7FFF0000, 0x7FC00000
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow)]
+    for row in GUARDED:
+        nr, arg, mask = row[col], row[2], row[3]
+        if nr is None:
+            continue
+        if arg is None:
+            prog += [(ld, 0, 0, 0), (jeq, 0, 1, nr), (ret, 0, 0, notify)]
+        else:
+            prog += [(ld, 0, 0, 0), (jeq, 0, 3, nr), (ld, 0, 0, 16 + 8 * arg), (jset, 0, 1, mask), (ret, 0, 0, notify)]
+    prog += [(ret, 0, 0, allow)]
+    return b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in prog), len(prog), col
+
+
+def install_guard():
+    """In the program's process: the guard's filter; its listener fd."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    raw, n, col = guard_program()
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fp = Fprog(n, ctypes.addressof(buf))
+    if libc.prctl(38, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    fd = libc.syscall(ctypes.c_long((317, 277)[col]), ctypes.c_ulong(1), ctypes.c_ulong(8), ctypes.byref(fp))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "seccomp listener")
+    return fd
+
+
+class Guard:
+    def __init__(self, fd):
+        import fcntl
+        import ctypes
+
+        self.fd = fd
+        self.fcntl = fcntl
+        libc = ctypes.CDLL(None, use_errno=True)
+        sizes = (ctypes.c_uint16 * 3)()
+        col = 0 if os.uname().machine == "x86_64" else 1
+        libc.syscall(ctypes.c_long((317, 277)[col]), ctypes.c_ulong(3), ctypes.c_ulong(0), ctypes.byref(sizes))
+        self.size = max(80, sizes[0])
+        self.served = 0
+
+    def serve(self, watch):
+        req = bytearray(self.size)
+        try:
+            self.fcntl.ioctl(self.fd, NOTIF_RECV, req, True)
+        except OSError:
+            return  # the waiting thread died meanwhile
+        (nid,) = struct.unpack_from("=Q", req, 0)
+        watch.drain()
+        watch.check()
+        self.served += 1
+        try:
+            # id, val, error, flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE
+            self.fcntl.ioctl(self.fd, NOTIF_SEND, bytearray(struct.pack("=QqiI", nid, 0, 0, 1)), True)
+        except OSError:
+            pass
+
+
+def child(spec, out_w, err_w, guard_w):
     """In the forked child: become the sandboxed program. Never returns."""
     try:
         os.setsid()
@@ -270,7 +499,9 @@ def child(spec, out_w, err_w):
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 65536)
+        gfd = guard_w.fileno()
+        os.closerange(3, gfd)
+        os.closerange(gfd + 1, 65536)
         os.setgroups([])
         os.setgid(GID)
         os.setuid(UID)
@@ -278,6 +509,14 @@ def child(spec, out_w, err_w):
         os.umask(0o022)
         env = dict((str(k), str(v)) for k, v in spec["env"])
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # The guard last: from here on the agent must answer for every
+        # guarded call; its listener goes to the agent, nothing stays here.
+        import _socket
+
+        g = install_guard()
+        guard_w.sendmsg([b"g"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, g.to_bytes(4, sys.byteorder))])
+        os.close(g)
+        guard_w.close()
         if spec["language"] == "sh":
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             os.execve("/bin/sh", ["/bin/sh", "/work/main.sh"], env)
@@ -371,18 +610,37 @@ def run(port, spec):
             pass
     for n in notes:
         port.send(T_LOG, n)
+    if spec.get("net_port"):
+        start_egress(int(spec["net_port"]), port.fd)
     name = "/work/main.sh" if spec["language"] == "sh" else "/work/main.py"
     with open(name, "wb") as f:
         f.write(spec["code"])
     os.chown(name, UID, GID)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    limit = int(spec["limits"].get("file_size_bytes", 16 << 20))
+    # Watching starts before the program exists: no write goes unseen.
+    watch = Watch(limit)
+    import _socket
+
+    guard_r, guard_w = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     gc.freeze()
     pid = os.fork()
     if pid == 0:
-        child(spec, out_w, err_w)
+        guard_r.detach()  # closed with the rest in the child
+        child(spec, out_w, err_w, guard_w)
     os.close(out_w)
     os.close(err_w)
+    guard_w.close()
+    guard = None
+    try:
+        _m, anc, _f, _a = guard_r.recvmsg(1, _socket.CMSG_SPACE(4))
+        for lvl, ty, data in anc:
+            if lvl == _socket.SOL_SOCKET and ty == _socket.SCM_RIGHTS and len(data) >= 4:
+                guard = Guard(int.from_bytes(data[:4], sys.byteorder))
+    except OSError as e:
+        port.send(T_LOG, "no scratch guard: %s" % e)
+    guard_r.close()
     port.send(T_STARTED, {"pid": pid})
     cpu_limit_ms = int(spec["limits"]["cpu_ms"])
     sampler = Sampler()
@@ -394,14 +652,31 @@ def run(port, spec):
     # compete with the program for the (often single) vCPU.
     next_sample = time.monotonic() + SAMPLE_EVERY
     last = {}
+    poller = select.poll()
+    for fd in list(streams) + [f for f in (guard.fd if guard else None, watch.fd) if f is not None]:
+        poller.register(fd, select.POLLIN)
     while streams or status is None:
         timeout = max(0.0, next_sample - time.monotonic())
-        ready = select.select(list(streams), [], [], timeout)[0] if streams else (time.sleep(timeout) or [])
-        for fd in ready:
+        ready = poller.poll(timeout * 1000)
+        for fd, ev in ready:
+            if guard is not None and fd == guard.fd:
+                if ev & select.POLLIN:
+                    guard.serve(watch)
+                else:
+                    # No program process is left to wait on it (POLLHUP): a
+                    # receive would block for ever.
+                    poller.unregister(fd)
+                continue
+            if fd == watch.fd:
+                watch.drain()
+                continue
+            if fd not in streams:
+                continue
             data = os.read(fd, CHUNK)
             if data:
                 port.send(streams[fd], data)
             else:
+                poller.unregister(fd)
                 os.close(fd)
                 del streams[fd]
         while True:
@@ -420,6 +695,8 @@ def run(port, spec):
             kill_everything()
         if time.monotonic() >= next_sample:
             next_sample = time.monotonic() + SAMPLE_EVERY
+            # Now and then anyway: a file filled through a mapping sends no event.
+            watch.check()
             last = sampler.sample()
             port.send(T_USAGE, last)
             if last.get("cpu_ms", 0) > cpu_limit_ms and not cpu_killed and status is None:
@@ -439,7 +716,27 @@ def run(port, spec):
     peak = number(RUN_CG + "/memory.peak")
     if peak:
         ex["memory_peak"] = peak
-    ex["fsize_hit"], ex["disk_full"] = scan_scratch(int(spec["limits"].get("file_size_bytes", 16 << 20)))
+    # The cgroup charges the interpreter's shared pages to whoever touched
+    # them first (this agent's own Python), so a small program's peak read
+    # ~1 MiB; rusage counts the biggest process of the program's tree (every
+    # one is reaped here). Keep the larger, as the host tiers do, but never
+    # above the limit: pages the cgroup did not charge are not the program's.
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    rss = min(rss, int(spec["limits"].get("memory_bytes", rss)))
+    if rss > (ex["memory_peak"] or 0):
+        ex["memory_peak"] = rss
+    watch.drain()
+    watch.check()
+    hit, full = scan_scratch(limit)
+    ex["fsize_hit"] = watch.capped or hit
+    ex["disk_full"] = full or bool(watch.full)
+    ex["full_mounts"] = ", ".join(watch.full)
+    ex["file_events"] = watch.fd is not None
+    ex["guarded_calls"] = guard.served if guard else None
+    if watch.why_not:
+        port.send(T_LOG, "scratch files not watched (%s): a capped file deleted or truncated before exit may go unreported" % watch.why_not)
+    if watch.lost:
+        port.send(T_LOG, "file events were lost: a hidden limit hit may go unreported")
     port.send(T_EXIT, ex)
 
 

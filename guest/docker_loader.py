@@ -98,11 +98,76 @@ def _seccomp():
         raise OSError(ctypes.get_errno(), "seccomp")
 
 
+# The scratch guard (issue 10, item 8; see src/highwater.rs): calls that
+# can free scratch space (unlink, rmdir, rename, truncate, an open with
+# O_TRUNC, a punched hole) wait until sandbench, on the host, has drained its
+# fanotify watch of the scratch mounts and checked them, then go on
+# unchanged. Installed only when the host says it will answer (a local
+# engine, sandbench as root): nobody else would, and the calls would wait.
+_GUARDED = [
+    # (x86_64, aarch64, argument index or None, mask of that argument)
+    (263, 35, None, 0),  # unlinkat
+    (316, 276, None, 0),  # renameat2
+    (76, 45, None, 0),  # truncate
+    (77, 46, None, 0),  # ftruncate
+    (437, 437, None, 0),  # openat2 (its flags are in memory)
+    (257, 56, 2, 0o1000),  # openat with O_TRUNC
+    (285, 47, 1, 0x02 | 0x08),  # fallocate punching a hole or collapsing a range
+    (87, None, None, 0),  # unlink
+    (84, None, None, 0),  # rmdir
+    (82, None, None, 0),  # rename
+    (264, 38, None, 0),  # renameat
+    (85, None, None, 0),  # creat
+    (2, None, 1, 0o1000),  # open with O_TRUNC
+]
+
+
+def _guard():
+    import struct
+    col = 0 if os.uname().machine == "x86_64" else 1
+    arch = (0xC000003E, 0xC00000B7)[col]
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    allow, notify = 0x7FFF0000, 0x7FC00000
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow)]
+    for row in _GUARDED:
+        nr, arg, mask = row[col], row[2], row[3]
+        if nr is None:
+            continue
+        if arg is None:
+            prog += [(ld, 0, 0, 0), (jeq, 0, 1, nr), (ret, 0, 0, notify)]
+        else:
+            prog += [(ld, 0, 0, 0), (jeq, 0, 3, nr), (ld, 0, 0, 16 + 8 * arg), (jset, 0, 1, mask), (ret, 0, 0, notify)]
+    prog += [(ret, 0, 0, allow)]
+    raw = b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in prog)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fp = Fprog(len(prog), ctypes.addressof(buf))
+    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)
+    fd = _libc.syscall(ctypes.c_long((317, 277)[col]), ctypes.c_ulong(1), ctypes.c_ulong(8), ctypes.byref(fp))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "seccomp listener")
+    return fd
+
+
+# Held while a frame is written once the egress relay thread (below) writes
+# frames too; None in a run without network.
+_out_lock = None
+
+
 def _frame(kind, data):
     buf = kind + len(data).to_bytes(4, "big") + data
-    while buf:
-        n = os.write(1, buf)
-        buf = buf[n:]
+    if _out_lock is not None:
+        _out_lock.acquire()
+    try:
+        while buf:
+            n = os.write(1, buf)
+            buf = buf[n:]
+    finally:
+        if _out_lock is not None:
+            _out_lock.release()
 
 
 def _read_exactly(n):
@@ -131,20 +196,28 @@ def _read_line():
 # importing it costs ~35 ms on gVisor), then exactly code_len bytes of code.
 _n = int(_read_line())
 _f = _read_exactly(_n).split(b"\0")
-_code_len, _fsize, _pids, _uid, _gid = (int(x) for x in _f[:5])
-_lang, _file, _argc = _f[5].decode(), _f[6].decode(), int(_f[7])
-_argv = [os.fsdecode(a) for a in _f[8:8 + _argc]]
-_env = _f[8 + _argc:]
+_code_len, _fsize, _pids, _uid, _gid, _guarded, _net = (int(x) for x in _f[:7])
+_lang, _file, _argc = _f[7].decode(), _f[8].decode(), int(_f[9])
+_argv = [os.fsdecode(a) for a in _f[10:10 + _argc]]
+_env = _f[10 + _argc:]
 _code = _read_exactly(_code_len)
 if _uid == 0 or _gid == 0 or "/" in _file:
     raise ValueError("refusing to run the program as root or outside /work")
 _path = "/work/" + _file
+
+# A run with an allow list: the egress listener exists before the program
+# does (the child closes its fd); the relay thread starts once it runs.
+_egress = EgressRelay.listen(_net) if _net else None
 
 _out_r, _out_w = os.pipe()
 _err_r, _err_w = os.pipe()
 _ok_r, _ok_w = os.pipe()
 _wake_r, _wake_w = os.pipe()
 os.set_blocking(_wake_w, False)
+if _guarded:
+    import _socket
+    # The child hands the guard's listener to this process over it.
+    _gs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
 # A SIGCHLD handler so that the wakeup fd ends select() the moment the
 # program exits (the default disposition would not wake it).
 _signal.signal(_signal.SIGCHLD, lambda *a: None)
@@ -159,8 +232,14 @@ if _pid == 0:
         os.dup2(_null, 0)
         os.dup2(_out_w, 1)
         os.dup2(_err_w, 2)
-        os.closerange(3, _ok_w)
-        os.closerange(_ok_w + 1, 1 << 16)
+        if _guarded:
+            _gs[0].detach()  # closed below with the rest; never closed again by its object
+        _keep = [_ok_w] + ([_gs[1].fileno()] if _guarded else [])
+        _lo = 3
+        for _k in sorted(_keep):
+            os.closerange(_lo, _k)
+            _lo = _k + 1
+        os.closerange(_lo, 1 << 16)
         try:
             # The OOM killer takes the program, never the loader.
             with open("/proc/self/oom_score_adj", "w") as _fh:
@@ -182,6 +261,11 @@ if _pid == 0:
         os.environ.clear()
         os.environ.update(env)
         _seccomp()
+        if _guarded:
+            _g = _guard()
+            _gs[1].sendmsg([b"g"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _g.to_bytes(4, sys.byteorder))])
+            os.close(_g)
+            _gs[1].close()
         # Only now is the program's sandbox complete: say so, and keep no
         # fd of the loader's.
         os.write(_ok_w, b"1")
@@ -215,13 +299,56 @@ os.close(_out_w)
 os.close(_err_w)
 os.close(_ok_w)
 if os.read(_ok_r, 1) != b"1":
-    # The child could not become the program's uid: the run must not happen.
-    _frame(b"f", b"the program's process could not drop to uid %d" % _uid)
+    # The child could not become the program's uid (or install its filters):
+    # the run must not happen.
+    _frame(b"f", b"the program's process could not drop to uid %d or install its seccomp filters" % _uid)
     os.read(0, 1)
     os._exit(0)
 os.close(_ok_r)
-_frame(b"r", b"uid=%d gid=%d" % (_uid, _gid))
+_gfd = -1
+if _guarded:
+    # Kept open (never read here) for the host to take with pidfd_getfd.
+    _gs[1].close()
+    _m, _anc, _fl, _ad = _gs[0].recvmsg(1, _socket.CMSG_SPACE(4))
+    for _lvl, _ty, _data in _anc:
+        if _lvl == _socket.SOL_SOCKET and _ty == _socket.SCM_RIGHTS and len(_data) >= 4:
+            _gfd = int.from_bytes(_data[:4], sys.byteorder)
+    _gs[0].close()
+_frame(b"r", b"uid=%d gid=%d guard=%d" % (_uid, _gid, _gfd))
 _code = None
+
+
+def _egress_main(relay, acked):
+    # After the payload, stdin carries the host's frames: 'n' (a relay
+    # message) and 'k' (the acknowledgement).
+    buf = b""
+    while True:
+        if not relay.step(0.5, (0,)):
+            continue
+        x = os.read(0, 65536)
+        if not x:
+            acked.set()
+            return
+        buf += x
+        while len(buf) >= 5:
+            n = int.from_bytes(buf[1:5], "big")
+            if len(buf) < 5 + n:
+                break
+            kind, payload, buf = buf[:1], buf[5:5 + n], buf[5 + n:]
+            if kind == b"n":
+                relay.on_message(payload)
+            elif kind == b"k":
+                acked.set()
+
+
+_acked = None
+if _egress is not None:
+    import threading
+
+    _out_lock = threading.Lock()
+    _acked = threading.Event()
+    _relay = EgressRelay(_egress, lambda m: _frame(b"n", m))
+    threading.Thread(target=_egress_main, args=(_relay, _acked), daemon=True).start()
 _said = set()
 
 
@@ -328,8 +455,11 @@ else:
     how = b"code %d" % os.WEXITSTATUS(_st)
 _frame(b"x", how + b" out=%d err=%d" % (_counts[b"o"], _counts[b"e"]))
 # Stay up until the host has taken everything (it acknowledges on stdin).
-try:
-    os.read(0, 1)
-except OSError:
-    pass
+if _acked is not None:
+    _acked.wait()
+else:
+    try:
+        os.read(0, 1)
+    except OSError:
+        pass
 os._exit(0)

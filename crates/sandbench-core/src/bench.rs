@@ -591,8 +591,8 @@ struct PhaseCpu {
 }
 
 impl PhaseCpu {
-    fn begin(engine: bool, daemons: &[&str]) -> PhaseCpu {
-        let meter = crate::tier::process::cpu_meter("bench").ok();
+    fn begin(engine: bool, daemons: &[&str], env: &crate::config::HostEnv) -> PhaseCpu {
+        let meter = crate::tier::process::cpu_meter("bench", env).ok();
         let mut p = PhaseCpu { meter, start: 0.0, engine };
         p.start = p.now(daemons);
         p
@@ -623,6 +623,8 @@ pub struct ThroughputPlan {
     pub target: Option<f64>,
     pub daemons: Vec<&'static str>,
     pub skipped: Vec<String>,
+    /// What the process tier and the leftover count take from the environment.
+    pub host: crate::config::HostEnv,
 }
 
 pub fn throughput_plan(tier_name: &str, config: &Config) -> anyhow::Result<ThroughputPlan> {
@@ -649,7 +651,7 @@ pub fn throughput_plan(tier_name: &str, config: &Config) -> anyhow::Result<Throu
             (b, None, vec![])
         }
     };
-    Ok(ThroughputPlan { tier, bare, target, daemons, skipped })
+    Ok(ThroughputPlan { tier, bare, target, daemons, skipped, host: config.host.clone() })
 }
 
 /// Keep `n` runs of `one` in flight until `until`; (latencies ms, errors,
@@ -719,7 +721,7 @@ pub async fn throughput(
     duration: Duration,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> ThroughputReport {
-    let ThroughputPlan { tier, bare, target, daemons, skipped } = plan;
+    let ThroughputPlan { tier, bare, target, daemons, skipped, host: host_env } = plan;
     let n = concurrency.max(1);
     let half = duration / 2;
     let load_before = load_average();
@@ -741,7 +743,7 @@ pub async fn throughput(
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let host = Arc::new(std::sync::Mutex::new(vec![]));
         let prober = crate::soak::probe_host(stop.clone(), host.clone());
-        let cpu = PhaseCpu::begin(engine, &daemons);
+        let cpu = PhaseCpu::begin(engine, &daemons, &host_env);
         let t0 = Instant::now();
         let t = tier.clone();
         let (mut lat, err, in_runs) = keep_in_flight(n, t0 + half, move || {
@@ -776,7 +778,7 @@ pub async fn throughput(
             let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let host = Arc::new(std::sync::Mutex::new(vec![]));
             let prober = crate::soak::probe_host(stop.clone(), host.clone());
-            let cpu = PhaseCpu::begin(engine, &daemons);
+            let cpu = PhaseCpu::begin(engine, &daemons, &host_env);
             let t0 = Instant::now();
             let argv = Arc::new(argv.clone());
             let (mut lat, err, _) = keep_in_flight(n, t0 + half, move || {
@@ -806,7 +808,7 @@ pub async fn throughput(
     tokio::task::spawn_blocking(move || drop(meters)).await.ok();
     let settle = Instant::now();
     let leftovers = loop {
-        let l = crate::soak::leftovers().await;
+        let l = crate::soak::leftovers(&host_env).await;
         if l.total == 0 || settle.elapsed() > Duration::from_secs(10) {
             break l;
         }

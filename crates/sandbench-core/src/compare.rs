@@ -21,6 +21,8 @@ use crate::tier::Tier;
 /// How the tiers of one round run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Mode {
     /// One run at a time: the timings are each tier's own.
     Sequential,
@@ -31,10 +33,7 @@ pub enum Mode {
 
 impl Mode {
     pub fn name(self) -> &'static str {
-        match self {
-            Mode::Sequential => "sequential",
-            Mode::Concurrent => "concurrent",
-        }
+        self.into()
     }
 }
 
@@ -311,6 +310,35 @@ pub fn rows(s: &Summary) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// "12 ms", "1.42 s": the histograms' labels.
+pub fn fmt_ms(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.2} s", ms / 1000.0)
+    }
+}
+
+/// `samples` as an oha-style histogram `width` columns wide, at most `rows`
+/// bins: a line per bin with its lower edge, its count and a bar scaled to
+/// the fullest bin. Fewer than two samples: one line saying so.
+pub fn histogram_lines(samples: &[f64], rows: usize, width: usize) -> Vec<String> {
+    if samples.len() < 2 {
+        return vec![format!("{} run(s): repeat to see a distribution", samples.len())];
+    }
+    let bins = crate::stats::histogram(samples, rows.clamp(1, 12));
+    let max = bins.iter().map(|b| b.count).max().unwrap_or(1).max(1);
+    let cw = bins.iter().map(|b| b.count.to_string().len()).max().unwrap_or(1);
+    bins.iter()
+        .map(|b| {
+            let label = format!("{:>8} [{:>cw$}] ", fmt_ms(b.lo_ms), b.count);
+            let room = width.saturating_sub(label.chars().count()).max(1);
+            let n = (b.count * room).div_ceil(max).min(room);
+            format!("{label}{}", "■".repeat(n)).trim_end().to_string()
+        })
+        .collect()
+}
+
 /// The one line that says how the numbers were taken.
 pub fn headline(s: &Summary) -> String {
     let how = match s.mode {
@@ -333,6 +361,15 @@ pub fn text(s: &Summary) -> String {
         out.push('\n');
     }
     out.push_str(&tail(s));
+    // With repeated runs, each tier's distribution of the time to exit.
+    if s.tiers.iter().any(|t| t.exit_samples_ms.len() > 1) {
+        for t in s.tiers.iter().filter(|t| !t.exit_samples_ms.is_empty()) {
+            out.push_str(&format!("\n{} · time to exit, {} runs:\n", t.tier, t.exit_samples_ms.len()));
+            for l in histogram_lines(&t.exit_samples_ms, 8, 60) {
+                out.push_str(&format!("  {l}\n"));
+            }
+        }
+    }
     out
 }
 
@@ -468,6 +505,9 @@ mod tests {
         assert_eq!(rows(&s)[0][11], "—");
         assert_eq!(rows(&s)[0][10], "—");
         assert!(csv(&s).lines().nth(1).unwrap().starts_with("a,sequential,3,9.0,"));
+        // Repeated runs: a histogram per tier under the table.
+        let t = text(&s);
+        assert!(t.contains("a · time to exit, 3 runs:") && t.contains("     10 ms [1] ■"), "{t}");
         assert!(markdown(&s).contains("| b | 1 | — |"));
     }
 

@@ -153,9 +153,14 @@ pub fn escape(s: &str) -> String {
 /// The chart as one self-contained SVG element (no scripts, no external
 /// references): log-scale x with ticks, y 0–100 %, a labelled dot per tier.
 pub fn svg(points: &[Point]) -> String {
-    let (w, h) = (640.0, 400.0);
+    // The plot, then a legend of two columns: each point is numbered, and the
+    // legend names it with its figures (labels beside points collide when
+    // tiers sit close together, as they do at 100 %).
+    let legend_rows = points.len().div_ceil(2) as f64;
+    let (w, plot_h) = (640.0, 400.0);
+    let h = plot_h + if points.is_empty() { 0.0 } else { 10.0 + 18.0 * legend_rows };
     let (ml, mr, mt, mb) = (64.0, 24.0, 36.0, 52.0);
-    let (pw, ph) = (w - ml - mr, h - mt - mb);
+    let (pw, ph) = (w - ml - mr, plot_h - mt - mb);
     let (lo, hi) = x_range(points);
     let x = |ms: f64| ml + (ms.log10() - lo.log10()) / (hi.log10() - lo.log10()) * pw;
     let y = |share: f64| mt + (1.0 - share) * ph;
@@ -204,22 +209,32 @@ hostile samples contained against warm p50 latency</text>\n",
         "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">warm p50 latency, start → exit (log scale)</text>\n\
 <text x=\"16\" y=\"{:.1}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {:.1})\">hostile samples contained</text>\n",
         ml + pw / 2.0,
-        h - 10.0,
+        plot_h - 10.0,
         mt + ph / 2.0,
         mt + ph / 2.0
     ));
-    for p in points {
+    const PALETTE: [&str; 8] = ["#1f6feb", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#0a7b83", "#bc4c00", "#57606a"];
+    for (i, p) in points.iter().enumerate() {
         let (px, py) = (x(p.latency_ms), y(p.share));
-        // Labels go left of points near the right edge.
-        let (dx, anchor) = if px > ml + pw * 0.75 { (-8.0, "end") } else { (8.0, "start") };
+        let colour = PALETTE[i % PALETTE.len()];
+        let (lx, ly) = (if i % 2 == 0 { 24.0 } else { w / 2.0 + 8.0 }, plot_h + 14.0 + 18.0 * (i / 2) as f64);
         s.push_str(&format!(
             "<g class=\"point\" data-tier=\"{tier}\" data-latency-ms=\"{lat:.1}\" data-contained=\"{c}\" data-hostile=\"{n}\">\
-<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"5\" fill=\"#1f6feb\"/>\
-<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{tier} · {} {} · {c}/{n}</text></g>\n",
-            px + dx,
-            py - 6.0,
+<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"8\" fill=\"{colour}\" fill-opacity=\"0.85\"/>\
+<text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\" font-weight=\"bold\" fill=\"#ffffff\">{num}</text>\
+<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"7\" fill=\"{colour}\"/>\
+<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\" font-weight=\"bold\" fill=\"#ffffff\">{num}</text>\
+<text x=\"{:.1}\" y=\"{:.1}\">{tier} · {} {} · {c}/{n} contained</text></g>\n",
+            py + 3.5,
+            lx + 7.0,
+            ly - 4.0,
+            lx + 7.0,
+            ly - 0.5,
+            lx + 20.0,
+            ly,
             tick_label((p.latency_ms * 10.0).round() / 10.0),
             escape(&p.start),
+            num = i + 1,
             tier = escape(&p.tier),
             lat = p.latency_ms,
             c = p.contained,

@@ -225,6 +225,14 @@ impl Judge {
     }
 }
 
+/// A connection the run's egress proxy refused: the proxy's own record (the
+/// program never writes it). The runner keeps the first as the run's
+/// `network` violation; every refusal is in the report's `network` list.
+pub async fn network_denied(ctx: &RunContext, rec: &crate::egress::NetRecord) {
+    let target = if rec.port == 0 { rec.host.clone() } else { format!("{}:{}", rec.host, rec.port) };
+    ctx.violation(ViolationKind::Network, format!("egress refused: {} {target} — {}", rec.method, rec.detail)).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

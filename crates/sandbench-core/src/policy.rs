@@ -33,6 +33,8 @@ pub struct LimitRequest {
     pub disk: Option<String>,
     /// stdout + stderr captured before the run is stopped, e.g. "1M".
     pub output: Option<String>,
+    /// Network: "none", or "allow=HOST[:PORT],..." within what this server allows.
+    pub network: Option<String>,
 }
 
 /// The operator's terms for remote clients.
@@ -63,7 +65,9 @@ impl Policy {
         b.output_bytes = b.output_bytes.min(ceiling.output_bytes);
         b.open_files = b.open_files.min(ceiling.open_files);
         b.cpus = b.cpus.min(ceiling.cpus);
-        b.network = b.network && ceiling.network;
+        if b.network.within(&ceiling.network).is_err() {
+            b.network = crate::egress::Network::None;
+        }
         Ok(Policy { tiers, base: b, ceiling })
     }
 
@@ -111,6 +115,12 @@ impl Policy {
         }
         if let Some(s) = &req.output {
             l.output_bytes = size("output", s, c.output_bytes, "--max-output")?;
+        }
+        if let Some(s) = &req.network {
+            let n: crate::egress::Network = s.parse().map_err(|e| format!("limits.network: {e}"))?;
+            n.within(&c.network)
+                .map_err(|e| format!("limits.{e} (the operator sets it with sandbench mcp --network)"))?;
+            l.network = n;
         }
         Ok(l)
     }
@@ -165,27 +175,6 @@ fn duration(field: &str, s: &str, max: Duration, flag: &str) -> Result<Duration,
     Ok(v)
 }
 
-/// Keep the head and the tail of `text` within about `max` bytes, cut at
-/// character boundaries, with a line saying how much was left out between.
-/// An agent needs both ends: the start says what ran, the end how it died.
-pub fn head_tail(text: &str, max: usize) -> (String, usize) {
-    if text.len() <= max {
-        return (text.to_string(), 0);
-    }
-    let half = max / 2;
-    let mut head_end = half;
-    while !text.is_char_boundary(head_end) {
-        head_end -= 1;
-    }
-    let mut tail_start = text.len() - half;
-    while !text.is_char_boundary(tail_start) {
-        tail_start += 1;
-    }
-    let omitted = tail_start - head_end;
-    let out = format!("{}\n… {omitted} bytes omitted …\n{}", &text[..head_end], &text[tail_start..]);
-    (out, omitted)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,11 +201,27 @@ mod tests {
         let e = p.limits(&LimitRequest { memory: Some("1G".into()), ..Default::default() }).unwrap_err();
         assert!(e.contains("limits.memory 1G is above") && e.contains("512M") && e.contains("--max-memory"), "{e}");
         let e = p.limits(&LimitRequest { wall_time: Some("1h".into()), ..Default::default() }).unwrap_err();
-        assert!(e.contains("limits.wall_time") && e.contains("10 s"), "{e}");
+        assert!(e.contains("limits.wall_time") && e.contains("10s"), "{e}");
         let e = p.limits(&LimitRequest { pids: Some(10_000), ..Default::default() }).unwrap_err();
         assert!(e.contains("limits.pids"), "{e}");
         let e = p.limits(&LimitRequest { memory: Some("lots".into()), ..Default::default() }).unwrap_err();
         assert!(e.starts_with("limits.memory: invalid size"), "{e}");
+    }
+
+    #[test]
+    fn a_client_may_narrow_the_network_but_never_widen_it() {
+        let op: crate::egress::Network = "allow=pypi.test,*.pythonhosted.org:443".parse().unwrap();
+        let base = Limits { network: op.clone(), ..Default::default() };
+        let p = Policy::new(vec!["process".into()], base.clone(), base).unwrap();
+        assert_eq!(p.limits(&LimitRequest::default()).unwrap().network, op, "the default is the operator's");
+        let req = |n: &str| LimitRequest { network: Some(n.into()), ..Default::default() };
+        assert_eq!(p.limits(&req("allow=pypi.test:443")).unwrap().network.to_string(), "allow=pypi.test:443");
+        assert!(p.limits(&req("none")).unwrap().network.is_none());
+        let e = p.limits(&req("allow=evil.test")).unwrap_err();
+        assert!(e.starts_with("limits.network evil.test is not within") && e.contains("--network"), "{e}");
+        assert!(p.limits(&req("allow=")).unwrap_err().starts_with("limits.network: invalid"));
+        let closed = Policy::new(vec!["process".into()], Limits::default(), Limits::default()).unwrap();
+        assert!(closed.limits(&req("allow=pypi.test")).unwrap_err().contains("allows no network"));
     }
 
     #[test]
@@ -242,15 +247,5 @@ mod tests {
         assert!(p.spec("python", &big, None, &LimitRequest::default()).unwrap_err().contains("at most"));
         let (spec, tier) = p.spec("sh", "echo hi", Some("docker"), &LimitRequest::default()).unwrap();
         assert_eq!((spec.language, tier.as_str()), (Language::Sh, "docker"));
-    }
-
-    #[test]
-    fn head_and_tail_are_kept_at_char_boundaries() {
-        assert_eq!(head_tail("short", 100), ("short".to_string(), 0));
-        let text = format!("{}{}", "é".repeat(100), "z".repeat(100));
-        let (out, omitted) = head_tail(&text, 50);
-        assert!(out.starts_with('é') && out.ends_with('z'));
-        assert!(out.contains(&format!("… {omitted} bytes omitted …")));
-        assert_eq!(text.len(), omitted + out.lines().next().unwrap().len() + out.lines().last().unwrap().len());
     }
 }

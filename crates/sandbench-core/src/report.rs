@@ -8,6 +8,8 @@ use crate::spec::Limits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Outcome {
     /// The program ran to its end within every limit (whatever its exit code).
     Ok,
@@ -21,12 +23,7 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Violation => "violation",
-            Outcome::Error => "error",
-            Outcome::Cancelled => "cancelled",
-        }
+        self.into()
     }
 }
 
@@ -34,6 +31,8 @@ impl Outcome {
 /// (a spare, a pooled container or guest), or restored from a snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum StartKind {
     Cold,
     Warm,
@@ -42,11 +41,7 @@ pub enum StartKind {
 
 impl StartKind {
     pub fn name(self) -> &'static str {
-        match self {
-            StartKind::Cold => "cold",
-            StartKind::Warm => "warm",
-            StartKind::Snapshot => "snapshot",
-        }
+        self.into()
     }
 }
 
@@ -98,7 +93,14 @@ pub struct RunReport {
     /// the sandbox was complete.
     #[serde(default)]
     pub degraded: Vec<String>,
+    /// Every decision of the run's egress proxy (bounded: the first
+    /// [`MAX_NETWORK_RECORDS`] connections; `details.network` has the totals).
+    #[serde(default)]
+    pub network: Vec<crate::egress::NetRecord>,
 }
+
+/// Connections listed in a report.
+pub const MAX_NETWORK_RECORDS: usize = 256;
 
 impl RunReport {
     /// The start kind the tier recorded in `details.start`; `None` for a run
@@ -127,6 +129,7 @@ impl RunReport {
             limits: Limits::default(),
             details: serde_json::Value::Null,
             degraded: vec![],
+            network: vec![],
         }
     }
 

@@ -59,9 +59,17 @@ fn unreachable_report() -> RunReport {
 
 /// Start `spec` on `tier`. Events arrive on the handle; the last is `Finished`.
 pub fn start(tier: Arc<dyn Tier>, spec: RunSpec) -> RunHandle {
+    start_keeping(tier, spec, usize::MAX)
+}
+
+/// `start`, with the report keeping at most `keep` bytes of each stream
+/// (flagged truncated past that); the live events still carry everything up
+/// to the output limit. For front ends that show the output themselves and
+/// must stay small whatever the limit (the workbench).
+pub fn start_keeping(tier: Arc<dyn Tier>, spec: RunSpec, keep: usize) -> RunHandle {
     let (out_tx, out_rx) = mpsc::channel(128);
     let cancel = CancellationToken::new();
-    tokio::spawn(drive(tier, spec, out_tx, cancel.clone()));
+    tokio::spawn(drive(tier, spec, out_tx, cancel.clone(), keep));
     RunHandle { events: out_rx, cancel }
 }
 
@@ -79,6 +87,8 @@ enum StopReason {
 
 struct Fold {
     spec_limits: crate::spec::Limits,
+    /// Bytes of each stream the report keeps.
+    keep: usize,
     phases: Vec<(Phase, f64)>,
     first_output: Option<f64>,
     stdout: Vec<u8>,
@@ -90,6 +100,7 @@ struct Fold {
     peak: UsageSample,
     last: UsageSample,
     exit: Option<ExitStatus>,
+    network: Vec<crate::egress::NetRecord>,
 }
 
 impl Fold {
@@ -107,8 +118,9 @@ impl Fold {
             Stream::Stdout => (&mut self.stdout, &mut self.stdout_truncated),
             Stream::Stderr => (&mut self.stderr, &mut self.stderr_truncated),
         };
-        buf.extend_from_slice(&bytes);
-        if crossed {
+        let room_kept = self.keep.saturating_sub(buf.len());
+        buf.extend_from_slice(&bytes[..bytes.len().min(room_kept)]);
+        if crossed || bytes.len() > room_kept {
             *flag = true;
         }
         (bytes, crossed)
@@ -133,7 +145,7 @@ impl Fold {
     }
 }
 
-async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, cancel: CancellationToken) {
+async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, cancel: CancellationToken, keep: usize) {
     let started = Instant::now();
     let ms = move || started.elapsed().as_secs_f64() * 1000.0;
     let (tx, mut rx) = mpsc::channel::<RunEvent>(256);
@@ -157,6 +169,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
 
     let mut f = Fold {
         spec_limits: limits.clone(),
+        keep,
         phases: vec![],
         first_output: None,
         stdout: vec![],
@@ -168,6 +181,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         peak: UsageSample::default(),
         last: UsageSample::default(),
         exit: None,
+        network: vec![],
     };
     let mut stop_reason: Option<StopReason> = None;
     let mut deadline = tokio::time::Instant::now() + limits.wall_time + SETUP_GRACE;
@@ -261,6 +275,15 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
                 forward(ev).await;
             }
             EventKind::Note(_) => forward(ev).await,
+            EventKind::Network(ref rec) => {
+                // One entry per connection: its end replaces its decision.
+                match f.network.iter().position(|r| r.id == rec.id) {
+                    Some(i) => f.network[i] = rec.clone(),
+                    None if f.network.len() < crate::report::MAX_NETWORK_RECORDS => f.network.push(rec.clone()),
+                    None => {}
+                }
+                forward(ev).await
+            }
         }
     }
 
@@ -271,7 +294,9 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
     let end = ms();
     let (error, details, final_usage) = match result {
         Ok(x) => (None, x.details, x.usage),
-        Err(e) => (Some(format!("{e:#}")), serde_json::Value::Null, None),
+        // A tier's error may quote what a sandbox or a wrapped tool said: a
+        // single-line field, made inert here once like every event's text.
+        Err(e) => (Some(crate::sanitize::inert_line(&format!("{e:#}"), 1000)), serde_json::Value::Null, None),
     };
     if let Some(u) = final_usage {
         f.usage(u);
@@ -323,10 +348,63 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         limits,
         details,
         degraded,
+        network: f.network,
     };
     let _ = out.send(Update::Finished(Box::new(report))).await;
 }
 
 fn round(ms: f64) -> f64 {
     (ms * 10.0).round() / 10.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tier::{Availability, BoxFuture, TierExit};
+
+    /// Prints `n` chunks of 10 KB and exits 0.
+    struct Chatty(usize);
+
+    impl Tier for Chatty {
+        fn name(&self) -> &'static str {
+            "chatty"
+        }
+        fn describe(&self) -> &'static str {
+            "prints a lot (test)"
+        }
+        fn probe(&self) -> BoxFuture<'_, Availability> {
+            Box::pin(async {
+                Availability { tier: "chatty".into(), available: true, summary: "test".into(), checks: vec![] }
+            })
+        }
+        fn run(&self, _spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+            Box::pin(async move {
+                ctx.emit(EventKind::Phase(Phase::Running)).await;
+                for _ in 0..self.0 {
+                    ctx.emit(EventKind::Output(Stream::Stdout, vec![b'x'; 10_000])).await;
+                }
+                ctx.emit(EventKind::Exit(ExitStatus { code: Some(0), signal: None })).await;
+                Ok(TierExit::default())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_front_end_can_keep_only_a_head_of_the_output() {
+        let mut h = start_keeping(Arc::new(Chatty(50)), RunSpec::new(crate::spec::Language::Sh, "x"), 25_000);
+        let mut live = 0;
+        let report = loop {
+            match h.events.recv().await.expect("a report") {
+                Update::Event(RunEvent { kind: EventKind::Output(_, b), .. }) => live += b.len(),
+                Update::Event(_) => {}
+                Update::Finished(r) => break r,
+            }
+        };
+        assert_eq!(live, 500_000, "the live events carry everything");
+        assert_eq!(report.stdout.len(), 25_000);
+        assert!(report.stdout_truncated && report.violations.is_empty(), "{:?}", report.violations);
+        // By default the report keeps everything up to the output limit.
+        let all = run(Arc::new(Chatty(50)), RunSpec::new(crate::spec::Language::Sh, "x")).await;
+        assert_eq!((all.stdout.len(), all.stdout_truncated), (500_000, false));
+    }
 }

@@ -9,8 +9,16 @@
 //! # escaped-if: "ATTACHED"
 //! ```
 //! `expect` lists `tier=outcome[:kind|kind...]`; `*` is every tier not named;
-//! the kinds mean "at least one of these violations". `escaped-if` names
-//! output that only a breach could produce.
+//! the kinds mean "at least one of these violations". A trailing `?`
+//! (`gvisor=violation:disk?`) says the tier does not guarantee it: the
+//! violation is what should be seen, but `ok` is no mismatch there (the
+//! README's tier section says why). `escaped-if` names output that only a
+//! breach could produce; `delivers` names output that must arrive (a cell
+//! whose report lacks it, without saying it was cut, lost output).
+//! `network: allow=...` (optional) runs the sample under that network limit,
+//! against the gauntlet's own loopback internet (`gauntlet::internet`;
+//! `{http_port}` and `{tls_port}` stand for its ports); a tier that cannot
+//! enforce it runs it with none.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,10 +34,16 @@ pub struct Expect {
     pub outcome: Outcome,
     /// At least one of these violation kinds must appear (empty: any or none).
     pub kinds: Vec<ViolationKind>,
+    /// Not guaranteed on this tier: `ok` is accepted too (a `?` suffix).
+    pub unguaranteed: bool,
 }
 
 impl Expect {
     pub fn parse(s: &str) -> Result<Expect, String> {
+        let (s, unguaranteed) = match s.strip_suffix('?') {
+            Some(rest) => (rest, true),
+            None => (s, false),
+        };
         let (o, k) = s.split_once(':').unwrap_or((s, ""));
         let outcome = match o {
             "ok" => Outcome::Ok,
@@ -43,11 +57,17 @@ impl Expect {
             .filter(|x| !x.is_empty())
             .map(|x| ViolationKind::parse(x).ok_or_else(|| format!("unknown violation kind '{x}'")))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Expect { outcome, kinds })
+        if unguaranteed && outcome == Outcome::Ok {
+            return Err("'ok?' means nothing: a '?' marks a violation the tier does not guarantee".into());
+        }
+        Ok(Expect { outcome, kinds, unguaranteed })
     }
 
     /// Does a report meet this expectation? `Err` says how it does not.
     pub fn check(&self, r: &RunReport) -> Result<(), String> {
+        if self.unguaranteed && r.outcome == Outcome::Ok {
+            return Ok(());
+        }
         if r.outcome != self.outcome {
             return Err(format!(
                 "expected outcome {}, got {} ({})",
@@ -72,6 +92,9 @@ impl std::fmt::Display for Expect {
             let k: Vec<_> = self.kinds.iter().map(|k| k.name()).collect();
             write!(f, ":{}", k.join("|"))?;
         }
+        if self.unguaranteed {
+            f.write_str("?")?;
+        }
         Ok(())
     }
 }
@@ -87,6 +110,10 @@ pub struct Sample {
     pub must: String,
     pub expect: BTreeMap<String, Expect>,
     pub escaped_if: Vec<String>,
+    /// Output that must reach the report (unless it says the output was cut).
+    pub delivers: Vec<String>,
+    /// The network limit it runs under (with the internet's placeholders).
+    pub network: Option<String>,
     pub code: String,
 }
 
@@ -115,6 +142,8 @@ impl Sample {
             must: String::new(),
             expect: BTreeMap::new(),
             escaped_if: vec![],
+            delivers: vec![],
+            network: None,
             code: String::new(),
         };
         for line in code.lines() {
@@ -135,6 +164,14 @@ impl Sample {
                     }
                 }
                 "escaped-if" => s.escaped_if.push(value.trim_matches('"').to_string()),
+                "delivers" => s.delivers.push(value.trim_matches('"').to_string()),
+                "network" => {
+                    let filled = value.replace("{http_port}", "1").replace("{tls_port}", "1");
+                    filled
+                        .parse::<crate::egress::Network>()
+                        .map_err(|e| anyhow::anyhow!("{}: network: {e}", path.display()))?;
+                    s.network = Some(value.to_string());
+                }
                 _ => {}
             }
         }
@@ -177,9 +214,9 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Vec<Sample>> {
 
 /// The samples folder: `$SANDBENCH_SAMPLES`, else `samples/` next to the
 /// current directory or the executable's source tree.
-pub fn default_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SANDBENCH_SAMPLES") {
-        return PathBuf::from(d);
+pub fn default_dir(env: &crate::config::HostEnv) -> PathBuf {
+    if let Some(d) = &env.samples_dir {
+        return d.clone();
     }
     let cwd = PathBuf::from("samples");
     if cwd.is_dir() {
@@ -207,6 +244,31 @@ mod tests {
         assert_eq!(s.expect_for("docker").unwrap().outcome, Outcome::Ok);
         assert_eq!(s.escaped_if, vec!["ATTACHED"]);
         assert_eq!(s.expect_for("process").unwrap().to_string(), "violation:pids|cpu_time");
+        assert!(s.network.is_none());
+        let n = Sample::parse(
+            Path::new("samples/hostile/n.py"),
+            "# expect: *=ok\n# network: allow=allowed.gauntlet.test:{http_port}\n".into(),
+        )
+        .unwrap();
+        assert_eq!(n.network.as_deref(), Some("allow=allowed.gauntlet.test:{http_port}"));
+        assert!(Sample::parse(Path::new("a.py"), "# expect: *=ok\n# network: everything\n".into()).is_err());
+    }
+
+    #[test]
+    fn unguaranteed_expectations_accept_ok_and_nothing_else() {
+        let e = Expect::parse("violation:disk?").unwrap();
+        assert!(e.unguaranteed);
+        assert_eq!(e.to_string(), "violation:disk?");
+        let mut r = RunReport::failed("gvisor", "python", "x", "e");
+        r.outcome = Outcome::Ok;
+        r.error = None;
+        assert!(e.check(&r).is_ok(), "ok is accepted where the tier does not guarantee the hit");
+        r.outcome = Outcome::Error;
+        assert!(e.check(&r).is_err());
+        r.outcome = Outcome::Violation;
+        assert!(e.check(&r).is_err(), "a violation of another kind is still a mismatch");
+        assert!(Expect::parse("ok?").is_err());
+        assert!(!Expect::parse("violation:disk").unwrap().unguaranteed);
     }
 
     #[test]

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 /// Languages a sandbox knows how to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Language {
     Python,
     Sh,
@@ -20,10 +22,7 @@ impl Language {
     pub const ALL: [Language; 2] = [Language::Python, Language::Sh];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Language::Python => "python",
-            Language::Sh => "sh",
-        }
+        self.into()
     }
 
     /// File name the program gets inside the sandbox.
@@ -95,8 +94,10 @@ pub struct Limits {
     pub open_files: u64,
     /// CPU bandwidth (1.0 = one core).
     pub cpus: f64,
-    /// Network access. Only `false` is supported by the local tiers.
-    pub network: bool,
+    /// Network access: `none`, or `allow=HOST[:PORT],...` through the run's
+    /// egress proxy (see `egress`). A tier that cannot enforce an allow list
+    /// refuses the run.
+    pub network: crate::egress::Network,
 }
 
 impl Default for Limits {
@@ -111,7 +112,7 @@ impl Default for Limits {
             output_bytes: 1 << 20,
             open_files: 256,
             cpus: 1.0,
-            network: false,
+            network: crate::egress::Network::None,
         }
     }
 }
@@ -144,6 +145,10 @@ pub struct RunSpec {
     /// program. Never the program's own environment.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub launcher_env: BTreeMap<String, String>,
+    /// Names the egress proxy resolves for this run on top of `[network]
+    /// hosts` (the gauntlet's own loopback "internet"). Never the program's.
+    #[serde(default, skip_serializing_if = "crate::egress::Hosts::is_empty")]
+    pub hosts: crate::egress::Hosts,
 }
 
 impl RunSpec {
@@ -155,6 +160,7 @@ impl RunSpec {
             env: BTreeMap::new(),
             label: String::from("-"),
             launcher_env: BTreeMap::new(),
+            hosts: Default::default(),
         }
     }
 
@@ -217,13 +223,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// A duration as people write it, the inverse of `parse_duration` for whole
-/// seconds: "5 s", "0.50 s".
+/// A duration as the command line takes it, the exact inverse of
+/// `parse_duration`: "5s", "1500ms", "0.25ms".
 pub fn format_duration(d: Duration) -> String {
-    if d.as_millis().is_multiple_of(1000) {
-        format!("{} s", d.as_secs())
+    let us = d.as_micros();
+    if us.is_multiple_of(1_000_000) {
+        format!("{}s", us / 1_000_000)
+    } else if us.is_multiple_of(1000) {
+        format!("{}ms", us / 1000)
     } else {
-        format!("{:.2} s", d.as_secs_f64())
+        format!("{}ms", us as f64 / 1000.0)
     }
 }
 
@@ -262,6 +271,18 @@ pub fn parse_env(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_format_to_what_parses_back() {
+        for ms in [1u64, 250, 999, 1000, 1500, 5000, 60_000, 86_400_000] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(parse_duration(&format_duration(d)).unwrap(), d, "{}", format_duration(d));
+        }
+        let d = Duration::from_micros(250);
+        assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
+        assert_eq!(format_duration(Duration::from_secs(5)), "5s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    }
 
     #[test]
     fn sizes() {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::BenchReport;
 use crate::compare::Summary;
 use crate::gauntlet::Matrix;
+use crate::share::LatencyRun;
 
 /// Bytes of each stream of a cell's output kept in a saved gauntlet.
 pub const OUTPUT_HEAD: usize = 4096;
@@ -97,12 +98,13 @@ pub fn load_gauntlet_in(dir: &Path) -> anyhow::Result<Option<Saved<Matrix>>> {
     read(dir, GAUNTLET)
 }
 
-/// The latency benchmark of `sandbench report` (print(1) on every tier).
-pub fn save_latency_in(dir: &Path, s: &Summary) -> anyhow::Result<PathBuf> {
+/// The latency benchmark of `sandbench report` (print(1) on every tier, and
+/// the host's responsiveness meanwhile).
+pub fn save_latency_in(dir: &Path, s: &LatencyRun) -> anyhow::Result<PathBuf> {
     write(dir, LATENCY, s)
 }
 
-pub fn load_latency_in(dir: &Path) -> anyhow::Result<Option<Saved<Summary>>> {
+pub fn load_latency_in(dir: &Path) -> anyhow::Result<Option<Saved<LatencyRun>>> {
     read(dir, LATENCY)
 }
 
@@ -186,7 +188,8 @@ mod tests {
     #[test]
     fn latency_and_bench_round_trip_and_garbage_is_an_error() {
         let d = tempfile::tempdir().unwrap();
-        let s = compare::summarize(&["process".into()], &[], Mode::Sequential, 1, "print(1)", vec![]);
+        let summary = compare::summarize(&["process".into()], &[], Mode::Sequential, 1, "print(1)", vec![]);
+        let s = LatencyRun { summary, host: crate::share::HostStats::of(&[1.0, 3.0, 2.0]) };
         save_latency_in(d.path(), &s).unwrap();
         assert_eq!(load_latency_in(d.path()).unwrap().unwrap().data, s);
         let b = BenchReport { tier: "../x".into(), program: "print(1)".into(), ..Default::default() };

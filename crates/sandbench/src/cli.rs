@@ -38,6 +38,8 @@ pub enum Command {
     Gauntlet(GauntletArgs),
     /// Let a model solve a task with one tool, run_code, executed in a sandbox.
     Agent(AgentArgs),
+    /// One page to share: the gauntlet, latency per tier, the safety × latency frontier, the machine.
+    Report(ReportArgs),
     /// Measure the workbench's frame times and memory under an output flood.
     #[command(hide = true)]
     BenchUi(BenchUiArgs),
@@ -85,6 +87,10 @@ pub struct LimitArgs {
     /// Output (stdout + stderr) captured before the run is stopped, e.g. 1M.
     #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
     pub output: Option<u64>,
+    /// Network: none (the default), or allow=HOST[:PORT][,HOST[:PORT]...]
+    /// through sandbench's egress proxy (a bare host means ports 80 and 443).
+    #[arg(long, value_name = "none|allow=HOSTS", value_parser = clap::value_parser!(crate::egress::Network))]
+    pub network: Option<crate::egress::Network>,
 }
 
 impl LimitArgs {
@@ -109,6 +115,9 @@ impl LimitArgs {
         }
         if let Some(v) = self.output {
             l.output_bytes = v;
+        }
+        if let Some(v) = &self.network {
+            l.network = v.clone();
         }
         l
     }
@@ -202,6 +211,41 @@ pub struct GauntletArgs {
     pub allow_degraded: bool,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    /// One self-contained HTML page (no scripts, nothing loaded from anywhere).
+    Html,
+    /// The same numbers as a JSON record.
+    Json,
+    /// The safety × latency frontier alone, as SVG.
+    Svg,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Comma-separated tiers (default: every available tier of sandbench's own).
+    #[arg(long, value_name = "TIERS")]
+    pub tiers: Option<String>,
+    /// Rounds of the latency benchmark (print(1) on every tier, interleaved).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// Reuse the last gauntlet and latency benchmark kept in the state dir
+    /// instead of running them again (what was never measured is run).
+    #[arg(long)]
+    pub reuse: bool,
+    /// Samples folder of the gauntlet (with benign/ and hostile/).
+    #[arg(long, value_name = "DIR")]
+    pub samples: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Html)]
+    pub format: ReportFormat,
+    /// Where to write it; - for standard output (default: sandbench-report.html, .json or .svg here).
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Run the gauntlet even where Landlock or seccomp cannot be enforced (such cells are marked degraded).
+    #[arg(long)]
+    pub allow_degraded: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct CompareArgs {
     /// Comma-separated tiers (default: every available tier).
@@ -262,10 +306,19 @@ pub struct AgentArgs {
     pub task: Option<String>,
 }
 
+/// What `bench-ui` floods the workbench with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FloodArg {
+    /// Synthetic output events generated in-process as fast as the UI takes them (UI cost alone).
+    Synthetic,
+    /// A real flood program on the process tier (end to end, includes the runner).
+    Process,
+}
+
 #[derive(Debug, Args)]
 pub struct BenchUiArgs {
-    #[arg(long, value_enum, default_value_t = crate::tui::event_loop::FloodSource::Synthetic)]
-    pub source: crate::tui::event_loop::FloodSource,
+    #[arg(long, value_enum, default_value_t = FloodArg::Synthetic)]
+    pub source: FloodArg,
     /// Seconds of flood.
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
@@ -343,7 +396,7 @@ pub struct LogArgs {
     /// Only runs since this long ago (30m, 2h, 7d) or this UTC time (2026-12-01T10:00:00Z).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
-    /// Only runs from this front end: run, compare, gauntlet, agent, mcp, tui.
+    /// Only runs from this front end: run, compare, gauntlet, report, agent, mcp, tui.
     #[arg(long, value_name = "NAME")]
     pub front_end: Option<String>,
     /// Only the last N matching runs.

@@ -14,7 +14,8 @@ pub fn definition() -> Value {
         "name": NAME,
         "description": "Run a program in a fresh, isolated sandbox and get its verdict: outcome, exit status, \
             limit violations and its stdout/stderr (long output is cut in the middle). Each call starts from \
-            an empty sandbox with no network; nothing persists between calls.",
+            an empty sandbox with no network (unless the system prompt names hosts it may reach); nothing \
+            persists between calls.",
         "input_schema": {
             "type": "object",
             "properties": {
@@ -29,14 +30,28 @@ pub fn definition() -> Value {
 pub fn system_prompt(tier: &str, limits: &Limits) -> String {
     format!(
         "You solve the user's task. You can run programs with the run_code tool; each runs on sandbench's '{tier}' \
-         tier in a fresh sandbox with no network, limited to {} wall time, {} CPU time, {} memory, {} processes and \
+         tier in a fresh sandbox with {}, limited to {} wall time, {} CPU time, {} memory, {} processes and \
          {} of output. Programs print their results; nothing persists between runs. When you are done, answer \
          without calling the tool.",
+        network(limits),
         crate::spec::format_duration(limits.wall_time),
         crate::spec::format_duration(limits.cpu_time),
         format_size(limits.memory_bytes),
         limits.pids,
         format_size(limits.output_bytes),
+    )
+}
+
+/// The network a program has, in words the model can act on.
+fn network(limits: &Limits) -> String {
+    if limits.network.is_none() {
+        return "no network".into();
+    }
+    let hosts: Vec<String> = limits.network.entries().iter().map(|e| e.to_string()).collect();
+    format!(
+        "network access to {} only (HTTP and HTTPS through a proxy that HTTP_PROXY and HTTPS_PROXY point at; \
+         a bare host means ports 80 and 443; no DNS in the sandbox)",
+        hosts.join(", ")
     )
 }
 
@@ -50,23 +65,6 @@ pub fn parse_input(input: &Value) -> Result<(Language, String), String> {
         return Err("'code' is empty".into());
     }
     Ok((language, code.to_string()))
-}
-
-/// Keep the head and the tail of long text, cut on char boundaries.
-pub fn bounded(text: &str, budget: usize) -> String {
-    if text.len() <= budget {
-        return text.to_string();
-    }
-    let half = budget / 2;
-    let mut head_end = half;
-    while !text.is_char_boundary(head_end) {
-        head_end -= 1;
-    }
-    let mut tail_start = text.len() - half;
-    while !text.is_char_boundary(tail_start) {
-        tail_start += 1;
-    }
-    format!("{}\n[… {} bytes omitted …]\n{}", &text[..head_end], tail_start - head_end, &text[tail_start..])
 }
 
 /// The run report as the model sees it.
@@ -92,7 +90,7 @@ pub fn compact_report(r: &RunReport) -> String {
                 "{name} ({} bytes{}):\n{}\n",
                 text.len(),
                 if cut { ", stopped at the output limit" } else { "" },
-                bounded(text, OUTPUT_BUDGET)
+                crate::sanitize::head_tail(text, OUTPUT_BUDGET).0
             ));
         }
     }
@@ -109,6 +107,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_prompt_says_which_network_the_programs_have() {
+        assert!(system_prompt("process", &Limits::default()).contains("with no network,"));
+        let l = Limits { network: "allow=pypi.org".parse().unwrap(), ..Limits::default() };
+        let p = system_prompt("process", &l);
+        assert!(p.contains("network access to pypi.org only") && p.contains("HTTPS_PROXY"), "{p}");
+    }
+
+    #[test]
     fn input_is_validated() {
         assert!(parse_input(&json!({"language":"python","code":"print(1)"})).is_ok());
         assert!(parse_input(&json!({"language":"ruby","code":"p 1"})).unwrap_err().contains("unknown language"));
@@ -120,10 +126,10 @@ mod tests {
     #[test]
     fn long_output_keeps_head_and_tail() {
         let text = format!("{}{}", "a".repeat(10_000), "é".repeat(5000));
-        let b = bounded(&text, 1000);
+        let b = crate::sanitize::head_tail(&text, 1000).0;
         assert!(b.len() < 1100);
         assert!(b.starts_with("aaa") && b.ends_with("é"));
         assert!(b.contains("bytes omitted"));
-        assert_eq!(bounded("short", 1000), "short");
+        assert_eq!(crate::sanitize::head_tail("short", 1000).0, "short");
     }
 }

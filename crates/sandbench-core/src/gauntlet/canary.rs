@@ -160,6 +160,10 @@ pub struct Findings {
     /// Host responsiveness during the run: latency of spawning `/bin/true`.
     pub host_latency_ms_p50: Option<f64>,
     pub host_latency_ms_max: Option<f64>,
+    /// How the cell differed from the sample's declaration (a network limit
+    /// the tier could not enforce, run with none instead).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Canaries {
@@ -225,12 +229,14 @@ impl Canaries {
         let marker = token("mark")?;
         let sockets = plant_sockets(home.path(), &token("sock")?, &marker, &received, &mut listeners);
 
-        // A host process of the sandbox's uid: a sandbox that can signal the
-        // host's processes would kill it.
+        // A host process of the uid sandboxes used to share (65534): a
+        // sandbox that can signal the host's processes would kill it, and
+        // one that shares its per-uid quotas would make it fail to get an
+        // inotify instance (it checks every 50 ms and exits 3 if refused).
         let victim = if nix::unistd::geteuid().is_root() {
             use std::os::unix::process::CommandExt;
-            std::process::Command::new("sleep")
-                .arg("600")
+            std::process::Command::new("/usr/bin/python3")
+                .args(["-S", "-c", VICTIM])
                 .uid(65534)
                 .gid(65534)
                 .stdin(std::process::Stdio::null())
@@ -349,8 +355,12 @@ impl Canaries {
             }
         }
         if let Some(v) = self.victim.as_mut() {
-            if let Ok(Some(st)) = v.try_wait() {
-                f.escapes.push(format!("a host process of uid 65534 was killed ({st})"));
+            match v.try_wait() {
+                Ok(Some(st)) if st.code() == Some(3) => f.escapes.push(
+                    "a host process of uid 65534 was refused an inotify instance: the per-uid quota was shared".into(),
+                ),
+                Ok(Some(st)) => f.escapes.push(format!("a host process of uid 65534 was killed ({st})")),
+                _ => {}
             }
         }
         f
@@ -383,6 +393,9 @@ fn from_this_run(s: &std::os::unix::net::UnixStream, marker: &str) -> bool {
         Err(_) => true,
     }
 }
+
+/// The uid-65534 canary: holds one inotify instance at a time, for 600 s.
+const VICTIM: &str = "import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\nfor _ in range(12000):\n    fd = libc.inotify_init1(0)\n    if fd < 0:\n        os._exit(3)\n    os.close(fd)\n    time.sleep(0.05)\n";
 
 fn plant_sockets(
     home: &Path,
@@ -452,14 +465,17 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
 }
 
 /// Spawns `/bin/true` every 50 ms on the host and records how long it took.
-struct HostProbe {
+/// Host responsiveness while something runs: the time to spawn `/bin/true`,
+/// every 50 ms, on a thread of its own (the gauntlet's canary, the report's
+/// latency benchmark).
+pub struct HostProbe {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<f64>>>,
     thread: JoinHandle<()>,
 }
 
 impl HostProbe {
-    fn start() -> HostProbe {
+    pub fn start() -> HostProbe {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(vec![]));
         let (s, v) = (stop.clone(), samples.clone());
@@ -477,10 +493,15 @@ impl HostProbe {
         HostProbe { stop, samples, thread }
     }
 
-    fn finish(self) -> (Option<f64>, Option<f64>) {
+    /// Stop; every spawn time measured (ms), in order.
+    pub fn samples(self) -> Vec<f64> {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
-        let mut v = self.samples.lock().map(|v| v.clone()).unwrap_or_default();
+        self.samples.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    fn finish(self) -> (Option<f64>, Option<f64>) {
+        let mut v = self.samples();
         if v.is_empty() {
             return (None, None);
         }

@@ -4,6 +4,7 @@
 //! and the gauntlet share this engine (`run_cell`).
 
 pub mod canary;
+pub mod internet;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,6 +129,35 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
     // tier that starts a host command (a peer) and passes its environment
     // through leaks it, and the canary sees it.
     spec.launcher_env.insert(canary::SECRET_VAR.to_string(), canaries.api_key.clone());
+    // A sample with a network limit meets the gauntlet's own internet.
+    let mut notes = vec![];
+    let internet = match &sample.network {
+        None => None,
+        Some(template) => {
+            let net = match tokio::task::spawn_blocking(internet::Internet::plant).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => {
+                    return error_cell(sample, &tier_name, format!("cannot plant the gauntlet's internet: {e}"))
+                }
+                Err(e) => return error_cell(sample, &tier_name, format!("cannot plant the gauntlet's internet: {e}")),
+            };
+            let limit: crate::egress::Network = match net.fill(template).parse() {
+                Ok(n) => n,
+                Err(e) => return error_cell(sample, &tier_name, format!("the sample's network line: {e}")),
+            };
+            match tier.check_network(&limit) {
+                Ok(()) => {
+                    spec.limits.network = limit;
+                    spec.hosts = net.hosts();
+                }
+                // Never widened: such a tier gets no network at all, and
+                // every bypass still has to fail there.
+                Err(why) => notes.push(format!("ran with network none: {why}")),
+            }
+            spec.env.extend(net.env());
+            Some(net)
+        }
+    };
     canaries.start_probe();
     let logged = spec.clone();
     let handle = crate::runner::start(tier, spec);
@@ -150,7 +180,16 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
     // dropped (listeners closed, victim killed) in the same task.
     let findings = tokio::task::spawn_blocking(move || {
         let mut c = canaries;
-        c.check(&seen, &escaped_if)
+        let mut f = c.check(&seen, &escaped_if);
+        if let Some(net) = &internet {
+            let lookups: Vec<String> = seen.details["network"]["dns_lookups"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            f.escapes.extend(net.escapes(&lookups, &c.marker));
+        }
+        f.notes = notes;
+        f
     })
     .await
     .unwrap_or_else(|e| Findings { escapes: vec![format!("the canary check failed: {e}")], ..Default::default() });
@@ -193,6 +232,16 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
         (Verdict::Error { why }, _) => Some(format!("error: {why}")),
         (_, None) => Some(format!("the sample declares no expectation for {tier}")),
         (_, Some(e)) => e.check(&report).err(),
+    };
+    // Output the sample must deliver: missing without a cut flagged is lost.
+    let cut = report.stdout_truncated || report.stderr_truncated;
+    let lost = sample
+        .delivers
+        .iter()
+        .find(|d| !cut && !report.stdout.contains(d.as_str()) && !report.stderr.contains(d.as_str()));
+    let mismatch = match (mismatch, lost) {
+        (None, Some(d)) => Some(format!("lost output: {d:?} never arrived and no cut was flagged")),
+        (m, _) => m,
     };
     Cell {
         sample: sample.name.clone(),
@@ -353,6 +402,15 @@ mod tests {
         let file = run_cell(Arc::new(Leaky), &sample("secrets_file.py"), &default_limits()).await;
         let Verdict::Escaped { what } = &file.verdict else { panic!("{:?}: {}", file.verdict, file.report.stdout) };
         assert!(what.iter().any(|w| w.contains("secret file")), "{what:?}");
+        // No network path of its own: the sample runs with none (said so),
+        // and the direct connections of a program on the host are escapes.
+        let direct = run_cell(Arc::new(Leaky), &sample("egress_direct.py"), &default_limits()).await;
+        assert!(direct.findings.notes.iter().any(|n| n.starts_with("ran with network none")), "{:?}", direct.findings);
+        let Verdict::Escaped { what } = &direct.verdict else {
+            panic!("{:?}: {}", direct.verdict, direct.report.stdout)
+        };
+        let all = what.join("\n");
+        assert!(all.contains("canary host") && all.contains("request for direct.gauntlet.test"), "{all}");
         // Planted in every cell, named in its findings, gone afterwards.
         for c in [&env, &file] {
             assert!(c.findings.planted.iter().any(|p| p.contains("fake ANTHROPIC_API_KEY")), "{:?}", c.findings);

@@ -23,9 +23,38 @@ pub mod process;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Every tier sandbench knows, in order of isolation strength. Peers (other
-/// tools' sandboxes, `peer::names()`) are accepted by name as well.
-pub const KNOWN: &[&str] = &["process", "docker", "gvisor", "microvm", "e2b"];
+/// sandbench's own tiers, in order of isolation strength. Peers (other
+/// tools' sandboxes, `peer::names()`) are tiers too, named by their profiles.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantNames,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum TierKind {
+    Process,
+    Docker,
+    Gvisor,
+    Microvm,
+    E2b,
+}
+
+impl TierKind {
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// The names of sandbench's own tiers, in order of isolation strength.
+pub const KNOWN: &[&str] = <TierKind as strum::VariantNames>::VARIANTS;
 
 /// Longest violation detail or note (characters).
 pub const MAX_DETAIL: usize = 400;
@@ -156,7 +185,13 @@ pub trait Tier: Send + Sync {
     /// Refuse limits the tier cannot enforce, before any sandbox work: one
     /// line that names the maximum.
     fn check_limits(&self, limits: &crate::spec::Limits) -> Result<(), String> {
-        self.max_limits().check(self.name(), limits)
+        self.max_limits().check(self.name(), limits)?;
+        self.check_network(&limits.network)
+    }
+    /// Refuse a network limit the tier cannot enforce as given (never widen
+    /// it). The default: no network at all, and no allow list.
+    fn check_network(&self, network: &crate::egress::Network) -> Result<(), String> {
+        refuse_allow_list(self.name(), network)
     }
     /// Run one program. Must return only once every process, container, VM
     /// and temp file of the run is gone, also when `ctx.stop` fires.
@@ -166,68 +201,36 @@ pub trait Tier: Send + Sync {
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
-    /// Sandboxes this tier holds ready (spares, pools) and their memory now;
-    /// `None`: it holds none.
-    fn held(&self) -> Option<Held> {
+    /// What this instance holds warm right now (a spare sandbox, a pool's
+    /// containers or guests), in a few words, for the workbench's tier pane;
+    /// `None` for a tier that keeps nothing warm.
+    fn warm(&self) -> Option<String> {
         None
     }
 }
 
-/// Warm sandboxes a tier holds, for `doctor` and the tier pane.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Held {
-    pub sandboxes: usize,
-    /// Their resident memory (PSS for processes, the cgroup's usage for
-    /// containers), in bytes.
-    pub bytes: u64,
+/// The refusal of a tier without an egress path.
+pub fn refuse_allow_list(tier: &str, network: &crate::egress::Network) -> Result<(), String> {
+    if network.is_none() {
+        return Ok(());
+    }
+    Err(format!(
+        "the {tier} tier cannot enforce a network allow list (it runs with no network at all); use --network none, or a tier with egress: process, docker, gvisor, microvm"
+    ))
 }
 
 /// Build the named tier.
 pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
-    match name {
-        "process" => Ok(Arc::new(process::ProcessTier::new(config))),
-        "docker" => Ok(Arc::new(docker::DockerTier::docker(config))),
-        "gvisor" => Ok(Arc::new(docker::DockerTier::gvisor(config))),
-        "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
-        "microvm" => Ok(Arc::new(microvm::MicrovmTier::new(config))),
-        other => match peer::by_name(other).map_err(|e| anyhow::anyhow!(e))? {
+    match name.parse::<TierKind>() {
+        Ok(TierKind::Process) => Ok(Arc::new(process::ProcessTier::new(config))),
+        Ok(TierKind::Docker) => Ok(Arc::new(docker::DockerTier::docker(config))),
+        Ok(TierKind::Gvisor) => Ok(Arc::new(docker::DockerTier::gvisor(config))),
+        Ok(TierKind::E2b) => Ok(Arc::new(e2b::E2bTier::new(config))),
+        Ok(TierKind::Microvm) => Ok(Arc::new(microvm::MicrovmTier::new(config))),
+        Err(_) => match peer::by_name(name, &config.host).map_err(|e| anyhow::anyhow!(e))? {
             Some(t) => Ok(t),
-            None => anyhow::bail!("unknown tier '{other}' (known: {})", known_names().join(", ")),
+            None => anyhow::bail!("unknown tier '{name}' (known: {})", known_names().join(", ")),
         },
-    }
-}
-
-/// One instance per tier name for a front end's whole life (workbench,
-/// compare, MCP, the agent loop): the spares and warm pools a tier keeps
-/// serve every run the front end makes. A tier built per run would start
-/// every run cold, and drop the pool it had just filled.
-pub struct Tiers {
-    config: Config,
-    map: std::sync::Mutex<std::collections::HashMap<String, Arc<dyn Tier>>>,
-}
-
-impl Tiers {
-    pub fn new(config: &Config) -> Tiers {
-        Tiers { config: config.clone(), map: Default::default() }
-    }
-
-    /// The named tier, built on first use.
-    pub fn get(&self, name: &str) -> anyhow::Result<Arc<dyn Tier>> {
-        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = m.get(name) {
-            return Ok(t.clone());
-        }
-        let t = by_name(name, &self.config)?;
-        m.insert(name.to_string(), t.clone());
-        Ok(t)
-    }
-
-    /// The tiers built so far, with what each holds warm now.
-    pub fn held(&self) -> Vec<(String, Held)> {
-        let m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<(String, Held)> = m.iter().filter_map(|(n, t)| Some((n.clone(), t.held()?))).collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
     }
 }
 
@@ -237,6 +240,16 @@ pub fn max_limits(name: &str) -> LimitMaxima {
     match name {
         "process" => process::host_maxima(),
         _ => LimitMaxima::default(),
+    }
+}
+
+/// Whether the named tier can enforce `network`, without building it (the
+/// workbench's limits form; the runner asks the tier itself).
+pub fn check_network(name: &str, network: &crate::egress::Network) -> Result<(), String> {
+    match name {
+        "process" | "docker" | "gvisor" | "microvm" => Ok(()),
+        "e2b" => e2b::check_allow_list(network),
+        other => refuse_allow_list(other, network),
     }
 }
 
@@ -282,30 +295,30 @@ pub async fn probe_selected(
 }
 
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
-pub async fn reap_leftovers() {
-    process::reap_leftovers();
-    docker::reap_leftovers().await;
+pub async fn reap_leftovers(config: &Config) {
+    process::reap_leftovers(&config.host);
+    docker::reap_leftovers(&config.host).await;
     microvm::reap_leftovers();
-    peer::reap_leftovers();
+    peer::reap_leftovers(&config.host);
 }
 
 /// Reap leftovers of the named tiers only. A one-shot command pays for its
 /// own tier's check, not for asking a Docker engine it will not use (~30 ms
 /// of `sandbench run --tier process`); other tiers' leftovers go at their
 /// next use or the next command that uses every tier (workbench, doctor).
-pub async fn reap_leftovers_of(names: &[String]) {
+pub async fn reap_leftovers_of(names: &[String], config: &Config) {
     let has = |n: &str| names.iter().any(|t| t == n);
     if has("process") {
-        process::reap_leftovers();
+        process::reap_leftovers(&config.host);
     }
     if has("docker") || has("gvisor") {
-        docker::reap_leftovers().await;
+        docker::reap_leftovers(&config.host).await;
     }
     if has("microvm") {
         microvm::reap_leftovers();
     }
     if names.iter().any(|n| !KNOWN.contains(&n.as_str())) {
-        peer::reap_leftovers();
+        peer::reap_leftovers(&config.host);
     }
 }
 

@@ -24,8 +24,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::cli::McpArgs;
 use crate::config::Config;
-use crate::policy::{head_tail, LimitRequest, Policy};
+use crate::policy::{LimitRequest, Policy};
 use crate::report::{Outcome, RunReport};
+use crate::sanitize::head_tail;
 use crate::tier::{self, Tier};
 use crate::{runlog, runner, sanitize};
 
@@ -105,8 +106,10 @@ impl Sandbench {
     #[tool(description = "Run a program (python or sh) in one of sandbench's isolation tiers and return its output \
         (stdout and stderr, head and tail kept when long), the verdict (outcome ok | violation | error | cancelled, \
         each violation with the time it happened, the exit code or signal) and timings in ms. Nothing of the host's \
-        environment or files is visible to the program; it has no network. Limits default to the server's and may \
-        only be lowered up to the ceilings list_tiers shows.")]
+        environment or files is visible to the program. It has no network unless the server allows hosts \
+        (max_limits.network in list_tiers, e.g. allow=pypi.org): then HTTP(S) to those hosts only, through the \
+        egress proxy the HTTP_PROXY/HTTPS_PROXY variables point at; limits.network may narrow that list. Limits \
+        default to the server's and may only be lowered up to the ceilings list_tiers shows.")]
     async fn run_code(
         &self,
         Parameters(args): Parameters<RunCodeArgs>,
@@ -208,6 +211,9 @@ pub fn reply(report: &RunReport) -> CallToolResult {
     }
     for v in &report.violations {
         text.push_str(&format!("violation: {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+    }
+    for n in report.network.iter().filter(|n| n.decision == crate::egress::Decision::Denied).take(10) {
+        text.push_str(&format!("network: {}\n", sanitize::visible_controls(n.line().as_bytes())));
     }
     text.push_str(&format!(
         "time: setup {:.1} ms, run {:.1} ms, teardown {:.1} ms, total {:.1} ms (tier {})\n",

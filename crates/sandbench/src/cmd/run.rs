@@ -103,6 +103,16 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
                     Stream::Stderr => std::io::stderr().write_all(&data),
                 };
             }
+            // Each refusal gets its own network line below.
+            EventKind::Violation(v) if text && v.kind == crate::event::ViolationKind::Network => {}
+            // An allowed connection is shown when it opens, not again when it ends.
+            EventKind::Network(rec) if text && (rec.open || rec.decision != crate::egress::Decision::Allowed) => {
+                eprintln!(
+                    "sandbench: network — {} (at {:.0} ms)",
+                    sanitize::visible_controls(rec.line().as_bytes()),
+                    rec.at_ms
+                );
+            }
             EventKind::Violation(v) if text => {
                 eprintln!(
                     "\nsandbench: {} — {} (at {:.0} ms)",
@@ -136,6 +146,34 @@ fn exit_code(r: &RunReport, interrupted: bool) -> i32 {
     }
 }
 
+/// `network` lines: the limit, the counts, then each connection (at most 10).
+fn network_summary(r: &RunReport) -> String {
+    use crate::egress::Decision;
+    let allowed = r.network.iter().filter(|n| n.decision == Decision::Allowed).count();
+    let denied = r.network.len() - allowed;
+    let mut s = format!("network   {} · {allowed} allowed, {denied} denied\n", r.limits.network);
+    for n in r.network.iter().take(10) {
+        let line = match n.decision {
+            Decision::Allowed => format!(
+                "allowed {} {}:{} → {} · {} up, {} down, {:.0} ms",
+                n.method,
+                n.host,
+                n.port,
+                n.address.as_deref().unwrap_or("?"),
+                crate::spec::format_size(n.bytes_up),
+                crate::spec::format_size(n.bytes_down),
+                n.duration_ms
+            ),
+            Decision::Denied => format!("denied  {} {}:{} — {}", n.method, n.host, n.port, n.detail),
+        };
+        s.push_str(&format!("          {}\n", sanitize::visible_controls(line.as_bytes())));
+    }
+    if r.network.len() > 10 {
+        s.push_str(&format!("          … {} more in the report's network list\n", r.network.len() - 10));
+    }
+    s
+}
+
 /// The closing lines of a text-mode run.
 pub fn summary(r: &RunReport) -> String {
     let t = &r.timings_ms;
@@ -158,6 +196,9 @@ pub fn summary(r: &RunReport) -> String {
     }
     for v in &r.violations {
         s.push_str(&format!("violation {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+    }
+    if !r.limits.network.is_none() || !r.network.is_empty() {
+        s.push_str(&network_summary(r));
     }
     s.push_str(&format!(
         "time      setup {:.1} ms · run {:.1} ms · teardown {:.1} ms · total {:.1} ms{}\n",

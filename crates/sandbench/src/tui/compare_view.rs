@@ -8,6 +8,8 @@ use std::collections::VecDeque;
 
 use sandbench_core::compare::{self, Mode, Summary};
 
+use super::keymap::Action;
+use super::view::{Intent, Key, Reply};
 use crate::report::RunReport;
 use crate::spec::RunSpec;
 
@@ -25,12 +27,16 @@ pub struct CompareRun {
     pub skipped: Vec<(String, String)>,
     /// Cancelled: what is queued will not start.
     pub stopped: bool,
+    /// The upper area shows latency histograms (`true`) or the live columns;
+    /// `None` until `d` is pressed: histograms once a finished compare has
+    /// repeated runs.
+    pub dist: Option<bool>,
 }
 
 impl CompareRun {
     pub fn new(tiers: Vec<String>, spec: RunSpec, mode: Mode, repeat: usize, skipped: Vec<(String, String)>) -> Self {
         let queue = compare::schedule(&tiers, repeat).into();
-        CompareRun { tiers, spec, mode, repeat, queue, reports: vec![], skipped, stopped: false }
+        CompareRun { tiers, spec, mode, repeat, queue, reports: vec![], skipped, stopped: false, dist: None }
     }
 
     /// The runs to start now: the next one, or (concurrent) the next round.
@@ -54,11 +60,75 @@ impl CompareRun {
         self.reports.push(r);
     }
 
+    /// Whether the histograms are shown now; `live`: runs are still going.
+    pub fn show_dist(&self, live: bool) -> bool {
+        self.dist.unwrap_or(!live && self.repeat > 1 && self.reports.len() > self.tiers.len())
+    }
+
+    /// `d`: switch between the live columns and the histograms.
+    pub fn toggle_dist(&mut self, live: bool) {
+        self.dist = Some(!self.show_dist(live));
+    }
+
     pub fn total(&self) -> usize {
         self.tiers.len() * self.repeat
     }
 
     pub fn summary(&self) -> Summary {
         compare::summarize(&self.tiers, &self.reports, self.mode, self.repeat, &self.spec.label, self.skipped.clone())
+    }
+}
+
+/// The compare view's own settings and keys: rounds and mode of the next
+/// compare, and the first summary column shown after the tier column.
+pub struct CompareView {
+    pub repeat: usize,
+    pub mode: Mode,
+    pub hscroll: usize,
+}
+
+impl Default for CompareView {
+    fn default() -> Self {
+        CompareView { repeat: 1, mode: Mode::Sequential, hscroll: 0 }
+    }
+}
+
+impl CompareView {
+    pub fn key(&mut self, k: Key) -> Reply {
+        let rounds = |n: usize| Reply::info(format!("next compare: {n} round(s) (r starts it)"));
+        let Some(a) = k.action else { return Reply::Consumed };
+        match a {
+            Action::Close => Reply::Do(Intent::Close(None)),
+            Action::Rerun => Reply::Do(Intent::Compare),
+            Action::RepeatMore => {
+                self.repeat = (self.repeat + 1).min(1000);
+                rounds(self.repeat)
+            }
+            Action::RepeatLess => {
+                self.repeat = self.repeat.saturating_sub(1).max(1);
+                rounds(self.repeat)
+            }
+            Action::ToggleConcurrent => {
+                self.mode = match self.mode {
+                    Mode::Sequential => Mode::Concurrent,
+                    Mode::Concurrent => Mode::Sequential,
+                };
+                Reply::info(match self.mode {
+                    Mode::Sequential => "next compare: one tier at a time",
+                    Mode::Concurrent => "next compare: every tier of a round at once (the timings skew each other)",
+                })
+            }
+            Action::Left => {
+                self.hscroll = self.hscroll.saturating_sub(1);
+                Reply::Consumed
+            }
+            Action::Right => {
+                self.hscroll = (self.hscroll + 1).min(compare::COLUMNS.len() - 2);
+                Reply::Consumed
+            }
+            Action::Export(f) => Reply::Do(Intent::ExportCompare(f)),
+            Action::ToggleDist => Reply::Do(Intent::ToggleDist),
+            a => Reply::Pass(a),
+        }
     }
 }

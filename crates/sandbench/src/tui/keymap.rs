@@ -62,8 +62,12 @@ pub enum Action {
     RepeatMore,
     RepeatLess,
     ToggleConcurrent,
+    /// Compare view: latency histograms or the live columns.
+    ToggleDist,
     /// Write the compare summary to a file in the current directory.
     Export(ExportFormat),
+    /// Save the screen as an SVG picture in the current directory.
+    SaveScreen,
     FilterOutcome,
     FilterTier,
     LoadRun,
@@ -165,6 +169,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Global, K::Char('w'), CTRL, A::FocusNext, "^W", "move focus: editor ↔ output"),
     b!(Global, K::Char('s'), CTRL, A::Save, "^S", "save the code (asks for a name the first time)"),
     b!(Global, K::Char('t'), CTRL, A::ThemeNext, "^T", "next built-in theme"),
+    b!(Global, K::Char('p'), CTRL, A::SaveScreen, "^P", "save the screen as an SVG picture in the current directory (docs, slides)"),
     b!(Global, K::Char('q'), CTRL, A::Quit, "^Q", "quit (cancels and cleans up running runs)", "quit"),
     b!(Global, K::Char('c'), CTRL, A::Cancel, "^C", "copy the selection; else cancel a run; else quit"),
     // Editor
@@ -199,7 +204,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Editor, K::Char('v'), CTRL, A::Paste, "^V", "paste (terminal paste works too)"),
     b!(Editor, K::Backspace, NONE, A::Backspace, "Bksp", "delete back (an indent at a time in leading spaces)"),
     b!(Editor, K::Delete, NONE, A::Delete, "Del", "delete forward"),
-    b!(Editor, K::Enter, NONE, A::Newline, "Enter", "new line, keeping the indentation"),
+    b!(Editor, K::Enter, NONE, A::Newline, "Enter", "new line, keeping the indentation (one level more after a line ending in ':')"),
     b!(Editor, K::Tab, NONE, A::Indent, "Tab", "indent (4 spaces, or the selected lines)"),
     b!(Editor, K::BackTab, SHIFT, A::Dedent, "S-Tab", "dedent the line or the selected lines"),
     // Output
@@ -221,6 +226,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Compare, K::Char('+'), NONE, A::RepeatMore, "+", "one round more for the next compare"),
     b!(Compare, K::Char('-'), NONE, A::RepeatLess, "-", "one round less for the next compare"),
     b!(Compare, K::Char('c'), NONE, A::ToggleConcurrent, "c", "next compare: all tiers of a round at once (skews timings) or one at a time"),
+    b!(Compare, K::Char('d'), NONE, A::ToggleDist, "d", "show the latency histograms per tier or the live columns", "histograms"),
     b!(Compare, K::Left, NONE, A::Left, "←", "summary: scroll the columns left"),
     b!(Compare, K::Right, NONE, A::Right, "→", "summary: scroll the columns right"),
     b!(Compare, K::Char('m'), NONE, A::Export(ExportFormat::Markdown), "m", "export the summary as markdown (file in the current directory)", "export"),
@@ -272,6 +278,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Samples, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
     b!(Samples, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
     b!(Samples, K::Enter, NONE, A::Accept, "Enter", "load the sample into the editor", "load"),
+    b!(Samples, K::Backspace, NONE, A::Backspace, "Bksp", "delete a character of the filter (type to filter by name or what it tries)"),
     b!(Samples, K::Esc, NONE, A::Close, "Esc", "close", "close"),
     // Limits
     b!(Limits, K::Up, NONE, A::Up, "↑", "previous field"),

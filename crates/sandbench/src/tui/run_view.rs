@@ -57,6 +57,10 @@ pub struct RunView {
     /// CPU use in percent of one core per sample interval, and memory in bytes.
     pub cpu_hist: VecDeque<u64>,
     pub mem_hist: VecDeque<u64>,
+    /// When the first and the latest usage sample arrived (ms since the
+    /// start), and how many came: the sparklines' time axis.
+    pub samples_span: Option<(f64, f64)>,
+    pub samples: usize,
     prev_cpu: Option<(f64, u64)>,
     pub violations: Vec<Violation>,
     pub exit: Option<ExitStatus>,
@@ -87,6 +91,8 @@ impl RunView {
             peak_pids: 0,
             cpu_hist: VecDeque::new(),
             mem_hist: VecDeque::new(),
+            samples_span: None,
+            samples: 0,
             prev_cpu: None,
             violations: vec![],
             exit: None,
@@ -183,10 +189,23 @@ impl RunView {
                 self.apply_lines(ev.at_ms, stream, done, partial, bytes.len() as u64);
             }
             EventKind::Usage(u) => self.usage_sample(ev.at_ms, u),
+            // Each refusal has its own network line (below); the violation
+            // that stands for them all is kept without a second line.
+            EventKind::Violation(v) if v.kind == crate::event::ViolationKind::Network => self.violations.push(v),
             EventKind::Violation(v) => {
                 let text = format!("✖ {} at {at}: {}", v.kind.name(), visible_controls(v.detail.as_bytes()));
                 self.violations.push(v);
                 self.meta(Origin::Violation, text);
+            }
+            EventKind::Network(rec) => {
+                let line = visible_controls(rec.line().as_bytes());
+                match (rec.decision, rec.open) {
+                    (crate::egress::Decision::Denied, _) => {
+                        self.meta(Origin::Violation, format!("✖ network at {at}: {line}"))
+                    }
+                    (_, true) => self.meta(Origin::Note, format!("⇄ network at {at}: {line}")),
+                    (_, false) => self.meta(Origin::Note, format!("· network: {line}")),
+                }
             }
             EventKind::Note(n) => self.meta(Origin::Note, format!("· {}", visible_controls(n.as_bytes()))),
             EventKind::Exit(x) => {
@@ -224,6 +243,10 @@ impl RunView {
     }
 
     fn usage_sample(&mut self, at_ms: f64, u: UsageSample) {
+        if u.memory_bytes.is_some() || u.cpu_ms.is_some() {
+            self.samples += 1;
+            self.samples_span = Some((self.samples_span.map_or(at_ms, |s| s.0), at_ms));
+        }
         if let Some(m) = u.memory_bytes {
             self.peak_memory = self.peak_memory.max(m);
             push_capped(&mut self.mem_hist, m);
@@ -235,7 +258,10 @@ impl RunView {
             if let Some((t0, c0)) = self.prev_cpu {
                 let dt = at_ms - t0;
                 if dt > 0.0 {
-                    let pct = (c.saturating_sub(c0) as f64 / dt * 100.0).round() as u64;
+                    // A sandbox cannot use more CPUs than it has: above that is
+                    // sampling jitter (the counter and the clock are read apart).
+                    let most = (self.limits.cpus.ceil().max(1.0) * 100.0) as u64;
+                    let pct = ((c.saturating_sub(c0) as f64 / dt * 100.0).round() as u64).min(most);
                     push_capped(&mut self.cpu_hist, pct);
                 }
             }
@@ -263,13 +289,17 @@ impl RunView {
     }
 
     pub fn limits_line(&self) -> String {
-        format!(
+        let mut s = format!(
             "mem {} · cpu {} · wall {} · pids {}",
             format_size(self.limits.memory_bytes),
             crate::spec::format_duration(self.limits.cpu_time),
             crate::spec::format_duration(self.limits.wall_time),
             self.limits.pids
-        )
+        );
+        if !self.limits.network.is_none() {
+            s.push_str(&format!(" · net {}", self.limits.network));
+        }
+        s
     }
 }
 

@@ -103,6 +103,10 @@ pub struct Sanitizer {
     silent: usize,
     /// Skipping the rest of an over-long escape string, up to its terminator.
     discarding: bool,
+    /// The start of a UTF-8 sequence the last chunk ended inside: held back
+    /// so that the parser sees every sequence whole (vte dropped the control
+    /// that followed a sequence split across two feeds; found by fuzzing).
+    carry: Vec<u8>,
 }
 
 struct Performer {
@@ -132,11 +136,26 @@ impl Sanitizer {
             },
             silent: 0,
             discarding: false,
+            carry: Vec::new(),
         }
     }
 
     /// Feed a chunk; completed lines are appended to `out`.
     pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<StyledLine>) {
+        let mut joined;
+        let mut bytes = bytes;
+        if !self.carry.is_empty() {
+            joined = std::mem::take(&mut self.carry);
+            joined.extend_from_slice(bytes);
+            bytes = &joined[..];
+        }
+        let keep = incomplete_utf8_tail(bytes);
+        self.carry.extend_from_slice(&bytes[bytes.len() - keep..]);
+        let bytes = &bytes[..bytes.len() - keep];
+        self.feed_whole(bytes, out);
+    }
+
+    fn feed_whole(&mut self, bytes: &[u8], out: &mut Vec<StyledLine>) {
         for mut slice in bytes.chunks(FEED_SLICE) {
             if self.discarding {
                 // BEL or ESC end the string (ESC \\ or a new sequence); a
@@ -175,10 +194,34 @@ impl Sanitizer {
 
     /// End of stream: the unterminated line, if any.
     pub fn finish(&mut self) -> Option<StyledLine> {
+        if !self.carry.is_empty() {
+            // The stream ended inside a sequence: it is invalid, shown as such.
+            let tail = std::mem::take(&mut self.carry);
+            let mut out = vec![];
+            self.feed_whole(&tail, &mut out);
+            self.perf.done.extend(out);
+        }
         let l = std::mem::take(&mut self.perf.line);
         self.perf.cr = false;
         (!l.is_empty()).then_some(l)
     }
+}
+
+/// How many trailing bytes of `b` are the start of a UTF-8 sequence that
+/// is not complete yet (0 when it ends on a boundary).
+fn incomplete_utf8_tail(b: &[u8]) -> usize {
+    for back in 1..=3.min(b.len()) {
+        let c = b[b.len() - back];
+        let need = match c {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            0x80..=0xBF => continue, // a continuation byte: look further back
+            _ => return 0,
+        };
+        return if back < need { back } else { 0 };
+    }
+    0
 }
 
 impl Performer {
@@ -441,6 +484,33 @@ impl<T> LineRing<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_utf8_sequence_split_across_chunks_changes_nothing() {
+        // Found by fuzz/fuzz_targets/sanitize_tui.rs: the NUL after a split
+        // sequence was dropped.
+        let body = [0x2a, 0xdf, 0xbb, 0x00, 0xff];
+        let run = |cuts: &[usize]| {
+            let mut s = super::Sanitizer::new(64);
+            let mut out = vec![];
+            let mut at = 0;
+            for &c in cuts {
+                s.feed(&body[at..at + c], &mut out);
+                at += c;
+            }
+            s.feed(&body[at..], &mut out);
+            out.extend(s.finish());
+            out.iter().map(|l| l.text().to_string()).collect::<Vec<_>>()
+        };
+        let whole = run(&[]);
+        assert_eq!(whole, vec!["*\u{7fb}^@\u{fffd}".to_string()]);
+        for cuts in [&[1, 1][..], &[2], &[1, 2, 1], &[4]] {
+            assert_eq!(run(cuts), whole, "cut at {cuts:?}");
+        }
+        assert_eq!(super::incomplete_utf8_tail(&[b'a', 0xe2, 0x82]), 2);
+        assert_eq!(super::incomplete_utf8_tail(&[b'a', 0xe2, 0x82, 0xac]), 0);
+        assert_eq!(super::incomplete_utf8_tail(&[0xff]), 0);
+    }
+
     use super::*;
 
     /// Feed `input` split at every position into two chunks, and at every

@@ -334,3 +334,31 @@ async fn doctor_says_no_key_rejected_unreachable_or_ready() {
     assert!(a.available && a.summary.starts_with("ready"), "{a:?}");
     assert!(fake.created().is_empty(), "doctor must not start a sandbox");
 }
+
+/// An allow list goes to E2B as its own egress rules (the hosts in
+/// `allowOut`, everything else denied); one E2B cannot enforce as given (a
+/// port, an address) is refused before any sandbox exists.
+#[tokio::test]
+async fn an_allow_list_becomes_e2b_egress_rules_or_is_refused() {
+    let fake = FakeE2b::start(KEY).await;
+    let mut spec = py("print('ok')\n");
+    spec.limits.network = "allow=pypi.org,*.pythonhosted.org".parse().unwrap();
+    let (_, r) = run_collect(tier(&fake), spec.clone()).await;
+    assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
+    {
+        let st = fake.state.lock().unwrap();
+        let body = &st.create_bodies[0];
+        assert_eq!(body["allow_internet_access"], true, "{body}");
+        assert_eq!(body["network"]["allowOut"], serde_json::json!(["pypi.org", "*.pythonhosted.org"]), "{body}");
+        assert_eq!(body["network"]["denyOut"], serde_json::json!(["0.0.0.0/0"]), "{body}");
+    }
+    assert!(r.details["limits"]["network"].as_str().unwrap().contains("E2B's own egress rules"), "{}", r.details);
+    for bad in ["allow=pypi.org:443", "allow=203.0.113.7", "allow=api.test:8443"] {
+        spec.limits.network = bad.parse().unwrap();
+        let (_, r) = run_collect(tier(&fake), spec.clone()).await;
+        assert_eq!(r.outcome, Outcome::Error, "{bad}");
+        assert!(r.error.as_deref().unwrap_or("").contains("cannot enforce the allow entry"), "{bad}: {:?}", r.error);
+    }
+    assert_eq!(fake.state.lock().unwrap().create_bodies.len(), 1, "a refused run made no sandbox");
+    assert_nothing_left(&fake).await;
+}

@@ -7,6 +7,7 @@ mod support {
     pub mod docker_common;
     pub mod fake_anthropic;
     pub mod fake_e2b;
+    pub mod hidden;
     pub mod http;
 }
 
@@ -20,6 +21,7 @@ mod docker_verdicts;
 mod e2b_cli;
 mod e2b_dialect;
 mod e2b_lifecycle;
+mod egress;
 mod gauntlet;
 mod mcp_stdio;
 mod microvm_protocol;
@@ -30,13 +32,16 @@ mod process_cli;
 mod process_samples;
 mod process_spare;
 mod reaper;
+mod report;
 mod runlog_cli;
 mod soak;
+mod terminal_injection;
 mod tui_agent;
 mod tui_app;
 mod tui_compare;
 mod tui_e2e;
 mod tui_gauntlet;
+mod tui_instrument;
 mod tui_runs;
 mod tui_snapshots;
 mod tui_views;

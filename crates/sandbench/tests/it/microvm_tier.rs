@@ -141,6 +141,10 @@ fn hello_python_runs_in_the_guest() {
     assert!(matches!(r.details["accel"].as_str(), Some("tcg" | "kvm")));
     assert!(matches!(r.details["start"].as_str(), Some("warm" | "snapshot" | "cold")), "{}", r.details);
     assert!(r.usage.cpu_ms.is_some());
+    // A Python program's peak is its interpreter's resident size, not the
+    // ~1 MiB the guest cgroup charges it (the agent's Python cached the pages).
+    let peak = r.usage.peak_memory_bytes.unwrap_or(0);
+    assert!(peak > 4 << 20, "peak memory {peak} B");
 }
 
 #[test]
@@ -171,8 +175,10 @@ fn python_exit_and_exceptions_behave_like_python3() {
 
 #[test]
 fn host_secrets_and_env_do_not_reach_the_guest() {
-    std::env::set_var("ANTHROPIC_API_KEY", "sk-test-canary-do-not-leak");
+    // What the launcher's environment holds reaches the tier in the spec
+    // (as in the gauntlet): QEMU may see it, the guest must not.
     let mut s = spec(Language::Python, "import os\nprint(sorted(os.environ.items()))\n");
+    s.launcher_env = BTreeMap::from([("ANTHROPIC_API_KEY".to_string(), "sk-test-canary-do-not-leak".to_string())]);
     s.env = BTreeMap::from([("GIVEN".to_string(), "yes".to_string())]);
     let Some(r) = run(s) else { return };
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
@@ -210,9 +216,9 @@ fn no_network_and_a_read_only_root() {
     assert!(!r.stdout.contains("connected"), "{}", r.stdout);
     assert!(r.stdout.contains("['lo']"), "the guest has a network device: {}", r.stdout);
     assert!(r.stdout.contains("root ro"), "{}", r.stdout);
-    // The control channel exists but only the agent (root) may use it.
-    assert!(r.stdout.contains("ports 1"), "{}", r.stdout);
-    assert!(r.stdout.contains("port denied 13"), "{}", r.stdout);
+    // The control and egress channels exist but only the agent (root) may use them.
+    assert!(r.stdout.contains("ports 2"), "{}", r.stdout);
+    assert_eq!(r.stdout.matches("port denied 13").count(), 2, "{}", r.stdout);
     assert!(!r.stdout.contains("opened control port"), "{}", r.stdout);
     assert!(l.accept().is_err(), "the guest reached the host's loopback");
 }
@@ -408,4 +414,15 @@ fn the_reaper_kills_processes_of_dead_sandbenches() {
     own.kill().unwrap();
     own.wait().unwrap();
     let _ = std::fs::remove_file(sandbench::owner::dir().join(format!("{dead_token}.lock")));
+}
+
+/// A limit hit the program hides is reported: the guest agent, root on its
+/// own kernel, watches the scratch mounts with fanotify and guards the calls
+/// that free space (issue 10, item 8).
+#[test]
+fn microvm_every_way_of_hiding_a_limit_hit_is_seen() {
+    if !crate::support::docker_common::tier_ready("microvm") {
+        return;
+    }
+    crate::support::hidden::check_tier("microvm", &[]);
 }

@@ -183,7 +183,7 @@ fn process_limits_beyond_the_tier_are_refused_before_any_sandbox_work() {
     assert!(net.leftover_cgroups().is_empty(), "a cgroup was made for a refused run");
     // Every other front end goes through the runner, which refuses the same way.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let tier = sandbench::tier::by_name("process", &sandbench::config::Config::default()).unwrap();
+    let tier = sandbench::tier::by_name("process", &crate::support::common::config()).unwrap();
     let mut spec = sandbench::spec::RunSpec::new(sandbench::spec::Language::Python, "print(1)\n");
     spec.limits.pids = 5_000_000;
     let r = rt.block_on(sandbench::runner::run(tier, spec));
@@ -436,6 +436,16 @@ print("done")
     let r = r.unwrap();
     assert_eq!(r.outcome, Outcome::Ok, "{} {:?}", r.summary_line(), r.violations);
     assert!(r.stdout.contains("done"));
+}
+
+#[test]
+fn process_every_way_of_hiding_a_limit_hit_is_seen() {
+    if !common::is_root() {
+        assert!(!common::required("process"), "the scratch watch needs root");
+        eprintln!("skipped: without root the process tier judges only the final state");
+        return;
+    }
+    crate::support::hidden::check_tier("process", &[]);
 }
 
 #[test]

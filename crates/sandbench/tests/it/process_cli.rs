@@ -306,3 +306,22 @@ fn a_closed_stdout_ends_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_run_stopped_at_the_output_limit_reports_what_it_used_not_zeros() {
+    // output_flood is killed by the runner at the output limit, so it never
+    // reports an exit: its usage must still be the cgroup's counters.
+    if !common::is_root() {
+        eprintln!("SKIP: without root the process tier has no cgroup to count with on cgroup v1");
+        return;
+    }
+    let net = OuterNet::new();
+    let out = net.output(
+        Command::new(bin()).args(["run", "--format", "json"]).arg(samples_dir().join("hostile/output_flood.py")),
+        Duration::from_secs(60),
+    );
+    let r = common::report(&out);
+    assert_eq!(r.outcome, Outcome::Violation, "{r:?}");
+    assert!(r.usage.cpu_ms.is_some_and(|c| c > 0), "cpu {:?}: python cannot start in 0 ms", r.usage.cpu_ms);
+    assert!(r.usage.peak_memory_bytes.is_some_and(|m| m > 1 << 20), "peak memory {:?}", r.usage.peak_memory_bytes);
+}

@@ -8,6 +8,7 @@ use sandbench::spec::Limits;
 use sandbench::tier::Availability;
 use sandbench::tui::app::{App, Effect, Focus, Msg, Overlay, View};
 use sandbench::tui::headless::{ctrl, key, render, screen, type_text};
+use sandbench::tui::overlays::{Prompt, PromptKind};
 use sandbench::tui::theme::Theme;
 
 fn app() -> App {
@@ -189,7 +190,7 @@ fn flood_is_bounded_and_scrolling_stops_following() {
     assert!(s.contains("scrolled"), "{s}");
     assert!(s.contains("line 99"), "{s}");
     app.update(key(KeyCode::End));
-    assert!(app.follow);
+    assert!(app.output.scroll.follows());
 }
 
 #[test]
@@ -210,6 +211,60 @@ fn limits_form_applies_valid_values() {
     type_text(&mut app, "999");
     app.update(key(KeyCode::Esc));
     assert_eq!(app.limits.cpu_time, std::time::Duration::from_millis(500));
+}
+
+#[test]
+fn the_network_limit_is_set_in_the_form_and_decisions_show_live() {
+    let mut app = app();
+    app.update(key(KeyCode::F(3)));
+    // The last field: the network.
+    app.update(key(KeyCode::Up));
+    for _ in 0.."none".len() {
+        app.update(key(KeyCode::Backspace));
+    }
+    type_text(&mut app, "allow=pypi.test,files.pythonhosted.org:443");
+    app.update(key(KeyCode::Enter));
+    assert!(app.overlay.is_none());
+    assert_eq!(app.limits.network.to_string(), "allow=pypi.test,files.pythonhosted.org:443");
+    let id = start(&mut app);
+    assert_eq!(app.runs[&id].limits.network, app.limits.network);
+    let rec = |id: u64, decision, host: &str, open: bool, detail: &str| sandbench::egress::NetRecord {
+        id,
+        at_ms: 12.0,
+        decision,
+        method: "CONNECT".into(),
+        host: host.into(),
+        port: 443,
+        address: Some("127.0.0.5".into()),
+        detail: detail.into(),
+        bytes_up: 517,
+        bytes_down: 4096,
+        duration_ms: 30.0,
+        open,
+    };
+    use sandbench::egress::Decision::{Allowed, Denied};
+    for r in [
+        rec(1, Allowed, "pypi.test", true, "connected to 127.0.0.5"),
+        rec(2, Denied, "evil.test", false, "evil.test:443 is not in the allow list"),
+    ] {
+        app.update(Msg::Run(id, RunEvent { at_ms: 12.0, kind: EventKind::Network(r) }));
+    }
+    let s = screen(&mut app, 100, 30);
+    assert!(s.contains("⇄ network") && s.contains("allowed CONNECT pypi.test:443"), "{s}");
+    assert!(s.contains("✖ network") && s.contains("denied CONNECT evil.test:443"), "{s}");
+
+    // A tier with no egress path refuses an allow list in the form itself.
+    let mut app = App::new(Theme::dark(), &["bwrap"], "bwrap", Limits::default());
+    app.update(key(KeyCode::F(3)));
+    app.update(key(KeyCode::Up));
+    for _ in 0.."none".len() {
+        app.update(key(KeyCode::Backspace));
+    }
+    type_text(&mut app, "allow=pypi.test");
+    app.update(key(KeyCode::Enter));
+    let Some(Overlay::Limits(f)) = &app.overlay else { panic!("the form closed") };
+    assert!(f.error.as_deref().unwrap_or("").contains("cannot enforce a network allow list"), "{:?}", f.error);
+    assert!(app.limits.network.is_none());
 }
 
 #[test]
@@ -268,7 +323,9 @@ fn save_as_then_save() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app();
     app.update(ctrl('s'));
-    let Some(Overlay::SaveAs { input }) = &app.overlay else { panic!("save-as prompt expected") };
+    let Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input })) = &app.overlay else {
+        panic!("save-as prompt expected")
+    };
     assert_eq!(input, "untitled.py");
     let target = dir.path().join("prog.sh");
     for _ in 0..20 {
@@ -331,14 +388,17 @@ fn output_search_finds_newest_first_then_steps() {
     render(&mut app, 80, 24);
     app.update(ctrl('w'));
     app.update(key(KeyCode::Char('/')));
-    assert!(matches!(app.overlay, Some(Overlay::Search { .. })), "search prompt open");
+    assert!(
+        matches!(app.overlay, Some(Overlay::Prompt(Prompt { kind: PromptKind::Search, .. }))),
+        "search prompt open"
+    );
     type_text(&mut app, "NEEDLE");
     app.update(key(KeyCode::Enter));
     assert!(app.overlay.is_none());
-    assert_eq!(app.search.as_deref(), Some("NEEDLE"));
+    assert_eq!(app.output.search.as_deref(), Some("NEEDLE"));
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("needle 207"), "newest match shown first:\n{s}");
-    assert!(!app.follow);
+    assert!(!app.output.scroll.follows());
     app.update(key(KeyCode::Char('N')));
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("needle 107") && !s.contains("needle 207"), "{s}");

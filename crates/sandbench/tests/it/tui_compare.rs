@@ -121,12 +121,12 @@ fn compare_runs_tiers_one_at_a_time_in_rounds_and_exports_the_summary() {
 fn concurrent_rounds_are_labelled_and_a_cancel_stops_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app(dir.path());
-    app.compare_repeat = 3;
+    app.compare_view.repeat = 3;
     app.update(key(KeyCode::F(6)));
     app.update(key(KeyCode::Esc));
     app.update(key(KeyCode::F(7)));
     app.update(key(KeyCode::Char('c')));
-    assert_eq!(app.compare_mode, Mode::Concurrent);
+    assert_eq!(app.compare_view.mode, Mode::Concurrent);
     // The sequential compare in progress: F8 cancels it, nothing else starts.
     let s = started(&mut app);
     assert_eq!(s.len(), 1);
@@ -147,4 +147,48 @@ fn concurrent_rounds_are_labelled_and_a_cancel_stops_the_rest() {
         app.update(Msg::Finished(id, Box::new(done(&tier, 50.0, "cold"))));
     }
     assert_eq!(started(&mut app).len(), 2, "the next round starts when the whole round is done");
+}
+
+#[test]
+fn repeated_compare_shows_a_histogram_per_tier_and_d_toggles_the_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = app(dir.path());
+    app.update(key(KeyCode::F(6)));
+    for (id, tier) in started(&mut app) {
+        app.update(Msg::Finished(id, Box::new(done(&tier, 30.0, "cold"))));
+    }
+    for (id, tier) in started(&mut app) {
+        app.update(Msg::Finished(id, Box::new(done(&tier, 30.0, "cold"))));
+    }
+    // One round: nothing to draw a distribution of; the columns stay.
+    assert!(!screen(&mut app, 120, 40).contains("■"));
+    for _ in 0..4 {
+        app.update(key(KeyCode::Char('+')));
+    }
+    app.update(key(KeyCode::Char('r')));
+    let mut n = 0;
+    loop {
+        let s = started(&mut app);
+        if s.is_empty() {
+            break;
+        }
+        for (id, tier) in s {
+            n += 1;
+            let ms = if tier == "process" { [20.0, 21.0, 22.0, 24.0, 60.0][n % 5] } else { 200.0 + n as f64 };
+            app.update(Msg::Finished(id, Box::new(done(&tier, ms, "warm"))));
+        }
+    }
+    assert_eq!(n, 10);
+    app.status = None;
+    let s = screen(&mut app, 120, 40);
+    assert!(s.contains("process · 5 runs · p50"), "{s}");
+    assert!(s.contains("docker · 5 runs · p50"), "{s}");
+    assert!(s.contains("■"), "bars are drawn:\n{s}");
+    assert!(s.contains("   20 ms ["), "bins start at the fastest run:\n{s}");
+    // d: back to the live columns, and again to the histograms.
+    app.update(key(KeyCode::Char('d')));
+    let cols = screen(&mut app, 120, 40);
+    assert!(!cols.contains("■") && cols.contains("docker · ok"), "{cols}");
+    app.update(key(KeyCode::Char('d')));
+    assert!(screen(&mut app, 120, 40).contains("■"));
 }

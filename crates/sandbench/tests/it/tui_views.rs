@@ -78,6 +78,7 @@ fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str
         limits: gauntlet::default_limits(),
         details: serde_json::json!({"start": "cold"}),
         degraded: vec![],
+        network: vec![],
     }
 }
 
@@ -91,6 +92,7 @@ fn findings(escapes: &[&str]) -> Findings {
         ],
         host_latency_ms_p50: Some(1.4),
         host_latency_ms_max: Some(3.9),
+        notes: vec![],
     }
 }
 
@@ -180,7 +182,7 @@ fn gauntlet_fills_live_and_shows_the_selected_cell() {
     assert!(app.status.as_ref().unwrap().text.contains(&dir.path().display().to_string()));
     app.status = None;
     let s = screen(&mut app, 100, 34);
-    assert!(s.contains("✗ ESCAPED (3 process(es)"), "{s}");
+    assert!(s.contains("✗ ESCAPED ") && s.contains("verdict    ESCAPED (3 process(es)"), "{s}");
     assert!(s.contains("✓ contained (blocked)"), "{s}");
     assert!(s.contains("▶ running…"), "{s}");
     assert!(s.contains("secret canary: planted (fake ANTHROPIC_API_KEY + 2 secret file(s))"), "{s}");
@@ -269,6 +271,55 @@ fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     assert_eq!(app.gauntlet.as_ref().unwrap().state, GState::Cancelled);
     assert!(app.should_exit());
+    // A cancelled cell is no mismatch: it says cancelled, and the header agrees.
+    app.status = None;
+    let s = screen(&mut app, 100, 30);
+    let matrix: String = s.lines().take_while(|l| !l.contains("hello on process")).collect::<Vec<_>>().join("\n");
+    assert!(matrix.contains("■ cancelled") && !matrix.contains("error"), "{s}");
+    assert!(s.contains("cancelled · 1/6 cells · 0 mismatches"), "{s}");
+}
+
+#[test]
+fn gauntlet_cells_and_latency_are_readable_at_80_columns() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    start_gauntlet(&mut app);
+    let id = started_gauntlet(&mut app);
+    feed_partial(&mut app, id);
+    let lat = |tier: &str, start: &str, p50: f64| Latency {
+        tier: tier.into(),
+        start: start.into(),
+        runs: 3,
+        p50_ms: p50,
+        p95_ms: p50 * 1.5,
+    };
+    let m = Matrix {
+        tiers: vec!["process".into(), "docker".into()],
+        skipped_tiers: vec![],
+        samples: vec![],
+        cells: vec![],
+        latency: vec![
+            lat("docker", "cold", 395.25),
+            lat("docker", "warm", 194.75),
+            lat("process", "cold", 143.25),
+            lat("process", "warm", 104.75),
+        ],
+        mismatches: 1,
+    };
+    g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
+    app.status = None;
+    let s = screen(&mut app, 80, 30);
+    // Abbreviated, with a legend, instead of cut.
+    assert!(s.contains("✓ contained (pids)") && s.contains("✗ ESCAPED") && s.contains("✓ ran"), "{s}");
+    assert!(!s.contains("✗ ESCAPED ("), "a cut text is never shown: {s}");
+    assert!(s.contains("short cells: a limit's name = contained by it"), "{s}");
+    // Every tier's latency is on the screen, wrapped.
+    for v in ["395 ms", "195 ms", "143 ms", "105 ms"] {
+        assert!(s.contains(v), "{v} is missing:\n{s}");
+    }
+    // Narrower columns: the short forms.
+    let s = screen(&mut app, 44, 30);
+    assert!(s.contains("✓ pids") && s.contains("✓ ran"), "{s}");
 }
 
 #[test]
@@ -515,4 +566,28 @@ fn gauntlet_and_compare_views_draw_the_frontier() {
     let s = screen(&mut app, 160, 40);
     assert!(s.contains("process 12 ms warm · 1/1 contained"), "{s}");
     insta::assert_snapshot!("frontier_compare_view", s);
+}
+
+#[test]
+fn the_gauntlet_view_draws_the_kept_gauntlets_frontier_before_any_run() {
+    let dir = samples_dir();
+    let mut app = app(dir.path());
+    let fork = sample("hostile/fork_bomb.py", FORK);
+    let v = Violation { kind: ViolationKind::Pids, at_ms: 31.0, detail: "pids limit 64 reached".into() };
+    let cell = gauntlet::judge(&fork, "process", report("process", Outcome::Violation, vec![v], ""), findings(&[]));
+    let lat = Latency { tier: "process".into(), start: "warm".into(), runs: 3, p50_ms: 48.0, p95_ms: 60.0 };
+    let m = Matrix {
+        tiers: vec!["process".into()],
+        skipped_tiers: vec![],
+        samples: vec!["fork-bomb".into()],
+        cells: vec![cell],
+        latency: vec![lat],
+        mismatches: 0,
+    };
+    app.update(Msg::SavedGauntlet(Box::new(m)));
+    app.update(key(KeyCode::F(9)));
+    assert!(app.take_effects().is_empty(), "nothing starts");
+    let s = screen(&mut app, 120, 36);
+    assert!(s.contains("no gauntlet yet") && s.contains("last gauntlet kept in the state dir"), "{s}");
+    assert!(s.contains("safety × latency") && s.contains("process 48 ms warm · 1/1 contained"), "{s}");
 }

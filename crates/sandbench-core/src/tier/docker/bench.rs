@@ -17,7 +17,7 @@ use super::{configured_image, DockerTier};
 pub fn cli_argv(tier_name: &str, config: &Config) -> Option<(String, Vec<String>)> {
     let runtime = (tier_name == "gvisor").then_some("runsc");
     let docker = crate::host::which("docker")?.to_string_lossy().into_owned();
-    let shape = Shape::new(&configured_image(&config.docker), runtime, &config.docker.user, &Limits::default());
+    let shape = Shape::new(&configured_image(config), runtime, &config.docker.user, &Limits::default());
     let mut argv = vec![docker, "run".into(), "--rm".into()];
     argv.extend(shape.cli_flags());
     argv.extend([shape.image.clone(), "python3".into(), "-c".into(), CODE.into()]);

@@ -41,8 +41,12 @@ pub const LABEL_PID: &str = "sandbench.pid";
 pub const LABEL_OWNER: &str = "sandbench.owner";
 pub const LABEL_TIER: &str = "sandbench.tier";
 
-/// The resident loader. It must stay importable by any Python 3.8+.
-pub const LOADER: &str = include_str!("../../../../../guest/docker_loader.py");
+/// The resident loader, after the egress relay it uses (which defines names
+/// only). Both must stay importable by any Python 3.8+.
+pub const LOADER: &str = concat!(
+    include_str!("../../../../../guest/egress_relay.py"),
+    include_str!("../../../../../guest/docker_loader.py")
+);
 
 /// Everything a container is created with. Two runs can share a warm
 /// container only when their shapes are equal.
@@ -61,6 +65,9 @@ pub struct Shape {
     /// RLIMIT_CPU backstop in seconds (the CPU limit proper is judged from
     /// the engine's stats).
     pub cpu_secs: u64,
+    /// The run's network is an allow list: the loader runs an egress relay
+    /// thread (one more task in the container's pids cgroup).
+    pub egress: bool,
 }
 
 impl Shape {
@@ -76,6 +83,7 @@ impl Shape {
             disk_bytes: l.disk_bytes,
             open_files: l.open_files,
             cpu_secs: l.cpu_time.as_secs_f64().ceil().max(1.0) as u64 + 1,
+            egress: !l.network.is_none(),
         }
     }
 
@@ -89,7 +97,13 @@ impl Shape {
         )
     }
 
-    fn gvisor(&self) -> bool {
+    /// The same limits for a host tmpfs (gVisor's host-side scratch mounts;
+    /// nosuid, nodev and noexec are mount flags there).
+    pub fn host_tmpfs_options(&self) -> String {
+        format!("size={},nr_inodes={},mode=1777", self.disk_bytes, (self.disk_bytes / 4096).max(1024))
+    }
+
+    pub fn gvisor(&self) -> bool {
         self.runtime.as_deref() == Some("runsc")
     }
 
@@ -102,8 +116,9 @@ impl Shape {
         if self.gvisor() {
             (self.pids.saturating_mul(8)).max(1024) as i64
         } else {
-            // The loader (PID 1) is the one process that is not the program's.
-            self.pids.saturating_add(1) as i64
+            // The loader (PID 1) and its egress relay thread are the tasks
+            // that are not the program's.
+            self.pids.saturating_add(1 + u64::from(self.egress)) as i64
         }
     }
 
@@ -130,7 +145,11 @@ impl Shape {
     /// The hardening, as facts for the report.
     pub fn hardening(&self) -> serde_json::Value {
         json!({
-            "network": "none",
+            "network": if self.egress {
+                "network_mode none; out only through the host's egress proxy, which the loader's relay reaches over the attached stdio"
+            } else {
+                "none"
+            },
             "rootfs": "read-only",
             "tmpfs": { WORKDIR: self.disk_bytes, TMPDIR: self.disk_bytes, SHMDIR: self.disk_bytes },
             "watched_mounts": [WORKDIR, TMPDIR, SHMDIR],
@@ -156,15 +175,18 @@ impl Shape {
         })
     }
 
-    /// The create request. `labels` carry run id and owner.
-    pub fn body(&self, labels: HashMap<String, String>) -> ContainerCreateBody {
+    /// The create request. `labels` carry run id and owner; `binds`, when
+    /// given, are host scratch mounts that replace the engine's tmpfs.
+    pub fn body(&self, labels: HashMap<String, String>, binds: Option<Vec<String>>) -> ContainerCreateBody {
         let base = RunSpec::new(crate::spec::Language::Python, "");
         let env = base.sandbox_env(WORKDIR, TMPDIR).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let tmpfs_opts = self.tmpfs_options();
         let mut tmpfs = HashMap::new();
-        tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
-        tmpfs.insert(TMPDIR.to_string(), tmpfs_opts.clone());
-        tmpfs.insert(SHMDIR.to_string(), tmpfs_opts);
+        if binds.is_none() {
+            tmpfs.insert(WORKDIR.to_string(), tmpfs_opts.clone());
+            tmpfs.insert(TMPDIR.to_string(), tmpfs_opts.clone());
+            tmpfs.insert(SHMDIR.to_string(), tmpfs_opts);
+        }
         let host = HostConfig {
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
@@ -184,7 +206,7 @@ impl Shape {
             // docker-init would, and unlike it cannot be ptraced by the program.
             init: Some(false),
             runtime: self.runtime.clone(),
-            binds: Some(vec![]),
+            binds: Some(binds.unwrap_or_default()),
             devices: Some(vec![]),
             // Output reaches sandbench over the attach stream; a log file
             // on the host would let an output flood fill the host's disk.
@@ -335,9 +357,11 @@ const MAX_FRAME: usize = 1 << 20;
 /// One frame of the loader's stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
-    /// The program's process exists and runs as this uid.
+    /// The program's process exists and runs as this uid; `guard` is the
+    /// loader's descriptor of the scratch guard's listener, when asked for.
     Started {
         uid: u32,
+        guard: Option<i32>,
     },
     /// The program's process could not be set up: the run did not happen.
     Failed(String),
@@ -346,6 +370,8 @@ pub enum Frame {
     /// What the loader saw from inside (pids at the limit, full mounts,
     /// capped files).
     Status(serde_json::Value),
+    /// A message of the loader's egress relay (`egress::mux`).
+    Net(Vec<u8>),
     /// The program's main process ended: exit code or signal (never both),
     /// and the bytes the loader read from its stdout and stderr.
     Exit {
@@ -395,6 +421,7 @@ impl Frames {
                 b'r' => parse_started(data),
                 b'f' => Some(Frame::Failed(crate::sanitize::inert_line(&String::from_utf8_lossy(data), 200))),
                 b'x' => parse_exit(data),
+                b'n' => Some(Frame::Net(data.to_vec())),
                 _ => None,
             };
             match frame {
@@ -427,8 +454,10 @@ fn words(data: &[u8]) -> Vec<(String, String)> {
 }
 
 fn parse_started(data: &[u8]) -> Option<Frame> {
-    let uid = words(data).into_iter().find(|(k, _)| k == "uid")?.1.parse().ok()?;
-    Some(Frame::Started { uid })
+    let w = words(data);
+    let uid = w.iter().find(|(k, _)| k == "uid")?.1.parse().ok()?;
+    let guard = w.iter().find(|(k, _)| k == "guard").and_then(|(_, v)| v.parse::<i32>().ok()).filter(|fd| *fd >= 0);
+    Some(Frame::Started { uid, guard })
 }
 
 /// `code N out=A err=B` or `signal N out=A err=B`.
@@ -480,8 +509,11 @@ fn parse_status(line: &[u8]) -> serde_json::Value {
 /// What the loader reads from stdin: the header's length on one line, the
 /// NUL-separated header, then exactly `code_len` bytes of code. Stdin stays
 /// open after it: one more byte (or EOF) is the host's acknowledgement that
-/// it has read the whole stream.
-pub fn payload(spec: &RunSpec, uid: u32, gid: u32) -> Vec<u8> {
+/// it has read the whole stream. `guard`: install the scratch guard in the
+/// program's process (only when sandbench will serve it). With `egress`
+/// (the relay's port) stdin carries frames after the payload instead
+/// ([`host_frame`]): relay messages, then the acknowledgement.
+pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, egress: Option<u16>) -> Vec<u8> {
     // NUL separates fields; no environment string can hold one.
     let clean = |x: &str| x.replace('\0', "");
     let mut fields: Vec<String> = vec![
@@ -490,11 +522,21 @@ pub fn payload(spec: &RunSpec, uid: u32, gid: u32) -> Vec<u8> {
         spec.limits.pids.to_string(),
         uid.to_string(),
         gid.to_string(),
+        u8::from(guard).to_string(),
+        egress.unwrap_or(0).to_string(),
         spec.language.name().into(),
         spec.language.file_name().into(),
         spec.language.interpreter().len().to_string(),
     ];
     fields.extend(spec.language.interpreter().iter().map(|a| a.to_string()));
+    if egress.is_some() {
+        for (k, v) in crate::egress::proxy_env() {
+            if !spec.env.contains_key(&k) {
+                fields.push(k);
+                fields.push(v);
+            }
+        }
+    }
     for (k, v) in &spec.env {
         fields.push(clean(k));
         fields.push(clean(v));
@@ -503,6 +545,16 @@ pub fn payload(spec: &RunSpec, uid: u32, gid: u32) -> Vec<u8> {
     let mut out = format!("{}\n{header}", header.len()).into_bytes();
     out.extend_from_slice(spec.code.as_bytes());
     out
+}
+
+/// Host → loader frames after the payload of a run with egress: `n` a relay
+/// message, `k` the acknowledgement.
+pub fn host_frame(kind: u8, data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(5 + data.len());
+    v.push(kind);
+    v.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    v.extend_from_slice(data);
+    v
 }
 
 /// A run id unique in this process and, with the pid, across processes.
@@ -532,18 +584,24 @@ mod tests {
     fn payload_is_header_then_code() {
         let mut spec = RunSpec::new(crate::spec::Language::Sh, "echo hi\n");
         spec.env.insert("A".into(), "b\nc".into());
-        let p = payload(&spec, 1234, 5678);
+        let p = payload(&spec, 1234, 5678, true, None);
         let nl = p.iter().position(|&b| b == b'\n').unwrap();
         let len: usize = std::str::from_utf8(&p[..nl]).unwrap().parse().unwrap();
         let fields: Vec<&[u8]> = p[nl + 1..nl + 1 + len].split(|&b| b == 0).collect();
         assert_eq!(fields[0], b"8");
         assert_eq!(fields[3], b"1234");
         assert_eq!(fields[4], b"5678");
-        assert_eq!(fields[5], b"sh");
-        assert_eq!(fields[7], b"1");
-        assert_eq!(fields[8], b"/bin/sh");
-        assert_eq!(&fields[9..], [&b"A"[..], &b"b\nc"[..]]);
+        assert_eq!(fields[5], b"1", "the guard");
+        assert_eq!(fields[6], b"0", "no egress port");
+        assert_eq!(fields[7], b"sh");
+        assert_eq!(fields[9], b"1");
+        assert_eq!(fields[10], b"/bin/sh");
+        assert_eq!(&fields[11..], [&b"A"[..], &b"b\nc"[..]]);
         assert_eq!(&p[nl + 1 + len..], b"echo hi\n");
+        // With egress: the port, and the proxy variables before the user's own.
+        let p = payload(&spec, 1234, 5678, false, Some(3128));
+        let text = String::from_utf8_lossy(&p);
+        assert!(text.contains("\x003128\x00sh\x00") && text.contains("HTTPS_PROXY\0http://127.0.0.1:3128"), "{text:?}");
     }
 
     #[test]
@@ -560,7 +618,7 @@ mod tests {
     #[test]
     fn body_is_hardened() {
         let s = Shape::new("img", Some("runsc"), "65534:65534", &Limits::default());
-        let b = s.body(HashMap::new());
+        let b = s.body(HashMap::new(), None);
         let h = b.host_config.unwrap();
         assert_eq!(h.network_mode.as_deref(), Some("none"));
         assert_eq!(h.readonly_rootfs, Some(true));
@@ -588,7 +646,7 @@ mod tests {
 
     #[test]
     fn frames_are_decoded_across_chunks() {
-        let mut all = frame(b'r', b"uid=4242 gid=4242");
+        let mut all = frame(b'r', b"uid=4242 gid=4242 guard=7");
         all.extend(frame(b'o', b"\0sandbench-status x pids=3\n"));
         all.extend(frame(b's', b"pids=3 disk=2f776f726b"));
         all.extend(frame(b'e', b""));
@@ -597,7 +655,7 @@ mod tests {
         let mut f = Frames::default();
         let got: Vec<Frame> = all.iter().flat_map(|b| f.feed(std::slice::from_ref(b))).collect();
         assert_eq!(got.len(), 5);
-        assert_eq!(got[0], Frame::Started { uid: 4242 });
+        assert_eq!(got[0], Frame::Started { uid: 4242, guard: Some(7) });
         assert_eq!(got[1], Frame::Stdout(b"\0sandbench-status x pids=3\n".to_vec()));
         let Frame::Status(s) = &got[2] else { panic!() };
         assert_eq!(s["disk"][0], "/work");

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod image;
 pub mod pool;
 pub mod reap;
+pub mod scratch;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +36,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{Config, DockerConfig};
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::highwater;
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
@@ -48,11 +50,8 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// The image a run uses: `$SANDBENCH_DOCKER_IMAGE`, else `[docker] image`.
-pub fn configured_image(cfg: &DockerConfig) -> String {
-    match std::env::var("SANDBENCH_DOCKER_IMAGE") {
-        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
-        _ => cfg.image.clone(),
-    }
+pub fn configured_image(config: &Config) -> String {
+    config.host.docker_image.clone().unwrap_or_else(|| config.docker.image.clone())
 }
 
 pub struct DockerTier {
@@ -61,12 +60,15 @@ pub struct DockerTier {
     runtime: Option<&'static str>,
     cfg: DockerConfig,
     image: String,
+    endpoint: engine::Endpoint,
     engine: tokio::sync::OnceCell<Engine>,
     pool: OnceLock<Arc<Pool>>,
     runs: AtomicU64,
     prewarmed: AtomicBool,
     /// The configured limits: what `Tier::prewarm` warms containers for.
     limits: crate::spec::Limits,
+    /// `[network] hosts`, for the egress proxy's resolver.
+    hosts: crate::egress::Hosts,
 }
 
 impl DockerTier {
@@ -83,18 +85,20 @@ impl DockerTier {
             name,
             runtime,
             cfg: config.docker.clone(),
-            image: configured_image(&config.docker),
+            image: configured_image(config),
+            endpoint: engine::Endpoint::of(&config.host),
             engine: tokio::sync::OnceCell::new(),
             pool: OnceLock::new(),
             runs: AtomicU64::new(0),
             prewarmed: AtomicBool::new(false),
             limits: config.limits.clone(),
+            hosts: config.network.hosts.clone(),
         }
     }
 
     /// The engine, connected once per tier (a failure is retried next time).
     pub async fn engine(&self) -> anyhow::Result<&Engine> {
-        self.engine.get_or_try_init(Engine::connect).await
+        self.engine.get_or_try_init(|| Engine::connect(&self.endpoint)).await
     }
 
     /// What the warm pool costs while it waits, measured on one container
@@ -195,9 +199,9 @@ pub async fn shutdown() {
 }
 
 /// Containers carrying `token`; None when the engine cannot be asked.
-pub async fn owned_containers(token: &str) -> Option<Vec<String>> {
+pub async fn owned_containers(token: &str, env: &crate::config::HostEnv) -> Option<Vec<String>> {
     let work = async {
-        let engine = Engine::connect().await?;
+        let engine = Engine::connect(&engine::Endpoint::of(env)).await?;
         reap::owned(&engine, token).await
     };
     match tokio::time::timeout(Duration::from_secs(10), work).await {
@@ -208,12 +212,18 @@ pub async fn owned_containers(token: &str) -> Option<Vec<String>> {
 
 /// Remove containers of dead sandbench processes and stray runsc processes.
 /// Quiet and quick when there is no daemon.
-pub async fn reap_leftovers() {
+pub async fn reap_leftovers(env: &crate::config::HostEnv) {
     let work = async {
-        let engine = Engine::connect().await?;
+        let engine = Engine::connect(&engine::Endpoint::of(env)).await?;
         reap::reap(&engine).await
     };
-    match tokio::time::timeout(Duration::from_secs(10), work).await {
+    let outcome = tokio::time::timeout(Duration::from_secs(10), work).await;
+    // After the containers: a dead owner's host scratch mounts.
+    let s = scratch::reap();
+    if s > 0 {
+        tracing::info!("reaped {s} leftover gVisor scratch folder(s)");
+    }
+    match outcome {
         Ok(Ok((c, p))) if c + p > 0 => {
             tracing::info!("reaped {c} leftover container(s), {p} stray runsc process(es)")
         }
@@ -228,23 +238,48 @@ pub async fn reap_leftovers() {
 /// Create and start a hardened container whose loader waits for a program.
 /// On failure nothing is left behind.
 pub(crate) async fn launch(engine: &Engine, shape: &Shape, run_id: &str, tier: &str) -> anyhow::Result<String> {
-    let body = shape.body(reap::labels(run_id, tier)?);
+    // gVisor's own tmpfs cannot be watched from the host: give it host
+    // tmpfs mounts that can (see scratch.rs), where this process may.
+    let host_scratch = if shape.gvisor() && engine.local && scratch::available() {
+        match scratch::create(run_id, shape) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!("gVisor scratch stays inside the sandbox (only its final state is judged): {e:#}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let body = shape.body(reap::labels(run_id, tier)?, host_scratch.as_deref().map(scratch::binds));
     let name = format!("sandbench-{tier}-{run_id}");
     let created = engine
         .docker
         .create_container(Some(CreateContainerOptions { name: Some(name), ..Default::default() }), body)
-        .await
-        .map_err(|e| {
-            if engine::is_not_found(&e) {
-                anyhow!(
-                    "image {} is not present at {}: run `sandbench setup {tier}` (or set [docker] image in the config)",
-                    shape.image,
-                    engine.host
-                )
-            } else {
-                anyhow!("cannot create the container: {}", engine::cause(&e))
+        .await;
+    let created = match (created, host_scratch) {
+        (Ok(c), Some(d)) => {
+            scratch::register(&c.id, d);
+            Ok(c)
+        }
+        (r, d) => {
+            if let (Err(_), Some(d)) = (&r, d) {
+                scratch::destroy(&d);
             }
-        })?;
+            r
+        }
+    };
+    let created = created.map_err(|e| {
+        if engine::is_not_found(&e) {
+            anyhow!(
+                "image {} is not present at {}: run `sandbench setup {tier}` (or set [docker] image in the config)",
+                shape.image,
+                engine.host
+            )
+        } else {
+            anyhow!("cannot create the container: {}", engine::cause(&e))
+        }
+    })?;
     let id = created.id;
     if let Err(e) = engine.docker.start_container(&id, None::<bollard::query_parameters::StartContainerOptions>).await {
         remove(&engine.docker, &id).await;
@@ -265,8 +300,8 @@ pub(crate) async fn remove(docker: &Docker, id: &str) {
     let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
     for attempt in 0..3 {
         match docker.remove_container(id, Some(opts.clone())).await {
-            Ok(()) => return,
-            Err(e) if engine::is_not_found(&e) => return,
+            Ok(()) => return scratch::release(id),
+            Err(e) if engine::is_not_found(&e) => return scratch::release(id),
             // "removal already in progress" and similar races settle quickly.
             Err(e) => {
                 if attempt == 2 {
@@ -295,6 +330,11 @@ impl Tier for DockerTier {
         self.name
     }
 
+    /// Any allow list: the loader relays the egress port to the host proxy.
+    fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
+    }
+
     fn describe(&self) -> &'static str {
         match self.runtime {
             None => "hardened Docker container (runc): namespaces, cgroups, seccomp, no network, read-only root",
@@ -310,13 +350,17 @@ impl Tier for DockerTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
-    /// Pooled containers and their memory (their cgroups' usage; a remote
-    /// engine's containers count, their memory is unknown here: 0).
-    fn held(&self) -> Option<crate::tier::Held> {
-        let ids = self.pool.get()?.ready_ids();
-        let bytes =
+    /// With the pooled containers' memory (their cgroups' usage; unknown
+    /// on a remote engine).
+    fn warm(&self) -> Option<String> {
+        if self.cfg.pool_size == 0 {
+            return None;
+        }
+        let ids = self.pool.get().map(|p| p.ready_ids()).unwrap_or_default();
+        let bytes: u64 =
             ids.iter().filter_map(|id| Cgroup::find(id)).filter_map(|c| c.sample(true).usage.memory_bytes).sum();
-        Some(crate::tier::Held { sandboxes: ids.len(), bytes })
+        let mem = if bytes > 0 { format!(" · {} resident", crate::spec::format_size(bytes)) } else { String::new() };
+        Some(format!("{} of {} warm container(s) ready{mem}", ids.len(), self.cfg.pool_size))
     }
 
     /// Fill the warm pool for runs with the configured limits (a run with
@@ -345,7 +389,7 @@ impl DockerTier {
         let engine = match self.engine().await {
             Ok(e) => e,
             Err(e) => {
-                checks.push(Check::fail("daemon", format!("{e:#}"), engine::start_daemon_hint(&engine::docker_host())));
+                checks.push(Check::fail("daemon", format!("{e:#}"), engine::start_daemon_hint(&self.endpoint.host)));
                 return Availability {
                     tier: name,
                     available: false,
@@ -415,11 +459,13 @@ impl DockerTier {
                 runtime: self.runtime,
                 cfg: DockerConfig { pool_size: 0, ..self.cfg.clone() },
                 image: self.image.clone(),
+                endpoint: self.endpoint.clone(),
                 engine: self.engine.clone(),
                 pool: OnceLock::new(),
                 runs: AtomicU64::new(0),
                 prewarmed: AtomicBool::new(false),
                 limits: self.limits.clone(),
+                hosts: Default::default(),
             };
             let report = crate::runner::run(Arc::new(probe), spec).await;
             if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
@@ -472,6 +518,7 @@ impl DockerTier {
         };
         let mut timeline: Vec<(&'static str, f64)> =
             vec![(if start == "warm" { "container_taken" } else { "container_started" }, ctx.ms())];
+        let host_binds = scratch::of(&id).map(|d| scratch::binds(&d));
         let result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         // The program has exited and its output is in (the loader's exit
@@ -509,7 +556,79 @@ impl DockerTier {
         details["engine"] =
             json!({ "host": engine.host, "api_version": engine.api_version, "server_version": engine.server_version });
         details["hardening"] = shape.hardening();
+        if let Some(binds) = host_binds {
+            details["hardening"]["mounts"] = json!(binds);
+            details["hardening"]["scratch"] =
+                json!("host tmpfs mounts (size and inode limits as above), watched from the host");
+        }
         Ok(TierExit { usage: Some(usage), details })
+    }
+
+    /// The host's watch of the container's scratch mounts: runc on a local
+    /// engine with sandbench as root marks them through the loader's
+    /// `/proc/<pid>/root` (and serves the guard: the loader's pid is
+    /// returned). Otherwise None, and the loader's own checks judge.
+    async fn host_watch(
+        &self,
+        engine: &Engine,
+        id: &str,
+        limits: &crate::spec::Limits,
+        ctx: &RunContext,
+    ) -> (Option<highwater::Watch>, Option<i32>) {
+        if !engine.local {
+            return (None, None);
+        }
+        if self.runtime.is_some() {
+            // gVisor: its host scratch mounts, if it has them; no guard
+            // (runsc 20221219 has no seccomp user notification).
+            let Some(dir) = scratch::of(id) else {
+                ctx.note("gVisor scratch space judged by the loader alone (no host scratch mounts: not root, or they could not be made)").await;
+                return (None, None);
+            };
+            let mounts: Vec<highwater::Scratch> =
+                scratch::MOUNTS.iter().map(|(name, inside)| highwater::Scratch::new(inside, dir.join(name))).collect();
+            return match highwater::Watch::new(&mounts, limits.file_size_bytes, highwater::Mode::Handles) {
+                Ok(w) if w.sees_files() => (Some(w), None),
+                Ok(_) | Err(_) => (None, None),
+            };
+        }
+        if !nix::unistd::geteuid().is_root() {
+            ctx.note("scratch space judged by the loader alone (sandbench is not root): a full scratch emptied at once, or a capped file deleted or truncated, may go unreported").await;
+            return (None, None);
+        }
+        let pid =
+            match engine.docker.inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>).await
+            {
+                Ok(i) => i.state.and_then(|s| s.pid).filter(|p| *p > 0).map(|p| p as i32),
+                Err(e) => {
+                    tracing::debug!("inspect {}: {}", short(id), engine::cause(&e));
+                    None
+                }
+            };
+        let Some(pid) = pid else {
+            ctx.note("scratch space judged by the loader alone (the container's process was not found)").await;
+            return (None, None);
+        };
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let mounts: Vec<highwater::Scratch> = [container::WORKDIR, container::TMPDIR, container::SHMDIR]
+            .iter()
+            .map(|m| highwater::Scratch::new(m, root.join(m.trim_start_matches('/'))))
+            .collect();
+        match highwater::Watch::new(&mounts, limits.file_size_bytes, highwater::Mode::Pin) {
+            Ok(w) if w.sees_files() => (Some(w), Some(pid)),
+            Ok(w) => {
+                ctx.note(format!(
+                    "scratch files not watched from the host ({}): the loader's checks judge",
+                    w.why_not().unwrap_or("?")
+                ))
+                .await;
+                (None, None)
+            }
+            Err(e) => {
+                ctx.note(format!("scratch space not watched from the host ({e}): the loader's checks judge")).await;
+                (None, None)
+            }
+        }
     }
 
     async fn execute(
@@ -550,18 +669,52 @@ impl DockerTier {
         let mut frames = container::Frames::default();
         let mut judge = Judge::new(limits);
         let mut loader = LoaderFacts::default();
-        let payload = container::payload(spec, uid, gid);
+        // High-water marks of the scratch space, from the host where it can
+        // (see host_watch); the loader's own checks stay as the fallback.
+        let (mut watch, loader_pid) = self.host_watch(engine, id, limits, ctx).await;
+        let guard_wanted = watch.as_ref().is_some_and(|w| w.sees_files()) && loader_pid.is_some();
+        let mut running: Option<highwater::Running> = None;
+        let mut guarded: Option<u64> = None;
+        let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
+        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), ctx);
+        let payload =
+            container::payload(spec, uid, gid, guard_wanted, egress.as_ref().map(|_| crate::egress::SANDBOX_PORT));
+        let (mut mux, mut mux_out) = match &egress {
+            Some(eg) => {
+                let (m, out) = crate::egress::mux::Mux::new(eg.server());
+                (Some(m), Some(out))
+            }
+            None => (None, None),
+        };
         // Stdin stays open after the payload: the loader waits for one more
         // byte (the acknowledgement that every frame arrived) before it ends
-        // the container.
+        // the container. With egress it carries the relay's messages first,
+        // and the acknowledgement is a frame.
         let (ack_tx, ack_rx) = tokio::sync::oneshot::channel::<()>();
         let mut ack_tx = Some(ack_tx);
         let writer = tokio::spawn(async move {
             let r = async {
                 input.write_all(&payload).await?;
                 input.flush().await?;
-                let _ = ack_rx.await;
-                input.write_all(b"\n").await?;
+                match mux_out.as_mut() {
+                    None => {
+                        let _ = ack_rx.await;
+                        input.write_all(b"\n").await?;
+                    }
+                    Some(out) => {
+                        tokio::pin!(ack_rx);
+                        loop {
+                            tokio::select! {
+                                m = out.recv() => match m {
+                                    Some(m) => input.write_all(&container::host_frame(b'n', &m)).await?,
+                                    None => { let _ = (&mut ack_rx).await; break }
+                                },
+                                _ = &mut ack_rx => break,
+                            }
+                        }
+                        input.write_all(&container::host_frame(b'k', b"")).await?;
+                    }
+                }
                 input.flush().await?;
                 input.shutdown().await
             }
@@ -614,10 +767,29 @@ impl DockerTier {
                                     loader.absorb(&found);
                                     judge.sample(ctx, &loader.counters(cg_counters)).await;
                                 }
-                                container::Frame::Started { uid } => {
+                                container::Frame::Started { uid, guard } => {
                                     timeline.push(("program_started", ctx.ms()));
-                                    started_uid = Some(uid)
+                                    started_uid = Some(uid);
+                                    if let Some(w) = watch.take() {
+                                        match start_watch(w, guard_wanted, guard, loader_pid) {
+                                            Ok(r) => running = Some(r),
+                                            Err(why) => {
+                                                // Guarded calls would wait for ever: end it.
+                                                failed = Some(why);
+                                                if !killed {
+                                                    killed = true;
+                                                    kill(docker, id);
+                                                }
+                                            }
+                                        }
+                                    }
                                 }
+                                container::Frame::Net(m) => match mux.as_mut() {
+                                    Some(mux) => mux.incoming(&m).await,
+                                    // Relay messages in a run without egress: the stream is not
+                                    // what sandbench's loader writes.
+                                    None => frames.broken = Some("a relay frame in a run without egress".into()),
+                                },
                                 container::Frame::Failed(why) => {
                                     failed = Some(why);
                                     if let Some(tx) = ack_tx.take() {
@@ -627,6 +799,16 @@ impl DockerTier {
                                 container::Frame::Exit { status, stdout_bytes, stderr_bytes } => {
                                     timeline.push(("program_exited", ctx.ms()));
                                     reported = Some((status, stdout_bytes, stderr_bytes));
+                                    // The program is gone: the watch's last look.
+                                    if let Some(r) = running.take() {
+                                        if let Ok((found, served)) = tokio::task::spawn_blocking(move || r.finish()).await {
+                                            for gap in &found.gaps {
+                                                ctx.note(gap.clone()).await;
+                                            }
+                                            loader.absorb_found(found);
+                                            guarded = Some(served);
+                                        }
+                                    }
                                     // The container is still up (the loader waits for the
                                     // acknowledgement): its cgroup's counters are final now,
                                     // including OOM kills of children the program survived.
@@ -691,6 +873,19 @@ impl DockerTier {
             }
         }
         sampler.abort();
+        // The writer goes on: it sends the loader's acknowledgement (see
+        // run_inner, which waits for it in the background).
+        if let Some(m) = mux.as_mut() {
+            m.close_all();
+        }
+        let network = match egress {
+            Some(eg) => {
+                let mut n = eg.finish().await;
+                n["relay_protocol_violations"] = json!(mux.map_or(0, |m| m.violations));
+                n
+            }
+            None => json!("none (network_mode none)"),
+        };
         if let Some(e) = wait_error {
             if !(killed || ctx.stop.is_cancelled()) {
                 return Err(anyhow!("lost the container while waiting for it: {e}"));
@@ -766,6 +961,11 @@ impl DockerTier {
             "container_exit_code": raw,
             "program_uid": started_uid,
             "program_uid_policy": container::describe_user(&self.cfg.user),
+            "scratch_watch": if files_watched {
+                json!({ "from": "host", "file_events": files_watched, "guarded_calls": guarded })
+            } else {
+                json!({ "from": "loader: free space every 100 ms and a scan at exit" })
+            },
             "output": {
                 "stdout_bytes": delivered[0],
                 "stderr_bytes": delivered[1],
@@ -773,6 +973,7 @@ impl DockerTier {
                 // runner's output limit); false only when the run was cut.
                 "complete": produced == Some(delivered),
             },
+            "network": network,
         });
         Ok((usage, details, writer))
     }
@@ -787,6 +988,26 @@ fn host_has_uid(uid: u32) -> bool {
     })
 }
 
+/// Start the host's watch thread once the program's process exists, with
+/// the scratch guard's listener taken from the loader when one was asked for.
+fn start_watch(
+    w: highwater::Watch,
+    wanted: bool,
+    guard: Option<i32>,
+    loader_pid: Option<i32>,
+) -> Result<highwater::Running, String> {
+    let guard = match (wanted, guard, loader_pid) {
+        (false, _, _) => None,
+        (true, Some(fd), Some(pid)) => Some(
+            highwater::take_fd(pid, fd)
+                .and_then(highwater::Guard::new)
+                .map_err(|e| format!("cannot serve the scratch guard ({e})"))?,
+        ),
+        (true, _, _) => return Err("the loader did not hand over the scratch guard".into()),
+    };
+    highwater::Running::spawn(w, guard)
+}
+
 /// What the loader reported from inside the container.
 #[derive(Debug, Default)]
 struct LoaderFacts {
@@ -796,6 +1017,20 @@ struct LoaderFacts {
 }
 
 impl LoaderFacts {
+    /// The host watch's findings (names as the sandbox sees them).
+    fn absorb_found(&mut self, found: highwater::Found) {
+        for f in found.capped {
+            if self.fsize.len() < 16 && !self.fsize.contains(&f) {
+                self.fsize.push(f);
+            }
+        }
+        for d in found.full {
+            if self.disk.len() < 16 && !self.disk.contains(&d) {
+                self.disk.push(d);
+            }
+        }
+    }
+
     fn absorb(&mut self, found: &serde_json::Value) {
         if found.get("pids").and_then(|v| v.as_u64()).is_some() {
             self.pids_refused = self.pids_refused.max(1);
@@ -973,10 +1208,9 @@ mod tests {
 
     #[test]
     fn image_env_override() {
-        let cfg = DockerConfig::default();
-        // Only read: the variable is not set in unit tests.
-        if std::env::var_os("SANDBENCH_DOCKER_IMAGE").is_none() {
-            assert_eq!(configured_image(&cfg), "python:3.12-slim");
-        }
+        let mut config = Config::default();
+        assert_eq!(configured_image(&config), "python:3.12-slim");
+        config.host.docker_image = Some("local/python".into());
+        assert_eq!(configured_image(&config), "local/python");
     }
 }

@@ -29,7 +29,8 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::api::{bounded, error_message, one_line};
+use super::api::error_message;
+use crate::http::{message_line, one_line};
 
 pub const ENVD_PORT: u16 = 49983;
 pub const USER: &str = "user";
@@ -213,15 +214,13 @@ impl ProcStream {
             if self.ended {
                 return Ok(None);
             }
-            if let Some((flags, payload)) = take_envelope(&mut self.buf)? {
-                if flags & 0x01 != 0 {
-                    return Err(EnvdError::Malformed("a compressed message though none was asked for".into()));
-                }
-                if flags & 0x02 != 0 {
+            match step(&mut self.buf)? {
+                Step::Event(e) => return Ok(Some(e)),
+                Step::End => {
                     self.ended = true;
-                    return end_of_stream(&payload).map(|_| None);
+                    return Ok(None);
                 }
-                return decode_event(&payload).map(Some);
+                Step::Need => {}
             }
             match tokio::time::timeout(STREAM_IDLE, self.body.next()).await {
                 Err(_) => {
@@ -242,6 +241,30 @@ impl ProcStream {
             }
         }
     }
+}
+
+/// What the bytes received so far hold next.
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    /// Not a whole envelope yet.
+    Need,
+    Event(ProcEvent),
+    /// The end-of-stream envelope (without an error).
+    End,
+}
+
+/// Take the next envelope of a server stream from `buf` (consumed as it is
+/// read): the one decoder of envd's untrusted stream, also fuzzed
+/// (`fuzz/fuzz_targets/envd_stream.rs`).
+pub fn step(buf: &mut Vec<u8>) -> Result<Step, EnvdError> {
+    let Some((flags, payload)) = take_envelope(buf)? else { return Ok(Step::Need) };
+    if flags & 0x01 != 0 {
+        return Err(EnvdError::Malformed("a compressed message though none was asked for".into()));
+    }
+    if flags & 0x02 != 0 {
+        return end_of_stream(&payload).map(|_| Step::End);
+    }
+    decode_event(&payload).map(Step::Event)
 }
 
 /// Connect envelope: flags, big-endian length, payload.
@@ -283,7 +306,7 @@ fn end_of_stream(payload: &[u8]) -> Result<(), EnvdError> {
         None | Some(serde_json::Value::Null) => Ok(()),
         Some(err) => Err(EnvdError::Rpc {
             code: err.get("code").and_then(|c| c.as_str()).unwrap_or("unknown").to_string(),
-            message: bounded(err.get("message").and_then(|m| m.as_str()).unwrap_or(""), 200),
+            message: message_line(err.get("message").and_then(|m| m.as_str()).unwrap_or(""), 200),
         }),
     }
 }

@@ -272,6 +272,10 @@ impl Tier for E2bTier {
         "e2b"
     }
 
+    fn check_network(&self, network: &crate::egress::Network) -> Result<(), String> {
+        check_allow_list(network)
+    }
+
     fn describe(&self) -> &'static str {
         "hosted Firecracker microVM per run (E2B, over HTTPS)"
     }
@@ -285,6 +289,30 @@ impl Tier for E2bTier {
     }
 }
 
+/// E2B's "all traffic" selector (the SDK's `ALL_TRAFFIC`).
+pub const ALL_TRAFFIC: &str = "0.0.0.0/0";
+
+/// The allow list as E2B's `allowOut`: names and `*.` wildcards only.
+pub fn allow_out(n: &crate::egress::Network) -> Vec<String> {
+    n.entries().iter().map(|e| e.to_string()).collect()
+}
+
+/// E2B filters names on port 80 (Host header) and 443 (SNI) only, and an
+/// address for every port: only bare names (sandbench's 80 and 443) map
+/// onto its rules without widening them.
+pub fn check_allow_list(n: &crate::egress::Network) -> Result<(), String> {
+    use crate::egress::policy::Pattern;
+    for e in n.entries() {
+        let why = match (&e.host, e.port) {
+            (Pattern::Ip(_), _) => "E2B would allow an address on every port, not only 80 and 443",
+            (_, Some(_)) => "E2B filters names on ports 80 and 443 together and cannot limit one port",
+            _ => continue,
+        };
+        return Err(format!("the e2b tier cannot enforce the allow entry {e}: {why}; allow the bare name instead"));
+    }
+    Ok(())
+}
+
 /// What the tier does with each limit: E2B gives a VM of the template's size
 /// and nothing finer, so what it cannot enforce is said, never dropped.
 pub fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
@@ -292,7 +320,11 @@ pub fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
     json!({
         "wall_time": "enforced: sandbench kills the sandbox; E2B's own timeout is wall time + margin",
         "output": "enforced by sandbench (stops reading and kills the sandbox)",
-        "network": if l.network { "allowed (allow_internet_access=true)" } else { "blocked by E2B (allow_internet_access=false)" },
+        "network": if l.network.is_none() {
+            "blocked by E2B (allow_internet_access=false)".to_string()
+        } else {
+            format!("E2B's own egress rules: allowOut {:?}, denyOut [{ALL_TRAFFIC}] (HTTP Host on port 80, TLS SNI on 443; E2B lets DNS to its nameserver through); not seen by sandbench", allow_out(&l.network))
+        },
         "cpu_time": "per process only (ulimit -t inside the VM), not for the sandbox as a whole",
         "file_size": "enforced per process (ulimit -f inside the VM)",
         "open_files": "enforced per process (ulimit -n inside the VM)",
@@ -398,7 +430,7 @@ impl E2bTier {
         // Not raced against ctx.stop: a create that completes after we gave up
         // would leave a sandbox whose id we never learnt.
         let created = api
-            .create(&s.template, ttl, spec.limits.network, &|m| {
+            .create(&s.template, ttl, &spec.limits.network, &|m| {
                 // Live (the callback cannot await; a full channel only loses the note).
                 let _ = ctx.tx.try_send(crate::event::RunEvent {
                     at_ms: ctx.ms(),
@@ -414,7 +446,7 @@ impl E2bTier {
         // Everything between create and kill is in here, so that no `?`
         // can skip the kill.
         let result = async {
-            let http = api::http_client(&[envd_url.as_str()])?;
+            let http = crate::http::client(&[envd_url.as_str()])?;
             let envd = Envd::new(http, envd_url.clone(), created.sandbox_id.clone(), created.envd_access_token.clone());
             if ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus::default())).await;
@@ -545,7 +577,7 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext, timeout_margin: 
         ctx.emit(EventKind::Phase(Phase::Running)).await;
     }
     if let Some(err) = end.error.as_deref().filter(|e| !e.is_empty()) {
-        ctx.note(format!("envd: {}", api::bounded(err, 200))).await;
+        ctx.note(format!("envd: {}", crate::http::message_line(err, 200))).await;
     }
     let signal = envd::signal_from_status(&end.status);
     let x = if let Some(sig) = signal {

@@ -47,6 +47,8 @@ pub struct MicrovmTier {
     cfg: MicrovmConfig,
     default_limits: Limits,
     policy: Policy,
+    /// `[network] hosts`, for the egress proxy's resolver.
+    hosts: crate::egress::Hosts,
 }
 
 /// Remove what dead sandbench processes left: QEMU processes and run dirs.
@@ -59,7 +61,12 @@ pub fn reap_leftovers() {
 
 impl MicrovmTier {
     pub fn new(config: &Config) -> Self {
-        MicrovmTier { cfg: config.microvm.clone(), default_limits: config.limits.clone(), policy: Policy::Auto }
+        MicrovmTier {
+            cfg: config.microvm.clone(),
+            default_limits: config.limits.clone(),
+            policy: Policy::Auto,
+            hosts: config.network.hosts.clone(),
+        }
     }
 
     pub fn with_policy(config: &Config, policy: Policy) -> Self {
@@ -130,6 +137,12 @@ impl Tier for MicrovmTier {
         "QEMU microVM: own guest kernel, no network device, read-only root, in-guest cgroup + rlimits"
     }
 
+    /// Any allow list: the guest's relay carries the egress port over a
+    /// serial port to the host proxy (the guest still has no network device).
+    fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
+    }
+
     fn probe(&self) -> BoxFuture<'_, Availability> {
         Box::pin(self.probe_inner())
     }
@@ -138,8 +151,15 @@ impl Tier for MicrovmTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
-    fn held(&self) -> Option<crate::tier::Held> {
-        Some(pool::Pool::current()?.held())
+    /// With the pooled guests' memory (their QEMU processes' PSS).
+    fn warm(&self) -> Option<String> {
+        if self.cfg.pool_size == 0 {
+            return None;
+        }
+        // The guest pool is the process's (one per sandbench).
+        let (ready, bytes) = pool::Pool::current().map_or((0, 0), |p| p.held());
+        let mem = if bytes > 0 { format!(" · {} resident", crate::spec::format_size(bytes)) } else { String::new() };
+        Some(format!("{ready} of {} warm guest(s) ready{mem}", self.cfg.pool_size))
     }
 
     fn prewarm(&self) -> BoxFuture<'_, ()> {
@@ -307,9 +327,6 @@ impl MicrovmTier {
             "network": "none (no network device)",
             "root": "read-only ext4; /work and /tmp are tmpfs",
         });
-        if limits.network {
-            ctx.note("warning: network access was requested but the microVM has no network device").await;
-        }
         // Where the run's time goes (ms from its start), for the report.
         let mut timeline: Vec<(&'static str, f64)> = vec![];
         let acquired = self.acquire(&p, shape, limits.disk_bytes, &ctx, &mut timeline).await?;
@@ -347,20 +364,40 @@ impl MicrovmTier {
         for n in std::mem::take(&mut guest.notes) {
             ctx.note(format!("guest: {n}")).await;
         }
-        let result = self.execute(&spec, &ctx, &mut guest, &mut timeline).await;
+        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), &ctx);
+        if let (Some(eg), Some(chan)) = (&egress, guest.net.take()) {
+            let std_sock = std::os::unix::net::UnixStream::from(chan);
+            std_sock.set_nonblocking(true)?;
+            crate::egress::mux::carry_framed(eg.server(), tokio::net::UnixStream::from_std(std_sock)?);
+        }
+        let result = self.execute(&spec, &ctx, &mut guest, egress.is_some(), &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        // The program's exit and output are in: the guest is killed (and
-        // its memory freed) in the background, awaited at shutdown; a killed
-        // sandbench's QEMU dies with it (PDEATHSIG) or is reaped next start.
-        super::background::spawn(async move { guest.kill().await });
+        details["network"] = match egress {
+            Some(eg) => {
+                // The relay ends with the guest: kill it first.
+                guest.kill().await;
+                eg.finish().await
+            }
+            None => {
+                // The program's exit and output are in: the guest is killed
+                // (and its memory freed) in the background, awaited at
+                // shutdown; a killed sandbench's QEMU dies with it
+                // (PDEATHSIG) or is reaped at the next start.
+                super::background::spawn(async move { guest.kill().await });
+                json!("none (no network device)")
+            }
+        };
         let mut t = serde_json::Map::new();
         for (k, v) in &timeline {
             t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
         }
         details["timeline_ms"] = serde_json::Value::Object(t);
-        let (usage, garbage) = result?;
+        let (usage, garbage, watch) = result?;
         if garbage > 0 {
             details["control_channel_garbage_bytes"] = json!(garbage);
+        }
+        if !watch.is_null() {
+            details["scratch_watch"] = watch;
         }
         Ok(TierExit { usage, details })
     }
@@ -371,15 +408,22 @@ impl MicrovmTier {
         spec: &RunSpec,
         ctx: &RunContext,
         guest: &mut Guest,
+        egress: bool,
         timeline: &mut Vec<(&'static str, f64)>,
-    ) -> anyhow::Result<(Option<UsageSample>, u64)> {
+    ) -> anyhow::Result<(Option<UsageSample>, u64, serde_json::Value)> {
         let limits = &spec.limits;
-        let mut seed = [0u8; 32];
-        let _ = getrandom(&mut seed);
+        // The guest's random seed: a run without one does not happen.
+        let seed =
+            anyhow::Context::context(crate::host::random_hex(32), "cannot read /dev/urandom for the guest's seed")?;
+        let mut env = spec.sandbox_env("/work", "/tmp");
+        if egress {
+            env.extend(crate::egress::proxy_env().into_iter().filter(|(k, _)| !spec.env.contains_key(k)));
+        }
         let req = proto::RunRequest {
             language: spec.language.name().into(),
             code: spec.code.clone(),
-            env: spec.sandbox_env("/work", "/tmp"),
+            env,
+            net_port: egress.then_some(crate::egress::SANDBOX_PORT),
             limits: proto::GuestLimits {
                 cpu_ms: limits.cpu_time.as_millis() as u64,
                 memory_bytes: limits.memory_bytes,
@@ -388,7 +432,7 @@ impl MicrovmTier {
                 disk_bytes: limits.disk_bytes,
                 open_files: limits.open_files,
             },
-            seed: seed.iter().map(|b| format!("{b:02x}")).collect(),
+            seed,
             now: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
@@ -406,13 +450,13 @@ impl MicrovmTier {
                 _ = ctx.stop.cancelled() => {
                     guest.start_kill();
                     ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                    return Ok((None, garbage));
+                    return Ok((None, garbage, serde_json::Value::Null));
                 }
             };
             let Some(item) = item else {
                 if ctx.stop.is_cancelled() {
                     ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                    return Ok((None, garbage));
+                    return Ok((None, garbage, serde_json::Value::Null));
                 }
                 let tail = guest.console_tail(6);
                 return Err(anyhow!(
@@ -477,16 +521,16 @@ impl MicrovmTier {
             },
             rlimit_signals_trusted: false,
             capped_files: x.fsize_hit.iter().cloned().collect(),
-            full_mounts: if x.disk_full { vec!["/work or /tmp".into()] } else { vec![] },
+            full_mounts: match (&x.full_mounts, x.disk_full) {
+                (Some(m), _) if !m.is_empty() => m.split(", ").map(str::to_string).collect(),
+                (_, true) => vec!["/work or /tmp".into()],
+                _ => vec![],
+            },
         };
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(status)).await;
         let usage = UsageSample { cpu_ms, memory_bytes: x.memory_peak.or(last.memory_bytes), pids: x.pids_peak };
-        Ok((Some(usage), garbage))
+        let watch = json!({ "from": "guest agent", "file_events": x.file_events, "guarded_calls": x.guarded_calls });
+        Ok((Some(usage), garbage, watch))
     }
-}
-
-fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }

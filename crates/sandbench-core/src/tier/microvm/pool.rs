@@ -96,13 +96,13 @@ impl Pool {
     }
 
     /// Guests waiting and the resident memory (PSS) of their QEMU processes.
-    pub fn held(&self) -> crate::tier::Held {
+    pub fn held(&self) -> (usize, u64) {
         let pids: Vec<i32> = self
             .state
             .lock()
             .map(|s| s.ready.iter().filter_map(|(g, _)| g.pid()).map(|p| p as i32).collect())
             .unwrap_or_default();
-        crate::tier::Held { sandboxes: pids.len(), bytes: crate::host::pss_bytes(&pids) }
+        (pids.len(), crate::host::pss_bytes(&pids))
     }
 
     pub fn ready_count(&self) -> usize {

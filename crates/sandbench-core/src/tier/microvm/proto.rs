@@ -70,6 +70,12 @@ pub struct GuestExit {
     pub fsize_hit: Option<String>,
     /// A scratch file system ran out of space or inodes.
     pub disk_full: bool,
+    /// Which ones were full at some moment (the agent's watch), comma-separated.
+    pub full_mounts: Option<String>,
+    /// Did the agent's watch see file events (fanotify in the guest)?
+    pub file_events: bool,
+    /// Calls that waited for the agent's scratch guard (None: no guard).
+    pub guarded_calls: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -112,6 +118,10 @@ pub struct RunRequest {
     /// The host's clock (Unix seconds): the guest has no RTC, and a restored
     /// snapshot carries the time it was saved at.
     pub now: f64,
+    /// The run's network is an allow list: the agent's relay listens here
+    /// (on the guest's loopback) and carries connections over `sandbench.net`.
+    #[serde(default)]
+    pub net_port: Option<u16>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -162,6 +172,9 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
     field("code", req.code.as_bytes());
     field("seed", req.seed.as_bytes());
     field("now", format!("{:.6}", req.now).as_bytes());
+    if let Some(p) = req.net_port {
+        field("net_port", p.to_string().as_bytes());
+    }
     let l = &req.limits;
     for (k, v) in [
         ("cpu_ms", l.cpu_ms),
@@ -308,33 +321,37 @@ fn sanitize_exit(mut x: GuestExit) -> GuestExit {
     x
 }
 
+/// Decode `data` fed in pieces cut at `cuts` (taken modulo its length, in
+/// order): what the decoder made of it, the decoder, and the most it ever
+/// buffered. For the property tests and the fuzz targets.
+pub fn decode_chunks(data: &[u8], cuts: &[usize]) -> (Vec<Item>, Decoder, usize) {
+    let mut d = Decoder::new();
+    let mut out = vec![];
+    let (mut last, mut most) = (0, 0);
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
+    cuts.sort_unstable();
+    for c in cuts.into_iter().chain([data.len()]) {
+        d.push(&data[last..c], &mut out);
+        most = most.max(d.buffered());
+        last = c;
+    }
+    (out, d, most)
+}
+
+/// The frames among decoded items.
+pub fn frames(items: &[Item]) -> Vec<Frame> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Frame(f) => Some(f.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn decode_chunks(data: &[u8], cuts: &[usize]) -> (Vec<Item>, Decoder) {
-        let mut d = Decoder::new();
-        let mut out = vec![];
-        let mut last = 0;
-        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
-        cuts.sort_unstable();
-        for c in cuts.into_iter().chain([data.len()]) {
-            d.push(&data[last..c], &mut out);
-            assert!(d.buffered() <= HEADER_LEN + MAX_PAYLOAD + 1);
-            last = c;
-        }
-        (out, d)
-    }
-
-    fn frames(items: &[Item]) -> Vec<Frame> {
-        items
-            .iter()
-            .filter_map(|i| match i {
-                Item::Frame(f) => Some(f.clone()),
-                _ => None,
-            })
-            .collect()
-    }
 
     #[test]
     fn decodes_the_agent_format() {
@@ -362,6 +379,7 @@ mod tests {
             },
             seed: "00ff".into(),
             now: 1.5,
+            net_port: None,
         };
         let f = encode_run(&req);
         assert_eq!(&f[..3], b"SB\x01");
@@ -407,7 +425,8 @@ mod tests {
     #[test]
     fn truncated_stream_is_reported_at_the_end() {
         let f = encode(K_STDOUT, b"hello world");
-        let (out, mut d) = decode_chunks(&f[..f.len() - 3], &[]);
+        let (out, mut d, most) = decode_chunks(&f[..f.len() - 3], &[]);
+        assert!(most <= HEADER_LEN + MAX_PAYLOAD);
         assert!(out.is_empty());
         assert!(matches!(d.finish(), Some(Item::Garbage { bytes, .. }) if bytes == f.len() - 3));
         assert_eq!(d.finish(), None);

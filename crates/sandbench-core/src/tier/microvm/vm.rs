@@ -27,6 +27,8 @@ pub const NAME_PREFIX: &str = "sandbench-vm-";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Accel {
     Kvm,
     Tcg,
@@ -34,10 +36,7 @@ pub enum Accel {
 
 impl Accel {
     pub fn name(self) -> &'static str {
-        match self {
-            Accel::Kvm => "kvm",
-            Accel::Tcg => "tcg",
-        }
+        self.into()
     }
 }
 
@@ -90,6 +89,9 @@ fn shell_quote(p: &Path) -> String {
     format!("'{}'", p.to_string_lossy().replace('\'', "'\\''"))
 }
 
+/// Where QEMU finds its end of the egress channel.
+pub const NET_FD: i32 = 3;
+
 /// The QEMU arguments: the fewest devices that work. No network device, no
 /// PCI bus, no firmware ROMs; the root disk read-only; one virtio-serial port
 /// for control; the serial console on stderr.
@@ -123,11 +125,17 @@ pub fn args(paths: &Paths, shape: Shape, boot: &Boot, name: &str, qmp: Option<&P
         "-device".into(),
         "virtio-blk-device,drive=root".into(),
         "-device".into(),
-        "virtio-serial-device,max_ports=2".into(),
+        "virtio-serial-device,max_ports=3".into(),
         "-chardev".into(),
         "stdio,id=ctl,signal=off".into(),
         "-device".into(),
         "virtserialport,chardev=ctl,name=sandbench.0".into(),
+        // The egress channel (a socketpair end QEMU inherits): the guest's
+        // relay carries a run's allowed connections over it to the host proxy.
+        "-chardev".into(),
+        format!("socket,id=net,fd={NET_FD}"),
+        "-device".into(),
+        "virtserialport,chardev=net,name=sandbench.net".into(),
     ];
     if shape.accel == Accel::Kvm {
         a.extend(["-cpu".into(), "host".into()]);
@@ -197,6 +205,8 @@ pub struct Guest {
     pub boot_ms: Option<f64>,
     /// Agent log lines seen before the run.
     pub notes: Vec<String>,
+    /// The host end of the egress channel (`sandbench.net` in the guest).
+    pub net: Option<std::os::fd::OwnedFd>,
 }
 
 /// QEMU dies when the sandbench thread that started it dies, and a Ctrl-C
@@ -217,7 +227,28 @@ impl Guest {
         let dir = RunDir::create(&paths.runs, with_qmp)?;
         let name = format!("{NAME_PREFIX}{}", dir.name);
         let qmp = with_qmp.then(|| dir.path.join("qmp.sock"));
+        let (net_host, net_qemu) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::Stream,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .context("cannot create the egress channel")?;
+        let qfd = std::os::fd::AsRawFd::as_raw_fd(&net_qemu);
         let mut cmd = Command::new(qemu);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if qfd == NET_FD {
+                    if libc::fcntl(qfd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(qfd, NET_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         cmd.args(args(paths, shape, &boot, &name, qmp.as_deref()))
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -228,6 +259,7 @@ impl Guest {
         die_with_sandbench(&mut cmd);
         let mut child =
             cmd.spawn().with_context(|| format!("cannot start {qemu} (apt-get install qemu-system-x86)"))?;
+        drop(net_qemu);
         let stdin = child.stdin.take().ok_or_else(|| anyhow!("QEMU has no stdin"))?;
         let mut stdout = child.stdout.take().ok_or_else(|| anyhow!("QEMU has no stdout"))?;
         let mut stderr = child.stderr.take().ok_or_else(|| anyhow!("QEMU has no stderr"))?;
@@ -280,6 +312,7 @@ impl Guest {
             ready: None,
             boot_ms: None,
             notes: vec![],
+            net: Some(net_host),
         })
     }
 
@@ -447,6 +480,8 @@ mod tests {
         assert!(s.contains("microvm,accel=tcg"));
         assert!(s.contains("tsc_early_khz=2000000"));
         assert!(s.contains("sandbench.disk=1048576"));
+        // The egress channel is a serial port, not a network device.
+        assert!(s.contains("socket,id=net,fd=3") && s.contains("name=sandbench.net"));
         let r = args(
             &p,
             Shape { mem_mib: 448, cpus: 1, accel: Accel::Tcg },

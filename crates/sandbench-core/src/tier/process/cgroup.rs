@@ -255,6 +255,10 @@ impl RunCgroup {
                 fs::write(m.join("memory.limit_in_bytes"), &mem)?;
                 let _ = fs::write(m.join("memory.memsw.limit_in_bytes"), &mem);
                 let _ = fs::write(m.join("memory.swappiness"), "0");
+                // The program's process joins after its interpreter started
+                // (see sandbox.rs): its pages charged until then move along,
+                // so the run's memory counters (and limit) include them.
+                let _ = fs::write(m.join("memory.move_charge_at_immigrate"), "3");
                 fs::write(p.join(&self.name).join("pids.max"), pids)?;
                 if let Some(c) = cpu {
                     let c = c.join(&self.name);

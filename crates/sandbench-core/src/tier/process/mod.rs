@@ -6,11 +6,12 @@
 #![allow(unsafe_code)] // pre_exec hooks of the helper (async-signal-safe calls only)
 
 pub mod cgroup;
+pub mod netns;
 pub mod sandbox;
 pub mod seccomp;
 pub mod uids;
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -30,12 +31,17 @@ use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// Sampling is ten times denser for the first half second, so that a 50 ms
+/// program still shows a curve (reading the cgroup files takes microseconds).
+const SAMPLE_EARLY: Duration = Duration::from_millis(10);
+const EARLY_FOR: Duration = Duration::from_millis(500);
 
 /// The set-up steps the sandbox stamps (`Status::Mark`), kept in the
 /// report's timeline; any other name is not trusted into it.
 const MARKS: &[&str] = &["helper_started", "namespaces_made", "root_built", "isolation_applied"];
 
 pub struct ProcessTier {
+    host: Host,
     uid_base: u32,
     uid_count: u32,
     allow_degraded: bool,
@@ -46,6 +52,33 @@ pub struct ProcessTier {
     spare_limits: Limits,
     spare: Arc<Mutex<Option<Launched>>>,
     filling: Arc<AtomicBool>,
+    /// `[network] hosts`, for the egress proxy's resolver.
+    hosts: crate::egress::Hosts,
+}
+
+/// What the tier takes from sandbench's environment (`config::HostEnv`).
+#[derive(Debug, Clone)]
+struct Host {
+    /// The binary started as the sandbox helper.
+    exe: std::path::PathBuf,
+    try_user_cgroup: bool,
+}
+
+impl Host {
+    fn of(env: &crate::config::HostEnv) -> Host {
+        Host {
+            exe: env.helper.clone().unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe")),
+            try_user_cgroup: env.try_user_cgroup,
+        }
+    }
+}
+
+/// How every sandbox of a tier instance is made (the same for cold and spares).
+#[derive(Debug, Clone)]
+struct Shape {
+    host: Host,
+    uid_range: (u32, u32),
+    allow_degraded: bool,
 }
 
 /// A sandbox helper started with its [`sandbox::Prepare`]: namespaces,
@@ -68,6 +101,9 @@ struct Launched {
     timeline: Vec<(&'static str, f64)>,
     /// The cgroup's counters at the program's exit.
     final_stats: Option<cgroup::Stats>,
+    /// The host end of the channel init hands the egress listener over
+    /// (see `netns`); every helper gets one, a run without network drops it.
+    net: Option<OwnedFd>,
 }
 
 impl Launched {
@@ -114,10 +150,11 @@ impl Launched {
     }
 }
 
-fn layout() -> &'static Result<Layout, String> {
+/// The cgroup layout, detected once (the first caller's environment decides).
+fn layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
     static L: OnceLock<Result<Layout, String>> = OnceLock::new();
     L.get_or_init(|| {
-        if !nix::unistd::geteuid().is_root() && std::env::var_os("SANDBENCH_TRY_USER_CGROUP").is_none() {
+        if !nix::unistd::geteuid().is_root() && !try_user_cgroup {
             // v1 hierarchies are root's; on v2 an unprivileged user can only
             // use a delegated subtree, which detect() tries.
             return cgroup::detect().map_err(|e| format!("{e} (run as root, or use a systemd-delegated cgroup v2)"));
@@ -127,8 +164,8 @@ fn layout() -> &'static Result<Layout, String> {
 }
 
 /// Remove cgroups left by sandbench processes that died.
-pub fn reap_leftovers() {
-    if let Ok(l) = layout() {
+pub fn reap_leftovers(env: &crate::config::HostEnv) {
+    if let Ok(l) = layout(env.try_user_cgroup) {
         let n = cgroup::reap(l);
         if n > 0 {
             tracing::info!("reaped {n} leftover run cgroup(s)");
@@ -138,14 +175,14 @@ pub fn reap_leftovers() {
 
 /// A CPU meter around this process (see [`cgroup::CpuMeter`]), where the
 /// process tier's cgroups work.
-pub fn cpu_meter(what: &str) -> Result<cgroup::CpuMeter, String> {
-    let l = layout().as_ref().map_err(|e| e.clone())?;
+pub fn cpu_meter(what: &str, env: &crate::config::HostEnv) -> Result<cgroup::CpuMeter, String> {
+    let l = layout(env.try_user_cgroup).as_ref().map_err(|e| e.clone())?;
     cgroup::CpuMeter::enter(l, what).map_err(|e| format!("cannot make a CPU meter cgroup: {e}"))
 }
 
 /// Run cgroups that carry `token` (the soak's leftover count).
-pub fn owned_cgroups(token: &str) -> Vec<std::path::PathBuf> {
-    match layout() {
+pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path::PathBuf> {
+    match layout(env.try_user_cgroup) {
         Ok(l) => cgroup::owned(l, token),
         Err(_) => vec![],
     }
@@ -164,6 +201,7 @@ impl ProcessTier {
     pub fn new(config: &Config) -> Self {
         uids::prefetch();
         ProcessTier {
+            host: Host::of(&config.host),
             uid_base: config.process.uid_base,
             uid_count: config.process.uid_count,
             keep_spare: config.process.spare,
@@ -171,6 +209,15 @@ impl ProcessTier {
             spare_limits: config.limits.clone(),
             spare: Arc::new(Mutex::new(None)),
             filling: Arc::new(AtomicBool::new(false)),
+            hosts: config.network.hosts.clone(),
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        Shape {
+            host: self.host.clone(),
+            uid_range: (self.uid_base, self.uid_count),
+            allow_degraded: self.allow_degraded,
         }
     }
 
@@ -179,19 +226,27 @@ impl ProcessTier {
     async fn launch(
         limits: &Limits,
         waiter: Option<sandbox::Waiter>,
-        uid_range: (u32, u32),
-        allow_degraded: bool,
+        network_port: Option<u16>,
+        shape: &Shape,
         t0: std::time::Instant,
     ) -> anyhow::Result<Launched> {
+        let (uid_range, allow_degraded) = (shape.uid_range, shape.allow_degraded);
+        let try_user_cgroup = shape.host.try_user_cgroup;
         let at = |what: &'static str| (what, t0.elapsed().as_secs_f64() * 1000.0);
         let mut timeline = vec![];
         let root = nix::unistd::geteuid().is_root();
-        let exe = std::env::var_os("SANDBENCH_HELPER")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
+        let exe = &shape.host.exe;
         let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
         let wfd = status_w.as_raw_fd();
-        let mut cmd = Command::new(&exe);
+        let (net_host, net_helper) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::Stream,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .context("cannot create the egress channel")?;
+        let nfd = net_helper.as_raw_fd();
+        let mut cmd = Command::new(exe);
         cmd.arg("__sandbox")
             .env_clear()
             .stdin(std::process::Stdio::piped())
@@ -204,11 +259,19 @@ impl ProcessTier {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // Out of the way first: the status pipe may be about to land on its number.
+                let net = libc::fcntl(nfd, libc::F_DUPFD_CLOEXEC, 10);
+                if net < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 if wfd == sandbox::STATUS_FD {
                     if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::dup2(net, netns::NET_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -217,6 +280,7 @@ impl ProcessTier {
         let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
         timeline.push(at("helper_spawned"));
         drop(status_w);
+        drop(net_helper);
         let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
         let lim = limits.clone();
         let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
@@ -229,7 +293,7 @@ impl ProcessTier {
             } else {
                 None
             };
-            let cg = match layout() {
+            let cg = match layout(try_user_cgroup) {
                 // Cgroups work here: a run without its own is not the sandbox
                 // sandbench promised, so it does not happen.
                 Ok(l) => Some(RunCgroup::create(l, &lim).context("cannot create the run's cgroup")?),
@@ -257,6 +321,7 @@ impl ProcessTier {
             allow_degraded,
             disk_bytes: limits.disk_bytes,
             waiter,
+            network_port,
         };
         stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
         let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
@@ -271,6 +336,7 @@ impl ProcessTier {
             warnings,
             timeline,
             final_stats: None,
+            net: Some(net_host),
         })
     }
 
@@ -292,8 +358,7 @@ impl ProcessTier {
         let slot = self.spare.clone();
         let filling = self.filling.clone();
         let limits = self.spare_limits.clone();
-        let range = (self.uid_base, self.uid_count);
-        let degraded = self.allow_degraded;
+        let shape = self.shape();
         tokio::spawn(async move {
             if !after.is_zero() {
                 tokio::time::sleep(after).await;
@@ -302,7 +367,8 @@ impl ProcessTier {
             spec.limits = limits.clone();
             let made = async {
                 let t0 = std::time::Instant::now();
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded, t0).await?;
+                // Spares have no network: a run with an allow list is built for itself.
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), None, &shape, t0).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -351,11 +417,10 @@ impl ProcessTier {
         }
         let mut spec = RunSpec::new(Language::Python, "");
         spec.limits = self.spare_limits.clone();
-        let range = (self.uid_base, self.uid_count);
+        let shape = self.shape();
         let built = async {
             let t0 = std::time::Instant::now();
-            let mut l =
-                Self::launch(&self.spare_limits, Some(python_waiter(&spec)), range, self.allow_degraded, t0).await?;
+            let mut l = Self::launch(&self.spare_limits, Some(python_waiter(&spec)), None, &shape, t0).await?;
             l.wait_ready().await?;
             anyhow::Ok((l.memory(), t0.elapsed()))
         };
@@ -367,13 +432,6 @@ impl ProcessTier {
             ),
             Err(e) => format!("a spare could not be built ({e:#}): runs start cold"),
         }
-    }
-
-    /// Memory held by the waiting spare (its processes' PSS), if there is one.
-    pub fn held(&self) -> Option<crate::tier::Held> {
-        let s = self.spare.lock().ok()?;
-        let l = s.as_ref()?;
-        Some(crate::tier::Held { sandboxes: 1, bytes: l.memory() })
     }
 }
 
@@ -408,8 +466,28 @@ impl Tier for ProcessTier {
         "process"
     }
 
+    /// The spare and what it holds (its processes' PSS).
+    fn warm(&self) -> Option<String> {
+        if !self.keep_spare {
+            return None;
+        }
+        let mem = self.spare.lock().ok().and_then(|mut s| {
+            let l = s.as_mut().filter(|l| l.ready)?;
+            l.alive().then(|| l.memory())
+        });
+        Some(match mem {
+            Some(b) => format!("1 spare sandbox ready · {} resident", crate::spec::format_size(b)),
+            None => "no spare sandbox ready (one is made after a run)".into(),
+        })
+    }
+
     fn max_limits(&self) -> LimitMaxima {
         host_maxima()
+    }
+
+    /// Any allow list: the egress listener in the empty namespace is the way out.
+    fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
     }
 
     fn describe(&self) -> &'static str {
@@ -428,10 +506,6 @@ impl Tier for ProcessTier {
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.spare_ready())
     }
-
-    fn held(&self) -> Option<crate::tier::Held> {
-        ProcessTier::held(self)
-    }
 }
 
 fn interpreter_on_host(lang: Language) -> Option<String> {
@@ -448,7 +522,7 @@ fn interpreter_on_host(lang: Language) -> Option<String> {
 impl ProcessTier {
     async fn probe_inner(&self) -> Availability {
         let mut checks = vec![];
-        match layout() {
+        match layout(self.host.try_user_cgroup) {
             Ok(l) => checks.push(Check::ok(
                 "cgroup",
                 format!("{} — memory and pids limits, CPU accounting", match l.version() {
@@ -477,6 +551,8 @@ impl ProcessTier {
         spec.limits.wall_time = Duration::from_secs(10);
         spec.label = "doctor probe".into();
         let probe = ProcessTier {
+            host: self.host.clone(),
+            hosts: Default::default(),
             uid_base: self.uid_base,
             uid_count: self.uid_count,
             allow_degraded: self.allow_degraded,
@@ -522,7 +598,7 @@ impl ProcessTier {
         }
         let available = sandbox_ok;
         let summary = if available {
-            let cg = match layout() {
+            let cg = match layout(self.host.try_user_cgroup) {
                 Ok(l) => format!("cgroup {:?}", l.version()).to_lowercase(),
                 Err(_) => "no cgroup: weaker containment".into(),
             };
@@ -537,10 +613,13 @@ impl ProcessTier {
         ctx.emit(EventKind::Phase(Phase::Preparing)).await;
         let limits = spec.limits.clone();
         let mut warnings: Vec<String> = vec![];
-        if limits.network {
-            warnings.push("network access was requested but the process tier never grants it".into());
-        }
-        let (mut launched, start) = match self.take_spare() {
+        // A run with an allow list gets the egress listener's port in its
+        // Landlock rules, which are applied before any program arrives: such
+        // a run is built for itself (spares have no network).
+        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), &ctx);
+        let port = egress.as_ref().map(|_| crate::egress::SANDBOX_PORT);
+        let spare = if port.is_none() { self.take_spare() } else { None };
+        let (mut launched, start) = match spare {
             Some(mut l) => {
                 if let Some(c) = &l.cg {
                     c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
@@ -552,8 +631,7 @@ impl ProcessTier {
                 // Built for this run: its interpreter (Python) starts ahead of
                 // the program as in a spare, while init joins the cgroup.
                 let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
-                let range = (self.uid_base, self.uid_count);
-                let mut l = Self::launch(&limits, waiter, range, self.allow_degraded, ctx.started).await?;
+                let mut l = Self::launch(&limits, waiter, port, &self.shape(), ctx.started).await?;
                 l.timeline.push(("helper_prepared", ctx.ms()));
                 (l, "cold")
             }
@@ -569,11 +647,26 @@ impl ProcessTier {
             // for the ones the user already has.
             Some(count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids)
         };
+        let mut env = spec.sandbox_env("/work", "/tmp");
+        if let (Some(eg), Some(chan)) = (&egress, launched.net.take()) {
+            for (k, v) in crate::egress::proxy_env() {
+                if !spec.env.contains_key(&k) {
+                    env.push((k, v));
+                }
+            }
+            let server = eg.server();
+            eg.server().track(async move {
+                if let Some(l) = netns::receive_listener(chan).await {
+                    server.serve_listener(l);
+                }
+            });
+        }
+        launched.net = None;
         let config = SandboxConfig {
             code: spec.code.clone(),
             file_name: spec.language.file_name().into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
-            env: spec.sandbox_env("/work", "/tmp"),
+            env,
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
             data_limit: launched.cg.is_none().then_some(limits.memory_bytes),
             file_size_bytes: limits.file_size_bytes,
@@ -590,9 +683,18 @@ impl ProcessTier {
         // a killed sandbench leaves them to the next start's reaper).
         super::background::spawn(launched.teardown());
         self.refill_after(Duration::from_millis(20));
+        let network = match egress {
+            Some(eg) => eg.finish().await,
+            None => json!("none: an empty network namespace (no device but a loopback that is down)"),
+        };
         let mut out = result?;
+        out.details["network"] = network;
         if let Some(s) = final_stats {
-            if let Some(u) = out.usage.as_mut() {
+            // A run stopped from outside (output limit, timeout, cancel) has
+            // no exit report, but the cgroup still counted what it used: that,
+            // not the last sample (often the zeros of the first tick).
+            let u = out.usage.get_or_insert_with(Default::default);
+            {
                 u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
                 u.pids = s.pids_peak.or(u.pids);
                 // The cgroup charges shared pages to whoever touched them
@@ -633,8 +735,8 @@ impl ProcessTier {
         let mut out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone()));
         let mut err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone()));
 
-        let mut ticker = tokio::time::interval(SAMPLE_EVERY);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let sampling_from = tokio::time::Instant::now();
+        let mut next_sample = sampling_from;
         let mut judge = Judge::new(limits);
         let mut isolation = json!({});
         let mut exit: Option<Status> = None;
@@ -683,7 +785,9 @@ impl ProcessTier {
                         if let Some(c) = cg { c.kill_all(); }
                         None
                     }
-                    _ = ticker.tick(), if exit.is_none() && !status_eof => {
+                    _ = tokio::time::sleep_until(next_sample), if exit.is_none() && !status_eof => {
+                        let every = if sampling_from.elapsed() < EARLY_FOR { SAMPLE_EARLY } else { SAMPLE_EVERY };
+                        next_sample = tokio::time::Instant::now() + every;
                         let (sample, counters) = match cg {
                             Some(c) => {
                                 let s = c.stats();
@@ -750,6 +854,7 @@ impl ProcessTier {
         timeline.push(("output_drained", ctx.ms()));
         let _ = writer.await;
         let stats = cg.map(|c| c.stats());
+        launched.final_stats = stats;
         let final_counters = stats.map(|s| s.counters());
         if let Some(c) = &final_counters {
             judge.sample(ctx, c).await;
@@ -761,7 +866,9 @@ impl ProcessTier {
         if let Some(msg) = error {
             return Err(anyhow!("{msg}"));
         }
-        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, disk_full }) = exit else {
+        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
+            exit
+        else {
             if killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
                 return Ok(TierExit { usage: None, details: isolation_details(isolation, cg, &timeline) });
@@ -772,19 +879,19 @@ impl ProcessTier {
         // Whole-sandbox CPU from the cgroup; without one, init's rusage of
         // the program (kernel-kept, after its exit).
         let mut counters = final_counters.unwrap_or_default();
-        launched.final_stats = stats;
         counters.cpu_ms = counters.cpu_ms.or(Some(cpu_ms));
         let facts = ExitFacts {
             status: x,
             counters,
             rlimit_signals_trusted: false,
             capped_files: fsize_hit.into_iter().collect(),
-            full_mounts: if disk_full { vec!["/work, /tmp or /dev/shm".into()] } else { vec![] },
+            full_mounts,
         };
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(x)).await;
         let mut details = isolation_details(isolation, cg, &timeline);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
+        details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
         Ok(TierExit {
             usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(max_rss_kb * 1024), pids: None }),
             details,

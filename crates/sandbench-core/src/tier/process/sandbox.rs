@@ -78,6 +78,10 @@ pub struct Prepare {
     /// the run asks for exactly it; `None`: the program's process waits
     /// before its exec instead.
     pub waiter: Option<Waiter>,
+    /// The egress port on the sandbox's loopback (`netns`), when the run's
+    /// network is an allow list (its Landlock rules allow connecting to it).
+    #[serde(default)]
+    pub network_port: Option<u16>,
 }
 
 /// An interpreter started before its program, and what it can run inline.
@@ -146,7 +150,12 @@ pub enum Status {
         max_rss_kb: u64,
         /// A file at the file-size limit, if one was found.
         fsize_hit: Option<String>,
-        disk_full: bool,
+        /// Scratch mounts that were full at some moment.
+        full_mounts: Vec<String>,
+        /// Calls that waited for the scratch watch (None: no guard).
+        guarded: Option<u64>,
+        /// Did the watch see file events (or only mount states)?
+        files_watched: bool,
     },
 }
 
@@ -274,6 +283,8 @@ pub fn helper_main() -> ! {
         }
         Ok(ForkResult::Parent { child }) => {
             drop(procs);
+            // init alone holds the egress channel.
+            let _ = nix::unistd::close(super::netns::NET_FD);
             // Only the status pipe matters now; the program's output reaches
             // the host through its own copies of stdout and stderr, so the
             // host sees EOF when the program side is gone.
@@ -547,107 +558,67 @@ fn write_owned(path: &Path, bytes: &[u8], (uid, gid): (u32, u32)) -> Result<(), 
 /// The scratch mounts: the only places the program can write.
 const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
 
-/// Is a scratch mount out of space or inodes right now?
-fn any_mount_full() -> bool {
-    SCRATCH.iter().any(|m| {
-        nix::sys::statvfs::statvfs(*m)
-            .map(|s| s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0))
-            .unwrap_or(false)
-    })
+/// The scratch mounts as the watch names them.
+fn scratch_mounts() -> Vec<crate::highwater::Scratch> {
+    SCRATCH.iter().map(|m| crate::highwater::Scratch::new(m, *m)).collect()
 }
 
-/// High-water marks of the scratch space, watched by init while the program
-/// runs, so that a limit hit the program hides afterwards (a capped file
-/// deleted or buried deep, a full mount emptied again) still counts. Every
-/// write to a scratch mount queues a fanotify event that holds the written
-/// file open: init reads the size through that descriptor (unlinking does
-/// not shrink it) and, while holding the batch's files, checks whether a
-/// mount is full. Needs CAP_SYS_ADMIN (sandbench as root); otherwise only the
-/// final state is judged.
-struct Watch {
-    fan: Option<nix::sys::fanotify::Fanotify>,
-    file_size: u64,
-    hit: Option<String>,
-    full: bool,
-    overflow: bool,
+/// High-water marks of the scratch space, watched by init from before the
+/// program starts (see [`crate::highwater`]): file events need
+/// CAP_SYS_ADMIN (sandbench as root); the mount checks work without.
+fn watch_scratch() -> Option<crate::highwater::Watch> {
+    match crate::highwater::Watch::new(&scratch_mounts(), u64::MAX, crate::highwater::Mode::Pin) {
+        Ok(w) => Some(w),
+        // init made these mounts a moment ago: not opening them is a broken sandbox.
+        Err(e) => fail(format!("cannot watch the scratch space: {e}")),
+    }
 }
 
-impl Watch {
-    fn new() -> Watch {
-        use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
-        let fan = (|| -> nix::Result<Fanotify> {
-            let f = Fanotify::init(
-                InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK | InitFlags::FAN_CLASS_NOTIF,
-                EventFFlags::O_RDONLY | EventFFlags::O_LARGEFILE,
-            )?;
-            for m in SCRATCH {
-                f.mark(
-                    MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_MOUNT,
-                    MaskFlags::FAN_MODIFY | MaskFlags::FAN_CLOSE_WRITE,
-                    nix::fcntl::AT_FDCWD,
-                    Some(m),
-                )?;
-            }
-            Ok(f)
-        })();
-        let fan = match fan {
-            Ok(f) => Some(f),
-            Err(e) => {
-                send(&Status::Warning {
-                    msg: format!(
-                        "scratch space not watched ({e}): a capped file deleted before exit or a full scratch emptied again may go unreported"
-                    ),
-                });
-                None
-            }
-        };
-        Watch { fan, file_size: u64::MAX, hit: None, full: false, overflow: false }
-    }
-
-    /// Read every queued event; judge sizes and mounts while the batch's
-    /// files are held open.
-    fn drain(&mut self) {
-        let Some(fan) = &self.fan else { return };
-        let mut held = vec![];
-        loop {
-            match fan.read_events() {
-                Ok(evs) if !evs.is_empty() => {
-                    for ev in evs {
-                        if ev.mask().contains(nix::sys::fanotify::MaskFlags::FAN_Q_OVERFLOW) {
-                            self.overflow = true;
-                        }
-                        // init's own writes (the program's file) are not the program's.
-                        let own = ev.pid() == std::process::id() as i32;
-                        if let Some(fd) = ev.fd().filter(|_| !own) {
-                            if self.hit.is_none() {
-                                if let Ok(st) = nix::sys::stat::fstat(fd) {
-                                    let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
-                                    if regular && st.st_size as u64 >= self.file_size {
-                                        let name = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-                                            .map(|p| p.to_string_lossy().chars().take(200).collect())
-                                            .unwrap_or_else(|_| "a file".into());
-                                        self.hit = Some(name);
-                                    }
-                                }
-                            }
-                        }
-                        held.push(ev);
-                    }
-                    if held.len() >= 4096 {
-                        self.full |= any_mount_full();
-                        held.clear();
-                    }
-                }
-                _ => break,
+/// The program's side of the guard (see [`crate::highwater::install_guard`]):
+/// install the filter and hand its listener to init over `sock`. A guard
+/// that cannot be installed is reported, not fatal: the watch then races
+/// space freed by the program.
+fn send_guard(sock: std::os::fd::OwnedFd) {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    match crate::highwater::install_guard() {
+        Ok(listener) => {
+            let fds = [listener.as_raw_fd()];
+            let iov = [std::io::IoSlice::new(b"g")];
+            if let Err(e) =
+                sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+            {
+                // Without a supervisor every guarded call would wait forever.
+                fail(format!("cannot hand the scratch guard to init: {e}"));
             }
         }
-        if !held.is_empty() {
-            self.full |= any_mount_full();
-        }
+        Err(e) => send(&Status::Warning {
+            msg: format!("{e}: space the program frees is not checked first, so a full scratch emptied at once may go unreported"),
+        }),
     }
+}
 
-    fn check_mounts(&mut self) {
-        self.full |= any_mount_full();
+/// Init's side: the listener, or None when the program sent none.
+fn receive_guard(sock: &std::os::fd::OwnedFd) -> Option<crate::highwater::Guard> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::FromRawFd;
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = loop {
+        match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => break r.ok()?,
+        }
+    };
+    let fd = msg.cmsgs().ok()?.find_map(|c| match c {
+        ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
+        _ => None,
+    })?;
+    // SAFETY: SCM_RIGHTS just installed this descriptor in our table.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    match crate::highwater::Guard::new(fd) {
+        Ok(g) => Some(g),
+        Err(e) => fail(format!("scratch guard: {e}")),
     }
 }
 
@@ -760,9 +731,23 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     if let Err(e) = build_root(prep.disk_bytes, owner, waiter.as_ref().map(|(w, _)| *w)) {
         fail(format!("sandbox file system: {e}"));
     }
+    // Before anything else opens a descriptor: the channel is fd 4.
+    if let Err(e) = super::netns::serve_port(prep.network_port) {
+        fail(format!("sandbox network: {e}"));
+    }
     mark("root_built");
-    // Watching starts before the program exists: no write goes unseen.
-    let mut watch = Watch::new();
+    // Watching starts before the program's process exists: no write goes
+    // unseen. Its file-size limit is the run's, set when the run arrives.
+    let mut watch = watch_scratch();
+    let (guard_init, guard_prog) = match nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    ) {
+        Ok(p) => p,
+        Err(e) => fail(format!("init cannot make the guard's socket: {e}")),
+    };
     let (go_r, go_w) = pipe();
     let (ready_r, ready_w) = pipe();
     // SAFETY: init is single-threaded.
@@ -770,13 +755,20 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         Ok(ForkResult::Child) => {
             drop(go_w);
             drop(ready_r);
-            program_main(prep, owner, waiter.clone(), go_r, ready_w)
+            drop(guard_init);
+            program_main(prep, owner, waiter.clone(), go_r, ready_w, guard_prog)
         }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => fail(format!("fork of the program failed: {e}")),
     };
     drop(go_r);
     drop(ready_w);
+    drop(guard_prog);
+    // Before anything else: until init serves the guard, the program's
+    // guarded calls wait. EOF (no guard) when the program could not install
+    // one or did not get that far.
+    let mut guard = receive_guard(&guard_init);
+    drop(guard_init);
     // init keeps no copy of the program's output pipes.
     release_output();
     // SIGCHLD through a descriptor, so init waits for children and file
@@ -800,14 +792,13 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     send(&Status::Joined);
     // Ready: the interpreter has read its own file (so the program's may
     // replace it) and waits; or the program's process waits before its exec.
-    let mut byte = [0u8; 1];
-    match nix::unistd::read(&ready_r, &mut byte) {
-        Ok(1) => {}
-        _ => fail("the sandbox's interpreter exited while starting (its error, if any, is on the run's stderr)".into()),
-    }
+    // A guarded call meanwhile (sandbench's own code: none is expected) is
+    // served, never left waiting.
+    wait_ready(&ready_r, &mut guard, &mut watch);
     drop(ready_r);
     send(&Status::Ready);
-    // A spare waits here until a run hands it a program.
+    // A spare waits here until a run hands it a program (its process blocks
+    // in a read meanwhile: no guarded call can come).
     let mut buf = Vec::new();
     if let Err(e) = std::io::stdin().take(MAX_CONFIG_BYTES).read_to_end(&mut buf) {
         fail(format!("sandbox init: cannot read its config: {e}"));
@@ -842,7 +833,9 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
             )),
         },
     };
-    watch.file_size = cfg.file_size_bytes;
+    if let Some(w) = &mut watch {
+        w.set_file_size(cfg.file_size_bytes);
+    }
     send(&Status::Started);
     if let Err(e) = write_all(&go_w, &go_message(inline, &exe, &cfg)) {
         fail(format!("the sandbox's interpreter exited before its program started: {e}"));
@@ -871,16 +864,40 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         }
         if pid == 0 {
             use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-            let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-            if let Some(f) = &watch.fan {
-                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
-            }
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => fail(format!("init poll: {e}")),
-            }
+            let (idle, notified) = {
+                let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+                let guarded = guard.as_ref().and_then(|g| g.fd()).is_some();
+                if let Some(f) = guard.as_ref().and_then(|g| g.fd()) {
+                    fds.push(PollFd::new(f, PollFlags::POLLIN));
+                }
+                if let Some(f) = watch.as_ref().and_then(|w| w.fd()) {
+                    fds.push(PollFd::new(f, PollFlags::POLLIN));
+                }
+                // Idle now and then: a file filled through a mapping sends no event.
+                let timeout = if watch.is_some() { PollTimeout::from(50u16) } else { PollTimeout::NONE };
+                let n = match poll(&mut fds, timeout) {
+                    Ok(n) => n,
+                    Err(nix::errno::Errno::EINTR) => 1,
+                    Err(e) => fail(format!("init poll: {e}")),
+                };
+                (n == 0, guarded.then(|| fds[1].revents().unwrap_or(PollFlags::empty())))
+            };
             while let Ok(Some(_)) = sfd.read_signal() {}
-            watch.drain();
+            let call = match (notified, &mut guard) {
+                (Some(rev), Some(g)) => g.ready(rev),
+                _ => false,
+            };
+            if let Some(w) = &mut watch {
+                if call {
+                    if let Some(g) = &mut guard {
+                        g.serve(w);
+                    }
+                } else if idle {
+                    w.check_mounts();
+                } else {
+                    w.drain();
+                }
+            }
             continue;
         }
         if pid != main_pid.as_raw() {
@@ -893,20 +910,67 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         };
         let cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
             + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
-        watch.drain();
-        watch.check_mounts();
-        if watch.overflow {
-            send(&Status::Warning {
-                msg: "too many file events to watch them all: a hidden limit hit may go unreported".into(),
-            });
+        let guarded = guard.as_ref().map(|g| g.served());
+        let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
+        let mut found = watch.map(|w| w.finish()).unwrap_or_default();
+        for gap in &found.gaps {
+            send(&Status::Warning { msg: gap.clone() });
         }
-        let (scan_hit, scan_full) = scan_scratch(cfg.file_size_bytes);
-        let fsize_hit = watch.hit.take().or(scan_hit);
-        let disk_full = watch.full || scan_full;
-        send(&Status::Exit { code, signal, cpu_ms, max_rss_kb: ru.ru_maxrss as u64, fsize_hit, disk_full });
+        found.merge(scan_scratch(cfg.file_size_bytes));
+        send(&Status::Exit {
+            code,
+            signal,
+            cpu_ms,
+            max_rss_kb: ru.ru_maxrss as u64,
+            fsize_hit: found.capped.into_iter().next(),
+            full_mounts: found.full,
+            guarded,
+            files_watched,
+        });
         // pid 1 exiting makes the kernel kill everything else in the namespace.
         // SAFETY: plain exit.
         unsafe { libc::_exit(0) }
+    }
+}
+
+/// Wait for the program's process to say it is ready, serving its guard
+/// (and draining the watch) meanwhile. EOF: it died while starting.
+fn wait_ready(
+    ready: &OwnedFd,
+    guard: &mut Option<crate::highwater::Guard>,
+    watch: &mut Option<crate::highwater::Watch>,
+) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let (readable, call) = {
+            let mut fds = vec![PollFd::new(ready.as_fd(), PollFlags::POLLIN)];
+            if let Some(f) = guard.as_ref().and_then(|g| g.fd()) {
+                fds.push(PollFd::new(f, PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => fail(format!("init poll: {e}")),
+            }
+            let r = fds[0].revents().unwrap_or(PollFlags::empty());
+            let g = fds.get(1).and_then(|f| f.revents()).unwrap_or(PollFlags::empty());
+            (!r.is_empty(), g)
+        };
+        if let (Some(g), Some(w)) = (guard.as_mut(), watch.as_mut()) {
+            if g.ready(call) {
+                g.serve(w);
+            }
+        }
+        if readable {
+            let mut byte = [0u8; 1];
+            match nix::unistd::read(ready, &mut byte) {
+                Ok(1) => return,
+                Err(nix::errno::Errno::EINTR) => continue,
+                _ => fail(
+                    "the sandbox's interpreter exited while starting (its error, if any, is on the run's stderr)"
+                        .into(),
+                ),
+            }
+        }
     }
 }
 
@@ -939,13 +1003,13 @@ fn prepare_run(prep: &Prepare, owner: (u32, u32), waiter: Option<&Waiter>, cfg: 
 
 /// After the program: did it hit the file-size limit or fill its scratch
 /// space? Host-side evidence, not the program's word. Bounded, no symlinks.
-fn scan_scratch(file_size: u64) -> (Option<String>, bool) {
+fn scan_scratch(file_size: u64) -> crate::highwater::Found {
     let mut hit = None;
-    let mut full = false;
-    for dir in ["/work", "/tmp", "/dev/shm"] {
+    let mut full = vec![];
+    for dir in SCRATCH {
         if let Ok(s) = nix::sys::statvfs::statvfs(dir) {
             if s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0) {
-                full = true;
+                full.push(dir.to_string());
             }
         }
         if hit.is_some() {
@@ -974,12 +1038,12 @@ fn scan_scratch(file_size: u64) -> (Option<String>, bool) {
             }
         }
     }
-    (hit, full)
+    crate::highwater::Found { capped: hit.into_iter().collect(), full, gaps: vec![] }
 }
 
-fn landlock() -> String {
+fn landlock(egress_port: Option<u16>) -> String {
     use landlock::{
-        path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+        path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
         RulesetCreatedAttr, RulesetStatus, Scope, ABI,
     };
     let abi = ABI::V6;
@@ -993,6 +1057,9 @@ fn landlock() -> String {
             .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
             .add_rules(path_beneath_rules(["/work", "/tmp", "/dev/shm"], AccessFs::from_all(abi)))?
             .add_rules(path_beneath_rules(["/dev/null", "/dev/zero", "/dev/full"], AccessFs::from_all(abi)))?
+            // TCP connect to the egress listener's port only (nothing else
+            // listens in the namespace either); no bind at all.
+            .add_rules(egress_port.map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(p, AccessNet::ConnectTcp))))?
             .restrict_self()?;
         Ok(status.ruleset)
     })();
@@ -1033,6 +1100,7 @@ fn program_main(
     waiter: Option<(&Waiter, CString)>,
     go: OwnedFd,
     ready: OwnedFd,
+    guard: OwnedFd,
 ) -> ! {
     // A program that outlives init is killed with the namespace anyway; this
     // also covers the window before init's own wait loop starts.
@@ -1060,7 +1128,7 @@ fn program_main(
     {
         fail(format!("cannot restore SIGPIPE: {e}"));
     }
-    let landlock = landlock();
+    let landlock = landlock(prep.network_port);
     let mut degraded = vec![];
     if landlock != "fully_enforced" {
         let what = format!("Landlock {}", landlock.replace('_', " "));
@@ -1097,6 +1165,9 @@ fn program_main(
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         fail(format!("PR_SET_NO_NEW_PRIVS: {}", std::io::Error::last_os_error()));
     }
+    // The guard first: its listener goes to init before the program's own
+    // code (or the waiting interpreter's) can make a guarded call.
+    send_guard(guard);
     let programs = match super::seccomp::programs() {
         Ok(p) => p,
         Err(e) => fail(e),

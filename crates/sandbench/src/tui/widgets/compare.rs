@@ -36,9 +36,15 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     } else {
         cols_area
     };
-    let cols = Layout::horizontal(vec![Constraint::Ratio(1, runs.len() as u32); runs.len()]).split(cols_area);
-    for (run, col) in runs.iter().zip(cols.iter()) {
-        draw_column(app, run, f, *col);
+    let live = runs.iter().any(|r| !r.finished()) || app.compare_run.as_ref().is_some_and(|c| !c.queue.is_empty());
+    match app.compare_run.as_ref().filter(|c| c.show_dist(live)) {
+        Some(c) => super::histogram::draw(app, f, cols_area, &c.summary().tiers),
+        None => {
+            let cols = Layout::horizontal(vec![Constraint::Ratio(1, runs.len() as u32); runs.len()]).split(cols_area);
+            for (run, col) in runs.iter().zip(cols.iter()) {
+                draw_column(app, run, f, *col);
+            }
+        }
     }
     draw_summary(app, &runs, f, summary);
 }
@@ -84,7 +90,7 @@ fn draw_summary(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
         c.total()
     );
     let rows = compare::rows(&s);
-    let skip = app.compare_hscroll.min(COLUMNS.len() - 2);
+    let skip = app.compare_view.hscroll.min(COLUMNS.len() - 2);
     let width = |i: usize| {
         rows.iter().map(|r| r[i].chars().count()).chain([COLUMNS[i].chars().count()]).max().unwrap_or(4) as u16
     };

@@ -48,7 +48,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect, points: &[Point], missing: &[(
         .enumerate()
         .map(|(i, d)| {
             Dataset::default()
-                .marker(Marker::Dot)
+                .marker(Marker::Block)
                 .graph_type(GraphType::Scatter)
                 .style(Style::new().fg(palette[i % palette.len()]))
                 .data(d)
@@ -79,7 +79,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect, points: &[Point], missing: &[(
         .enumerate()
         .map(|(i, n)| {
             Line::from(vec![
-                Span::styled("• ", Style::new().fg(palette[i % palette.len()])),
+                Span::styled("■ ", Style::new().fg(palette[i % palette.len()])),
                 Span::styled(n.clone(), Style::new().fg(t.ui.fg)),
             ])
         })

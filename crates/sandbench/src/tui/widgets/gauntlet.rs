@@ -9,8 +9,9 @@ use ratatui::Frame;
 
 use super::{bold, pane};
 use crate::gauntlet::Verdict;
+use crate::spec::format_duration;
 use crate::spec::format_size;
-use crate::tui::app::{fmt_duration, App};
+use crate::tui::app::App;
 use crate::tui::gauntlet_view::{CellView, GState, GauntletView, Head};
 use crate::tui::run_view::fmt_ms;
 
@@ -19,15 +20,118 @@ pub struct GLayout {
     pub details: Rect,
 }
 
-fn info_lines(g: &GauntletView) -> u16 {
-    u16::from(!g.latency.is_empty()) + u16::from(!g.skipped.is_empty()) + u16::from(g.error.is_some())
+/// Lines under the matrix at `width` columns (borders included): the
+/// failure, the latency and the skipped tiers (wrapped, never cut), and the
+/// legend when the cells are abbreviated.
+fn info(app: &App, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
+    let t = &app.theme;
+    let w = width.saturating_sub(2).max(10) as usize;
+    let mut out = vec![];
+    if let Some(e) = &g.error {
+        out.push(Line::from(Span::styled(format!("the gauntlet failed: {e}"), bold(Style::new().fg(t.ui.error)))));
+    }
+    if !g.latency.is_empty() {
+        let units: Vec<Vec<Span<'static>>> = g
+            .latency
+            .iter()
+            .map(|l| {
+                vec![
+                    Span::styled(format!("{} ", l.tier), bold(Style::new().fg(t.ui.accent))),
+                    Span::styled(
+                        format!("{} p50 {} p95 {} ({} runs)", l.start, fmt_ms(l.p50_ms), fmt_ms(l.p95_ms), l.runs),
+                        Style::new().fg(t.ui.fg),
+                    ),
+                ]
+            })
+            .collect();
+        out.extend(wrap_units(Span::styled("benign latency ", t.dim()), units, w));
+    }
+    if !g.skipped.is_empty() {
+        let units = g
+            .skipped
+            .iter()
+            .map(|(n, why)| vec![Span::styled(format!("{n} ({why})"), Style::new().fg(t.ui.warn))])
+            .collect();
+        out.extend(wrap_units(Span::styled("not in the matrix: ", t.dim()), units, w));
+    }
+    if abbreviated(g, width) {
+        let units = ["a limit's name = contained by it", "blocked = refused", "Enter: the cell's details"]
+            .map(|u| vec![Span::styled(u, t.dim())])
+            .to_vec();
+        out.extend(wrap_units(Span::styled("short cells: ", t.dim()), units, w));
+    }
+    out
+}
+
+/// Fill lines of `w` columns with whole units (a tier's figures), two
+/// spaces apart, after `head`; a unit longer than a line gets one of its own.
+fn wrap_units(head: Span<'static>, units: Vec<Vec<Span<'static>>>, w: usize) -> Vec<Line<'static>> {
+    let width = |u: &[Span]| u.iter().map(|s| s.content.chars().count()).sum::<usize>();
+    let mut lines = vec![];
+    let mut cur = vec![head.clone()];
+    let mut used = head.content.chars().count();
+    for u in units {
+        let n = width(&u);
+        if used > 0 && used + 2 + n > w && cur.len() > 1 {
+            lines.push(Line::from(std::mem::take(&mut cur)));
+            cur.push(Span::raw(" ".repeat(head.content.chars().count())));
+            used = head.content.chars().count();
+        }
+        if cur.len() > 1 {
+            cur.push(Span::raw("  "));
+            used += 2;
+        }
+        cur.extend(u);
+        used += n;
+    }
+    lines.push(Line::from(cur));
+    lines
+}
+
+fn info_lines(app: &App, g: &GauntletView, width: u16) -> u16 {
+    info(app, g, width).len() as u16
+}
+
+/// Width of the name column and of each tier's column at `width`.
+fn columns(g: &GauntletView, width: u16) -> (u16, u16) {
+    let name_w = g.rows.iter().map(|r| r.name.chars().count() + 2).max().unwrap_or(8).clamp(10, 22) as u16;
+    let n = g.tiers.len().max(1) as u16;
+    let inner = width.saturating_sub(2 + name_w + n);
+    (name_w, inner / n)
+}
+
+/// Whether some cell shows its short form at `width` (its full text would not fit).
+fn abbreviated(g: &GauntletView, width: u16) -> bool {
+    let (_, col) = columns(g, width);
+    g.cells.iter().flatten().flatten().any(|cv| !cv.cancelled() && full_text(cv).chars().count() > col as usize)
+}
+
+fn full_text(cv: &CellView) -> String {
+    let mark = if cv.cell.as_expected { "✓" } else { "✗" };
+    if cv.cell.degraded {
+        format!("{mark} ⚠ {} (degraded)", cv.cell.verdict.short())
+    } else {
+        format!("{mark} {}", cv.cell.verdict.short())
+    }
+}
+
+/// The short form: the limit that contained it, "blocked", "ran", "ESCAPED", "error".
+fn short_text(cv: &CellView) -> String {
+    let mark = if cv.cell.as_expected { "✓" } else { "✗" };
+    let what = match &cv.cell.verdict {
+        Verdict::Ran => "ran".to_string(),
+        Verdict::Contained { by } => by.clone(),
+        Verdict::Escaped { .. } => "ESCAPED".into(),
+        Verdict::Error { .. } => "error".into(),
+    };
+    format!("{mark} {}{what}", if cv.cell.degraded { "⚠ " } else { "" })
 }
 
 pub fn layout(app: &App, body: Rect) -> GLayout {
     match &app.gauntlet {
         Some(g) if g.zoom => GLayout { matrix: Rect { height: 0, ..body }, details: body },
         Some(g) => {
-            let want = g.rows.len() as u16 + 3 + info_lines(g);
+            let want = g.rows.len() as u16 + 3 + info_lines(app, g, body.width);
             let h = want.min(body.height.saturating_mul(55) / 100).max(5.min(body.height));
             let [matrix, details] = Layout::vertical([Constraint::Length(h), Constraint::Min(0)]).areas(body);
             GLayout { matrix, details }
@@ -39,7 +143,7 @@ pub fn layout(app: &App, body: Rect) -> GLayout {
 /// Rows the table shows (without its header) and lines the details pane shows.
 pub fn rows(app: &App, body: Rect) -> (u16, u16) {
     let l = layout(app, body);
-    let info = app.gauntlet.as_ref().map_or(0, info_lines);
+    let info = app.gauntlet.as_ref().map_or(0, |g| info_lines(app, g, body.width));
     (l.matrix.height.saturating_sub(3 + info), l.details.height.saturating_sub(2))
 }
 
@@ -55,7 +159,20 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
                 Span::styled(" goes back", t.dim()),
             ]),
         ];
-        f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
+        // The gauntlet kept from an earlier run still draws the frontier.
+        let (points, missing) = app.frontier();
+        if points.is_empty() || body.height < 14 {
+            f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
+        } else {
+            let mut hint = hint;
+            hint.push(Line::from(Span::styled(
+                "the frontier below is from the last gauntlet kept in the state dir (sandbench gauntlet or report)",
+                t.dim(),
+            )));
+            let [top, chart] = Layout::vertical([Constraint::Length(5), Constraint::Min(8)]).areas(body);
+            f.render_widget(Paragraph::new(hint).wrap(Wrap { trim: false }).block(pane(app, " gauntlet ", true)), top);
+            super::frontier::draw(app, f, chart, &points, &missing);
+        }
         return;
     };
     let l = layout(app, body);
@@ -90,18 +207,17 @@ fn state_text(g: &GauntletView) -> String {
 }
 
 /// Short text and style of a cell.
-fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize) -> (String, Style) {
+fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (String, Style) {
     let t = &app.theme;
     match &g.cells[r][c] {
         Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
         Some(cv) => {
-            let mark = if cv.cell.as_expected { "✓" } else { "✗" };
-            if cv.cell.degraded {
-                // A pass in a sandbox that lacked protections is no plain pass.
-                return (format!("{mark} ⚠ {} (degraded)", cv.cell.verdict.short()), Style::new().fg(t.ui.warn));
-            }
-            let st = verdict_style(app, &cv.cell.verdict);
-            (format!("{mark} {}", cv.cell.verdict.short()), st)
+            let full = full_text(cv);
+            // The full words when they fit, else the short form (the legend says how to read it).
+            let text = if full.chars().count() <= col_w as usize { full } else { short_text(cv) };
+            // A pass in a sandbox that lacked protections is no plain pass.
+            let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(app, &cv.cell.verdict) };
+            (text, st)
         }
         None if g.running == Some((r, c)) => ("▶ running…".into(), bold(Style::new().fg(t.ui.accent))),
         None if g.active() => ("·".into(), t.dim()),
@@ -124,10 +240,11 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     let block = pane(app, title, !g.zoom);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    let info_h = info_lines(g).min(inner.height.saturating_sub(2));
+    let info = info(app, g, area.width);
+    let info_h = (info.len() as u16).min(inner.height.saturating_sub(2));
     let [table_area, info_area] = Layout::vertical([Constraint::Min(0), Constraint::Length(info_h)]).areas(inner);
 
-    let name_w = g.rows.iter().map(|r| r.name.chars().count() + 2).max().unwrap_or(8).clamp(10, 22) as u16;
+    let (name_w, col_w) = columns(g, area.width);
     let mut header = vec![TCell::from("program")];
     header.extend(g.tiers.iter().map(|n| TCell::from(n.clone())));
     let header = Row::new(header).style(bold(Style::new().fg(t.ui.title)));
@@ -140,7 +257,7 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
         let mut cells =
             vec![TCell::from(Line::from(vec![tag, Span::styled(row.name.clone(), Style::new().fg(t.ui.fg))]))];
         for c in 0..g.tiers.len() {
-            let (text, mut st) = cell_text(app, g, r, c);
+            let (text, mut st) = cell_text(app, g, r, c, col_w);
             if g.sel == (r, c) {
                 st = st.bg(t.ui.selection_bg).add_modifier(Modifier::BOLD);
             }
@@ -154,28 +271,6 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     let mut state = TableState::default().with_selected(Some(g.sel.0));
     f.render_stateful_widget(table, table_area, &mut state);
 
-    let mut info = vec![];
-    if let Some(e) = &g.error {
-        info.push(Line::from(Span::styled(format!("the gauntlet failed: {e}"), bold(Style::new().fg(t.ui.error)))));
-    }
-    if !g.latency.is_empty() {
-        let mut spans = vec![Span::styled("benign latency ", t.dim())];
-        for l in &g.latency {
-            spans.push(Span::styled(format!("{} ", l.tier), bold(Style::new().fg(t.ui.accent))));
-            spans.push(Span::styled(
-                format!("{} p50 {} p95 {} ({} runs)  ", l.start, fmt_ms(l.p50_ms), fmt_ms(l.p95_ms), l.runs),
-                Style::new().fg(t.ui.fg),
-            ));
-        }
-        info.push(Line::from(spans));
-    }
-    if !g.skipped.is_empty() {
-        let s: Vec<String> = g.skipped.iter().map(|(n, why)| format!("{n} ({why})")).collect();
-        info.push(Line::from(vec![
-            Span::styled("not in the matrix: ", t.dim()),
-            Span::styled(s.join(" · "), Style::new().fg(t.ui.warn)),
-        ]));
-    }
     f.render_widget(Paragraph::new(info), info_area);
 }
 
@@ -192,10 +287,15 @@ fn draw_details(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     let title = format!(" {} on {tier} · {hint} ", row.name);
     let block = pane(app, title, g.zoom);
     let lines = detail_lines(app, g, r, c);
-    let inner_h = block.inner(area).height as usize;
-    let _ = inner_h;
-    let scroll = if g.zoom { g.scroll.min(lines.len().saturating_sub(1)) } else { 0 };
-    f.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }).scroll((scroll as u16, 0)), area);
+    let inner = block.inner(area);
+    // Rows the wrapped lines take (word wrapping may take a few more).
+    let w = inner.width.max(1) as usize;
+    let total: usize = lines.iter().map(|l| l.width().div_ceil(w).max(1)).sum();
+    let scroll = if g.zoom { g.scroll.fit(0, total as u64, inner.height as u64) } else { 0 };
+    f.render_widget(
+        Paragraph::new(lines).block(block).wrap(Wrap { trim: false }).scroll((scroll.min(u16::MAX as u64) as u16, 0)),
+        area,
+    );
 }
 
 fn field<'a>(app: &App, k: &str, v: impl Into<Line<'a>>) -> Line<'a> {
@@ -321,7 +421,7 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             format!(
                 "cpu {} · peak memory {} · peak pids {}",
                 opt(u.cpu_ms.map(|ms| fmt_ms(ms as f64))),
-                opt(u.peak_memory_bytes.map(format_size)),
+                opt(u.peak_memory_bytes.filter(|b| *b > 0).map(super::side::short_size)),
                 opt(u.peak_pids.map(|p| p.to_string()))
             ),
         ),
@@ -333,8 +433,8 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
         Span::styled(
             format!(
                 "cpu {} · wall {} · memory {} · pids {} (the gauntlet's defaults)",
-                fmt_duration(l.cpu_time),
-                fmt_duration(l.wall_time),
+                format_duration(l.cpu_time),
+                format_duration(l.wall_time),
                 format_size(l.memory_bytes),
                 l.pids
             ),

@@ -6,6 +6,7 @@ mod compare;
 mod editor;
 pub mod frontier;
 pub mod gauntlet;
+mod histogram;
 mod output;
 mod overlays;
 pub mod runs;
@@ -109,8 +110,8 @@ fn draw_status(app: &App, f: &mut Frame, area: Rect) {
                     format!(
                         " · mem {} · cpu {} · wall {} · pids {}",
                         crate::spec::format_size(l.memory_bytes),
-                        super::app::fmt_duration(l.cpu_time),
-                        super::app::fmt_duration(l.wall_time),
+                        crate::spec::format_duration(l.cpu_time),
+                        crate::spec::format_duration(l.wall_time),
                         l.pids
                     ),
                     t.dim(),
@@ -124,17 +125,47 @@ fn draw_status(app: &App, f: &mut Frame, area: Rect) {
 fn draw_keybar(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
     let mut spans = vec![];
-    let mut used = 0usize;
-    for (key, label) in keymap::bar(&app.contexts()) {
-        let w = key.chars().count() + label.chars().count() + 2;
-        if used + w > area.width as usize {
-            break;
-        }
-        used += w;
+    for (key, label) in keybar_entries(&keymap::bar(&app.contexts()), area.width as usize) {
         spans.push(Span::styled(key.to_string(), t.key()));
-        spans.push(Span::styled(format!(" {label} "), Style::new().fg(t.ui.fg)));
+        spans.push(Span::styled(
+            if label.is_empty() { " ".into() } else { format!(" {label} ") },
+            Style::new().fg(t.ui.fg),
+        ));
     }
     f.render_widget(Paragraph::new(Line::from(spans)).style(Style::new().bg(t.ui.keybar_bg)), area);
+}
+
+/// The key bar's entries at `width` columns. Every key stays visible: when
+/// the labels do not all fit, the global keys lose theirs from the right
+/// (F1 help names them all), except help and quit, then the view's own keys
+/// do; only if the bare keys
+/// still do not fit are the last ones dropped.
+pub fn keybar_entries(entries: &[(&'static str, &'static str)], width: usize) -> Vec<(&'static str, &'static str)> {
+    let mut v: Vec<(&str, &str)> = entries.to_vec();
+    let w = |v: &[(&str, &str)]| -> usize {
+        v.iter().map(|(k, l)| k.chars().count() + if l.is_empty() { 1 } else { l.chars().count() + 2 }).sum()
+    };
+    let global = |k: &str| k.starts_with('F') || k.starts_with('^');
+    let mut i = v.len();
+    while w(&v) > width && i > 0 {
+        i -= 1;
+        if global(v[i].0) && !matches!(v[i].0, "F1" | "^Q") {
+            v[i].1 = "";
+        }
+    }
+    // Still too wide (a view with many keys of its own): its keys lose
+    // their labels too, from the right, Esc ("back") last.
+    let mut i = v.len();
+    while w(&v) > width && i > 0 {
+        i -= 1;
+        if !global(v[i].0) && v[i].0 != "Esc" {
+            v[i].1 = "";
+        }
+    }
+    while w(&v) > width && !v.is_empty() {
+        v.pop();
+    }
+    v
 }
 
 /// A bordered block in the theme's colours.
@@ -165,5 +196,30 @@ fn outcome_style(app: &App, o: crate::report::Outcome) -> (Style, &'static str) 
         Violation => (bold(Style::new().fg(t.ui.violation)), "✖"),
         Error => (bold(Style::new().fg(t.ui.error)), "‼"),
         Cancelled => (bold(Style::new().fg(t.ui.warn)), "■"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keybar_entries;
+    use crate::tui::keymap::{bar, Ctx};
+
+    #[test]
+    fn every_key_stays_in_the_key_bar_at_80_columns() {
+        for ctx in [Ctx::Editor, Ctx::Compare, Ctx::Gauntlet, Ctx::Runs, Ctx::Output] {
+            let all = bar(&[ctx, Ctx::Global]);
+            let shown = keybar_entries(&all, 80);
+            assert_eq!(shown.len(), all.len(), "{ctx:?}: {shown:?}");
+            let w: usize =
+                shown.iter().map(|(k, l)| k.chars().count() + if l.is_empty() { 1 } else { l.len() + 2 }).sum();
+            assert!(w <= 80, "{ctx:?}: {w} columns");
+            for k in ["F8", "F9", "F10", "F11"] {
+                assert!(shown.iter().any(|(key, _)| *key == k), "{ctx:?} lost {k}");
+            }
+            assert!(shown.contains(&("^Q", "quit")) && shown.contains(&("F1", "help")), "{ctx:?}: {shown:?}");
+        }
+        // Wide enough: every label.
+        let all = bar(&[Ctx::Editor, Ctx::Global]);
+        assert_eq!(keybar_entries(&all, 200), all);
     }
 }

@@ -25,7 +25,8 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         f.render_widget(Paragraph::new(hint).block(block), area);
         return;
     };
-    let mut title = format!(" output · {} · {} ", run.tier, if app.follow { "following" } else { "scrolled" });
+    let mut title =
+        format!(" output · {} · {} ", run.tier, if app.output.scroll.follows() { "following" } else { "scrolled" });
     if run.lines.dropped > 0 {
         title.push_str(&format!("· {} dropped ", run.lines.dropped));
     }
@@ -36,9 +37,38 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let top = app.output_top().saturating_sub(run.lines.dropped) as usize;
     let partials: Vec<OutLine> = run.partials().collect();
     let all = run.lines.iter().chain(partials.iter());
-    let lines: Vec<Line> =
-        all.skip(top).take(rows).map(|l| render(app, l, app.hscroll, inner.width as usize)).collect();
+    // The search's matches are highlighted, the current match's line marked.
+    let query: Option<Vec<char>> = app.output.search.as_ref().map(|q| lower(q)).filter(|q| !q.is_empty());
+    let first = run.lines.dropped + top as u64;
+    let lines: Vec<Line> = all
+        .skip(top)
+        .take(rows)
+        .enumerate()
+        .map(|(i, l)| {
+            let current = app.output.found == Some(first + i as u64);
+            render_marked(app, l, app.output.hscroll, inner.width as usize, query.as_deref(), current)
+        })
+        .collect();
     f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Lowercase, one char for one char (so positions carry over).
+fn lower(s: &str) -> Vec<char> {
+    s.chars().map(|c| c.to_lowercase().next().unwrap_or(c)).collect()
+}
+
+/// Char positions of `line` inside a match of `q`.
+fn matched(line: &[char], q: &[char]) -> Vec<bool> {
+    let mut hit = vec![false; line.len()];
+    if q.is_empty() || q.len() > line.len() {
+        return hit;
+    }
+    for i in 0..=line.len() - q.len() {
+        if line[i..i + q.len()] == *q {
+            hit[i..i + q.len()].iter_mut().for_each(|h| *h = true);
+        }
+    }
+    hit
 }
 
 pub fn origin_style(app: &App, o: Origin) -> Style {
@@ -56,8 +86,24 @@ pub fn origin_style(app: &App, o: Origin) -> Style {
 /// One output line: a one-column gutter (stderr is marked), the text from
 /// display column `left`, at most `width` columns, a note when it was cut.
 pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static> {
+    render_marked(app, l, left, width, None, false)
+}
+
+/// `render`, with the matches of `query` (lowercased) highlighted and, for
+/// the current match, a marker in the gutter.
+fn render_marked(
+    app: &App,
+    l: &OutLine,
+    left: usize,
+    width: usize,
+    query: Option<&[char]>,
+    current: bool,
+) -> Line<'static> {
     let base = origin_style(app, l.origin);
+    let hits = query.map(|q| matched(&lower(l.line.text()), q)).unwrap_or_default();
+    let hl = Style::new().fg(app.theme.ui.bg).bg(app.theme.ui.warn);
     let gutter = match l.origin {
+        _ if current => Span::styled("▶", bold(Style::new().fg(app.theme.ui.warn))),
         Origin::Stderr => Span::styled("▍", Style::new().fg(app.theme.ui.stderr)),
         _ => Span::raw(" "),
     };
@@ -67,25 +113,33 @@ pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static
     let note = (l.line.cut > 0).then(|| format!(" …+{}", l.line.cut));
     let room = width.saturating_sub(1).saturating_sub(note.as_ref().map_or(0, |n| n.chars().count()));
     let mut used = 0usize;
+    let mut at = 0usize;
     'outer: for (style, text) in l.line.segments() {
-        let st = base.patch(style);
+        let plain = base.patch(style);
         let mut s = String::new();
+        let mut lit = false;
         for c in text.chars() {
             let w = c.width().unwrap_or(0);
+            let hit = hits.get(at).copied().unwrap_or(false);
+            at += 1;
             if col >= left {
                 if used + w > room {
                     if !s.is_empty() {
-                        spans.push(Span::styled(std::mem::take(&mut s), st));
+                        spans.push(Span::styled(std::mem::take(&mut s), if lit { hl } else { plain }));
                     }
                     break 'outer;
                 }
+                if hit != lit && !s.is_empty() {
+                    spans.push(Span::styled(std::mem::take(&mut s), if lit { hl } else { plain }));
+                }
+                lit = hit;
                 s.push(c);
                 used += w;
             }
             col += w;
         }
         if !s.is_empty() {
-            spans.push(Span::styled(s, st));
+            spans.push(Span::styled(s, if lit { hl } else { plain }));
         }
     }
     if let Some(n) = note {

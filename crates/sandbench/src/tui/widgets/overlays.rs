@@ -7,22 +7,23 @@ use ratatui::widgets::{Clear, List, ListItem, ListState, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{bold, centered, pane};
-use crate::tui::app::{App, Overlay};
+use crate::tui::app::App;
 use crate::tui::keymap;
+use crate::tui::overlays::{Help, LimitsForm, Overlay, Prompt, PromptKind, SamplesPicker};
 
 pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     match &app.overlay {
         None => {}
-        Some(Overlay::Help { scroll }) => help(app, f, area, *scroll),
+        Some(Overlay::Help(h)) => help(app, f, area, h),
         Some(Overlay::Samples(p)) => samples(app, f, area, p),
         Some(Overlay::Limits(form)) => limits(app, f, area, form),
-        Some(Overlay::SaveAs { input }) => {
+        Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input })) => {
             // Where a relative name lands, so "saved" is never a surprise.
             let dir = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
             let title = format!(" save as (relative to {dir}) · Enter saves · Esc cancels ");
             prompt(app, f, area, &title, "file: ", input)
         }
-        Some(Overlay::Search { input }) => {
+        Some(Overlay::Prompt(Prompt { kind: PromptKind::Search, input })) => {
             prompt(app, f, area, " search the output · Enter finds · Esc cancels ", "find: ", input)
         }
     }
@@ -36,7 +37,7 @@ fn popup(app: &App, f: &mut Frame, rect: Rect, title: &str) -> Rect {
     inner
 }
 
-fn help(app: &App, f: &mut Frame, area: Rect, scroll: usize) {
+fn help(app: &App, f: &mut Frame, area: Rect, h: &Help) {
     let t = &app.theme;
     let rect = centered(area, 76, area.height.saturating_sub(2));
     let inner = popup(app, f, rect, " help · keys (Esc closes) ");
@@ -51,20 +52,28 @@ fn help(app: &App, f: &mut Frame, area: Rect, scroll: usize) {
         }
         lines.push(Line::default());
     }
-    let max = lines.len().saturating_sub(inner.height as usize);
-    let scroll = scroll.min(max);
-    f.render_widget(Paragraph::new(lines).scroll((scroll as u16, 0)), inner);
+    let top = h.scroll.fit(0, lines.len() as u64, inner.height as u64);
+    f.render_widget(Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)), inner);
 }
 
-fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPicker) {
+fn samples(app: &App, f: &mut Frame, area: Rect, p: &SamplesPicker) {
     let t = &app.theme;
     let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
-    let inner = popup(app, f, rect, " samples · Enter loads · Esc closes ");
+    let title = if p.filter.is_empty() {
+        " samples · type to filter · Enter loads · Esc closes ".to_string()
+    } else {
+        format!(" samples · filter: {}_ · Bksp · Enter loads · Esc closes ", p.filter)
+    };
+    let inner = popup(app, f, rect, &title);
     let list_w = (inner.width / 3).clamp(18, 30);
     let [left, right] = Layout::horizontal([Constraint::Length(list_w), Constraint::Min(10)]).areas(inner);
-    let items: Vec<ListItem> = p
-        .items
+    let visible = p.visible();
+    if visible.is_empty() && !p.items.is_empty() {
+        f.render_widget(Paragraph::new(Span::styled(format!("no sample matches '{}'", p.filter), t.dim())), left);
+    }
+    let items: Vec<ListItem> = visible
         .iter()
+        .map(|i| &p.items[*i])
         .map(|(group, s)| {
             let tag = if group == "hostile" {
                 Span::styled("☠ ", Style::new().fg(t.ui.violation))
@@ -84,7 +93,7 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPic
     for prob in &p.problems {
         lines.push(Line::from(Span::styled(prob.clone(), Style::new().fg(t.ui.warn))));
     }
-    if let Some((group, s)) = p.items.get(p.selected) {
+    if let Some((group, s)) = p.current() {
         let field = |k: &str, v: String| {
             Line::from(vec![Span::styled(format!("{k:<7}"), t.key()), Span::styled(v, Style::new().fg(t.ui.fg))])
         };
@@ -122,7 +131,7 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPic
     );
 }
 
-fn limits(app: &App, f: &mut Frame, area: Rect, form: &crate::tui::app::LimitsForm) {
+fn limits(app: &App, f: &mut Frame, area: Rect, form: &LimitsForm) {
     let t = &app.theme;
     let rect = centered(area, 56, form.fields.len() as u16 + 6);
     let inner = popup(app, f, rect, " limits of the next run · Enter applies ");
@@ -130,6 +139,9 @@ fn limits(app: &App, f: &mut Frame, area: Rect, form: &crate::tui::app::LimitsFo
     for (i, (field, text)) in form.fields.iter().enumerate() {
         let sel = i == form.selected;
         let val_style = if sel { Style::new().fg(t.ui.fg).bg(t.ui.selection_bg) } else { Style::new().fg(t.ui.fg) };
+        // A long allow list shows its end, where the typing happens.
+        let n = text.chars().count();
+        let text = if n > 30 { format!("…{}", text.chars().skip(n - 29).collect::<String>()) } else { text.clone() };
         lines.push(Line::from(vec![
             Span::styled(if sel { "▶ " } else { "  " }, t.key()),
             Span::styled(format!("{:<10}", field.label()), Style::new().fg(t.ui.title)),

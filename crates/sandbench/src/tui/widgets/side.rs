@@ -43,6 +43,9 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
     let mut lines = vec![];
     if let Some(a) = &app.selected_tier().avail {
         lines.push(Line::from(Span::styled(a.summary.clone(), t.dim())));
+        if let (true, Some(w)) = (a.available, &app.selected_tier().warm) {
+            lines.push(Line::from(vec![Span::styled("warm: ", t.key()), Span::styled(w.clone(), t.dim())]));
+        }
         if !a.available {
             if let Some(c) = a.checks.iter().find(|c| !c.ok) {
                 lines.push(Line::from(Span::styled(format!("{}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
@@ -72,16 +75,11 @@ pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
             Some(_) => ("✖", "unavailable".to_string(), Style::new().fg(t.ui.error)),
         };
         let name_style = if sel { bold(Style::new().fg(t.ui.accent)) } else { Style::new().fg(t.ui.fg) };
-        let mut row = vec![
+        lines.push(Line::from(vec![
             Span::styled(if sel { "▶ " } else { "  " }, name_style),
             Span::styled(format!("{:<9}", tier.name), name_style),
             Span::styled(format!("{glyph} {state}"), st),
-        ];
-        if let Some(h) = tier.held {
-            // Warm sandboxes cost memory while they wait: say how much.
-            row.push(Span::styled(format!(" · {} warm {}", h.sandboxes, short_size(h.bytes)), t.dim()));
-        }
-        lines.push(Line::from(row));
+        ]));
     }
     lines.extend(detail_lines(app));
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
@@ -98,11 +96,11 @@ pub fn draw_resources(app: &App, f: &mut Frame, area: Rect) {
                 Style::new().fg(t.ui.fg),
             )),
             Line::from(Span::styled(
-                format!("cpu {}", crate::tui::app::fmt_duration(app.limits.cpu_time)),
+                format!("cpu {}", crate::spec::format_duration(app.limits.cpu_time)),
                 Style::new().fg(t.ui.fg),
             )),
             Line::from(Span::styled(
-                format!("wall {}", crate::tui::app::fmt_duration(app.limits.wall_time)),
+                format!("wall {}", crate::spec::format_duration(app.limits.wall_time)),
                 Style::new().fg(t.ui.fg),
             )),
             Line::from(Span::styled(format!("pids {}", app.limits.pids), Style::new().fg(t.ui.fg))),
@@ -156,7 +154,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
         Line::from(vec![
             Span::styled("teardown ", t.dim()),
             Span::styled(opt(down), Style::new().fg(t.ui.fg)),
-            Span::styled(format!(" · {} out", crate::spec::format_size(run.bytes.max(1)).replace("1B", "0B")), t.dim()),
+            Span::styled(format!(" · {} out", short_size(run.bytes)), t.dim()),
         ]),
     ];
     if run.bytes == 0 {
@@ -167,10 +165,11 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     }
     let outcome_lines = outcome_lines(app, run);
     let spark_h = if area.height >= 14 { 2 } else { 1 };
-    let [head, cpu_l, mem_l, mem_g, pid_g, tail] = Layout::vertical([
+    let [head, cpu_l, mem_l, axis_l, mem_g, pid_g, tail] = Layout::vertical([
         Constraint::Length(top.len() as u16),
         Constraint::Length(spark_h),
         Constraint::Length(spark_h),
+        Constraint::Length(1),
         Constraint::Length(1),
         Constraint::Length(1),
         Constraint::Min(0),
@@ -179,23 +178,66 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     f.render_widget(Paragraph::new(top), head);
     let label_w = 10u16;
     let cpu_txt = run.cpu_pct().map(|c| format!("cpu {c:>3}%")).unwrap_or_else(|| "cpu    –".into());
-    sparkline(f, cpu_l, label_w, &cpu_txt, run.cpu_hist.iter().copied(), Some(100), Style::new().fg(t.ui.cpu), t.dim());
     // Once the run is over, the gauges and labels show peaks.
     let done = run.finished();
-    let mem = if done { Some(run.peak_memory) } else { run.usage.memory_bytes };
+    let mem = if done { Some(run.peak_memory).filter(|m| *m > 0) } else { run.usage.memory_bytes };
     let pids = if done { run.peak_pids } else { run.usage.pids.unwrap_or(0) };
+    // A pids violation means the count reached the limit, whatever the
+    // samples saw (gVisor's processes are not visible to the host's cgroup).
+    let pids = if run.violations.iter().any(|v| v.kind == crate::event::ViolationKind::Pids) {
+        pids.max(run.limits.pids)
+    } else {
+        pids
+    };
     let mem_txt =
-        format!("{} {:>4}", if done { "peak" } else { "mem " }, mem.map(short_size).unwrap_or_else(|| "–".into()));
-    sparkline(
-        f,
-        mem_l,
-        label_w,
-        &mem_txt,
-        run.mem_hist.iter().copied(),
-        Some(run.limits.memory_bytes),
-        Style::new().fg(t.ui.memory),
-        t.dim(),
-    );
+        format!("{} {:>4}", if done { "peak" } else { "mem " }, mem.map(short_size).unwrap_or_else(|| "—".into()));
+    // A curve needs a few points: a run shorter than the sampling interval
+    // says so instead of drawing a lone bar.
+    if run.samples < 3 {
+        let why = match run.samples_span {
+            None => "no usage sample yet".to_string(),
+            Some(_) => format!("too few to draw: {} sample(s) in {}", run.samples, fmt_ms(run.elapsed_ms())),
+        };
+        label(f, cpu_l, label_w, &cpu_txt, Span::styled(why, t.dim()));
+        label(f, mem_l, label_w, &mem_txt, Span::raw(""));
+    } else {
+        let cpu_max = run.cpu_hist.iter().copied().max().unwrap_or(0).max(10);
+        sparkline(
+            f,
+            cpu_l,
+            label_w,
+            &cpu_txt,
+            &run.cpu_hist,
+            cpu_max,
+            format!("{cpu_max}%"),
+            Style::new().fg(t.ui.cpu),
+            t.dim(),
+        );
+        let mem_max = run.mem_hist.iter().copied().max().unwrap_or(0).max(1);
+        sparkline(
+            f,
+            mem_l,
+            label_w,
+            &mem_txt,
+            &run.mem_hist,
+            mem_max,
+            short_size(mem_max),
+            Style::new().fg(t.ui.memory),
+            t.dim(),
+        );
+        if let Some((a, b)) = run.samples_span {
+            // The time axis under both curves: first sample … latest.
+            let [_, axis] = Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1)]).areas(axis_l);
+            let l = fmt_ms(a);
+            let mut r = format!("{} · {} samples", fmt_ms(b), run.samples);
+            if l.chars().count() + r.chars().count() + 2 > axis.width as usize {
+                r = fmt_ms(b);
+            }
+            let gap = (axis.width as usize).saturating_sub(l.chars().count() + r.chars().count() + 2);
+            let line = format!("{l} {} {r}", "─".repeat(gap));
+            f.render_widget(Paragraph::new(Span::styled(line, t.dim())), axis);
+        }
+    }
     let mem = mem.unwrap_or(0);
     gauge(
         app,
@@ -232,9 +274,10 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
         }
         let peak = format!(
             "peak mem {} · pids {} · cpu {}",
-            r.usage.peak_memory_bytes.map(short_size).unwrap_or_else(|| "?".into()),
-            r.usage.peak_pids.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
-            r.usage.cpu_ms.map(|c| fmt_ms(c as f64)).unwrap_or_else(|| "?".into())
+            // Unknown is "—": a zero would be a measurement.
+            r.usage.peak_memory_bytes.filter(|b| *b > 0).map(short_size).unwrap_or_else(|| "—".into()),
+            r.usage.peak_pids.map(|p| p.to_string()).unwrap_or_else(|| "—".into()),
+            r.usage.cpu_ms.map(|c| fmt_ms(c as f64)).unwrap_or_else(|| "—".into())
         );
         out.push(Line::from(Span::styled(peak, t.dim())));
     }
@@ -257,27 +300,36 @@ pub fn short_size(b: u64) -> String {
     }
 }
 
+fn label(f: &mut Frame, area: Rect, label_w: u16, text: &str, rest: Span<'static>) {
+    let [l, r] = Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1)]).areas(area);
+    f.render_widget(Paragraph::new(Span::raw(text.to_string())), l);
+    f.render_widget(Paragraph::new(rest).wrap(Wrap { trim: true }), r);
+}
+
+/// A sparkline scaled to `max` (the largest value shown, not the limit: a
+/// 10 MB program under a 256 MB limit still draws a curve), with its scale
+/// on the right.
 #[allow(clippy::too_many_arguments)]
 fn sparkline(
     f: &mut Frame,
     area: Rect,
     label_w: u16,
     label: &str,
-    data: impl DoubleEndedIterator<Item = u64> + ExactSizeIterator,
-    max: Option<u64>,
+    data: &std::collections::VecDeque<u64>,
+    max: u64,
+    max_label: String,
     style: Style,
     label_style: Style,
 ) {
-    let [l, r] = Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1)]).areas(area);
+    let scale_w = (max_label.chars().count() as u16 + 2).min(area.width / 3);
+    let [l, r, m] =
+        Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1), Constraint::Length(scale_w)]).areas(area);
     f.render_widget(Paragraph::new(Span::styled(label.to_string(), label_style)), l);
+    f.render_widget(Paragraph::new(Span::styled(format!("▕{max_label}"), label_style)), m);
     // Newest samples on the right: keep the last `width` of them.
     let n = data.len();
-    let data: Vec<u64> = data.skip(n.saturating_sub(r.width as usize)).collect();
-    let mut s = Sparkline::default().data(&data).style(style);
-    if let Some(m) = max {
-        s = s.max(m.max(1));
-    }
-    f.render_widget(s, r);
+    let data: Vec<u64> = data.iter().copied().skip(n.saturating_sub(r.width as usize)).collect();
+    f.render_widget(Sparkline::default().data(&data).style(style).max(max.max(1)), r);
 }
 
 fn gauge(app: &App, f: &mut Frame, area: Rect, name: &str, ratio: f64, label: String) {

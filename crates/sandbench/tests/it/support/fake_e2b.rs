@@ -348,6 +348,11 @@ fn create(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
     if template != "base" {
         return err(404, &format!("template '{template}' not found"));
     }
+    if let Some(n) = body.get("network") {
+        if let Err(why) = check_network(n) {
+            return err(400, &why);
+        }
+    }
     st.next += 1;
     let id = format!("sbx{:04}", st.next);
     let token = format!("tok-{id}");
@@ -366,6 +371,49 @@ fn create(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
         json!({"templateID": template, "sandboxID": id, "clientID": "6532622b", "envdVersion": "0.2.4",
                "envdAccessToken": token, "trafficAccessToken": null, "domain": null}),
     )
+}
+
+/// `SandboxNetworkConfig` as E2B's spec and docs have it: `allowOut` takes
+/// IPs, CIDRs and domain names (`*.example.com` too), `denyOut` IPs and CIDRs
+/// only, and a domain in `allowOut` needs all other traffic denied
+/// (`0.0.0.0/0` in `denyOut`).
+fn check_network(n: &Value) -> Result<(), String> {
+    let list = |k: &str| -> Result<Vec<String>, String> {
+        match n.get(k) {
+            None => Ok(vec![]),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| format!("network.{k} must hold strings")))
+                .collect(),
+            Some(_) => Err(format!("network.{k} must be an array")),
+        }
+    };
+    for k in n.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+        if !["allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost"].contains(&k.as_str()) {
+            return Err(format!("unknown field network.{k}"));
+        }
+    }
+    let is_addr = |s: &str| {
+        let (ip, bits) = s.split_once('/').unwrap_or((s, "32"));
+        ip.parse::<std::net::Ipv4Addr>().is_ok() && bits.parse::<u8>().is_ok_and(|b| b <= 32)
+    };
+    let deny = list("denyOut")?;
+    if let Some(d) = deny.iter().find(|d| !is_addr(d)) {
+        return Err(format!("denyOut takes IPs and CIDR blocks only, not '{d}'"));
+    }
+    let allow = list("allowOut")?;
+    for a in &allow {
+        let name = a.strip_prefix("*.").unwrap_or(a);
+        let domain = name.contains('.')
+            && name.split('.').all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+        if !is_addr(a) && !domain {
+            return Err(format!("allowOut entry '{a}' is not an IP, CIDR block or domain"));
+        }
+        if !is_addr(a) && !deny.iter().any(|d| d == "0.0.0.0/0") {
+            return Err("domain-based filtering needs all other traffic denied (0.0.0.0/0 in denyOut)".into());
+        }
+    }
+    Ok(())
 }
 
 /// The sandbox a request to envd is for: E2B's edge routes by

@@ -1,0 +1,695 @@
+//! The per-run egress proxy: one client connection at a time, from
+//! whatever transport a tier brings it over (the process tier's loopback
+//! listener, a container's or guest's relayed stream).
+//!
+//! It speaks HTTP/1.x proxy requests only: absolute-form requests
+//! (`GET http://host/path`) whose Host header names the same host, and
+//! CONNECT to a host whose TLS ClientHello names it in its SNI. Each request
+//! is checked against the allow list, its name resolved here (pinned for the
+//! run), every address checked again, and only then connected. One request
+//! per connection: a plain HTTP connection ends with its response, so a
+//! second request cannot ride on an allowed one. Everything is bounded:
+//! header sizes, ClientHello size, connections open and in total, and the
+//! time every stage may take.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::policy::{not_public, parse_authority, Host, Network};
+use super::resolve::Resolver;
+use super::{Decision, NetRecord};
+use crate::event::EventKind;
+use crate::tier::RunContext;
+
+/// Largest request head (request line and headers).
+pub const MAX_HEAD: usize = 16 << 10;
+/// Most headers in a request.
+pub const MAX_HEADERS: usize = 64;
+/// Largest TLS ClientHello (it may span records; 16 KiB is already generous).
+pub const MAX_HELLO: usize = 32 << 10;
+/// Connections open at once, and in a whole run.
+pub const MAX_OPEN: usize = 32;
+pub const MAX_TOTAL: u64 = 1024;
+/// How long a client may take to send its request head, or its ClientHello.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connecting to an upstream may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A tunnel or response with no byte in either direction for this long ends.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest host name or reason kept in a record.
+const MAX_FIELD: usize = 200;
+
+/// Totals of one run, for the report's details.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
+    pub allowed: u64,
+    pub denied: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+/// What every connection of one run shares.
+pub struct Shared {
+    pub network: Network,
+    pub resolver: Resolver,
+    pub ctx: RunContext,
+    pub stop: CancellationToken,
+    next_id: AtomicU64,
+    open: Arc<Semaphore>,
+    pub totals: Mutex<Totals>,
+}
+
+impl Shared {
+    pub fn new(network: Network, resolver: Resolver, ctx: RunContext, stop: CancellationToken) -> Shared {
+        Shared {
+            network,
+            resolver,
+            ctx,
+            stop,
+            next_id: AtomicU64::new(0),
+            open: Arc::new(Semaphore::new(MAX_OPEN)),
+            totals: Mutex::new(Totals::default()),
+        }
+    }
+
+    async fn emit(&self, rec: &NetRecord) {
+        if rec.decision == Decision::Denied && !rec.open {
+            crate::judge::network_denied(&self.ctx, rec).await;
+        }
+        self.ctx.emit(EventKind::Network(rec.clone())).await;
+    }
+}
+
+fn inert(s: &str) -> String {
+    crate::sanitize::inert_line(s, MAX_FIELD)
+}
+
+/// One connection's record as it goes.
+struct Conn {
+    rec: NetRecord,
+    t0: Instant,
+}
+
+impl Conn {
+    fn new(sh: &Shared) -> Conn {
+        let id = sh.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        Conn {
+            rec: NetRecord {
+                id,
+                at_ms: round(sh.ctx.ms()),
+                decision: Decision::Denied,
+                method: String::new(),
+                host: String::new(),
+                port: 0,
+                address: None,
+                detail: String::new(),
+                bytes_up: 0,
+                bytes_down: 0,
+                duration_ms: 0.0,
+                open: false,
+            },
+            t0: Instant::now(),
+        }
+    }
+
+    async fn deny(mut self, sh: &Shared, why: String) {
+        self.rec.decision = Decision::Denied;
+        self.rec.detail = inert(&why);
+        self.rec.duration_ms = round(self.t0.elapsed().as_secs_f64() * 1000.0);
+        self.rec.open = false;
+        if let Ok(mut t) = sh.totals.lock() {
+            t.denied += 1;
+        }
+        sh.emit(&self.rec).await;
+    }
+}
+
+fn round(ms: f64) -> f64 {
+    (ms * 10.0).round() / 10.0
+}
+
+/// An HTTP error answer the client can read (curl, pip and urllib show it).
+async fn answer<W: AsyncWrite + Unpin>(w: &mut W, code: u16, reason: &str, text: &str) {
+    let body = format!("sandbench egress proxy: {text}\n");
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = w.write_all(head.as_bytes()).await;
+    let _ = w.write_all(body.as_bytes()).await;
+    let _ = w.shutdown().await;
+}
+
+/// Serve one client connection to its end.
+pub async fn serve<S>(sh: Arc<Shared>, mut client: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let c = Conn::new(&sh);
+    if c.rec.id > MAX_TOTAL {
+        answer(&mut client, 429, "Too Many Requests", "too many connections in this run").await;
+        // Past the cap only the first refusal is recorded: a flood of
+        // refusals must not flood the report.
+        if c.rec.id == MAX_TOTAL + 1 {
+            c.deny(&sh, format!("more than {MAX_TOTAL} connections in one run")).await;
+        }
+        return;
+    }
+    let Ok(_permit) = sh.open.clone().try_acquire_owned() else {
+        answer(&mut client, 429, "Too Many Requests", "too many connections open at once").await;
+        c.deny(&sh, format!("more than {MAX_OPEN} connections open at once")).await;
+        return;
+    };
+    let stop = sh.stop.clone();
+    tokio::select! {
+        _ = handle(&sh, c, &mut client) => {}
+        _ = stop.cancelled() => {}
+    }
+}
+
+/// A parsed request head.
+struct Head {
+    method: String,
+    target: String,
+    version: u8,
+    headers: Vec<(String, Vec<u8>)>,
+    /// Bytes after the head that arrived with it.
+    rest: Vec<u8>,
+}
+
+async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<Head, (u16, String)> {
+    let mut buf: Vec<u8> = Vec::with_capacity(2048);
+    let mut chunk = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    let end = loop {
+        if let Some(i) = find(&buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err((431, format!("request head longer than {} KiB", MAX_HEAD >> 10)));
+        }
+        let n = match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Err(_) => return Err((408, format!("no complete request within {} s", HEAD_TIMEOUT.as_secs()))),
+            Ok(Err(e)) => return Err((400, format!("reading the request: {e}"))),
+            Ok(Ok(0)) if buf.is_empty() => return Err((0, "the client closed without a request".into())),
+            Ok(Ok(0)) => return Err((400, "the client closed in the middle of its request".into())),
+            Ok(Ok(n)) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    if end > MAX_HEAD {
+        return Err((431, format!("request head longer than {} KiB", MAX_HEAD >> 10)));
+    }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(&buf[..end]) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err((400, "an incomplete request head".into())),
+        Err(httparse::Error::TooManyHeaders) => return Err((431, format!("more than {MAX_HEADERS} headers"))),
+        Err(e) => return Err((400, format!("not an HTTP request ({e})"))),
+    }
+    let head = Head {
+        method: req.method.unwrap_or("").to_string(),
+        target: req.path.unwrap_or("").to_string(),
+        version: req.version.unwrap_or(1),
+        headers: req.headers.iter().map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec())).collect(),
+        rest: buf[end..].to_vec(),
+    };
+    Ok(head)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Where a request goes: CONNECT's authority, or an absolute-form URL.
+fn target(head: &Head) -> Result<(Host, u16, Option<String>), (u16, String)> {
+    if head.method == "CONNECT" {
+        let (h, p) = parse_authority(&head.target, None).map_err(|e| (400, format!("CONNECT target {e}")))?;
+        return Ok((h, p, None));
+    }
+    let t = &head.target;
+    let lower = t.get(..8).map(|s| s.to_ascii_lowercase()).unwrap_or_default();
+    if lower.starts_with("https://") {
+        return Err((400, "an https:// URL sent as a plain request: use CONNECT (set HTTPS_PROXY)".into()));
+    }
+    if !lower.starts_with("http://") {
+        return Err((
+            400,
+            "not a proxy request: send absolute-form requests (GET http://host/path) or CONNECT host:port".into(),
+        ));
+    }
+    let after = &t[7..];
+    let cut = after.find(['/', '?', '#']).unwrap_or(after.len());
+    let (auth, path) = after.split_at(cut);
+    if auth.contains('@') {
+        return Err((400, "credentials in the URL's host part are refused (they hide the real host)".into()));
+    }
+    let (h, p) = parse_authority(auth, Some(80)).map_err(|e| (400, format!("URL host {e}")))?;
+    let path = if path.is_empty() {
+        "/".to_string()
+    } else if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    if path.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        return Err((400, "a control character or space in the URL".into()));
+    }
+    Ok((h, p, Some(path)))
+}
+
+fn header<'a>(head: &'a Head, name: &str) -> Vec<&'a [u8]> {
+    head.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_slice()).collect()
+}
+
+async fn handle<S>(sh: &Shared, mut c: Conn, client: &mut S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let head = match read_head(client).await {
+        Ok(h) => h,
+        Err((0, _)) => return, // a connect-and-close is not a request
+        Err((code, why)) => {
+            c.rec.method = "?".into();
+            answer(client, code, "Bad Request", &why).await;
+            return c.deny(sh, why).await;
+        }
+    };
+    c.rec.method = inert(&head.method);
+    let (host, port, path) = match target(&head) {
+        Ok(t) => t,
+        Err((code, why)) => {
+            c.rec.host = inert(&head.target);
+            answer(client, code, "Bad Request", &why).await;
+            return c.deny(sh, why).await;
+        }
+    };
+    c.rec.host = inert(&host.to_string());
+    c.rec.port = port;
+    if sh.network.allows(&host, port).is_none() {
+        let why = format!("{host}:{port} is not in the allow list ({})", sh.network);
+        answer(client, 403, "Forbidden", &why).await;
+        return c.deny(sh, why).await;
+    }
+    if path.is_some() {
+        if let Err(why) = check_plain(&head, &host, port) {
+            answer(client, 403, "Forbidden", &why).await;
+            return c.deny(sh, why).await;
+        }
+    }
+    let addrs = match addresses(sh, &host).await {
+        Ok(a) => a,
+        Err((code, why)) => {
+            answer(client, code, if code == 403 { "Forbidden" } else { "Bad Gateway" }, &why).await;
+            return c.deny(sh, why).await;
+        }
+    };
+    match path {
+        None => connect_tunnel(sh, c, client, &host, port, &addrs, head.rest).await,
+        Some(p) => forward_plain(sh, c, client, &head, port, &addrs, &p).await,
+    }
+}
+
+/// A plain request's own checks: its Host header names the URL's host, and
+/// its body has a length (a chunked body could carry a second request past
+/// where the proxy stops reading).
+fn check_plain(head: &Head, host: &Host, port: u16) -> Result<(), String> {
+    let hosts = header(head, "host");
+    let [value] = hosts.as_slice() else {
+        return Err(format!("{} Host headers (exactly one must name {host})", hosts.len()));
+    };
+    let text = String::from_utf8_lossy(value);
+    match parse_authority(text.trim(), Some(80)) {
+        Ok((h, p)) if h == *host && p == port => {}
+        _ => {
+            return Err(format!(
+                "the Host header '{}' does not match the request's host {host}:{port}",
+                crate::sanitize::inert_line(&text, 80)
+            ))
+        }
+    }
+    if !header(head, "transfer-encoding").is_empty() {
+        return Err("a request body without Content-Length (Transfer-Encoding) is not forwarded".into());
+    }
+    let lens = header(head, "content-length");
+    if lens.windows(2).any(|w| w[0] != w[1]) {
+        return Err("conflicting Content-Length headers".into());
+    }
+    if let Some(l) = lens.first() {
+        if std::str::from_utf8(l).ok().and_then(|s| s.trim().parse::<u64>().ok()).is_none() {
+            return Err("a Content-Length that is not a number".into());
+        }
+    }
+    if !header(head, "upgrade").is_empty() {
+        return Err("protocol upgrades (WebSocket over plain HTTP) are not forwarded".into());
+    }
+    Ok(())
+}
+
+/// The addresses the proxy may connect to for `host`: resolved here, each
+/// checked. Err carries the HTTP status to answer.
+async fn addresses(sh: &Shared, host: &Host) -> Result<Vec<IpAddr>, (u16, String)> {
+    let (addrs, operator) = match host {
+        Host::Ip(a) => (vec![*a], false),
+        Host::Name(n) => match sh.resolver.resolve(n).await {
+            Ok(r) => (r.addrs, r.pinned_by_operator),
+            Err(e) => return Err((502, e)),
+        },
+    };
+    let mut ok = vec![];
+    let mut refused = vec![];
+    for a in addrs {
+        match not_public(a) {
+            Some(why) if !operator && !sh.network.names_address(a) => refused.push(format!("{a}, {why}")),
+            _ => ok.push(a),
+        }
+    }
+    if ok.is_empty() {
+        return Err((
+            403,
+            format!(
+                "{host} resolves to {} (only public addresses pass unless the allow list names the address, or [network] hosts pins the name)",
+                refused.join("; ")
+            ),
+        ));
+    }
+    Ok(ok)
+}
+
+async fn dial(addrs: &[IpAddr], port: u16) -> Result<(TcpStream, IpAddr), String> {
+    let mut last = String::from("no address");
+    for a in addrs {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(SocketAddr::new(*a, port))).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok((s, *a));
+            }
+            Ok(Err(e)) => last = format!("{a}: {e}"),
+            Err(_) => last = format!("{a}: no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+        }
+    }
+    Err(format!("cannot connect: {last}"))
+}
+
+/// What a ClientHello named: Ok(None) needs more bytes; Ok(Some(sni)).
+fn hello_sni(buf: &[u8]) -> Result<Option<Option<String>>, String> {
+    // A TLS handshake record starts 0x16 0x03: anything else is not TLS,
+    // and a tunnel that is not TLS cannot be checked against its host.
+    if (!buf.is_empty() && buf[0] != 0x16) || (buf.len() > 1 && buf[1] != 0x03) {
+        return Err("the tunnel does not start with a TLS ClientHello".into());
+    }
+    let mut acc = rustls::server::Acceptor::default();
+    let mut rd: &[u8] = buf;
+    while !rd.is_empty() {
+        match acc.read_tls(&mut rd) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => return Err(format!("an unreadable ClientHello ({e})")),
+        }
+    }
+    match acc.accept() {
+        Ok(None) => Ok(None),
+        Ok(Some(a)) => Ok(Some(a.client_hello().server_name().map(|s| s.to_ascii_lowercase()))),
+        Err((e, _)) => Err(format!("an unreadable ClientHello ({e})")),
+    }
+}
+
+async fn connect_tunnel<S>(
+    sh: &Shared,
+    mut c: Conn,
+    client: &mut S,
+    host: &Host,
+    port: u16,
+    addrs: &[IpAddr],
+    early: Vec<u8>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
+        return;
+    }
+    // The ClientHello, read whole before anything goes upstream.
+    let mut hello = early;
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    let mut chunk = [0u8; 4096];
+    let sni = loop {
+        match hello_sni(&hello) {
+            Ok(Some(sni)) => break sni,
+            Ok(None) => {}
+            Err(why) => return c.deny(sh, why).await,
+        }
+        if hello.len() > MAX_HELLO {
+            return c.deny(sh, format!("a ClientHello longer than {} KiB", MAX_HELLO >> 10)).await;
+        }
+        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Ok(Ok(0)) if hello.is_empty() => return, // an unused tunnel
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                return c.deny(sh, "the client left in the middle of its ClientHello".into()).await
+            }
+            Err(_) => {
+                return c
+                    .deny(sh, format!("no ClientHello within {} s of the tunnel opening", HEAD_TIMEOUT.as_secs()))
+                    .await
+            }
+            Ok(Ok(n)) => hello.extend_from_slice(&chunk[..n]),
+        }
+    };
+    match (host, &sni) {
+        (Host::Name(n), Some(s)) if Host::parse(s).ok().as_ref() == Some(&Host::Name(n.clone())) => {}
+        (Host::Ip(_), None) => {}
+        (_, Some(s)) => {
+            return c.deny(sh, format!("the TLS SNI '{}' does not match the CONNECT host {host}", inert(s))).await
+        }
+        (Host::Name(_), None) => return c.deny(sh, format!("the ClientHello names no host (SNI) for {host}")).await,
+    }
+    let (mut up, addr) = match dial(addrs, port).await {
+        Ok(x) => x,
+        Err(why) => return c.deny(sh, why).await,
+    };
+    c.rec.address = Some(addr.to_string());
+    allowed(sh, &mut c).await;
+    if up.write_all(&hello).await.is_err() {
+        return closed(sh, c, hello.len() as u64, 0).await;
+    }
+    let (u, d) = relay(client, &mut up, &sh.stop).await;
+    closed(sh, c, hello.len() as u64 + u, d).await;
+}
+
+async fn allowed(sh: &Shared, c: &mut Conn) {
+    c.rec.decision = Decision::Allowed;
+    c.rec.open = true;
+    c.rec.detail = match &c.rec.address {
+        Some(a) => format!("connected to {a}"),
+        None => String::new(),
+    };
+    if let Ok(mut t) = sh.totals.lock() {
+        t.allowed += 1;
+    }
+    sh.emit(&c.rec).await;
+}
+
+async fn closed(sh: &Shared, mut c: Conn, up: u64, down: u64) {
+    c.rec.open = false;
+    c.rec.bytes_up = up;
+    c.rec.bytes_down = down;
+    c.rec.duration_ms = round(c.t0.elapsed().as_secs_f64() * 1000.0);
+    if let Ok(mut t) = sh.totals.lock() {
+        t.bytes_up += up;
+        t.bytes_down += down;
+    }
+    sh.emit(&c.rec).await;
+}
+
+/// Hop-by-hop and proxy headers are not forwarded; the proxy adds its own
+/// `Connection: close`.
+const DROPPED: &[&str] =
+    &["connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer"];
+
+#[allow(clippy::too_many_arguments)]
+async fn forward_plain<S>(
+    sh: &Shared,
+    mut c: Conn,
+    client: &mut S,
+    head: &Head,
+    port: u16,
+    addrs: &[IpAddr],
+    path: &str,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let (mut up, addr) = match dial(addrs, port).await {
+        Ok(x) => x,
+        Err(why) => {
+            answer(client, 502, "Bad Gateway", &why).await;
+            return c.deny(sh, why).await;
+        }
+    };
+    c.rec.address = Some(addr.to_string());
+    allowed(sh, &mut c).await;
+    let mut out = format!("{} {path} HTTP/1.{}\r\n", head.method, head.version).into_bytes();
+    for (name, value) in &head.headers {
+        if DROPPED.contains(&name.as_str()) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    let body_len = header(head, "content-length")
+        .first()
+        .and_then(|l| std::str::from_utf8(l).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let mut sent = 0u64;
+    // Only the declared body goes upstream: what follows it (a pipelined
+    // second request) is dropped.
+    let early = &head.rest[..head.rest.len().min(body_len as usize)];
+    out.extend_from_slice(early);
+    sent += early.len() as u64;
+    if up.write_all(&out).await.is_err() {
+        return closed(sh, c, out.len() as u64, 0).await;
+    }
+    let mut up_bytes = out.len() as u64;
+    let mut buf = vec![0u8; 16 << 10];
+    while sent < body_len {
+        let want = ((body_len - sent) as usize).min(buf.len());
+        let n = match tokio::time::timeout(IDLE_TIMEOUT, client.read(&mut buf[..want])).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return closed(sh, c, up_bytes, 0).await,
+        };
+        if up.write_all(&buf[..n]).await.is_err() {
+            return closed(sh, c, up_bytes, 0).await;
+        }
+        sent += n as u64;
+        up_bytes += n as u64;
+    }
+    // The response, until the upstream closes (it was asked to). Bytes the
+    // client sends meanwhile are read and dropped, so a client that goes
+    // away ends the relay.
+    let mut down = 0u64;
+    let mut sink = vec![0u8; 4096];
+    loop {
+        tokio::select! {
+            r = tokio::time::timeout(IDLE_TIMEOUT, up.read(&mut buf)) => match r {
+                Ok(Ok(n)) if n > 0 => {
+                    if client.write_all(&buf[..n]).await.is_err() { break; }
+                    down += n as u64;
+                }
+                _ => break,
+            },
+            r = client.read(&mut sink) => if !matches!(r, Ok(n) if n > 0) { break },
+        }
+    }
+    let _ = client.shutdown().await;
+    closed(sh, c, up_bytes, down).await;
+}
+
+/// Copy both ways until both sides are done, either side fails, nothing
+/// moves for `IDLE_TIMEOUT`, or the run stops. Returns bytes up and down.
+async fn relay<A, B>(a: &mut A, b: &mut B, stop: &CancellationToken) -> (u64, u64)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let mut ab = vec![0u8; 16 << 10];
+    let mut ba = vec![0u8; 16 << 10];
+    let (mut up, mut down) = (0u64, 0u64);
+    let (mut a_open, mut b_open) = (true, true);
+    let idle = tokio::time::sleep(IDLE_TIMEOUT);
+    tokio::pin!(idle);
+    while a_open || b_open {
+        tokio::select! {
+            r = ar.read(&mut ab), if a_open => match r {
+                Ok(n) if n > 0 => {
+                    if bw.write_all(&ab[..n]).await.is_err() { break; }
+                    up += n as u64;
+                    idle.as_mut().reset(tokio::time::Instant::now() + IDLE_TIMEOUT);
+                }
+                _ => { a_open = false; let _ = bw.shutdown().await; }
+            },
+            r = br.read(&mut ba), if b_open => match r {
+                Ok(n) if n > 0 => {
+                    if aw.write_all(&ba[..n]).await.is_err() { break; }
+                    down += n as u64;
+                    idle.as_mut().reset(tokio::time::Instant::now() + IDLE_TIMEOUT);
+                }
+                _ => { b_open = false; let _ = aw.shutdown().await; }
+            },
+            _ = &mut idle => break,
+            _ = stop.cancelled() => break,
+        }
+    }
+    (up, down)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_parsed_strictly() {
+        let head =
+            |m: &str, t: &str| Head { method: m.into(), target: t.into(), version: 1, headers: vec![], rest: vec![] };
+        let (h, p, path) = target(&head("GET", "http://PyPI.test/simple/?q=1")).unwrap();
+        assert_eq!((h.to_string(), p, path.as_deref()), ("pypi.test".into(), 80, Some("/simple/?q=1")));
+        let (h, p, path) = target(&head("GET", "http://[::1]:8080")).unwrap();
+        assert_eq!((h.to_string(), p, path.as_deref()), ("[::1]".into(), 8080, Some("/")));
+        let (_, p, path) = target(&head("CONNECT", "pypi.test:443")).unwrap();
+        assert_eq!((p, path), (443, None));
+        for (m, t) in [
+            ("GET", "/simple/"),
+            ("GET", "https://pypi.test/"),
+            ("GET", "http://pypi.test@evil.test/"),
+            ("CONNECT", "pypi.test"),
+            ("GET", "http://127.1/"),
+            ("GET", "http://2130706433/"),
+        ] {
+            assert!(target(&head(m, t)).is_err(), "{m} {t}");
+        }
+    }
+
+    #[test]
+    fn plain_requests_need_a_matching_host_and_a_length() {
+        let with = |hs: &[(&str, &str)]| Head {
+            method: "POST".into(),
+            target: "http://pypi.test/x".into(),
+            version: 1,
+            headers: hs.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect(),
+            rest: vec![],
+        };
+        let host = Host::parse("pypi.test").unwrap();
+        assert!(check_plain(&with(&[("host", "PYPI.test:80")]), &host, 80).is_ok());
+        assert!(check_plain(&with(&[("host", "evil.test")]), &host, 80).unwrap_err().contains("does not match"));
+        assert!(check_plain(&with(&[("host", "pypi.test:8080")]), &host, 80).is_err());
+        assert!(check_plain(&with(&[]), &host, 80).is_err());
+        assert!(check_plain(&with(&[("host", "pypi.test"), ("host", "evil.test")]), &host, 80).is_err());
+        assert!(check_plain(&with(&[("host", "pypi.test"), ("transfer-encoding", "chunked")]), &host, 80).is_err());
+        assert!(check_plain(
+            &with(&[("host", "pypi.test"), ("content-length", "1"), ("content-length", "2")]),
+            &host,
+            80
+        )
+        .is_err());
+        assert!(check_plain(&with(&[("host", "pypi.test"), ("upgrade", "websocket")]), &host, 80).is_err());
+    }
+
+    #[test]
+    fn only_a_tls_client_hello_opens_a_tunnel() {
+        assert!(hello_sni(b"GET / HTTP/1.1\r\n").is_err());
+        assert!(hello_sni(b"SSH-2.0-OpenSSH").is_err());
+        assert_eq!(hello_sni(b"").unwrap(), None);
+        assert_eq!(hello_sni(&[0x16, 0x03]).unwrap(), None, "a partial record asks for more");
+    }
+}
