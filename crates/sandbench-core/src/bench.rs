@@ -1,82 +1,180 @@
 //! `sandbench bench`'s engine: contenders (sandbench's tiers and the
-//! baselines each is judged against), timed start→exit of `print(1)` in
-//! interleaved rounds so that machine noise hits every contender alike, and
-//! the ratios against the targets. Front ends render the report.
+//! baselines each is judged against), each timed from start to its first
+//! output byte and to its exit, for `print(1)` and a stdlib-import control,
+//! in interleaved rounds so that machine noise hits every contender alike;
+//! the ratios against the targets; and the throughput run (N in flight for a
+//! set time, against as many concurrent bare equivalents). Front ends render
+//! the reports.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
 
 use crate::config::Config;
-use crate::report::Outcome;
+use crate::report::{Outcome, RunReport};
 use crate::runner;
 use crate::spec::{Language, RunSpec};
 use crate::stats::percentile;
 use crate::tier::{self, Tier};
 
 pub const PRINT1: &str = "print(1)\n";
+/// The control: a few stdlib imports before the print, where an interpreter
+/// started ahead should win most.
+pub const STDLIB: &str = "import json, re, collections, dataclasses\nprint(1)\n";
+/// In a command's argv, replaced by the program's code.
+pub const CODE: &str = "{code}";
+
+/// What a contender does between two measured runs, untimed (e.g. a warm
+/// pool refilling, background teardown finishing), so that its background
+/// work never overlaps another contender's measurement.
+pub type Settle = Arc<dyn Fn() -> tier::BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
 /// One thing to time.
 pub enum Contender {
     /// A run through a sandbench tier (the full runner, as users get it).
-    Tier { name: String, tier: Arc<dyn Tier> },
-    /// A baseline command, spawned and waited for.
+    Tier { name: String, tier: Arc<dyn Tier>, settle: Option<Settle> },
+    /// A baseline command, spawned and waited for; `{code}` in its argv is
+    /// the program.
     Command { name: String, argv: Vec<String> },
-    /// A tier run followed, untimed, by `settle` (e.g. a warm pool refilling),
-    /// so that background work never overlaps another contender's measurement.
-    Settled { name: String, tier: Arc<dyn Tier>, settle: Settle },
 }
 
-pub type Settle = Arc<dyn Fn() -> tier::BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
+/// One measured run.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    pub exit_ms: f64,
+    pub first_byte_ms: Option<f64>,
+    /// The tier's own account of where the time went (`details.timeline_ms`).
+    pub phases: Vec<(String, f64)>,
+}
+
+/// Drain background teardowns (a run's report comes before its sandbox is
+/// gone) before the next contender's measurement.
+pub fn settle_background() -> Settle {
+    Arc::new(|| {
+        Box::pin(async {
+            tier::background::drain(Duration::from_secs(30)).await;
+            Ok(())
+        })
+    })
+}
 
 impl Contender {
     pub fn name(&self) -> &str {
         match self {
-            Contender::Tier { name, .. } | Contender::Command { name, .. } | Contender::Settled { name, .. } => name,
+            Contender::Tier { name, .. } | Contender::Command { name, .. } => name,
         }
     }
 
-    async fn once(&self) -> anyhow::Result<Duration> {
-        let t0 = Instant::now();
+    /// A tier contender whose background teardown is drained between runs.
+    pub fn tier(name: impl Into<String>, tier: Arc<dyn Tier>) -> Contender {
+        Contender::Tier { name: name.into(), tier, settle: Some(settle_background()) }
+    }
+
+    async fn once(&self, code: &str) -> anyhow::Result<Sample> {
         match self {
-            Contender::Settled { tier, settle, .. } => {
-                let mut spec = RunSpec::new(Language::Python, PRINT1);
+            Contender::Tier { tier, settle, .. } => {
+                let mut spec = RunSpec::new(Language::Python, code);
                 spec.label = "bench".into();
+                let t0 = Instant::now();
                 let r = runner::run(tier.clone(), spec).await;
-                let took = t0.elapsed();
-                if r.outcome != Outcome::Ok || r.stdout.trim() != "1" {
-                    anyhow::bail!("{} run failed: {}", tier.name(), r.summary_line());
+                let exit_ms = ms(t0.elapsed());
+                check(tier.name(), &r)?;
+                if let Some(s) = settle {
+                    s().await?;
                 }
-                settle().await?;
-                return Ok(took);
-            }
-            Contender::Tier { tier, .. } => {
-                let mut spec = RunSpec::new(Language::Python, PRINT1);
-                spec.label = "bench".into();
-                let r = runner::run(tier.clone(), spec).await;
-                if r.outcome != Outcome::Ok || r.stdout.trim() != "1" {
-                    anyhow::bail!("{} run failed: {}", tier.name(), r.summary_line());
-                }
+                Ok(Sample { exit_ms, first_byte_ms: r.timings_ms.first_output, phases: phases(&r) })
             }
             Contender::Command { argv, .. } => {
-                let out = tokio::process::Command::new(&argv[0]).args(&argv[1..]).output().await?;
-                if !out.status.success() || String::from_utf8_lossy(&out.stdout).trim() != "1" {
-                    anyhow::bail!("{} failed: {}", argv[0], String::from_utf8_lossy(&out.stderr).trim());
-                }
+                let (exit, first) = command_once(argv, code).await?;
+                Ok(Sample { exit_ms: ms(exit), first_byte_ms: first.map(ms), phases: vec![] })
             }
         }
-        Ok(t0.elapsed())
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn check(tier: &str, r: &RunReport) -> anyhow::Result<()> {
+    if r.outcome != Outcome::Ok || r.stdout.trim() != "1" {
+        anyhow::bail!("{tier} run failed: {}", r.summary_line());
+    }
+    Ok(())
+}
+
+fn phases(r: &RunReport) -> Vec<(String, f64)> {
+    r.details
+        .get("timeline_ms")
+        .and_then(|t| t.as_object())
+        .map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
+        .unwrap_or_default()
+}
+
+/// Spawn `argv` (with `{code}` replaced), note when its first stdout byte
+/// arrives, wait for its exit. Returns (exit, first byte).
+async fn command_once(argv: &[String], code: &str) -> anyhow::Result<(Duration, Option<Duration>)> {
+    let args: Vec<String> = argv.iter().map(|a| if a == CODE { code.to_string() } else { a.clone() }).collect();
+    let t0 = Instant::now();
+    let mut child = tokio::process::Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", args[0]))?;
+    let mut out = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut err = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    let read_out = async {
+        let mut buf = vec![];
+        let mut first = None;
+        let mut chunk = [0u8; 4096];
+        loop {
+            match out.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    first.get_or_insert_with(|| t0.elapsed());
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+            }
+        }
+        (buf, first)
+    };
+    let read_err = async {
+        let mut e = vec![];
+        let _ = err.read_to_end(&mut e).await;
+        e
+    };
+    let ((stdout, first), stderr) = tokio::join!(read_out, read_err);
+    let status = child.wait().await?;
+    let exit = t0.elapsed();
+    if !status.success() || String::from_utf8_lossy(&stdout).trim() != "1" {
+        anyhow::bail!("{} failed: {}", args[0], crate::sanitize::inert_line(&String::from_utf8_lossy(&stderr), 300));
+    }
+    Ok((exit, first))
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Stats {
     pub name: String,
     pub runs: usize,
+    /// Start to exit (the report, for a tier).
     pub p50_ms: f64,
     pub p95_ms: f64,
     pub mean_ms: f64,
+    /// Start to the first byte of output.
+    #[serde(default)]
+    pub first_byte_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub first_byte_p95_ms: Option<f64>,
+    /// Median of each phase the tier reported (`details.timeline_ms`: ms
+    /// from the run's start), in the order they happen.
+    #[serde(default)]
+    pub phases: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,84 +185,154 @@ pub struct Ratio {
     pub p95_ratio: f64,
     pub target: Option<String>,
     pub met: Option<bool>,
+    /// The same ratio for the time to the first output byte.
+    #[serde(default)]
+    pub first_byte_p50_ratio: Option<f64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Every contender on one more program (the stdlib-import control).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Control {
+    pub program: String,
+    pub contenders: Vec<Stats>,
+    pub ratios: Vec<Ratio>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct BenchReport {
     pub tier: String,
     pub program: String,
     pub contenders: Vec<Stats>,
     pub ratios: Vec<Ratio>,
     pub skipped: Vec<String>,
+    #[serde(default)]
+    pub controls: Vec<Control>,
+    /// The host's load average (1, 5, 15 min) when the bench started and ended.
+    #[serde(default)]
+    pub load_before: Option<[f64; 3]>,
+    #[serde(default)]
+    pub load_after: Option<[f64; 3]>,
 }
 
-pub fn stats(name: &str, mut ms: Vec<f64>) -> Stats {
+/// `/proc/loadavg`'s three averages.
+pub fn load_average() -> Option<[f64; 3]> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let v: Vec<f64> = s.split_whitespace().take(3).filter_map(|x| x.parse().ok()).collect();
+    (v.len() == 3).then(|| [v[0], v[1], v[2]])
+}
+
+pub fn stats(name: &str, samples: &[Sample]) -> Stats {
+    let mut ms: Vec<f64> = samples.iter().map(|s| s.exit_ms).collect();
     ms.sort_by(f64::total_cmp);
+    let mut first: Vec<f64> = samples.iter().filter_map(|s| s.first_byte_ms).collect();
+    first.sort_by(f64::total_cmp);
+    // Phases in the order of their median.
+    let mut by: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for s in samples {
+        for (k, v) in &s.phases {
+            by.entry(k).or_default().push(*v);
+        }
+    }
+    let mut phases: Vec<(String, f64)> = by
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (k.to_string(), percentile(&v, 0.5))
+        })
+        .collect();
+    phases.sort_by(|a, b| a.1.total_cmp(&b.1));
     Stats {
         name: name.into(),
         runs: ms.len(),
         p50_ms: percentile(&ms, 0.5),
         p95_ms: percentile(&ms, 0.95),
         mean_ms: ms.iter().sum::<f64>() / ms.len().max(1) as f64,
+        first_byte_p50_ms: (!first.is_empty()).then(|| percentile(&first, 0.5)),
+        first_byte_p95_ms: (!first.is_empty()).then(|| percentile(&first, 0.95)),
+        phases,
     }
 }
 
 /// Contenders and targets for a tier: (contenders, [(what, against, target p50 ratio)], skipped).
 pub type Plan = (Vec<Contender>, Vec<(String, String, Option<f64>)>, Vec<String>);
 
+/// The interpreter the sandboxes use, on the host (never a pyenv shim).
+pub fn host_python() -> String {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("python3")
+        .to_string()
+}
+
+/// `bwrap --unshare-all` around the host's python3, as people run it.
+pub fn bwrap_argv(py: &str) -> Option<Vec<String>> {
+    let bwrap = crate::host::which("bwrap")?.to_string_lossy().into_owned();
+    Some(
+        [
+            bwrap.as_str(),
+            "--unshare-all",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            py,
+            "-c",
+            CODE,
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+}
+
+/// The process tier's spare-keeping tier, ready for a warm run after each.
+fn process_warm(config: &Config) -> anyhow::Result<Contender> {
+    let mut warm_cfg = config.clone();
+    warm_cfg.process.spare = true;
+    let warm = tier::by_name("process", &warm_cfg)?;
+    let w = warm.clone();
+    let settle: Settle = Arc::new(move || {
+        let w = w.clone();
+        Box::pin(async move {
+            tier::background::drain(Duration::from_secs(30)).await;
+            w.prewarm().await;
+            Ok(())
+        })
+    });
+    Ok(Contender::Tier { name: "sandbench process (warm)".into(), tier: warm, settle: Some(settle) })
+}
+
 /// The contenders and targets for `tier_name` (a known tier name).
 pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
     let tier = tier::by_name(tier_name, config)?;
     let mut skipped = vec![];
-    let mut c = vec![Contender::Tier { name: format!("sandbench {tier_name}"), tier }];
+    let mut c = vec![Contender::tier(format!("sandbench {tier_name}"), tier)];
     let mut targets = vec![];
+    let py = host_python();
     match tier_name {
         "process" => {
-            // Cold: every run builds its sandbox from nothing (no spare
-            // helper). The first contender, with spares, is the warm path.
+            // Cold: every run builds its sandbox from nothing (no spare).
             let mut cold_cfg = config.clone();
             cold_cfg.process.spare = false;
-            c[0] = Contender::Tier { name: "sandbench process (warm)".into(), tier: tier::by_name(tier_name, config)? };
-            c.insert(
-                0,
-                Contender::Tier { name: "sandbench process (cold)".into(), tier: tier::by_name(tier_name, &cold_cfg)? },
-            );
+            c.clear();
+            c.push(Contender::tier("sandbench process (cold)", tier::by_name(tier_name, &cold_cfg)?));
+            c.push(process_warm(config)?);
             let cold = "sandbench process (cold)".to_string();
             let warm = "sandbench process (warm)".to_string();
             // The same interpreter the sandbox uses, started the plain way.
-            let py = ["/usr/local/bin/python3", "/usr/bin/python3"]
-                .into_iter()
-                .find(|p| std::path::Path::new(p).exists())
-                .unwrap_or("python3")
-                .to_string();
             c.push(Contender::Command {
                 name: "bare python3".into(),
-                argv: vec![py.clone(), "-c".into(), "print(1)".into()],
+                argv: vec![py.clone(), "-c".into(), CODE.into()],
             });
-            targets.push((cold.clone(), "bare python3".into(), Some(1.3)));
-            targets.push((warm.clone(), "bare python3".into(), None));
-            match crate::host::which("bwrap").map(|p| p.to_string_lossy().into_owned()) {
-                Some(bwrap) => {
-                    c.push(Contender::Command {
-                        name: "bwrap --unshare-all".into(),
-                        argv: [
-                            bwrap.as_str(),
-                            "--unshare-all",
-                            "--die-with-parent",
-                            "--ro-bind",
-                            "/",
-                            "/",
-                            "--proc",
-                            "/proc",
-                            "--dev",
-                            "/dev",
-                            &py,
-                            "-c",
-                            "print(1)",
-                        ]
-                        .map(String::from)
-                        .to_vec(),
-                    });
+            targets.push((cold.clone(), "bare python3".into(), Some(1.15)));
+            targets.push((warm.clone(), "bare python3".into(), Some(0.3)));
+            match bwrap_argv(&py) {
+                Some(argv) => {
+                    c.push(Contender::Command { name: "bwrap --unshare-all".into(), argv });
                     targets.push((cold, "bwrap --unshare-all".into(), Some(1.0)));
                     targets.push((warm, "bwrap --unshare-all".into(), None));
                 }
@@ -180,7 +348,7 @@ pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
             // what leaving the machine costs. No target ratio: it depends on
             // the distance to E2B's region more than on sandbench.
             let local = tier::by_name("process", config)?;
-            c.push(Contender::Tier { name: "sandbench process".into(), tier: local });
+            c.push(Contender::tier("sandbench process", local));
             targets.push((format!("sandbench {tier_name}"), "sandbench process".into(), None));
         }
         "microvm" => microvm_plan(config, &mut c, &mut targets, &mut skipped).await?,
@@ -189,12 +357,8 @@ pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
             // own process tier, in one interleaved run. No target: it is
             // what the tool costs, not what sandbench promises.
             let me = format!("sandbench {peer}");
-            c.push(Contender::Tier { name: "sandbench process".into(), tier: tier::by_name("process", config)? });
-            let py = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
-            c.push(Contender::Command {
-                name: "bare python3".into(),
-                argv: vec![py.into(), "-c".into(), "print(1)".into()],
-            });
+            c.push(Contender::tier("sandbench process", tier::by_name("process", config)?));
+            c.push(Contender::Command { name: "bare python3".into(), argv: vec![py, "-c".into(), CODE.into()] });
             targets.push((me.clone(), "bare python3".into(), None));
             targets.push((me, "sandbench process".into(), None));
         }
@@ -220,7 +384,7 @@ async fn microvm_plan(
     let shape = cold.shape(&config.limits, accel);
     // The runner's contender is the Auto tier; make it the cold one by name.
     c.clear();
-    c.push(Contender::Tier { name: "microvm cold".into(), tier: Arc::new(cold) });
+    c.push(Contender::tier("microvm cold", Arc::new(cold)));
     c.push(Contender::Command {
         name: "plain qemu boot".into(),
         argv: ["sh", "-c", SCRIPT, "microvm-plain-boot.sh"]
@@ -231,27 +395,54 @@ async fn microvm_plan(
     });
     targets.push(("microvm cold".into(), "plain qemu boot".into(), Some(1.1)));
     if microvm::snapshot::load(&config.microvm, &p, shape).is_some() {
-        c.push(Contender::Tier {
-            name: "microvm snapshot".into(),
-            tier: Arc::new(MicrovmTier::with_policy(config, Policy::Snapshot)),
-        });
+        c.push(Contender::tier("microvm snapshot", Arc::new(MicrovmTier::with_policy(config, Policy::Snapshot))));
         targets.push(("microvm snapshot".into(), "microvm cold".into(), None));
     } else {
         skipped.push("snapshot restore: no snapshot for the default limits (sandbench setup microvm saves one)".into());
     }
-    let warm = MicrovmTier::with_policy(config, Policy::Auto);
+    let warm = Arc::new(MicrovmTier::with_policy(config, Policy::Auto));
     match warm.prewarm().await {
         Ok(_) => {
-            c.push(Contender::Tier { name: "microvm warm".into(), tier: Arc::new(warm) });
-            targets.push(("microvm warm".into(), "microvm cold".into(), Some(0.1)));
+            let w = warm.clone();
+            let settle: Settle = Arc::new(move || {
+                let w = w.clone();
+                Box::pin(async move { w.prewarm().await.map(|_| ()) })
+            });
+            c.push(Contender::Tier { name: "microvm warm".into(), tier: warm, settle: Some(settle) });
+            targets.push(("microvm warm".into(), "microvm cold".into(), Some(0.05)));
         }
         Err(e) => skipped.push(format!("warm pool: {e:#}")),
     }
     Ok(())
 }
 
+fn ratios(stats: &[Stats], targets: &[(String, String, Option<f64>)]) -> Vec<Ratio> {
+    let find = |n: &str| stats.iter().find(|s| s.name == n);
+    targets
+        .iter()
+        .filter_map(|(what, against, target)| {
+            let (a, b) = (find(what)?, find(against)?);
+            let p50 = a.p50_ms / b.p50_ms;
+            let first = match (a.first_byte_p50_ms, b.first_byte_p50_ms) {
+                (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+                _ => None,
+            };
+            Some(Ratio {
+                p50_ratio: p50,
+                p95_ratio: a.p95_ms / b.p95_ms,
+                target: target.map(|t| format!("p50 ≤ {t}×")),
+                met: target.map(|t| p50 <= t),
+                first_byte_p50_ratio: first,
+                what: what.clone(),
+                against: against.clone(),
+            })
+        })
+        .collect()
+}
+
 /// Time every contender of `plan`: one warm-up each (page cache, first
-/// cgroup), then `runs` interleaved rounds. `round_done(n)` after each round.
+/// cgroup), then `runs` interleaved rounds of `print(1)` and, in the same
+/// rounds, of the stdlib control. `round_done(n)` after each round.
 pub async fn measure(
     tier: &str,
     plan: Plan,
@@ -259,45 +450,441 @@ pub async fn measure(
     round_done: &mut (dyn FnMut(usize) + Send),
 ) -> anyhow::Result<BenchReport> {
     let (contenders, targets, skipped) = plan;
-    let mut samples: Vec<Vec<f64>> = vec![vec![]; contenders.len()];
+    let programs = [PRINT1, STDLIB];
+    let load_before = load_average();
+    let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![vec![]; contenders.len()]; programs.len()];
     for c in &contenders {
-        c.once().await?;
+        c.once(PRINT1).await?;
     }
     for round in 0..runs {
-        for (i, c) in contenders.iter().enumerate() {
-            let d = c.once().await?;
-            samples[i].push(d.as_secs_f64() * 1000.0);
+        for (p, code) in programs.iter().enumerate() {
+            for (i, c) in contenders.iter().enumerate() {
+                samples[p][i].push(c.once(code).await?);
+            }
         }
         round_done(round + 1);
     }
-    let stats: Vec<Stats> = contenders.iter().zip(samples).map(|(c, s)| stats(c.name(), s)).collect();
-    let find = |n: &str| stats.iter().find(|s| s.name == n);
-    let ratios = targets
+    let all: Vec<Vec<Stats>> =
+        samples.iter().map(|per| contenders.iter().zip(per).map(|(c, s)| stats(c.name(), s)).collect()).collect();
+    let r0 = ratios(&all[0], &targets);
+    // The control has no targets of its own: the same pairs, for a look.
+    let untargeted: Vec<_> = targets.iter().map(|(a, b, _)| (a.clone(), b.clone(), None)).collect();
+    let controls = vec![Control {
+        program: "import json, re, collections, dataclasses; print(1)".into(),
+        ratios: ratios(&all[1], &untargeted),
+        contenders: all[1].clone(),
+    }];
+    Ok(BenchReport {
+        tier: tier.to_string(),
+        program: "print(1)".into(),
+        contenders: all[0].clone(),
+        ratios: r0,
+        skipped,
+        controls,
+        load_before,
+        load_after: load_average(),
+    })
+}
+
+/// One side of a throughput run: sandbench's tier, or the bare equivalent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ThroughputSide {
+    pub name: String,
+    pub runs: usize,
+    pub errors: usize,
+    /// Time with runs in flight (the last ones finished included).
+    pub seconds: f64,
+    pub runs_per_s: f64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// CPU per completed run: everything sandbench (or the bare command)
+    /// started, measured by a cgroup around it, plus the run cgroups of the
+    /// process tier, and for the engine tiers dockerd, containerd and the
+    /// containers' cgroups; background teardown included.
+    pub cpu_ms_per_run: Option<f64>,
+    /// The host's `/bin/true` spawned every 100 ms meanwhile.
+    pub host_true: crate::soak::HostLatency,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ThroughputReport {
+    pub tier: String,
+    pub program: String,
+    pub concurrency: usize,
+    pub duration_s: f64,
+    pub sandbench: ThroughputSide,
+    pub bare: Option<ThroughputSide>,
+    /// sandbench's runs/s over the bare equivalent's.
+    pub ratio: Option<f64>,
+    pub target: Option<f64>,
+    pub met: Option<bool>,
+    /// How long background teardown (cgroups, single-use containers) took to
+    /// finish after sandbench's last report, summed over its phases.
+    pub teardown_after_ms: f64,
+    /// What carries this process's token after the pools were drained (must be 0).
+    pub leftovers: crate::soak::Leftovers,
+    pub skipped: Vec<String>,
+    pub load_before: Option<[f64; 3]>,
+    pub load_after: Option<[f64; 3]>,
+}
+
+/// CPU time (ms) of the processes named in `daemons` (by their comm
+/// prefix), summed: the Docker engine's share of a run.
+fn daemons_cpu_ms(daemons: &[&str]) -> f64 {
+    if daemons.is_empty() {
+        return 0.0;
+    }
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as f64;
+    let mut total = 0.0;
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+            let (Some(a), Some(b)) = (stat.find('('), stat.rfind(')')) else { continue };
+            let comm = &stat[a + 1..b];
+            if !daemons.iter().any(|d| comm.starts_with(d)) {
+                continue;
+            }
+            let f: Vec<&str> = stat[b + 2..].split(' ').collect();
+            if f.len() > 12 {
+                let t = f[11].parse::<f64>().unwrap_or(0.0) + f[12].parse::<f64>().unwrap_or(0.0);
+                total += t * 1000.0 / tick;
+            }
+        }
+    }
+    total
+}
+
+/// CPU (ms) of every container the local engine ran: its cgroup parent's
+/// counter, which keeps what removed containers used (other users'
+/// containers on the same engine count too).
+fn containers_cpu_ms() -> f64 {
+    let v1 = std::path::Path::new("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage");
+    if let Some(ns) = std::fs::read_to_string(v1).ok().and_then(|s| s.trim().parse::<f64>().ok()) {
+        return ns / 1e6;
+    }
+    std::fs::read_to_string("/sys/fs/cgroup/docker/cpu.stat")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<f64>().ok()))
+        .map(|us| us / 1000.0)
+        .unwrap_or(0.0)
+}
+
+/// This process's own CPU and its waited-for children's (ms): the fallback
+/// where no CPU meter cgroup can be made.
+fn rusage_ms() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1000.0 + t.tv_usec() as f64 / 1000.0;
+    [UsageWho::RUSAGE_SELF, UsageWho::RUSAGE_CHILDREN]
         .into_iter()
-        .filter_map(|(what, against, target)| {
-            let (a, b) = (find(&what)?, find(&against)?);
-            let p50 = a.p50_ms / b.p50_ms;
-            Some(Ratio {
-                p50_ratio: p50,
-                p95_ratio: a.p95_ms / b.p95_ms,
-                target: target.map(|t| format!("p50 ≤ {t}×")),
-                met: target.map(|t| p50 <= t),
-                what,
-                against,
-            })
+        .filter_map(|w| getrusage(w).ok())
+        .map(|u| tv(u.user_time()) + tv(u.system_time()))
+        .sum()
+}
+
+/// Counts the CPU of one throughput phase: a meter cgroup around sandbench
+/// (and so around every process it starts), plus the engine's daemons and
+/// containers for the Docker tiers.
+struct PhaseCpu {
+    meter: Option<crate::tier::process::cgroup::CpuMeter>,
+    start: f64,
+    engine: bool,
+}
+
+impl PhaseCpu {
+    fn begin(engine: bool, daemons: &[&str], env: &crate::config::HostEnv) -> PhaseCpu {
+        let meter = crate::tier::process::cpu_meter("bench", env).ok();
+        let mut p = PhaseCpu { meter, start: 0.0, engine };
+        p.start = p.now(daemons);
+        p
+    }
+
+    fn now(&self, daemons: &[&str]) -> f64 {
+        let own = match &self.meter {
+            Some(m) => m.cpu_ns().map(|n| n as f64 / 1e6).unwrap_or(0.0),
+            None => rusage_ms(),
+        };
+        let engine = if self.engine { daemons_cpu_ms(daemons) + containers_cpu_ms() } else { 0.0 };
+        own + engine
+    }
+
+    /// The phase's CPU, and its meter: dropped (removed) once nothing of
+    /// the phase runs inside (a spare sandbox made in it lives on).
+    fn end(self, daemons: &[&str]) -> (f64, Option<crate::tier::process::cgroup::CpuMeter>) {
+        let d = self.now(daemons) - self.start;
+        (d.max(0.0), self.meter)
+    }
+}
+
+/// What to throughput-test: sandbench's tier (with its pools) and the
+/// concurrent bare equivalent, and the target ratio.
+pub struct ThroughputPlan {
+    pub tier: Arc<dyn Tier>,
+    pub bare: Option<(String, Vec<String>)>,
+    pub target: Option<f64>,
+    pub daemons: Vec<&'static str>,
+    pub skipped: Vec<String>,
+    /// What the process tier and the leftover count take from the environment.
+    pub host: crate::config::HostEnv,
+}
+
+pub fn throughput_plan(tier_name: &str, config: &Config) -> anyhow::Result<ThroughputPlan> {
+    let py = host_python();
+    let mut skipped = vec![];
+    let tier = tier::by_name(tier_name, config)?;
+    let (bare, target, daemons) = match tier_name {
+        "process" => {
+            let b = bwrap_argv(&py).map(|a| ("bwrap --unshare-all python3 -c".to_string(), a));
+            if b.is_none() {
+                skipped.push("bwrap is not installed (apt-get install bubblewrap): no bare equivalent".into());
+            }
+            (b, Some(0.8), vec![])
+        }
+        "docker" | "gvisor" => {
+            let b = crate::tier::docker::cli_argv(tier_name, config);
+            if b.is_none() {
+                skipped.push("the docker CLI is not installed (apt-get install docker.io): no bare equivalent".into());
+            }
+            (b, Some(1.5), vec!["dockerd", "containerd"])
+        }
+        _ => {
+            let b = Some(("bare python3 -c".to_string(), vec![py, "-c".into(), CODE.into()]));
+            (b, None, vec![])
+        }
+    };
+    Ok(ThroughputPlan { tier, bare, target, daemons, skipped, host: config.host.clone() })
+}
+
+/// Keep `n` runs of `one` in flight until `until`; (latencies ms, errors,
+/// CPU the runs accounted outside this process's meter, ms).
+async fn keep_in_flight<F, Fut>(n: usize, until: Instant, one: F) -> (Vec<f64>, usize, f64)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<f64>> + Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let (mut lat, mut errors, mut cpu) = (vec![], 0usize, 0.0);
+    loop {
+        while set.len() < n && Instant::now() < until {
+            let f = one();
+            set.spawn(async move {
+                let t = Instant::now();
+                (f.await, ms(t.elapsed()))
+            });
+        }
+        match set.join_next().await {
+            Some(Ok((Ok(c), d))) => {
+                lat.push(d);
+                cpu += c;
+            }
+            Some(Ok((Err(e), _))) => {
+                errors += 1;
+                tracing::info!("throughput run failed: {e:#}");
+            }
+            Some(Err(_)) => errors += 1,
+            None => break,
+        }
+    }
+    (lat, errors, cpu)
+}
+
+fn side(name: &str, lat: &mut [f64], errors: usize, seconds: f64, cpu: f64, host: Vec<f64>) -> ThroughputSide {
+    lat.sort_by(f64::total_cmp);
+    let mut host = host;
+    host.sort_by(f64::total_cmp);
+    let runs = lat.len();
+    ThroughputSide {
+        name: name.into(),
+        runs,
+        errors,
+        seconds,
+        runs_per_s: runs as f64 / seconds.max(1e-9),
+        p50_ms: (runs > 0).then(|| percentile(lat, 0.5)),
+        p99_ms: (runs > 0).then(|| percentile(lat, 0.99)),
+        cpu_ms_per_run: (runs > 0).then(|| cpu / runs as f64),
+        host_true: crate::soak::HostLatency {
+            samples: host.len(),
+            p50_ms: (!host.is_empty()).then(|| percentile(&host, 0.5)),
+            p99_ms: (!host.is_empty()).then(|| percentile(&host, 0.99)),
+            max_ms: host.last().copied(),
+        },
+    }
+}
+
+/// N runs in flight for `duration` on sandbench's tier and on the bare
+/// equivalent, alternating in two halves each (sandbench, bare, sandbench,
+/// bare) so that drift on a shared machine hits both; then the pools are
+/// drained and what is left is counted.
+pub async fn throughput(
+    tier_name: &str,
+    plan: ThroughputPlan,
+    concurrency: usize,
+    duration: Duration,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> ThroughputReport {
+    let ThroughputPlan { tier, bare, target, daemons, skipped, host: host_env } = plan;
+    let n = concurrency.max(1);
+    let half = duration / 2;
+    let load_before = load_average();
+    let (mut s_lat, mut s_err, mut s_secs, mut s_cpu, mut s_host) = (vec![], 0, 0.0, 0.0, vec![]);
+    let (mut b_lat, mut b_err, mut b_secs, mut b_cpu, mut b_host) = (vec![], 0, 0.0, 0.0, vec![]);
+    let mut teardown_after_ms = 0.0;
+    // Warm-up, untimed: pools filled, page cache hot.
+    tier.prewarm().await;
+    let mut warm = RunSpec::new(Language::Python, PRINT1);
+    warm.label = "bench".into();
+    let _ = runner::run(tier.clone(), warm).await;
+    tier::background::drain(Duration::from_secs(60)).await;
+    let engine = !daemons.is_empty();
+    let process = tier_name == "process";
+    let mut meters = vec![];
+    for round in 0..2 {
+        progress(&format!("round {}/2: sandbench {tier_name}", round + 1));
+        tier.prewarm().await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let host = Arc::new(std::sync::Mutex::new(vec![]));
+        let prober = crate::soak::probe_host(stop.clone(), host.clone());
+        let cpu = PhaseCpu::begin(engine, &daemons, &host_env);
+        let t0 = Instant::now();
+        let t = tier.clone();
+        let (mut lat, err, in_runs) = keep_in_flight(n, t0 + half, move || {
+            let t = t.clone();
+            async move {
+                let mut spec = RunSpec::new(Language::Python, PRINT1);
+                spec.label = "bench".into();
+                let r = runner::run(t.clone(), spec).await;
+                check(t.name(), &r)?;
+                // The process tier's program runs in its own cgroup, outside
+                // the meter: its cgroup's CPU is in the report.
+                Ok(if process { r.usage.cpu_ms.unwrap_or(0) as f64 } else { 0.0 })
+            }
         })
-        .collect();
-    Ok(BenchReport { tier: tier.to_string(), program: "print(1)".into(), contenders: stats, ratios, skipped })
+        .await;
+        let secs = t0.elapsed().as_secs_f64();
+        // Teardown that the reports did not wait for is part of the cost.
+        let d0 = Instant::now();
+        tier::background::drain(Duration::from_secs(120)).await;
+        teardown_after_ms += ms(d0.elapsed());
+        let (c, m) = cpu.end(&daemons);
+        s_cpu += c + in_runs;
+        meters.push(m);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = tokio::task::spawn_blocking(move || prober.join()).await;
+        s_host.extend(host.lock().map(|v| v.clone()).unwrap_or_default());
+        s_lat.append(&mut lat);
+        s_err += err;
+        s_secs += secs;
+        if let Some((name, argv)) = &bare {
+            progress(&format!("round {}/2: {name}", round + 1));
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let host = Arc::new(std::sync::Mutex::new(vec![]));
+            let prober = crate::soak::probe_host(stop.clone(), host.clone());
+            let cpu = PhaseCpu::begin(engine, &daemons, &host_env);
+            let t0 = Instant::now();
+            let argv = Arc::new(argv.clone());
+            let (mut lat, err, _) = keep_in_flight(n, t0 + half, move || {
+                let argv = argv.clone();
+                async move { command_once(&argv, PRINT1).await.map(|_| 0.0) }
+            })
+            .await;
+            b_secs += t0.elapsed().as_secs_f64();
+            let (c, m) = cpu.end(&daemons);
+            b_cpu += c;
+            meters.push(m);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = tokio::task::spawn_blocking(move || prober.join()).await;
+            b_host.extend(host.lock().map(|v| v.clone()).unwrap_or_default());
+            b_lat.append(&mut lat);
+            b_err += err;
+        }
+    }
+    let sandbench = side(&format!("sandbench {tier_name}"), &mut s_lat, s_err, s_secs, s_cpu, s_host);
+    let bare = bare.map(|(name, _)| side(&name, &mut b_lat, b_err, b_secs, b_cpu, b_host));
+    let ratio = bare.as_ref().filter(|b| b.runs_per_s > 0.0).map(|b| sandbench.runs_per_s / b.runs_per_s);
+    // Pools and spares hold sandboxes by design: drain them, then nothing of ours may be left.
+    progress("draining pools and counting leftovers");
+    let _ = tier::shutdown().await;
+    drop(tier);
+    // The meters last: a spare made during a phase was born in its meter.
+    tokio::task::spawn_blocking(move || drop(meters)).await.ok();
+    let settle = Instant::now();
+    let leftovers = loop {
+        let l = crate::soak::leftovers(&host_env).await;
+        if l.total == 0 || settle.elapsed() > Duration::from_secs(10) {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    ThroughputReport {
+        tier: tier_name.into(),
+        program: "print(1)".into(),
+        concurrency: n,
+        duration_s: duration.as_secs_f64(),
+        met: match (ratio, target) {
+            (Some(r), Some(t)) => Some(r >= t),
+            _ => None,
+        },
+        ratio,
+        target,
+        sandbench,
+        bare,
+        teardown_after_ms,
+        leftovers,
+        skipped,
+        load_before,
+        load_after: load_average(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn s(exit: f64, first: Option<f64>, phases: &[(&str, f64)]) -> Sample {
+        Sample {
+            exit_ms: exit,
+            first_byte_ms: first,
+            phases: phases.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
+    }
+
     #[test]
     fn stats_of_samples() {
-        let s = stats("x", vec![3.0, 1.0, 2.0]);
-        assert_eq!(s.p50_ms, 2.0);
-        assert_eq!(s.mean_ms, 2.0);
+        let st = stats(
+            "x",
+            &[s(3.0, Some(2.0), &[("b", 2.0), ("a", 1.0)]), s(1.0, None, &[("a", 0.5)]), s(2.0, Some(1.0), &[])],
+        );
+        assert_eq!(st.p50_ms, 2.0);
+        assert_eq!(st.mean_ms, 2.0);
+        assert_eq!(st.first_byte_p50_ms, Some(2.0));
+        assert_eq!(st.phases, vec![("a".to_string(), 1.0), ("b".to_string(), 2.0)], "ordered by when they happen");
+        let none = stats("y", &[s(1.0, None, &[])]);
+        assert_eq!(none.first_byte_p50_ms, None);
+    }
+
+    #[test]
+    fn ratios_compare_named_contenders_and_say_whether_targets_are_met() {
+        let a =
+            Stats { name: "a".into(), p50_ms: 3.0, p95_ms: 6.0, first_byte_p50_ms: Some(1.0), ..Default::default() };
+        let b =
+            Stats { name: "b".into(), p50_ms: 10.0, p95_ms: 12.0, first_byte_p50_ms: Some(4.0), ..Default::default() };
+        let r = ratios(&[a, b], &[("a".into(), "b".into(), Some(0.3)), ("a".into(), "zz".into(), None)]);
+        assert_eq!(r.len(), 1, "a missing contender gives no ratio");
+        assert!((r[0].p50_ratio - 0.3).abs() < 1e-9);
+        assert_eq!(r[0].met, Some(true));
+        assert_eq!(r[0].first_byte_p50_ratio, Some(0.25));
+    }
+
+    #[tokio::test]
+    async fn a_command_contender_times_its_first_byte_and_exit() {
+        let c = Contender::Command {
+            name: "sh".into(),
+            argv: vec!["/bin/sh".into(), "-c".into(), "echo 1; sleep 0.05".into(), CODE.into()],
+        };
+        let smp = c.once(PRINT1).await.unwrap();
+        let first = smp.first_byte_ms.unwrap();
+        assert!(first < smp.exit_ms, "{smp:?}");
+        assert!(smp.exit_ms - first >= 40.0, "the exit comes after the sleep: {smp:?}");
+        let bad = Contender::Command { name: "f".into(), argv: vec!["/bin/false".into()] };
+        assert!(bad.once(PRINT1).await.is_err());
     }
 }

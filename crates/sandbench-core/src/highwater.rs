@@ -195,6 +195,13 @@ impl Watch {
         self.mode
     }
 
+    /// The file-size limit files are measured against (a process sandbox
+    /// built ahead learns its run's limit only when the run arrives; events
+    /// queued before are measured against it too).
+    pub fn set_file_size(&mut self, file_size: u64) {
+        self.file_size = file_size;
+    }
+
     /// Does the watch see file events (or only mount states)?
     pub fn sees_files(&self) -> bool {
         self.pin.is_some()

@@ -147,6 +147,9 @@ impl RunReport {
             s.push_str(&format!(" · {} at {:.0} ms", v.kind.name(), v.at_ms));
         }
         s.push_str(&format!(" · {:.1} ms total", self.timings_ms.total));
+        if let Some(k) = self.start() {
+            s.push_str(&format!(" · {}", k.name()));
+        }
         s
     }
 }

@@ -50,7 +50,7 @@ pub struct OutputCheck {
     pub lost_runs: usize,
 }
 
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
 pub struct HostLatency {
     pub samples: usize,
     pub p50_ms: Option<f64>,
@@ -60,7 +60,7 @@ pub struct HostLatency {
 
 /// Resources carrying this process's owner token, after every run and the
 /// warm pools are gone. `None`: could not be looked at (e.g. no daemon).
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
 pub struct Leftovers {
     pub cgroups: usize,
     pub containers: Option<usize>,
@@ -133,7 +133,7 @@ fn output_programs() -> Vec<OutputProgram> {
 }
 
 /// `/bin/true` spawned every 100 ms on the host while the soak runs.
-fn probe_host(stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<f64>>>) -> std::thread::JoinHandle<()> {
+pub fn probe_host(stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<f64>>>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let bin = if std::path::Path::new("/bin/true").exists() { "/bin/true" } else { "true" };
         while !stop.load(Ordering::Relaxed) {

@@ -192,13 +192,7 @@ mod tests {
         let s = LatencyRun { summary, host: crate::share::HostStats::of(&[1.0, 3.0, 2.0]) };
         save_latency_in(d.path(), &s).unwrap();
         assert_eq!(load_latency_in(d.path()).unwrap().unwrap().data, s);
-        let b = BenchReport {
-            tier: "../x".into(),
-            program: "print(1)".into(),
-            contenders: vec![],
-            ratios: vec![],
-            skipped: vec![],
-        };
+        let b = BenchReport { tier: "../x".into(), program: "print(1)".into(), ..Default::default() };
         let p = save_bench_in(d.path(), &b).unwrap();
         assert_eq!(p.parent().unwrap(), d.path(), "a tier name cannot leave the state dir");
         assert_eq!(load_bench_in(d.path(), "../x").unwrap().unwrap().data.tier, "../x");

@@ -167,12 +167,14 @@ pub struct BenchArgs {
     /// latency and leftovers.
     #[arg(long)]
     pub soak: bool,
-    /// How long the soak starts new runs (e.g. 30s, 10m).
-    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration, default_value = "60s", requires = "soak")]
-    pub duration: Duration,
-    /// Runs in flight during the soak.
-    #[arg(long, value_name = "N", default_value_t = 4, requires = "soak")]
-    pub concurrency: usize,
+    /// Throughput (without --soak): keep --concurrency runs in flight this
+    /// long, against as many concurrent bare equivalents (default 10s; the
+    /// soak's default is 60s).
+    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Runs in flight (throughput and soak; default 4).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
     /// Soak: comma-separated tiers (default: every available tier).
     #[arg(long, value_name = "TIERS", requires = "soak")]
     pub tiers: Option<String>,

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
 use crate::spec::RunSpec;
 
+pub mod background;
 pub mod docker;
 pub mod e2b;
 pub mod microvm;
@@ -326,8 +327,14 @@ pub async fn reap_leftovers_of(names: &[String], config: &Config) {
 /// Front ends call it on every exit path (signals included: they own them)
 /// and show the returned warnings.
 pub async fn shutdown() -> Vec<String> {
-    let warnings = e2b::kill_live().await;
+    let mut warnings = e2b::kill_live().await;
     docker::shutdown().await;
     microvm::MicrovmTier::drain_pool().await;
+    let left = background::drain(std::time::Duration::from_secs(30)).await;
+    if left > 0 {
+        warnings.push(format!(
+            "{left} sandbox teardown(s) still running at exit: the next sandbench start reaps what they leave"
+        ));
+    }
     warnings
 }

@@ -30,6 +30,9 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
     if !avail.available {
         anyhow::bail!("the {} tier is not available here: {} (see sandbench doctor)", tier.name(), avail.summary);
     }
+    // A loop runs many programs on one tier: warm it while the model thinks.
+    let warm = tier.clone();
+    tokio::spawn(async move { warm.prewarm().await });
     if let Some(m) = &args.model {
         opts.model = m.clone();
     }

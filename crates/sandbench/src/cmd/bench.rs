@@ -11,6 +11,9 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     if args.soak {
         return soak(args, config).await;
     }
+    if args.duration.is_some() || args.concurrency.is_some() {
+        return throughput(args, config).await;
+    }
     if args.runs == 0 {
         return Err(usage("--runs must be at least 1"));
     }
@@ -37,24 +40,40 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn render(r: &BenchReport) -> String {
-    let mut s = format!(
-        "bench {} · start→exit of {} · {} runs each, interleaved\n",
-        r.tier,
-        r.program,
-        r.contenders.first().map(|c| c.runs).unwrap_or(0)
-    );
-    s.push_str(&format!("{:<28} {:>9} {:>9} {:>9}\n", "contender", "p50 ms", "p95 ms", "mean ms"));
-    for c in &r.contenders {
-        s.push_str(&format!("{:<28} {:>9.2} {:>9.2} {:>9.2}\n", c.name, c.p50_ms, c.p95_ms, c.mean_ms));
-    }
-    for x in &r.ratios {
+fn load(l: Option<[f64; 3]>) -> String {
+    l.map(|[a, b, c]| format!("{a:.2} {b:.2} {c:.2}")).unwrap_or_else(|| "unknown".into())
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
+}
+
+fn table(s: &mut String, contenders: &[bench::Stats]) {
+    s.push_str(&format!(
+        "{:<28} {:>9} {:>9} {:>9} {:>12}\n",
+        "contender", "exit p50", "exit p95", "mean", "1st byte p50"
+    ));
+    for c in contenders {
         s.push_str(&format!(
-            "{} / {}: p50 {:.2}× · p95 {:.2}×{}\n",
+            "{:<28} {:>9.2} {:>9.2} {:>9.2} {:>12}\n",
+            c.name,
+            c.p50_ms,
+            c.p95_ms,
+            c.mean_ms,
+            opt_ms(c.first_byte_p50_ms)
+        ));
+    }
+}
+
+fn ratio_lines(s: &mut String, ratios: &[bench::Ratio]) {
+    for x in ratios {
+        s.push_str(&format!(
+            "{} / {}: exit p50 {:.2}× · p95 {:.2}×{}{}\n",
             x.what,
             x.against,
             x.p50_ratio,
             x.p95_ratio,
+            x.first_byte_p50_ratio.map(|f| format!(" · first byte p50 {f:.2}×")).unwrap_or_default(),
             match (&x.target, x.met) {
                 (Some(t), Some(true)) => format!("  (target {t}: met)"),
                 (Some(t), Some(false)) => format!("  (target {t}: NOT met)"),
@@ -62,6 +81,117 @@ pub fn render(r: &BenchReport) -> String {
             }
         ));
     }
+}
+
+pub fn render(r: &BenchReport) -> String {
+    let mut s = format!(
+        "bench {} · start→first byte and start→exit · {} runs each, interleaved · load {} → {}\n\n{}\n",
+        r.tier,
+        r.contenders.first().map(|c| c.runs).unwrap_or(0),
+        load(r.load_before),
+        load(r.load_after),
+        r.program
+    );
+    table(&mut s, &r.contenders);
+    ratio_lines(&mut s, &r.ratios);
+    for c in &r.controls {
+        s.push_str(&format!("\n{}\n", c.program));
+        table(&mut s, &c.contenders);
+        ratio_lines(&mut s, &c.ratios);
+    }
+    let with_phases: Vec<_> = r.contenders.iter().filter(|c| !c.phases.is_empty()).collect();
+    if !with_phases.is_empty() {
+        s.push_str("\nwhere the time goes (p50, ms from the run's start)\n");
+        for c in with_phases {
+            let p: Vec<String> = c.phases.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+            s.push_str(&format!("  {:<26} {}\n", c.name, p.join(" · ")));
+        }
+    }
+    for k in &r.skipped {
+        s.push_str(&format!("skipped: {k}\n"));
+    }
+    s
+}
+
+/// `bench --concurrency N --duration S`: throughput against the bare equivalent.
+async fn throughput(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
+    let n = args.concurrency.unwrap_or(4);
+    if n == 0 || n > 64 {
+        return Err(usage("--concurrency must be between 1 and 64"));
+    }
+    let duration = args.duration.unwrap_or(std::time::Duration::from_secs(10));
+    if duration.is_zero() {
+        return Err(usage("--duration must be more than 0s"));
+    }
+    crate::tier::parse_list(&args.tier).map_err(usage)?;
+    let t = crate::tier::by_name(&args.tier, config)?;
+    let a = t.probe().await;
+    if !a.available {
+        anyhow::bail!("the {} tier is not available: {} (run `sandbench doctor`)", args.tier, a.summary);
+    }
+    drop(t);
+    let plan = bench::throughput_plan(&args.tier, config)?;
+    let text = args.format == Format::Text;
+    let mut progress = move |what: &str| {
+        if text {
+            eprintln!("{what}");
+        }
+    };
+    let r = bench::throughput(&args.tier, plan, n, duration, &mut progress).await;
+    match args.format {
+        Format::Json => super::emit_json(&r)?,
+        Format::Text => super::emit(&render_throughput(&r))?,
+    }
+    Ok(if r.leftovers.total == 0 { 0 } else { 1 })
+}
+
+pub fn render_throughput(r: &bench::ThroughputReport) -> String {
+    let mut s = format!(
+        "throughput {} · {} in flight · {:.0} s per side (two halves each, alternating) · {} · load {} → {}\n",
+        r.tier,
+        r.concurrency,
+        r.duration_s,
+        r.program,
+        load(r.load_before),
+        load(r.load_after)
+    );
+    s.push_str(&format!(
+        "{:<34} {:>6} {:>6} {:>8} {:>9} {:>9} {:>10} {:>14}\n",
+        "side", "runs", "errors", "runs/s", "p50 ms", "p99 ms", "CPU/run ms", "/bin/true p99"
+    ));
+    for side in std::iter::once(&r.sandbench).chain(r.bare.iter()) {
+        s.push_str(&format!(
+            "{:<34} {:>6} {:>6} {:>8.1} {:>9} {:>9} {:>10} {:>14}\n",
+            side.name,
+            side.runs,
+            side.errors,
+            side.runs_per_s,
+            opt_ms(side.p50_ms),
+            opt_ms(side.p99_ms),
+            side.cpu_ms_per_run.map(|c| format!("{c:.1}")).unwrap_or_else(|| "-".into()),
+            opt_ms(side.host_true.p99_ms),
+        ));
+    }
+    if let Some(x) = r.ratio {
+        s.push_str(&format!(
+            "runs/s ratio {x:.2}×{}\n",
+            match (r.target, r.met) {
+                (Some(t), Some(true)) => format!("  (target ≥ {t}×: met)"),
+                (Some(t), Some(false)) => format!("  (target ≥ {t}×: NOT met)"),
+                _ => String::new(),
+            }
+        ));
+    }
+    s.push_str(&format!("background teardown after the last report: {:.0} ms in all\n", r.teardown_after_ms));
+    let l = &r.leftovers;
+    s.push_str(&format!(
+        "leftovers {} (cgroups {}, containers {}, qemu {}, run folders {})\n",
+        l.total,
+        l.cgroups,
+        l.containers.map(|c| c.to_string()).unwrap_or_else(|| "not checked".into()),
+        l.qemu,
+        l.rundirs
+    ));
     for k in &r.skipped {
         s.push_str(&format!("skipped: {k}\n"));
     }
@@ -71,10 +201,12 @@ pub fn render(r: &BenchReport) -> String {
 /// `bench --soak`: exit 1 when anything was left behind, output was lost, or
 /// a verdict differs from what its sample declares.
 async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
-    if args.concurrency == 0 || args.concurrency > 64 {
+    let concurrency = args.concurrency.unwrap_or(4);
+    let duration = args.duration.unwrap_or(std::time::Duration::from_secs(60));
+    if concurrency == 0 || concurrency > 64 {
         return Err(usage("--concurrency must be between 1 and 64"));
     }
-    if args.duration.is_zero() {
+    if duration.is_zero() {
         return Err(usage("--duration must be more than 0s"));
     }
     let names = match &args.tiers {
@@ -100,8 +232,8 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         tokio::spawn(async move { t.prewarm().await });
     }
     let cfg = sandbench_core::soak::SoakConfig {
-        duration: args.duration,
-        concurrency: args.concurrency,
+        duration,
+        concurrency,
         limits: crate::gauntlet::default_limits(),
         host: config.host.clone(),
     };

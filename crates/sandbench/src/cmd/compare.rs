@@ -24,6 +24,9 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
     if tiers.is_empty() {
         anyhow::bail!("none of the selected tiers is available here (run `sandbench doctor`)");
     }
+    // The same warm starts as the benchmark: spares and pools ready before
+    // the first run (each report says cold, warm or snapshot).
+    futures_util::future::join_all(tiers.iter().map(|t| t.prewarm())).await;
     let mode = if args.concurrent { Mode::Concurrent } else { Mode::Sequential };
     let repeat = args.repeat as usize;
     let total = repeat * tiers.len();

@@ -96,6 +96,9 @@ impl Sandbench {
         }
         let t = tier::by_name(name, &self.shared.config).map_err(|e| bad(format!("{e:#}")))?;
         tiers.insert(name.to_string(), t.clone());
+        // A session runs many programs: warm spares and pools for the next ones.
+        let warm = t.clone();
+        tokio::spawn(async move { warm.prewarm().await });
         Ok(t)
     }
 

@@ -201,8 +201,12 @@ pub fn summary(r: &RunReport) -> String {
         s.push_str(&network_summary(r));
     }
     s.push_str(&format!(
-        "time      setup {:.1} ms · run {:.1} ms · teardown {:.1} ms · total {:.1} ms\n",
-        t.setup, t.run, t.teardown, t.total
+        "time      setup {:.1} ms · run {:.1} ms · teardown {:.1} ms · total {:.1} ms{}\n",
+        t.setup,
+        t.run,
+        t.teardown,
+        t.total,
+        t.first_output.map(|f| format!(" · first output at {f:.1} ms")).unwrap_or_default()
     ));
     let opt = |v: Option<u64>, f: &dyn Fn(u64) -> String| v.map(f).unwrap_or_else(|| "unknown".into());
     s.push_str(&format!(

@@ -18,7 +18,7 @@ fn my_cgroups() -> Vec<String> {
     let dir = std::path::Path::new("/sys/fs/cgroup/pids").join(rel.trim_start_matches('/')).join("sandbench");
     // Run cgroups are named by this process's owner token (see `owner`).
     let Ok(token) = sandbench::owner::token() else { return vec![] };
-    let prefix = format!("{token}-");
+    let prefix = format!("{}-", sandbench::owner::opaque(token));
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
@@ -65,4 +65,183 @@ async fn second_run_is_warm_and_spares_are_single_use_and_cleaned() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(my_cgroups().is_empty(), "spare left behind: {:?}", my_cgroups());
+}
+
+/// What a program sees of its sandbox, printed as JSON from its first line
+/// on (so: before any of its own work, every limit must already hold).
+const FACTS: &str = r#"
+import json, os, socket, resource, ctypes, errno
+facts = {}
+facts["ns"] = {n: os.readlink(f"/proc/self/ns/{n}") for n in sorted(os.listdir("/proc/self/ns"))}
+facts["uid"] = [os.getuid(), os.geteuid(), os.getgid()]
+facts["groups"] = os.getgroups()
+facts["cgroup"] = open("/proc/self/cgroup").read().splitlines()
+status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+facts["seccomp"] = [status.get("Seccomp"), status.get("NoNewPrivs"), status.get("CapEff")]
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", 9))
+    facts["tcp"] = "connected"
+except OSError as e:
+    facts["tcp"] = errno.errorcode.get(e.errno, str(e.errno))
+s.close()
+try:
+    open("/etc/sandbench-probe", "w")
+    facts["write_etc"] = "written"
+except OSError as e:
+    facts["write_etc"] = errno.errorcode.get(e.errno, str(e.errno))
+libc = ctypes.CDLL(None, use_errno=True)
+facts["unshare"] = [libc.unshare(0x10000000), errno.errorcode.get(ctypes.get_errno())]
+facts["rlimits"] = {n: resource.getrlimit(getattr(resource, n)) for n in
+    ["RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_MEMLOCK"]}
+facts["fds"] = sorted(os.listdir("/proc/self/fd"))
+facts["env"] = dict(os.environ)
+facts["work"] = sorted(os.listdir("/work"))
+facts["ppid"] = os.getppid()
+print(json.dumps(facts))
+"#;
+
+fn facts(r: &sandbench::report::RunReport) -> serde_json::Value {
+    assert_eq!(r.outcome, Outcome::Ok, "{}\n{}", r.summary_line(), r.stderr);
+    serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_and_warm_runs_get_the_same_isolation() {
+    let tier = Arc::new(ProcessTier::new(&common::config()));
+    let a = tier.probe().await;
+    if !a.available {
+        assert!(!common::required("process"), "process tier unavailable: {}", a.summary);
+        eprintln!("skipped: process tier unavailable: {}", a.summary);
+        return;
+    }
+    let dyn_tier: Arc<dyn Tier> = tier.clone();
+    let cold = runner::run(dyn_tier.clone(), RunSpec::new(Language::Python, FACTS)).await;
+    assert_eq!(cold.details["start"], "cold");
+    dyn_tier.prewarm().await;
+    let warm = runner::run(dyn_tier.clone(), RunSpec::new(Language::Python, FACTS)).await;
+    assert_eq!(warm.details["start"], "warm", "{}", warm.summary_line());
+    let (c, w) = (facts(&cold), facts(&warm));
+    // What the host reports of each sandbox is the same.
+    for k in ["landlock", "seccomp", "namespaces", "cgroup", "user_ns", "degraded"] {
+        assert_eq!(cold.details[k], warm.details[k], "details.{k}");
+    }
+    // Each run has namespaces of its own: none is the host's. (Two runs'
+    // numbers may match: the kernel reuses a freed namespace's inode number,
+    // and the cold run's are gone before the spare is made.)
+    let host: std::collections::BTreeMap<String, String> = std::fs::read_dir("/proc/self/ns")
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (e.file_name().to_string_lossy().into_owned(), std::fs::read_link(e.path()).unwrap().display().to_string())
+        })
+        .collect();
+    let fresh = |f: &serde_json::Value| -> Vec<String> {
+        f["ns"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(n, v)| host.get(*n) != v.as_str().map(String::from).as_ref())
+            .map(|(n, _)| n.clone())
+            .collect()
+    };
+    assert_eq!(fresh(&c), fresh(&w), "the same namespaces are new on both");
+    for n in ["pid", "net", "mnt", "ipc", "uts", "cgroup"] {
+        assert!(fresh(&c).iter().any(|f| f == n), "{n} namespace not new: {c}");
+    }
+    // Its own uid (as root: from the dedicated range; never 0), no groups.
+    for f in [&c, &w] {
+        let uid = f["uid"][0].as_u64().unwrap();
+        assert_ne!(uid, 0);
+        if common::is_root() {
+            assert!(uid >= 2_000_000_000, "{uid}");
+            assert_eq!(f["groups"], serde_json::json!([]));
+        }
+    }
+    // In its own cgroup, seen through the cgroup namespace: no host path, no owner token.
+    let shape = |f: &serde_json::Value| -> Vec<String> {
+        f["cgroup"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let l = l.as_str().unwrap();
+                let (head, path) = l.rsplit_once(':').unwrap();
+                if path == "/" {
+                    l.to_string()
+                } else {
+                    assert!(path.starts_with("/sandbench/sb-"), "{l}");
+                    let m = sandbench::owner::machine().unwrap();
+                    assert!(!path.contains(&m.host), "the machine id shows: {l}");
+                    format!("{head}:<run>")
+                }
+            })
+            .collect()
+    };
+    assert_eq!(shape(&c), shape(&w));
+    if common::is_root() {
+        assert!(shape(&c).iter().any(|l| l.ends_with(":<run>")), "not in a run cgroup: {c}");
+    }
+    // seccomp filter, no_new_privs, no capabilities; Landlock refuses TCP and
+    // writes outside the scratch space; namespaces cannot be made.
+    for k in ["seccomp", "tcp", "write_etc", "unshare", "rlimits", "fds", "env", "work", "ppid"] {
+        assert_eq!(c[k], w[k], "{k}: cold {} warm {}", c[k], w[k]);
+    }
+    assert_eq!(c["seccomp"], serde_json::json!(["2", "1", "0000000000000000"]));
+    assert_eq!(c["tcp"], "EACCES", "Landlock's TCP rule");
+    assert_eq!(c["unshare"][0], -1);
+    assert_eq!(c["work"], serde_json::json!(["main.py"]));
+    assert_eq!(c["fds"], serde_json::json!(["0", "1", "2", "3"]), "stdio and the listing's own descriptor only");
+    assert_eq!(c["ppid"], 1);
+}
+
+/// The waiting interpreter runs a program as `python3 -u main.py` would:
+/// compared, warm both times, with a run in an environment the spare's
+/// interpreter was not started with (so the waiter execs a fresh one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_interpreter_is_indistinguishable_from_a_fresh_one() {
+    let tier: Arc<dyn Tier> = Arc::new(ProcessTier::new(&common::config()));
+    if !tier.probe().await.available {
+        assert!(!common::required("process"));
+        eprintln!("skipped: process tier unavailable");
+        return;
+    }
+    const SEES: &str = r#"
+import sys, os
+g = sys.modules["__main__"].__dict__
+print(sorted(sys.modules))
+print(sorted(k for k in g), g["__file__"], type(g["__loader__"]).__name__, g["__spec__"], g["__package__"], g["__name__"])
+print(sys.argv, sys.orig_argv, sys.path[0], sys.flags)
+print(sys._getframe().f_code.co_filename, open("/proc/self/cmdline", "rb").read())
+print(sorted(os.listdir("/proc/self/fd")), sorted(os.listdir("/work")))
+import atexit
+atexit.register(lambda: print("atexit", "__file__" in g))
+"#;
+    let run = |code: &'static str, env: bool| {
+        let tier = tier.clone();
+        async move {
+            tier.prewarm().await;
+            let mut s = RunSpec::new(Language::Python, code);
+            if env {
+                s.env.insert("SANDBENCH_TEST_FRESH".into(), "1".into());
+            }
+            let r = runner::run(tier, s).await;
+            assert_eq!(r.details["start"], "warm", "{}", r.summary_line());
+            r
+        }
+    };
+    for code in [
+        SEES,
+        "def f():\n    1/0\nf()\n",
+        "x = (\n",
+        "import sys\nsys.exit('bye')\n",
+        "import sys\nprint('out'); sys.stdout.flush(); sys.exit(3)\n",
+        "raise SystemExit\n",
+    ] {
+        let (inline, fresh) = (run(code, false).await, run(code, true).await);
+        assert_eq!(inline.exit, fresh.exit, "{code}");
+        assert_eq!(inline.outcome, fresh.outcome, "{code}");
+        assert_eq!(inline.stdout, fresh.stdout, "{code}");
+        assert_eq!(inline.stderr, fresh.stderr, "{code}");
+    }
 }

@@ -56,6 +56,10 @@ fn soak_arguments_are_checked() {
     let out = Command::new(bin()).args(["bench", "--soak", "--concurrency", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--concurrency"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(bin()).args(["bench", "--duration", "5s"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "--duration without --soak is refused");
+    // Without --soak the same flags ask for the throughput run: checked alike.
+    let out = Command::new(bin()).args(["bench", "--duration", "0s"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "a zero --duration is refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--duration"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin()).args(["bench", "--concurrency", "65"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "too many in flight is refused");
 }

@@ -4,12 +4,26 @@
 
 use std::sync::Arc;
 
-use crate::bench::{Contender, Settle};
+use crate::bench::{Contender, Settle, CODE};
 use crate::config::{Config, DockerConfig};
 use crate::spec::Limits;
 
 use super::container::Shape;
 use super::{configured_image, DockerTier};
+
+/// `docker run --rm` with the tier's hardening flags (and `--runtime=runsc`
+/// for gvisor) running `python3 -c {code}`: the bare equivalent. `None`
+/// without a docker CLI.
+pub fn cli_argv(tier_name: &str, config: &Config) -> Option<(String, Vec<String>)> {
+    let runtime = (tier_name == "gvisor").then_some("runsc");
+    let docker = crate::host::which("docker")?.to_string_lossy().into_owned();
+    let shape = Shape::new(&configured_image(config), runtime, &config.docker.user, &Limits::default());
+    let mut argv = vec![docker, "run".into(), "--rm".into()];
+    argv.extend(shape.cli_flags());
+    argv.extend([shape.image.clone(), "python3".into(), "-c".into(), CODE.into()]);
+    let name = if runtime.is_some() { "docker run --rm --runtime=runsc" } else { "docker run --rm" };
+    Some((name.to_string(), argv))
+}
 
 /// Fill `c` with the contenders; returns the targets (what, against, p50 ratio).
 pub fn bench_plan(
@@ -34,23 +48,20 @@ pub fn bench_plan(
     let cold_name = format!("sandbench {tier_name} cold");
     let warm_name = format!("sandbench {tier_name} warm");
     let cli_name = if runtime.is_some() { "docker run --rm --runtime=runsc" } else { "docker run --rm" }.to_string();
-    c.push(Contender::Tier { name: cold_name.clone(), tier: Arc::new(build(&cold_cfg)) });
-    match crate::host::which("docker").map(|p| p.to_string_lossy().into_owned()) {
-        Some(docker) => {
-            let shape = Shape::new(&configured_image(config), runtime, &config.docker.user, &Limits::default());
-            let mut argv = vec![docker, "run".into(), "--rm".into()];
-            argv.extend(shape.cli_flags());
-            argv.extend([shape.image.clone(), "python3".into(), "-c".into(), "print(1)".into()]);
-            c.push(Contender::Command { name: cli_name.clone(), argv });
-        }
+    c.push(Contender::tier(cold_name.clone(), Arc::new(build(&cold_cfg))));
+    match cli_argv(tier_name, config) {
+        Some((_, argv)) => c.push(Contender::Command { name: cli_name.clone(), argv }),
         None => skipped.push("the docker CLI is not installed (apt-get install docker.io): no baseline".into()),
     }
     let warm = Arc::new(build(&warm_cfg));
     let w = warm.clone();
     let settle: Settle = Arc::new(move || {
         let w = w.clone();
-        Box::pin(async move { w.prewarm_for(&Limits::default()).await.map(|_| ()) })
+        Box::pin(async move {
+            crate::tier::background::drain(std::time::Duration::from_secs(60)).await;
+            w.prewarm_for(&Limits::default()).await.map(|_| ())
+        })
     });
-    c.push(Contender::Settled { name: warm_name.clone(), tier: warm, settle });
-    vec![(cold_name, cli_name.clone(), Some(1.0)), (warm_name, cli_name, Some(0.15))]
+    c.push(Contender::Tier { name: warm_name.clone(), tier: warm, settle: Some(settle) });
+    vec![(cold_name, cli_name.clone(), Some(1.0)), (warm_name, cli_name, Some(0.1))]
 }

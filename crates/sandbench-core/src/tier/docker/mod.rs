@@ -40,7 +40,7 @@ use crate::highwater;
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
-pub use bench::bench_plan;
+pub use bench::{bench_plan, cli_argv};
 use container::Shape;
 use engine::Engine;
 use pool::Pool;
@@ -103,6 +103,31 @@ impl DockerTier {
     /// The engine, connected once per tier (a failure is retried next time).
     pub async fn engine(&self) -> anyhow::Result<&Engine> {
         self.engine.get_or_try_init(|| Engine::connect(&self.endpoint)).await
+    }
+
+    /// What the warm pool costs while it waits, measured on one container
+    /// started now (as the pool starts them) and removed.
+    async fn warm_check(&self, engine: &Engine) -> String {
+        let n = self.cfg.pool_size;
+        if n == 0 {
+            return "no warm pool ([docker] pool_size = 0): every run starts cold".into();
+        }
+        let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, &self.limits);
+        let each = match launch(engine, &shape, &format!("doctor-{}", container::new_run_id()), self.name).await {
+            Ok(id) => {
+                // The loader needs a moment to be resident and waiting.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let m = Cgroup::find(&id).and_then(|c| c.sample(true).usage.memory_bytes);
+                remove(&engine.docker, &id).await;
+                m
+            }
+            Err(_) => None,
+        };
+        format!(
+            "long-lived front ends keep {n} container(s) started ahead{}; [docker] pool_size bounds it",
+            each.map(|b| format!(", {} each while waiting (measured now)", crate::spec::format_size(b)))
+                .unwrap_or_default()
+        )
     }
 
     fn runtime_name(&self) -> &'static str {
@@ -329,12 +354,17 @@ impl Tier for DockerTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
+    /// With the pooled containers' memory (their cgroups' usage; unknown
+    /// on a remote engine).
     fn warm(&self) -> Option<String> {
         if self.cfg.pool_size == 0 {
             return None;
         }
-        let ready = self.pool.get().map_or(0, |p| p.ready());
-        Some(format!("{ready} of {} warm container(s) ready", self.cfg.pool_size))
+        let ids = self.pool.get().map(|p| p.ready_ids()).unwrap_or_default();
+        let bytes: u64 =
+            ids.iter().filter_map(|id| Cgroup::find(id)).filter_map(|c| c.sample(true).usage.memory_bytes).sum();
+        let mem = if bytes > 0 { format!(" · {} resident", crate::spec::format_size(bytes)) } else { String::new() };
+        Some(format!("{} of {} warm container(s) ready{mem}", ids.len(), self.cfg.pool_size))
     }
 
     /// Fill the warm pool for runs with the configured limits (a run with
@@ -447,6 +477,7 @@ impl DockerTier {
                     "container",
                     format!("a hardened container ran a trivial program in {:.0} ms", report.timings_ms.total),
                 ));
+                checks.push(Check::ok("warm", self.warm_check(engine).await));
             } else {
                 ok = false;
                 let why = report.error.clone().unwrap_or_else(|| report.summary_line());
@@ -489,15 +520,39 @@ impl DockerTier {
                 (launch(engine, &shape, &run_id, self.name).await?, "cold")
             }
         };
+        let mut timeline: Vec<(&'static str, f64)> =
+            vec![(if start == "warm" { "container_taken" } else { "container_started" }, ctx.ms())];
         let host_binds = scratch::of(&id).map(|d| scratch::binds(&d));
-        let result = self.execute(engine, &id, &spec, &ctx).await;
+        let result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        remove(&engine.docker, &id).await;
+        // The program has exited and its output is in (the loader's exit
+        // frame comes after every output frame): the report is final now.
+        // The single-use container goes in the background, awaited at
+        // shutdown and by the benchmarks; a killed sandbench leaves it to
+        // the next start's reaper (its owner label).
+        let (docker, gone) = (engine.docker.clone(), id.clone());
+        let ack = result.as_ref().ok().map(|r| r.2.abort_handle());
+        super::background::spawn(async move {
+            if let Some(w) = ack {
+                // The loader's acknowledgement first, so that it ends as it
+                // would: everything was received.
+                let t = tokio::time::Instant::now();
+                while !w.is_finished() && t.elapsed() < Duration::from_secs(2) {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            remove(&docker, &gone).await;
+        });
         // Refill (and retarget to this run's shape) only now, off this run's path.
         if let Some(p) = use_pool {
             p.want(&shape);
         }
-        let (usage, mut details) = result?;
+        let (usage, mut details, _) = result?;
+        let mut t = serde_json::Map::new();
+        for (k, v) in &timeline {
+            t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+        }
+        details["timeline_ms"] = serde_json::Value::Object(t);
         details["runtime"] = json!(self.runtime_name());
         details["start"] = json!(start);
         details["image"] = json!(self.image);
@@ -586,7 +641,8 @@ impl DockerTier {
         id: &str,
         spec: &RunSpec,
         ctx: &RunContext,
-    ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
+        timeline: &mut Vec<(&'static str, f64)>,
+    ) -> anyhow::Result<(UsageSample, serde_json::Value, tokio::task::JoinHandle<()>)> {
         let docker = &engine.docker;
         let limits = &spec.limits;
         let (uid, gid) = container::choose_ids(&self.cfg.user, engine.local)?;
@@ -604,6 +660,7 @@ impl DockerTier {
             )
             .await
             .map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
+        timeline.push(("attached", ctx.ms()));
         let mut output = attach.output;
         let mut input = attach.input;
         let mut wait =
@@ -694,7 +751,9 @@ impl DockerTier {
         let grace = tokio::time::sleep(Duration::from_secs(86_400 * 365));
         tokio::pin!(grace);
 
-        while exit_code.is_none() && wait_error.is_none() || !output_done {
+        // Until the loader's exit frame (every output frame comes before it)
+        // or its failure; else until the container is gone and its stream ended.
+        while reported.is_none() && failed.is_none() && (exit_code.is_none() && wait_error.is_none() || !output_done) {
             tokio::select! {
                 item = output.next(), if !output_done => match item {
                     Some(Ok(LogOutput::StdOut { message })) => {
@@ -713,6 +772,7 @@ impl DockerTier {
                                     judge.sample(ctx, &loader.counters(cg_counters)).await;
                                 }
                                 container::Frame::Started { uid, guard } => {
+                                    timeline.push(("program_started", ctx.ms()));
                                     started_uid = Some(uid);
                                     if let Some(w) = watch.take() {
                                         match start_watch(w, guard_wanted, guard, loader_pid) {
@@ -741,6 +801,7 @@ impl DockerTier {
                                     }
                                 }
                                 container::Frame::Exit { status, stdout_bytes, stderr_bytes } => {
+                                    timeline.push(("program_exited", ctx.ms()));
                                     reported = Some((status, stdout_bytes, stderr_bytes));
                                     // The program is gone: the watch's last look.
                                     if let Some(r) = running.take() {
@@ -816,7 +877,8 @@ impl DockerTier {
             }
         }
         sampler.abort();
-        writer.abort();
+        // The writer goes on: it sends the loader's acknowledgement (see
+        // run_inner, which waits for it in the background).
         if let Some(m) = mux.as_mut() {
             m.close_all();
         }
@@ -919,7 +981,7 @@ impl DockerTier {
             },
             "network": network,
         });
-        Ok((usage, details))
+        Ok((usage, details, writer))
     }
 }
 

@@ -191,6 +191,11 @@ impl Pool {
         self.lock().ready.len()
     }
 
+    /// The containers waiting now.
+    pub fn ready_ids(&self) -> Vec<String> {
+        self.lock().ready.iter().cloned().collect()
+    }
+
     pub fn last_error(&self) -> Option<String> {
         self.lock().last_error.clone()
     }

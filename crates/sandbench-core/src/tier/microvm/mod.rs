@@ -151,13 +151,15 @@ impl Tier for MicrovmTier {
         Box::pin(self.run_inner(spec, ctx))
     }
 
+    /// With the pooled guests' memory (their QEMU processes' PSS).
     fn warm(&self) -> Option<String> {
         if self.cfg.pool_size == 0 {
             return None;
         }
         // The guest pool is the process's (one per sandbench).
-        let ready = pool::Pool::current().map_or(0, |p| p.ready_count());
-        Some(format!("{ready} of {} warm guest(s) ready", self.cfg.pool_size))
+        let (ready, bytes) = pool::Pool::current().map_or((0, 0), |p| p.held());
+        let mem = if bytes > 0 { format!(" · {} resident", crate::spec::format_size(bytes)) } else { String::new() };
+        Some(format!("{ready} of {} warm guest(s) ready{mem}", self.cfg.pool_size))
     }
 
     fn prewarm(&self) -> BoxFuture<'_, ()> {
@@ -263,10 +265,12 @@ impl MicrovmTier {
         shape: Shape,
         disk: u64,
         ctx: &RunContext,
+        timeline: &mut Vec<(&'static str, f64)>,
     ) -> anyhow::Result<Option<(Guest, &'static str, Option<&'static str>)>> {
         if self.policy == Policy::Auto {
             if let Some(pool) = pool::Pool::current() {
                 if let Some((g, how)) = pool.take(shape) {
+                    timeline.push(("guest_taken", ctx.ms()));
                     return Ok(Some((g, "warm", Some(how))));
                 }
             }
@@ -282,12 +286,20 @@ impl MicrovmTier {
         let (mut g, how, want_pong) = match &snap {
             Some((state, _)) => {
                 let mut g = Guest::spawn(&self.cfg.qemu, p, shape, Boot::Restore(state), false)?;
+                timeline.push(("qemu_spawned", ctx.ms()));
                 vm::ping(&mut g).await?;
                 (g, "snapshot", true)
             }
-            None => (Guest::spawn(&self.cfg.qemu, p, shape, Boot::Cold(Some(disk)), false)?, "cold", false),
+            None => {
+                let g = Guest::spawn(&self.cfg.qemu, p, shape, Boot::Cold(Some(disk)), false)?;
+                timeline.push(("qemu_spawned", ctx.ms()));
+                (g, "cold", false)
+            }
         };
-        match g.wait_for(want_pong, snapshot::BOOT_TIMEOUT, &ctx.stop).await {
+        let waited = g.wait_for(want_pong, snapshot::BOOT_TIMEOUT, &ctx.stop).await;
+        // Restored guests answer the agent's ping; booted ones say READY.
+        timeline.push((if want_pong { "restored_agent_answered" } else { "booted_agent_ready" }, ctx.ms()));
+        match waited {
             Ok(WaitEnd::Ready) => Ok(Some((g, how, None))),
             Ok(WaitEnd::Stopped) => {
                 g.kill().await;
@@ -315,7 +327,10 @@ impl MicrovmTier {
             "network": "none (no network device)",
             "root": "read-only ext4; /work and /tmp are tmpfs",
         });
-        let Some((mut guest, start, pool_boot)) = self.acquire(&p, shape, limits.disk_bytes, &ctx).await? else {
+        // Where the run's time goes (ms from its start), for the report.
+        let mut timeline: Vec<(&'static str, f64)> = vec![];
+        let acquired = self.acquire(&p, shape, limits.disk_bytes, &ctx, &mut timeline).await?;
+        let Some((mut guest, start, pool_boot)) = acquired else {
             // Stopped (cancel / timeout) while booting: nothing ran.
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
             details["start"] = json!("cold");
@@ -355,13 +370,28 @@ impl MicrovmTier {
             std_sock.set_nonblocking(true)?;
             crate::egress::mux::carry_framed(eg.server(), tokio::net::UnixStream::from_std(std_sock)?);
         }
-        let result = self.execute(&spec, &ctx, &mut guest, egress.is_some()).await;
+        let result = self.execute(&spec, &ctx, &mut guest, egress.is_some(), &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        guest.kill().await;
         details["network"] = match egress {
-            Some(eg) => eg.finish().await,
-            None => json!("none (no network device)"),
+            Some(eg) => {
+                // The relay ends with the guest: kill it first.
+                guest.kill().await;
+                eg.finish().await
+            }
+            None => {
+                // The program's exit and output are in: the guest is killed
+                // (and its memory freed) in the background, awaited at
+                // shutdown; a killed sandbench's QEMU dies with it
+                // (PDEATHSIG) or is reaped at the next start.
+                super::background::spawn(async move { guest.kill().await });
+                json!("none (no network device)")
+            }
         };
+        let mut t = serde_json::Map::new();
+        for (k, v) in &timeline {
+            t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+        }
+        details["timeline_ms"] = serde_json::Value::Object(t);
         let (usage, garbage, watch) = result?;
         if garbage > 0 {
             details["control_channel_garbage_bytes"] = json!(garbage);
@@ -379,6 +409,7 @@ impl MicrovmTier {
         ctx: &RunContext,
         guest: &mut Guest,
         egress: bool,
+        timeline: &mut Vec<(&'static str, f64)>,
     ) -> anyhow::Result<(Option<UsageSample>, u64, serde_json::Value)> {
         let limits = &spec.limits;
         // The guest's random seed: a run without one does not happen.
@@ -408,6 +439,7 @@ impl MicrovmTier {
                 .unwrap_or(0.0),
         };
         guest.send(&proto::encode_run(&req)).await?;
+        timeline.push(("program_sent", ctx.ms()));
         let mut judge = Judge::new(limits);
         let mut garbage = 0u64;
         let exit: proto::GuestExit;
@@ -434,6 +466,7 @@ impl MicrovmTier {
             };
             match item {
                 Item::Frame(Frame::Started) => {
+                    timeline.push(("program_started", ctx.ms()));
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
                 }
@@ -455,6 +488,7 @@ impl MicrovmTier {
                     ctx.note(format!("guest: {}", crate::sanitize::visible_controls(l.as_bytes()))).await
                 }
                 Item::Frame(Frame::Exit(x)) => {
+                    timeline.push(("program_exited", ctx.ms()));
                     exit = x;
                     break;
                 }

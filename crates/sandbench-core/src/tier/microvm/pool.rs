@@ -95,6 +95,16 @@ impl Pool {
         got
     }
 
+    /// Guests waiting and the resident memory (PSS) of their QEMU processes.
+    pub fn held(&self) -> (usize, u64) {
+        let pids: Vec<i32> = self
+            .state
+            .lock()
+            .map(|s| s.ready.iter().filter_map(|(g, _)| g.pid()).map(|p| p as i32).collect())
+            .unwrap_or_default();
+        (pids.len(), crate::host::pss_bytes(&pids))
+    }
+
     pub fn ready_count(&self) -> usize {
         self.state.lock().map(|s| s.ready.len()).unwrap_or(0)
     }

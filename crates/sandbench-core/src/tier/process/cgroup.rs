@@ -173,9 +173,11 @@ pub struct RunCgroup {
     supervisors: u64,
 }
 
-/// Processes of sandbench's own in the run's cgroup (the helper and the
-/// namespace's init): the pids limit and counts are about the program's.
-pub const SUPERVISORS: u64 = 2;
+/// Processes of sandbench's own in a process run's cgroup: none (the helper
+/// and the namespace's init stay outside; only the program's process is
+/// moved in, and everything it forks is born there). Peers' wrappers count
+/// theirs with [`RunCgroup::create_with`].
+pub const SUPERVISORS: u64 = 0;
 
 /// Counters read from the cgroup.
 #[derive(Debug, Default, Clone, Copy)]
@@ -225,9 +227,11 @@ impl RunCgroup {
     /// (a peer's wrapper): they are added to the pids limit and left out of the counts.
     pub fn create_with(layout: &Layout, limits: &Limits, supervisors: u64) -> io::Result<RunCgroup> {
         // Named by this process's owner token, so that a reaper anywhere
-        // (another pid namespace included) can prove whether it is alive.
+        // (another pid namespace included) can prove whether it is alive;
+        // in its opaque form, because the program sees the name in
+        // /proc/self/cgroup.
         let token = crate::owner::token().map_err(|e| io::Error::other(format!("{e:#}")))?;
-        let name = format!("{token}-{}", SEQ.fetch_add(1, Ordering::Relaxed));
+        let name = format!("{}-{}", crate::owner::opaque(token), SEQ.fetch_add(1, Ordering::Relaxed));
         let mut cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0, supervisors };
         for d in cg.dirs() {
             fs::create_dir(&d)?;
@@ -251,6 +255,10 @@ impl RunCgroup {
                 fs::write(m.join("memory.limit_in_bytes"), &mem)?;
                 let _ = fs::write(m.join("memory.memsw.limit_in_bytes"), &mem);
                 let _ = fs::write(m.join("memory.swappiness"), "0");
+                // The program's process joins after its interpreter started
+                // (see sandbox.rs): its pages charged until then move along,
+                // so the run's memory counters (and limit) include them.
+                let _ = fs::write(m.join("memory.move_charge_at_immigrate"), "3");
                 fs::write(p.join(&self.name).join("pids.max"), pids)?;
                 if let Some(c) = cpu {
                     let c = c.join(&self.name);
@@ -390,9 +398,68 @@ fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
-/// Run cgroups named by `token`, in every hierarchy.
+/// A CPU meter around this process: while entered, this process and all it
+/// starts from then on are accounted in a cgroup of their own (the CPU
+/// accounting hierarchy only), so their CPU time is known however the
+/// processes end (a bwrap's namespace init reaps without waiting: rusage
+/// misses its children). Named by the owner token, so the reaper removes it
+/// if sandbench dies inside. Entering moves this process (on v1 that waits
+/// for an RCU grace period): benchmarks do it between measurements.
+pub struct CpuMeter {
+    dir: PathBuf,
+    home: PathBuf,
+    v2: bool,
+}
+
+impl CpuMeter {
+    pub fn enter(layout: &Layout, what: &str) -> io::Result<CpuMeter> {
+        let (parent, v2) = match layout {
+            Layout::V1 { cpuacct: Some(c), .. } => (c.clone(), false),
+            Layout::V1 { .. } => return Err(io::Error::other("no cpuacct hierarchy")),
+            Layout::V2 { parent } => (parent.clone(), true),
+        };
+        let home = parent.parent().ok_or_else(|| io::Error::other("no own cgroup"))?.to_path_buf();
+        let token = crate::owner::token().map_err(|e| io::Error::other(format!("{e:#}")))?;
+        let dir =
+            parent.join(format!("{}-{what}-{}", crate::owner::opaque(token), SEQ.fetch_add(1, Ordering::Relaxed)));
+        fs::create_dir(&dir)?;
+        if let Err(e) = fs::write(dir.join("cgroup.procs"), std::process::id().to_string()) {
+            let _ = fs::remove_dir(&dir);
+            return Err(e);
+        }
+        Ok(CpuMeter { dir, home, v2 })
+    }
+
+    /// CPU time used inside so far.
+    pub fn cpu_ns(&self) -> Option<u64> {
+        if self.v2 {
+            read_key(&self.dir.join("cpu.stat"), "usage_usec").map(|u| u * 1000)
+        } else {
+            read_u64(&self.dir.join("cpuacct.usage"))
+        }
+    }
+}
+
+impl Drop for CpuMeter {
+    fn drop(&mut self) {
+        // Back where this process came from, then the (empty) meter goes.
+        // Never a kill here: this process itself was inside.
+        if fs::write(self.home.join("cgroup.procs"), std::process::id().to_string()).is_err() {
+            return;
+        }
+        for _ in 0..100 {
+            match fs::remove_dir(&self.dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+}
+
+/// Run cgroups named by `token` (in its opaque form), in every hierarchy.
 pub fn owned(layout: &Layout, token: &str) -> Vec<PathBuf> {
-    let prefix = format!("{token}-");
+    let prefix = format!("{}-", crate::owner::opaque(token));
     let mut v = vec![];
     for parent in layout.parents() {
         let Ok(rd) = fs::read_dir(&parent) else { continue };

@@ -12,6 +12,7 @@ pub mod seccomp;
 pub mod uids;
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use tokio::process::Command;
 use crate::config::Config;
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
-use crate::spec::{Language, RunSpec};
+use crate::spec::{Language, Limits, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, LimitMaxima, RunContext, Tier, TierExit};
 use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
@@ -35,39 +36,24 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 const SAMPLE_EARLY: Duration = Duration::from_millis(10);
 const EARLY_FOR: Duration = Duration::from_millis(500);
 
+/// The set-up steps the sandbox stamps (`Status::Mark`), kept in the
+/// report's timeline; any other name is not trusted into it.
+const MARKS: &[&str] = &["helper_started", "namespaces_made", "root_built", "isolation_applied"];
+
 pub struct ProcessTier {
     host: Host,
     uid_base: u32,
     uid_count: u32,
     allow_degraded: bool,
-    /// Keep one helper started ahead (in its cgroup, waiting for a program).
+    /// Keep one sandbox built ahead (its interpreter started, waiting).
     keep_spare: bool,
+    /// The limits a spare is built with (the config's): a run with others
+    /// has them applied before its program starts.
+    spare_limits: Limits,
     spare: Arc<Mutex<Option<Launched>>>,
+    filling: Arc<AtomicBool>,
     /// `[network] hosts`, for the egress proxy's resolver.
     hosts: crate::egress::Hosts,
-}
-
-/// A sandbox helper started and placed in its fresh cgroup, waiting for the
-/// program on its stdin. Single use. Dropping it kills the helper and removes
-/// the cgroup.
-struct Launched {
-    child: tokio::process::Child,
-    stdin: Option<tokio::process::ChildStdin>,
-    status: Option<OwnedFd>,
-    cg: Option<RunCgroup>,
-    /// The run's own uid (as root); `None` in a user namespace, where the
-    /// program keeps the invoking user's uid.
-    uid: Option<uids::UidLease>,
-    warnings: Vec<String>,
-    /// The host end of the channel init hands the egress listener over
-    /// (see `netns`); every helper gets one, a run without network drops it.
-    net: Option<OwnedFd>,
-}
-
-impl Launched {
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
 }
 
 /// What the tier takes from sandbench's environment (`config::HostEnv`).
@@ -84,6 +70,83 @@ impl Host {
             exe: env.helper.clone().unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe")),
             try_user_cgroup: env.try_user_cgroup,
         }
+    }
+}
+
+/// How every sandbox of a tier instance is made (the same for cold and spares).
+#[derive(Debug, Clone)]
+struct Shape {
+    host: Host,
+    uid_range: (u32, u32),
+    allow_degraded: bool,
+}
+
+/// A sandbox helper started with its [`sandbox::Prepare`]: namespaces,
+/// root, the program's process set up and waiting, in its fresh cgroup.
+/// Single use. Dropping it kills the helper (and with it the sandbox) and
+/// removes the cgroup; the uid lease goes last, once nothing runs as it.
+struct Launched {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    status: Option<BufReader<tokio::net::unix::pipe::Receiver>>,
+    /// Status lines read before the run (while waiting for `Ready`).
+    early: Vec<Status>,
+    ready: bool,
+    cg: Option<RunCgroup>,
+    /// The run's own uid (as root); `None` in a user namespace, where the
+    /// program keeps the invoking user's uid.
+    uid: Option<uids::UidLease>,
+    warnings: Vec<String>,
+    /// Marks of the run's own time taken before `execute` (ms from its start).
+    timeline: Vec<(&'static str, f64)>,
+    /// The cgroup's counters at the program's exit.
+    final_stats: Option<cgroup::Stats>,
+    /// The host end of the channel init hands the egress listener over
+    /// (see `netns`); every helper gets one, a run without network drops it.
+    net: Option<OwnedFd>,
+}
+
+impl Launched {
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Read status lines until the sandbox says it is ready.
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let status = self.status.as_mut().ok_or_else(|| anyhow!("helper has no status pipe"))?;
+        let mut line = Vec::new();
+        while !self.ready {
+            let n = read_line_bounded(status, &mut line).await.context("sandbox status")?;
+            if n == 0 {
+                anyhow::bail!("the sandbox ended while it was being built (see the log)");
+            }
+            match sandbox::parse_status(&line) {
+                Status::Ready => self.ready = true,
+                Status::Mark { .. } => {}
+                Status::Error { msg } => anyhow::bail!("{msg}"),
+                s => self.early.push(s),
+            }
+        }
+        Ok(())
+    }
+
+    /// Processes of the sandbox (helper, init, the waiting interpreter) and
+    /// their resident memory (PSS).
+    fn memory(&self) -> u64 {
+        self.child.id().map(|p| crate::host::pss_bytes(&crate::host::process_tree(p as i32))).unwrap_or(0)
+    }
+
+    /// Finish off what is left of a sandbox whose program is done: the helper
+    /// (it exits right after init), the cgroup, then the uid.
+    async fn teardown(mut self) {
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.is_err() {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
+        if let Some(mut c) = self.cg.take() {
+            tokio::task::spawn_blocking(move || c.remove()).await.ok();
+        }
+        drop(self.uid.take());
     }
 }
 
@@ -110,6 +173,13 @@ pub fn reap_leftovers(env: &crate::config::HostEnv) {
     }
 }
 
+/// A CPU meter around this process (see [`cgroup::CpuMeter`]), where the
+/// process tier's cgroups work.
+pub fn cpu_meter(what: &str, env: &crate::config::HostEnv) -> Result<cgroup::CpuMeter, String> {
+    let l = layout(env.try_user_cgroup).as_ref().map_err(|e| e.clone())?;
+    cgroup::CpuMeter::enter(l, what).map_err(|e| format!("cannot make a CPU meter cgroup: {e}"))
+}
+
 /// Run cgroups that carry `token` (the soak's leftover count).
 pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path::PathBuf> {
     match layout(env.try_user_cgroup) {
@@ -118,43 +188,54 @@ pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path
     }
 }
 
+/// The interpreter a Python run starts, ahead of its program.
+fn python_waiter(spec: &RunSpec) -> sandbox::Waiter {
+    sandbox::Waiter {
+        interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
+        file_name: spec.language.file_name().into(),
+        env: spec.sandbox_env("/work", "/tmp"),
+    }
+}
+
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
+        uids::prefetch();
         ProcessTier {
             host: Host::of(&config.host),
             uid_base: config.process.uid_base,
             uid_count: config.process.uid_count,
             keep_spare: config.process.spare,
             allow_degraded: config.process.allow_degraded,
+            spare_limits: config.limits.clone(),
             spare: Arc::new(Mutex::new(None)),
+            filling: Arc::new(AtomicBool::new(false)),
             hosts: config.network.hosts.clone(),
         }
     }
 
-    /// Start a helper in a fresh cgroup; it joins the cgroup at once (the
-    /// slow part of a cold start on cgroup v1) and then waits for a program.
-    async fn launch(limits: &crate::spec::Limits, uid_range: (u32, u32), host: &Host) -> anyhow::Result<Launched> {
-        let mut warnings: Vec<String> = vec![];
-        let uid = if nix::unistd::geteuid().is_root() {
-            Some(
-                uids::lease(uid_range.0, uid_range.1)
-                    .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
-            )
-        } else {
-            None
-        };
-        let cg = match layout(host.try_user_cgroup) {
-            // Cgroups work here: a run without its own is not the sandbox
-            // sandbench promised, so it does not happen.
-            Ok(l) => Some(RunCgroup::create(l, limits).context("cannot create the run's cgroup")?),
-            Err(e) => {
-                warnings.push(format!(
-                    "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
-                ));
-                None
-            }
-        };
-        let exe = &host.exe;
+    fn shape(&self) -> Shape {
+        Shape {
+            host: self.host.clone(),
+            uid_range: (self.uid_base, self.uid_count),
+            allow_degraded: self.allow_degraded,
+        }
+    }
+
+    /// Start a helper and hand it the sandbox's shape. The run's uid (a
+    /// /proc scan) and cgroup are made while the helper binary execs.
+    async fn launch(
+        limits: &Limits,
+        waiter: Option<sandbox::Waiter>,
+        network_port: Option<u16>,
+        shape: &Shape,
+        t0: std::time::Instant,
+    ) -> anyhow::Result<Launched> {
+        let (uid_range, allow_degraded) = (shape.uid_range, shape.allow_degraded);
+        let try_user_cgroup = shape.host.try_user_cgroup;
+        let at = |what: &'static str| (what, t0.elapsed().as_secs_f64() * 1000.0);
+        let mut timeline = vec![];
+        let root = nix::unistd::geteuid().is_root();
+        let exe = &shape.host.exe;
         let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
         let wfd = status_w.as_raw_fd();
         let (net_host, net_helper) = nix::sys::socket::socketpair(
@@ -172,7 +253,7 @@ impl ProcessTier {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        // Only async-signal-safe calls between fork and exec.
+        // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
@@ -197,45 +278,160 @@ impl ProcessTier {
             });
         }
         let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
+        timeline.push(at("helper_spawned"));
         drop(status_w);
         drop(net_helper);
         let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let lim = limits.clone();
+        let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut warnings = vec![];
+            let uid = if root {
+                Some(
+                    uids::lease(uid_range.0, uid_range.1)
+                        .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
+                )
+            } else {
+                None
+            };
+            let cg = match layout(try_user_cgroup) {
+                // Cgroups work here: a run without its own is not the sandbox
+                // sandbench promised, so it does not happen.
+                Ok(l) => Some(RunCgroup::create(l, &lim).context("cannot create the run's cgroup")?),
+                Err(e) => {
+                    warnings.push(format!(
+                        "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
+                    ));
+                    None
+                }
+            };
+            Ok((uid, cg, warnings))
+        })
+        .await
+        .context("sandbox preparation")??;
+        timeline.push(at("uid_and_cgroup"));
         let prep = sandbox::Prepare {
-            user_ns: !nix::unistd::geteuid().is_root(),
             host_pid: std::process::id() as i32,
             cgroup_procs: cg
                 .as_ref()
                 .map(|c| c.procs_files().iter().map(|p| p.to_string_lossy().into_owned()).collect())
                 .unwrap_or_default(),
+            user_ns: !root,
+            run_uid: uid.as_ref().map_or(0, |l| l.uid),
+            run_gid: uid.as_ref().map_or(0, |l| l.uid),
+            allow_degraded,
+            disk_bytes: limits.disk_bytes,
+            waiter,
+            network_port,
         };
-        let mut line = serde_json::to_vec(&prep)?;
-        line.push(b'\n');
-        stdin.write_all(&line).await.context("cannot talk to the sandbox helper")?;
-        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, uid, warnings, net: Some(net_host) })
+        stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
+        let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
+        Ok(Launched {
+            child,
+            stdin: Some(stdin),
+            status: Some(BufReader::new(status_rx)),
+            early: vec![],
+            ready: false,
+            cg,
+            uid,
+            warnings,
+            timeline,
+            final_stats: None,
+            net: Some(net_host),
+        })
     }
 
-    /// A spare for the next run, made in the background after this one.
+    /// A spare for the next run, made in the background (one at a time).
     fn refill(&self) {
-        if !self.keep_spare {
+        self.refill_after(Duration::ZERO)
+    }
+
+    /// The same, starting `after` from now: right after a run, so that the
+    /// new helper's fork (which stalls every thread of this process while
+    /// it copies the page tables) never delays the run's own report.
+    fn refill_after(&self, after: Duration) {
+        if !self.keep_spare || self.spare.lock().map(|s| s.is_some()).unwrap_or(true) {
+            return;
+        }
+        if self.filling.swap(true, Ordering::SeqCst) {
             return;
         }
         let slot = self.spare.clone();
-        let range = (self.uid_base, self.uid_count);
-        let host = self.host.clone();
+        let filling = self.filling.clone();
+        let limits = self.spare_limits.clone();
+        let shape = self.shape();
         tokio::spawn(async move {
-            if let Ok(l) = Self::launch(&crate::spec::Limits::default(), range, &host).await {
-                if let Ok(mut s) = slot.lock() {
-                    if s.is_none() {
-                        *s = Some(l);
+            if !after.is_zero() {
+                tokio::time::sleep(after).await;
+            }
+            let mut spec = RunSpec::new(Language::Python, "");
+            spec.limits = limits.clone();
+            let made = async {
+                let t0 = std::time::Instant::now();
+                // Spares have no network: a run with an allow list is built for itself.
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), None, &shape, t0).await?;
+                l.wait_ready().await?;
+                anyhow::Ok(l)
+            };
+            match made.await {
+                Ok(l) => {
+                    if let Ok(mut s) = slot.lock() {
+                        if s.is_none() {
+                            *s = Some(l);
+                        }
                     }
                 }
+                Err(e) => tracing::info!("no spare process sandbox: {e:#}"),
             }
+            filling.store(false, Ordering::SeqCst);
         });
     }
 
     fn take_spare(&self) -> Option<Launched> {
         let mut l = self.spare.lock().ok()?.take()?;
-        l.alive().then_some(l)
+        (l.ready && l.alive()).then_some(l)
+    }
+
+    /// Wait until a spare is ready (or making one failed), at most 30 s.
+    async fn spare_ready(&self) {
+        if !self.keep_spare {
+            return;
+        }
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(30) {
+            if self.spare.lock().map(|s| s.is_some()).unwrap_or(true) {
+                return;
+            }
+            self.refill();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            if !self.filling.load(Ordering::SeqCst) && self.spare.lock().map(|s| s.is_none()).unwrap_or(true) {
+                // The fill just failed (logged); the next run goes cold.
+                return;
+            }
+        }
+    }
+
+    /// What a spare costs while it waits, measured on one built now.
+    async fn warm_check(&self) -> String {
+        if !self.keep_spare {
+            return "no spare ([process] spare = false): every run starts cold".into();
+        }
+        let mut spec = RunSpec::new(Language::Python, "");
+        spec.limits = self.spare_limits.clone();
+        let shape = self.shape();
+        let built = async {
+            let t0 = std::time::Instant::now();
+            let mut l = Self::launch(&self.spare_limits, Some(python_waiter(&spec)), None, &shape, t0).await?;
+            l.wait_ready().await?;
+            anyhow::Ok((l.memory(), t0.elapsed()))
+        };
+        match built.await {
+            Ok((bytes, took)) => format!(
+                "long-lived front ends keep 1 spare sandbox ready, its interpreter started: {} resident (PSS), built in {:.0} ms; [process] spare = false turns it off",
+                crate::spec::format_size(bytes),
+                took.as_secs_f64() * 1000.0
+            ),
+            Err(e) => format!("a spare could not be built ({e:#}): runs start cold"),
+        }
     }
 }
 
@@ -270,15 +466,18 @@ impl Tier for ProcessTier {
         "process"
     }
 
+    /// The spare and what it holds (its processes' PSS).
     fn warm(&self) -> Option<String> {
         if !self.keep_spare {
             return None;
         }
-        let ready = self.spare.lock().ok().is_some_and(|mut s| s.as_mut().is_some_and(|l| l.alive()));
-        Some(if ready {
-            "1 spare sandbox ready".into()
-        } else {
-            "no spare sandbox ready (one is made after a run)".into()
+        let mem = self.spare.lock().ok().and_then(|mut s| {
+            let l = s.as_mut().filter(|l| l.ready)?;
+            l.alive().then(|| l.memory())
+        });
+        Some(match mem {
+            Some(b) => format!("1 spare sandbox ready · {} resident", crate::spec::format_size(b)),
+            None => "no spare sandbox ready (one is made after a run)".into(),
         })
     }
 
@@ -301,6 +500,11 @@ impl Tier for ProcessTier {
 
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
         Box::pin(self.run_inner(spec, ctx))
+    }
+
+    /// A spare sandbox, built and waiting (when `[process] spare` is on).
+    fn prewarm(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.spare_ready())
     }
 }
 
@@ -348,12 +552,14 @@ impl ProcessTier {
         spec.label = "doctor probe".into();
         let probe = ProcessTier {
             host: self.host.clone(),
+            hosts: Default::default(),
             uid_base: self.uid_base,
             uid_count: self.uid_count,
             allow_degraded: self.allow_degraded,
             keep_spare: false,
+            spare_limits: self.spare_limits.clone(),
             spare: Default::default(),
-            hosts: Default::default(),
+            filling: Default::default(),
         };
         let report = crate::runner::run(Arc::new(probe), spec).await;
         let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);
@@ -381,6 +587,7 @@ impl ProcessTier {
                 format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len()),
             ));
             checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
+            checks.push(Check::ok("warm", self.warm_check().await));
         } else {
             let why = report.error.clone().unwrap_or_else(|| report.summary_line());
             checks.push(Check::fail(
@@ -405,15 +612,30 @@ impl ProcessTier {
     async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
         ctx.emit(EventKind::Phase(Phase::Preparing)).await;
         let limits = spec.limits.clone();
-        let root = nix::unistd::geteuid().is_root();
         let mut warnings: Vec<String> = vec![];
-        let (mut launched, start) = match self.take_spare() {
-            Some(l) => (l, "warm"),
-            None => (Self::launch(&limits, (self.uid_base, self.uid_count), &self.host).await?, "cold"),
+        // A run with an allow list gets the egress listener's port in its
+        // Landlock rules, which are applied before any program arrives: such
+        // a run is built for itself (spares have no network).
+        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), &ctx);
+        let port = egress.as_ref().map(|_| crate::egress::SANDBOX_PORT);
+        let spare = if port.is_none() { self.take_spare() } else { None };
+        let (mut launched, start) = match spare {
+            Some(mut l) => {
+                if let Some(c) = &l.cg {
+                    c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
+                }
+                l.timeline = vec![("sandbox_taken", ctx.ms())];
+                (l, "warm")
+            }
+            None => {
+                // Built for this run: its interpreter (Python) starts ahead of
+                // the program as in a spare, while init joins the cgroup.
+                let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
+                let mut l = Self::launch(&limits, waiter, port, &self.shape(), ctx.started).await?;
+                l.timeline.push(("helper_prepared", ctx.ms()));
+                (l, "cold")
+            }
         };
-        if let Some(c) = &launched.cg {
-            c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
-        }
         warnings.extend(launched.warnings.iter().cloned());
         for w in &warnings {
             ctx.note(format!("warning: {w}")).await;
@@ -425,7 +647,6 @@ impl ProcessTier {
             // for the ones the user already has.
             Some(count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids)
         };
-        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), &ctx);
         let mut env = spec.sandbox_env("/work", "/tmp");
         if let (Some(eg), Some(chan)) = (&egress, launched.net.take()) {
             for (k, v) in crate::egress::proxy_env() {
@@ -446,27 +667,22 @@ impl ProcessTier {
             file_name: spec.language.file_name().into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env,
-            network_port: egress.as_ref().map(|_| crate::egress::SANDBOX_PORT),
-            user_ns: !root,
-            // Unused in a user namespace (the program keeps the caller's uid).
-            run_uid: launched.uid.as_ref().map_or(0, |l| l.uid),
-            run_gid: launched.uid.as_ref().map_or(0, |l| l.uid),
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
             data_limit: launched.cg.is_none().then_some(limits.memory_bytes),
             file_size_bytes: limits.file_size_bytes,
             disk_bytes: limits.disk_bytes,
             open_files: limits.open_files,
             nproc,
-            allow_degraded: self.allow_degraded,
         };
         let result = self.execute(&spec, &ctx, config, &mut launched).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        let final_stats = launched.cg.as_ref().map(|c| c.stats());
-        if let Some(mut c) = launched.cg.take() {
-            tokio::task::spawn_blocking(move || c.remove()).await.ok();
-        }
-        drop(launched);
-        self.refill();
+        // Read once at the program's exit (in execute), not again here.
+        let final_stats = launched.final_stats.take();
+        // The program is gone and its output drained: the report need not wait
+        // for the helper's exit and the cgroup's removal (awaited at shutdown;
+        // a killed sandbench leaves them to the next start's reaper).
+        super::background::spawn(launched.teardown());
+        self.refill_after(Duration::from_millis(20));
         let network = match egress {
             Some(eg) => eg.finish().await,
             None => json!("none: an empty network namespace (no device but a loopback that is down)"),
@@ -510,15 +726,14 @@ impl ProcessTier {
         let child = &mut launched.child;
         let helper_pid = child.id().unwrap_or(0) as i32;
         let mut stdin = launched.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
-        let status_r = launched.status.take().ok_or_else(|| anyhow!("helper has no status pipe"))?;
+        let mut status = launched.status.take().ok_or_else(|| anyhow!("helper has no status pipe"))?;
         let payload = serde_json::to_vec(&config)?;
+        // Dropped after the write: init reads the config up to EOF.
         let writer = tokio::spawn(async move {
             let _ = stdin.write_all(&payload).await;
         });
-        let out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone()));
-        let err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone()));
-        let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
-        let mut status = BufReader::new(status_rx);
+        let mut out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone()));
+        let mut err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone()));
 
         let sampling_from = tokio::time::Instant::now();
         let mut next_sample = sampling_from;
@@ -529,74 +744,118 @@ impl ProcessTier {
         let mut killed = false;
         let mut helper_done = false;
         let mut status_eof = false;
+        let (mut out_done, mut err_done) = (false, false);
         let mut line = Vec::new();
+        let mut early = std::mem::take(&mut launched.early).into_iter();
+        // Where the run's time goes (ms from its start), for the report.
+        let mut timeline: Vec<(&'static str, f64)> = std::mem::take(&mut launched.timeline);
+        // The sandbox stamps its steps on CLOCK_MONOTONIC: this run's start on it.
+        let start_ns = sandbox::mono_ns().saturating_sub((ctx.ms() * 1e6) as u64);
 
-        while !(helper_done && status_eof) {
-            tokio::select! {
-                r = read_line_bounded(&mut status, &mut line), if !status_eof => {
-                    match r {
-                        Ok(0) | Err(_) => status_eof = true,
-                        Ok(_) => match sandbox::parse_status(&line) {
-                            Status::Started => {
-                                ctx.emit(EventKind::Phase(Phase::Running)).await;
-                                // The program exists from now on: count it even
-                                // if it exits before the first tick.
-                                ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
-                            }
-                            Status::Isolation { landlock, seccomp, uid, user_ns, degraded } => {
-                                for d in &degraded {
-                                    ctx.note(format!("degraded: {d}")).await;
-                                }
-                                isolation = json!({
-                                    "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
-                                    "degraded": degraded,
-                                });
-                            }
-                            Status::Warning { msg } => ctx.note(msg).await,
-                            Status::Error { msg } => { error.get_or_insert(msg); }
-                            s @ Status::Exit { .. } => exit = Some(s),
-                        },
+        // Done once the program has exited and both its output pipes are
+        // drained (EOF: every process holding them is gone), or the sandbox
+        // is gone without saying so.
+        while !((exit.is_some() || status_eof) && out_done && err_done) {
+            let mut from_early = false;
+            let next = if let Some(s) = early.next() {
+                // Read before this run (a spare's set-up): not its time.
+                from_early = true;
+                Some(s)
+            } else {
+                tokio::select! {
+                    r = read_line_bounded(&mut status, &mut line), if !status_eof && exit.is_none() => {
+                        match r {
+                            Ok(0) | Err(_) => { status_eof = true; None }
+                            Ok(_) => Some(sandbox::parse_status(&line)),
+                        }
                     }
-                }
-                st = child.wait(), if !helper_done => {
-                    helper_done = true;
-                    if let Err(e) = st { error.get_or_insert(format!("lost the sandbox helper: {e}")); }
-                    // Stragglers (a daemon the program left) die with their
-                    // namespace; the cgroup kill makes sure of it.
-                    if let Some(c) = cg { c.kill_all(); }
-                }
-                _ = ctx.stop.cancelled(), if !killed => {
-                    killed = true;
-                    let _ = child.start_kill();
-                    if let Some(c) = cg { c.kill_all(); }
-                }
-                _ = tokio::time::sleep_until(next_sample), if !helper_done => {
-                    let every = if sampling_from.elapsed() < EARLY_FOR { SAMPLE_EARLY } else { SAMPLE_EVERY };
-                    next_sample = tokio::time::Instant::now() + every;
-                    let (sample, counters) = match cg {
-                        Some(c) => {
-                            let s = c.stats();
-                            (UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }, s.counters())
-                        }
-                        None => {
-                            // Without a cgroup only the CPU of the tree is known.
-                            let u = proc_tree_sample(helper_pid);
-                            (u, judge::Counters { cpu_ms: u.cpu_ms, ..Default::default() })
-                        }
-                    };
-                    ctx.usage(sample).await;
-                    if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !killed {
+                    _ = &mut out_task, if !out_done => { out_done = true; None }
+                    _ = &mut err_task, if !err_done => { err_done = true; None }
+                    st = child.wait(), if !helper_done => {
+                        helper_done = true;
+                        if let Err(e) = st { error.get_or_insert(format!("lost the sandbox helper: {e}")); }
+                        // Stragglers (a daemon the program left) die with their
+                        // namespace; the cgroup kill makes sure of it.
+                        if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = ctx.stop.cancelled(), if !killed => {
                         killed = true;
                         let _ = child.start_kill();
                         if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = tokio::time::sleep_until(next_sample), if exit.is_none() && !status_eof => {
+                        let every = if sampling_from.elapsed() < EARLY_FOR { SAMPLE_EARLY } else { SAMPLE_EVERY };
+                        next_sample = tokio::time::Instant::now() + every;
+                        let (sample, counters) = match cg {
+                            Some(c) => {
+                                let s = c.stats();
+                                (UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }, s.counters())
+                            }
+                            None => {
+                                // Without a cgroup only the CPU of the tree is known.
+                                let u = proc_tree_sample(helper_pid);
+                                (u, judge::Counters { cpu_ms: u.cpu_ms, ..Default::default() })
+                            }
+                        };
+                        ctx.usage(sample).await;
+                        if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !killed {
+                            killed = true;
+                            let _ = child.start_kill();
+                            if let Some(c) = cg { c.kill_all(); }
+                        }
+                        None
+                    }
+                }
+            };
+            if let Some(s) = &next {
+                let what = match s {
+                    Status::Joined => Some("cgroup_joined"),
+                    Status::Ready => Some("interpreter_ready"),
+                    Status::Started => Some("program_started"),
+                    Status::Exit { .. } => Some("program_exited"),
+                    _ => None,
+                };
+                if let Some(w) = what.filter(|_| !from_early) {
+                    timeline.push((w, ctx.ms()));
+                }
+                if let (Status::Mark { what, mono_ns }, false) = (s, from_early) {
+                    let at = mono_ns.saturating_sub(start_ns) as f64 / 1e6;
+                    if let Some(k) = MARKS.iter().find(|m| **m == what.as_str()) {
+                        timeline.push((k, at));
                     }
                 }
             }
+            match next {
+                None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
+                Some(Status::Started) => {
+                    ctx.emit(EventKind::Phase(Phase::Running)).await;
+                    // The program exists from now on: count it even
+                    // if it exits before the first tick.
+                    ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
+                }
+                Some(Status::Isolation { landlock, seccomp, uid, user_ns, degraded }) => {
+                    for d in &degraded {
+                        ctx.note(format!("degraded: {d}")).await;
+                    }
+                    isolation = json!({
+                        "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
+                        "degraded": degraded,
+                    });
+                }
+                Some(Status::Warning { msg }) => ctx.note(msg).await,
+                Some(Status::Error { msg }) => {
+                    error.get_or_insert(msg);
+                }
+                Some(s @ Status::Exit { .. }) => exit = Some(s),
+            }
         }
+        timeline.push(("output_drained", ctx.ms()));
         let _ = writer.await;
-        let _ = out_task.await;
-        let _ = err_task.await;
-        let final_counters = cg.map(|c| c.stats().counters());
+        let stats = cg.map(|c| c.stats());
+        launched.final_stats = stats;
+        let final_counters = stats.map(|s| s.counters());
         if let Some(c) = &final_counters {
             judge.sample(ctx, c).await;
         }
@@ -612,7 +871,7 @@ impl ProcessTier {
         else {
             if killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                return Ok(TierExit { usage: None, details: isolation_details(isolation, cg) });
+                return Ok(TierExit { usage: None, details: isolation_details(isolation, cg, &timeline) });
             }
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
@@ -630,7 +889,7 @@ impl ProcessTier {
         };
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(x)).await;
-        let mut details = isolation_details(isolation, cg);
+        let mut details = isolation_details(isolation, cg, &timeline);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
         details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
         Ok(TierExit {
@@ -652,7 +911,16 @@ fn uid_policy(base: u32, count: u32, used: &serde_json::Value) -> String {
     }
 }
 
-fn isolation_details(mut iso: serde_json::Value, cg: Option<&RunCgroup>) -> serde_json::Value {
+fn isolation_details(
+    mut iso: serde_json::Value,
+    cg: Option<&RunCgroup>,
+    timeline: &[(&'static str, f64)],
+) -> serde_json::Value {
+    let mut t = serde_json::Map::new();
+    for (k, v) in timeline {
+        t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+    }
+    iso["timeline_ms"] = serde_json::Value::Object(t);
     iso["cgroup"] = match cg {
         Some(c) => json!(c.version()),
         None => serde_json::Value::Null,

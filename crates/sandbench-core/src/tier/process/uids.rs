@@ -6,8 +6,10 @@
 //! from a dedicated range, leased through a lock file that the run holds, and
 //! skipped while any process of the host has it.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where the leases live (root only: this is only used as root).
 const LEASE_DIR: &str = "/run/sandbench/uids";
@@ -33,8 +35,8 @@ pub fn check_range(base: u32, count: u32) -> Result<(), String> {
 }
 
 /// Real, effective and saved uids of every host process right now.
-fn uids_in_use() -> std::collections::HashSet<u32> {
-    let mut set = std::collections::HashSet::new();
+fn uids_in_use() -> HashSet<u32> {
+    let mut set = HashSet::new();
     let Ok(rd) = std::fs::read_dir("/proc") else { return set };
     for e in rd.flatten() {
         if !e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
@@ -48,16 +50,59 @@ fn uids_in_use() -> std::collections::HashSet<u32> {
     set
 }
 
+/// How old a scan of the host's uids may be when a lease uses it. Reading
+/// every process's status costs milliseconds (a /proc scan), on the path of
+/// every cold start; the range is sandbench's own, so a host process that
+/// took one of its uids within the last moment is not worth that.
+const SCAN_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+static SCAN: std::sync::Mutex<Option<(std::time::Instant, Arc<HashSet<u32>>)>> = std::sync::Mutex::new(None);
+
+/// The host's uids, scanned at most [`SCAN_FRESH`] ago.
+fn busy_uids() -> Arc<HashSet<u32>> {
+    if let Ok(g) = SCAN.lock() {
+        if let Some((t, set)) = g.as_ref() {
+            if t.elapsed() < SCAN_FRESH {
+                return set.clone();
+            }
+        }
+    }
+    let set = Arc::new(uids_in_use());
+    if let Ok(mut g) = SCAN.lock() {
+        *g = Some((std::time::Instant::now(), set.clone()));
+    }
+    set
+}
+
+/// Scan the host's uids now, in the background, so that the next lease
+/// (a one-shot run's, soon after start-up) finds the scan done.
+pub fn prefetch() {
+    static RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let fresh = SCAN.lock().ok().and_then(|g| g.as_ref().map(|(t, _)| t.elapsed() < SCAN_FRESH)).unwrap_or(false);
+    if fresh || !nix::unistd::geteuid().is_root() || RUNNING.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    std::thread::spawn(|| {
+        drop(busy_uids());
+        RUNNING.store(false, std::sync::atomic::Ordering::SeqCst);
+    });
+}
+
 /// Lease the first uid of `base..base+count` that no other run holds and no
 /// host process has.
 pub fn lease(base: u32, count: u32) -> Result<UidLease, String> {
-    lease_in(Path::new(LEASE_DIR), base, count)
+    check_range(base, count)?;
+    lease_with(Path::new(LEASE_DIR), base, count, &busy_uids())
 }
 
+#[cfg(test)]
 fn lease_in(dir: &Path, base: u32, count: u32) -> Result<UidLease, String> {
     check_range(base, count)?;
+    lease_with(dir, base, count, &uids_in_use())
+}
+
+fn lease_with(dir: &Path, base: u32, count: u32, busy: &HashSet<u32>) -> Result<UidLease, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let busy = uids_in_use();
     for uid in (base..base + count).filter(|u| !busy.contains(u)) {
         let path: PathBuf = dir.join(uid.to_string());
         let f = File::options()
