@@ -22,6 +22,7 @@ pub mod runlog;
 pub mod runner;
 pub mod samples;
 pub mod sanitize;
+pub mod session;
 pub mod setup;
 pub mod soak;
 pub mod spec;

@@ -38,6 +38,8 @@ pub enum StartKind {
     Cold,
     Warm,
     Snapshot,
+    /// A call in a session's kept sandbox.
+    Session,
 }
 
 impl StartKind {
@@ -46,6 +48,7 @@ impl StartKind {
             StartKind::Cold => "cold",
             StartKind::Warm => "warm",
             StartKind::Snapshot => "snapshot",
+            StartKind::Session => "session",
         }
     }
 }
@@ -98,6 +101,10 @@ pub struct RunReport {
     /// the sandbox was complete.
     #[serde(default)]
     pub degraded: Vec<String>,
+    /// The session and call this run was, when it ran in a session's kept
+    /// sandbox; absent for a run in a fresh sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<crate::session::SessionRef>,
 }
 
 impl RunReport {
@@ -127,6 +134,7 @@ impl RunReport {
             limits: Limits::default(),
             details: serde_json::Value::Null,
             degraded: vec![],
+            session: None,
         }
     }
 

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
+use crate::session::{SessionSpec, TierSession};
 use crate::spec::RunSpec;
 
 pub mod docker;
@@ -165,6 +166,18 @@ pub trait Tier: Send + Sync {
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
+    /// Whether this tier can keep one sandbox alive between calls (a
+    /// session, `crate::session`), or one line saying why not.
+    fn sessions(&self) -> Result<(), String> {
+        Err(format!("the {} tier cannot keep a session: every run gets a fresh sandbox", self.name()))
+    }
+    /// Build the sandbox a session keeps, with the session's limits. Called
+    /// through `Session::open` only, after `sessions()` said yes.
+    fn open_session(&self, spec: SessionSpec) -> BoxFuture<'_, anyhow::Result<Arc<dyn TierSession>>> {
+        let _ = spec;
+        let why = self.sessions().err().unwrap_or_else(|| format!("the {} tier has no sessions", self.name()));
+        Box::pin(async move { Err(anyhow::anyhow!(why)) })
+    }
 }
 
 /// Build the named tier.
@@ -265,6 +278,9 @@ pub async fn reap_leftovers_of(names: &[String]) {
 /// Front ends call it on every exit path (signals included: they own them)
 /// and show the returned warnings.
 pub async fn shutdown() -> Vec<String> {
+    // Sessions first: their sandboxes are torn down by their tiers' own
+    // close (an e2b session's sandbox is also in e2b's live list).
+    crate::session::close_all("sandbench is exiting").await;
     let warnings = e2b::kill_live().await;
     docker::shutdown().await;
     microvm::MicrovmTier::drain_pool().await;

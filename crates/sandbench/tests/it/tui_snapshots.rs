@@ -57,6 +57,7 @@ fn report(tier: &str, outcome: Outcome, exit: ExitStatus, violations: Vec<Violat
         limits: Limits::default(),
         details: serde_json::Value::Null,
         degraded: vec![],
+        session: None,
     }
 }
 

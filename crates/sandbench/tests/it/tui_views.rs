@@ -78,6 +78,7 @@ fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str
         limits: gauntlet::default_limits(),
         details: serde_json::json!({"start": "cold"}),
         degraded: vec![],
+        session: None,
     }
 }
 
