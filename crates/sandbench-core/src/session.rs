@@ -5,9 +5,9 @@
 //! Every call is a fresh process in the kept sandbox, run through the same
 //! runner and judged by the same judge as a one-shot run; its report says
 //! which session and which call it was ([`SessionRef`]). Limits come in two
-//! kinds: the sandbox's own (memory, disk, pids, cpus, network), set when the
-//! session is opened and shared by every call, and each call's (CPU time,
-//! wall time, output, file size, open files), which a call may lower but
+//! kinds: the sandbox's own (memory, disk, pids, file size, open files, cpus,
+//! network), set when the session is opened and shared by every call, and
+//! each call's (CPU time, wall time, output), which a call may lower but
 //! never raise past the session's. A session also has a wall-clock cap from
 //! its opening and an idle timeout; either closes it.
 //!
@@ -44,8 +44,9 @@ const CAP_GRACE: Duration = Duration::from_secs(10);
 /// What a session asks of its tier.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionSpec {
-    /// The sandbox's own limits (memory, disk, pids, cpus, network) and the
-    /// most each call may have of the per-call ones.
+    /// The sandbox's own limits (memory, disk, pids, file size, open files,
+    /// cpus, network) and the most each call may have of the per-call ones
+    /// (CPU time, wall time, output).
     pub limits: Limits,
     /// Wall-clock cap from the opening.
     pub max_life: Duration,
@@ -83,8 +84,10 @@ pub trait TierSession: Send + Sync {
     }
 }
 
-/// Per-call limits: what a call may lower. The rest belong to the sandbox.
-const PER_CALL: &str = "cpu_time, wall_time, output, file_size, open_files";
+/// Per-call limits: what a call may lower (each tier enforces them per
+/// process or from the host). The rest belong to the sandbox and are set
+/// when it is built.
+const PER_CALL: &str = "cpu_time, wall_time, output";
 
 /// A call's limits: the per-call ones as the call asks (each at most the
 /// session's), the sandbox's own from the session whatever the call says.
@@ -101,18 +104,10 @@ pub fn call_limits(session: &Limits, call: &Limits) -> Result<Limits, String> {
     if call.output_bytes > session.output_bytes {
         return above("output", format_size(call.output_bytes), format_size(session.output_bytes));
     }
-    if call.file_size_bytes > session.file_size_bytes {
-        return above("file_size", format_size(call.file_size_bytes), format_size(session.file_size_bytes));
-    }
-    if call.open_files > session.open_files {
-        return above("open_files", call.open_files.to_string(), session.open_files.to_string());
-    }
     Ok(Limits {
         cpu_time: call.cpu_time,
         wall_time: call.wall_time,
         output_bytes: call.output_bytes,
-        file_size_bytes: call.file_size_bytes,
-        open_files: call.open_files,
         ..session.clone()
     })
 }

@@ -5,7 +5,7 @@
 
 pub use sandbench_core::{
     agent, bench, compare, config, event, gauntlet, host, judge, owner, policy, report, runlog, runner, samples,
-    sanitize, setup, soak, spec, state, stats, tier,
+    sanitize, session, setup, soak, spec, state, stats, tier,
 };
 
 pub mod cli;

@@ -31,6 +31,7 @@ mod process_samples;
 mod process_spare;
 mod reaper;
 mod runlog_cli;
+mod sessions;
 mod soak;
 mod tui_agent;
 mod tui_app;
