@@ -22,6 +22,8 @@ pub struct Config {
     pub microvm: MicrovmConfig,
     /// Which tiers the workbench warms (spares, pools, guests) ahead of runs.
     pub prewarm: Prewarm,
+    /// What `sandbench mcp` offers its clients (flags override each key).
+    pub mcp: McpConfig,
     /// Keys and endpoints of the remote services, from the environment (not
     /// the file): filled by [`Config::load`], empty in a default config.
     #[serde(skip)]
@@ -85,6 +87,66 @@ pub enum Prewarm {
     All,
     /// None: every workbench run starts cold.
     None,
+}
+
+/// `[mcp]`: the operator's terms for MCP clients. The `sandbench mcp` flags
+/// (`--tiers`, `--max-memory`, `--max-sessions`, …) override each key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Tiers clients may use, the first the default (unset: `default_tier` only).
+    pub tiers: Option<Vec<String>>,
+    /// The most a client may ask of each limit (times in ms, sizes in
+    /// bytes, as in `[limits]`); an unset key: the default limit is the most.
+    pub max_limits: LimitCeilings,
+    /// Sessions open at once, all clients together (0: no sessions).
+    pub max_sessions: Option<usize>,
+    /// A session's idle timeout, and the longest a client may ask for.
+    pub session_idle_secs: Option<u64>,
+    /// A session's lifetime cap, and the longest a client may ask for.
+    pub session_life_secs: Option<u64>,
+}
+
+/// Ceilings of the limits a remote client may ask for (`[mcp.max_limits]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitCeilings {
+    pub cpu_time: Option<u64>,
+    pub wall_time: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub file_size_bytes: Option<u64>,
+    pub disk_bytes: Option<u64>,
+    pub output_bytes: Option<u64>,
+}
+
+impl LimitCeilings {
+    /// `base` raised (or lowered) where a ceiling is set.
+    pub fn apply(&self, mut l: Limits) -> Limits {
+        use std::time::Duration;
+        if let Some(v) = self.cpu_time {
+            l.cpu_time = Duration::from_millis(v);
+        }
+        if let Some(v) = self.wall_time {
+            l.wall_time = Duration::from_millis(v);
+        }
+        if let Some(v) = self.memory_bytes {
+            l.memory_bytes = v;
+        }
+        if let Some(v) = self.pids {
+            l.pids = v;
+        }
+        if let Some(v) = self.file_size_bytes {
+            l.file_size_bytes = v;
+        }
+        if let Some(v) = self.disk_bytes {
+            l.disk_bytes = v;
+        }
+        if let Some(v) = self.output_bytes {
+            l.output_bytes = v;
+        }
+        l
+    }
 }
 
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
@@ -234,6 +296,7 @@ impl Default for Config {
             samples_dir: None,
             microvm: MicrovmConfig::default(),
             prewarm: Prewarm::default(),
+            mcp: McpConfig::default(),
             env: RemoteEnv::default(),
             state_dir: None,
         }
@@ -307,6 +370,20 @@ mod tests {
         assert!(e.contains("memroy_bytes"), "{e}");
         let e = toml::from_str::<Config>("defualt_tier = \"docker\"\n").unwrap_err().to_string();
         assert!(e.contains("defualt_tier"), "{e}");
+    }
+
+    #[test]
+    fn mcp_terms_from_the_file() {
+        let c: Config = toml::from_str(
+            "[mcp]\ntiers = [\"docker\"]\nmax_sessions = 2\n[mcp.max_limits]\nmemory_bytes = 1073741824\n",
+        )
+        .unwrap();
+        assert_eq!(c.mcp.tiers.as_deref(), Some(&["docker".to_string()][..]));
+        assert_eq!(c.mcp.max_sessions, Some(2));
+        let l = c.mcp.max_limits.apply(Limits::default());
+        assert_eq!((l.memory_bytes, l.pids), (1 << 30, Limits::default().pids));
+        let e = toml::from_str::<Config>("[mcp.max_limits]\nmemory = 1\n").unwrap_err().to_string();
+        assert!(e.contains("memory"), "{e}");
     }
 
     #[test]

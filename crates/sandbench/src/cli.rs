@@ -328,6 +328,15 @@ pub struct McpArgs {
     /// Most output a client may ask for.
     #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
     pub max_output: Option<u64>,
+    /// Sessions open at once, all clients together (0: no sessions; default 4).
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<usize>,
+    /// A session's idle timeout, and the longest a client may ask for (default 5m).
+    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
+    pub session_idle: Option<Duration>,
+    /// A session's lifetime cap, and the longest a client may ask for (default 30m).
+    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
+    pub session_life: Option<Duration>,
 }
 
 #[derive(Debug, Args)]

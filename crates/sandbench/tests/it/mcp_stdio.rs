@@ -135,8 +135,10 @@ fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
         &[],
     );
     let names: Vec<&str> = out[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 2, "{names:?}");
-    assert!(names.contains(&"run_code") && names.contains(&"list_tiers"), "{names:?}");
+    assert_eq!(names.len(), 4, "{names:?}");
+    for n in ["run_code", "list_tiers", "open_session", "close_session"] {
+        assert!(names.contains(&n), "{n} missing: {names:?}");
+    }
     let schema = &out[0]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "run_code").unwrap()["input_schema"];
     assert_eq!(schema["required"], json!(["language", "code"]), "{schema}");
 
@@ -337,4 +339,155 @@ fn mcp_over_streamable_http_on_loopback() {
     child.wait().unwrap();
     assert!(eventually(20, || net.remaining().is_empty()), "left running: {:?}", net.remaining());
     assert!(eventually(5, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
+}
+
+/// open_session → run_code writes a file → run_code reads it back; a fresh
+/// run does not see it; close_session; every refusal says why.
+fn session_round_trip(tier: &str, server_args: &[&str]) {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let write = "open('/work/agent-notes.txt', 'w').write('from call one')\nprint('wrote')\n";
+    let read = "print(open('/work/agent-notes.txt').read())\n";
+    let run = |code: &str, extra: Value| {
+        let mut a = json!({"language": "python", "code": code});
+        for (k, v) in extra.as_object().unwrap() {
+            a[k] = v.clone();
+        }
+        call("run_code", a)
+    };
+    let steps = json!([
+        call("open_session", json!({"tier": tier, "limits": {"memory": "128M"}, "idle_timeout": "2m"})),
+        run(write, json!({"session": "$session"})),
+        run(read, json!({"session": "$session", "limits": {"wall_time": "5s"}})),
+        run(read, json!({"tier": tier})),
+        run(read, json!({"session": "$session", "limits": {"memory": "64M"}})),
+        run(read, json!({"session": "$session", "tier": if tier == "process" { "docker" } else { "process" }})),
+        call("open_session", json!({"tier": tier})),
+        call("close_session", json!({"session": "$session"})),
+        run(read, json!({"session": "$session"})),
+        call("open_session", json!({"tier": tier, "max_life": "2h"})),
+    ]);
+    let out = drive(&home, &py, steps, server_args);
+    let opened = &out[0]["structured"];
+    assert_eq!(out[0]["is_error"], false, "{}", out[0]);
+    let id = opened["session"].as_str().unwrap().to_string();
+    assert!(id.starts_with("s-"), "{opened}");
+    assert_eq!(opened["tier"], tier);
+    assert_eq!(opened["limits"]["memory_bytes"], 128 << 20);
+    assert_eq!(opened["idle_timeout_ms"], 120_000);
+    assert_eq!(out[1]["structured"]["outcome"], "ok", "{}", out[1]);
+    // The second call reads the first call's file.
+    let second = &out[2]["structured"];
+    assert_eq!(second["outcome"], "ok", "{}", out[2]);
+    assert_eq!(second["stdout"], "from call one\n");
+    assert_eq!(second["session"], json!({"id": id, "call": 2}));
+    assert_eq!(second["limits"]["wall_time"], 5000);
+    assert_eq!(second["limits"]["memory_bytes"], 128 << 20, "the session's memory");
+    // A fresh sandbox has no such file.
+    let fresh = &out[3]["structured"];
+    assert!(fresh["stderr"].as_str().unwrap().contains("FileNotFoundError"), "{}", out[3]);
+    assert!(fresh.get("session").is_none() || fresh["session"].is_null(), "{fresh}");
+    let refused = |i: usize, want: &str| {
+        let msg = out[i]["mcp_error"]["message"].as_str().or(out[i]["text"].as_str()).unwrap_or_default().to_string();
+        assert!(msg.contains(want), "step {i}: wanted {want:?} in {}", out[i]);
+    };
+    refused(4, "limits.memory belongs to the whole session");
+    refused(5, &format!("keeps a {tier} sandbox"));
+    // The server allows one session at a time here.
+    refused(6, "already has 1 session(s) open");
+    assert_eq!(out[7]["structured"]["closed"], true, "{}", out[7]);
+    // Refused calls never started: two calls ran.
+    assert_eq!(out[7]["structured"]["calls"], 2, "{}", out[7]);
+    refused(8, "unknown session");
+    refused(9, "max_life 7200 s is above this server's ceiling");
+    // The log names the session of each call in it.
+    let log = std::fs::read_to_string(home.state().join("runs.jsonl")).unwrap();
+    let entries: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let in_session: Vec<&Value> = entries.iter().filter(|e| e["session"] == json!(id)).collect();
+    assert_eq!(in_session.len(), 2, "{log}");
+    assert_eq!(in_session[1]["report"]["session"]["call"], 2);
+}
+
+#[test]
+fn mcp_session_keeps_files_between_calls_on_process() {
+    if !crate::sessions::process_sessions_ready() {
+        return;
+    }
+    session_round_trip("process", &["--tiers", "process,docker", "--max-sessions", "1"]);
+}
+
+#[test]
+fn mcp_session_keeps_files_between_calls_on_docker() {
+    if sdk_python().is_none() || !tier_ready("docker") {
+        return;
+    }
+    session_round_trip("docker", &["--tiers", "docker,process", "--max-sessions", "1"]);
+}
+
+/// Containers whose owner is sandbench process `pid` (any state).
+fn containers_of(pid: u32) -> Vec<String> {
+    crate::support::docker_common::containers_of(pid)
+}
+
+#[test]
+fn mcp_client_that_disconnects_mid_session_leaves_nothing_behind() {
+    let Some(py) = sdk_python() else { return };
+    let mut tiers = vec![];
+    if crate::sessions::process_sessions_ready() && common::is_root() {
+        tiers.push("process");
+    }
+    if tier_ready("docker") {
+        tiers.push("docker");
+    }
+    for tier in tiers {
+        let home = Home::new("[process]\nspare = false\n");
+        let net = OuterNet::new();
+        let steps = json!([
+            call("open_session", json!({"tier": tier})),
+            call(
+                "run_code",
+                json!({"language": "sh", "code": "echo kept > /work/f; sleep 300 & echo started", "session": "$session"})
+            ),
+            call(
+                "run_code",
+                json!({"language": "python", "code": "import time\ntime.sleep(120)\n", "session": "$session"})
+            ),
+        ]);
+        let mut cmd = home.command(&py, &steps, &["--tiers", tier, "--timeout", "120s"]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut client = net.spawn(&mut cmd);
+        let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+        // open, first call (its result), then the second call is under way.
+        let mut seen = vec![];
+        while seen.iter().filter(|l: &&String| l.contains("calling")).count() < 3 {
+            seen.push(lines.next().unwrap().unwrap());
+        }
+        assert!(seen.iter().any(|l| l.contains("\"outcome\": \"ok\"")), "{seen:?}");
+        let server_pid = || -> Option<u32> {
+            // The server is the client's child: the one sandbench in the net.
+            net.remaining().into_iter().map(|p| p as u32).find(|p| {
+                std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e.ends_with("sandbench"))
+                    && std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("mcp"))
+            })
+        };
+        let pid = server_pid().expect("the server runs");
+        if tier == "docker" {
+            assert!(eventually(30, || !containers_of(pid).is_empty()), "the session's container never appeared");
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        // The client dies without a goodbye: the server's stdin closes mid-session.
+        client.kill().unwrap();
+        client.wait().unwrap();
+        assert!(
+            eventually(60, || net.remaining().is_empty()),
+            "{tier}: processes still running after the client left: {:?}",
+            net.remaining()
+        );
+        assert!(net.leftover_cgroups().is_empty(), "{tier}: cgroups left: {:?}", net.leftover_cgroups());
+        if tier == "docker" {
+            assert!(eventually(30, || containers_of(pid).is_empty()), "container left: {:?}", containers_of(pid));
+        }
+        let log = std::fs::read_to_string(home.state().join("runs.jsonl")).unwrap_or_default();
+        assert!(log.contains("\"outcome\":\"cancelled\""), "{tier}: {log}");
+    }
 }

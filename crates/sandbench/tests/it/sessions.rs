@@ -167,6 +167,12 @@ fn gvisor_sessions_keep_files_and_nothing_else() {
     assert!(eventually(20, || containers("gvisor").is_empty()), "containers left: {:?}", containers("gvisor"));
 }
 
+/// Whether the process tier keeps sessions on this build and machine (the
+/// MCP tests use it to choose their tier).
+pub fn process_sessions_ready() -> bool {
+    tier("process").sessions().is_ok()
+}
+
 #[test]
 fn tiers_without_sessions_say_so() {
     let t = tier("bwrap");
