@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sandbench::config::Config;
-use sandbench::event::ViolationKind;
+use sandbench::event::{EventKind, Phase, RunEvent, ViolationKind};
 use sandbench::report::{Outcome, RunReport};
+use sandbench::runner::Update;
 use sandbench::session::{Session, SessionSpec};
 use sandbench::spec::{Language, Limits, RunSpec};
 use sandbench::tier::Tier;
@@ -70,20 +71,30 @@ async fn exercise(name: &str) {
     assert_eq!(r.session.as_ref().unwrap().call, 2);
 
     // The other session sees neither the file nor the processes of a call
-    // running in the first one.
-    let running = a.start(py("import subprocess\nsubprocess.run(['sleep', '4.5'])\n")).unwrap();
+    // running in the first one; that call, cancelled, leaves the session usable.
+    let mut running = a.start(py("import subprocess\nsubprocess.run(['sleep', '20'])\n")).unwrap();
+    while let Some(u) = running.events.recv().await {
+        if let Update::Event(RunEvent { kind: EventKind::Phase(Phase::Running), .. }) = u {
+            break;
+        }
+    }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let r = b
         .run(py(&format!(
-            "import os\nprint('note' , os.path.exists('/work/note.txt'), sorted(os.listdir('/work')))\n{}",
-            find_procs("sleep 4.5")
+            "import os\nprint('note', os.path.exists('/work/note.txt'), sorted(os.listdir('/work')))\n{}",
+            find_procs("sleep 20")
         )))
         .await
         .unwrap();
     ok(&r);
     assert!(r.stdout.contains("note False"), "{}", r.stdout);
     assert!(r.stdout.contains("procs []"), "session b saw session a's process: {}", r.stdout);
-    ok(&running.report().await);
+    running.cancel();
+    let r = running.report().await;
+    assert_eq!(r.outcome, Outcome::Cancelled, "{r:#?}");
+    let r = a.run(py(&find_procs("sleep 20"))).await.unwrap();
+    ok(&r);
+    assert!(r.stdout.contains("procs []"), "the cancelled call's child outlived it: {}", r.stdout);
 
     // A limit hit is that call's; the session goes on, its files intact.
     let mut spin = py("while True:\n    pass\n");
@@ -117,7 +128,7 @@ async fn exercise(name: &str) {
     let r = a.run(bomb).await.unwrap();
     assert_eq!(r.outcome, Outcome::Violation, "{r:#?}");
     assert!(r.has_violation(ViolationKind::Memory), "{r:#?}");
-    assert_eq!(a.info().calls, 10);
+    assert_eq!(a.info().calls, 11);
     if name == "gvisor" {
         // gVisor's sandbox is one host process: the memory limit ends it, and
         // with it the session (said in the call's notes).
@@ -171,6 +182,19 @@ fn gvisor_sessions_keep_files_and_nothing_else() {
 /// MCP tests use it to choose their tier).
 pub fn process_sessions_ready() -> bool {
     tier("process").sessions().is_ok()
+}
+
+#[test]
+fn microvm_sessions_keep_files_and_nothing_else() {
+    let t = tier("microvm");
+    let a = block_on(t.probe());
+    if !a.available {
+        assert!(!crate::support::common::required("microvm"), "microvm required: {}", a.summary);
+        eprintln!("SKIP: microvm unavailable: {}", a.summary);
+        return;
+    }
+    block_on(exercise("microvm"));
+    assert!(sandbench::tier::microvm::vm::owned_qemu(sandbench::owner::token().unwrap()).is_empty());
 }
 
 #[test]

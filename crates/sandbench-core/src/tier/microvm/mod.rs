@@ -16,6 +16,7 @@ pub mod accel;
 pub mod artefacts;
 pub mod pool;
 pub mod proto;
+pub mod session;
 pub mod snapshot;
 pub mod vm;
 
@@ -144,6 +145,18 @@ impl Tier for MicrovmTier {
                 tracing::info!("microvm pool not filled: {e:#}");
             }
         })
+    }
+
+    /// The guest stays between calls (`session.rs`).
+    fn sessions(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn open_session(
+        &self,
+        spec: crate::session::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<std::sync::Arc<dyn crate::session::TierSession>>> {
+        Box::pin(session::open(self, spec))
     }
 }
 
@@ -330,7 +343,7 @@ impl MicrovmTier {
         for n in std::mem::take(&mut guest.notes) {
             ctx.note(format!("guest: {n}")).await;
         }
-        let result = self.execute(&spec, &ctx, &mut guest).await;
+        let result = Self::execute(&spec, &ctx, &mut guest, None).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         guest.kill().await;
         let (usage, garbage) = result?;
@@ -341,11 +354,14 @@ impl MicrovmTier {
     }
 
     /// Send the program and follow it to its exit (or until stopped).
+    /// `session`: a session's call (`session.rs`), begun at this host time;
+    /// stopping it asks the agent to kill the program and waits for its
+    /// exit, instead of killing the guest.
     async fn execute(
-        &self,
         spec: &RunSpec,
         ctx: &RunContext,
         guest: &mut Guest,
+        session: Option<f64>,
     ) -> anyhow::Result<(Option<UsageSample>, u64)> {
         let limits = &spec.limits;
         let mut seed = [0u8; 32];
@@ -367,8 +383,12 @@ impl MicrovmTier {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0),
+            session_since: session,
         };
         guest.send(&proto::encode_run(&req)).await?;
+        let mut kill_sent = false;
+        let kill_grace = tokio::time::sleep(std::time::Duration::from_secs(86_400 * 365));
+        tokio::pin!(kill_grace);
         let mut judge = Judge::new(limits);
         let mut garbage = 0u64;
         let exit: proto::GuestExit;
@@ -376,7 +396,16 @@ impl MicrovmTier {
         loop {
             let item = tokio::select! {
                 it = guest.next() => it,
-                _ = ctx.stop.cancelled() => {
+                _ = ctx.stop.cancelled(), if session.is_some() && !kill_sent => {
+                    kill_sent = true;
+                    guest.send(&proto::encode(proto::K_KILL, b"k")).await?;
+                    kill_grace.as_mut().reset(tokio::time::Instant::now() + session::KILL_GRACE);
+                    continue;
+                }
+                _ = &mut kill_grace => {
+                    anyhow::bail!("the guest did not end the call's program after sandbench asked it to");
+                }
+                _ = ctx.stop.cancelled(), if session.is_none() => {
                     guest.start_kill();
                     ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
                     return Ok((None, garbage));
@@ -435,6 +464,13 @@ impl MicrovmTier {
             }
         }
         let x = exit;
+        if let Some(prior) = x.prior_full.as_deref().filter(|p| !p.is_empty()) {
+            ctx.note(format!(
+                "scratch space already full when this call began (an earlier call filled it): {}",
+                crate::sanitize::inert_line(prior, 80)
+            ))
+            .await;
+        }
         let status = ExitStatus { code: x.code, signal: x.signal };
         let cpu_ms = x.cpu_ms.or(last.cpu_ms);
         let facts = ExitFacts {

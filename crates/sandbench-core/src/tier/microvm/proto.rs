@@ -18,6 +18,8 @@ pub const MAX_PAYLOAD: usize = 256 << 10;
 
 pub const K_RUN: u8 = 0x01;
 pub const K_PING: u8 = 0x02;
+/// Host → guest, during a session's call: kill the call's program (cancel).
+pub const K_KILL: u8 = 0x03;
 pub const K_READY: u8 = 0x10;
 pub const K_STARTED: u8 = 0x11;
 pub const K_STDOUT: u8 = 0x12;
@@ -70,6 +72,9 @@ pub struct GuestExit {
     pub fsize_hit: Option<String>,
     /// A scratch file system ran out of space or inodes.
     pub disk_full: bool,
+    /// Session mode: scratch mounts already full when the call began
+    /// (space-separated), not counted as this call's.
+    pub prior_full: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -112,6 +117,10 @@ pub struct RunRequest {
     /// The host's clock (Unix seconds): the guest has no RTC, and a restored
     /// snapshot carries the time it was saved at.
     pub now: f64,
+    /// A session's call (the guest stays for the next one): files whose
+    /// ctime is before `since` (host clock) are earlier calls'.
+    #[serde(default)]
+    pub session_since: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -175,6 +184,10 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
     }
     for (k, v) in &req.env {
         field("env", format!("{k}={v}").as_bytes());
+    }
+    if let Some(since) = req.session_since {
+        field("session", b"1");
+        field("since", format!("{since:.3}").as_bytes());
     }
     encode(K_RUN, &p)
 }
@@ -362,6 +375,7 @@ mod tests {
             },
             seed: "00ff".into(),
             now: 1.5,
+            session_since: None,
         };
         let f = encode_run(&req);
         assert_eq!(&f[..3], b"SB\x01");
