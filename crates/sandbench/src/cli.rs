@@ -353,6 +353,9 @@ pub struct LogArgs {
     /// Only runs from this front end: run, compare, gauntlet, agent, mcp, tui.
     #[arg(long, value_name = "NAME")]
     pub front_end: Option<String>,
+    /// Only the calls of this session (an id like s-0a1b2c3d4e5f).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
     /// Only the last N matching runs.
     #[arg(long, value_name = "N")]
     pub last: Option<usize>,

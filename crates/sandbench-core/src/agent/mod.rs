@@ -266,11 +266,8 @@ impl Session {
                 };
                 match opened {
                     Ok(s) => {
-                        let note = format!(
-                            "session {} on {}: files in /work stay between this task's runs",
-                            s.id(),
-                            s.tier()
-                        );
+                        let note =
+                            format!("session {} on {}: files in /work stay between this task's runs", s.id(), s.tier());
                         let id = s.id().to_string();
                         self.sandbox = Some(s);
                         self.emit(TranscriptEvent::Sandbox { session: Some(id), note }).await;
@@ -470,7 +467,8 @@ impl Session {
                 // The session is gone (it idled out while the model thought,
                 // or its sandbox died): go on in a fresh sandbox, and say so.
                 self.sandbox = None;
-                let note = format!("{}; this and later runs get a fresh sandbox", crate::sanitize::inert_line(&why, 300));
+                let note =
+                    format!("{}; this and later runs get a fresh sandbox", crate::sanitize::inert_line(&why, 300));
                 self.emit(TranscriptEvent::Sandbox { session: None, note: note.clone() }).await;
                 lost = Some(note);
                 runner::start(self.opts.tier.clone(), spec)
