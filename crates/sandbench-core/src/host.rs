@@ -23,6 +23,38 @@ pub fn which(cmd: &str) -> Option<PathBuf> {
     which_in(cmd, &format!("{path}:/usr/local/sbin:/usr/sbin:/sbin"))
 }
 
+/// A process and its descendants (host pids), from `/proc/<pid>/task/<tid>/children`.
+pub fn process_tree(root: i32) -> Vec<i32> {
+    let mut out = vec![];
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        if out.contains(&p) || out.len() > 4096 {
+            continue;
+        }
+        out.push(p);
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            stack.extend(kids.split_whitespace().filter_map(|k| k.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+/// Proportional set size of these processes together (shared pages split
+/// between their users), in bytes; processes gone meanwhile count 0.
+pub fn pss_bytes(pids: &[i32]) -> u64 {
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .sum::<u64>()
+        * 1024
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -32,5 +64,24 @@ mod tests {
         assert!(which_in("sh", "/usr/bin:/bin").is_some());
         assert!(which_in("passwd", "/etc").is_none(), "a plain file is not a command");
         assert!(which_in("sh", "relative:dirs").is_none());
+    }
+
+    #[test]
+    fn a_child_is_in_its_parents_tree_and_holds_memory() {
+        let mut c = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let me = std::process::id() as i32;
+        let mut found = false;
+        for _ in 0..200 {
+            if process_tree(me).contains(&(c.id() as i32)) {
+                found = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let pss = pss_bytes(&[c.id() as i32]);
+        c.kill().unwrap();
+        c.wait().unwrap();
+        assert!(found, "the child is not in the tree");
+        assert!(pss > 0, "a live process has some resident memory");
     }
 }

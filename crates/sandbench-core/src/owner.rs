@@ -205,6 +205,28 @@ impl Token<'_> {
     }
 }
 
+/// Prefix of an [`opaque`] name.
+pub const OPAQUE_PREFIX: &str = "sb-";
+const OPAQUE_LEN: usize = 16;
+
+/// The token as a name a sandbox may see (a process run's cgroup path):
+/// `sb-` and 16 hex digits of its SHA-256, so that a program learns nothing
+/// of the host (machine id, sandbench's pid) from it. A reaper maps it back
+/// through the owner lock files ([`Sweep::judge_name`]).
+pub fn opaque(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let h = Sha256::digest(token.as_bytes());
+    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{OPAQUE_PREFIX}{}", &hex[..OPAQUE_LEN])
+}
+
+/// The hash part of an opaque name (`sb-<16 hex>` or `sb-<16 hex>-<rest>`).
+fn opaque_part(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(OPAQUE_PREFIX)?;
+    let (h, tail) = rest.split_at_checked(OPAQUE_LEN)?;
+    (is_hex(h, OPAQUE_LEN) && (tail.is_empty() || tail.starts_with('-'))).then_some(h)
+}
+
 /// What a reaper may do with a token's leftovers.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub enum Judgement {
@@ -224,6 +246,8 @@ pub enum Judgement {
 pub struct Sweep {
     dir: PathBuf,
     judged: HashMap<String, (Judgement, Option<Flock<File>>)>,
+    /// Opaque hash -> token, from the lock files (listed once per sweep).
+    opaque: Option<HashMap<String, String>>,
 }
 
 impl Default for Sweep {
@@ -238,11 +262,34 @@ impl Sweep {
     }
 
     pub fn in_dir(dir: PathBuf) -> Sweep {
-        Sweep { dir, judged: HashMap::new() }
+        Sweep { dir, judged: HashMap::new(), opaque: None }
     }
 
-    /// Judge the owner of a name that starts with a token.
+    /// Judge the owner of a name that starts with a token, or with an
+    /// [`opaque`] one (whose token only a lock file in this sweep's folder
+    /// can name: none, and nothing is proved).
     pub fn judge_name(&mut self, name: &str) -> Judgement {
+        if let Some(h) = opaque_part(name) {
+            let dir = &self.dir;
+            let map = self.opaque.get_or_insert_with(|| {
+                fs::read_dir(dir)
+                    .map(|rd| {
+                        rd.flatten()
+                            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".lock").map(str::to_string))
+                            .filter(|t| parse(t).is_some())
+                            .map(|t| (opaque(&t)[OPAQUE_PREFIX.len()..].to_string(), t))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            });
+            let token = map.get(h).cloned().or_else(|| {
+                this().ok().map(|o| o.token().to_string()).filter(|t| opaque(t)[OPAQUE_PREFIX.len()..] == *h)
+            });
+            return match token {
+                Some(t) => self.judge(&t),
+                None => Judgement::Unknown,
+            };
+        }
         match split(name) {
             Some((t, _)) => self.judge_token(&t),
             None => Judgement::Unknown,
@@ -344,6 +391,28 @@ mod tests {
         let no_file = format!("{}-{}-1-00000000", m.host, m.boot);
         assert_eq!(s.judge(&no_file), Judgement::Unknown);
         assert_eq!(s.judge("machine:1:1"), Judgement::Unknown);
+    }
+
+    #[test]
+    fn opaque_names_hide_the_token_and_are_judged_through_the_lock_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = Owner::acquire_in(dir.path()).unwrap();
+        let dead = Owner::acquire_in(dir.path()).unwrap();
+        let (dead_token, dead_name) = (dead.token().to_string(), format!("{}-4", opaque(dead.token())));
+        drop(dead);
+        let m = machine().unwrap();
+        for n in [&dead_name, &opaque(live.token())] {
+            assert!(!n.contains(&m.host) && !n.contains(&std::process::id().to_string()), "{n} shows the host");
+            assert_eq!(n.len(), OPAQUE_PREFIX.len() + OPAQUE_LEN + if n == &dead_name { 2 } else { 0 });
+        }
+        let mut s = Sweep::in_dir(dir.path().to_path_buf());
+        assert_eq!(s.judge_name(&format!("{}-0", opaque(live.token()))), Judgement::Alive);
+        assert_eq!(s.judge_name(&dead_name), Judgement::Dead);
+        assert_eq!(s.judge(&dead_token), Judgement::Dead, "the same owner, judged once");
+        // No lock file hashes to it: nothing is proved.
+        assert_eq!(s.judge_name("sb-0123456789abcdef-1"), Judgement::Unknown);
+        assert_eq!(s.judge_name("sb-0123456789abcdeX-1"), Judgement::Unknown);
+        assert_eq!(s.judge_name("sb-0123456789abcdef1"), Judgement::Unknown);
     }
 
     #[test]

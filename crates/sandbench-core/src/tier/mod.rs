@@ -15,6 +15,7 @@ use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
 use crate::session::{SessionSpec, TierSession};
 use crate::spec::RunSpec;
 
+pub mod background;
 pub mod docker;
 pub mod e2b;
 pub mod microvm;
@@ -178,6 +179,20 @@ pub trait Tier: Send + Sync {
         let why = self.sessions().err().unwrap_or_else(|| format!("the {} tier has no sessions", self.name()));
         Box::pin(async move { Err(anyhow::anyhow!(why)) })
     }
+    /// Sandboxes this tier holds ready (spares, pools) and their memory now;
+    /// `None`: it holds none.
+    fn held(&self) -> Option<Held> {
+        None
+    }
+}
+
+/// Warm sandboxes a tier holds, for `doctor` and the tier pane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Held {
+    pub sandboxes: usize,
+    /// Their resident memory (PSS for processes, the cgroup's usage for
+    /// containers), in bytes.
+    pub bytes: u64,
 }
 
 /// Build the named tier.

@@ -19,7 +19,7 @@ fn my_cgroups() -> Vec<String> {
     let dir = std::path::Path::new("/sys/fs/cgroup/pids").join(rel.trim_start_matches('/')).join("sandbench");
     // Run cgroups are named by this process's owner token (see `owner`).
     let Ok(token) = sandbench::owner::token() else { return vec![] };
-    let prefix = format!("{token}-");
+    let prefix = format!("{}-", sandbench::owner::opaque(token));
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()

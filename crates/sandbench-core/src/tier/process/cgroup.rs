@@ -173,9 +173,11 @@ pub struct RunCgroup {
     supervisors: u64,
 }
 
-/// Processes of sandbench's own in the run's cgroup (the helper and the
-/// namespace's init): the pids limit and counts are about the program's.
-pub const SUPERVISORS: u64 = 2;
+/// Processes of sandbench's own in a process run's cgroup: none (the helper
+/// and the namespace's init stay outside; only the program's process is
+/// moved in, and everything it forks is born there). Peers' wrappers count
+/// theirs with [`RunCgroup::create_with`].
+pub const SUPERVISORS: u64 = 0;
 
 /// Counters read from the cgroup.
 #[derive(Debug, Default, Clone, Copy)]
@@ -225,9 +227,11 @@ impl RunCgroup {
     /// (a peer's wrapper): they are added to the pids limit and left out of the counts.
     pub fn create_with(layout: &Layout, limits: &Limits, supervisors: u64) -> io::Result<RunCgroup> {
         // Named by this process's owner token, so that a reaper anywhere
-        // (another pid namespace included) can prove whether it is alive.
+        // (another pid namespace included) can prove whether it is alive;
+        // in its opaque form, because the program sees the name in
+        // /proc/self/cgroup.
         let token = crate::owner::token().map_err(|e| io::Error::other(format!("{e:#}")))?;
-        let name = format!("{token}-{}", SEQ.fetch_add(1, Ordering::Relaxed));
+        let name = format!("{}-{}", crate::owner::opaque(token), SEQ.fetch_add(1, Ordering::Relaxed));
         let mut cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0, supervisors };
         for d in cg.dirs() {
             fs::create_dir(&d)?;
@@ -390,9 +394,9 @@ fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
-/// Run cgroups named by `token`, in every hierarchy.
+/// Run cgroups named by `token` (in its opaque form), in every hierarchy.
 pub fn owned(layout: &Layout, token: &str) -> Vec<PathBuf> {
-    let prefix = format!("{token}-");
+    let prefix = format!("{}-", crate::owner::opaque(token));
     let mut v = vec![];
     for parent in layout.parents() {
         let Ok(rd) = fs::read_dir(&parent) else { continue };

@@ -10,7 +10,8 @@ pub mod sandbox;
 pub mod seccomp;
 pub mod uids;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use tokio::process::Command;
 use crate::config::Config;
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
-use crate::spec::{Language, RunSpec};
+use crate::spec::{Language, Limits, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, LimitMaxima, RunContext, Tier, TierExit};
 use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
@@ -34,18 +35,26 @@ pub struct ProcessTier {
     uid_base: u32,
     uid_count: u32,
     allow_degraded: bool,
-    /// Keep one helper started ahead (in its cgroup, waiting for a program).
+    /// Keep one sandbox built ahead (its interpreter started, waiting).
     keep_spare: bool,
+    /// The limits a spare is built with (the config's): a run with others
+    /// has them applied before its program starts.
+    spare_limits: Limits,
     spare: Arc<Mutex<Option<Launched>>>,
+    filling: Arc<AtomicBool>,
 }
 
-/// A sandbox helper started and placed in its fresh cgroup, waiting for the
-/// program on its stdin. Single use. Dropping it kills the helper and removes
-/// the cgroup.
+/// A sandbox helper started with its [`sandbox::Prepare`]: namespaces,
+/// root, the program's process set up and waiting, in its fresh cgroup.
+/// Single use. Dropping it kills the helper (and with it the sandbox) and
+/// removes the cgroup; the uid lease goes last, once nothing runs as it.
 struct Launched {
     child: tokio::process::Child,
     stdin: Option<tokio::process::ChildStdin>,
-    status: Option<OwnedFd>,
+    status: Option<BufReader<tokio::net::unix::pipe::Receiver>>,
+    /// Status lines read before the run (while waiting for `Ready`).
+    early: Vec<Status>,
+    ready: bool,
     cg: Option<RunCgroup>,
     /// The run's own uid (as root); `None` in a user namespace, where the
     /// program keeps the invoking user's uid.
@@ -56,6 +65,43 @@ struct Launched {
 impl Launched {
     fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Read status lines until the sandbox says it is ready.
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let status = self.status.as_mut().ok_or_else(|| anyhow!("helper has no status pipe"))?;
+        let mut line = Vec::new();
+        while !self.ready {
+            let n = read_line_bounded(status, &mut line).await.context("sandbox status")?;
+            if n == 0 {
+                anyhow::bail!("the sandbox ended while it was being built (see the log)");
+            }
+            match sandbox::parse_status(&line) {
+                Status::Ready => self.ready = true,
+                Status::Error { msg } => anyhow::bail!("{msg}"),
+                s => self.early.push(s),
+            }
+        }
+        Ok(())
+    }
+
+    /// Processes of the sandbox (helper, init, the waiting interpreter) and
+    /// their resident memory (PSS).
+    fn memory(&self) -> u64 {
+        self.child.id().map(|p| crate::host::pss_bytes(&crate::host::process_tree(p as i32))).unwrap_or(0)
+    }
+
+    /// Finish off what is left of a sandbox whose program is done: the helper
+    /// (it exits right after init), the cgroup, then the uid.
+    async fn teardown(mut self) {
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.is_err() {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
+        if let Some(mut c) = self.cg.take() {
+            tokio::task::spawn_blocking(move || c.remove()).await.ok();
+        }
+        drop(self.uid.take());
     }
 }
 
@@ -89,6 +135,15 @@ pub fn owned_cgroups(token: &str) -> Vec<std::path::PathBuf> {
     }
 }
 
+/// The interpreter a Python run starts, ahead of its program.
+fn python_waiter(spec: &RunSpec) -> sandbox::Waiter {
+    sandbox::Waiter {
+        interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
+        file_name: spec.language.file_name().into(),
+        env: spec.sandbox_env("/work", "/tmp"),
+    }
+}
+
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
         ProcessTier {
@@ -96,33 +151,21 @@ impl ProcessTier {
             uid_count: config.process.uid_count,
             keep_spare: config.process.spare,
             allow_degraded: config.process.allow_degraded,
+            spare_limits: config.limits.clone(),
             spare: Arc::new(Mutex::new(None)),
+            filling: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Start a helper in a fresh cgroup; it joins the cgroup at once (the
-    /// slow part of a cold start on cgroup v1) and then waits for a program.
-    async fn launch(limits: &crate::spec::Limits, uid_range: (u32, u32)) -> anyhow::Result<Launched> {
-        let mut warnings: Vec<String> = vec![];
-        let uid = if nix::unistd::geteuid().is_root() {
-            Some(
-                uids::lease(uid_range.0, uid_range.1)
-                    .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
-            )
-        } else {
-            None
-        };
-        let cg = match layout() {
-            // Cgroups work here: a run without its own is not the sandbox
-            // sandbench promised, so it does not happen.
-            Ok(l) => Some(RunCgroup::create(l, limits).context("cannot create the run's cgroup")?),
-            Err(e) => {
-                warnings.push(format!(
-                    "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
-                ));
-                None
-            }
-        };
+    /// Start a helper and hand it the sandbox's shape. The run's uid (a
+    /// /proc scan) and cgroup are made while the helper binary execs.
+    async fn launch(
+        limits: &Limits,
+        waiter: Option<sandbox::Waiter>,
+        uid_range: (u32, u32),
+        allow_degraded: bool,
+    ) -> anyhow::Result<Launched> {
+        let root = nix::unistd::geteuid().is_root();
         let exe = std::env::var_os("SANDBENCH_HELPER")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
@@ -135,7 +178,7 @@ impl ProcessTier {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        // Only async-signal-safe calls between fork and exec.
+        // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
@@ -154,41 +197,123 @@ impl ProcessTier {
         let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
         drop(status_w);
         let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let lim = limits.clone();
+        let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut warnings = vec![];
+            let uid = if root {
+                Some(
+                    uids::lease(uid_range.0, uid_range.1)
+                        .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
+                )
+            } else {
+                None
+            };
+            let cg = match layout() {
+                // Cgroups work here: a run without its own is not the sandbox
+                // sandbench promised, so it does not happen.
+                Ok(l) => Some(RunCgroup::create(l, &lim).context("cannot create the run's cgroup")?),
+                Err(e) => {
+                    warnings.push(format!(
+                        "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
+                    ));
+                    None
+                }
+            };
+            Ok((uid, cg, warnings))
+        })
+        .await
+        .context("sandbox preparation")??;
         let prep = sandbox::Prepare {
-            user_ns: !nix::unistd::geteuid().is_root(),
             host_pid: std::process::id() as i32,
             cgroup_procs: cg
                 .as_ref()
                 .map(|c| c.procs_files().iter().map(|p| p.to_string_lossy().into_owned()).collect())
                 .unwrap_or_default(),
+            user_ns: !root,
+            run_uid: uid.as_ref().map_or(0, |l| l.uid),
+            run_gid: uid.as_ref().map_or(0, |l| l.uid),
+            allow_degraded,
+            disk_bytes: limits.disk_bytes,
+            waiter,
         };
-        let mut line = serde_json::to_vec(&prep)?;
-        line.push(b'\n');
-        stdin.write_all(&line).await.context("cannot talk to the sandbox helper")?;
-        Ok(Launched { child, stdin: Some(stdin), status: Some(status_r), cg, uid, warnings })
+        stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
+        let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
+        Ok(Launched {
+            child,
+            stdin: Some(stdin),
+            status: Some(BufReader::new(status_rx)),
+            early: vec![],
+            ready: false,
+            cg,
+            uid,
+            warnings,
+        })
     }
 
-    /// A spare for the next run, made in the background after this one.
+    /// A spare for the next run, made in the background (one at a time).
     fn refill(&self) {
-        if !self.keep_spare {
+        if !self.keep_spare || self.spare.lock().map(|s| s.is_some()).unwrap_or(true) {
+            return;
+        }
+        if self.filling.swap(true, Ordering::SeqCst) {
             return;
         }
         let slot = self.spare.clone();
+        let filling = self.filling.clone();
+        let limits = self.spare_limits.clone();
         let range = (self.uid_base, self.uid_count);
+        let degraded = self.allow_degraded;
         tokio::spawn(async move {
-            if let Ok(l) = Self::launch(&crate::spec::Limits::default(), range).await {
-                if let Ok(mut s) = slot.lock() {
-                    if s.is_none() {
-                        *s = Some(l);
+            let mut spec = RunSpec::new(Language::Python, "");
+            spec.limits = limits.clone();
+            let made = async {
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded).await?;
+                l.wait_ready().await?;
+                anyhow::Ok(l)
+            };
+            match made.await {
+                Ok(l) => {
+                    if let Ok(mut s) = slot.lock() {
+                        if s.is_none() {
+                            *s = Some(l);
+                        }
                     }
                 }
+                Err(e) => tracing::info!("no spare process sandbox: {e:#}"),
             }
+            filling.store(false, Ordering::SeqCst);
         });
     }
 
     fn take_spare(&self) -> Option<Launched> {
         let mut l = self.spare.lock().ok()?.take()?;
-        l.alive().then_some(l)
+        (l.ready && l.alive()).then_some(l)
+    }
+
+    /// Wait until a spare is ready (or making one failed), at most 30 s.
+    async fn spare_ready(&self) {
+        if !self.keep_spare {
+            return;
+        }
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(30) {
+            if self.spare.lock().map(|s| s.is_some()).unwrap_or(true) {
+                return;
+            }
+            self.refill();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            if !self.filling.load(Ordering::SeqCst) && self.spare.lock().map(|s| s.is_none()).unwrap_or(true) {
+                // The fill just failed (logged); the next run goes cold.
+                return;
+            }
+        }
+    }
+
+    /// Memory held by the waiting spare (its processes' PSS), if there is one.
+    pub fn held(&self) -> Option<crate::tier::Held> {
+        let s = self.spare.lock().ok()?;
+        let l = s.as_ref()?;
+        Some(crate::tier::Held { sandboxes: 1, bytes: l.memory() })
     }
 }
 
@@ -237,6 +362,15 @@ impl Tier for ProcessTier {
 
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
         Box::pin(self.run_inner(spec, ctx))
+    }
+
+    /// A spare sandbox, built and waiting (when `[process] spare` is on).
+    fn prewarm(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.spare_ready())
+    }
+
+    fn held(&self) -> Option<crate::tier::Held> {
+        ProcessTier::held(self)
     }
 }
 
@@ -287,7 +421,9 @@ impl ProcessTier {
             uid_count: self.uid_count,
             allow_degraded: self.allow_degraded,
             keep_spare: false,
+            spare_limits: self.spare_limits.clone(),
             spare: Default::default(),
+            filling: Default::default(),
         };
         let report = crate::runner::run(Arc::new(probe), spec).await;
         let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);
@@ -339,18 +475,25 @@ impl ProcessTier {
     async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
         ctx.emit(EventKind::Phase(Phase::Preparing)).await;
         let limits = spec.limits.clone();
-        let root = nix::unistd::geteuid().is_root();
         let mut warnings: Vec<String> = vec![];
         if limits.network {
             warnings.push("network access was requested but the process tier never grants it".into());
         }
         let (mut launched, start) = match self.take_spare() {
-            Some(l) => (l, "warm"),
-            None => (Self::launch(&limits, (self.uid_base, self.uid_count)).await?, "cold"),
+            Some(l) => {
+                if let Some(c) = &l.cg {
+                    c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
+                }
+                (l, "warm")
+            }
+            None => {
+                // Built for this run: its interpreter (Python) starts ahead of
+                // the program as in a spare, while init joins the cgroup.
+                let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
+                let l = Self::launch(&limits, waiter, (self.uid_base, self.uid_count), self.allow_degraded).await?;
+                (l, "cold")
+            }
         };
-        if let Some(c) = &launched.cg {
-            c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
-        }
         warnings.extend(launched.warnings.iter().cloned());
         for w in &warnings {
             ctx.note(format!("warning: {w}")).await;
@@ -367,25 +510,20 @@ impl ProcessTier {
             file_name: spec.language.file_name().into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env: spec.sandbox_env("/work", "/tmp"),
-            user_ns: !root,
-            // Unused in a user namespace (the program keeps the caller's uid).
-            run_uid: launched.uid.as_ref().map_or(0, |l| l.uid),
-            run_gid: launched.uid.as_ref().map_or(0, |l| l.uid),
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
             data_limit: launched.cg.is_none().then_some(limits.memory_bytes),
             file_size_bytes: limits.file_size_bytes,
             disk_bytes: limits.disk_bytes,
             open_files: limits.open_files,
             nproc,
-            allow_degraded: self.allow_degraded,
         };
         let result = self.execute(&spec, &ctx, config, &mut launched).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         let final_stats = launched.cg.as_ref().map(|c| c.stats());
-        if let Some(mut c) = launched.cg.take() {
-            tokio::task::spawn_blocking(move || c.remove()).await.ok();
-        }
-        drop(launched);
+        // The program is gone and its output drained: the report need not wait
+        // for the helper's exit and the cgroup's removal (awaited at shutdown;
+        // a killed sandbench leaves them to the next start's reaper).
+        super::background::spawn(launched.teardown());
         self.refill();
         let mut out = result?;
         if let Some(s) = final_stats {
@@ -421,15 +559,14 @@ impl ProcessTier {
         let child = &mut launched.child;
         let helper_pid = child.id().unwrap_or(0) as i32;
         let mut stdin = launched.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
-        let status_r = launched.status.take().ok_or_else(|| anyhow!("helper has no status pipe"))?;
+        let mut status = launched.status.take().ok_or_else(|| anyhow!("helper has no status pipe"))?;
         let payload = serde_json::to_vec(&config)?;
+        // Dropped after the write: init reads the config up to EOF.
         let writer = tokio::spawn(async move {
             let _ = stdin.write_all(&payload).await;
         });
-        let out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone()));
-        let err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone()));
-        let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
-        let mut status = BufReader::new(status_rx);
+        let mut out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone()));
+        let mut err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone()));
 
         let mut ticker = tokio::time::interval(SAMPLE_EVERY);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -440,71 +577,87 @@ impl ProcessTier {
         let mut killed = false;
         let mut helper_done = false;
         let mut status_eof = false;
+        let (mut out_done, mut err_done) = (false, false);
         let mut line = Vec::new();
+        let mut early = std::mem::take(&mut launched.early).into_iter();
 
-        while !(helper_done && status_eof) {
-            tokio::select! {
-                r = read_line_bounded(&mut status, &mut line), if !status_eof => {
-                    match r {
-                        Ok(0) | Err(_) => status_eof = true,
-                        Ok(_) => match sandbox::parse_status(&line) {
-                            Status::Started => {
-                                ctx.emit(EventKind::Phase(Phase::Running)).await;
-                                // The program exists from now on: count it even
-                                // if it exits before the first tick.
-                                ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
-                            }
-                            Status::Isolation { landlock, seccomp, uid, user_ns, degraded } => {
-                                for d in &degraded {
-                                    ctx.note(format!("degraded: {d}")).await;
-                                }
-                                isolation = json!({
-                                    "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
-                                    "degraded": degraded,
-                                });
-                            }
-                            Status::Warning { msg } => ctx.note(msg).await,
-                            Status::Error { msg } => { error.get_or_insert(msg); }
-                            s @ Status::Exit { .. } => exit = Some(s),
-                        },
+        // Done once the program has exited and both its output pipes are
+        // drained (EOF: every process holding them is gone), or the sandbox
+        // is gone without saying so.
+        while !((exit.is_some() || status_eof) && out_done && err_done) {
+            let next = if let Some(s) = early.next() {
+                Some(s)
+            } else {
+                tokio::select! {
+                    r = read_line_bounded(&mut status, &mut line), if !status_eof && exit.is_none() => {
+                        match r {
+                            Ok(0) | Err(_) => { status_eof = true; None }
+                            Ok(_) => Some(sandbox::parse_status(&line)),
+                        }
                     }
-                }
-                st = child.wait(), if !helper_done => {
-                    helper_done = true;
-                    if let Err(e) = st { error.get_or_insert(format!("lost the sandbox helper: {e}")); }
-                    // Stragglers (a daemon the program left) die with their
-                    // namespace; the cgroup kill makes sure of it.
-                    if let Some(c) = cg { c.kill_all(); }
-                }
-                _ = ctx.stop.cancelled(), if !killed => {
-                    killed = true;
-                    let _ = child.start_kill();
-                    if let Some(c) = cg { c.kill_all(); }
-                }
-                _ = ticker.tick(), if !helper_done => {
-                    let (sample, counters) = match cg {
-                        Some(c) => {
-                            let s = c.stats();
-                            (UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }, s.counters())
-                        }
-                        None => {
-                            // Without a cgroup only the CPU of the tree is known.
-                            let u = proc_tree_sample(helper_pid);
-                            (u, judge::Counters { cpu_ms: u.cpu_ms, ..Default::default() })
-                        }
-                    };
-                    ctx.usage(sample).await;
-                    if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !killed {
+                    _ = &mut out_task, if !out_done => { out_done = true; None }
+                    _ = &mut err_task, if !err_done => { err_done = true; None }
+                    st = child.wait(), if !helper_done => {
+                        helper_done = true;
+                        if let Err(e) = st { error.get_or_insert(format!("lost the sandbox helper: {e}")); }
+                        // Stragglers (a daemon the program left) die with their
+                        // namespace; the cgroup kill makes sure of it.
+                        if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = ctx.stop.cancelled(), if !killed => {
                         killed = true;
                         let _ = child.start_kill();
                         if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = ticker.tick(), if exit.is_none() && !status_eof => {
+                        let (sample, counters) = match cg {
+                            Some(c) => {
+                                let s = c.stats();
+                                (UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }, s.counters())
+                            }
+                            None => {
+                                // Without a cgroup only the CPU of the tree is known.
+                                let u = proc_tree_sample(helper_pid);
+                                (u, judge::Counters { cpu_ms: u.cpu_ms, ..Default::default() })
+                            }
+                        };
+                        ctx.usage(sample).await;
+                        if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !killed {
+                            killed = true;
+                            let _ = child.start_kill();
+                            if let Some(c) = cg { c.kill_all(); }
+                        }
+                        None
                     }
                 }
+            };
+            match next {
+                None | Some(Status::Ready) => {}
+                Some(Status::Started) => {
+                    ctx.emit(EventKind::Phase(Phase::Running)).await;
+                    // The program exists from now on: count it even
+                    // if it exits before the first tick.
+                    ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
+                }
+                Some(Status::Isolation { landlock, seccomp, uid, user_ns, degraded }) => {
+                    for d in &degraded {
+                        ctx.note(format!("degraded: {d}")).await;
+                    }
+                    isolation = json!({
+                        "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
+                        "degraded": degraded,
+                    });
+                }
+                Some(Status::Warning { msg }) => ctx.note(msg).await,
+                Some(Status::Error { msg }) => {
+                    error.get_or_insert(msg);
+                }
+                Some(s @ Status::Exit { .. }) => exit = Some(s),
             }
         }
         let _ = writer.await;
-        let _ = out_task.await;
-        let _ = err_task.await;
         let final_counters = cg.map(|c| c.stats().counters());
         if let Some(c) = &final_counters {
             judge.sample(ctx, c).await;

@@ -1,12 +1,26 @@
 //! The in-sandbox side of the process tier. `sandbench __sandbox` is exec'd
-//! fresh (single-threaded, so fork is safe), reads its `SandboxConfig` on
-//! stdin and builds the sandbox:
+//! fresh (single-threaded, so fork is safe) and builds the sandbox:
 //!
 //! ```text
-//! helper (joins the run's cgroup, unshares namespaces)
-//!   └─ init, pid 1 of a new pid namespace (mounts, pivot_root; reaps; reports)
-//!        └─ program (Landlock, rlimits, unprivileged uid, seccomp, exec)
+//! helper (unshares namespaces; stays outside the run's cgroup)
+//!   └─ init, pid 1 of a new pid namespace (mounts, pivot_root, joins the run's
+//!      cgroup with the program; applies the run's limits; reaps; reports)
+//!        └─ program (Landlock, rlimits, its own uid, seccomp, then exec of
+//!           the waiting interpreter: it starts while init joins the cgroup)
 //! ```
+//! The helper's stdin carries a [`Prepare`] (length-prefixed) and then, once a
+//! run takes the sandbox, its [`SandboxConfig`] (read by init). A sandbox made
+//! ahead (a spare) is the same thing with the second part not sent yet: warm
+//! and cold runs get the same isolation by the same code.
+//!
+//! The order is what makes a cold start cheap: on cgroup v1 moving a process
+//! into a cgroup waits for an RCU grace period (~10 ms), so init moves itself
+//! and the program's process only after the program's process has exec'd its
+//! interpreter (trusted code, not the program yet), and the interpreter starts
+//! up meanwhile. The program's first byte runs only after init has seen every
+//! step succeed (cgroup joined, the run's rlimits and scratch size applied)
+//! and says "go".
+//!
 //! When init exits the kernel kills every process left in the namespace, so
 //! daemons cannot outlive the run; the helper and init die with their parent
 //! (PR_SET_PDEATHSIG), so nothing survives sandbench being killed either.
@@ -16,7 +30,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -24,35 +38,63 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, ForkResult, Gid, Uid};
+use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
 pub const STATUS_FD: i32 = 3;
 pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
+const MAX_PREPARE_BYTES: usize = 1 << 20;
 
-/// The helper's first line on stdin: enough to join the run's cgroup. The
-/// join (a cgroup v1 migration waits for an RCU grace period, ~10 ms) can so
-/// happen ahead of time in a spare helper that then waits for its program.
+/// In the program's process, between its set-up and the program: init's word
+/// ("run" or "exec ...") arrives on this descriptor...
+const GO_FD: RawFd = 3;
+/// ...after the waiting interpreter said it is ready on this one.
+const READY_FD: RawFd = 4;
+
+/// The pre-started interpreter (see `waiter.py`): sandbench's code, run as
+/// `<interpreter> <file_name>` from /work, replaced by the program's file.
+pub const WAITER_PY: &str = include_str!("waiter.py");
+
+/// What the helper needs before any run: the sandbox's shape. Everything in
+/// it is the same for every run of a tier (a spare is made from it alone).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Prepare {
     pub host_pid: i32,
+    /// The run cgroup's `cgroup.procs` files (opened by the helper before it
+    /// unshares; init writes itself and the program's process into them).
     pub cgroup_procs: Vec<String>,
     /// Unprivileged: map our own uid into a new user namespace.
     pub user_ns: bool,
+    /// Root: the uid/gid the program drops to (unused in a user namespace).
+    pub run_uid: u32,
+    pub run_gid: u32,
+    /// Run even when Landlock or the seccomp filter cannot be enforced
+    /// (the run is then marked degraded); otherwise such a run is refused.
+    pub allow_degraded: bool,
+    /// Size of /work and /tmp as first mounted (a run with another size
+    /// remounts them before its program starts).
+    pub disk_bytes: u64,
+    /// Start this interpreter ahead and let it run the program itself when
+    /// the run asks for exactly it; `None`: the program's process waits
+    /// before its exec instead.
+    pub waiter: Option<Waiter>,
 }
 
-/// The rest of stdin: the program and how to run it.
+/// An interpreter started before its program, and what it can run inline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiter {
+    pub interpreter: Vec<String>,
+    pub file_name: String,
+    pub env: Vec<(String, String)>,
+}
+
+/// What a run brings: the program and the limits init applies before it starts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SandboxConfig {
     pub code: String,
     pub file_name: String,
     pub interpreter: Vec<String>,
     pub env: Vec<(String, String)>,
-    /// Unprivileged: map our own uid into a new user namespace.
-    pub user_ns: bool,
-    /// Root: the uid/gid to drop to.
-    pub run_uid: u32,
-    pub run_gid: u32,
     pub cpu_secs: u64,
     /// RLIMIT_DATA, only when no cgroup contains the run: a cgroup limits
     /// resident memory, which is what the memory limit means; a virtual-size
@@ -63,10 +105,6 @@ pub struct SandboxConfig {
     pub open_files: u64,
     /// RLIMIT_NPROC, only when no cgroup contains the run.
     pub nproc: Option<u64>,
-    /// Run even when Landlock or the seccomp filter cannot be enforced
-    /// (the run is then marked degraded); otherwise such a run is refused.
-    #[serde(default)]
-    pub allow_degraded: bool,
 }
 
 /// Status lines from the sandbox to the host.
@@ -83,7 +121,9 @@ pub enum Status {
         #[serde(default)]
         degraded: Vec<String>,
     },
-    /// The program is about to exec.
+    /// The sandbox is built, in its cgroup, and its interpreter is waiting.
+    Ready,
+    /// The program is about to start.
     Started,
     Warning {
         msg: String,
@@ -102,42 +142,75 @@ pub enum Status {
     },
 }
 
+/// Where [`send`] writes: fd 3, or (in the program's process, once fd 3 is
+/// the waiter's) a close-on-exec copy above it.
+static STATUS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(STATUS_FD);
+
 fn send(status: &Status) {
     // fd 3 is the status pipe; write(2) of a small line is atomic.
     let mut line = serde_json::to_string(status).unwrap_or_default();
     line.push('\n');
-    let _ = nix::unistd::write(unsafe { std::os::fd::BorrowedFd::borrow_raw(STATUS_FD) }, line.as_bytes());
+    let fd = STATUS.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: the status descriptor stays open in the helper and init for
+    // their whole life, and in the program's process until its exec.
+    let _ = nix::unistd::write(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, line.as_bytes());
 }
 
 fn fail(msg: String) -> ! {
     send(&Status::Error { msg });
+    // SAFETY: ends the process at once; nothing to unwind in a forked child.
     unsafe { libc::_exit(121) }
+}
+
+/// The helper's stdin starts with an 8-byte little-endian length and that
+/// many bytes of JSON; read exactly that (init reads the rest).
+fn read_prepare() -> Result<Prepare, String> {
+    // SAFETY: fd 0 is the host's pipe; ManuallyDrop keeps it open for init.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(0) });
+    let mut len = [0u8; 8];
+    stdin.read_exact(&mut len).map_err(|e| format!("cannot read its first message: {e}"))?;
+    let n = u64::from_le_bytes(len) as usize;
+    if n > MAX_PREPARE_BYTES {
+        return Err(format!("first message too long ({n} bytes)"));
+    }
+    let mut buf = vec![0u8; n];
+    stdin.read_exact(&mut buf).map_err(|e| format!("cannot read its first message: {e}"))?;
+    serde_json::from_slice(&buf).map_err(|e| format!("bad first message: {e}"))
+}
+
+/// Frame a [`Prepare`] as the helper reads it.
+pub fn frame_prepare(p: &Prepare) -> Vec<u8> {
+    let json = serde_json::to_vec(p).unwrap_or_default();
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    out
 }
 
 /// Entry point of `sandbench __sandbox`. Never returns.
 pub fn helper_main() -> ! {
-    let mut stdin = std::io::BufReader::new(std::io::stdin().take(MAX_CONFIG_BYTES));
-    let mut line = String::new();
-    if let Err(e) = std::io::BufRead::read_line(&mut stdin, &mut line) {
-        fail(format!("sandbox helper: cannot read its first line: {e}"));
-    }
-    let prep: Prepare = match serde_json::from_str(&line) {
-        Ok(c) => c,
-        Err(e) => fail(format!("sandbox helper: bad first line: {e}")),
+    let prep = match read_prepare() {
+        Ok(p) => p,
+        Err(e) => fail(format!("sandbox helper: {e}")),
     };
     // PDEATHSIG was set before exec; if the host died in between, stop now.
     if nix::unistd::getppid().as_raw() != prep.host_pid {
+        // SAFETY: plain exit of a process nobody waits for any more.
         unsafe { libc::_exit(122) }
     }
-    let me = std::process::id().to_string();
+    // Opened here, written by init after pivot_root (when /sys is gone from
+    // its view): descriptors survive both.
+    let mut procs = vec![];
     for p in &prep.cgroup_procs {
-        if let Err(e) = fs::write(p, &me) {
-            fail(format!("cannot join cgroup {p}: {e}"));
+        match fs::OpenOptions::new().write(true).open(p) {
+            Ok(f) => procs.push(OwnedFd::from(f)),
+            Err(e) => fail(format!("cannot open cgroup {p}: {e}")),
         }
     }
-    // Namespaces do not depend on the program: a spare makes them ahead too.
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
+    // The cgroup namespace is rooted where the helper was born (sandbench's
+    // own cgroup): the program sees its run cgroup as
+    // /sandbench/<opaque name>, nothing of the host's tree above.
     let mut flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWNET
@@ -169,33 +242,14 @@ pub fn helper_main() -> ! {
             }
         }
     }
-    // A spare helper waits here until a run hands it a program.
-    let mut buf = Vec::new();
-    if let Err(e) = stdin.read_to_end(&mut buf) {
-        fail(format!("sandbox helper: cannot read its config: {e}"));
-    }
-    if buf.is_empty() {
-        // The host let a spare go unused: leave quietly.
-        unsafe { libc::_exit(0) }
-    }
-    let mut cfg: SandboxConfig = match serde_json::from_slice(&buf) {
-        Ok(c) => c,
-        Err(e) => fail(format!("sandbox helper: bad config: {e}")),
-    };
-    cfg.user_ns = prep.user_ns;
-    drop(buf);
-    // stdin becomes /dev/null: the program gets no input.
-    match fs::File::open("/dev/null") {
-        Ok(f) => {
-            if let Err(e) = nix::unistd::dup2_stdin(&f) {
-                fail(format!("cannot give the program an empty stdin: {e}"));
-            }
-        }
-        Err(e) => fail(format!("cannot open /dev/null: {e}")),
-    }
+    // SAFETY: single-threaded (exec'd fresh), so fork is safe.
     match unsafe { fork() } {
-        Ok(ForkResult::Child) => init_main(&cfg, uid.as_raw(), gid.as_raw()),
+        Ok(ForkResult::Child) => {
+            let owner = if prep.user_ns { (uid.as_raw(), gid.as_raw()) } else { (prep.run_uid, prep.run_gid) };
+            init_main(&prep, owner, procs)
+        }
         Ok(ForkResult::Parent { child }) => {
+            drop(procs);
             // Only the status pipe matters now; the program's output reaches
             // the host through its own copies of stdout and stderr, so the
             // host sees EOF when the program side is gone.
@@ -204,6 +258,7 @@ pub fn helper_main() -> ! {
             if let Ok(WaitStatus::Signaled(_, sig, _)) = st {
                 send(&Status::Warning { msg: format!("sandbox init killed by {sig}") });
             }
+            // SAFETY: plain exit; nothing to flush.
             unsafe { libc::_exit(0) }
         }
         Err(e) => fail(format!("fork of the sandbox init failed: {e}")),
@@ -378,7 +433,7 @@ fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
 /// into it: the interpreters' directories read-only, a generated `/etc`,
 /// /work and /tmp private tmpfs, a minimal /dev, a /proc of the new pid
 /// namespace. Nothing else of the host.
-fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
+fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>) -> Result<(), String> {
     let r = |e: nix::Error, what: &str| format!("{what}: {e}");
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(|e| r(e, "make mounts private"))?;
@@ -426,19 +481,12 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
     }
     fs::create_dir(dev.join("shm")).map_err(|e| format!("mkdir /dev/shm: {e}"))?;
     let (uid, gid) = owner;
-    let inodes = 4096;
     tmpfs(&dev.join("shm"), &format!("size=8m,nr_inodes=64,mode=1777,uid={uid},gid={gid}"), MsFlags::MS_NOEXEC)?;
-    let size = cfg.disk_bytes.max(4096);
-    tmpfs(
-        &root.join("work"),
-        &format!("size={size},nr_inodes={inodes},mode=0700,uid={uid},gid={gid}"),
-        MsFlags::empty(),
-    )?;
-    tmpfs(&root.join("tmp"), &format!("size={size},nr_inodes={inodes},mode=1777"), MsFlags::empty())?;
-    let prog = root.join("work").join(&cfg.file_name);
-    fs::write(&prog, &cfg.code).map_err(|e| format!("write the program: {e}"))?;
-    let _ = std::os::unix::fs::chown(&prog, Some(uid), Some(gid));
-    let _ = fs::set_permissions(&prog, fs::Permissions::from_mode(0o644));
+    tmpfs(&root.join("work"), &scratch_opts("work", disk_bytes, owner), MsFlags::empty())?;
+    tmpfs(&root.join("tmp"), &scratch_opts("tmp", disk_bytes, owner), MsFlags::empty())?;
+    if let Some(w) = waiter {
+        write_owned(&root.join("work").join(&w.file_name), WAITER_PY.as_bytes(), owner)?;
+    }
 
     nix::unistd::chdir(root).map_err(|e| r(e, "chdir new root"))?;
     nix::unistd::pivot_root(".", ".").map_err(|e| r(e, "pivot_root"))?;
@@ -454,6 +502,22 @@ fn build_root(cfg: &SandboxConfig, owner: (u32, u32)) -> Result<(), String> {
     .map_err(|e| r(e, "make the root read-only"))?;
     nix::unistd::sethostname("sandbench").map_err(|e| r(e, "sethostname"))?;
     Ok(())
+}
+
+/// Mount options of a scratch space (`work` or `tmp`) of `size` bytes.
+fn scratch_opts(which: &str, size: u64, (uid, gid): (u32, u32)) -> String {
+    let size = size.max(4096);
+    match which {
+        "work" => format!("size={size},nr_inodes=4096,mode=0700,uid={uid},gid={gid}"),
+        _ => format!("size={size},nr_inodes=4096,mode=1777"),
+    }
+}
+
+/// Write a file the program's uid owns (mode 0644), replacing any old one.
+fn write_owned(path: &Path, bytes: &[u8], (uid, gid): (u32, u32)) -> Result<(), String> {
+    fs::write(path, bytes).map_err(|e| format!("write {}: {e}", path.display()))?;
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
 /// The scratch mounts: the only places the program can write.
@@ -485,7 +549,7 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(cfg: &SandboxConfig) -> Watch {
+    fn new() -> Watch {
         use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
         let fan = (|| -> nix::Result<Fanotify> {
             let f = Fanotify::init(
@@ -513,7 +577,7 @@ impl Watch {
                 None
             }
         };
-        Watch { fan, file_size: cfg.file_size_bytes, hit: None, full: false, overflow: false }
+        Watch { fan, file_size: u64::MAX, hit: None, full: false, overflow: false }
     }
 
     /// Read every queued event; judge sizes and mounts while the batch's
@@ -528,7 +592,9 @@ impl Watch {
                         if ev.mask().contains(nix::sys::fanotify::MaskFlags::FAN_Q_OVERFLOW) {
                             self.overflow = true;
                         }
-                        if let Some(fd) = ev.fd() {
+                        // init's own writes (the program's file) are not the program's.
+                        let own = ev.pid() == std::process::id() as i32;
+                        if let Some(fd) = ev.fd().filter(|_| !own) {
                             if self.hit.is_none() {
                                 if let Ok(st) = nix::sys::stat::fstat(fd) {
                                     let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
@@ -561,19 +627,131 @@ impl Watch {
     }
 }
 
-fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
+fn pipe() -> (OwnedFd, OwnedFd) {
+    match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => fail(format!("pipe: {e}")),
+    }
+}
+
+/// Write a whole buffer to a raw descriptor (pipes and cgroup files).
+fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> nix::Result<()> {
+    while !bytes.is_empty() {
+        match nix::unistd::write(fd, bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn prlimit(pid: Pid, res: Resource, soft: u64, hard: u64) -> Result<(), String> {
+    let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    // SAFETY: prlimit reads `lim` and writes nothing (null old limit).
+    if unsafe { libc::prlimit(pid.as_raw(), res as _, &lim, std::ptr::null_mut()) } != 0 {
+        return Err(format!("prlimit {res:?}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// The run's rlimits on the program's process, before its program starts.
+/// prlimit(2) on another process needs CAP_SYS_RESOURCE or the same real
+/// ids; a root sandbench may lack the capability (containers drop it), so
+/// init takes the program's uid and gid as its *real* ids for the call
+/// (its effective ids, and so its privileges, stay) and then restores them.
+/// The program's process runs only sandbench's waiting code meanwhile.
+fn apply_rlimits_as(pid: Pid, cfg: &SandboxConfig, ids: Option<(u32, u32)>) -> Result<(), String> {
+    let Some((uid, gid)) = ids else { return apply_rlimits(pid, cfg) };
+    let keep = Uid::from_raw(u32::MAX);
+    let keep_g = Gid::from_raw(u32::MAX);
+    let (ruid, rgid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    nix::unistd::setresgid(Gid::from_raw(gid), keep_g, keep_g).map_err(|e| format!("setresgid for prlimit: {e}"))?;
+    nix::unistd::setresuid(Uid::from_raw(uid), keep, keep).map_err(|e| format!("setresuid for prlimit: {e}"))?;
+    let r = apply_rlimits(pid, cfg);
+    nix::unistd::setresuid(ruid, keep, keep).map_err(|e| format!("setresuid back: {e}"))?;
+    nix::unistd::setresgid(rgid, keep_g, keep_g).map_err(|e| format!("setresgid back: {e}"))?;
+    r
+}
+
+fn apply_rlimits(pid: Pid, cfg: &SandboxConfig) -> Result<(), String> {
+    // A backstop one second past the limit: the host's cgroup counter judges
+    // and kills first, so the hit is reported from a fact the program cannot
+    // forge (a SIGXCPU death alone is not).
+    prlimit(pid, Resource::RLIMIT_CPU, cfg.cpu_secs + 1, cfg.cpu_secs + 2)?;
+    if let Some(n) = cfg.data_limit {
+        prlimit(pid, Resource::RLIMIT_DATA, n, n)?;
+    }
+    prlimit(pid, Resource::RLIMIT_FSIZE, cfg.file_size_bytes, cfg.file_size_bytes)?;
+    prlimit(pid, Resource::RLIMIT_NOFILE, cfg.open_files, cfg.open_files)?;
+    if let Some(n) = cfg.nproc {
+        prlimit(pid, Resource::RLIMIT_NPROC, n, n)?;
+    }
+    Ok(())
+}
+
+/// init's word to the program's process: run the program file in the
+/// waiting interpreter, or exec `exe` with this argv and environment.
+fn go_message(inline: bool, exe: &CString, cfg: &SandboxConfig) -> Vec<u8> {
+    if inline {
+        return b"run".to_vec();
+    }
+    let mut m = b"exec\0".to_vec();
+    m.extend_from_slice(exe.as_bytes());
+    m.push(0);
+    for a in cfg.interpreter.iter().chain(std::iter::once(&cfg.file_name)) {
+        m.extend(a.bytes().filter(|b| *b != 0));
+        m.push(0);
+    }
+    m.push(0);
+    for (k, v) in &cfg.env {
+        if !k.contains('\0') && !v.contains('\0') && !k.contains('=') {
+            m.extend_from_slice(format!("{k}={v}").as_bytes());
+            m.push(0);
+        }
+    }
+    m
+}
+
+/// Decode an "exec" message (the inverse of [`go_message`]).
+fn parse_exec(m: &[u8]) -> Option<(CString, Vec<CString>, Vec<CString>)> {
+    let rest = m.strip_prefix(b"exec\0")?;
+    let fields: Vec<&[u8]> = rest.split(|b| *b == 0).collect();
+    let end = fields.iter().skip(1).position(|f| f.is_empty())? + 1;
+    let c = |f: &&[u8]| CString::new(*f).ok();
+    let exe = c(fields.first()?)?;
+    let argv = fields[1..end].iter().filter_map(c).collect();
+    let env = fields[end + 1..].iter().filter(|f| !f.is_empty()).filter_map(c).collect();
+    Some((exe, argv, env))
+}
+
+fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     set_pdeathsig();
-    let (run_uid, run_gid) = if cfg.user_ns { (outer_uid, outer_gid) } else { (cfg.run_uid, cfg.run_gid) };
-    if let Err(e) = build_root(cfg, (run_uid, run_gid)) {
+    // The waiter only where its interpreter exists (/usr is the host's, bound
+    // as is: the host's view answers for the sandbox's).
+    let waiter = prep.waiter.as_ref().and_then(|w| {
+        let exe = find_in_path(w.interpreter.first()?, &w.env)?;
+        Some((w, exe))
+    });
+    if let Err(e) = build_root(prep.disk_bytes, owner, waiter.as_ref().map(|(w, _)| *w)) {
         fail(format!("sandbox file system: {e}"));
     }
     // Watching starts before the program exists: no write goes unseen.
-    let mut watch = Watch::new(cfg);
+    let mut watch = Watch::new();
+    let (go_r, go_w) = pipe();
+    let (ready_r, ready_w) = pipe();
+    // SAFETY: init is single-threaded.
     let main_pid = match unsafe { fork() } {
-        Ok(ForkResult::Child) => program_main(cfg, run_uid, run_gid),
+        Ok(ForkResult::Child) => {
+            drop(go_w);
+            drop(ready_r);
+            program_main(prep, owner, waiter.clone(), go_r, ready_w)
+        }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => fail(format!("fork of the program failed: {e}")),
     };
+    drop(go_r);
+    drop(ready_w);
     // init keeps no copy of the program's output pipes.
     release_output();
     // SIGCHLD through a descriptor, so init waits for children and file
@@ -583,6 +761,67 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
     if let Err(e) = mask.thread_block() {
         fail(format!("init cannot block SIGCHLD: {e}"));
     }
+    // The program's process joins the run's cgroup while its interpreter
+    // starts (on cgroup v1 the first move waits for an RCU grace period).
+    // init itself stays outside: the cgroup holds the program's processes
+    // only, and everything they fork from now on.
+    let pid = main_pid.as_raw().to_string();
+    for fd in &procs {
+        if let Err(e) = write_all(fd, pid.as_bytes()) {
+            fail(format!("cannot move the program's process into the run's cgroup: {e}"));
+        }
+    }
+    drop(procs);
+    // Ready: the interpreter has read its own file (so the program's may
+    // replace it) and waits; or the program's process waits before its exec.
+    let mut byte = [0u8; 1];
+    match nix::unistd::read(&ready_r, &mut byte) {
+        Ok(1) => {}
+        _ => fail("the sandbox's interpreter exited while starting (its error, if any, is on the run's stderr)".into()),
+    }
+    drop(ready_r);
+    send(&Status::Ready);
+    // A spare waits here until a run hands it a program.
+    let mut buf = Vec::new();
+    if let Err(e) = std::io::stdin().take(MAX_CONFIG_BYTES).read_to_end(&mut buf) {
+        fail(format!("sandbox init: cannot read its config: {e}"));
+    }
+    if buf.is_empty() {
+        // The host let a spare go unused: leave quietly.
+        // SAFETY: plain exit; the kernel ends the namespace with us.
+        unsafe { libc::_exit(0) }
+    }
+    let cfg: SandboxConfig = match serde_json::from_slice(&buf) {
+        Ok(c) => c,
+        Err(e) => fail(format!("sandbox init: bad config: {e}")),
+    };
+    drop(buf);
+    if let Err(e) = prepare_run(prep, owner, waiter.as_ref().map(|(w, _)| *w), &cfg) {
+        fail(e);
+    }
+    let ids = (!prep.user_ns).then_some(owner);
+    if let Err(e) = apply_rlimits_as(main_pid, &cfg, ids) {
+        fail(e);
+    }
+    let inline = waiter
+        .as_ref()
+        .is_some_and(|(w, _)| w.interpreter == cfg.interpreter && w.file_name == cfg.file_name && w.env == cfg.env);
+    let exe = match (inline, &waiter) {
+        (true, Some((_, exe))) => exe.clone(),
+        _ => match cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)) {
+            Some(e) => e,
+            None => fail(format!(
+                "{} is not installed where the sandbox can see it (PATH /usr/local/bin:/usr/bin:/bin); install it, e.g. apt-get install python3",
+                cfg.interpreter.first().map(String::as_str).unwrap_or("?")
+            )),
+        },
+    };
+    watch.file_size = cfg.file_size_bytes;
+    send(&Status::Started);
+    if let Err(e) = write_all(&go_w, &go_message(inline, &exe, &cfg)) {
+        fail(format!("the sandbox's interpreter exited before its program started: {e}"));
+    }
+    drop(go_w);
     let sfd = match nix::sys::signalfd::SignalFd::with_flags(
         &mask,
         nix::sys::signalfd::SfdFlags::SFD_NONBLOCK | nix::sys::signalfd::SfdFlags::SFD_CLOEXEC,
@@ -594,7 +833,9 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
         // Reap first: a child that exited before SIGCHLD was blocked sent a
         // signal nobody received.
         let mut status = 0;
+        // SAFETY: rusage is plain data that wait4 fills in.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 writes only into `status` and `ru`.
         let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
         if pid < 0 {
             if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
@@ -633,18 +874,46 @@ fn init_main(cfg: &SandboxConfig, outer_uid: u32, outer_gid: u32) -> ! {
                 msg: "too many file events to watch them all: a hidden limit hit may go unreported".into(),
             });
         }
-        let (scan_hit, scan_full) = scan_scratch(cfg);
+        let (scan_hit, scan_full) = scan_scratch(cfg.file_size_bytes);
         let fsize_hit = watch.hit.take().or(scan_hit);
         let disk_full = watch.full || scan_full;
         send(&Status::Exit { code, signal, cpu_ms, max_rss_kb: ru.ru_maxrss as u64, fsize_hit, disk_full });
         // pid 1 exiting makes the kernel kill everything else in the namespace.
+        // SAFETY: plain exit.
         unsafe { libc::_exit(0) }
     }
 }
 
+/// Make the scratch space the run's: its size, its program file in /work,
+/// and no waiter file left that the run does not use.
+fn prepare_run(prep: &Prepare, owner: (u32, u32), waiter: Option<&Waiter>, cfg: &SandboxConfig) -> Result<(), String> {
+    if cfg.disk_bytes != prep.disk_bytes {
+        for which in ["work", "tmp"] {
+            let dst = Path::new("/").join(which);
+            mount(
+                None::<&str>,
+                &dst,
+                Some("tmpfs"),
+                MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(scratch_opts(which, cfg.disk_bytes, owner).as_str()),
+            )
+            .map_err(|e| format!("resize /{which} to the run's disk limit: {e}"))?;
+        }
+    }
+    let work = Path::new("/work");
+    if let Some(w) = waiter.filter(|w| w.file_name != cfg.file_name) {
+        fs::remove_file(work.join(&w.file_name)).map_err(|e| format!("remove the unused waiter: {e}"))?;
+    }
+    // A new file (not the waiter's, rewritten): the interpreter read its own
+    // file by inode, and the program must not see a mix of both.
+    let tmp = work.join(format!(".{}.sandbench", cfg.file_name));
+    write_owned(&tmp, cfg.code.as_bytes(), owner).map_err(|e| format!("write the program: {e}"))?;
+    fs::rename(&tmp, work.join(&cfg.file_name)).map_err(|e| format!("write the program: {e}"))
+}
+
 /// After the program: did it hit the file-size limit or fill its scratch
 /// space? Host-side evidence, not the program's word. Bounded, no symlinks.
-fn scan_scratch(cfg: &SandboxConfig) -> (Option<String>, bool) {
+fn scan_scratch(file_size: u64) -> (Option<String>, bool) {
     let mut hit = None;
     let mut full = false;
     for dir in ["/work", "/tmp", "/dev/shm"] {
@@ -666,7 +935,7 @@ fn scan_scratch(cfg: &SandboxConfig) -> (Option<String>, bool) {
                     break;
                 }
                 let Ok(m) = e.metadata() else { continue };
-                if m.is_file() && m.len() >= cfg.file_size_bytes {
+                if m.is_file() && m.len() >= file_size {
                     hit = Some(e.path().to_string_lossy().chars().take(200).collect());
                     break;
                 }
@@ -729,7 +998,16 @@ fn find_in_path(cmd: &str, env: &[(String, String)]) -> Option<CString> {
     None
 }
 
-fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
+/// The program's process: every limit that does not depend on the run
+/// (Landlock, its uid, no_new_privs, seccomp), then it waits — as the
+/// pre-started interpreter, or before its exec — for init's word.
+fn program_main(
+    prep: &Prepare,
+    (uid, gid): (u32, u32),
+    waiter: Option<(&Waiter, CString)>,
+    go: OwnedFd,
+    ready: OwnedFd,
+) -> ! {
     // A program that outlives init is killed with the namespace anyway; this
     // also covers the window before init's own wait loop starts.
     set_pdeathsig();
@@ -739,38 +1017,44 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
     if let Err(e) = nix::unistd::chdir("/work") {
         fail(format!("chdir /work: {e}"));
     }
+    // stdin is /dev/null: the program gets no input (fd 0 was the host's pipe).
+    match fs::File::open("/dev/null") {
+        Ok(f) => {
+            if let Err(e) = nix::unistd::dup2_stdin(&f) {
+                fail(format!("cannot give the program an empty stdin: {e}"));
+            }
+        }
+        Err(e) => fail(format!("cannot open /dev/null: {e}")),
+    }
+    // sandbench ignores SIGPIPE; an exec keeps an ignored signal ignored, and
+    // a shell pipeline expects the default.
+    // SAFETY: restoring a default disposition installs no handler code.
+    if let Err(e) =
+        unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) }
+    {
+        fail(format!("cannot restore SIGPIPE: {e}"));
+    }
     let landlock = landlock();
     let mut degraded = vec![];
     if landlock != "fully_enforced" {
         let what = format!("Landlock {}", landlock.replace('_', " "));
-        if !cfg.allow_degraded {
+        if !prep.allow_degraded {
             fail(format!(
                 "{what} on this kernel (needs Landlock ABI 6, Linux 6.12+): refusing to run; pass --allow-degraded (or set [process] allow_degraded = true) to run marked degraded"
             ));
         }
         degraded.push(what);
     }
-    let limits = || -> Result<(), String> {
-        // A backstop one second past the limit: the host's cgroup counter
-        // judges and kills first, so the hit is reported from a fact the
-        // program cannot forge (a SIGXCPU death alone is not).
-        rlimit(Resource::RLIMIT_CPU, cfg.cpu_secs + 1, cfg.cpu_secs + 2)?;
-        if let Some(n) = cfg.data_limit {
-            rlimit(Resource::RLIMIT_DATA, n, n)?;
-        }
-        rlimit(Resource::RLIMIT_FSIZE, cfg.file_size_bytes, cfg.file_size_bytes)?;
-        rlimit(Resource::RLIMIT_NOFILE, cfg.open_files, cfg.open_files)?;
+    // The run's own limits (CPU, file size, descriptors, ...) follow from
+    // init before the program starts; these hold for every run.
+    let fixed = || -> Result<(), String> {
         rlimit(Resource::RLIMIT_CORE, 0, 0)?;
-        rlimit(Resource::RLIMIT_MEMLOCK, 0, 0)?;
-        if let Some(n) = cfg.nproc {
-            rlimit(Resource::RLIMIT_NPROC, n, n)?;
-        }
-        Ok(())
+        rlimit(Resource::RLIMIT_MEMLOCK, 0, 0)
     };
-    if let Err(e) = limits() {
+    if let Err(e) = fixed() {
         fail(e);
     }
-    if !cfg.user_ns {
+    if !prep.user_ns {
         if uid == 0 || gid == 0 {
             fail("refusing to run the program as root: the run has no uid of its own".into());
         }
@@ -787,17 +1071,6 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         fail(format!("PR_SET_NO_NEW_PRIVS: {}", std::io::Error::last_os_error()));
     }
-    let mut argv: Vec<CString> = vec![];
-    let Some(exe) = cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)) else {
-        fail(format!(
-            "{} is not installed where the sandbox can see it (PATH /usr/local/bin:/usr/bin:/bin); install it, e.g. apt-get install python3",
-            cfg.interpreter.first().map(String::as_str).unwrap_or("?")
-        ));
-    };
-    for a in cfg.interpreter.iter().chain(std::iter::once(&cfg.file_name)) {
-        argv.push(CString::new(a.as_str()).unwrap_or_default());
-    }
-    let envp: Vec<CString> = cfg.env.iter().filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok()).collect();
     let programs = match super::seccomp::programs() {
         Ok(p) => p,
         Err(e) => fail(e),
@@ -805,7 +1078,7 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
     let mut seccomp = true;
     for p in &programs {
         if let Err(e) = seccompiler::apply_filter(p) {
-            if !cfg.allow_degraded {
+            if !prep.allow_degraded {
                 fail(format!(
                     "seccomp filter not installed ({e}): refusing to run; pass --allow-degraded (or set [process] allow_degraded = true) to run marked degraded"
                 ));
@@ -815,20 +1088,136 @@ fn program_main(cfg: &SandboxConfig, uid: u32, gid: u32) -> ! {
             break;
         }
     }
-    send(&Status::Isolation { landlock, seccomp, uid: nix::unistd::getuid().as_raw(), user_ns: cfg.user_ns, degraded });
-    send(&Status::Started);
-    // Every inherited descriptor past stderr (the status pipe included)
-    // closes at exec: the program never sees them.
+    send(&Status::Isolation {
+        landlock,
+        seccomp,
+        uid: nix::unistd::getuid().as_raw(),
+        user_ns: prep.user_ns,
+        degraded,
+    });
+    // Every inherited descriptor past stderr closes at exec: the program never
+    // sees them. The status pipe moves above the waiter's two (still
+    // close-on-exec) so that this process can report a failure until then.
     if let Err(e) = cloexec_all() {
         fail(e);
     }
-    let err = nix::unistd::execve(&exe, &argv, &envp).unwrap_err();
-    // Reopen-free error path: close_range only marked fd 3 CLOEXEC.
-    fail(format!("cannot start {}: {err}", exe.to_string_lossy()));
+    // Copies above the low numbers first, so that no dup2 below lands on a
+    // descriptor still needed.
+    let high = |fd: RawFd| -> OwnedFd {
+        // SAFETY: F_DUPFD_CLOEXEC on an open descriptor; the new one is ours.
+        let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        if n < 0 {
+            fail(format!("dup: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `n` was just opened by fcntl and nothing else owns it.
+        unsafe { OwnedFd::from_raw_fd(n) }
+    };
+    let status = high(STATUS_FD);
+    STATUS.store(status.as_raw_fd(), std::sync::atomic::Ordering::Relaxed);
+    std::mem::forget(status); // in use until exec, which closes it
+    let (go_hi, ready_hi) = (high(go.as_raw_fd()), high(ready.as_raw_fd()));
+    drop(go);
+    drop(ready);
+    // dup2 clears close-on-exec on the copies: only these two reach the
+    // waiting interpreter, and it closes both before the program's code.
+    for (fd, to) in [(&go_hi, GO_FD), (&ready_hi, READY_FD)] {
+        // SAFETY: dup2 between descriptors this process owns.
+        if unsafe { libc::dup2(fd.as_raw_fd(), to) } < 0 {
+            fail(format!("dup2: {}", std::io::Error::last_os_error()));
+        }
+    }
+    drop(go_hi);
+    drop(ready_hi);
+    match waiter {
+        Some((w, exe)) => {
+            let argv: Vec<CString> = w
+                .interpreter
+                .iter()
+                .chain(std::iter::once(&w.file_name))
+                .map(|a| CString::new(a.as_str()).unwrap_or_default())
+                .collect();
+            let envp: Vec<CString> = w.env.iter().filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok()).collect();
+            let err = nix::unistd::execve(&exe, &argv, &envp).unwrap_err();
+            fail(format!("cannot start {}: {err}", exe.to_string_lossy()));
+        }
+        None => {
+            // SAFETY: GO_FD and READY_FD were just made by dup2 and are ours.
+            let (go, ready) = unsafe { (OwnedFd::from_raw_fd(GO_FD), OwnedFd::from_raw_fd(READY_FD)) };
+            if let Err(e) = write_all(&ready, b"r") {
+                fail(format!("cannot tell init the sandbox is ready: {e}"));
+            }
+            drop(ready);
+            let mut msg = vec![];
+            if let Err(e) = fs::File::from(go).take(MAX_CONFIG_BYTES).read_to_end(&mut msg) {
+                fail(format!("cannot read init's word: {e}"));
+            }
+            let Some((exe, argv, envp)) = parse_exec(&msg) else {
+                // init went away (the spare was dropped) or said nothing usable.
+                // SAFETY: plain exit, nothing of the program ran.
+                unsafe { libc::_exit(121) }
+            };
+            let err = nix::unistd::execve(&exe, &argv, &envp).unwrap_err();
+            fail(format!("cannot start {}: {err}", exe.to_string_lossy()));
+        }
+    }
 }
 
 /// Decode one status line; anything malformed is an error line, never a panic.
 pub fn parse_status(line: &[u8]) -> Status {
     serde_json::from_slice(line)
         .unwrap_or_else(|e| Status::Error { msg: format!("malformed status from the sandbox: {e}") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(interp: &[&str], file: &str, env: &[(&str, &str)]) -> SandboxConfig {
+        SandboxConfig {
+            code: "x".into(),
+            file_name: file.into(),
+            interpreter: interp.iter().map(|s| s.to_string()).collect(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            cpu_secs: 1,
+            data_limit: None,
+            file_size_bytes: 1,
+            disk_bytes: 1,
+            open_files: 1,
+            nproc: None,
+        }
+    }
+
+    #[test]
+    fn exec_messages_round_trip_and_drop_what_cannot_be_passed() {
+        let c = cfg(&["/bin/sh"], "main.sh", &[("PATH", "/bin"), ("A", "b=c"), ("BAD", "x\0y"), ("K=V", "z")]);
+        let exe = CString::new("/bin/sh").unwrap();
+        let m = go_message(false, &exe, &c);
+        let (e, argv, env) = parse_exec(&m).unwrap();
+        assert_eq!(e, exe);
+        assert_eq!(argv, vec![CString::new("/bin/sh").unwrap(), CString::new("main.sh").unwrap()]);
+        assert_eq!(env, vec![CString::new("PATH=/bin").unwrap(), CString::new("A=b=c").unwrap()]);
+        assert_eq!(go_message(true, &exe, &c), b"run");
+        assert!(parse_exec(b"run").is_none());
+        assert!(parse_exec(b"exec\0").is_none());
+        assert!(parse_exec(b"").is_none());
+    }
+
+    #[test]
+    fn prepare_is_framed_by_its_length() {
+        let p = Prepare {
+            host_pid: 7,
+            cgroup_procs: vec!["/x/cgroup.procs".into()],
+            user_ns: false,
+            run_uid: 2,
+            run_gid: 2,
+            allow_degraded: false,
+            disk_bytes: 4096,
+            waiter: None,
+        };
+        let f = frame_prepare(&p);
+        let n = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;
+        assert_eq!(n, f.len() - 8);
+        let back: Prepare = serde_json::from_slice(&f[8..]).unwrap();
+        assert_eq!(back.cgroup_procs, p.cgroup_procs);
+    }
 }

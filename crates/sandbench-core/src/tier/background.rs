@@ -1,0 +1,74 @@
+//! Teardown that outlives a run's report. A run's report is final once its
+//! program has exited and its output is drained; what is left (a sandbox's
+//! last processes, its cgroup, a single-use container) goes here and is
+//! awaited by [`drain`] — at shutdown, by the benchmarks before they count
+//! leftovers — so nothing is ever dropped. A sandbench killed with
+//! teardowns pending leaves only what the next start reaps (see `owner`).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+static DONE: Notify = Notify::const_new();
+
+/// Decrements the count however the task ends (also if it panics or its
+/// runtime goes away).
+struct Pending;
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        PENDING.fetch_sub(1, Ordering::SeqCst);
+        DONE.notify_waiters();
+    }
+}
+
+/// Run `teardown` in the background, counted until it finishes.
+pub fn spawn<F: Future<Output = ()> + Send + 'static>(teardown: F) {
+    PENDING.fetch_add(1, Ordering::SeqCst);
+    let guard = Pending;
+    tokio::spawn(async move {
+        let _guard = guard;
+        teardown.await;
+    });
+}
+
+/// Teardowns still running.
+pub fn pending() -> usize {
+    PENDING.load(Ordering::SeqCst)
+}
+
+/// Wait until every pending teardown has finished, at most `limit`.
+/// Returns how many were still running at the limit (0: all done).
+pub async fn drain(limit: Duration) -> usize {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let notified = DONE.notified();
+        let n = pending();
+        if n == 0 {
+            return 0;
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return pending();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn drain_waits_for_every_teardown() {
+        let base = pending();
+        for ms in [5u64, 20, 40] {
+            spawn(async move { tokio::time::sleep(Duration::from_millis(ms)).await });
+        }
+        assert!(pending() >= base + 3);
+        assert_eq!(drain(Duration::from_secs(10)).await, 0);
+        spawn(async { tokio::time::sleep(Duration::from_secs(30)).await });
+        assert!(drain(Duration::from_millis(20)).await >= 1, "still running at the limit");
+    }
+}
