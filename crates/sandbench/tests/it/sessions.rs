@@ -146,6 +146,20 @@ async fn exercise(name: &str) {
     assert!(e.to_string().contains("closed"), "{e}");
 }
 
+#[test]
+fn process_sessions_keep_files_and_nothing_else() {
+    let t = tier("process");
+    let a = block_on(t.probe());
+    if !a.available {
+        assert!(!crate::support::common::required("process"), "process required: {}", a.summary);
+        eprintln!("SKIP: process tier unavailable: {}", a.summary);
+        return;
+    }
+    // What is left after close is checked through the binary, inside an
+    // outer net (mcp_stdio: a client that disconnects mid-session).
+    block_on(exercise("process"));
+}
+
 /// Containers of this test process on `tier` (tests of the other runtime run alongside).
 fn containers(tier: &str) -> Vec<String> {
     use bollard::query_parameters::ListContainersOptions;

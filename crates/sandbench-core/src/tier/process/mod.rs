@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod sandbox;
 pub mod seccomp;
+pub mod session;
 pub mod uids;
 
 use std::os::fd::AsRawFd;
@@ -60,6 +61,9 @@ struct Launched {
     /// program keeps the invoking user's uid.
     uid: Option<uids::UidLease>,
     warnings: Vec<String>,
+    /// A session's sandbox: its [`sandbox::Prepare`], for the caller to send
+    /// over the control socket (the helper's stdin is that socket, not a pipe).
+    prepare: Option<Vec<u8>>,
 }
 
 impl Launched {
@@ -159,11 +163,14 @@ impl ProcessTier {
 
     /// Start a helper and hand it the sandbox's shape. The run's uid (a
     /// /proc scan) and cgroup are made while the helper binary execs.
+    /// `ctl`: a session's control socket (the sandbox's end), given to the
+    /// helper as its stdin; `None`: a one-shot sandbox fed through a pipe.
     async fn launch(
         limits: &Limits,
         waiter: Option<sandbox::Waiter>,
         uid_range: (u32, u32),
         allow_degraded: bool,
+        ctl: Option<std::os::fd::OwnedFd>,
     ) -> anyhow::Result<Launched> {
         let root = nix::unistd::geteuid().is_root();
         let exe = std::env::var_os("SANDBENCH_HELPER")
@@ -171,10 +178,11 @@ impl ProcessTier {
             .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
         let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
         let wfd = status_w.as_raw_fd();
+        let session = ctl.is_some();
         let mut cmd = Command::new(&exe);
         cmd.arg("__sandbox")
             .env_clear()
-            .stdin(std::process::Stdio::piped())
+            .stdin(ctl.map_or_else(std::process::Stdio::piped, std::process::Stdio::from))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
@@ -196,7 +204,7 @@ impl ProcessTier {
         }
         let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
         drop(status_w);
-        let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let mut stdin = child.stdin.take();
         let lim = limits.clone();
         let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let mut warnings = vec![];
@@ -235,18 +243,24 @@ impl ProcessTier {
             allow_degraded,
             disk_bytes: limits.disk_bytes,
             waiter,
+            session,
         };
-        stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
+        let mut prepare = Some(sandbox::frame_prepare(&prep));
+        if let Some(stdin) = stdin.as_mut() {
+            let frame = prepare.take().unwrap_or_default();
+            stdin.write_all(&frame).await.context("cannot talk to the sandbox helper")?;
+        }
         let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
         Ok(Launched {
             child,
-            stdin: Some(stdin),
+            stdin,
             status: Some(BufReader::new(status_rx)),
             early: vec![],
             ready: false,
             cg,
             uid,
             warnings,
+            prepare,
         })
     }
 
@@ -267,7 +281,7 @@ impl ProcessTier {
             let mut spec = RunSpec::new(Language::Python, "");
             spec.limits = limits.clone();
             let made = async {
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded).await?;
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded, None).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -371,6 +385,18 @@ impl Tier for ProcessTier {
 
     fn held(&self) -> Option<crate::tier::Held> {
         ProcessTier::held(self)
+    }
+
+    /// The sandbox stays between calls (`session.rs`, `sandbox/session.rs`).
+    fn sessions(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn open_session(
+        &self,
+        spec: crate::session::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::session::TierSession>>> {
+        Box::pin(session::open(self, spec))
     }
 }
 
@@ -490,7 +516,8 @@ impl ProcessTier {
                 // Built for this run: its interpreter (Python) starts ahead of
                 // the program as in a spare, while init joins the cgroup.
                 let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
-                let l = Self::launch(&limits, waiter, (self.uid_base, self.uid_count), self.allow_degraded).await?;
+                let l =
+                    Self::launch(&limits, waiter, (self.uid_base, self.uid_count), self.allow_degraded, None).await?;
                 (l, "cold")
             }
         };

@@ -41,6 +41,8 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
+mod session;
+
 pub const STATUS_FD: i32 = 3;
 pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
 const MAX_PREPARE_BYTES: usize = 1 << 20;
@@ -78,6 +80,10 @@ pub struct Prepare {
     /// the run asks for exactly it; `None`: the program's process waits
     /// before its exec instead.
     pub waiter: Option<Waiter>,
+    /// A session's sandbox (`sandbox/session.rs`): stdin is a control
+    /// socket, and init runs one program per call until it closes.
+    #[serde(default)]
+    pub session: bool,
 }
 
 /// An interpreter started before its program, and what it can run inline.
@@ -736,6 +742,9 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     if let Err(e) = build_root(prep.disk_bytes, owner, waiter.as_ref().map(|(w, _)| *w)) {
         fail(format!("sandbox file system: {e}"));
     }
+    if prep.session {
+        session::init_session(prep, owner, procs, waiter)
+    }
     // Watching starts before the program exists: no write goes unseen.
     let mut watch = Watch::new();
     let (go_r, go_w) = pipe();
@@ -1213,6 +1222,7 @@ mod tests {
             allow_degraded: false,
             disk_bytes: 4096,
             waiter: None,
+            session: false,
         };
         let f = frame_prepare(&p);
         let n = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;
