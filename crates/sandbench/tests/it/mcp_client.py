@@ -3,7 +3,8 @@
 
 Usage: client.py STEPS_JSON SERVER_COMMAND...  (stdio: the client starts the server)
        client.py STEPS_JSON http://127.0.0.1:PORT/mcp  (streamable HTTP to a running server)
-STEPS_JSON is a list of {"op": "list_tools"} or {"op": "call", "name": ..., "args": {...}}.
+STEPS_JSON is a list of {"op": "list_tools"}, {"op": "call", "name": ..., "args": {...}}
+or {"op": "sleep", "seconds": N}.
 In a call's args the string "$session" stands for the id the last
 open_session returned. For each step one JSON line goes to stdout:
 {"op": "calling"} just before a call is sent, then the result (or the MCP
@@ -65,6 +66,10 @@ async def main():
                         })
                     except MCPError as e:
                         emit({"mcp_error": {"code": e.code, "message": e.message}})
+                elif step["op"] == "sleep":
+                    # Stay connected a while (another client acts meanwhile).
+                    await anyio.sleep(step["seconds"])
+                    emit({"slept": step["seconds"]})
                 else:
                     raise SystemExit(f"unknown step {step!r}")
 

@@ -491,3 +491,129 @@ fn mcp_client_that_disconnects_mid_session_leaves_nothing_behind() {
         assert!(log.contains("\"outcome\":\"cancelled\""), "{tier}: {log}");
     }
 }
+
+#[test]
+fn a_server_killed_outright_with_open_sessions_is_cleaned_up_by_the_next_start() {
+    let Some(py) = sdk_python() else { return };
+    if !common::is_root() {
+        eprintln!("SKIP: needs root to watch the sessions' cgroups");
+        return;
+    }
+    let docker = tier_ready("docker");
+    let home = Home::new("[process]\nspare = false\n");
+    let net = OuterNet::new();
+    let mut steps = vec![
+        call("open_session", json!({"tier": "process"})),
+        call("run_code", json!({"language": "sh", "code": "echo kept > /work/f", "session": "$session"})),
+    ];
+    if docker {
+        steps.push(call("open_session", json!({"tier": "docker"})));
+    }
+    steps.push(call(
+        "run_code",
+        json!({"language": "python", "code": "import time\ntime.sleep(120)\n", "session": "$session"}),
+    ));
+    let n = steps.len();
+    let mut cmd = home.command(&py, &Value::Array(steps), &["--tiers", "process,docker", "--timeout", "120s"]);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut client = net.spawn(&mut cmd);
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut calling = 0;
+    while calling < n {
+        let l = lines.next().unwrap().unwrap();
+        calling += l.contains("calling") as usize;
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let server = net
+        .remaining()
+        .into_iter()
+        .find(|p| {
+            std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e.ends_with("sandbench"))
+                && std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"mcp"))
+        })
+        .expect("the server runs");
+    if docker {
+        assert!(eventually(30, || !containers_of(server as u32).is_empty()), "no session container");
+    }
+    assert!(!net.leftover_cgroups().is_empty(), "no session cgroup");
+    // SIGKILL: no clean-up code of the server runs.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(server), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = client.kill();
+    let _ = client.wait();
+    // The process session's sandbox dies with its server (PR_SET_PDEATHSIG
+    // and the pid namespace); its cgroup and the container wait for a reaper.
+    assert!(eventually(30, || net.remaining().is_empty()), "left running: {:?}", net.remaining());
+    let mut doctor = Command::new(common::bin());
+    doctor.arg("doctor").env("SANDBENCH_CONFIG", home.dir.path().join("config.toml"));
+    let out = net.output(&mut doctor, Duration::from_secs(180));
+    assert!(out.status.success() || out.status.code() == Some(1), "{out:?}");
+    assert!(eventually(10, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
+    if docker {
+        assert!(eventually(30, || containers_of(server as u32).is_empty()), "container left");
+    }
+}
+
+#[test]
+fn http_clients_see_only_their_own_sessions_which_close_when_they_go() {
+    let Some(py) = sdk_python() else { return };
+    if !common::is_root() {
+        eprintln!("SKIP: needs root to watch the sessions' cgroups");
+        return;
+    }
+    let home = Home::new("[process]\nspare = false\n");
+    let net = OuterNet::new();
+    let mut server = Command::new(bin());
+    server
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .env("SANDBENCH_CONFIG", home.dir.path().join("config.toml"))
+        .env("SANDBENCH_STATE_DIR", home.state())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = net.spawn(&mut server);
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).unwrap().to_string();
+    let client = |steps: Value| {
+        let mut c = Command::new(&py);
+        c.arg(client_script())
+            .arg(steps.to_string())
+            .arg(&url)
+            .env("NO_PROXY", "127.0.0.1")
+            .env("no_proxy", "127.0.0.1");
+        c
+    };
+    // Client A opens a session and stays connected a while.
+    let mut a = client(json!([
+        call("open_session", json!({})),
+        call("run_code", json!({"language": "sh", "code": "echo mine > /work/f; cat /work/f", "session": "$session"})),
+        {"op": "sleep", "seconds": 8},
+    ]));
+    a.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut a = net.spawn(&mut a);
+    let mut a_lines = BufReader::new(a.stdout.take().unwrap()).lines();
+    let mut id = None;
+    while id.is_none() {
+        let l = a_lines.next().unwrap().unwrap();
+        if let Ok(v) = serde_json::from_str::<Value>(&l) {
+            id = v["structured"]["session"].as_str().map(String::from);
+        }
+    }
+    let id = id.unwrap();
+    assert!(eventually(30, || !net.leftover_cgroups().is_empty()), "no session sandbox");
+    // Client B knows the id, but the session is not its own.
+    let out = net.output(
+        &mut client(json!([call("run_code", json!({"language": "sh", "code": "cat /work/f", "session": id}))])),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let b: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_default();
+    assert!(b["mcp_error"]["message"].as_str().unwrap_or("").contains("unknown session"), "{stdout}");
+    // A ends its MCP session: its sandbox goes, the server stays.
+    let _ = a.wait();
+    assert!(eventually(30, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
+    assert!(child.try_wait().unwrap().is_none(), "the server went with the client");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().unwrap();
+}
