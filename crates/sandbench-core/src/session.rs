@@ -637,8 +637,7 @@ mod tests {
 
     #[tokio::test]
     async fn per_call_limits_may_only_be_lowered_and_sandbox_limits_are_the_sessions() {
-        let mut session = Limits::default();
-        session.memory_bytes = 128 << 20;
+        let session = Limits { memory_bytes: 128 << 20, ..Limits::default() };
         let mut call = Limits { wall_time: Duration::from_secs(2), memory_bytes: 1 << 30, ..Limits::default() };
         let l = call_limits(&session, &call).unwrap();
         assert_eq!(l.wall_time, Duration::from_secs(2));

@@ -224,12 +224,8 @@ pub(super) fn init_session(
         // other process of the namespace, and init reaps them all.
         // SAFETY: kill with integer arguments.
         unsafe { libc::kill(-1, libc::SIGKILL) };
-        loop {
-            match waitpid(None::<Pid>, None) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(_) => break, // ECHILD: none left
-            }
-        }
+        // Until ECHILD: none left.
+        while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None::<Pid>, None) {}
         while let Ok(Some(_)) = sfd.read_signal() {}
         if !started {
             // Said on the status pipe already; the session goes on.
