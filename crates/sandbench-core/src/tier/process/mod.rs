@@ -61,9 +61,6 @@ struct Launched {
     /// program keeps the invoking user's uid.
     uid: Option<uids::UidLease>,
     warnings: Vec<String>,
-    /// A session's sandbox: its [`sandbox::Prepare`], for the caller to send
-    /// over the control socket (the helper's stdin is that socket, not a pipe).
-    prepare: Option<Vec<u8>>,
 }
 
 impl Launched {
@@ -163,14 +160,14 @@ impl ProcessTier {
 
     /// Start a helper and hand it the sandbox's shape. The run's uid (a
     /// /proc scan) and cgroup are made while the helper binary execs.
-    /// `ctl`: a session's control socket (the sandbox's end), given to the
-    /// helper as its stdin; `None`: a one-shot sandbox fed through a pipe.
+    /// `session`: a session's sandbox, which runs one program per call
+    /// (`session.rs`); otherwise one program, then it ends.
     async fn launch(
         limits: &Limits,
         waiter: Option<sandbox::Waiter>,
         uid_range: (u32, u32),
         allow_degraded: bool,
-        ctl: Option<std::os::fd::OwnedFd>,
+        session: bool,
     ) -> anyhow::Result<Launched> {
         let root = nix::unistd::geteuid().is_root();
         let exe = std::env::var_os("SANDBENCH_HELPER")
@@ -178,11 +175,10 @@ impl ProcessTier {
             .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
         let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
         let wfd = status_w.as_raw_fd();
-        let session = ctl.is_some();
         let mut cmd = Command::new(&exe);
         cmd.arg("__sandbox")
             .env_clear()
-            .stdin(ctl.map_or_else(std::process::Stdio::piped, std::process::Stdio::from))
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
@@ -204,7 +200,7 @@ impl ProcessTier {
         }
         let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
         drop(status_w);
-        let mut stdin = child.stdin.take();
+        let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
         let lim = limits.clone();
         let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let mut warnings = vec![];
@@ -245,22 +241,17 @@ impl ProcessTier {
             waiter,
             session,
         };
-        let mut prepare = Some(sandbox::frame_prepare(&prep));
-        if let Some(stdin) = stdin.as_mut() {
-            let frame = prepare.take().unwrap_or_default();
-            stdin.write_all(&frame).await.context("cannot talk to the sandbox helper")?;
-        }
+        stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
         let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
         Ok(Launched {
             child,
-            stdin,
+            stdin: Some(stdin),
             status: Some(BufReader::new(status_rx)),
             early: vec![],
             ready: false,
             cg,
             uid,
             warnings,
-            prepare,
         })
     }
 
@@ -281,7 +272,7 @@ impl ProcessTier {
             let mut spec = RunSpec::new(Language::Python, "");
             spec.limits = limits.clone();
             let made = async {
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded, None).await?;
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded, false).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -517,7 +508,7 @@ impl ProcessTier {
                 // the program as in a spare, while init joins the cgroup.
                 let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
                 let l =
-                    Self::launch(&limits, waiter, (self.uid_base, self.uid_count), self.allow_degraded, None).await?;
+                    Self::launch(&limits, waiter, (self.uid_base, self.uid_count), self.allow_degraded, false).await?;
                 (l, "cold")
             }
         };

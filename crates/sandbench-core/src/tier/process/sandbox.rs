@@ -42,6 +42,7 @@ use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
 mod session;
+pub use session::{frame_call, KILL_FRAME};
 
 pub const STATUS_FD: i32 = 3;
 pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
@@ -80,8 +81,8 @@ pub struct Prepare {
     /// the run asks for exactly it; `None`: the program's process waits
     /// before its exec instead.
     pub waiter: Option<Waiter>,
-    /// A session's sandbox (`sandbox/session.rs`): stdin is a control
-    /// socket, and init runs one program per call until it closes.
+    /// A session's sandbox (`sandbox/session.rs`): init runs one program per
+    /// call framed on stdin, until stdin closes.
     #[serde(default)]
     pub session: bool,
 }

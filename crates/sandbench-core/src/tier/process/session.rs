@@ -1,27 +1,27 @@
 //! Process-tier sessions, the host side. The sandbox of a session is the one
 //! a run gets (same helper, namespaces, root, scratch tmpfs, run cgroup,
 //! Landlock, seccomp, a uid of its own leased for the session's life), kept:
-//! the helper's stdin is a unix socket instead of a pipe, and each call goes
-//! down it with the write ends of that call's own stdout and stderr pipes
-//! (see `sandbox/session.rs` for the inside). A call is judged on the cgroup
-//! counters it added, on files changed during it and on scratch mounts that
-//! filled during it; a cancel or a CPU kill ends the cgroup's processes —
-//! the call's program and what it started, never init — and the session
-//! goes on. Closing the socket ends init, and with it the namespace.
+//! each call goes down the helper's stdin as a frame after its Prepare (see
+//! `sandbox/session.rs` for the inside), and every call's program writes to
+//! the session's stdout and stderr pipes. A call's output is complete when
+//! init reports its exit, because init reports only once every process of the
+//! call is gone. A call is judged on the cgroup counters it added, on files
+//! changed during it and on scratch mounts that filled during it; a cancel or
+//! a CPU kill ends the cgroup's processes — the call's program and what it
+//! started, never init — and the session goes on. Closing stdin ends init,
+//! and with it the namespace.
 
-use std::io::{IoSlice, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
-use nix::fcntl::OFlag;
-use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
 use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe::Receiver;
 
 use super::sandbox::{self, SandboxConfig, Status};
-use super::{count_user_processes, isolation_details, pump, python_waiter, read_line_bounded, uid_policy};
+use super::{count_user_processes, isolation_details, python_waiter, read_line_bounded, uid_policy};
 use super::{Launched, ProcessTier, SAMPLE_EVERY};
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
@@ -37,56 +37,79 @@ pub(crate) struct ProcessSession {
 
 struct Kept {
     sandbox: Launched,
-    /// The host's end of the control socket.
-    ctl: UnixStream,
+    /// Where calls go (framed), after the sandbox's Prepare.
+    stdin: tokio::process::ChildStdin,
+    /// The session's output pipes: every call's program writes to them.
+    out: Receiver,
+    err: Receiver,
 }
 
 pub(crate) async fn open(tier: &ProcessTier, spec: SessionSpec) -> anyhow::Result<Arc<dyn TierSession>> {
-    let (host, inside) = UnixStream::pair().context("cannot create the session's control socket")?;
-    // Python calls start in a pre-started interpreter, as one-shot runs do.
+    // Python calls start in a pre-started interpreter, as one-shot runs do;
+    // other calls exec from it.
     let waiter = python_waiter(&RunSpec::new(Language::Python, ""));
     let range = (tier.uid_base, tier.uid_count);
-    let mut sandbox =
-        ProcessTier::launch(&spec.limits, Some(waiter), range, tier.allow_degraded, Some(OwnedFd::from(inside)))
-            .await?;
-    let prepare = sandbox.prepare.take().unwrap_or_default();
-    let mut h = host.try_clone().context("control socket")?;
-    tokio::task::spawn_blocking(move || h.write_all(&prepare))
-        .await
-        .context("control socket")?
-        .context("cannot talk to the sandbox helper")?;
-    // The helper's own output pipes carry nothing: each call brings its own.
-    drop(sandbox.child.stdout.take());
-    drop(sandbox.child.stderr.take());
-    if let Err(e) = sandbox.wait_ready().await {
-        sandbox.teardown().await;
-        return Err(e);
-    }
-    Ok(Arc::new(ProcessSession {
-        kept: tokio::sync::Mutex::new(Some(Kept { sandbox, ctl: host })),
-        alive: AtomicBool::new(true),
-        uid_range: range,
-    }))
-}
-
-/// One call down the control socket: its length with the two pipes, then
-/// its config.
-fn send_call(ctl: &mut UnixStream, cfg: &[u8], out: OwnedFd, err: OwnedFd) -> std::io::Result<()> {
-    let head = (cfg.len() as u64).to_le_bytes();
-    let fds = [out.as_raw_fd(), err.as_raw_fd()];
-    let mut sent = 0;
-    while sent < head.len() {
-        let iov = [IoSlice::new(&head[sent..])];
-        // The pipes go with the first byte only.
-        let rights = [ControlMessage::ScmRights(&fds)];
-        let cmsgs: &[ControlMessage] = if sent == 0 { &rights } else { &[] };
-        match sendmsg::<UnixAddr>(ctl.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
-            Ok(n) => sent += n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
+    let mut sandbox = ProcessTier::launch(&spec.limits, Some(waiter), range, tier.allow_degraded, true).await?;
+    let pipes = (|| -> anyhow::Result<_> {
+        let stdin = sandbox.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let out = sandbox.child.stdout.take().ok_or_else(|| anyhow!("helper has no stdout"))?.into_owned_fd()?;
+        let err = sandbox.child.stderr.take().ok_or_else(|| anyhow!("helper has no stderr"))?.into_owned_fd()?;
+        Ok((stdin, Receiver::from_owned_fd(out)?, Receiver::from_owned_fd(err)?))
+    })();
+    let ready = match pipes {
+        Ok(p) => sandbox.wait_ready().await.map(|_| p),
+        Err(e) => Err(e),
+    };
+    match ready {
+        Ok((stdin, out, err)) => Ok(Arc::new(ProcessSession {
+            kept: tokio::sync::Mutex::new(Some(Kept { sandbox, stdin, out, err })),
+            alive: AtomicBool::new(true),
+            uid_range: range,
+        })),
+        Err(e) => {
+            sandbox.teardown().await;
+            Err(e)
         }
     }
-    ctl.write_all(cfg)
+}
+
+/// Read what is in a pipe now, without waiting: the call is over (every
+/// process that could write to it is gone), so this is the rest of its output.
+async fn drain_now(rx: &Receiver, stream: Stream, ctx: &RunContext) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match nix::unistd::read(rx.as_fd(), &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await,
+        }
+    }
+}
+
+/// End the running call: init's kill(-1) reaches all of the call's
+/// processes at once and nothing else; should the pipe fail, the cgroup —
+/// the call's processes only — is killed from here.
+async fn ask_kill(stdin: &mut tokio::process::ChildStdin, cg: Option<&super::cgroup::RunCgroup>) {
+    let sent = async {
+        stdin.write_all(&sandbox::KILL_FRAME).await?;
+        stdin.flush().await
+    };
+    if sent.await.is_err() {
+        if let Some(c) = cg {
+            c.kill_all();
+        }
+    }
+}
+
+/// Read what a readable pipe holds; false once it is closed.
+async fn take_ready(rx: &Receiver, stream: Stream, ctx: &RunContext, buf: &mut [u8]) -> bool {
+    loop {
+        match rx.try_read(buf) {
+            Ok(0) => return false,
+            Ok(n) => ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
 }
 
 impl TierSession for ProcessSession {
@@ -97,8 +120,7 @@ impl TierSession for ProcessSession {
             let Some(kept) = held.as_mut() else { anyhow::bail!("the session's sandbox is gone") };
             let result = self.call(kept, &spec, &ctx).await;
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-            if result.is_err() || !kept.sandbox.alive() {
-                // A sandbox that failed a call this way serves no more.
+            if !kept.sandbox.alive() {
                 self.alive.store(false, Ordering::Relaxed);
             }
             result
@@ -109,8 +131,10 @@ impl TierSession for ProcessSession {
         Box::pin(async move {
             self.alive.store(false, Ordering::Relaxed);
             if let Some(k) = self.kept.lock().await.take() {
-                // EOF on the control socket: init exits, the namespace ends.
-                drop(k.ctl);
+                // EOF on stdin: init exits, the namespace ends.
+                drop(k.stdin);
+                drop(k.out);
+                drop(k.err);
                 k.sandbox.teardown().await;
             }
         })
@@ -124,11 +148,10 @@ impl TierSession for ProcessSession {
 impl ProcessSession {
     async fn call(&self, kept: &mut Kept, spec: &RunSpec, ctx: &RunContext) -> anyhow::Result<TierExit> {
         let limits = &spec.limits;
-        let launched = &mut kept.sandbox;
-        if !launched.alive() {
+        if !kept.sandbox.alive() {
             anyhow::bail!("the session's sandbox is gone");
         }
-        let cg = launched.cg.as_ref();
+        let cg = kept.sandbox.cg.as_ref();
         let nproc = cg.is_none().then(|| count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids);
         let config = SandboxConfig {
             code: spec.code.clone(),
@@ -145,18 +168,13 @@ impl ProcessSession {
         // The cgroup's counters run for the whole session: this call is
         // judged on what they gain from here.
         let base = cg.map(|c| c.stats().counters()).unwrap_or_default();
-        let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the call's pipes")?;
-        let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the call's pipes")?;
-        let payload = serde_json::to_vec(&config)?;
-        let mut ctl = kept.ctl.try_clone().context("control socket")?;
-        tokio::task::spawn_blocking(move || send_call(&mut ctl, &payload, out_w, err_w))
-            .await
-            .context("control socket")?
-            .context("cannot hand the call to the session's sandbox")?;
-        let out_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(out_r).context("the call's stdout")?;
-        let err_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).context("the call's stderr")?;
-        let mut out_task = tokio::spawn(pump(Some(out_rx), Stream::Stdout, ctx.clone()));
-        let mut err_task = tokio::spawn(pump(Some(err_rx), Stream::Stderr, ctx.clone()));
+        let frame = sandbox::frame_call(&config);
+        kept.stdin.write_all(&frame).await.context("cannot hand the call to the session's sandbox")?;
+        kept.stdin.flush().await.context("cannot hand the call to the session's sandbox")?;
+        let (out, err, stdin) = (&kept.out, &kept.err, &mut kept.stdin);
+        let mut buf = vec![0u8; 64 * 1024];
+        let launched = &mut kept.sandbox;
+        let cg = launched.cg.as_ref();
         let status = launched.status.as_mut().ok_or_else(|| anyhow!("the session has no status pipe"))?;
         let child = &mut launched.child;
 
@@ -169,45 +187,56 @@ impl ProcessSession {
         let mut killed = false;
         let mut status_eof = false;
         let mut helper_done = false;
-        let (mut out_done, mut err_done) = (false, false);
+        let (mut out_open, mut err_open) = (true, true);
         let mut peak_mem: Option<u64> = None;
         let mut line = Vec::new();
-        // The cgroup holds the call's processes only (init stays outside):
-        // killing it ends the call, not the session.
-        let kill = |killed: &mut bool| {
-            *killed = true;
-            if let Some(c) = cg {
-                c.kill_all();
-            }
-        };
-        while !((exit.is_some() || status_eof) && out_done && err_done) {
-            let next = tokio::select! {
-                r = read_line_bounded(status, &mut line), if !status_eof && exit.is_none() => match r {
-                    Ok(0) | Err(_) => { status_eof = true; None }
-                    Ok(_) => Some(sandbox::parse_status(&line)),
-                },
-                _ = &mut out_task, if !out_done => { out_done = true; None }
-                _ = &mut err_task, if !err_done => { err_done = true; None }
-                _ = child.wait(), if !helper_done => {
-                    helper_done = true;
-                    error.get_or_insert("the session's sandbox ended during the call".into());
-                    if let Some(c) = cg { c.kill_all(); }
-                    None
-                }
-                _ = ctx.stop.cancelled(), if !killed => { kill(&mut killed); None }
-                _ = ticker.tick(), if exit.is_none() && !status_eof => {
-                    if let Some(c) = cg {
-                        let s = c.stats();
-                        let mine = counters_since(s.counters(), base);
-                        if let Some(m) = s.memory {
-                            peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
-                        }
-                        ctx.usage(UsageSample { cpu_ms: mine.cpu_ms, memory_bytes: s.memory, pids: s.pids }).await;
-                        if judge.sample(ctx, &mine).await == judge::Action::KillForCpu && !killed {
-                            kill(&mut killed);
-                        }
+        // What the call's process said while it was made ahead (its isolation).
+        let mut early = std::mem::take(&mut launched.early).into_iter();
+        // The call is over when init says the program exited: by then every
+        // process of the call is gone, and what they wrote is in the pipes.
+        while exit.is_none() && !status_eof {
+            let next = if let Some(s) = early.next() {
+                Some(s)
+            } else {
+                tokio::select! {
+                    r = read_line_bounded(status, &mut line) => match r {
+                        Ok(0) | Err(_) => { status_eof = true; None }
+                        Ok(_) => Some(sandbox::parse_status(&line)),
+                    },
+                    r = out.readable(), if out_open => {
+                        out_open = r.is_ok() && take_ready(out, Stream::Stdout, ctx, &mut buf).await;
+                        None
                     }
-                    None
+                    r = err.readable(), if err_open => {
+                        err_open = r.is_ok() && take_ready(err, Stream::Stderr, ctx, &mut buf).await;
+                        None
+                    }
+                    _ = child.wait(), if !helper_done => {
+                        helper_done = true;
+                        error.get_or_insert("the session's sandbox ended during the call".into());
+                        if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = ctx.stop.cancelled(), if !killed => {
+                        killed = true;
+                        ask_kill(stdin, cg).await;
+                        None
+                    }
+                    _ = ticker.tick() => {
+                        if let Some(c) = cg {
+                            let s = c.stats();
+                            let mine = counters_since(s.counters(), base);
+                            if let Some(m) = s.memory {
+                                peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
+                            }
+                            ctx.usage(UsageSample { cpu_ms: mine.cpu_ms, memory_bytes: s.memory, pids: s.pids }).await;
+                            if judge.sample(ctx, &mine).await == judge::Action::KillForCpu && !killed {
+                                killed = true;
+                                ask_kill(stdin, cg).await;
+                            }
+                        }
+                        None
+                    }
                 }
             };
             match next {
@@ -230,13 +259,9 @@ impl ProcessSession {
                 }
                 Some(s @ Status::Exit { .. }) => exit = Some(s),
             }
-            if status_eof && !(out_done && err_done) && exit.is_none() {
-                // The sandbox is gone: nothing holds the call's pipes much longer.
-                if let Some(c) = cg {
-                    c.kill_all();
-                }
-            }
         }
+        drain_now(out, Stream::Stdout, ctx).await;
+        drain_now(err, Stream::Stderr, ctx).await;
         if status_eof && exit.is_none() {
             error.get_or_insert("the session's sandbox ended during the call".into());
         }

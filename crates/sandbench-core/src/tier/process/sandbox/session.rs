@@ -1,79 +1,78 @@
 //! A session's init: the sandbox (namespaces, root, scratch tmpfs, the run
 //! cgroup, the session's uid) stays, and init runs one program per call.
 //!
-//! The helper's stdin is then a unix stream socket (the control channel)
-//! instead of a pipe. Each call arrives on it as an 8-byte little-endian
-//! length carrying, as `SCM_RIGHTS`, the write ends of the call's stdout and
-//! stderr pipes, followed by that many bytes of [`SandboxConfig`] JSON. For
-//! each call init does what it does for a one-shot run — forks a fresh
-//! program process (Landlock, the session's uid, no_new_privs, seccomp, its
-//! own session id), moves it into the run's cgroup, applies the call's
-//! rlimits, says go — and when the program exits it kills every other
-//! process of the namespace (`kill(-1)` from its pid 1), reaps them, judges
-//! the scratch space for this call only, and reports the exit on the status
-//! pipe. The host then sees EOF on the call's pipes. EOF on the control
-//! channel ends the session: init exits and the kernel ends the namespace.
+//! The helper's stdin carries, after the [`Prepare`], one frame per call:
+//! an 8-byte little-endian length and that many bytes of [`SandboxConfig`]
+//! JSON; EOF ends the session (init exits and the kernel ends the namespace).
+//! A frame of length 0 during a call is the host's kill (cancel, CPU limit):
+//! init ends the call's processes itself, so that nothing but the call's
+//! die (a kill from outside could race the next call's process).
+//! For each call init does what it does for a one-shot run — a fresh program
+//! process (Landlock, the session's uid, no_new_privs, seccomp, its own
+//! session id) in the run's cgroup, the call's rlimits, then go — and when
+//! the program exits it kills every other process of the namespace
+//! (`kill(-1)` from its pid 1), reaps them all, judges the scratch space for
+//! this call only and reports the exit on the status pipe. Only then does
+//! the host take the call's output as complete: every process that could
+//! write to the session's stdout and stderr pipes is gone by then.
+//!
+//! The next call's program process is made right after a call ends (and
+//! the first one at the opening), as a spare is for one-shot runs: its
+//! interpreter starts and it joins the cgroup while nothing waits for it.
 #![allow(unsafe_code)] // fork and raw descriptors of the sandbox init, as in the rest of sandbox.rs
 
 use super::*;
 
-use std::io::IoSliceMut;
 use std::time::SystemTime;
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
-/// The control channel: fd 0 of the helper, inherited by init.
-const CTL_FD: RawFd = 0;
-
-/// Read one call; `None` once the host closed the channel (the session ends).
-fn recv_call() -> Option<(SandboxConfig, OwnedFd, OwnedFd)> {
+/// The next frame's length; `None` at EOF.
+fn read_head() -> Option<u64> {
+    // SAFETY: fd 0 is the host's pipe; ManuallyDrop keeps it open.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(0) });
     let mut head = [0u8; 8];
-    let mut got = 0;
-    let mut fds: Vec<OwnedFd> = vec![];
-    while got < head.len() {
-        let mut space = nix::cmsg_space!([RawFd; 2]);
-        let mut iov = [IoSliceMut::new(&mut head[got..])];
-        let msg = match recvmsg::<()>(CTL_FD, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
-            Ok(m) => m,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => fail(format!("session init: the control channel failed: {e}")),
-        };
-        let n = msg.bytes;
-        if let Ok(cmsgs) = msg.cmsgs() {
-            for c in cmsgs {
-                if let ControlMessageOwned::ScmRights(raw) = c {
-                    // SAFETY: the kernel just installed these descriptors in
-                    // this process for this message; nothing else owns them.
-                    fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-                }
-            }
-        }
-        if n == 0 {
-            return None;
-        }
-        got += n;
+    match stdin.read_exact(&mut head) {
+        Ok(()) => Some(u64::from_le_bytes(head)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => None,
+        Err(e) => fail(format!("session init: cannot read a call: {e}")),
     }
-    let len = u64::from_le_bytes(head);
+}
+
+/// Read one call's frame from stdin; `None` once the host closed it. A
+/// kill that came after its call had ended anyway is skipped.
+fn recv_call() -> Option<SandboxConfig> {
+    // SAFETY: fd 0 is the host's pipe; ManuallyDrop keeps it open.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(0) });
+    let len = loop {
+        match read_head()? {
+            0 => continue,
+            n => break n,
+        }
+    };
     if len > MAX_CONFIG_BYTES {
         fail(format!("session init: a call of {len} bytes"));
     }
     let mut buf = vec![0u8; len as usize];
-    // SAFETY: fd 0 stays open for init's life; ManuallyDrop keeps it so.
-    let mut ctl = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(CTL_FD) });
-    if let Err(e) = ctl.read_exact(&mut buf) {
+    if let Err(e) = stdin.read_exact(&mut buf) {
         fail(format!("session init: cannot read a call: {e}"));
     }
-    let cfg: SandboxConfig = match serde_json::from_slice(&buf) {
-        Ok(c) => c,
+    match serde_json::from_slice(&buf) {
+        Ok(c) => Some(c),
         Err(e) => fail(format!("session init: bad call: {e}")),
-    };
-    let mut fds = fds.into_iter();
-    match (fds.next(), fds.next(), fds.next()) {
-        (Some(out), Some(err), None) => Some((cfg, out, err)),
-        _ => fail("session init: a call came without exactly its two output pipes".into()),
     }
+}
+
+/// Frame a call as [`recv_call`] reads it.
+/// The host's kill of the running call.
+pub const KILL_FRAME: [u8; 8] = [0; 8];
+
+pub fn frame_call(cfg: &SandboxConfig) -> Vec<u8> {
+    let json = serde_json::to_vec(cfg).unwrap_or_default();
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    out
 }
 
 /// Scratch mounts out of space or inodes right now.
@@ -92,6 +91,7 @@ fn full_mounts() -> Vec<&'static str> {
 /// A file at the size limit changed during this call (its ctime, which no
 /// program can set back, is not older than `since`). Bounded, no symlinks.
 fn capped_since(file_size: u64, since: SystemTime) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
     for dir in SCRATCH {
         let mut stack = vec![(Path::new(dir).to_path_buf(), 0)];
         let mut budget = 20_000;
@@ -104,7 +104,6 @@ fn capped_since(file_size: u64, since: SystemTime) -> Option<String> {
                 }
                 let Ok(m) = e.metadata() else { continue };
                 if m.is_file() && m.len() >= file_size {
-                    use std::os::unix::fs::MetadataExt;
                     let ctime = SystemTime::UNIX_EPOCH
                         + std::time::Duration::new(
                             m.ctime().max(0) as u64,
@@ -123,6 +122,114 @@ fn capped_since(file_size: u64, since: SystemTime) -> Option<String> {
     None
 }
 
+/// A program process made ahead: in the run's cgroup, its interpreter
+/// waiting for init's word (or, without one, waiting before its exec).
+struct Next {
+    pid: Pid,
+    go: OwnedFd,
+    /// False when it died while starting (said on the status pipe).
+    ready: bool,
+}
+
+struct Init<'a> {
+    prep: &'a Prepare,
+    owner: (u32, u32),
+    procs: Vec<OwnedFd>,
+    waiter: Option<(&'a Waiter, CString)>,
+    mask: SigSet,
+}
+
+impl Init<'_> {
+    /// Fork the next call's program process and move it into the cgroup.
+    fn prestart(&self) -> Next {
+        if let Some((w, _)) = &self.waiter {
+            if let Err(e) = write_owned(&Path::new("/work").join(&w.file_name), WAITER_PY.as_bytes(), self.owner) {
+                fail(format!("session init: {e}"));
+            }
+        }
+        let (go_r, go_w) = pipe();
+        let (ready_r, ready_w) = pipe();
+        // The program starts with the default signal mask.
+        if let Err(e) = self.mask.thread_unblock() {
+            fail(format!("init cannot unblock SIGCHLD: {e}"));
+        }
+        // SAFETY: init is single-threaded.
+        let pid = match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                drop(go_w);
+                drop(ready_r);
+                program_main(self.prep, self.owner, self.waiter.as_ref().map(|(w, e)| (*w, e.clone())), go_r, ready_w)
+            }
+            Ok(ForkResult::Parent { child }) => child,
+            Err(e) => fail(format!("fork of the program failed: {e}")),
+        };
+        if let Err(e) = self.mask.thread_block() {
+            fail(format!("init cannot block SIGCHLD: {e}"));
+        }
+        drop(go_r);
+        drop(ready_w);
+        let text = pid.as_raw().to_string();
+        for fd in &self.procs {
+            if let Err(e) = write_all(fd, text.as_bytes()) {
+                fail(format!("cannot move the program's process into the run's cgroup: {e}"));
+            }
+        }
+        let mut byte = [0u8; 1];
+        let ready = matches!(nix::unistd::read(&ready_r, &mut byte), Ok(1));
+        Next { pid, go: go_w, ready }
+    }
+
+    /// The call's program file, limits and word; false (said on the status
+    /// pipe) when a step failed and the program must not run.
+    fn start_call(&self, cfg: &SandboxConfig, next: Next) -> bool {
+        if !next.ready {
+            send(&Status::Error {
+                msg: "the sandbox's interpreter exited while starting (its error, if any, is on the call's stderr)"
+                    .into(),
+            });
+            return false;
+        }
+        let inline = self
+            .waiter
+            .as_ref()
+            .is_some_and(|(w, _)| w.interpreter == cfg.interpreter && w.file_name == cfg.file_name && w.env == cfg.env);
+        // The waiter's file stays only when it is about to become the program.
+        let waiter = self.waiter.as_ref().map(|(w, _)| *w);
+        // The scratch space is the session's: its size fixed at the opening.
+        let fixed = Prepare { disk_bytes: cfg.disk_bytes, ..self.prep.clone() };
+        let ids = (!self.prep.user_ns).then_some(self.owner);
+        let steps = || -> Result<CString, String> {
+            prepare_run(&fixed, self.owner, waiter, cfg)?;
+            apply_rlimits_as(next.pid, cfg, ids)?;
+            cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)).ok_or_else(|| {
+                format!(
+                    "{} is not installed where the sandbox can see it (PATH /usr/local/bin:/usr/bin:/bin)",
+                    cfg.interpreter.first().map(String::as_str).unwrap_or("?")
+                )
+            })
+        };
+        match steps() {
+            Ok(exe) => {
+                send(&Status::Started);
+                // Without a waiter the process waits before its exec, so
+                // every word is an exec; with one, "run" or "exec".
+                let word = go_message(inline && self.waiter.is_some(), &exe, cfg);
+                if let Err(e) = write_all(&next.go, &word) {
+                    send(&Status::Error {
+                        msg: format!("the sandbox's interpreter exited before its program started: {e}"),
+                    });
+                    return false;
+                }
+                true
+            }
+            Err(e) => {
+                send(&Status::Error { msg: e });
+                false
+            }
+        }
+    }
+}
+
 pub(super) fn init_session(
     prep: &Prepare,
     owner: (u32, u32),
@@ -130,8 +237,6 @@ pub(super) fn init_session(
     waiter: Option<(&Waiter, CString)>,
 ) -> ! {
     let mut watch = Watch::new();
-    // The helper's output pipes are not any call's: each call brings its own.
-    release_output();
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     if let Err(e) = mask.thread_block() {
@@ -141,10 +246,13 @@ pub(super) fn init_session(
         Ok(s) => s,
         Err(e) => fail(format!("init cannot watch its children: {e}")),
     };
-    let ids = (!prep.user_ns).then_some(owner);
+    let init = Init { prep, owner, procs, waiter, mask };
+    // init keeps the session's stdout and stderr for its program processes
+    // (it writes nothing to them itself).
+    let mut next = Some(init.prestart());
     send(&Status::Ready);
     loop {
-        let Some((cfg, out, err)) = recv_call() else {
+        let Some(cfg) = recv_call() else {
             // The session is closed: the kernel ends the namespace with us.
             // SAFETY: plain exit.
             unsafe { libc::_exit(0) }
@@ -157,79 +265,22 @@ pub(super) fn init_session(
         watch.file_size = cfg.file_size_bytes;
         let prior = full_mounts();
         let since = SystemTime::now() - std::time::Duration::from_millis(20);
-        // The pre-started interpreter, when the call is the kind it runs.
-        let inline = waiter
-            .as_ref()
-            .is_some_and(|(w, _)| w.interpreter == cfg.interpreter && w.file_name == cfg.file_name && w.env == cfg.env);
-        let call_waiter = if inline { waiter.as_ref().map(|(w, e)| (*w, e.clone())) } else { None };
-        if let Some((w, _)) = &call_waiter {
-            if let Err(e) = write_owned(&Path::new("/work").join(&w.file_name), WAITER_PY.as_bytes(), owner) {
-                fail(format!("session init: {e}"));
-            }
-        }
-        let (go_r, go_w) = pipe();
-        let (ready_r, ready_w) = pipe();
-        // The program starts with the default signal mask.
-        if let Err(e) = mask.thread_unblock() {
-            fail(format!("init cannot unblock SIGCHLD: {e}"));
-        }
-        // SAFETY: init is single-threaded.
-        let main_pid = match unsafe { fork() } {
-            Ok(ForkResult::Child) => {
-                drop(go_w);
-                drop(ready_r);
-                for (fd, to) in [(&out, 1), (&err, 2)] {
-                    // SAFETY: dup2 between descriptors this process owns.
-                    if unsafe { libc::dup2(fd.as_raw_fd(), to) } < 0 {
-                        fail(format!("dup2: {}", std::io::Error::last_os_error()));
-                    }
-                }
-                drop(out);
-                drop(err);
-                program_main(prep, owner, call_waiter, go_r, ready_w)
-            }
-            Ok(ForkResult::Parent { child }) => child,
-            Err(e) => fail(format!("fork of the program failed: {e}")),
-        };
-        if let Err(e) = mask.thread_block() {
-            fail(format!("init cannot block SIGCHLD: {e}"));
-        }
-        // init keeps no copy of the call's pipes: EOF reaches the host once
-        // the call's processes are gone.
-        drop(out);
-        drop(err);
-        drop(go_r);
-        drop(ready_w);
-        let pid = main_pid.as_raw().to_string();
-        for fd in &procs {
-            if let Err(e) = write_all(fd, pid.as_bytes()) {
-                fail(format!("cannot move the program's process into the run's cgroup: {e}"));
-            }
-        }
-        let mut byte = [0u8; 1];
-        let ready = matches!(nix::unistd::read(&ready_r, &mut byte), Ok(1));
-        drop(ready_r);
-        if !ready {
-            send(&Status::Error {
-                msg: "the sandbox's interpreter exited while starting (its error, if any, is on the call's stderr)"
-                    .into(),
-            });
-        }
-        let started =
-            ready && start_call(prep, owner, &cfg, call_waiter.as_ref().map(|(w, _)| *w), main_pid, ids, go_w);
+        let n = next.take().unwrap_or_else(|| init.prestart());
+        let main_pid = n.pid;
+        let started = init.start_call(&cfg, n);
         // Follow the program to its exit (a program process that failed to
         // start has said why on the status pipe and exits 121).
         let (code, signal, cpu_ms, max_rss_kb) = wait_main(main_pid, &sfd, &mut watch);
-        // Nothing the call started outlives it: pid 1's kill(-1) reaches every
-        // other process of the namespace, and init reaps them all.
+        // Nothing the call started outlives it: pid 1's kill(-1) reaches
+        // every other process of the namespace, and init reaps them all.
         // SAFETY: kill with integer arguments.
         unsafe { libc::kill(-1, libc::SIGKILL) };
         // Until ECHILD: none left.
         while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None::<Pid>, None) {}
         while let Ok(Some(_)) = sfd.read_signal() {}
         if !started {
-            // Said on the status pipe already; the session goes on.
             send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit: None, disk_full: false });
+            next = Some(init.prestart());
             continue;
         }
         watch.drain();
@@ -250,52 +301,15 @@ pub(super) fn init_session(
         }
         let fsize_hit = watch.hit.take().or_else(|| capped_since(cfg.file_size_bytes, since));
         send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, disk_full });
+        // The next call's process, made while nobody waits for it.
+        next = Some(init.prestart());
     }
 }
 
-/// Make the call's program file, apply its limits and say go; false (said on
-/// the status pipe) when a step failed and the program must not run.
-fn start_call(
-    prep: &Prepare,
-    owner: (u32, u32),
-    cfg: &SandboxConfig,
-    waiter: Option<&Waiter>,
-    main_pid: Pid,
-    ids: Option<(u32, u32)>,
-    go_w: OwnedFd,
-) -> bool {
-    // The scratch space is the session's (its size fixed at the opening).
-    let fixed = Prepare { disk_bytes: cfg.disk_bytes, ..prep.clone() };
-    let steps = || -> Result<CString, String> {
-        prepare_run(&fixed, owner, waiter, cfg)?;
-        apply_rlimits_as(main_pid, cfg, ids)?;
-        cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)).ok_or_else(|| {
-            format!(
-                "{} is not installed where the sandbox can see it (PATH /usr/local/bin:/usr/bin:/bin)",
-                cfg.interpreter.first().map(String::as_str).unwrap_or("?")
-            )
-        })
-    };
-    match steps() {
-        Ok(exe) => {
-            send(&Status::Started);
-            if let Err(e) = write_all(&go_w, &go_message(waiter.is_some(), &exe, cfg)) {
-                send(&Status::Error {
-                    msg: format!("the sandbox's interpreter exited before its program started: {e}"),
-                });
-                return false;
-            }
-            true
-        }
-        Err(e) => {
-            send(&Status::Error { msg: e });
-            false
-        }
-    }
-}
-
-/// Reap until the call's main process exits; watch the scratch space meanwhile.
+/// Reap until the call's main process exits; watch the scratch space and
+/// the host's kill meanwhile.
 fn wait_main(main_pid: Pid, sfd: &SignalFd, watch: &mut Watch) -> (Option<i32>, Option<i32>, u64, u64) {
+    let mut host_open = true;
     loop {
         let mut status = 0;
         // SAFETY: rusage is plain data that wait4 fills in.
@@ -310,7 +324,12 @@ fn wait_main(main_pid: Pid, sfd: &SignalFd, watch: &mut Watch) -> (Option<i32>, 
         }
         if pid == 0 {
             use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            // SAFETY: fd 0 stays open for init's life.
+            let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
             let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+            if host_open {
+                fds.push(PollFd::new(stdin, PollFlags::POLLIN));
+            }
             if let Some(f) = &watch.fan {
                 fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
             }
@@ -318,8 +337,20 @@ fn wait_main(main_pid: Pid, sfd: &SignalFd, watch: &mut Watch) -> (Option<i32>, 
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => fail(format!("init poll: {e}")),
             }
+            let host_says = host_open && fds[1].revents().is_some_and(|r| !r.is_empty());
             while let Ok(Some(_)) = sfd.read_signal() {}
             watch.drain();
+            if host_says {
+                // A kill (or EOF: the session is closing): every process but
+                // init goes, the program's main among them, and is reaped above.
+                match read_head() {
+                    Some(0) | None => {}
+                    Some(_) => fail("session init: a call arrived while another ran".into()),
+                }
+                host_open = false;
+                // SAFETY: kill with integer arguments.
+                unsafe { libc::kill(-1, libc::SIGKILL) };
+            }
             continue;
         }
         if pid != main_pid.as_raw() {
