@@ -4,8 +4,9 @@
 //! network, read-only root, tmpfs scratch, no capabilities but SETUID/SETGID,
 //! no-new-privileges, memory/pids/CPU limits, the owner labels the reapers
 //! read), with the session keeper (`guest/docker_keeper.py`) as PID 1. Each
-//! call starts a fresh loader (`guest/docker_loader.py`, the same one a run
-//! uses) with the Engine's exec API, in session mode: it drops the program to
+//! call gets a fresh loader (`guest/docker_loader.py`, the same one a run
+//! uses), started with the Engine's exec API while the session is idle and
+//! waiting for its payload, in session mode: it drops the program to
 //! the session's uid (one per session, so the files of earlier calls stay
 //! the program's), frames its output, status and exit on the exec's stdout,
 //! and when the program exits — or sandbench sends a byte on the exec's
@@ -45,6 +46,50 @@ const KILL_GRACE: Duration = Duration::from_secs(15);
 /// (tmpfs timestamps come from a coarse clock).
 const CTIME_SLACK_S: f64 = 0.05;
 
+type Output = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+type Input = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
+/// A call's loader, started through exec and waiting for its payload.
+struct Loader {
+    output: Output,
+    input: Input,
+}
+
+/// Start a loader in session mode. Files changed before now belong to
+/// earlier calls: no process of the session runs between a call's end and
+/// the next call, so a loader made ahead may say so at its start.
+async fn start_loader(docker: &bollard::Docker, id: &str) -> anyhow::Result<Loader> {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() - CTIME_SLACK_S)
+        .unwrap_or(0.0);
+    let exec = docker
+        .create_exec(
+            id,
+            ExecConfig {
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(false),
+                privileged: Some(false),
+                user: Some("0:0".into()),
+                env: Some(vec!["SANDBENCH_SESSION=1".into(), format!("SANDBENCH_CALL_SINCE={since:.3}")]),
+                cmd: Some(vec!["python3".into(), "-u".into(), "-c".into(), container::LOADER.into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| anyhow!("cannot start the call in the session's container: {}", engine::cause(&e)))?;
+    let started = docker
+        .start_exec(&exec.id, None)
+        .await
+        .map_err(|e| anyhow!("cannot start the call in the session's container: {}", engine::cause(&e)))?;
+    let StartExecResults::Attached { output, input } = started else {
+        anyhow::bail!("the engine started the call detached");
+    };
+    Ok(Loader { output, input })
+}
+
 pub(crate) struct DockerSession {
     engine: Engine,
     id: String,
@@ -55,6 +100,8 @@ pub(crate) struct DockerSession {
     image: String,
     user_policy: String,
     alive: AtomicBool,
+    /// The next call's loader, started while the session is idle.
+    next: std::sync::Arc<tokio::sync::Mutex<Option<Loader>>>,
 }
 
 /// Create and start a session's container; nothing is left behind on failure.
@@ -83,7 +130,7 @@ pub(crate) async fn open(
         }
     }
     let id = super::create_and_start(engine, body, &shape, &format!("sandbench-{tier}-{run_id}"), tier).await?;
-    Ok(DockerSession {
+    let s = DockerSession {
         engine: engine.clone(),
         id,
         gvisor,
@@ -93,7 +140,10 @@ pub(crate) async fn open(
         uid,
         gid,
         alive: AtomicBool::new(true),
-    })
+        next: Default::default(),
+    };
+    s.prestart();
+    Ok(s)
 }
 
 impl TierSession for DockerSession {
@@ -104,6 +154,9 @@ impl TierSession for DockerSession {
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
             if result.is_err() && !self.container_running().await {
                 self.alive.store(false, Ordering::Relaxed);
+            }
+            if self.alive() {
+                self.prestart();
             }
             let (usage, mut details) = result?;
             details["runtime"] = json!(if self.gvisor { "runsc" } else { "runc" });
@@ -122,6 +175,8 @@ impl TierSession for DockerSession {
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.alive.store(false, Ordering::Relaxed);
+            // A loader made ahead waits for a payload that never comes.
+            drop(self.next.lock().await.take());
             remove(&self.engine.docker, &self.id).await;
         })
     }
@@ -132,6 +187,21 @@ impl TierSession for DockerSession {
 }
 
 impl DockerSession {
+    /// Start the next call's loader in the background (its interpreter's
+    /// start-up is then off the next call's path).
+    fn prestart(&self) {
+        let (next, docker, id) = (self.next.clone(), self.engine.docker.clone(), self.id.clone());
+        tokio::spawn(async move {
+            let mut slot = next.lock().await;
+            if slot.is_none() {
+                match start_loader(&docker, &id).await {
+                    Ok(l) => *slot = Some(l),
+                    Err(e) => tracing::debug!("session loader not made ahead: {e:#}"),
+                }
+            }
+        });
+    }
+
     async fn container_running(&self) -> bool {
         self.engine
             .docker
@@ -152,33 +222,10 @@ impl DockerSession {
         // The container's counters run for the whole session: this call is
         // judged on what they gained from here.
         let base = cgroup.as_ref().map(|c| c.sample(guest_pids).counters).unwrap_or_default();
-        let since = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64() - CTIME_SLACK_S)
-            .unwrap_or(0.0);
-        let exec = docker
-            .create_exec(
-                &self.id,
-                ExecConfig {
-                    attach_stdin: Some(true),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    tty: Some(false),
-                    privileged: Some(false),
-                    user: Some("0:0".into()),
-                    env: Some(vec!["SANDBENCH_SESSION=1".into(), format!("SANDBENCH_CALL_SINCE={since:.3}")]),
-                    cmd: Some(vec!["python3".into(), "-u".into(), "-c".into(), container::LOADER.into()]),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| anyhow!("cannot start the call in the session's container: {}", engine::cause(&e)))?;
-        let started = docker
-            .start_exec(&exec.id, None)
-            .await
-            .map_err(|e| anyhow!("cannot start the call in the session's container: {}", engine::cause(&e)))?;
-        let StartExecResults::Attached { mut output, mut input } = started else {
-            anyhow::bail!("the engine started the call detached");
+        let taken = self.next.lock().await.take();
+        let Loader { mut output, mut input } = match taken {
+            Some(l) => l,
+            None => start_loader(docker, &self.id).await?,
         };
         ctx.emit(EventKind::Phase(Phase::Running)).await;
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
