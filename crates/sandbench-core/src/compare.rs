@@ -21,6 +21,8 @@ use crate::tier::Tier;
 /// How the tiers of one round run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Mode {
     /// One run at a time: the timings are each tier's own.
     Sequential,
@@ -31,10 +33,7 @@ pub enum Mode {
 
 impl Mode {
     pub fn name(self) -> &'static str {
-        match self {
-            Mode::Sequential => "sequential",
-            Mode::Concurrent => "concurrent",
-        }
+        self.into()
     }
 }
 

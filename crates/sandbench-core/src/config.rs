@@ -28,6 +28,10 @@ pub struct Config {
     /// the file): filled by [`Config::load`], empty in a default config.
     #[serde(skip)]
     pub env: RemoteEnv,
+    /// What sandbench takes from its own environment for itself (Docker
+    /// endpoint, overrides for tests and CI): filled by [`Config::load`].
+    #[serde(skip)]
+    pub host: HostEnv,
     /// Where the run log lives: `$SANDBENCH_STATE_DIR`, else the XDG state
     /// dir's `sandbench/`. Set by `load` (not a config key); `None` (the
     /// default, as in tests that build a config) logs no runs.
@@ -71,6 +75,54 @@ impl RemoteEnv {
             e2b_debug: var("E2B_DEBUG").is_some_and(|v| v.eq_ignore_ascii_case("true")),
             anthropic_api_key: var("ANTHROPIC_API_KEY"),
             anthropic_base_url: var("ANTHROPIC_BASE_URL"),
+        }
+    }
+}
+
+/// What sandbench takes from its environment besides the remote services'
+/// keys, read once by [`Config::load`] and handed down: no tier, agent or
+/// workbench code reads a variable itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostEnv {
+    /// `DOCKER_HOST`, as the docker CLI reads it (blank: the local socket).
+    pub docker_host: Option<String>,
+    /// `DOCKER_TLS_VERIFY` set to anything but "" or "0".
+    pub docker_tls_verify: bool,
+    /// `SANDBENCH_DOCKER_IMAGE`: overrides `[docker] image`.
+    pub docker_image: Option<String>,
+    /// `SANDBENCH_HELPER`: the binary the process tier starts as its sandbox
+    /// helper (default: this executable; tests point it at the built binary).
+    pub helper: Option<PathBuf>,
+    /// `SANDBENCH_TRY_USER_CGROUP`: an unprivileged user tries a delegated
+    /// cgroup subtree anyway.
+    pub try_user_cgroup: bool,
+    /// `XDG_RUNTIME_DIR`: where an unprivileged sandbench keeps run folders.
+    pub runtime_dir: Option<PathBuf>,
+    /// `SANDBENCH_SAMPLES`: the samples folder, before any other.
+    pub samples_dir: Option<PathBuf>,
+    /// `SANDBENCH_REQUIRE_TIERS`: tiers whose unavailability is a failure (CI).
+    pub require_tiers: Vec<String>,
+}
+
+impl HostEnv {
+    pub fn from_process() -> HostEnv {
+        HostEnv::from_lookup(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// From any lookup (tests pass a map instead of touching the process).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> HostEnv {
+        let var = |k: &str| get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        HostEnv {
+            docker_host: var("DOCKER_HOST"),
+            docker_tls_verify: var("DOCKER_TLS_VERIFY").is_some_and(|v| v != "0"),
+            docker_image: var("SANDBENCH_DOCKER_IMAGE"),
+            helper: var("SANDBENCH_HELPER").map(PathBuf::from),
+            try_user_cgroup: get("SANDBENCH_TRY_USER_CGROUP").is_some(),
+            runtime_dir: var("XDG_RUNTIME_DIR").map(PathBuf::from),
+            samples_dir: var("SANDBENCH_SAMPLES").map(PathBuf::from),
+            require_tiers: var("SANDBENCH_REQUIRE_TIERS")
+                .map(|v| v.split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect())
+                .unwrap_or_default(),
         }
     }
 }
@@ -195,8 +247,8 @@ pub struct MicrovmConfig {
     pub modules_dir: Option<PathBuf>,
     /// The QEMU binary.
     pub qemu: String,
-    /// "auto" (KVM when a probe guest boots, else TCG), "kvm" or "tcg".
-    pub accel: String,
+    /// KVM when a probe guest boots, else TCG; or one of them, unprobed.
+    pub accel: AccelSetting,
     /// Pre-booted, single-use guests kept ready in a long-lived sandbench.
     pub pool_size: usize,
     /// Guest memory on top of the run's memory limit (kernel, agent, page cache).
@@ -216,7 +268,7 @@ impl Default for MicrovmConfig {
             kernel: None,
             modules_dir: None,
             qemu: "qemu-system-x86_64".into(),
-            accel: "auto".into(),
+            accel: AccelSetting::Auto,
             pool_size: 2,
             overhead_bytes: 192 << 20,
             snapshot: true,
@@ -224,6 +276,17 @@ impl Default for MicrovmConfig {
             suite: "bookworm".into(),
         }
     }
+}
+
+/// `[microvm] accel`: a typo is an error naming the choices, not "auto".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum AccelSetting {
+    #[default]
+    Auto,
+    Kvm,
+    Tcg,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -298,6 +361,7 @@ impl Default for Config {
             prewarm: Prewarm::default(),
             mcp: McpConfig::default(),
             env: RemoteEnv::default(),
+            host: HostEnv::default(),
             state_dir: None,
         }
     }
@@ -317,6 +381,7 @@ impl Config {
     pub fn load() -> anyhow::Result<Config> {
         let mut config = Config::load_file()?;
         config.env = RemoteEnv::from_process();
+        config.host = HostEnv::from_process();
         config.state_dir = Some(state_dir());
         Ok(config)
     }
@@ -370,6 +435,27 @@ mod tests {
         assert!(e.contains("memroy_bytes"), "{e}");
         let e = toml::from_str::<Config>("defualt_tier = \"docker\"\n").unwrap_err().to_string();
         assert!(e.contains("defualt_tier"), "{e}");
+        let e = toml::from_str::<Config>("[microvm]\naccel = \"kvmm\"\n").unwrap_err().to_string();
+        assert!(e.contains("kvmm") && e.contains("tcg"), "{e}");
+    }
+
+    #[test]
+    fn host_env_reads_each_variable_once_and_ignores_blanks() {
+        let vars: std::collections::HashMap<&str, &str> = [
+            ("DOCKER_HOST", " tcp://127.0.0.1:2375 "),
+            ("DOCKER_TLS_VERIFY", "0"),
+            ("SANDBENCH_DOCKER_IMAGE", "  "),
+            ("SANDBENCH_REQUIRE_TIERS", "process, docker,,"),
+            ("SANDBENCH_TRY_USER_CGROUP", ""),
+        ]
+        .into();
+        let h = HostEnv::from_lookup(|k| vars.get(k).map(|v| v.to_string()));
+        assert_eq!(h.docker_host.as_deref(), Some("tcp://127.0.0.1:2375"));
+        assert!(!h.docker_tls_verify);
+        assert_eq!(h.docker_image, None);
+        assert_eq!(h.require_tiers, ["process", "docker"]);
+        assert!(h.try_user_cgroup, "set, even empty, means try");
+        assert_eq!(h.helper, None);
     }
 
     #[test]

@@ -4,28 +4,40 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "lowercase")]
 pub enum Phase {
     Preparing,
     Booting,
     Running,
+    #[strum(serialize = "tearing down")]
     TearingDown,
 }
 
 impl Phase {
+    /// As people read it ("tearing down").
     pub fn name(self) -> &'static str {
-        match self {
-            Phase::Preparing => "preparing",
-            Phase::Booting => "booting",
-            Phase::Running => "running",
-            Phase::TearingDown => "tearing down",
-        }
+        self.into()
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::EnumString,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ViolationKind {
     CpuTime,
     Memory,
@@ -38,21 +50,13 @@ pub enum ViolationKind {
 }
 
 impl ViolationKind {
+    /// The name in reports and sample headers (as serde writes it).
     pub fn name(self) -> &'static str {
-        match self {
-            ViolationKind::CpuTime => "cpu_time",
-            ViolationKind::Memory => "memory",
-            ViolationKind::WallTimeout => "wall_timeout",
-            ViolationKind::Pids => "pids",
-            ViolationKind::FileSize => "file_size",
-            ViolationKind::OutputLimit => "output_limit",
-            ViolationKind::Disk => "disk",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<ViolationKind> {
-        use ViolationKind::*;
-        [CpuTime, Memory, WallTimeout, Pids, FileSize, OutputLimit, Disk].into_iter().find(|k| k.name() == s)
+        s.parse().ok()
     }
 }
 

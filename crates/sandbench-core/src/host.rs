@@ -12,15 +12,31 @@ pub fn which_in(cmd: &str, path: &str) -> Option<PathBuf> {
         .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
-/// `cmd` on sandbench's own `PATH`, then the system's sbin directories
+/// `cmd` on sandbench's own `PATH`, then the usual bin folders (where npm and
+/// pip put tools, should PATH lack them) and the system's sbin directories
 /// (setup runs mkfs.ext4 and friends from a user's PATH too); a path with a
 /// slash is taken as it is.
 pub fn which(cmd: &str) -> Option<PathBuf> {
     if cmd.contains('/') {
         return Path::new(cmd).is_file().then(|| PathBuf::from(cmd));
     }
-    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-    which_in(cmd, &format!("{path}:/usr/local/sbin:/usr/sbin:/sbin"))
+    // The search path, looked up once: this module is where sandbench asks
+    // the host (its PATH is the user's tools, not configuration).
+    static SEARCH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let search = SEARCH.get_or_init(|| {
+        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+        format!("{path}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin")
+    });
+    which_in(cmd, search)
+}
+
+/// `n` random bytes from the kernel, as hex: nonces and tokens. Failing to
+/// read them is an error for the caller to report, never a zero fallback.
+pub fn random_hex(n: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// A process and its descendants (host pids), from `/proc/<pid>/task/<tid>/children`.
@@ -83,5 +99,12 @@ mod tests {
         c.wait().unwrap();
         assert!(found, "the child is not in the tree");
         assert!(pss > 0, "a live process has some resident memory");
+    }
+
+    #[test]
+    fn random_hex_is_fresh_each_time() {
+        let (a, b) = (random_hex(16).unwrap(), random_hex(16).unwrap());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
     }
 }

@@ -14,6 +14,7 @@ pub mod event;
 pub mod frontier;
 pub mod gauntlet;
 pub mod host;
+pub mod http;
 pub mod judge;
 pub mod owner;
 pub mod policy;

@@ -20,7 +20,6 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -95,11 +94,7 @@ fn checked_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 fn nonce() -> anyhow::Result<String> {
-    let mut b = [0u8; NONCE_LEN / 2];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .context("cannot read /dev/urandom for the owner token")?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    crate::host::random_hex(NONCE_LEN / 2).context("cannot read /dev/urandom for the owner token")
 }
 
 /// A live owner: its lock is held until it is dropped (or the process ends).

@@ -8,6 +8,8 @@ use crate::spec::Limits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Outcome {
     /// The program ran to its end within every limit (whatever its exit code).
     Ok,
@@ -21,12 +23,7 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Violation => "violation",
-            Outcome::Error => "error",
-            Outcome::Cancelled => "cancelled",
-        }
+        self.into()
     }
 }
 
@@ -34,6 +31,8 @@ impl Outcome {
 /// (a spare, a pooled container or guest), or restored from a snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum StartKind {
     Cold,
     Warm,
@@ -44,12 +43,7 @@ pub enum StartKind {
 
 impl StartKind {
     pub fn name(self) -> &'static str {
-        match self {
-            StartKind::Cold => "cold",
-            StartKind::Warm => "warm",
-            StartKind::Snapshot => "snapshot",
-            StartKind::Session => "session",
-        }
+        self.into()
     }
 }
 

@@ -17,8 +17,8 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::policy::head_tail;
 use crate::report::RunReport;
+use crate::sanitize::head_tail;
 use crate::spec::RunSpec;
 
 /// Code kept per entry (head and tail); the hash is of the whole program.

@@ -177,9 +177,9 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Vec<Sample>> {
 
 /// The samples folder: `$SANDBENCH_SAMPLES`, else `samples/` next to the
 /// current directory or the executable's source tree.
-pub fn default_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SANDBENCH_SAMPLES") {
-        return PathBuf::from(d);
+pub fn default_dir(env: &crate::config::HostEnv) -> PathBuf {
+    if let Some(d) = &env.samples_dir {
+        return d.clone();
     }
     let cwd = PathBuf::from("samples");
     if cwd.is_dir() {

@@ -67,9 +67,40 @@ pub fn is_invisible_format(c: char) -> bool {
     matches!(c as u32, 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2069 | 0xFEFF | 0xFFF9..=0xFFFB)
 }
 
+/// Keep the head and the tail of `text` within about `max` bytes, cut at
+/// character boundaries, with a line saying how much was left out between.
+/// An agent needs both ends: the start says what ran, the end how it died.
+pub fn head_tail(text: &str, max: usize) -> (String, usize) {
+    if text.len() <= max {
+        return (text.to_string(), 0);
+    }
+    let half = max / 2;
+    let mut head_end = half;
+    while !text.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = text.len() - half;
+    while !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    let omitted = tail_start - head_end;
+    let out = format!("{}\n… {omitted} bytes omitted …\n{}", &text[..head_end], &text[tail_start..]);
+    (out, omitted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn head_and_tail_are_kept_at_char_boundaries() {
+        assert_eq!(head_tail("short", 100), ("short".to_string(), 0));
+        let text = format!("{}{}", "é".repeat(100), "z".repeat(100));
+        let (out, omitted) = head_tail(&text, 50);
+        assert!(out.starts_with('é') && out.ends_with('z'));
+        assert!(out.contains(&format!("… {omitted} bytes omitted …")));
+        assert_eq!(text.len(), omitted + out.lines().next().unwrap().len() + out.lines().last().unwrap().len());
+    }
 
     #[test]
     fn escapes_are_made_visible() {

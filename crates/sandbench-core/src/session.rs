@@ -644,7 +644,7 @@ mod tests {
         assert_eq!(l.memory_bytes, 128 << 20, "memory is the session's");
         call.cpu_time = Duration::from_secs(60);
         let e = call_limits(&session, &call).unwrap_err();
-        assert!(e.contains("cpu_time 60 s is above this session's 5 s"), "{e}");
+        assert!(e.contains("cpu_time 60s is above this session's 5s"), "{e}");
     }
 
     #[tokio::test]

@@ -27,6 +27,8 @@ pub struct SoakConfig {
     pub duration: Duration,
     pub concurrency: usize,
     pub limits: Limits,
+    /// Where leftovers are looked for (Docker endpoint, run folders).
+    pub host: crate::config::HostEnv,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -271,7 +273,7 @@ pub async fn run(
     drop(tiers);
     let settle = Instant::now();
     let leftovers = loop {
-        let l = leftovers().await;
+        let l = leftovers(&cfg.host).await;
         if l.total == 0 || settle.elapsed() > SETTLE {
             break l;
         }
@@ -294,20 +296,20 @@ pub async fn run(
 
 /// Everything on this machine (and its Docker engine) that carries this
 /// process's owner token.
-pub async fn leftovers() -> Leftovers {
+pub async fn leftovers(env: &crate::config::HostEnv) -> Leftovers {
     let Ok(token) = crate::owner::token() else {
         return Leftovers::default();
     };
     let prefix = format!("{token}-");
     // One run's cgroup is a directory per hierarchy (v1): count runs.
-    let cgroups: std::collections::BTreeSet<_> = crate::tier::process::owned_cgroups(token)
+    let cgroups: std::collections::BTreeSet<_> = crate::tier::process::owned_cgroups(token, env)
         .into_iter()
         .filter_map(|p| p.file_name().map(|n| n.to_owned()))
         .collect();
     let mut l = Leftovers { cgroups: cgroups.len(), ..Default::default() };
-    l.containers = crate::tier::docker::owned_containers(token).await.map(|v| v.len());
+    l.containers = crate::tier::docker::owned_containers(token, env).await.map(|v| v.len());
     l.qemu = crate::tier::microvm::vm::owned_qemu(token).len();
-    let mut dirs = vec![crate::tier::microvm::artefacts::paths().runs, crate::tier::peer::rundir::base()];
+    let mut dirs = vec![crate::tier::microvm::artefacts::paths().runs, crate::tier::peer::rundir::base(env)];
     dirs.dedup();
     for d in dirs {
         if let Ok(rd) = std::fs::read_dir(&d) {
@@ -333,11 +335,12 @@ mod tests {
 
     #[tokio::test]
     async fn leftovers_count_what_carries_our_token() {
-        let base = crate::tier::peer::rundir::base();
+        let env = crate::config::HostEnv::default();
+        let base = crate::tier::peer::rundir::base(&env);
         std::fs::create_dir_all(&base).unwrap();
         let d = base.join(format!("{}-999999-soaktest", crate::owner::token().unwrap()));
         std::fs::create_dir(&d).unwrap();
-        let l = leftovers().await;
+        let l = leftovers(&env).await;
         std::fs::remove_dir(&d).unwrap();
         assert!(l.rundirs >= 1 && l.total >= 1, "{l:?}");
     }

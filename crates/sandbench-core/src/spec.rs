@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 /// Languages a sandbox knows how to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Language {
     Python,
     Sh,
@@ -20,10 +22,7 @@ impl Language {
     pub const ALL: [Language; 2] = [Language::Python, Language::Sh];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Language::Python => "python",
-            Language::Sh => "sh",
-        }
+        self.into()
     }
 
     /// File name the program gets inside the sandbox.
@@ -217,13 +216,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// A duration as people write it, the inverse of `parse_duration` for whole
-/// seconds: "5 s", "0.50 s".
+/// A duration as the command line takes it, the exact inverse of
+/// `parse_duration`: "5s", "1500ms", "0.25ms".
 pub fn format_duration(d: Duration) -> String {
-    if d.as_millis().is_multiple_of(1000) {
-        format!("{} s", d.as_secs())
+    let us = d.as_micros();
+    if us.is_multiple_of(1_000_000) {
+        format!("{}s", us / 1_000_000)
+    } else if us.is_multiple_of(1000) {
+        format!("{}ms", us / 1000)
     } else {
-        format!("{:.2} s", d.as_secs_f64())
+        format!("{}ms", us as f64 / 1000.0)
     }
 }
 
@@ -262,6 +264,18 @@ pub fn parse_env(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_format_to_what_parses_back() {
+        for ms in [1u64, 250, 999, 1000, 1500, 5000, 60_000, 86_400_000] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(parse_duration(&format_duration(d)).unwrap(), d, "{}", format_duration(d));
+        }
+        let d = Duration::from_micros(250);
+        assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
+        assert_eq!(format_duration(Duration::from_secs(5)), "5s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    }
 
     #[test]
     fn sizes() {

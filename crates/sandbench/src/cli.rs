@@ -260,10 +260,19 @@ pub struct AgentArgs {
     pub task: Option<String>,
 }
 
+/// What `bench-ui` floods the workbench with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FloodArg {
+    /// Synthetic output events generated in-process as fast as the UI takes them (UI cost alone).
+    Synthetic,
+    /// A real flood program on the process tier (end to end, includes the runner).
+    Process,
+}
+
 #[derive(Debug, Args)]
 pub struct BenchUiArgs {
-    #[arg(long, value_enum, default_value_t = crate::tui::event_loop::FloodSource::Synthetic)]
-    pub source: crate::tui::event_loop::FloodSource,
+    #[arg(long, value_enum, default_value_t = FloodArg::Synthetic)]
+    pub source: FloodArg,
     /// Seconds of flood.
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,

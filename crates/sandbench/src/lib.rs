@@ -4,10 +4,11 @@
 //! integration tests) can say `sandbench::runner` as before.
 
 pub use sandbench_core::{
-    agent, bench, compare, config, event, gauntlet, host, judge, owner, policy, report, runlog, runner, samples,
+    agent, bench, compare, config, event, gauntlet, host, http, judge, owner, policy, report, runlog, runner, samples,
     sanitize, session, setup, soak, spec, state, stats, tier,
 };
 
 pub mod cli;
 pub mod cmd;
+pub mod error;
 pub mod tui;

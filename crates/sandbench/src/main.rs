@@ -66,8 +66,8 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match own_tier {
-            Some(t) => sandbench::tier::reap_leftovers_of(&[t]).await,
-            None => sandbench::tier::reap_leftovers().await,
+            Some(t) => sandbench::tier::reap_leftovers_of(&[t], &config).await,
+            None => sandbench::tier::reap_leftovers(&config).await,
         }
         // The workbench owns its signals (it restores the terminal first);
         // every other command ends on SIGTERM/SIGHUP through the same
@@ -82,7 +82,12 @@ fn main() -> ExitCode {
                 Some(Command::Gauntlet(a)) => cmd::gauntlet::run(a, &config).await,
                 Some(Command::Agent(a)) => cmd::agent::run(a, &config).await,
                 Some(Command::BenchUi(a)) => {
-                    sandbench::tui::bench_ui(&config, a.source, a.seconds, a.output, a.size.0, a.size.1).await
+                    use sandbench::{cli::FloodArg, tui::bench_ui::FloodSource};
+                    let source = match a.source {
+                        FloodArg::Synthetic => FloodSource::Synthetic,
+                        FloodArg::Process => FloodSource::Process,
+                    };
+                    sandbench::tui::bench_ui(&config, source, a.seconds, a.output, a.size.0, a.size.1).await
                 }
                 Some(Command::Setup(a)) => cmd::setup::run(a, &config).await,
                 Some(Command::Mcp(a)) => cmd::mcp::run(a, &config).await,

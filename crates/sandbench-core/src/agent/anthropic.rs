@@ -197,14 +197,8 @@ pub struct Client {
 impl Client {
     pub fn new(base_url: &str, key: &str) -> anyhow::Result<Client> {
         let base = base_url.trim_end_matches('/').to_string();
-        let mut b = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(600))
-            .user_agent(concat!("sandbench/", env!("CARGO_PKG_VERSION")));
-        if crate::tier::e2b::api::is_loopback(&base) {
-            b = b.no_proxy();
-        }
-        Ok(Client { http: b.build()?, base, key: key.to_string(), backoff: Duration::from_millis(500) })
+        let http = crate::http::builder(&[base.as_str()]).timeout(Duration::from_secs(600)).build()?;
+        Ok(Client { http, base, key: key.to_string(), backoff: Duration::from_millis(500) })
     }
 
     pub fn base_url(&self) -> &str {
@@ -238,12 +232,12 @@ impl Client {
             };
             let (status, wait_hint, err) = match result {
                 Err(e) => {
-                    let detail = crate::tier::e2b::api::one_line(&e);
+                    let detail = crate::http::one_line(&e);
                     (None, None, ApiError::Unreachable { url: self.base.clone(), detail, attempts: attempt })
                 }
                 Ok(resp) => {
                     let status = resp.status().as_u16();
-                    let hint = retry_after(resp.headers());
+                    let hint = crate::http::retry_after(resp.headers());
                     should_retry = should_retry_header(resp.headers());
                     let sse = resp
                         .headers()
@@ -263,7 +257,7 @@ impl Client {
                         };
                         match body {
                             Err(e) => {
-                                let detail = format!("the reply broke off: {}", crate::tier::e2b::api::one_line(&e));
+                                let detail = format!("the reply broke off: {}", crate::http::one_line(&e));
                                 (
                                     Some(status),
                                     hint,
@@ -335,14 +329,14 @@ impl Client {
                 .await
                 .map_err(|e| ApiError::Unreachable {
                     url: self.base.clone(),
-                    detail: crate::tier::e2b::api::one_line(&e),
+                    detail: crate::http::one_line(&e),
                     attempts: 1,
                 })?;
             let status = resp.status().as_u16();
-            let hint = retry_after(resp.headers());
+            let hint = crate::http::retry_after(resp.headers());
             let text = resp.text().await.map_err(|e| ApiError::Unreachable {
                 url: self.base.clone(),
-                detail: format!("the reply broke off: {}", crate::tier::e2b::api::one_line(&e)),
+                detail: format!("the reply broke off: {}", crate::http::one_line(&e)),
                 attempts: 1,
             })?;
             if !(200..300).contains(&status) {
@@ -409,7 +403,7 @@ async fn read_sse(
             if name == "error" && v.get("type").and_then(|t| t.as_str()) != Some("error") {
                 return Err(SseFailure::Fatal(ApiError::Malformed(format!(
                     "an error event that is not an error: {}",
-                    crate::tier::e2b::api::bounded(&data, 200)
+                    crate::http::message_line(&data, 200)
                 ))));
             }
             asm.event(&v, attempt, model, on_progress)?;
@@ -426,9 +420,7 @@ async fn read_sse(
         };
         match chunk {
             None => return Err(broke("the reply stream broke off before message_stop".into())),
-            Some(Err(e)) => {
-                return Err(broke(format!("the reply stream broke off: {}", crate::tier::e2b::api::one_line(&e))))
-            }
+            Some(Err(e)) => return Err(broke(format!("the reply stream broke off: {}", crate::http::one_line(&e)))),
             // SSE allows CRLF line ends; JSON data never holds a raw CR.
             Some(Ok(b)) => buf.extend(b.iter().filter(|c| **c != b'\r')),
         }
@@ -598,21 +590,21 @@ fn error_parts(v: &Value) -> (String, String) {
     let e = v.get("error");
     let kind = e.and_then(|e| e.get("type")).and_then(|t| t.as_str()).unwrap_or("error");
     let msg = e.and_then(|e| e.get("message")).and_then(|t| t.as_str()).unwrap_or("no message");
-    let mut message = crate::tier::e2b::api::bounded(msg, 300);
+    let mut message = crate::http::message_line(msg, 300);
     if let Some(id) = v.get("request_id").and_then(|r| r.as_str()).filter(|r| !r.is_empty()) {
-        message.push_str(&format!("; request {}", crate::tier::e2b::api::bounded(id, 80)));
+        message.push_str(&format!("; request {}", crate::http::message_line(id, 80)));
     }
-    (crate::tier::e2b::api::bounded(kind, 60), message)
+    (crate::http::message_line(kind, 60), message)
 }
 
 /// `model`: the model a Messages call named (a 404 there is about it).
 fn classify(status: u16, body: &str, attempts: u32, retry: Option<Duration>, model: Option<&str>) -> ApiError {
     let (kind, message) = match serde_json::from_str::<Value>(body) {
         Ok(v) => error_parts(&v),
-        Err(_) => ("error".into(), crate::tier::e2b::api::bounded(body.lines().next().unwrap_or(""), 200)),
+        Err(_) => ("error".into(), crate::http::message_line(body.lines().next().unwrap_or(""), 200)),
     };
     if let (404, Some(model)) = (status, model) {
-        return ApiError::ModelNotFound { model: crate::tier::e2b::api::bounded(model, 100), kind, message };
+        return ApiError::ModelNotFound { model: crate::http::message_line(model, 100), kind, message };
     }
     match status {
         401 | 403 => ApiError::Auth { status, kind, message },
@@ -643,15 +635,6 @@ fn should_retry_header(h: &reqwest::header::HeaderMap) -> Option<bool> {
         Some("false") => Some(false),
         _ => None,
     }
-}
-
-/// `retry-after-ms` (the SDKs' extension) or `retry-after` in seconds.
-fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
-    if let Some(ms) = get("retry-after-ms").filter(|v| v.is_finite() && *v >= 0.0) {
-        return Some(Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0));
-    }
-    get("retry-after").filter(|v| v.is_finite() && *v >= 0.0).map(|s| Duration::from_secs_f64(s.min(86_400.0)))
 }
 
 #[cfg(test)]

@@ -66,23 +66,6 @@ pub fn parse_input(input: &Value) -> Result<(Language, String), String> {
     Ok((language, code.to_string()))
 }
 
-/// Keep the head and the tail of long text, cut on char boundaries.
-pub fn bounded(text: &str, budget: usize) -> String {
-    if text.len() <= budget {
-        return text.to_string();
-    }
-    let half = budget / 2;
-    let mut head_end = half;
-    while !text.is_char_boundary(head_end) {
-        head_end -= 1;
-    }
-    let mut tail_start = text.len() - half;
-    while !text.is_char_boundary(tail_start) {
-        tail_start += 1;
-    }
-    format!("{}\n[… {} bytes omitted …]\n{}", &text[..head_end], tail_start - head_end, &text[tail_start..])
-}
-
 /// The run report as the model sees it.
 pub fn compact_report(r: &RunReport) -> String {
     let mut s = format!("outcome: {}\nexit: {}\n", r.outcome.name(), r.exit.describe());
@@ -106,7 +89,7 @@ pub fn compact_report(r: &RunReport) -> String {
                 "{name} ({} bytes{}):\n{}\n",
                 text.len(),
                 if cut { ", stopped at the output limit" } else { "" },
-                bounded(text, OUTPUT_BUDGET)
+                crate::sanitize::head_tail(text, OUTPUT_BUDGET).0
             ));
         }
     }
@@ -134,10 +117,10 @@ mod tests {
     #[test]
     fn long_output_keeps_head_and_tail() {
         let text = format!("{}{}", "a".repeat(10_000), "é".repeat(5000));
-        let b = bounded(&text, 1000);
+        let b = crate::sanitize::head_tail(&text, 1000).0;
         assert!(b.len() < 1100);
         assert!(b.starts_with("aaa") && b.ends_with("é"));
         assert!(b.contains("bytes omitted"));
-        assert_eq!(bounded("short", 1000), "short");
+        assert_eq!(crate::sanitize::head_tail("short", 1000).0, "short");
     }
 }

@@ -24,9 +24,38 @@ pub mod process;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Every tier sandbench knows, in order of isolation strength. Peers (other
-/// tools' sandboxes, `peer::names()`) are accepted by name as well.
-pub const KNOWN: &[&str] = &["process", "docker", "gvisor", "microvm", "e2b"];
+/// sandbench's own tiers, in order of isolation strength. Peers (other
+/// tools' sandboxes, `peer::names()`) are tiers too, named by their profiles.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantNames,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum TierKind {
+    Process,
+    Docker,
+    Gvisor,
+    Microvm,
+    E2b,
+}
+
+impl TierKind {
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// The names of sandbench's own tiers, in order of isolation strength.
+pub const KNOWN: &[&str] = <TierKind as strum::VariantNames>::VARIANTS;
 
 /// Longest violation detail or note (characters).
 pub const MAX_DETAIL: usize = 400;
@@ -197,15 +226,15 @@ pub struct Held {
 
 /// Build the named tier.
 pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
-    match name {
-        "process" => Ok(Arc::new(process::ProcessTier::new(config))),
-        "docker" => Ok(Arc::new(docker::DockerTier::docker(config))),
-        "gvisor" => Ok(Arc::new(docker::DockerTier::gvisor(config))),
-        "e2b" => Ok(Arc::new(e2b::E2bTier::new(config))),
-        "microvm" => Ok(Arc::new(microvm::MicrovmTier::new(config))),
-        other => match peer::by_name(other).map_err(|e| anyhow::anyhow!(e))? {
+    match name.parse::<TierKind>() {
+        Ok(TierKind::Process) => Ok(Arc::new(process::ProcessTier::new(config))),
+        Ok(TierKind::Docker) => Ok(Arc::new(docker::DockerTier::docker(config))),
+        Ok(TierKind::Gvisor) => Ok(Arc::new(docker::DockerTier::gvisor(config))),
+        Ok(TierKind::E2b) => Ok(Arc::new(e2b::E2bTier::new(config))),
+        Ok(TierKind::Microvm) => Ok(Arc::new(microvm::MicrovmTier::new(config))),
+        Err(_) => match peer::by_name(name, &config.host).map_err(|e| anyhow::anyhow!(e))? {
             Some(t) => Ok(t),
-            None => anyhow::bail!("unknown tier '{other}' (known: {})", known_names().join(", ")),
+            None => anyhow::bail!("unknown tier '{name}' (known: {})", known_names().join(", ")),
         },
     }
 }
@@ -261,30 +290,30 @@ pub async fn probe_selected(
 }
 
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
-pub async fn reap_leftovers() {
-    process::reap_leftovers();
-    docker::reap_leftovers().await;
+pub async fn reap_leftovers(config: &Config) {
+    process::reap_leftovers(&config.host);
+    docker::reap_leftovers(&config.host).await;
     microvm::reap_leftovers();
-    peer::reap_leftovers();
+    peer::reap_leftovers(&config.host);
 }
 
 /// Reap leftovers of the named tiers only. A one-shot command pays for its
 /// own tier's check, not for asking a Docker engine it will not use (~30 ms
 /// of `sandbench run --tier process`); other tiers' leftovers go at their
 /// next use or the next command that uses every tier (workbench, doctor).
-pub async fn reap_leftovers_of(names: &[String]) {
+pub async fn reap_leftovers_of(names: &[String], config: &Config) {
     let has = |n: &str| names.iter().any(|t| t == n);
     if has("process") {
-        process::reap_leftovers();
+        process::reap_leftovers(&config.host);
     }
     if has("docker") || has("gvisor") {
-        docker::reap_leftovers().await;
+        docker::reap_leftovers(&config.host).await;
     }
     if has("microvm") {
         microvm::reap_leftovers();
     }
     if names.iter().any(|n| !KNOWN.contains(&n.as_str())) {
-        peer::reap_leftovers();
+        peer::reap_leftovers(&config.host);
     }
 }
 

@@ -79,7 +79,7 @@ async fn list_models(args: &AgentArgs, config: &Config) -> anyhow::Result<i32> {
         return Ok(0);
     }
     // Everything here is the server's text: bounded, controls made visible.
-    let clean = |s: &str| visible_controls(crate::tier::e2b::api::bounded(s, 80).as_bytes());
+    let clean = |s: &str| visible_controls(crate::http::message_line(s, 80).as_bytes());
     let width = models.iter().map(|m| clean(&m.id).chars().count()).max().unwrap_or(0);
     println!("models this key can use, newest first (* = the configured model):");
     for m in &models {

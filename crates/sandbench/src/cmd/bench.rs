@@ -81,7 +81,7 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         Some(list) => crate::tier::parse_list(list).map_err(usage)?,
         None => crate::tier::KNOWN.iter().map(|s| s.to_string()).collect(),
     };
-    let dir = args.samples.clone().unwrap_or_else(crate::samples::default_dir);
+    let dir = args.samples.clone().unwrap_or_else(|| crate::samples::default_dir(&config.host));
     let samples = crate::samples::load_dir(&dir).map_err(|e| usage(format!("{e:#}")))?;
     if samples.is_empty() {
         return Err(usage(format!("no samples in {}", dir.display())));
@@ -103,6 +103,7 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         duration: args.duration,
         concurrency: args.concurrency,
         limits: crate::gauntlet::default_limits(),
+        host: config.host.clone(),
     };
     let text = args.format == Format::Text;
     let mut progress = move |runs: usize, mismatches: usize| {

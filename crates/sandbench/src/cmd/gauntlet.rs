@@ -9,27 +9,18 @@ use crate::tier;
 
 use super::usage;
 
-/// Tiers named in `SANDBENCH_REQUIRE_TIERS` must be available (CI sets it).
-pub fn required_tiers() -> Vec<String> {
-    std::env::var("SANDBENCH_REQUIRE_TIERS")
-        .unwrap_or_default()
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
 pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
     let names = match &args.tiers {
         Some(list) => tier::parse_list(list).map_err(usage)?,
         None => tier::KNOWN.iter().map(|s| s.to_string()).collect(),
     };
-    let dir = args.samples.clone().unwrap_or_else(samples::default_dir);
+    let dir = args.samples.clone().unwrap_or_else(|| samples::default_dir(&config.host));
     let all = samples::load_dir(&dir).map_err(|e| usage(format!("{e:#}")))?;
     if all.is_empty() {
         return Err(usage(format!("no samples in {}", dir.display())));
     }
-    let required = required_tiers();
+    // Tiers named in `SANDBENCH_REQUIRE_TIERS` must be available (CI sets it).
+    let required = config.host.require_tiers.clone();
     let mut config = config.clone();
     config.process.allow_degraded |= args.allow_degraded;
     let config = &config;
@@ -59,7 +50,7 @@ pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
     });
     let matrix = gauntlet::run(tiers, skipped, all, limits, args.repeat, Some(tx)).await;
     let _ = printer.await;
-    let secret = std::env::var(gauntlet::canary::SECRET_VAR).ok();
+    let secret = config.env.anthropic_api_key.clone();
     if let Err(e) = crate::state::save_gauntlet_in(&crate::config::state_dir(), &matrix, secret.as_deref()) {
         tracing::warn!("could not keep the gauntlet for `sandbench report --reuse`: {e:#}");
     }

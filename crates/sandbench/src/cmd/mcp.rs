@@ -32,8 +32,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::cli::McpArgs;
 use crate::config::Config;
-use crate::policy::{head_tail, LimitRequest, Policy, SessionRequest};
+use crate::policy::{LimitRequest, Policy, SessionRequest};
 use crate::report::{Outcome, RunReport};
+use crate::sanitize::head_tail;
 use crate::session::{CallError, Session};
 use crate::spec::RunSpec;
 use crate::tier::{self, Tier};

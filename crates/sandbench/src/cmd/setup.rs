@@ -142,9 +142,9 @@ async fn setup_microvm(args: &SetupArgs, config: &Config) -> anyhow::Result<i32>
 
 async fn docker(config: &Config, runtime: Option<&str>) -> anyhow::Result<i32> {
     use crate::tier::docker::{configured_image, engine::Engine, image, runsc_fix};
-    let engine = Engine::connect().await?;
+    let engine = Engine::connect(&crate::tier::docker::engine::Endpoint::of(&config.host)).await?;
     eprintln!("setup: Docker engine {} at {} (API {})", engine.server_version, engine.host, engine.api_version);
-    let wanted = configured_image(&config.docker);
+    let wanted = configured_image(config);
     let bars = Bars::new();
     let done = image::ensure(&engine, &config.docker, &wanted, &bars).await?;
     match &done {
@@ -157,7 +157,7 @@ async fn docker(config: &Config, runtime: Option<&str>) -> anyhow::Result<i32> {
                 eprintln!("setup: built {i}");
             }
             eprintln!("setup: {} now says [docker] image = \"{i}\"", path.display());
-            if std::env::var_os("SANDBENCH_DOCKER_IMAGE").is_some() {
+            if config.host.docker_image.is_some() {
                 eprintln!("setup: note: SANDBENCH_DOCKER_IMAGE={wanted} still overrides the config");
             }
         }

@@ -5,6 +5,10 @@
 
 use std::collections::VecDeque;
 
+use super::app::Level;
+use super::keymap::Action;
+use super::scroll::Scroll;
+use super::view::{Intent, Key, Reply};
 use crate::agent::{EndReason, TranscriptEvent};
 use crate::event::Stream;
 
@@ -60,9 +64,9 @@ pub struct AgentView {
     /// The last line is still being written (streamed text or output).
     open: bool,
     streamed_turn: Option<u32>,
-    /// Showing the end (else from line `top`).
-    pub follow: bool,
-    pub top: usize,
+    /// Where the transcript is scrolled to, in absolute lines (`dropped`
+    /// counts from the first line ever written).
+    pub scroll: Scroll,
     pub end: Option<EndReason>,
     pub turns: u32,
     /// The session the task's runs share (None: a fresh sandbox per run).
@@ -71,7 +75,36 @@ pub struct AgentView {
 
 impl AgentView {
     pub fn new() -> AgentView {
-        AgentView { follow: true, ..Default::default() }
+        AgentView { scroll: Scroll::following(), ..Default::default() }
+    }
+
+    /// The first transcript line shown (absolute) in `rows` rows.
+    pub fn fit(&self, rows: usize) -> u64 {
+        self.scroll.fit(self.dropped, self.dropped + self.lines.len() as u64, rows as u64)
+    }
+
+    /// The task prompt and the transcript's scrolling; `rows` is the
+    /// transcript's height.
+    pub fn key(&mut self, k: Key, rows: usize) -> Reply {
+        self.fit(rows);
+        match (k.action, k.typed) {
+            (Some(Action::Accept), _) => Reply::Do(Intent::StartAgent),
+            (Some(Action::Backspace), _) => {
+                self.input.pop();
+                Reply::Consumed
+            }
+            (Some(Action::Close), _) => Reply::Do(Intent::Close(None)),
+            (Some(a), _) if self.scroll.key(a) => Reply::Consumed,
+            (Some(a), _) => Reply::Pass(a),
+            (None, Some(c)) if !self.running => {
+                if self.input.chars().count() < 2000 {
+                    self.input.push(c);
+                }
+                Reply::Consumed
+            }
+            (None, Some(_)) => Reply::Say(Level::Info, "the agent is working: F8 cancels it".into()),
+            (None, None) => Reply::Consumed,
+        }
     }
 
     /// A new session starts: the transcript is cleared.
@@ -84,8 +117,7 @@ impl AgentView {
         self.dropped = 0;
         self.open = false;
         self.streamed_turn = None;
-        self.follow = true;
-        self.top = 0;
+        self.scroll = Scroll::following();
         self.end = None;
         self.turns = 0;
         self.session = None;
@@ -95,7 +127,6 @@ impl AgentView {
         if self.lines.len() >= MAX_LINES {
             self.lines.pop_front();
             self.dropped += 1;
-            self.top = self.top.saturating_sub(1);
         }
         self.lines.push_back(ALine { kind, text: String::new(), cut: 0 });
         self.lines.back_mut().expect("just pushed")

@@ -11,18 +11,22 @@ use ratatui::crossterm::event::{KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::Rect;
 
 use super::agent_view::AgentView;
-use super::compare_view::CompareRun;
+use super::compare_view::{CompareRun, CompareView};
 use super::editor::Editor;
 use super::gauntlet_view::{GState, GauntletView};
 use super::highlight::{Highlighter, SyntaxAssets};
 use super::keymap::{self, Action, Ctx, ExportFormat};
+use super::output_pane::OutputPane;
+pub use super::overlays::Overlay;
+use super::overlays::{Help, LimitsForm, Prompt, PromptKind, SamplesPicker};
 use super::run_view::RunView;
 use super::runs_view::RunsView;
 use super::theme::Theme;
+use super::view::{Intent, Key, Reply};
 use super::widgets;
 use crate::event::RunEvent;
 use crate::samples::{self, Sample};
-use crate::spec::{self, format_size, Language, Limits, RunSpec};
+use crate::spec::{Language, Limits, RunSpec};
 use crate::tier::Availability;
 
 /// Everything that reaches the app.
@@ -132,112 +136,12 @@ pub struct Status {
     pub at: Instant,
 }
 
-pub struct SamplesPicker {
-    /// (group: "benign" / "hostile", sample)
-    pub items: Vec<(String, Sample)>,
-    pub selected: usize,
-    pub problems: Vec<String>,
-    /// Enter was pressed once over unsaved edits; a second Enter replaces them.
-    pub confirm: bool,
-}
-
 /// What goes with an editor text besides the text: undo brings it back.
 #[derive(Debug, Clone)]
 struct DocIdentity {
     path: Option<PathBuf>,
     label: String,
     language: Language,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitField {
-    CpuTime,
-    WallTime,
-    Memory,
-    Pids,
-    FileSize,
-    Disk,
-    Output,
-}
-
-impl LimitField {
-    pub const ALL: [LimitField; 7] = [
-        LimitField::CpuTime,
-        LimitField::WallTime,
-        LimitField::Memory,
-        LimitField::Pids,
-        LimitField::FileSize,
-        LimitField::Disk,
-        LimitField::Output,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            LimitField::CpuTime => "CPU time",
-            LimitField::WallTime => "wall time",
-            LimitField::Memory => "memory",
-            LimitField::Pids => "pids",
-            LimitField::FileSize => "file size",
-            LimitField::Disk => "disk",
-            LimitField::Output => "output",
-        }
-    }
-
-    pub fn hint(self) -> &'static str {
-        match self {
-            LimitField::CpuTime | LimitField::WallTime => "e.g. 5s, 500ms, 2m",
-            LimitField::Pids => "a whole number",
-            _ => "e.g. 256M, 1G, 512K",
-        }
-    }
-
-    fn get(self, l: &Limits) -> String {
-        match self {
-            LimitField::CpuTime => fmt_duration(l.cpu_time),
-            LimitField::WallTime => fmt_duration(l.wall_time),
-            LimitField::Memory => format_size(l.memory_bytes),
-            LimitField::Pids => l.pids.to_string(),
-            LimitField::FileSize => format_size(l.file_size_bytes),
-            LimitField::Disk => format_size(l.disk_bytes),
-            LimitField::Output => format_size(l.output_bytes),
-        }
-    }
-
-    fn set(self, l: &mut Limits, s: &str) -> Result<(), String> {
-        match self {
-            LimitField::CpuTime => l.cpu_time = spec::parse_duration(s)?,
-            LimitField::WallTime => l.wall_time = spec::parse_duration(s)?,
-            LimitField::Memory => l.memory_bytes = spec::parse_size(s)?,
-            LimitField::Pids => l.pids = spec::parse_count(s)?,
-            LimitField::FileSize => l.file_size_bytes = spec::parse_size(s)?,
-            LimitField::Disk => l.disk_bytes = spec::parse_size(s)?,
-            LimitField::Output => l.output_bytes = spec::parse_size(s)?,
-        }
-        Ok(())
-    }
-}
-
-pub fn fmt_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
-}
-
-pub struct LimitsForm {
-    pub fields: Vec<(LimitField, String)>,
-    pub selected: usize,
-    pub error: Option<String>,
-}
-
-pub enum Overlay {
-    Help { scroll: usize },
-    Samples(SamplesPicker),
-    Limits(LimitsForm),
-    SaveAs { input: String },
-    Search { input: String },
 }
 
 /// Screen areas from the last layout (for paging and scrolling).
@@ -268,21 +172,16 @@ pub struct App {
     pub compare: Vec<u64>,
     /// The last (or running) compare: its schedule and reports.
     pub compare_run: Option<CompareRun>,
-    /// Rounds and mode of the next compare.
-    pub compare_repeat: usize,
-    pub compare_mode: sandbench_core::compare::Mode,
-    /// First summary column shown after the tier column.
-    pub compare_hscroll: usize,
+    /// Rounds, mode and scrolling of the compare view.
+    pub compare_view: CompareView,
     /// Where exports are written (the current directory).
     pub export_dir: PathBuf,
     next_id: u64,
     pub focus: Focus,
     pub view: View,
     pub overlay: Option<Overlay>,
-    /// Output pane: following the end, or showing from this absolute line.
-    pub follow: bool,
-    pub out_top: u64,
-    pub hscroll: usize,
+    /// The output pane's scrolling and search.
+    pub output: OutputPane,
     pub status: Option<Status>,
     clipboard: String,
     pub samples_dirs: Vec<PathBuf>,
@@ -301,9 +200,6 @@ pub struct App {
     pub areas: Areas,
     /// Run clocks follow the wall clock (tests turn this off).
     pub live_clock: bool,
-    /// Output search: the query, and the absolute line of the current match.
-    pub search: Option<String>,
-    pub found: Option<u64>,
     /// The last (or running) gauntlet.
     pub gauntlet: Option<GauntletView>,
     /// The gauntlet of an earlier session, until this one runs its own.
@@ -311,8 +207,8 @@ pub struct App {
     pub agent: AgentView,
     /// The run log as the runs view shows it (F11).
     pub runs_log: RunsView,
-    /// ANTHROPIC_API_KEY is in sandbench's environment (read at start: the
-    /// agent needs it; the gauntlet's secret-env canary looks for it).
+    /// ANTHROPIC_API_KEY is in sandbench's environment (from the config,
+    /// which read it at start): the agent needs it.
     pub api_key_set: bool,
 }
 
@@ -335,20 +231,16 @@ impl App {
             current: None,
             compare: vec![],
             compare_run: None,
-            compare_repeat: 1,
-            compare_mode: sandbench_core::compare::Mode::Sequential,
-            compare_hscroll: 0,
+            compare_view: CompareView::default(),
             export_dir: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             next_id: 1,
             focus: Focus::Editor,
             view: View::Single,
             overlay: None,
-            follow: true,
-            out_top: 0,
-            hscroll: 0,
+            output: OutputPane::default(),
             status: None,
             clipboard: String::new(),
-            samples_dirs: default_samples_dirs(),
+            samples_dirs: default_samples_dirs(None),
             effects: vec![],
             quitting: false,
             quit_armed: false,
@@ -358,13 +250,11 @@ impl App {
             dirty: true,
             areas: Areas::default(),
             live_clock: true,
-            search: None,
-            found: None,
             gauntlet: None,
             saved_gauntlet: None,
             agent: AgentView::new(),
             runs_log: RunsView::default(),
-            api_key_set: std::env::var(crate::gauntlet::canary::SECRET_VAR).is_ok_and(|k| !k.trim().is_empty()),
+            api_key_set: false,
         }
     }
 
@@ -434,10 +324,7 @@ impl App {
     /// Active keymap contexts, innermost first.
     pub fn contexts(&self) -> Vec<Ctx> {
         let inner = match &self.overlay {
-            Some(Overlay::Help { .. }) => Ctx::Help,
-            Some(Overlay::Samples(_)) => Ctx::Samples,
-            Some(Overlay::Limits(_)) => Ctx::Limits,
-            Some(Overlay::SaveAs { .. } | Overlay::Search { .. }) => Ctx::Prompt,
+            Some(o) => o.ctx(),
             None if self.view == View::Compare => Ctx::Compare,
             None if self.view == View::Gauntlet => Ctx::Gauntlet,
             None if self.view == View::Agent => Ctx::Agent,
@@ -565,13 +452,7 @@ impl App {
 
     fn on_paste(&mut self, s: &str) {
         match &mut self.overlay {
-            Some(Overlay::Limits(f)) => {
-                f.fields[f.selected].1.push_str(s.lines().next().unwrap_or(""));
-            }
-            Some(Overlay::SaveAs { input } | Overlay::Search { input }) => {
-                input.push_str(s.lines().next().unwrap_or(""))
-            }
-            Some(_) => {}
+            Some(o) => o.paste(s),
             None if self.view == View::Agent && !self.agent.running => {
                 self.agent.input.push_str(s.lines().next().unwrap_or(""))
             }
@@ -600,28 +481,114 @@ impl App {
             }
             _ => None,
         };
-        match ctxs[0] {
-            Ctx::Help => self.help_key(action),
-            Ctx::Samples => self.samples_key(action),
-            Ctx::Limits => self.limits_key(action, typed),
-            Ctx::Prompt => self.prompt_key(action, typed),
-            Ctx::Compare => self.compare_key(action),
-            Ctx::Gauntlet => self.gauntlet_key(action),
-            Ctx::Agent => self.agent_key(action, typed),
-            Ctx::Runs => self.runs_key(action),
-            Ctx::Output => self.output_key(action),
-            Ctx::Editor | Ctx::Global => match (action, typed) {
-                (Some(a), _) => self.editor_key(a),
-                (None, Some(c)) => self.editor.insert_char(c),
-                (None, None) => {}
+        let k = Key { action, typed };
+        let reply = match ctxs[0] {
+            Ctx::Help | Ctx::Samples | Ctx::Limits | Ctx::Prompt => {
+                let unsaved = self.editor.modified;
+                match self.overlay.as_mut() {
+                    Some(Overlay::Help(h)) => h.key(k),
+                    Some(Overlay::Samples(p)) => p.key(k, unsaved),
+                    Some(Overlay::Limits(f)) => f.key(k),
+                    Some(Overlay::Prompt(p)) => p.key(k),
+                    None => Reply::Consumed,
+                }
+            }
+            Ctx::Compare => self.compare_view.key(k),
+            Ctx::Gauntlet => match self.gauntlet.as_mut() {
+                Some(g) => g.key(k, self.areas.list_rows as usize),
+                None => match action {
+                    Some(Action::Close) => Reply::Do(Intent::Close(None)),
+                    Some(Action::Rerun) => Reply::Do(Intent::AskGauntlet),
+                    a => Reply::pass(a),
+                },
             },
+            Ctx::Agent => {
+                let rows = self.agent_rows();
+                self.agent.key(k, rows)
+            }
+            Ctx::Runs => self.runs_log.key(k, self.areas.list_rows as usize),
+            Ctx::Output => {
+                let rows = self.output_rows();
+                let run = self.current.and_then(|id| self.runs.get(&id));
+                self.output.key(k, run, rows)
+            }
+            Ctx::Editor | Ctx::Global => match (action, typed) {
+                (Some(a), _) => return self.editor_key(a),
+                (None, Some(c)) => {
+                    self.editor.insert_char(c);
+                    Reply::Consumed
+                }
+                (None, None) => Reply::Consumed,
+            },
+        };
+        self.reply(reply);
+    }
+
+    /// Carry out a view's answer to a key.
+    fn reply(&mut self, r: Reply) {
+        match r {
+            Reply::Consumed => {}
+            Reply::Pass(a) => self.global(a),
+            Reply::Say(level, text) => self.say(level, text),
+            Reply::Do(i) => self.intent(i),
+        }
+    }
+
+    fn intent(&mut self, i: Intent) {
+        match i {
+            Intent::Close(msg) => {
+                if self.overlay.take().is_none() {
+                    self.view = View::Single;
+                }
+                if let Some(m) = msg {
+                    self.say(Level::Info, m);
+                }
+            }
+            Intent::ApplyLimits(l) => {
+                self.limits = l;
+                self.overlay = None;
+                self.say(Level::Info, "limits set for the next run");
+            }
+            Intent::LoadSample(s) => {
+                self.overlay = None;
+                self.load_sample(&s);
+            }
+            Intent::SaveTo(p) => {
+                self.overlay = None;
+                self.write_to(&p);
+            }
+            Intent::Search(q) => {
+                self.overlay = None;
+                let rows = self.output_rows();
+                let run = self.current.and_then(|id| self.runs.get(&id));
+                let r = self.output.search(q, run, rows);
+                self.reply(r);
+            }
+            Intent::OpenSearch => {
+                let input = self.output.search.clone().unwrap_or_default();
+                self.overlay = Some(Overlay::Prompt(Prompt { kind: PromptKind::Search, input }));
+            }
+            Intent::ClearRun => {
+                if let Some(r) = self.current.and_then(|id| self.runs.get(&id)) {
+                    if r.finished() {
+                        self.current = None;
+                    } else {
+                        self.say(Level::Info, "the run is still going");
+                    }
+                }
+            }
+            Intent::Compare => self.compare(),
+            Intent::ExportCompare(f) => self.export_compare(f),
+            Intent::AskGauntlet => self.ask_gauntlet(),
+            Intent::StartAgent => self.start_agent(),
+            Intent::LoadRun => self.load_run(),
         }
     }
 
     fn global(&mut self, a: Action) {
         match a {
             Action::Quit => self.quit(false),
-            Action::Help => self.overlay = Some(Overlay::Help { scroll: 0 }),
+            Action::Help => self.overlay = Some(Overlay::Help(Help::default())),
             Action::Run => self.run(),
             Action::Compare => self.compare(),
             Action::Cancel if !self.cancel_all() => self.quit(false),
@@ -646,8 +613,8 @@ impl App {
             }
             Action::Samples => self.open_samples(),
             Action::Limits => {
-                let fields = LimitField::ALL.iter().map(|f| (*f, f.get(&self.limits))).collect();
-                self.overlay = Some(Overlay::Limits(LimitsForm { fields, selected: 0, error: None }));
+                let tier = self.tiers.get(self.tier).map_or("", |t| t.name.as_str());
+                self.overlay = Some(Overlay::Limits(LimitsForm::new(&self.limits, tier)));
             }
             Action::NextTier => {
                 self.tier = (self.tier + 1) % self.tiers.len().max(1);
@@ -737,223 +704,7 @@ impl App {
 
     /// Absolute index of the first line the output pane shows.
     pub fn output_top(&self) -> u64 {
-        let Some(r) = self.current_run() else {
-            return 0;
-        };
-        let total = r.lines.dropped + r.line_count() as u64;
-        let rows = self.output_rows() as u64;
-        let max_top = total.saturating_sub(rows);
-        if self.follow {
-            max_top
-        } else {
-            self.out_top.clamp(r.lines.dropped, max_top.max(r.lines.dropped))
-        }
-    }
-
-    fn output_key(&mut self, action: Option<Action>) {
-        let rows = self.output_rows() as u64;
-        let top = self.output_top();
-        let scroll_to = |app: &mut App, t: u64| {
-            app.follow = false;
-            app.out_top = t;
-            // Back at the end: follow again.
-            if app.output_top()
-                >= app.current_run().map_or(0, |r| (r.lines.dropped + r.line_count() as u64).saturating_sub(rows))
-            {
-                app.follow = true;
-            }
-        };
-        match action {
-            Some(Action::Up) => scroll_to(self, top.saturating_sub(1)),
-            Some(Action::Down) => scroll_to(self, top + 1),
-            Some(Action::PageUp) => scroll_to(self, top.saturating_sub(rows)),
-            Some(Action::PageDown) => scroll_to(self, top + rows),
-            Some(Action::Top) => scroll_to(self, 0),
-            Some(Action::Bottom) => self.follow = true,
-            Some(Action::Left) => self.hscroll = self.hscroll.saturating_sub(8),
-            Some(Action::Right) => self.hscroll += 8,
-            Some(Action::Follow) => {
-                self.follow = !self.follow;
-                self.out_top = top;
-                self.say(Level::Info, if self.follow { "following the output" } else { "follow off" });
-            }
-            Some(Action::Search) => {
-                self.overlay = Some(Overlay::Search { input: self.search.clone().unwrap_or_default() })
-            }
-            Some(Action::SearchNext) => self.find(true),
-            Some(Action::SearchPrev) => self.find(false),
-            Some(Action::Clear) => {
-                if let Some(r) = self.current.and_then(|id| self.runs.get(&id)) {
-                    if r.finished() {
-                        self.current = None;
-                    } else {
-                        self.say(Level::Info, "the run is still going");
-                    }
-                }
-            }
-            Some(a) => self.global(a),
-            None => {}
-        }
-    }
-
-    /// Move to the next match of the search: newer (`forward`) or older
-    /// than the current one (from the end when there is none).
-    fn find(&mut self, forward: bool) {
-        let Some(q) = self.search.as_ref().map(|q| q.to_lowercase()) else {
-            return self.say(Level::Info, "no search yet: / searches the output");
-        };
-        let Some(r) = self.current_run() else { return };
-        let partials: Vec<_> = r.partials().collect();
-        let lines: Vec<&crate::tui::sanitize::StyledLine> =
-            r.lines.iter().map(|l| &l.line).chain(partials.iter().map(|l| &l.line)).collect();
-        let base = r.lines.dropped;
-        let n = lines.len() as u64;
-        let cur = self.found.filter(|f| *f >= base && *f < base + n).map(|f| f - base);
-        let hit = |i: &u64| lines[*i as usize].text().to_lowercase().contains(&q);
-        let found =
-            if forward { (cur.map_or(0, |c| c + 1)..n).find(hit) } else { (0..cur.unwrap_or(n)).rev().find(hit) };
-        match found {
-            Some(i) => {
-                let rows = self.output_rows() as u64;
-                self.found = Some(base + i);
-                self.follow = false;
-                self.out_top = (base + i).saturating_sub(rows / 3);
-                self.say(Level::Info, format!("match at line {} of {}", i + 1, n));
-            }
-            None => self.say(Level::Warn, format!("no {} match for '{q}'", if forward { "newer" } else { "older" })),
-        }
-    }
-
-    fn help_key(&mut self, action: Option<Action>) {
-        let Some(Overlay::Help { scroll }) = &mut self.overlay else {
-            return;
-        };
-        match action {
-            Some(Action::Close) => self.overlay = None,
-            Some(Action::Up) => *scroll = scroll.saturating_sub(1),
-            Some(Action::Down) => *scroll += 1,
-            Some(Action::PageUp) => *scroll = scroll.saturating_sub(10),
-            Some(Action::PageDown) => *scroll += 10,
-            Some(a) => self.global(a),
-            None => {}
-        }
-    }
-
-    fn samples_key(&mut self, action: Option<Action>) {
-        let Some(Overlay::Samples(p)) = &mut self.overlay else {
-            return;
-        };
-        let n = p.items.len();
-        match action {
-            Some(Action::Close) => self.overlay = None,
-            Some(Action::Up) => p.selected = p.selected.saturating_sub(1),
-            Some(Action::Down) => p.selected = (p.selected + 1).min(n.saturating_sub(1)),
-            Some(Action::PageUp) => p.selected = p.selected.saturating_sub(10),
-            Some(Action::PageDown) => p.selected = (p.selected + 10).min(n.saturating_sub(1)),
-            Some(Action::Accept) => {
-                if let Some((_, s)) = p.items.get(p.selected).cloned() {
-                    if self.editor.modified && !p.confirm {
-                        p.confirm = true;
-                        return self.say(
-                            Level::Warn,
-                            "unsaved changes: Enter again replaces them (^Z brings them back), Esc keeps them",
-                        );
-                    }
-                    self.overlay = None;
-                    self.load_sample(&s);
-                }
-            }
-            Some(a) => self.global(a),
-            None => {}
-        }
-        if let Some(Overlay::Samples(p)) = &mut self.overlay {
-            if !matches!(action, Some(Action::Accept)) {
-                p.confirm = false;
-            }
-        }
-    }
-
-    fn limits_key(&mut self, action: Option<Action>, typed: Option<char>) {
-        let Some(Overlay::Limits(f)) = &mut self.overlay else {
-            return;
-        };
-        let n = f.fields.len();
-        match (action, typed) {
-            (Some(Action::Close), _) => {
-                self.overlay = None;
-                self.say(Level::Info, "limits unchanged");
-            }
-            (Some(Action::Up), _) => f.selected = (f.selected + n - 1) % n,
-            (Some(Action::Down), _) => f.selected = (f.selected + 1) % n,
-            (Some(Action::Backspace), _) => {
-                f.fields[f.selected].1.pop();
-                f.error = None;
-            }
-            (Some(Action::Accept), _) => {
-                let mut l = self.limits.clone();
-                for (i, (field, text)) in f.fields.iter().enumerate() {
-                    if let Err(e) = field.set(&mut l, text) {
-                        f.error = Some(format!("{}: {e}", field.label()));
-                        f.selected = i;
-                        return;
-                    }
-                }
-                // The same refusal `run` gives: a limit the tier cannot
-                // enforce never reaches a run.
-                if let Some(t) = self.tiers.get(self.tier) {
-                    if let Err(e) = crate::tier::max_limits(&t.name).check(&t.name, &l) {
-                        f.error = Some(e);
-                        return;
-                    }
-                }
-                self.limits = l;
-                self.overlay = None;
-                self.say(Level::Info, "limits set for the next run");
-            }
-            (Some(a), _) => self.global(a),
-            (None, Some(c)) => {
-                let t = &mut f.fields[f.selected].1;
-                if t.len() < 24 {
-                    t.push(c);
-                }
-                f.error = None;
-            }
-            (None, None) => {}
-        }
-    }
-
-    fn prompt_key(&mut self, action: Option<Action>, typed: Option<char>) {
-        let (input, search) = match &mut self.overlay {
-            Some(Overlay::SaveAs { input }) => (input, false),
-            Some(Overlay::Search { input }) => (input, true),
-            _ => return,
-        };
-        match (action, typed) {
-            (Some(Action::Close), _) => self.overlay = None,
-            (Some(Action::Backspace), _) => {
-                input.pop();
-            }
-            (Some(Action::Accept), _) if search => {
-                let q = input.trim().to_string();
-                self.overlay = None;
-                if !q.is_empty() {
-                    self.search = Some(q);
-                    self.found = None;
-                    self.find(false);
-                }
-            }
-            (Some(Action::Accept), _) => {
-                let p = PathBuf::from(input.trim());
-                if p.as_os_str().is_empty() {
-                    return;
-                }
-                self.overlay = None;
-                self.write_to(&p);
-            }
-            (Some(a), _) => self.global(a),
-            (None, Some(c)) => input.push(c),
-            (None, None) => {}
-        }
+        self.output.fit(self.current_run(), self.output_rows())
     }
 
     fn save(&mut self) {
@@ -968,7 +719,7 @@ impl App {
                         Language::Sh => "sh",
                     }
                 );
-                self.overlay = Some(Overlay::SaveAs { input });
+                self.overlay = Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input }));
             }
         }
     }
@@ -1097,8 +848,7 @@ impl App {
             return self.say(Level::Warn, "nothing to run: the editor is empty");
         };
         self.view = View::Single;
-        self.follow = true;
-        self.hscroll = 0;
+        self.output.show_new_run();
         let id = self.start(&t.name, spec);
         self.current = Some(id);
         self.say(Level::Info, format!("running on {}…", t.name));
@@ -1124,9 +874,9 @@ impl App {
             .collect();
         let n = skipped.len();
         self.compare.clear();
-        self.compare_run =
-            Some(CompareRun::new(ready.clone(), spec, self.compare_mode, self.compare_repeat.max(1), skipped));
-        self.follow = true;
+        let (mode, repeat) = (self.compare_view.mode, self.compare_view.repeat.max(1));
+        self.compare_run = Some(CompareRun::new(ready.clone(), spec, mode, repeat, skipped));
+        self.output.show_new_run();
         self.view = View::Compare;
         self.advance_compare();
         self.say(
@@ -1134,8 +884,8 @@ impl App {
             format!(
                 "comparing on {} tier(s), {} round(s), {}{}",
                 ready.len(),
-                self.compare_repeat.max(1),
-                match self.compare_mode {
+                repeat,
+                match mode {
                     sandbench_core::compare::Mode::Sequential => "one tier at a time",
                     sandbench_core::compare::Mode::Concurrent => "tiers at once (timings skewed)",
                 },
@@ -1178,42 +928,6 @@ impl App {
             self.current = Some(id);
         }
         self.prune();
-    }
-
-    fn compare_key(&mut self, action: Option<Action>) {
-        use sandbench_core::compare::Mode;
-        match action {
-            Some(Action::Close) => self.view = View::Single,
-            Some(Action::Rerun) => self.compare(),
-            Some(Action::RepeatMore) => {
-                self.compare_repeat = (self.compare_repeat + 1).min(1000);
-                self.say(Level::Info, format!("next compare: {} round(s) (r starts it)", self.compare_repeat));
-            }
-            Some(Action::RepeatLess) => {
-                self.compare_repeat = self.compare_repeat.saturating_sub(1).max(1);
-                self.say(Level::Info, format!("next compare: {} round(s) (r starts it)", self.compare_repeat));
-            }
-            Some(Action::ToggleConcurrent) => {
-                self.compare_mode = match self.compare_mode {
-                    Mode::Sequential => Mode::Concurrent,
-                    Mode::Concurrent => Mode::Sequential,
-                };
-                self.say(
-                    Level::Info,
-                    match self.compare_mode {
-                        Mode::Sequential => "next compare: one tier at a time",
-                        Mode::Concurrent => "next compare: every tier of a round at once (the timings skew each other)",
-                    },
-                );
-            }
-            Some(Action::Left) => self.compare_hscroll = self.compare_hscroll.saturating_sub(1),
-            Some(Action::Right) => {
-                self.compare_hscroll = (self.compare_hscroll + 1).min(sandbench_core::compare::COLUMNS.len() - 2)
-            }
-            Some(Action::Export(f)) => self.export_compare(f),
-            Some(a) => self.global(a),
-            None => {}
-        }
     }
 
     /// Write the compare summary to `export_dir` and say where.
@@ -1392,84 +1106,13 @@ impl App {
         );
     }
 
-    fn gauntlet_rows(&self) -> usize {
-        self.areas.list_rows.max(1) as usize
-    }
-
-    fn gauntlet_key(&mut self, action: Option<Action>) {
-        let page = self.gauntlet_rows() as isize;
-        let detail_page = self.areas.detail_rows.max(1) as usize;
-        let Some(g) = self.gauntlet.as_mut() else {
-            match action {
-                Some(Action::Close) => self.view = View::Single,
-                Some(Action::Rerun) => self.ask_gauntlet(),
-                Some(a) => self.global(a),
-                None => {}
-            }
-            return;
-        };
-        match action {
-            Some(Action::Up) if g.zoom => g.scroll = g.scroll.saturating_sub(1),
-            Some(Action::Down) if g.zoom => g.scroll += 1,
-            Some(Action::PageUp) if g.zoom => g.scroll = g.scroll.saturating_sub(detail_page),
-            Some(Action::PageDown) if g.zoom => g.scroll += detail_page,
-            Some(Action::Up) => g.move_sel(-1, 0),
-            Some(Action::Down) => g.move_sel(1, 0),
-            Some(Action::Left) => g.move_sel(0, -1),
-            Some(Action::Right) => g.move_sel(0, 1),
-            Some(Action::PageUp) => g.move_sel(-page, 0),
-            Some(Action::PageDown) => g.move_sel(page, 0),
-            Some(Action::Accept) => {
-                g.zoom = !g.zoom;
-                g.scroll = 0;
-            }
-            Some(Action::Close) if g.zoom => g.zoom = false,
-            Some(Action::Close) => self.view = View::Single,
-            Some(Action::Rerun) => self.ask_gauntlet(),
-            Some(a) => self.global(a),
-            None => {}
-        }
-    }
-
     fn agent_rows(&self) -> usize {
         self.areas.detail_rows.max(1) as usize
     }
 
-    /// First transcript line shown.
-    pub fn agent_top(&self) -> usize {
-        let max_top = self.agent.lines.len().saturating_sub(self.agent_rows());
-        if self.agent.follow {
-            max_top
-        } else {
-            self.agent.top.min(max_top)
-        }
-    }
-
-    fn runs_key(&mut self, action: Option<Action>) {
-        let v = &mut self.runs_log;
-        let page = (self.areas.list_rows as usize).max(1);
-        let detail_page = (self.areas.detail_rows as usize).max(1);
-        match action {
-            Some(Action::Up) => v.select(v.selected.saturating_sub(1)),
-            Some(Action::Down) => v.select(v.selected + 1),
-            Some(Action::PageUp) if v.open => v.detail_top = v.detail_top.saturating_sub(detail_page),
-            Some(Action::PageDown) if v.open => v.detail_top += detail_page,
-            Some(Action::PageUp) => v.select(v.selected.saturating_sub(page)),
-            Some(Action::PageDown) => v.select(v.selected + page),
-            Some(Action::Top) => v.select(0),
-            Some(Action::Bottom) => v.select(usize::MAX),
-            Some(Action::Accept) => {
-                v.open = v.selected_entry().is_some() && !v.open;
-                v.detail_top = 0;
-            }
-            Some(Action::FilterOutcome) => v.cycle_outcome(),
-            Some(Action::FilterTier) => v.cycle_tier(),
-            Some(Action::LoadRun) => self.load_run(),
-            Some(Action::Close) if v.open => v.open = false,
-            Some(Action::Close) => self.view = View::Single,
-            Some(a) => self.global(a),
-            None => {}
-        }
+    /// First transcript line shown (absolute).
+    pub fn agent_top(&self) -> u64 {
+        self.agent.fit(self.agent_rows())
     }
 
     /// Put the selected run's code in the editor, on its tier, to re-run it
@@ -1493,37 +1136,6 @@ impl App {
             self.say(Level::Warn, "the log kept only the head and tail of this program: check it before running");
         } else {
             self.say(Level::Info, "run loaded: F5 runs it again, F4 picks another tier, F6 compares across tiers");
-        }
-    }
-
-    fn agent_key(&mut self, action: Option<Action>, typed: Option<char>) {
-        let rows = self.agent_rows();
-        let top = self.agent_top();
-        let max_top = self.agent.lines.len().saturating_sub(rows);
-        let scroll_to = |app: &mut App, t: usize| {
-            app.agent.top = t.min(max_top);
-            app.agent.follow = app.agent.top >= max_top;
-        };
-        match (action, typed) {
-            (Some(Action::Accept), _) => self.start_agent(),
-            (Some(Action::Backspace), _) => {
-                self.agent.input.pop();
-            }
-            (Some(Action::Up), _) => scroll_to(self, top.saturating_sub(1)),
-            (Some(Action::Down), _) => scroll_to(self, top + 1),
-            (Some(Action::PageUp), _) => scroll_to(self, top.saturating_sub(rows)),
-            (Some(Action::PageDown), _) => scroll_to(self, top + rows),
-            (Some(Action::Top), _) => scroll_to(self, 0),
-            (Some(Action::Bottom), _) => self.agent.follow = true,
-            (Some(Action::Close), _) => self.view = View::Single,
-            (Some(a), _) => self.global(a),
-            (None, Some(c)) if !self.agent.running => {
-                if self.agent.input.chars().count() < 2000 {
-                    self.agent.input.push(c);
-                }
-            }
-            (None, Some(_)) => self.say(Level::Info, "the agent is working: F8 cancels it"),
-            (None, None) => {}
         }
     }
 
@@ -1642,13 +1254,11 @@ impl App {
     }
 }
 
-/// Where the samples picker looks: `$SANDBENCH_SAMPLES`, `./samples`, next
-/// to the binary's checkout, the source tree it was built from.
-pub fn default_samples_dirs() -> Vec<PathBuf> {
-    let mut v = vec![];
-    if let Some(p) = std::env::var_os("SANDBENCH_SAMPLES") {
-        v.push(PathBuf::from(p));
-    }
+/// Where the samples picker looks: `first` (`$SANDBENCH_SAMPLES`, from the
+/// config), `./samples`, next to the binary's checkout, the source tree it
+/// was built from.
+pub fn default_samples_dirs(first: Option<&Path>) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = first.map(Path::to_path_buf).into_iter().collect();
     if let Ok(cwd) = std::env::current_dir() {
         v.push(cwd.join("samples"));
     }

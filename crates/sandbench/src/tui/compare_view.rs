@@ -8,6 +8,8 @@ use std::collections::VecDeque;
 
 use sandbench_core::compare::{self, Mode, Summary};
 
+use super::keymap::Action;
+use super::view::{Intent, Key, Reply};
 use crate::report::RunReport;
 use crate::spec::RunSpec;
 
@@ -60,5 +62,58 @@ impl CompareRun {
 
     pub fn summary(&self) -> Summary {
         compare::summarize(&self.tiers, &self.reports, self.mode, self.repeat, &self.spec.label, self.skipped.clone())
+    }
+}
+
+/// The compare view's own settings and keys: rounds and mode of the next
+/// compare, and the first summary column shown after the tier column.
+pub struct CompareView {
+    pub repeat: usize,
+    pub mode: Mode,
+    pub hscroll: usize,
+}
+
+impl Default for CompareView {
+    fn default() -> Self {
+        CompareView { repeat: 1, mode: Mode::Sequential, hscroll: 0 }
+    }
+}
+
+impl CompareView {
+    pub fn key(&mut self, k: Key) -> Reply {
+        let rounds = |n: usize| Reply::info(format!("next compare: {n} round(s) (r starts it)"));
+        let Some(a) = k.action else { return Reply::Consumed };
+        match a {
+            Action::Close => Reply::Do(Intent::Close(None)),
+            Action::Rerun => Reply::Do(Intent::Compare),
+            Action::RepeatMore => {
+                self.repeat = (self.repeat + 1).min(1000);
+                rounds(self.repeat)
+            }
+            Action::RepeatLess => {
+                self.repeat = self.repeat.saturating_sub(1).max(1);
+                rounds(self.repeat)
+            }
+            Action::ToggleConcurrent => {
+                self.mode = match self.mode {
+                    Mode::Sequential => Mode::Concurrent,
+                    Mode::Concurrent => Mode::Sequential,
+                };
+                Reply::info(match self.mode {
+                    Mode::Sequential => "next compare: one tier at a time",
+                    Mode::Concurrent => "next compare: every tier of a round at once (the timings skew each other)",
+                })
+            }
+            Action::Left => {
+                self.hscroll = self.hscroll.saturating_sub(1);
+                Reply::Consumed
+            }
+            Action::Right => {
+                self.hscroll = (self.hscroll + 1).min(compare::COLUMNS.len() - 2);
+                Reply::Consumed
+            }
+            Action::Export(f) => Reply::Do(Intent::ExportCompare(f)),
+            a => Reply::Pass(a),
+        }
     }
 }

@@ -4,10 +4,8 @@
 //! moment they arrive; an output flood only ever costs one drain budget per
 //! frame, and backpressure (bounded channels) slows the sandbox, not the UI.
 
-use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -17,18 +15,15 @@ use ratatui::crossterm::execute;
 use ratatui::layout::Rect;
 use ratatui::Terminal;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use super::app::{App, Effect, Msg};
-use super::highlight::SyntaxAssets;
-use super::run_view::PreSanitizer;
+use super::app::{App, Msg};
+use super::bench_ui::peak_rss;
+use super::engine::Engine;
 use super::theme::Theme;
 use super::widgets;
-use crate::cmd::usage;
 use crate::config::Config;
-use crate::event::{EventKind, RunEvent, Stream};
-use crate::runner::Update;
-use crate::{runner, tier};
+use crate::error::usage;
+use crate::tier;
 
 /// One frame every 16 ms at most (~60 fps).
 pub const FRAME: Duration = Duration::from_millis(16);
@@ -42,249 +37,6 @@ const QUIT_GRACE: Duration = Duration::from_secs(30);
 /// are up to 64 KiB (a few hundred KiB once split into styled lines), so
 /// this bounds what waits for the UI to about 10 MiB.
 const CHANNEL: usize = 32;
-/// How often the runs view looks for runs other processes logged.
-const LOG_POLL: Duration = Duration::from_millis(500);
-
-/// Runs and probes: the only part that touches tiers.
-struct Engine {
-    config: Config,
-    run_tx: mpsc::Sender<Msg>,
-    ctl_tx: mpsc::UnboundedSender<Msg>,
-    cancels: HashMap<u64, CancellationToken>,
-}
-
-impl Engine {
-    fn probe_all(&self, names: &[String]) {
-        for name in names {
-            let (name, config, tx) = (name.clone(), self.config.clone(), self.ctl_tx.clone());
-            let all = self.config.prewarm == crate::config::Prewarm::All;
-            tokio::spawn(async move {
-                let t = match tier::by_name(&name, &config) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        let avail = tier::Availability {
-                            tier: name.clone(),
-                            available: false,
-                            summary: format!("{e:#}"),
-                            checks: vec![],
-                        };
-                        let _ = tx.send(Msg::Probed(avail));
-                        return;
-                    }
-                };
-                let avail = t.probe().await;
-                let ready = avail.available;
-                let _ = tx.send(Msg::Probed(avail));
-                // With `prewarm = "all"` every ready tier warms now; else the
-                // app asks for the tiers the user selects (Effect::Prewarm).
-                if ready && all {
-                    t.prewarm().await;
-                }
-            });
-        }
-    }
-
-    /// Follow the run log: what any sandbench process appends shows up in
-    /// the runs view. A file is polled (no inotify: the log may sit on any
-    /// file system), cheaply — a read from the last offset.
-    fn follow_log(&self) {
-        let Some(log) = crate::runlog::installed().cloned() else { return };
-        let tx = self.ctl_tx.clone();
-        tokio::spawn(async move {
-            let mut offset = 0;
-            loop {
-                let l = log.clone();
-                let read = tokio::task::spawn_blocking(move || l.read_from(offset)).await;
-                if let Ok(Ok((entries, next))) = read {
-                    offset = next;
-                    if !entries.is_empty() && tx.send(Msg::LogEntries(entries)).is_err() {
-                        return;
-                    }
-                }
-                if tx.is_closed() {
-                    return;
-                }
-                tokio::time::sleep(LOG_POLL).await;
-            }
-        });
-    }
-
-    fn load_assets(&self) {
-        let tx = self.ctl_tx.clone();
-        tokio::task::spawn_blocking(move || {
-            let _ = tx.send(Msg::Assets(Arc::new(SyntaxAssets::load())));
-        });
-        // The last gauntlet, for the frontier chart before a new one runs.
-        let tx = self.ctl_tx.clone();
-        tokio::task::spawn_blocking(move || match crate::state::load_gauntlet_in(&crate::config::state_dir()) {
-            Ok(Some(saved)) => {
-                let _ = tx.send(Msg::SavedGauntlet(Box::new(saved.data)));
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!("the last gauntlet is not shown: {e:#}"),
-        });
-    }
-
-    fn apply(&mut self, e: Effect) {
-        match e {
-            Effect::Start { id, tier: name, spec } => {
-                tracing::info!(id, tier = %name, label = %spec.label, "tui run start");
-                let tier = match tier::by_name(&name, &self.config) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        let _ = self.ctl_tx.send(Msg::Finished(id, failed(&name, &spec, format!("{e:#}"))));
-                        return;
-                    }
-                };
-                let logged = spec.clone();
-                let mut handle = runner::start(tier, spec);
-                self.cancels.insert(id, handle.canceller());
-                let tx = self.run_tx.clone();
-                tokio::spawn(async move {
-                    let mut pre = PreSanitizer::default();
-                    while let Some(ev) = handle.events.recv().await {
-                        if let runner::Update::Finished(r) = &ev {
-                            crate::runlog::record(&logged, r, None);
-                        }
-                        if tx.send(pre.convert(id, ev)).await.is_err() {
-                            // The UI is gone: still drain so the run ends and cleans up.
-                            handle.cancel();
-                        }
-                    }
-                });
-            }
-            Effect::Prewarm(name) => {
-                if self.config.prewarm == crate::config::Prewarm::None {
-                    return;
-                }
-                if let Ok(t) = tier::by_name(&name, &self.config) {
-                    tracing::info!(tier = %name, "tui prewarm");
-                    tokio::spawn(async move { t.prewarm().await });
-                }
-            }
-            Effect::Cancel(id) => {
-                if let Some(c) = self.cancels.get(&id) {
-                    c.cancel();
-                }
-            }
-            Effect::Gauntlet { id, tiers: names, mut skipped, samples, limits } => {
-                tracing::info!(id, tiers = ?names, samples = samples.len(), "tui gauntlet start");
-                let mut tiers = vec![];
-                for name in names {
-                    match tier::by_name(&name, &self.config) {
-                        Ok(t) => tiers.push(t),
-                        Err(e) => skipped.push((name, format!("{e:#}"))),
-                    }
-                }
-                let stop = CancellationToken::new();
-                self.cancels.insert(id, stop.clone());
-                // The secret canary's value, to keep it off the screen.
-                let secret = std::env::var(crate::gauntlet::canary::SECRET_VAR).ok().filter(|s| !s.is_empty());
-                let (gtx, mut grx) = mpsc::channel(16);
-                let task = tokio::spawn(crate::gauntlet::run_until(
-                    tiers,
-                    skipped,
-                    samples,
-                    limits,
-                    1,
-                    Some(gtx),
-                    stop.clone(),
-                ));
-                let tx = self.run_tx.clone();
-                let state_dir = crate::config::state_dir();
-                tokio::spawn(async move {
-                    let mut finished = false;
-                    while let Some(mut ev) = grx.recv().await {
-                        // The view has every cell from CellDone already: the
-                        // matrix's copies (full reports) are not sent again.
-                        if let crate::gauntlet::GauntletEvent::Finished(m) = &mut ev {
-                            // Kept for `sandbench report --reuse` and the frontier.
-                            let (m2, dir, s2) = (m.clone(), state_dir.clone(), secret.clone());
-                            tokio::task::spawn_blocking(move || {
-                                if let Err(e) = crate::state::save_gauntlet_in(&dir, &m2, s2.as_deref()) {
-                                    tracing::warn!("could not keep the gauntlet: {e:#}");
-                                }
-                            });
-                            m.cells.clear();
-                        }
-                        if let Some(s) = &secret {
-                            super::gauntlet_view::redact_secret(&mut ev, s);
-                        }
-                        finished |= matches!(ev, crate::gauntlet::GauntletEvent::Finished(_));
-                        let msg = match ev {
-                            // Cut the output to bounded, sanitized heads here, not on the UI thread.
-                            crate::gauntlet::GauntletEvent::CellDone(c) => {
-                                Msg::GauntletCell(id, Box::new(super::gauntlet_view::CellView::new(*c)))
-                            }
-                            ev => Msg::Gauntlet(id, ev),
-                        };
-                        if tx.send(msg).await.is_err() {
-                            // The UI is gone: stop after the cell in progress is cleaned up.
-                            stop.cancel();
-                        }
-                    }
-                    let why = match task.await {
-                        Err(e) => Some(format!("the gauntlet task failed: {e}")),
-                        Ok(_) if !finished => Some("the gauntlet ended without its matrix".to_string()),
-                        Ok(_) => None,
-                    };
-                    if let Some(why) = why {
-                        tracing::error!(id, "{why}");
-                        let _ = tx.send(Msg::GauntletFailed(id, why)).await;
-                    }
-                });
-            }
-            Effect::Agent { id, tier: name, limits, task } => {
-                tracing::info!(id, tier = %name, "tui agent start");
-                let refuse = move |why: String| {
-                    Msg::Agent(
-                        id,
-                        crate::agent::TranscriptEvent::Finished {
-                            reason: crate::agent::EndReason::Error,
-                            turns: 0,
-                            answer: None,
-                            error: Some(why),
-                        },
-                    )
-                };
-                let opts = tier::by_name(&name, &self.config)
-                    .and_then(|t| crate::agent::AgentOptions::from_config(t, limits, &self.config));
-                let opts = match opts {
-                    Ok(o) => o,
-                    Err(e) => {
-                        let _ = self.ctl_tx.send(refuse(format!("{e:#}")));
-                        return;
-                    }
-                };
-                let mut handle = crate::agent::start(opts, task);
-                self.cancels.insert(id, handle.canceller());
-                let tx = self.run_tx.clone();
-                tokio::spawn(async move {
-                    let mut finished = false;
-                    while let Some(ev) = handle.events.recv().await {
-                        finished |= matches!(ev, crate::agent::TranscriptEvent::Finished { .. });
-                        if tx.send(Msg::Agent(id, ev)).await.is_err() {
-                            handle.cancel();
-                        }
-                    }
-                    let t = handle.finish().await;
-                    if !finished {
-                        let why = t.error.unwrap_or_else(|| "the agent loop ended without finishing".into());
-                        let _ = tx.send(refuse(why)).await;
-                    }
-                });
-            }
-        }
-    }
-}
-
-/// The report of a run that could not even start.
-fn failed(tier: &str, spec: &crate::spec::RunSpec, error: String) -> Box<crate::report::RunReport> {
-    Box::new(crate::report::RunReport {
-        limits: spec.limits.clone(),
-        ..crate::report::RunReport::failed(tier, spec.language.name(), &spec.label, error)
-    })
-}
 
 /// Frame work times, for the bench and the log.
 #[derive(Default)]
@@ -294,16 +46,19 @@ pub struct FrameStats {
     pub msgs: u64,
     /// Bench keys: from being sent to the end of the first draw after it.
     pub key_to_screen: Vec<Duration>,
-    keys_waiting: Vec<Instant>,
+    pub(super) keys_waiting: Vec<Instant>,
 }
 
+/// The `p` quantile of durations (the one percentile, `stats::percentile`).
 pub fn percentile(v: &[Duration], p: f64) -> Duration {
-    if v.is_empty() {
-        return Duration::ZERO;
+    let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64()).collect();
+    ms.sort_by(f64::total_cmp);
+    let q = crate::stats::percentile(&ms, p);
+    if q.is_nan() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs_f64(q)
     }
-    let mut v = v.to_vec();
-    v.sort();
-    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 impl FrameStats {
@@ -313,7 +68,7 @@ impl FrameStats {
 }
 
 /// Where keys come from: the terminal, a channel of timed keys (bench), or nowhere.
-enum Input {
+pub(super) enum Input {
     Terminal(EventStream),
     Timed(mpsc::UnboundedReceiver<(Instant, Event)>),
 }
@@ -330,24 +85,24 @@ impl Input {
     }
 }
 
-struct Loop<'a, B: Backend> {
+pub(super) struct Loop<'a, B: Backend> {
     terminal: &'a mut Terminal<B>,
-    app: &'a mut App,
-    engine: Engine,
+    pub(super) app: &'a mut App,
+    pub(super) engine: Engine,
     run_rx: mpsc::Receiver<Msg>,
     ctl_rx: mpsc::UnboundedReceiver<Msg>,
     input: Input,
-    stats: FrameStats,
+    pub(super) stats: FrameStats,
 }
 
 impl<B: Backend> Loop<'_, B> {
-    fn effects(&mut self) {
+    pub(super) fn effects(&mut self) {
         for e in self.app.take_effects() {
             self.engine.apply(e);
         }
     }
 
-    async fn run(&mut self, mut stop_when: impl FnMut(&mut App) -> bool) -> anyhow::Result<()> {
+    pub(super) async fn run(&mut self, mut stop_when: impl FnMut(&mut App) -> bool) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(FRAME);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut quit_since: Option<Instant> = None;
@@ -429,7 +184,7 @@ impl<B: Backend> Loop<'_, B> {
     }
 }
 
-fn new_loop<'a, B: Backend>(
+pub(super) fn new_loop<'a, B: Backend>(
     terminal: &'a mut Terminal<B>,
     app: &'a mut App,
     config: &Config,
@@ -437,7 +192,7 @@ fn new_loop<'a, B: Backend>(
 ) -> Loop<'a, B> {
     let (run_tx, run_rx) = mpsc::channel(CHANNEL);
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
-    let engine = Engine { config: config.clone(), run_tx, ctl_tx, cancels: HashMap::new() };
+    let engine = Engine::new(config, run_tx, ctl_tx);
     Loop { terminal, app, engine, run_rx, ctl_rx, input, stats: FrameStats::default() }
 }
 
@@ -469,12 +224,14 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
     let names: Vec<String> = tier::known_names();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut app = App::new(theme, &refs, &config.default_tier, config.limits.clone());
+    app.api_key_set = config.env.anthropic_api_key.is_some();
+    app.samples_dirs = super::app::default_samples_dirs(config.host.samples_dir.as_deref());
     if let Some(f) = &file {
         app.open(f).map_err(|e| usage(format!("{e:#}")))?;
     }
     if let Some(d) = &config.samples_dir {
         // $SANDBENCH_SAMPLES (first when set) still wins over the config.
-        let at = usize::from(std::env::var_os("SANDBENCH_SAMPLES").is_some());
+        let at = usize::from(config.host.samples_dir.is_some());
         app.samples_dirs.insert(at, d.clone());
     }
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
@@ -526,179 +283,4 @@ fn spawn_signals(tx: mpsc::UnboundedSender<Msg>) {
             Err(e) => tracing::warn!("cannot watch signal {kind:?}: {e}"),
         }
     }
-}
-
-/// What `bench-ui` floods the app with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum FloodSource {
-    /// Synthetic output events generated in-process as fast as the UI takes them (UI cost alone).
-    Synthetic,
-    /// A real flood program on the process tier (end to end, includes the runner).
-    Process,
-}
-
-/// Peak resident set size of this process (VmHWM), in bytes.
-pub fn peak_rss() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// The flood program for the process source: 64 KiB writes of mixed lines,
-/// colours, a hostile escape and a line without end, for `secs` seconds.
-pub const FLOOD_PY: &str = r#"import sys, time
-w = sys.stdout.buffer.write
-line = b"".join(b"\x1b[3%dmline %06d \x1b[0m" % (i % 8, i) + b"x" * 60 + b"\t\x1b]52;c;AAAA\x07\n" for i in range(512))
-end = time.time() + float(sys.argv[1] if len(sys.argv) > 1 else 5)
-n = 0
-while time.time() < end:
-    w(line)
-    n += 1
-    if n % 64 == 0:
-        w(b"y" * (1 << 20))
-"#;
-
-/// `sandbench bench-ui`: frame times and peak RSS while output floods in.
-pub async fn bench_ui(
-    config: &Config,
-    source: FloodSource,
-    secs: u64,
-    output_limit: u64,
-    width: u16,
-    height: u16,
-) -> anyhow::Result<i32> {
-    let mut app = App::new(Theme::dark(), tier::KNOWN, "process", config.limits.clone());
-    app.update(Msg::Assets(Arc::new(SyntaxAssets::load())));
-    app.editor.set_text(&FLOOD_PY.replace("sys.argv[1] if len(sys.argv) > 1 else 5", &secs.to_string()));
-    app.limits.wall_time = Duration::from_secs(secs + 5);
-    app.limits.cpu_time = Duration::from_secs(secs + 5);
-    // The runner keeps what it captures for the report; bound it so the
-    // measurement is about the UI.
-    app.limits.output_bytes = 8 << 40;
-    let mut terminal = Terminal::new(TestBackend::new(width, height)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let rss_before = peak_rss().unwrap_or(0);
-    let started = Instant::now();
-    // A key every 50 ms (cursor down / up in the editor), timed from being
-    // sent to the end of the frame that shows it.
-    let (key_tx, key_rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-        let mut i = 0u64;
-        loop {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let code = if i.is_multiple_of(2) { KeyCode::Down } else { KeyCode::Up };
-            i += 1;
-            if key_tx.send((Instant::now(), Event::Key(KeyEvent::new(code, KeyModifiers::NONE)))).is_err() {
-                break;
-            }
-        }
-    });
-    let mut lp = new_loop(&mut terminal, &mut app, config, Input::Timed(key_rx));
-    let bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    match source {
-        FloodSource::Process => {
-            let t = tier::by_name("process", config)?;
-            let a = t.probe().await;
-            if !a.available {
-                anyhow::bail!("the process tier is unavailable here: {}", a.summary);
-            }
-            lp.app.update(Msg::Probed(a));
-            // The runner keeps a run's output for its report up to the
-            // output limit (and queues events for a slow reader): that
-            // memory is the runner's, reported apart from the UI's.
-            lp.app.limits.output_bytes = output_limit;
-            lp.app.run();
-            lp.effects();
-        }
-        FloodSource::Synthetic => {
-            lp.app.update(Msg::Probed(tier::Availability {
-                tier: "process".into(),
-                available: true,
-                summary: "synthetic".into(),
-                checks: vec![],
-            }));
-            lp.app.run();
-            let _ = lp.app.take_effects();
-            let id = lp.app.current.unwrap_or(1);
-            let tx = lp.engine.run_tx.clone();
-            let bytes = bytes.clone();
-            tokio::spawn(async move {
-                let mut chunk = Vec::with_capacity(1 << 16);
-                let mut i = 0u64;
-                while chunk.len() < (1 << 16) - 200 {
-                    chunk.extend_from_slice(
-                        format!("\x1b[3{}mline {i:06}\x1b[0m {}\t\x1b]52;c;AAAA\x07\n", i % 8, "x".repeat(60))
-                            .as_bytes(),
-                    );
-                    i += 1;
-                }
-                let long = vec![b'y'; 1 << 16];
-                let t0 = Instant::now();
-                let mut k = 0u64;
-                // The same path as real runs: sanitized in this task, not on the UI thread.
-                let mut pre = PreSanitizer::default();
-                let mut ev = |kind| {
-                    pre.convert(id, Update::Event(RunEvent { at_ms: t0.elapsed().as_secs_f64() * 1000.0, kind }))
-                };
-                let _ = tx.send(ev(EventKind::Phase(crate::event::Phase::Running))).await;
-                while t0.elapsed() < Duration::from_secs(secs) {
-                    // Every 16th chunk is part of one endless line (20 MB+ over a run).
-                    let data = if k % 16 == 15 { long.clone() } else { chunk.clone() };
-                    bytes.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    if tx.send(ev(EventKind::Output(Stream::Stdout, data))).await.is_err() {
-                        return;
-                    }
-                    k += 1;
-                }
-                let mut report =
-                    failed("process", &crate::spec::RunSpec::new(crate::spec::Language::Python, ""), String::new());
-                report.outcome = crate::report::Outcome::Ok;
-                report.error = None;
-                let _ = tx.send(pre.convert(id, Update::Finished(report))).await;
-            });
-        }
-    }
-    lp.run(|app: &mut App| app.active_runs().is_empty()).await?;
-    let elapsed = started.elapsed();
-    let run_bytes = lp.app.current_run().map(|r| r.bytes).unwrap_or(0);
-    let total =
-        if source == FloodSource::Synthetic { bytes.load(std::sync::atomic::Ordering::Relaxed) } else { run_bytes };
-    let s = &lp.stats;
-    let mb = total as f64 / (1 << 20) as f64;
-    println!("bench-ui · source {:?} · {}x{} · {:.1} s", source, width, height, elapsed.as_secs_f64());
-    println!(
-        "output      {mb:.0} MiB folded by the UI ({:.0} MiB/s), {} run messages",
-        mb / elapsed.as_secs_f64(),
-        s.msgs
-    );
-    println!(
-        "frame work  p50 {:.2} ms · p99 {:.2} ms · max {:.2} ms over {} frames ({} drawn) · target p99 < 16 ms",
-        s.percentile(0.5).as_secs_f64() * 1e3,
-        s.percentile(0.99).as_secs_f64() * 1e3,
-        s.percentile(1.0).as_secs_f64() * 1e3,
-        s.frames.len(),
-        s.draws
-    );
-    println!(
-        "keys        key to screen p50 {:.2} ms · p99 {:.2} ms · max {:.2} ms over {} keys (frame interval {} ms)",
-        percentile(&s.key_to_screen, 0.5).as_secs_f64() * 1e3,
-        percentile(&s.key_to_screen, 0.99).as_secs_f64() * 1e3,
-        percentile(&s.key_to_screen, 1.0).as_secs_f64() * 1e3,
-        s.key_to_screen.len(),
-        FRAME.as_millis()
-    );
-    let peak = peak_rss().unwrap_or(0);
-    println!(
-        "peak RSS    {:.1} MiB (before the flood {:.1} MiB) · target < 100 MiB",
-        peak as f64 / (1 << 20) as f64,
-        rss_before as f64 / (1 << 20) as f64
-    );
-    if let Some(r) = lp.app.current_run() {
-        println!("kept        {} lines in the ring ({} dropped)", r.lines.len(), r.lines.dropped);
-        if let Some(rep) = &r.report {
-            println!("run         {}", rep.summary_line());
-        }
-    }
-    Ok(0)
 }

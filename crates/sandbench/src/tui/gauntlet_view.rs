@@ -3,6 +3,9 @@
 //! cell's details show. Untrusted output is kept only as a bounded,
 //! sanitized head: a matrix of cells must not hold every run's full output.
 
+use super::keymap::Action;
+use super::scroll::Scroll;
+use super::view::{Intent, Key, Reply};
 use crate::gauntlet::{Cell, GauntletEvent, Latency};
 use crate::samples::Sample;
 use crate::spec::Limits;
@@ -124,9 +127,9 @@ pub struct GauntletView {
     pub sel: (usize, usize),
     /// The selection follows the cells as they finish (until a key moves it).
     pub follow: bool,
-    /// The details fill the view (Enter), scrolled by `scroll` lines.
+    /// The details fill the view (Enter), scrolled by `scroll`.
     pub zoom: bool,
-    pub scroll: usize,
+    pub scroll: Scroll,
     pub state: GState,
     pub error: Option<String>,
     pub limits: Limits,
@@ -163,7 +166,7 @@ impl GauntletView {
             sel: (0, 0),
             follow: true,
             zoom: false,
-            scroll: 0,
+            scroll: Scroll::at_top(),
             state: GState::Running,
             error: None,
             limits,
@@ -233,6 +236,32 @@ impl GauntletView {
         self.cells.get(self.sel.0)?.get(self.sel.1)?.as_deref()
     }
 
+    /// `page`: rows of the matrix on screen.
+    pub fn key(&mut self, k: Key, page: usize) -> Reply {
+        let page = page.max(1) as isize;
+        let Some(a) = k.action else { return Reply::Consumed };
+        match a {
+            Action::Up | Action::Down | Action::PageUp | Action::PageDown if self.zoom => {
+                self.scroll.key(a);
+            }
+            Action::Up => self.move_sel(-1, 0),
+            Action::Down => self.move_sel(1, 0),
+            Action::Left => self.move_sel(0, -1),
+            Action::Right => self.move_sel(0, 1),
+            Action::PageUp => self.move_sel(-page, 0),
+            Action::PageDown => self.move_sel(page, 0),
+            Action::Accept => {
+                self.zoom = !self.zoom;
+                self.scroll.reset();
+            }
+            Action::Close if self.zoom => self.zoom = false,
+            Action::Close => return Reply::Do(Intent::Close(None)),
+            Action::Rerun => return Reply::Do(Intent::AskGauntlet),
+            a => return Reply::Pass(a),
+        }
+        Reply::Consumed
+    }
+
     pub fn move_sel(&mut self, dr: isize, dc: isize) {
         self.follow = false;
         let rows = self.rows.len().max(1) as isize;
@@ -240,7 +269,7 @@ impl GauntletView {
         let r = (self.sel.0 as isize + dr).clamp(0, rows - 1) as usize;
         let c = (self.sel.1 as isize + dc).clamp(0, cols - 1) as usize;
         if (r, c) != self.sel {
-            self.scroll = 0;
+            self.scroll.reset();
         }
         self.sel = (r, c);
     }

@@ -7,6 +7,9 @@
 
 use std::collections::VecDeque;
 
+use super::keymap::Action;
+use super::scroll::Scroll;
+use super::view::{Intent, Key, Reply};
 use crate::report::Outcome;
 use crate::runlog::Entry;
 
@@ -22,7 +25,7 @@ pub struct RunsView {
     pub selected: usize,
     /// The selected run's details are shown.
     pub open: bool,
-    pub detail_top: usize,
+    pub detail: Scroll,
     pub outcome: Option<Outcome>,
     pub tier: Option<String>,
 }
@@ -61,7 +64,35 @@ impl RunsView {
     pub fn select(&mut self, pos: usize) {
         let n = self.visible().len();
         self.selected = pos.min(n.saturating_sub(1));
-        self.detail_top = 0;
+        self.detail.reset();
+    }
+
+    /// `page`: rows of the table.
+    pub fn key(&mut self, k: Key, page: usize) -> Reply {
+        let page = page.max(1);
+        let Some(a) = k.action else { return Reply::Consumed };
+        match a {
+            Action::Up => self.select(self.selected.saturating_sub(1)),
+            Action::Down => self.select(self.selected + 1),
+            Action::PageUp | Action::PageDown if self.open => {
+                self.detail.key(a);
+            }
+            Action::PageUp => self.select(self.selected.saturating_sub(page)),
+            Action::PageDown => self.select(self.selected + page),
+            Action::Top => self.select(0),
+            Action::Bottom => self.select(usize::MAX),
+            Action::Accept => {
+                self.open = self.selected_entry().is_some() && !self.open;
+                self.detail.reset();
+            }
+            Action::FilterOutcome => self.cycle_outcome(),
+            Action::FilterTier => self.cycle_tier(),
+            Action::LoadRun => return Reply::Do(Intent::LoadRun),
+            Action::Close if self.open => self.open = false,
+            Action::Close => return Reply::Do(Intent::Close(None)),
+            a => return Reply::Pass(a),
+        }
+        Reply::Consumed
     }
 
     /// All → violation → error → ok → cancelled → all.

@@ -117,7 +117,7 @@ async fn requests_speak_the_current_api_version_with_current_parameters_only() {
 #[tokio::test]
 async fn the_fake_refuses_what_the_api_refuses() {
     let fake = FakeAnthropic::start(vec![]).await;
-    let http = sandbench::tier::e2b::api::http_client(&[fake.url().as_str()]).unwrap();
+    let http = sandbench::http::client(&[fake.url().as_str()]).unwrap();
     let post = |version: &'static str, body: serde_json::Value| {
         http.post(format!("{}/v1/messages", fake.url()))
             .header("x-api-key", KEY)

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use fake_anthropic::{error, final_text, message, step, tool_use, FakeAnthropic};
 use sandbench::agent::{self, AgentOptions, EndReason, Transcript, TranscriptEvent};
-use sandbench::config::Config;
 use sandbench::tier::process::ProcessTier;
 use sandbench::tier::Tier;
 use serde_json::json;
@@ -33,9 +32,7 @@ pub(crate) fn opts(fake: &FakeAnthropic, tier: Arc<dyn Tier>) -> AgentOptions {
 }
 
 pub(crate) fn process_tier() -> Arc<dyn Tier> {
-    // The process tier execs its helper: the sandbench binary, not this test.
-    std::env::set_var("SANDBENCH_HELPER", env!("CARGO_BIN_EXE_sandbench"));
-    Arc::new(ProcessTier::new(&Config::default()))
+    Arc::new(ProcessTier::new(&crate::support::common::config()))
 }
 
 /// The process tier, or None (with the reason printed) when it cannot run

@@ -32,7 +32,7 @@ async fn the_deprecated_v1_create_and_list_are_refused_like_e2b_does() {
     // The fake is strict where the service is: a client still on the v1
     // forms fails here instead of passing against a lenient fake.
     let fake = FakeE2b::start(KEY).await;
-    let http = sandbench::tier::e2b::api::http_client(&[fake.url().as_str()]).unwrap();
+    let http = sandbench::http::client(&[fake.url().as_str()]).unwrap();
     let create = http
         .post(format!("{}/sandboxes", fake.url()))
         .header("X-API-Key", KEY)
@@ -185,7 +185,7 @@ async fn envd_ending_the_call_at_its_deadline_is_an_error_naming_it() {
     let api = sandbench::tier::e2b::api::Api::new(&settings, KEY).unwrap();
     let created = api.create("base", 60, false, &|_| {}).await.unwrap();
     let envd = sandbench::tier::e2b::envd::Envd::new(
-        sandbench::tier::e2b::api::http_client(&[fake.url().as_str()]).unwrap(),
+        sandbench::http::client(&[fake.url().as_str()]).unwrap(),
         fake.url(),
         created.sandbox_id.clone(),
         created.envd_access_token.clone(),

@@ -206,7 +206,7 @@ fn mcp_bad_arguments_say_what_was_wrong_and_the_ceiling_holds() {
         (py_args(json!({"code": " \n"})), "code is empty"),
         (py_args(json!({"tier": "e2b"})), "tier 'e2b' is not offered by this server (allowed: process)"),
         (py_args(json!({"limits": {"memory": "2G"}})), "limits.memory 2G is above this server's ceiling 512M"),
-        (py_args(json!({"limits": {"wall_time": "1h"}})), "limits.wall_time 3600 s is above this server's ceiling"),
+        (py_args(json!({"limits": {"wall_time": "1h"}})), "limits.wall_time 3600s is above this server's ceiling"),
         (py_args(json!({"limits": {"memory": "lots"}})), "limits.memory: invalid size 'lots'"),
         (py_args(json!({"limits": {"memroy": "1M"}})), "unknown field `memroy`"),
         (py_args(json!({"shell": true})), "unknown field `shell`"),
@@ -399,7 +399,7 @@ fn session_round_trip(tier: &str, server_args: &[&str]) {
     // Refused calls never started: two calls ran.
     assert_eq!(out[7]["structured"]["calls"], 2, "{}", out[7]);
     refused(8, "unknown session");
-    refused(9, "max_life 7200 s is above this server's ceiling");
+    refused(9, "max_life 7200s is above this server's ceiling");
     // The log names the session of each call in it.
     let log = std::fs::read_to_string(home.state().join("runs.jsonl")).unwrap();
     let entries: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

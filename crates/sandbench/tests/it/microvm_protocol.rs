@@ -5,31 +5,14 @@
 
 use proptest::prelude::*;
 use sandbench::tier::microvm::proto::{
-    encode_frame, Decoder, Frame, GuestExit, GuestUsage, Item, HEADER_LEN, K_STDOUT, MAGIC, MAX_PAYLOAD,
+    self, encode_frame, frames, Decoder, Frame, GuestExit, GuestUsage, Item, HEADER_LEN, K_STDOUT, MAGIC, MAX_PAYLOAD,
 };
 
+/// Decode in the given pieces; never more than one maximal frame buffered.
 fn decode_chunks(data: &[u8], cuts: &[usize]) -> (Vec<Item>, Decoder) {
-    let mut d = Decoder::new();
-    let mut out = vec![];
-    let mut last = 0;
-    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
-    cuts.sort_unstable();
-    for c in cuts.into_iter().chain([data.len()]) {
-        d.push(&data[last..c], &mut out);
-        assert!(d.buffered() <= HEADER_LEN + MAX_PAYLOAD);
-        last = c;
-    }
+    let (out, d, most) = proto::decode_chunks(data, cuts);
+    assert!(most <= HEADER_LEN + MAX_PAYLOAD, "buffered {most}");
     (out, d)
-}
-
-fn frames(items: &[Item]) -> Vec<Frame> {
-    items
-        .iter()
-        .filter_map(|i| match i {
-            Item::Frame(f) => Some(f.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn arb_frame() -> impl Strategy<Value = Frame> {

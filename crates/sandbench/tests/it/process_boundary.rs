@@ -183,7 +183,7 @@ fn process_limits_beyond_the_tier_are_refused_before_any_sandbox_work() {
     assert!(net.leftover_cgroups().is_empty(), "a cgroup was made for a refused run");
     // Every other front end goes through the runner, which refuses the same way.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let tier = sandbench::tier::by_name("process", &sandbench::config::Config::default()).unwrap();
+    let tier = sandbench::tier::by_name("process", &crate::support::common::config()).unwrap();
     let mut spec = sandbench::spec::RunSpec::new(sandbench::spec::Language::Python, "print(1)\n");
     spec.limits.pids = 5_000_000;
     let r = rt.block_on(sandbench::runner::run(tier, spec));

@@ -6,7 +6,6 @@ use crate::support::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbench::config::Config;
 use sandbench::report::Outcome;
 use sandbench::runner;
 use sandbench::spec::{Language, RunSpec};
@@ -32,9 +31,7 @@ fn my_cgroups() -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_run_is_warm_and_spares_are_single_use_and_cleaned() {
-    // The tier re-executes the sandbench binary as its helper.
-    std::env::set_var("SANDBENCH_HELPER", common::bin());
-    let tier: Arc<dyn Tier> = Arc::new(ProcessTier::new(&Config::default()));
+    let tier: Arc<dyn Tier> = Arc::new(ProcessTier::new(&common::config()));
     let a = tier.probe().await;
     if !a.available {
         assert!(!common::required("process"), "process tier unavailable: {}", a.summary);

@@ -30,10 +30,6 @@ fn agent_session_through_the_workbench() {
             step(|_| final_text("The answer is 42.")),
         ])
         .await;
-        std::env::set_var("SANDBENCH_HELPER", env!("CARGO_BIN_EXE_sandbench"));
-        // The workbench's "key set" line looks at the environment itself.
-        std::env::set_var("ANTHROPIC_API_KEY", KEY);
-
         // The engine takes key and base URL from the config, which reads
         // them from the environment in Config::load.
         let env = sandbench::config::RemoteEnv {
@@ -41,7 +37,7 @@ fn agent_session_through_the_workbench() {
             anthropic_base_url: Some(fake.url()),
             ..Default::default()
         };
-        let config = Config { env, ..Config::default() };
+        let config = Config { env, ..common::config() };
         let tier = sandbench::tier::by_name("process", &config).unwrap();
         let avail = tier.probe().await;
         if !avail.available {
@@ -53,7 +49,7 @@ fn agent_session_through_the_workbench() {
         }
         let mut app = App::new(Theme::dark(), &["process"], "process", Limits::default());
         app.live_clock = false;
-        assert!(app.api_key_set);
+        app.api_key_set = config.env.anthropic_api_key.is_some();
         app.update(Msg::Probed(avail));
         app.update(key(KeyCode::F(10)));
         assert_eq!(app.view, View::Agent);

@@ -8,6 +8,7 @@ use sandbench::spec::Limits;
 use sandbench::tier::Availability;
 use sandbench::tui::app::{App, Effect, Focus, Msg, Overlay, View};
 use sandbench::tui::headless::{ctrl, key, render, screen, type_text};
+use sandbench::tui::overlays::{Prompt, PromptKind};
 use sandbench::tui::theme::Theme;
 
 fn app() -> App {
@@ -189,7 +190,7 @@ fn flood_is_bounded_and_scrolling_stops_following() {
     assert!(s.contains("scrolled"), "{s}");
     assert!(s.contains("line 99"), "{s}");
     app.update(key(KeyCode::End));
-    assert!(app.follow);
+    assert!(app.output.scroll.follows());
 }
 
 #[test]
@@ -268,7 +269,9 @@ fn save_as_then_save() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app();
     app.update(ctrl('s'));
-    let Some(Overlay::SaveAs { input }) = &app.overlay else { panic!("save-as prompt expected") };
+    let Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input })) = &app.overlay else {
+        panic!("save-as prompt expected")
+    };
     assert_eq!(input, "untitled.py");
     let target = dir.path().join("prog.sh");
     for _ in 0..20 {
@@ -331,14 +334,17 @@ fn output_search_finds_newest_first_then_steps() {
     render(&mut app, 80, 24);
     app.update(ctrl('w'));
     app.update(key(KeyCode::Char('/')));
-    assert!(matches!(app.overlay, Some(Overlay::Search { .. })), "search prompt open");
+    assert!(
+        matches!(app.overlay, Some(Overlay::Prompt(Prompt { kind: PromptKind::Search, .. }))),
+        "search prompt open"
+    );
     type_text(&mut app, "NEEDLE");
     app.update(key(KeyCode::Enter));
     assert!(app.overlay.is_none());
-    assert_eq!(app.search.as_deref(), Some("NEEDLE"));
+    assert_eq!(app.output.search.as_deref(), Some("NEEDLE"));
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("needle 207"), "newest match shown first:\n{s}");
-    assert!(!app.follow);
+    assert!(!app.output.scroll.follows());
     app.update(key(KeyCode::Char('N')));
     let s = screen(&mut app, 80, 24);
     assert!(s.contains("needle 107") && !s.contains("needle 207"), "{s}");

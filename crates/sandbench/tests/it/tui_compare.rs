@@ -121,12 +121,12 @@ fn compare_runs_tiers_one_at_a_time_in_rounds_and_exports_the_summary() {
 fn concurrent_rounds_are_labelled_and_a_cancel_stops_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app(dir.path());
-    app.compare_repeat = 3;
+    app.compare_view.repeat = 3;
     app.update(key(KeyCode::F(6)));
     app.update(key(KeyCode::Esc));
     app.update(key(KeyCode::F(7)));
     app.update(key(KeyCode::Char('c')));
-    assert_eq!(app.compare_mode, Mode::Concurrent);
+    assert_eq!(app.compare_view.mode, Mode::Concurrent);
     // The sequential compare in progress: F8 cancels it, nothing else starts.
     let s = started(&mut app);
     assert_eq!(s.len(), 1);

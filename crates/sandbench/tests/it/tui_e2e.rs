@@ -64,12 +64,9 @@ impl Drop for Tmux {
 }
 
 fn process_tier_available() -> Result<(), String> {
-    // The sandbox helper is the sandbench binary, not this test binary.
-    std::env::set_var("SANDBENCH_HELPER", env!("CARGO_BIN_EXE_sandbench"));
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let t =
-            sandbench::tier::by_name("process", &sandbench::config::Config::default()).map_err(|e| e.to_string())?;
+        let t = sandbench::tier::by_name("process", &crate::support::common::config()).map_err(|e| e.to_string())?;
         let a = t.probe().await;
         if a.available {
             Ok(())

@@ -37,7 +37,7 @@ pub fn bench_plan(
     c.push(Contender::Tier { name: cold_name.clone(), tier: Arc::new(build(&cold_cfg)) });
     match crate::host::which("docker").map(|p| p.to_string_lossy().into_owned()) {
         Some(docker) => {
-            let shape = Shape::new(&configured_image(&config.docker), runtime, &config.docker.user, &Limits::default());
+            let shape = Shape::new(&configured_image(config), runtime, &config.docker.user, &Limits::default());
             let mut argv = vec![docker, "run".into(), "--rm".into()];
             argv.extend(shape.cli_flags());
             argv.extend([shape.image.clone(), "python3".into(), "-c".into(), "print(1)".into()]);

@@ -33,11 +33,21 @@ pub struct Engine {
     pub local: bool,
 }
 
-/// What the user set, or the default socket.
-pub fn docker_host() -> String {
-    match std::env::var("DOCKER_HOST") {
-        Ok(h) if !h.trim().is_empty() => h.trim().to_string(),
-        _ => DEFAULT_HOST.to_string(),
+/// Where the engine is: `DOCKER_HOST` (read once into `config::HostEnv`),
+/// or the local socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: String,
+    /// `DOCKER_TLS_VERIFY` is set (not supported: refused with a hint).
+    pub tls_verify: bool,
+}
+
+impl Endpoint {
+    pub fn of(env: &crate::config::HostEnv) -> Endpoint {
+        Endpoint {
+            host: env.docker_host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
+            tls_verify: env.docker_tls_verify,
+        }
     }
 }
 
@@ -52,12 +62,12 @@ pub fn start_daemon_hint(host: &str) -> String {
     }
 }
 
-fn client_for(host: &str) -> anyhow::Result<Docker> {
+fn client_for(host: &str, tls_verify: bool) -> anyhow::Result<Docker> {
     let version = bollard::API_DEFAULT_VERSION;
     let docker = if let Some(path) = host.strip_prefix("unix://") {
         Docker::connect_with_unix(path, REQUEST_TIMEOUT_SECS, version)
     } else if host.starts_with("tcp://") || host.starts_with("http://") {
-        if std::env::var_os("DOCKER_TLS_VERIFY").is_some_and(|v| !v.is_empty() && v != "0") {
+        if tls_verify {
             anyhow::bail!(
                 "DOCKER_TLS_VERIFY is set but this sandbench build has no TLS support for the Docker API; use an ssh:// DOCKER_HOST instead"
             );
@@ -104,8 +114,8 @@ pub fn is_not_found(e: &bollard::errors::Error) -> bool {
 impl Engine {
     /// Connect to `DOCKER_HOST` (or the local socket), negotiate the API
     /// version and learn the runtimes. One clear line when it fails.
-    pub async fn connect() -> anyhow::Result<Engine> {
-        let host = docker_host();
+    pub async fn connect(at: &Endpoint) -> anyhow::Result<Engine> {
+        let host = at.host.clone();
         if let Some(path) = host.strip_prefix("unix://") {
             if !std::path::Path::new(path).exists() {
                 anyhow::bail!(
@@ -114,7 +124,7 @@ impl Engine {
                 );
             }
         }
-        let docker = client_for(&host)?;
+        let docker = client_for(&host, at.tls_verify)?;
         let unreachable = |why: String| {
             anyhow::anyhow!("cannot reach the Docker daemon at {host} ({why}): {}", start_daemon_hint(&host))
         };
@@ -159,10 +169,10 @@ mod tests {
 
     #[test]
     fn unsupported_hosts_say_what_works() {
-        let e = client_for("ftp://x").err().unwrap().to_string();
+        let e = client_for("ftp://x", false).err().unwrap().to_string();
         assert!(e.contains("unix://") && e.contains("ssh://"), "{e}");
-        assert!(client_for("tcp://127.0.0.1:1").is_ok());
-        assert!(client_for("ssh://user@host").is_ok());
+        assert!(client_for("tcp://127.0.0.1:1", false).is_ok());
+        assert!(client_for("ssh://user@host", false).is_ok());
     }
 
     #[tokio::test]
@@ -171,7 +181,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("docker.sock");
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-        let docker = client_for(&format!("unix://{}", path.display())).unwrap();
+        let docker = client_for(&format!("unix://{}", path.display()), false).unwrap();
         let e = docker.negotiate_version().await.err().unwrap();
         let c = cause(&e);
         assert!(c.contains("refused"), "{c}");

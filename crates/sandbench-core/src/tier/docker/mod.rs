@@ -49,11 +49,8 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// The image a run uses: `$SANDBENCH_DOCKER_IMAGE`, else `[docker] image`.
-pub fn configured_image(cfg: &DockerConfig) -> String {
-    match std::env::var("SANDBENCH_DOCKER_IMAGE") {
-        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
-        _ => cfg.image.clone(),
-    }
+pub fn configured_image(config: &Config) -> String {
+    config.host.docker_image.clone().unwrap_or_else(|| config.docker.image.clone())
 }
 
 pub struct DockerTier {
@@ -62,6 +59,7 @@ pub struct DockerTier {
     runtime: Option<&'static str>,
     cfg: DockerConfig,
     image: String,
+    endpoint: engine::Endpoint,
     engine: tokio::sync::OnceCell<Engine>,
     pool: OnceLock<Arc<Pool>>,
     runs: AtomicU64,
@@ -84,7 +82,8 @@ impl DockerTier {
             name,
             runtime,
             cfg: config.docker.clone(),
-            image: configured_image(&config.docker),
+            image: configured_image(config),
+            endpoint: engine::Endpoint::of(&config.host),
             engine: tokio::sync::OnceCell::new(),
             pool: OnceLock::new(),
             runs: AtomicU64::new(0),
@@ -95,7 +94,7 @@ impl DockerTier {
 
     /// The engine, connected once per tier (a failure is retried next time).
     pub async fn engine(&self) -> anyhow::Result<&Engine> {
-        self.engine.get_or_try_init(Engine::connect).await
+        self.engine.get_or_try_init(|| Engine::connect(&self.endpoint)).await
     }
 
     fn runtime_name(&self) -> &'static str {
@@ -171,9 +170,9 @@ pub async fn shutdown() {
 }
 
 /// Containers carrying `token`; None when the engine cannot be asked.
-pub async fn owned_containers(token: &str) -> Option<Vec<String>> {
+pub async fn owned_containers(token: &str, env: &crate::config::HostEnv) -> Option<Vec<String>> {
     let work = async {
-        let engine = Engine::connect().await?;
+        let engine = Engine::connect(&engine::Endpoint::of(env)).await?;
         reap::owned(&engine, token).await
     };
     match tokio::time::timeout(Duration::from_secs(10), work).await {
@@ -184,9 +183,9 @@ pub async fn owned_containers(token: &str) -> Option<Vec<String>> {
 
 /// Remove containers of dead sandbench processes and stray runsc processes.
 /// Quiet and quick when there is no daemon.
-pub async fn reap_leftovers() {
+pub async fn reap_leftovers(env: &crate::config::HostEnv) {
     let work = async {
-        let engine = Engine::connect().await?;
+        let engine = Engine::connect(&engine::Endpoint::of(env)).await?;
         reap::reap(&engine).await
     };
     match tokio::time::timeout(Duration::from_secs(10), work).await {
@@ -342,7 +341,7 @@ impl DockerTier {
         let engine = match self.engine().await {
             Ok(e) => e,
             Err(e) => {
-                checks.push(Check::fail("daemon", format!("{e:#}"), engine::start_daemon_hint(&engine::docker_host())));
+                checks.push(Check::fail("daemon", format!("{e:#}"), engine::start_daemon_hint(&self.endpoint.host)));
                 return Availability {
                     tier: name,
                     available: false,
@@ -412,6 +411,7 @@ impl DockerTier {
                 runtime: self.runtime,
                 cfg: DockerConfig { pool_size: 0, ..self.cfg.clone() },
                 image: self.image.clone(),
+                endpoint: self.endpoint.clone(),
                 engine: self.engine.clone(),
                 pool: OnceLock::new(),
                 runs: AtomicU64::new(0),
@@ -938,10 +938,9 @@ mod tests {
 
     #[test]
     fn image_env_override() {
-        let cfg = DockerConfig::default();
-        // Only read: the variable is not set in unit tests.
-        if std::env::var_os("SANDBENCH_DOCKER_IMAGE").is_none() {
-            assert_eq!(configured_image(&cfg), "python:3.12-slim");
-        }
+        let mut config = Config::default();
+        assert_eq!(configured_image(&config), "python:3.12-slim");
+        config.host.docker_image = Some("local/python".into());
+        assert_eq!(configured_image(&config), "local/python");
     }
 }

@@ -11,6 +11,7 @@
 //! v1 `POST /sandboxes` and `GET /sandboxes` are deprecated in the spec and not
 //! used. Every call carries `X-API-Key`. Errors are `{"code": int, "message": string}`.
 
+use crate::http::{self, message_line, one_line, retry_after};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -65,38 +66,13 @@ pub struct Api {
     key: String,
 }
 
-/// A client that never uses a proxy for loopback addresses (tests, local
-/// gateways) and otherwise follows the usual proxy variables.
-pub fn http_client(urls: &[&str]) -> anyhow::Result<reqwest::Client> {
-    let mut b = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .user_agent(concat!("sandbench/", env!("CARGO_PKG_VERSION")));
-    if urls.iter().all(|u| is_loopback(u)) {
-        b = b.no_proxy();
-    }
-    Ok(b.build()?)
-}
-
-pub fn is_loopback(url: &str) -> bool {
-    let Ok(u) = reqwest::Url::parse(url) else {
-        return false;
-    };
-    match u.host_str() {
-        Some("localhost") => true,
-        Some(h) => {
-            h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-        }
-        None => false,
-    }
-}
-
 impl Api {
     pub fn new(s: &Settings, key: &str) -> anyhow::Result<Api> {
         let mut urls = vec![s.api_url.as_str()];
         if let Some(u) = &s.sandbox_url {
             urls.push(u);
         }
-        Ok(Api { http: http_client(&urls)?, base: s.api_url.trim_end_matches('/').to_string(), key: key.to_string() })
+        Ok(Api { http: http::client(&urls)?, base: s.api_url.trim_end_matches('/').to_string(), key: key.to_string() })
     }
 
     pub fn base(&self) -> &str {
@@ -270,12 +246,6 @@ pub fn classify(status: u16, message: String, retry_after: Option<Duration>, tem
     }
 }
 
-/// `retry-after` as seconds (integer or decimal); HTTP dates are not used by E2B.
-pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let v = h.get("retry-after")?.to_str().ok()?.trim().parse::<f64>().ok()?;
-    (v.is_finite() && v >= 0.0).then(|| Duration::from_secs_f64(v.min(86_400.0)))
-}
-
 /// The `message` of an E2B error body, else the body's first line, bounded.
 pub async fn error_message(resp: reqwest::Response) -> String {
     let text = resp.text().await.unwrap_or_default();
@@ -283,41 +253,5 @@ pub async fn error_message(resp: reqwest::Response) -> String {
         .ok()
         .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
         .unwrap_or_else(|| text.lines().next().unwrap_or("").to_string());
-    bounded(&msg, 200)
-}
-
-pub fn bounded(s: &str, max: usize) -> String {
-    let clean: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    let clean = clean.trim();
-    if clean.is_empty() {
-        return "no message".into();
-    }
-    if clean.chars().count() > max {
-        format!("{}…", clean.chars().take(max).collect::<String>())
-    } else {
-        clean.to_string()
-    }
-}
-
-/// reqwest errors chain their causes; keep it to one readable line.
-pub fn one_line(e: &reqwest::Error) -> String {
-    use std::error::Error;
-    let mut s = if e.is_timeout() {
-        "timed out".to_string()
-    } else if e.is_connect() {
-        "connection failed".to_string()
-    } else {
-        "request failed".to_string()
-    };
-    let mut src = e.source();
-    let mut last = String::new();
-    while let Some(c) = src {
-        last = c.to_string();
-        src = c.source();
-    }
-    if !last.is_empty() {
-        s.push_str(": ");
-        s.push_str(&bounded(&last, 160));
-    }
-    s
+    message_line(&msg, 200)
 }

@@ -29,7 +29,8 @@ use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::api::{bounded, error_message, one_line};
+use super::api::error_message;
+use crate::http::{message_line, one_line};
 
 pub const ENVD_PORT: u16 = 49983;
 pub const USER: &str = "user";
@@ -283,7 +284,7 @@ fn end_of_stream(payload: &[u8]) -> Result<(), EnvdError> {
         None | Some(serde_json::Value::Null) => Ok(()),
         Some(err) => Err(EnvdError::Rpc {
             code: err.get("code").and_then(|c| c.as_str()).unwrap_or("unknown").to_string(),
-            message: bounded(err.get("message").and_then(|m| m.as_str()).unwrap_or(""), 200),
+            message: message_line(err.get("message").and_then(|m| m.as_str()).unwrap_or(""), 200),
         }),
     }
 }

@@ -429,7 +429,7 @@ impl E2bTier {
         // Everything between create and kill is in here, so that no `?`
         // can skip the kill.
         let result = async {
-            let http = api::http_client(&[envd_url.as_str()])?;
+            let http = crate::http::client(&[envd_url.as_str()])?;
             let envd = Envd::new(http, envd_url.clone(), created.sandbox_id.clone(), created.envd_access_token.clone());
             if ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus::default())).await;
@@ -560,7 +560,7 @@ async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext, timeout_margin: 
         ctx.emit(EventKind::Phase(Phase::Running)).await;
     }
     if let Some(err) = end.error.as_deref().filter(|e| !e.is_empty()) {
-        ctx.note(format!("envd: {}", api::bounded(err, 200))).await;
+        ctx.note(format!("envd: {}", crate::http::message_line(err, 200))).await;
     }
     let signal = envd::signal_from_status(&end.status);
     let x = if let Some(sig) = signal {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::api::{self, Api};
+use super::api::Api;
 use super::envd::{Envd, EnvdError, ProcEvent};
 use super::{execute, limit_enforcement, LiveGuard, Settings, WORK_DIR};
 use crate::event::{EventKind, Phase, UsageSample};
@@ -48,7 +48,7 @@ pub(crate) async fn open(s: Settings, key: String, spec: SessionSpec) -> anyhow:
     let created = api.create(&s.template, ttl, spec.limits.network, &|m| tracing::info!("e2b: {m}")).await?;
     let guard = LiveGuard::register(&created.sandbox_id, &s, &key);
     let envd_url = s.envd_url(&created.sandbox_id, created.domain.as_deref());
-    let http = match api::http_client(&[envd_url.as_str()]) {
+    let http = match crate::http::client(&[envd_url.as_str()]) {
         Ok(h) => h,
         Err(e) => {
             if api.kill_with_retry(&created.sandbox_id).await.is_ok() {

@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 
 use super::artefacts::{Manifest, Paths};
 use super::vm::{kernel_args, qemu_version, Accel};
-use crate::config::MicrovmConfig;
+use crate::config::{AccelSetting, MicrovmConfig};
 
 pub const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(8);
 const MARKER: &[u8] = b"sandbench-probe-ok";
@@ -33,7 +33,7 @@ fn key(cfg: &MicrovmConfig, p: &Paths) -> String {
         qemu_version(&cfg.qemu).unwrap_or_default(),
         host,
         Manifest::load(p).fingerprint(),
-        cfg.accel
+        <&str>::from(cfg.accel)
     )
 }
 
@@ -48,10 +48,12 @@ pub async fn choose(cfg: &MicrovmConfig, p: &Paths) -> AccelChoice {
         return c;
     }
     let k = key(cfg, p);
-    let choice = match cfg.accel.as_str() {
-        "tcg" => AccelChoice { accel: Accel::Tcg, detail: "TCG (software emulation) as configured".into(), key: k },
-        "kvm" => AccelChoice { accel: Accel::Kvm, detail: "KVM as configured (not probed)".into(), key: k },
-        _ => match probe_kvm(cfg, p).await {
+    let choice = match cfg.accel {
+        AccelSetting::Tcg => {
+            AccelChoice { accel: Accel::Tcg, detail: "TCG (software emulation) as configured".into(), key: k }
+        }
+        AccelSetting::Kvm => AccelChoice { accel: Accel::Kvm, detail: "KVM as configured (not probed)".into(), key: k },
+        AccelSetting::Auto => match probe_kvm(cfg, p).await {
             Ok(d) => AccelChoice {
                 accel: Accel::Kvm,
                 detail: format!("KVM: a probe guest reached user space in {:.2} s", d.as_secs_f64()),

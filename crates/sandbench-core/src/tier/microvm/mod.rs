@@ -364,8 +364,9 @@ impl MicrovmTier {
         session: Option<f64>,
     ) -> anyhow::Result<(Option<UsageSample>, u64)> {
         let limits = &spec.limits;
-        let mut seed = [0u8; 32];
-        let _ = getrandom(&mut seed);
+        // The guest's random seed: a run without one does not happen.
+        let seed =
+            anyhow::Context::context(crate::host::random_hex(32), "cannot read /dev/urandom for the guest's seed")?;
         let req = proto::RunRequest {
             language: spec.language.name().into(),
             code: spec.code.clone(),
@@ -378,7 +379,7 @@ impl MicrovmTier {
                 disk_bytes: limits.disk_bytes,
                 open_files: limits.open_files,
             },
-            seed: seed.iter().map(|b| format!("{b:02x}")).collect(),
+            seed,
             now: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
@@ -491,9 +492,4 @@ impl MicrovmTier {
         let usage = UsageSample { cpu_ms, memory_bytes: x.memory_peak.or(last.memory_bytes), pids: x.pids_peak };
         Ok((Some(usage), garbage))
     }
-}
-
-fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }

@@ -321,33 +321,37 @@ fn sanitize_exit(mut x: GuestExit) -> GuestExit {
     x
 }
 
+/// Decode `data` fed in pieces cut at `cuts` (taken modulo its length, in
+/// order): what the decoder made of it, the decoder, and the most it ever
+/// buffered. For the property tests and the fuzz targets.
+pub fn decode_chunks(data: &[u8], cuts: &[usize]) -> (Vec<Item>, Decoder, usize) {
+    let mut d = Decoder::new();
+    let mut out = vec![];
+    let (mut last, mut most) = (0, 0);
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
+    cuts.sort_unstable();
+    for c in cuts.into_iter().chain([data.len()]) {
+        d.push(&data[last..c], &mut out);
+        most = most.max(d.buffered());
+        last = c;
+    }
+    (out, d, most)
+}
+
+/// The frames among decoded items.
+pub fn frames(items: &[Item]) -> Vec<Frame> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Frame(f) => Some(f.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn decode_chunks(data: &[u8], cuts: &[usize]) -> (Vec<Item>, Decoder) {
-        let mut d = Decoder::new();
-        let mut out = vec![];
-        let mut last = 0;
-        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
-        cuts.sort_unstable();
-        for c in cuts.into_iter().chain([data.len()]) {
-            d.push(&data[last..c], &mut out);
-            assert!(d.buffered() <= HEADER_LEN + MAX_PAYLOAD + 1);
-            last = c;
-        }
-        (out, d)
-    }
-
-    fn frames(items: &[Item]) -> Vec<Frame> {
-        items
-            .iter()
-            .filter_map(|i| match i {
-                Item::Frame(f) => Some(f.clone()),
-                _ => None,
-            })
-            .collect()
-    }
 
     #[test]
     fn decodes_the_agent_format() {
@@ -421,7 +425,8 @@ mod tests {
     #[test]
     fn truncated_stream_is_reported_at_the_end() {
         let f = encode(K_STDOUT, b"hello world");
-        let (out, mut d) = decode_chunks(&f[..f.len() - 3], &[]);
+        let (out, mut d, most) = decode_chunks(&f[..f.len() - 3], &[]);
+        assert!(most <= HEADER_LEN + MAX_PAYLOAD);
         assert!(out.is_empty());
         assert!(matches!(d.finish(), Some(Item::Garbage { bytes, .. }) if bytes == f.len() - 3));
         assert_eq!(d.finish(), None);

@@ -27,6 +27,8 @@ pub const NAME_PREFIX: &str = "sandbench-vm-";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Accel {
     Kvm,
     Tcg,
@@ -34,10 +36,7 @@ pub enum Accel {
 
 impl Accel {
     pub fn name(self) -> &'static str {
-        match self {
-            Accel::Kvm => "kvm",
-            Accel::Tcg => "tcg",
-        }
+        self.into()
     }
 }
 

@@ -19,6 +19,7 @@
 
 pub mod profile;
 pub mod rundir;
+mod started;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -26,11 +27,10 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
 use serde_json::json;
-use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use crate::config::Config;
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::event::{EventKind, ExitStatus, Phase, UsageSample};
 use crate::judge::{Counters, ExitFacts, Judge};
 use crate::spec::{format_size, Language, Limits, RunSpec};
 use crate::tier::process::cgroup::{self, Layout, RunCgroup};
@@ -50,6 +50,21 @@ const DRAIN_GRACE: Duration = Duration::from_millis(300);
 /// that only a limit the peer did not hold fires it.
 const PIDS_SLACK: u64 = 2;
 const STDERR_TAIL: usize = 4096;
+/// Tries of a wrapper that exits before it started the program (srt's
+/// proxy bridge, for one, fails now and then on a loaded machine).
+const START_TRIES: u32 = 5;
+
+/// The tool exited before the program started (no start marker).
+#[derive(Debug)]
+struct NotStarted(String);
+
+impl std::fmt::Display for NotStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotStarted {}
 
 /// A profile and the file it came from, for the life of the process.
 pub struct Entry {
@@ -85,26 +100,23 @@ pub fn entries() -> Result<&'static [Entry], String> {
 }
 
 /// The named peer, if there is one.
-pub fn by_name(name: &str) -> Result<Option<Arc<dyn Tier>>, String> {
+pub fn by_name(name: &str, env: &crate::config::HostEnv) -> Result<Option<Arc<dyn Tier>>, String> {
     let all = registry().as_ref().map_err(Clone::clone)?;
-    Ok(all.iter().find(|e| e.profile.name == name).map(|e| Arc::new(PeerTier::new(e)) as Arc<dyn Tier>))
+    Ok(all.iter().find(|e| e.profile.name == name).map(|e| Arc::new(PeerTier::new(e, env)) as Arc<dyn Tier>))
 }
 
-fn outer_layout() -> &'static Result<Layout, String> {
+/// The cgroup layout of the outer cgroups, detected once.
+fn outer_layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
     static L: OnceLock<Result<Layout, String>> = OnceLock::new();
     L.get_or_init(|| {
-        if !nix::unistd::geteuid().is_root() && std::env::var_os("SANDBENCH_TRY_USER_CGROUP").is_none() {
+        if !nix::unistd::geteuid().is_root() && !try_user_cgroup {
             return Err("sandbench is not root: it cannot create the outer cgroup a peer runs in".into());
         }
         cgroup::detect()
     })
 }
 
-/// Look a command up on PATH (then the usual bin folders, where npm and pip
-/// put tools), or take it as a path.
-pub fn which(cmd: &str) -> Option<PathBuf> {
-    crate::host::which(cmd).or_else(|| crate::host::which_in(cmd, "/usr/local/bin:/usr/bin:/bin"))
-}
+use crate::host::which;
 
 /// Who the wrapper runs as: the peer account as root, else the caller.
 #[derive(Debug, Clone)]
@@ -164,11 +176,20 @@ pub struct PeerTier {
     profile: &'static Profile,
     source: &'static str,
     version: OnceLock<String>,
+    try_user_cgroup: bool,
+    /// Where run folders go (`rundir::base`).
+    runs: PathBuf,
 }
 
 impl PeerTier {
-    fn new(e: &'static Entry) -> PeerTier {
-        PeerTier { profile: &e.profile, source: &e.source, version: OnceLock::new() }
+    fn new(e: &'static Entry, env: &crate::config::HostEnv) -> PeerTier {
+        PeerTier {
+            profile: &e.profile,
+            source: &e.source,
+            version: OnceLock::new(),
+            try_user_cgroup: env.try_user_cgroup,
+            runs: rundir::base(env),
+        }
     }
 
     pub fn tool_path(&self) -> Option<PathBuf> {
@@ -264,7 +285,7 @@ impl PeerTier {
             Ok(r) => checks.push(Check::ok("user", format!("runs as {} (uid {})", r.user, r.uid))),
             Err(e) => checks.push(Check::fail("user", e, "sandbench setup peers")),
         }
-        match outer_layout() {
+        match outer_layout(self.try_user_cgroup) {
             Ok(l) => checks.push(Check::ok(
                 "outer net",
                 format!("cgroup {} around every run", if l.version() == cgroup::Version::V1 { "v1" } else { "v2" }),
@@ -287,7 +308,13 @@ impl PeerTier {
             // The honest test: a trivial program through the real wrapper.
             let mut spec = RunSpec::new(Language::Sh, "echo peer-probe-ok\n");
             spec.label = "doctor probe".into();
-            let me = PeerTier { profile: self.profile, source: self.source, version: OnceLock::new() };
+            let me = PeerTier {
+                profile: self.profile,
+                source: self.source,
+                version: OnceLock::new(),
+                try_user_cgroup: self.try_user_cgroup,
+                runs: self.runs.clone(),
+            };
             let r = crate::runner::run(Arc::new(me), spec).await;
             if r.outcome == crate::report::Outcome::Ok && r.exit.code == Some(0) && r.stdout.contains("peer-probe-ok") {
                 checks.push(Check::ok("sandbox", format!("a trivial program ran ({:.0} ms)", r.timings_ms.total)));
@@ -323,15 +350,18 @@ impl PeerTier {
         let limits = spec.limits.clone();
         let tool = self.tool_path().ok_or_else(|| anyhow!("{} is not installed: {}", p.tool, p.install))?;
         let who = run_as().map_err(|e| anyhow!(e))?;
-        let layout = outer_layout()
+        let layout = outer_layout(self.try_user_cgroup)
             .as_ref()
             .map_err(|e| anyhow!("no outer cgroup for the {} peer ({e}); peers run only inside one", p.name))?;
         let interp = interpreter(spec.language)
             .ok_or_else(|| anyhow!("{} is not installed on the host", spec.language.interpreter()[0]))?;
         let version = self.version().await;
+        let sh =
+            interpreter(Language::Sh).ok_or_else(|| anyhow!("no /bin/sh on the host to start the program with"))?;
+        let (launcher, marker) = started::launcher(&sh[0]).context("cannot make the start marker")?;
 
-        let dir =
-            RunDir::create(&p.name, &spec, &who, limits.disk_bytes).context("cannot prepare the run's folders")?;
+        let dir = RunDir::create(&self.runs, &p.name, &spec, &who, limits.disk_bytes)
+            .context("cannot prepare the run's folders")?;
         let cx = Context {
             tool: tool.display().to_string(),
             run: dir.root.clone(),
@@ -341,6 +371,7 @@ impl PeerTier {
             inside_program_dir: p.inside.program_dir.clone().unwrap_or_else(|| dir.program_dir.display().to_string()),
             inside_scratch: p.inside.scratch.clone().unwrap_or_else(|| dir.scratch.display().to_string()),
             program_file: spec.language.file_name().into(),
+            launcher,
             interpreter: interp,
             uid: who.uid,
             gid: who.gid,
@@ -384,19 +415,30 @@ impl PeerTier {
             cpus: 1024.0,
             ..limits.clone()
         };
-        let mut cg = RunCgroup::create_with(layout, &net_limits, p.overhead.pids + PIDS_SLACK)
-            .context("cannot create the outer cgroup")?;
-
-        let result = self.execute(&ctx, &limits, &argv, &env, &cwd, &who, &cg, &dir).await;
+        let mut tries = 0;
+        let (result, stats) = loop {
+            tries += 1;
+            let mut cg = RunCgroup::create_with(layout, &net_limits, p.overhead.pids + PIDS_SLACK)
+                .context("cannot create the outer cgroup")?;
+            let result = self.execute(&ctx, &limits, &argv, &env, &cwd, &who, &cg, &dir, &marker).await;
+            let stats = cg.stats();
+            cg.kill_all();
+            let cg = tokio::task::spawn_blocking(move || {
+                cg.remove();
+            });
+            let _ = cg.await;
+            match result {
+                Err(e)
+                    if tries < START_TRIES && e.downcast_ref::<NotStarted>().is_some() && !ctx.stop.is_cancelled() =>
+                {
+                    ctx.note(format!("{e}; trying again ({}/{START_TRIES})", tries + 1)).await;
+                    tokio::time::sleep(Duration::from_millis(250 << tries.min(4))).await;
+                }
+                r => break (r, stats),
+            }
+        };
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
-        let stats = cg.stats();
-        cg.kill_all();
-        tokio::task::spawn_blocking(move || {
-            cg.remove();
-            drop(dir);
-        })
-        .await
-        .ok();
+        tokio::task::spawn_blocking(move || drop(dir)).await.ok();
         let mut out = result?;
         out.usage = Some(UsageSample {
             cpu_ms: stats.cpu_ns.map(|n| n / 1_000_000),
@@ -437,6 +479,8 @@ impl PeerTier {
         );
         d.insert("cgroup".into(), json!(layout.version()));
         d.insert("start".into(), json!("cold"));
+        // Tries the tool needed to start the program (1: at once).
+        d.insert("tool_tries".into(), json!(tries));
         Ok(out)
     }
 
@@ -451,6 +495,7 @@ impl PeerTier {
         who: &RunAs,
         cg: &RunCgroup,
         dir: &RunDir,
+        marker: &str,
     ) -> anyhow::Result<TierExit> {
         let p = self.profile;
         let mut cmd = Command::new(&argv[0]);
@@ -467,8 +512,16 @@ impl PeerTier {
         ctx.emit(EventKind::Phase(Phase::Running)).await;
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
         let tail = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-        let out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone(), None));
-        let err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone(), Some(tail.clone())));
+        let (started_tx, started_rx) = tokio::sync::watch::channel(false);
+        let out_task =
+            tokio::spawn(started::pump_stdout(child.stdout.take(), marker.to_string(), ctx.clone(), started_tx));
+        let mut err_task = tokio::spawn(started::pump_stderr(
+            child.stderr.take(),
+            ctx.clone(),
+            started_rx.clone(),
+            tail.clone(),
+            STDERR_TAIL,
+        ));
 
         let mut ticker = tokio::time::interval(SAMPLE_EVERY);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -513,7 +566,13 @@ impl PeerTier {
         cg.kill_all();
         // Output pipes close once the last holder is dead.
         let _ = tokio::time::timeout(Duration::from_secs(5), out_task).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), err_task).await;
+        let held = match tokio::time::timeout(Duration::from_secs(5), &mut err_task).await {
+            Ok(Ok(h)) => h,
+            _ => {
+                err_task.abort();
+                vec![]
+            }
+        };
         let s = cg.stats();
         seen.note(dir);
 
@@ -523,6 +582,18 @@ impl PeerTier {
             ExitStatus { code: status.code(), signal: status.signal() }
         };
         let stderr_tail = tail.lock().map(|t| String::from_utf8_lossy(&t).into_owned()).unwrap_or_default();
+        if !killed && !*started_rx.borrow() {
+            // The tool exited before it started the program: not a verdict.
+            let said = String::from_utf8_lossy(&held);
+            let line = said.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("nothing on stderr");
+            let line: String = line.chars().take(200).collect();
+            return Err(anyhow::Error::new(NotStarted(format!(
+                "{} exited ({}) before it started the program: {}",
+                p.name,
+                exit.describe(),
+                crate::sanitize::visible_controls(line.as_bytes())
+            ))));
+        }
         if !killed && exit.code != Some(0) {
             if let Some(line) =
                 stderr_tail.lines().find(|l| p.failure_prefixes.iter().any(|pre| l.starts_with(pre.as_str())))
@@ -594,34 +665,9 @@ impl Seen {
     }
 }
 
-async fn pump<R: AsyncRead + Unpin>(
-    src: Option<R>,
-    stream: Stream,
-    ctx: RunContext,
-    tail: Option<Arc<std::sync::Mutex<Vec<u8>>>>,
-) {
-    let Some(mut src) = src else { return };
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match src.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if let Some(t) = &tail {
-                    if let Ok(mut t) = t.lock() {
-                        t.extend_from_slice(&buf[..n]);
-                        let excess = t.len().saturating_sub(STDERR_TAIL);
-                        t.drain(..excess);
-                    }
-                }
-                ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await;
-            }
-        }
-    }
-}
-
 /// Remove run folders of sandbench processes that are gone (their lock is free).
-pub fn reap_leftovers() {
-    let n = rundir::reap();
+pub fn reap_leftovers(env: &crate::config::HostEnv) {
+    let n = rundir::reap(&rundir::base(env));
     if n > 0 {
         tracing::info!("reaped {n} leftover peer run folder(s)");
     }

@@ -132,6 +132,9 @@ pub struct Context {
     pub inside_program_dir: String,
     pub inside_scratch: String,
     pub program_file: String,
+    /// What runs before the interpreter, inside the tool's sandbox: sandbench's
+    /// start marker (see `peer::Started`). Empty in checks of templates.
+    pub launcher: Vec<String>,
     pub interpreter: Vec<String>,
     pub uid: u32,
     pub gid: u32,
@@ -148,9 +151,11 @@ impl Context {
         format!("{}/{}", self.inside_program_dir.trim_end_matches('/'), self.program_file)
     }
 
-    /// The interpreter and the program: what `{command...}` stands for.
+    /// The launcher, the interpreter and the program: what `{command...}`
+    /// stands for.
     pub fn command(&self) -> Vec<String> {
-        let mut v = self.interpreter.clone();
+        let mut v = self.launcher.clone();
+        v.extend(self.interpreter.iter().cloned());
         v.push(self.inside_program());
         v
     }
@@ -357,6 +362,7 @@ impl Context {
             inside_program_dir: "/run/x/program".into(),
             inside_scratch: "/run/x/scratch".into(),
             program_file: "main.py".into(),
+            launcher: vec![],
             interpreter: vec!["/usr/bin/python3".into(), "-u".into()],
             uid: 1000,
             gid: 1000,

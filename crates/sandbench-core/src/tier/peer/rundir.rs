@@ -21,14 +21,21 @@ use crate::spec::RunSpec;
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// The scratch folder's name in a run folder. Paths here are kept short on
+/// purpose: the scratch is the program's TMPDIR, and tools put unix sockets
+/// there (srt's proxy bridges), whose paths may not pass 107 bytes. With the
+/// owner token in the run folder's name (up to 42 bytes), `/run/sbp/`
+/// and `w` leave room for srt's 35-byte socket names.
+const SCRATCH: &str = "w";
+
 /// Where run folders go.
-pub fn base() -> PathBuf {
+pub fn base(env: &crate::config::HostEnv) -> PathBuf {
     if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/run/sandbench-peers");
+        return PathBuf::from("/run/sbp");
     }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) => PathBuf::from(d).join("sandbench-peers"),
-        None => std::env::temp_dir().join(format!("sandbench-peers-{}", nix::unistd::getuid())),
+    match &env.runtime_dir {
+        Some(d) => d.join("sbp"),
+        None => std::env::temp_dir().join(format!("sbp-{}", nix::unistd::getuid())),
     }
 }
 
@@ -47,18 +54,17 @@ fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
 }
 
 impl RunDir {
-    pub fn create(peer: &str, spec: &RunSpec, who: &RunAs, disk_bytes: u64) -> anyhow::Result<RunDir> {
-        let base = base();
-        fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+    pub fn create(base: &Path, peer: &str, spec: &RunSpec, who: &RunAs, disk_bytes: u64) -> anyhow::Result<RunDir> {
+        fs::create_dir_all(base).with_context(|| format!("cannot create {}", base.display()))?;
         // The peer user must be able to walk in; nobody else may write.
-        fs::set_permissions(&base, fs::Permissions::from_mode(0o755))?;
+        fs::set_permissions(base, fs::Permissions::from_mode(0o755))?;
         // Named by the owner token: its held lock proves the run alive (see `owner`).
         let token = crate::owner::token()?;
         let root = base.join(format!("{token}-{}-{peer}", SEQ.fetch_add(1, Ordering::Relaxed)));
         mkdir(&root, 0o755).with_context(|| format!("cannot create {}", root.display()))?;
         let mut dir = RunDir {
             program_dir: root.join("program"),
-            scratch: root.join("scratch"),
+            scratch: root.join(SCRATCH),
             home: root.join("home"),
             root,
             tmpfs: false,
@@ -140,8 +146,8 @@ impl Drop for RunDir {
 
 /// Remove run folders whose owner is provably dead (see `owner`). A live
 /// sandbench, in whatever pid namespace, holds its owner lock.
-pub fn reap() -> usize {
-    let Ok(rd) = fs::read_dir(base()) else { return 0 };
+pub fn reap(base: &Path) -> usize {
+    let Ok(rd) = fs::read_dir(base) else { return 0 };
     let mut sweep = crate::owner::Sweep::new();
     let mut n = 0;
     for e in rd.flatten() {
@@ -149,7 +155,7 @@ pub fn reap() -> usize {
         if !sweep.name_dead(&e.file_name().to_string_lossy()) {
             continue;
         }
-        let _ = umount2(&root.join("scratch"), MntFlags::MNT_DETACH);
+        let _ = umount2(&root.join(SCRATCH), MntFlags::MNT_DETACH);
         if fs::remove_dir_all(&root).is_ok() {
             n += 1;
         }
@@ -199,4 +205,21 @@ pub fn enter_outer_net(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tools_socket_in_the_scratch_fits_in_sun_path() {
+        // The longest owner token (12-hex host, 12-hex boot, a 7-digit pid,
+        // 8-hex nonce), a long run sequence and peer name, and srt's bridge
+        // socket name (`claude-socks-<16 hex>.sock`).
+        let token = format!("{}-{}-{}-{}", "a".repeat(12), "b".repeat(12), 4_194_304, "c".repeat(8));
+        let root = PathBuf::from("/run/sbp").join(format!("{token}-999999-firejail"));
+        let socket = root.join(SCRATCH).join(format!("claude-socks-{}.sock", "d".repeat(16)));
+        let n = socket.as_os_str().len();
+        assert!(n < 108, "{n} bytes: {}", socket.display());
+    }
 }

@@ -33,6 +33,7 @@ use sandbox::{SandboxConfig, Status};
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 pub struct ProcessTier {
+    host: Host,
     uid_base: u32,
     uid_count: u32,
     allow_degraded: bool,
@@ -106,10 +107,28 @@ impl Launched {
     }
 }
 
-fn layout() -> &'static Result<Layout, String> {
+/// What the tier takes from sandbench's environment (`config::HostEnv`).
+#[derive(Debug, Clone)]
+struct Host {
+    /// The binary started as the sandbox helper.
+    exe: std::path::PathBuf,
+    try_user_cgroup: bool,
+}
+
+impl Host {
+    fn of(env: &crate::config::HostEnv) -> Host {
+        Host {
+            exe: env.helper.clone().unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe")),
+            try_user_cgroup: env.try_user_cgroup,
+        }
+    }
+}
+
+/// The cgroup layout, detected once (the first caller's environment decides).
+fn layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
     static L: OnceLock<Result<Layout, String>> = OnceLock::new();
     L.get_or_init(|| {
-        if !nix::unistd::geteuid().is_root() && std::env::var_os("SANDBENCH_TRY_USER_CGROUP").is_none() {
+        if !nix::unistd::geteuid().is_root() && !try_user_cgroup {
             // v1 hierarchies are root's; on v2 an unprivileged user can only
             // use a delegated subtree, which detect() tries.
             return cgroup::detect().map_err(|e| format!("{e} (run as root, or use a systemd-delegated cgroup v2)"));
@@ -119,8 +138,8 @@ fn layout() -> &'static Result<Layout, String> {
 }
 
 /// Remove cgroups left by sandbench processes that died.
-pub fn reap_leftovers() {
-    if let Ok(l) = layout() {
+pub fn reap_leftovers(env: &crate::config::HostEnv) {
+    if let Ok(l) = layout(env.try_user_cgroup) {
         let n = cgroup::reap(l);
         if n > 0 {
             tracing::info!("reaped {n} leftover run cgroup(s)");
@@ -129,8 +148,8 @@ pub fn reap_leftovers() {
 }
 
 /// Run cgroups that carry `token` (the soak's leftover count).
-pub fn owned_cgroups(token: &str) -> Vec<std::path::PathBuf> {
-    match layout() {
+pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path::PathBuf> {
+    match layout(env.try_user_cgroup) {
         Ok(l) => cgroup::owned(l, token),
         Err(_) => vec![],
     }
@@ -148,6 +167,7 @@ fn python_waiter(spec: &RunSpec) -> sandbox::Waiter {
 impl ProcessTier {
     pub fn new(config: &Config) -> Self {
         ProcessTier {
+            host: Host::of(&config.host),
             uid_base: config.process.uid_base,
             uid_count: config.process.uid_count,
             keep_spare: config.process.spare,
@@ -168,14 +188,14 @@ impl ProcessTier {
         uid_range: (u32, u32),
         allow_degraded: bool,
         session: bool,
+        host: &Host,
     ) -> anyhow::Result<Launched> {
         let root = nix::unistd::geteuid().is_root();
-        let exe = std::env::var_os("SANDBENCH_HELPER")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
+        let exe = &host.exe;
+        let try_user_cgroup = host.try_user_cgroup;
         let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
         let wfd = status_w.as_raw_fd();
-        let mut cmd = Command::new(&exe);
+        let mut cmd = Command::new(exe);
         cmd.arg("__sandbox")
             .env_clear()
             .stdin(std::process::Stdio::piped())
@@ -212,7 +232,7 @@ impl ProcessTier {
             } else {
                 None
             };
-            let cg = match layout() {
+            let cg = match layout(try_user_cgroup) {
                 // Cgroups work here: a run without its own is not the sandbox
                 // sandbench promised, so it does not happen.
                 Ok(l) => Some(RunCgroup::create(l, &lim).context("cannot create the run's cgroup")?),
@@ -268,11 +288,12 @@ impl ProcessTier {
         let limits = self.spare_limits.clone();
         let range = (self.uid_base, self.uid_count);
         let degraded = self.allow_degraded;
+        let host = self.host.clone();
         tokio::spawn(async move {
             let mut spec = RunSpec::new(Language::Python, "");
             spec.limits = limits.clone();
             let made = async {
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded, false).await?;
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), range, degraded, false, &host).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -405,7 +426,7 @@ fn interpreter_on_host(lang: Language) -> Option<String> {
 impl ProcessTier {
     async fn probe_inner(&self) -> Availability {
         let mut checks = vec![];
-        match layout() {
+        match layout(self.host.try_user_cgroup) {
             Ok(l) => checks.push(Check::ok(
                 "cgroup",
                 format!("{} — memory and pids limits, CPU accounting", match l.version() {
@@ -434,6 +455,7 @@ impl ProcessTier {
         spec.limits.wall_time = Duration::from_secs(10);
         spec.label = "doctor probe".into();
         let probe = ProcessTier {
+            host: self.host.clone(),
             uid_base: self.uid_base,
             uid_count: self.uid_count,
             allow_degraded: self.allow_degraded,
@@ -478,7 +500,7 @@ impl ProcessTier {
         }
         let available = sandbox_ok;
         let summary = if available {
-            let cg = match layout() {
+            let cg = match layout(self.host.try_user_cgroup) {
                 Ok(l) => format!("cgroup {:?}", l.version()).to_lowercase(),
                 Err(_) => "no cgroup: weaker containment".into(),
             };
@@ -507,8 +529,15 @@ impl ProcessTier {
                 // Built for this run: its interpreter (Python) starts ahead of
                 // the program as in a spare, while init joins the cgroup.
                 let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
-                let l =
-                    Self::launch(&limits, waiter, (self.uid_base, self.uid_count), self.allow_degraded, false).await?;
+                let l = Self::launch(
+                    &limits,
+                    waiter,
+                    (self.uid_base, self.uid_count),
+                    self.allow_degraded,
+                    false,
+                    &self.host,
+                )
+                .await?;
                 (l, "cold")
             }
         };

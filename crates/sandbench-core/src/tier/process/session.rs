@@ -49,7 +49,8 @@ pub(crate) async fn open(tier: &ProcessTier, spec: SessionSpec) -> anyhow::Resul
     // other calls exec from it.
     let waiter = python_waiter(&RunSpec::new(Language::Python, ""));
     let range = (tier.uid_base, tier.uid_count);
-    let mut sandbox = ProcessTier::launch(&spec.limits, Some(waiter), range, tier.allow_degraded, true).await?;
+    let mut sandbox =
+        ProcessTier::launch(&spec.limits, Some(waiter), range, tier.allow_degraded, true, &tier.host).await?;
     let pipes = (|| -> anyhow::Result<_> {
         let stdin = sandbox.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
         let out = sandbox.child.stdout.take().ok_or_else(|| anyhow!("helper has no stdout"))?.into_owned_fd()?;

@@ -55,7 +55,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         (false, _, Some(EndReason::Error)) => "stopped by an error".into(),
         (false, _, None) => "idle".into(),
     };
-    let mut title = format!(" transcript · {state} · {} ", if a.follow { "following" } else { "scrolled" });
+    let mut title = format!(" transcript · {state} · {} ", if a.scroll.follows() { "following" } else { "scrolled" });
     if let Some(s) = &a.session {
         title.push_str(&format!("· session {} ", crate::sanitize::inert_line(s, 20)));
     }
@@ -84,7 +84,8 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     // Only the lines on screen are wrapped: from the end when following,
     // from the first shown line otherwise.
     let mut shown: std::collections::VecDeque<Line> = std::collections::VecDeque::new();
-    if a.follow {
+    let top = (a.fit(rows) - a.dropped) as usize;
+    if a.scroll.follows() {
         for l in a.lines.iter().rev() {
             for row in wrap(app, l, width).into_iter().rev() {
                 shown.push_front(row);
@@ -97,7 +98,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             shown.pop_front();
         }
     } else {
-        for l in a.lines.iter().skip(app.agent_top()) {
+        for l in a.lines.iter().skip(top) {
             shown.extend(wrap(app, l, width));
             if shown.len() >= rows {
                 break;

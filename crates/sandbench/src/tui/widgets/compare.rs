@@ -84,7 +84,7 @@ fn draw_summary(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
         c.total()
     );
     let rows = compare::rows(&s);
-    let skip = app.compare_hscroll.min(COLUMNS.len() - 2);
+    let skip = app.compare_view.hscroll.min(COLUMNS.len() - 2);
     let width = |i: usize| {
         rows.iter().map(|r| r[i].chars().count()).chain([COLUMNS[i].chars().count()]).max().unwrap_or(4) as u16
     };

@@ -9,8 +9,9 @@ use ratatui::Frame;
 
 use super::{bold, pane};
 use crate::gauntlet::Verdict;
+use crate::spec::format_duration;
 use crate::spec::format_size;
-use crate::tui::app::{fmt_duration, App};
+use crate::tui::app::App;
 use crate::tui::gauntlet_view::{CellView, GState, GauntletView, Head};
 use crate::tui::run_view::fmt_ms;
 
@@ -192,10 +193,15 @@ fn draw_details(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     let title = format!(" {} on {tier} · {hint} ", row.name);
     let block = pane(app, title, g.zoom);
     let lines = detail_lines(app, g, r, c);
-    let inner_h = block.inner(area).height as usize;
-    let _ = inner_h;
-    let scroll = if g.zoom { g.scroll.min(lines.len().saturating_sub(1)) } else { 0 };
-    f.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }).scroll((scroll as u16, 0)), area);
+    let inner = block.inner(area);
+    // Rows the wrapped lines take (word wrapping may take a few more).
+    let w = inner.width.max(1) as usize;
+    let total: usize = lines.iter().map(|l| l.width().div_ceil(w).max(1)).sum();
+    let scroll = if g.zoom { g.scroll.fit(0, total as u64, inner.height as u64) } else { 0 };
+    f.render_widget(
+        Paragraph::new(lines).block(block).wrap(Wrap { trim: false }).scroll((scroll.min(u16::MAX as u64) as u16, 0)),
+        area,
+    );
 }
 
 fn field<'a>(app: &App, k: &str, v: impl Into<Line<'a>>) -> Line<'a> {
@@ -333,8 +339,8 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
         Span::styled(
             format!(
                 "cpu {} · wall {} · memory {} · pids {} (the gauntlet's defaults)",
-                fmt_duration(l.cpu_time),
-                fmt_duration(l.wall_time),
+                format_duration(l.cpu_time),
+                format_duration(l.wall_time),
                 format_size(l.memory_bytes),
                 l.pids
             ),

@@ -109,8 +109,8 @@ fn draw_status(app: &App, f: &mut Frame, area: Rect) {
                     format!(
                         " · mem {} · cpu {} · wall {} · pids {}",
                         crate::spec::format_size(l.memory_bytes),
-                        super::app::fmt_duration(l.cpu_time),
-                        super::app::fmt_duration(l.wall_time),
+                        crate::spec::format_duration(l.cpu_time),
+                        crate::spec::format_duration(l.wall_time),
                         l.pids
                     ),
                     t.dim(),

@@ -25,7 +25,8 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         f.render_widget(Paragraph::new(hint).block(block), area);
         return;
     };
-    let mut title = format!(" output · {} · {} ", run.tier, if app.follow { "following" } else { "scrolled" });
+    let mut title =
+        format!(" output · {} · {} ", run.tier, if app.output.scroll.follows() { "following" } else { "scrolled" });
     if run.lines.dropped > 0 {
         title.push_str(&format!("· {} dropped ", run.lines.dropped));
     }
@@ -37,7 +38,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let partials: Vec<OutLine> = run.partials().collect();
     let all = run.lines.iter().chain(partials.iter());
     let lines: Vec<Line> =
-        all.skip(top).take(rows).map(|l| render(app, l, app.hscroll, inner.width as usize)).collect();
+        all.skip(top).take(rows).map(|l| render(app, l, app.output.hscroll, inner.width as usize)).collect();
     f.render_widget(Paragraph::new(lines), inner);
 }
 

@@ -7,22 +7,23 @@ use ratatui::widgets::{Clear, List, ListItem, ListState, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{bold, centered, pane};
-use crate::tui::app::{App, Overlay};
+use crate::tui::app::App;
 use crate::tui::keymap;
+use crate::tui::overlays::{Help, LimitsForm, Overlay, Prompt, PromptKind, SamplesPicker};
 
 pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     match &app.overlay {
         None => {}
-        Some(Overlay::Help { scroll }) => help(app, f, area, *scroll),
+        Some(Overlay::Help(h)) => help(app, f, area, h),
         Some(Overlay::Samples(p)) => samples(app, f, area, p),
         Some(Overlay::Limits(form)) => limits(app, f, area, form),
-        Some(Overlay::SaveAs { input }) => {
+        Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input })) => {
             // Where a relative name lands, so "saved" is never a surprise.
             let dir = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
             let title = format!(" save as (relative to {dir}) · Enter saves · Esc cancels ");
             prompt(app, f, area, &title, "file: ", input)
         }
-        Some(Overlay::Search { input }) => {
+        Some(Overlay::Prompt(Prompt { kind: PromptKind::Search, input })) => {
             prompt(app, f, area, " search the output · Enter finds · Esc cancels ", "find: ", input)
         }
     }
@@ -36,7 +37,7 @@ fn popup(app: &App, f: &mut Frame, rect: Rect, title: &str) -> Rect {
     inner
 }
 
-fn help(app: &App, f: &mut Frame, area: Rect, scroll: usize) {
+fn help(app: &App, f: &mut Frame, area: Rect, h: &Help) {
     let t = &app.theme;
     let rect = centered(area, 76, area.height.saturating_sub(2));
     let inner = popup(app, f, rect, " help · keys (Esc closes) ");
@@ -51,12 +52,11 @@ fn help(app: &App, f: &mut Frame, area: Rect, scroll: usize) {
         }
         lines.push(Line::default());
     }
-    let max = lines.len().saturating_sub(inner.height as usize);
-    let scroll = scroll.min(max);
-    f.render_widget(Paragraph::new(lines).scroll((scroll as u16, 0)), inner);
+    let top = h.scroll.fit(0, lines.len() as u64, inner.height as u64);
+    f.render_widget(Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)), inner);
 }
 
-fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPicker) {
+fn samples(app: &App, f: &mut Frame, area: Rect, p: &SamplesPicker) {
     let t = &app.theme;
     let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
     let inner = popup(app, f, rect, " samples · Enter loads · Esc closes ");
@@ -122,7 +122,7 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &crate::tui::app::SamplesPic
     );
 }
 
-fn limits(app: &App, f: &mut Frame, area: Rect, form: &crate::tui::app::LimitsForm) {
+fn limits(app: &App, f: &mut Frame, area: Rect, form: &LimitsForm) {
     let t = &app.theme;
     let rect = centered(area, 56, form.fields.len() as u16 + 6);
     let inner = popup(app, f, rect, " limits of the next run · Enter applies ");

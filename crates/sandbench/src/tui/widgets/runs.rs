@@ -106,8 +106,9 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         let lines = detail_lines(app, e);
         let title =
             format!(" {} · {} · PgUp/PgDn scroll · Esc closes ", inert_line(&e.label, 40), inert_line(&e.time, 30));
+        let top = v.detail.fit(0, lines.len() as u64, area.height.saturating_sub(2) as u64);
         f.render_widget(
-            Paragraph::new(lines).scroll((v.detail_top.min(u16::MAX as usize) as u16, 0)).block(pane(app, title, true)),
+            Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)).block(pane(app, title, true)),
             area,
         );
     }

@@ -93,11 +93,11 @@ pub fn draw_resources(app: &App, f: &mut Frame, area: Rect) {
                 Style::new().fg(t.ui.fg),
             )),
             Line::from(Span::styled(
-                format!("cpu {}", crate::tui::app::fmt_duration(app.limits.cpu_time)),
+                format!("cpu {}", crate::spec::format_duration(app.limits.cpu_time)),
                 Style::new().fg(t.ui.fg),
             )),
             Line::from(Span::styled(
-                format!("wall {}", crate::tui::app::fmt_duration(app.limits.wall_time)),
+                format!("wall {}", crate::spec::format_duration(app.limits.wall_time)),
                 Style::new().fg(t.ui.fg),
             )),
             Line::from(Span::styled(format!("pids {}", app.limits.pids), Style::new().fg(t.ui.fg))),

@@ -12,6 +12,14 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_sandbench"))
 }
 
+/// The default config, with the process tier's helper set to the built
+/// binary (in-process tiers must not re-execute the test binary).
+pub fn config() -> sandbench::config::Config {
+    let mut c = sandbench::config::Config::default();
+    c.host.helper = Some(bin());
+    c
+}
+
 pub fn samples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../samples")
 }

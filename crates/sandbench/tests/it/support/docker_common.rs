@@ -38,7 +38,8 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// Containers (any state) labelled as owned by sandbench process `pid`.
 pub fn containers_of(pid: u32) -> Vec<String> {
     block_on(async {
-        let engine = Engine::connect().await.expect("docker answers");
+        let at = sandbench::tier::docker::engine::Endpoint::of(&sandbench::config::HostEnv::from_process());
+        let engine = Engine::connect(&at).await.expect("docker answers");
         let filters = HashMap::from([("label".to_string(), vec![format!("sandbench.pid={pid}")])]);
         engine
             .docker
