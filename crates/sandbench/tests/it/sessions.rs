@@ -175,11 +175,15 @@ fn containers(tier: &str) -> Vec<String> {
     })
 }
 
+/// The docker tests here count this process's docker containers: one at a time.
+static DOCKER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn docker_sessions_keep_files_and_nothing_else() {
     if !tier_ready("docker") {
         return;
     }
+    let _one = DOCKER.lock().unwrap_or_else(|e| e.into_inner());
     block_on(exercise("docker"));
     assert!(eventually(20, || containers("docker").is_empty()), "containers left: {:?}", containers("docker"));
 }
@@ -219,4 +223,29 @@ fn tiers_without_sessions_say_so() {
     assert!(e.contains("cannot keep a session"), "{e}");
     let e = block_on(Session::open(t, SessionSpec::new(Limits::default()))).err().unwrap().to_string();
     assert!(e.contains("bwrap tier cannot keep a session"), "{e}");
+}
+
+#[test]
+fn idle_and_capped_sessions_leave_no_container() {
+    if !tier_ready("docker") {
+        return;
+    }
+    let _one = DOCKER.lock().unwrap_or_else(|e| e.into_inner());
+    block_on(async {
+        let t = tier("docker");
+        let idle = SessionSpec { idle_timeout: Duration::from_secs(1), ..SessionSpec::new(session_limits()) };
+        let a = Session::open(t.clone(), idle).await.unwrap();
+        ok(&a.run(py("print(1)")).await.unwrap());
+        let capped = SessionSpec { max_life: Duration::from_secs(4), ..SessionSpec::new(session_limits()) };
+        let b = Session::open(t, capped).await.unwrap();
+        // A call running into the cap is cut to what is left of it.
+        let r = b.run(py("import time\ntime.sleep(60)\n")).await.unwrap();
+        assert!(r.has_violation(ViolationKind::WallTimeout), "{r:#?}");
+        for s in [&a, &b] {
+            tokio::time::timeout(Duration::from_secs(60), s.gone().cancelled()).await.expect("closed on its own");
+        }
+        assert!(a.info().closed.unwrap().contains("idle"));
+        assert!(b.info().closed.unwrap().contains("lifetime cap"));
+    });
+    assert!(eventually(20, || containers("docker").is_empty()), "containers left: {:?}", containers("docker"));
 }
