@@ -51,7 +51,8 @@ fn find_procs(argv: &str) -> String {
     )
 }
 
-async fn exercise(name: &str) {
+/// Runs the calls; returns the details of a call in each session.
+async fn exercise(name: &str) -> Vec<serde_json::Value> {
     let t = tier(name);
     let a = Session::open(t.clone(), SessionSpec::new(session_limits())).await.unwrap();
     let b = Session::open(t.clone(), SessionSpec::new(session_limits())).await.unwrap();
@@ -62,6 +63,7 @@ async fn exercise(name: &str) {
         .await
         .unwrap();
     ok(&r);
+    let mut seen = vec![r.details.clone()];
     assert_eq!(r.session.as_ref().map(|s| (s.id.as_str(), s.call)), Some((a.id(), 1)));
     assert_eq!(r.details["start"], "session", "{}", r.details);
     let r = a.run(py(&format!("print(open('/work/note.txt').read())\n{}", find_procs("sleep 321")))).await.unwrap();
@@ -87,6 +89,7 @@ async fn exercise(name: &str) {
         .await
         .unwrap();
     ok(&r);
+    seen.push(r.details.clone());
     assert!(r.stdout.contains("note False"), "{}", r.stdout);
     assert!(r.stdout.contains("procs []"), "session b saw session a's process: {}", r.stdout);
     running.cancel();
@@ -144,6 +147,7 @@ async fn exercise(name: &str) {
     b.close().await;
     let e = a.start(py("print(1)")).err().unwrap();
     assert!(e.to_string().contains("closed"), "{e}");
+    seen
 }
 
 #[test]
@@ -212,8 +216,18 @@ fn microvm_sessions_keep_files_and_nothing_else() {
         eprintln!("SKIP: microvm unavailable: {}", a.summary);
         return;
     }
-    block_on(exercise("microvm"));
-    assert!(sandbench::tier::microvm::vm::owned_qemu(sandbench::owner::token().unwrap()).is_empty());
+    let guests: Vec<String> =
+        block_on(exercise("microvm")).iter().filter_map(|d| d["vm_name"].as_str().map(String::from)).collect();
+    assert_eq!(guests.len(), 2, "each session names its guest");
+    // The sessions' QEMU processes are gone (other tests' guests may run).
+    let left = |name: &str| {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == name.as_bytes()))
+        })
+    };
+    for g in &guests {
+        assert!(!left(g), "the session's guest {g} is still running");
+    }
 }
 
 #[test]
