@@ -4,7 +4,10 @@
 # port (a virtio-serial port named "sandbench.0"), waits for one RUN frame,
 # runs that one program as an unprivileged uid under cgroup and rlimit limits,
 # streams its output, usage samples and exit back as frames, and then idles
-# until the host kills the VM. A guest never runs a second program.
+# until the host kills the VM. A guest never runs a second program — except a
+# session's (RUN says session=1): it waits for the next RUN, each call a fresh
+# process whose leftovers die with it, judged on its own share of the
+# cgroup's counters; a KILL frame during a call ends that call's program.
 #
 # Python programs run in a fork of this (already started) interpreter, so a
 # pre-booted guest starts them without paying for interpreter start-up under
@@ -40,6 +43,7 @@ CHUNK = 16 << 10
 
 T_RUN = 0x01
 T_PING = 0x02
+T_KILL = 0x03
 T_READY = 0x10
 T_STARTED = 0x11
 T_STDOUT = 0x12
@@ -106,7 +110,7 @@ def decode_run(payload):
         if k == "env":
             name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
             spec["env"].append((name, val))
-        elif k in ("language", "seed", "now", "net_port"):
+        elif k in ("language", "seed", "now", "net_port", "session", "since"):
             spec[k] = v.decode()
         elif k == "code":
             spec["code"] = v
@@ -283,10 +287,13 @@ def configure(limits):
 
 
 class Sampler:
-    def __init__(self):
+    def __init__(self, base=None):
         self.cg = os.path.isdir(RUN_CG)
         self.peak_mem = 0
         self.peak_pids = 0
+        # Session mode: the cgroup's counters run for the whole session;
+        # each call reports what they gained since it began.
+        self.base = base or {}
 
     def sample(self):
         if not self.cg:
@@ -299,12 +306,13 @@ class Sampler:
             self.peak_mem = max(self.peak_mem, mem)
         if pids is not None:
             self.peak_pids = max(self.peak_pids, pids)
+        b = self.base
         return {
-            "cpu_ms": cpu_ms,
+            "cpu_ms": cpu_ms - b.get("cpu_ms", 0),
             "memory_bytes": mem,
             "pids": pids,
-            "oom_kills": keyed(RUN_CG + "/memory.events", "oom_kill"),
-            "pids_max_events": keyed(RUN_CG + "/pids.events", "max"),
+            "oom_kills": keyed(RUN_CG + "/memory.events", "oom_kill") - b.get("oom_kills", 0),
+            "pids_max_events": keyed(RUN_CG + "/pids.events", "max") - b.get("pids_max_events", 0),
         }
 
 
@@ -398,6 +406,15 @@ class Watch:
             self.check()
             for fd in held:
                 os.close(fd)
+
+    def close(self):
+        # A session's guest runs many programs: one watch each, no fd kept.
+        for _m, fd in self.roots:
+            os.close(fd)
+        self.roots = []
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def check(self):
         for m, fd in self.roots:
@@ -612,6 +629,11 @@ def run(port, spec):
         port.send(T_LOG, n)
     if spec.get("net_port"):
         start_egress(int(spec["net_port"]), port.fd)
+    session = spec.get("session") == "1"
+    # Session mode: files changed before `since` (host clock) and scratch
+    # space already full are earlier calls', not this one's.
+    since = float(spec.get("since") or 0)
+    prior_full = [d for d in ("/work", "/tmp") if session and scratch_full(d)]
     name = "/work/main.sh" if spec["language"] == "sh" else "/work/main.py"
     with open(name, "wb") as f:
         f.write(spec["code"])
@@ -624,6 +646,7 @@ def run(port, spec):
     import _socket
 
     guard_r, guard_w = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    base = Sampler().sample() if session else None
     gc.freeze()
     pid = os.fork()
     if pid == 0:
@@ -643,8 +666,11 @@ def run(port, spec):
     guard_r.close()
     port.send(T_STARTED, {"pid": pid})
     cpu_limit_ms = int(spec["limits"]["cpu_ms"])
-    sampler = Sampler()
+    sampler = Sampler(base)
     streams = {out_r: T_STDOUT, err_r: T_STDERR}
+    # Session mode: a KILL frame from the host (cancel) ends the program;
+    # the guest stays for the next call.
+    host = [port.fd] if session else []
     status = None
     killed_all = False
     cpu_killed = False
@@ -653,7 +679,7 @@ def run(port, spec):
     next_sample = time.monotonic() + SAMPLE_EVERY
     last = {}
     poller = select.poll()
-    for fd in list(streams) + [f for f in (guard.fd if guard else None, watch.fd) if f is not None]:
+    for fd in list(streams) + host + [f for f in (guard.fd if guard else None, watch.fd) if f is not None]:
         poller.register(fd, select.POLLIN)
     while streams or status is None:
         timeout = max(0.0, next_sample - time.monotonic())
@@ -669,6 +695,11 @@ def run(port, spec):
                 continue
             if fd == watch.fd:
                 watch.drain()
+                continue
+            if fd == port.fd:
+                kind, _ = port.recv()
+                if kind == T_KILL:
+                    kill_everything()
                 continue
             if fd not in streams:
                 continue
@@ -714,7 +745,8 @@ def run(port, spec):
         "cpu_killed": cpu_killed,
     }
     peak = number(RUN_CG + "/memory.peak")
-    if peak:
+    if peak and not session:
+        # (a session's cgroup peak is the whole session's)
         ex["memory_peak"] = peak
     # The cgroup charges the interpreter's shared pages to whoever touched
     # them first (this agent's own Python), so a small program's peak read
@@ -727,31 +759,42 @@ def run(port, spec):
         ex["memory_peak"] = rss
     watch.drain()
     watch.check()
-    hit, full = scan_scratch(limit)
+    hit, full = scan_scratch(limit, since, prior_full)
     ex["fsize_hit"] = watch.capped or hit
-    ex["disk_full"] = full or bool(watch.full)
-    ex["full_mounts"] = ", ".join(watch.full)
+    # A mount already full before a session's call was that earlier call's.
+    newly_full = [m for m in watch.full if m not in prior_full]
+    ex["disk_full"] = full or bool(newly_full)
+    ex["full_mounts"] = ", ".join(newly_full)
     ex["file_events"] = watch.fd is not None
     ex["guarded_calls"] = guard.served if guard else None
     if watch.why_not:
         port.send(T_LOG, "scratch files not watched (%s): a capped file deleted or truncated before exit may go unreported" % watch.why_not)
     if watch.lost:
         port.send(T_LOG, "file events were lost: a hidden limit hit may go unreported")
+    if prior_full:
+        ex["prior_full"] = " ".join(prior_full)
+    watch.close()
+    if guard is not None:
+        os.close(guard.fd)
     port.send(T_EXIT, ex)
 
 
-def scan_scratch(limit):
+def scratch_full(top):
+    try:
+        st = os.statvfs(top)
+    except OSError:
+        return False
+    return st.f_bavail == 0 or (st.f_files > 0 and st.f_favail == 0)
+
+
+def scan_scratch(limit, since=0, skip_full=()):
     """After the program: a file at the file-size limit, or a full scratch
     file system (space or inodes)? Facts the program cannot fake by printing.
     Bounded walk, symlinks not followed."""
     hit, full = None, False
     for top in ("/work", "/tmp"):
-        try:
-            st = os.statvfs(top)
-            if st.f_bavail == 0 or (st.f_files > 0 and st.f_favail == 0):
-                full = True
-        except OSError:
-            pass
+        if top not in skip_full and scratch_full(top):
+            full = True
         budget = 20000
         stack = [top]
         while stack and hit is None and budget > 0:
@@ -765,9 +808,11 @@ def scan_scratch(limit):
                 if budget <= 0:
                     break
                 try:
-                    if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_size >= limit:
-                        hit = e.path[:200]
-                        break
+                    if e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        if st.st_size >= limit and st.st_ctime >= since:
+                            hit = e.path[:200]
+                            break
                     if e.is_dir(follow_symlinks=False):
                         stack.append(e.path)
                 except OSError:
@@ -812,22 +857,26 @@ def main():
     gc.collect()
     while True:
         kind, payload = port.recv()
-        if kind == T_RUN:
-            break
         if kind == T_PING:
             # A guest restored from a snapshot proves it is alive this way.
             port.send(T_PONG, payload)
-    try:
-        spec = decode_run(payload)
-        run(port, spec)
-    except Exception:
-        import traceback
+        if kind != T_RUN:
+            continue
+        try:
+            spec = decode_run(payload)
+            run(port, spec)
+        except Exception:
+            import traceback
 
-        # Say why, then end PID 1: the kernel panics, QEMU exits (panic=-1,
-        # -no-reboot) and the host reports the error at once instead of
-        # waiting for a program that will never start.
-        port.send(T_LOG, "agent error: " + traceback.format_exc()[-2000:])
-        os._exit(1)
+            # Say why, then end PID 1: the kernel panics, QEMU exits (panic=-1,
+            # -no-reboot) and the host reports the error at once instead of
+            # waiting for a program that will never start.
+            port.send(T_LOG, "agent error: " + traceback.format_exc()[-2000:])
+            os._exit(1)
+        # A session's guest waits for its next call; any other runs one
+        # program and idles until the host kills it.
+        if spec.get("session") != "1":
+            break
     idle()
 
 

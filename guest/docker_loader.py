@@ -37,6 +37,14 @@ def _scrub_environ():
 _scrub_environ()
 os.chdir("/work")
 
+# Session mode (src/tier/docker/session.rs): sandbench starts this loader
+# for each call of a session with the Engine's exec API, in a container whose
+# PID 1 is the session keeper (guest/docker_keeper.py). Popped: the
+# program's environment is built from this one. Files whose ctime (which no
+# program can set back) is older than _since belong to earlier calls.
+_session = os.environ.pop("SANDBENCH_SESSION", "") == "1"
+_since = float(os.environ.pop("SANDBENCH_CALL_SINCE", "") or 0)
+
 # sandbench's seccomp filter, installed by the loader in the program's
 # process on both runtimes, so runc and runsc refuse the same calls (runsc
 # 20221219 cannot load an OCI profile: with --oci-seccomp threads fail). On
@@ -223,6 +231,24 @@ if _guarded:
 _signal.signal(_signal.SIGCHLD, lambda *a: None)
 _signal.set_wakeup_fd(_wake_w)
 
+
+
+
+def _full(d):
+    st = os.statvfs(d)
+    return st.f_bavail * st.f_frsize < 1 << 20 or (st.f_files > 0 and st.f_favail == 0)
+
+
+# Session mode: a scratch mount already full before the program starts was
+# filled by an earlier call (and reported there); said once, not counted again.
+_prior_full = []
+for _d in ("/work", "/tmp", "/dev/shm") if _session else ():
+    try:
+        if _full(_d):
+            _prior_full.append(_d)
+    except OSError:
+        pass
+
 _pid = os.fork()
 if _pid == 0:
     try:
@@ -349,7 +375,9 @@ if _egress is not None:
     _acked = threading.Event()
     _relay = EgressRelay(_egress, lambda m: _frame(b"n", m))
     threading.Thread(target=_egress_main, args=(_relay, _acked), daemon=True).start()
-_said = set()
+_said = set("disk:" + d for d in _prior_full)
+if _prior_full:
+    _frame(b"s", b" ".join(b"prior=" + os.fsencode(d).hex().encode() for d in _prior_full))
 
 
 def _say(found):
@@ -386,7 +414,8 @@ def _watch(final):
                     n += 1
                     q = os.path.join(root, f)
                     try:
-                        if os.lstat(q).st_size >= _fsize:
+                        st = os.lstat(q)
+                        if st.st_size >= _fsize and st.st_ctime >= _since:
                             found.setdefault("fsize", []).append(q)
                     except OSError:
                         pass
@@ -433,15 +462,39 @@ def _reap():
             _st = s
 
 
+def _kill_program():
+    # Session mode: every process of the program's uid goes (its daemons
+    # too), never the keeper (PID 1, which kill(-1) skips) or this loader.
+    # Only the effective uid changes: this process may then signal the
+    # program's processes, and none of them may signal it.
+    try:
+        os.seteuid(_uid)
+        try:
+            os.kill(-1, 9)
+        finally:
+            os.seteuid(0)
+    except OSError:
+        pass
+
+
+# Session mode: a byte (or EOF) on stdin while the program runs is the
+# host's kill (cancel, CPU limit); the container stays.
+_host = [0] if _session else []
 while _st is None:
-    ready, _, _ = select.select(list(_streams) + [_wake_r], [], [], 0.1)
+    ready, _, _ = select.select(list(_streams) + [_wake_r] + _host, [], [], 0.1)
     for fd in ready:
         if fd == _wake_r:
             os.read(_wake_r, 512)
+        elif fd == 0:
+            os.read(0, 1)
+            _host = []
+            _kill_program()
         else:
             _pump(fd)
     _reap()
     _watch(False)
+if _session:
+    _kill_program()
 # The program is gone: what it wrote before it exited is in the pipes. Take
 # all of it, but do not wait for descendants that keep the pipes open.
 for fd in list(_streams):

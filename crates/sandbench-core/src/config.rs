@@ -24,6 +24,8 @@ pub struct Config {
     pub prewarm: Prewarm,
     /// The egress proxy's resolver (`[network] hosts`).
     pub network: NetworkConfig,
+    /// What `sandbench mcp` offers its clients (flags override each key).
+    pub mcp: McpConfig,
     /// Keys and endpoints of the remote services, from the environment (not
     /// the file): filled by [`Config::load`], empty in a default config.
     #[serde(skip)]
@@ -150,6 +152,66 @@ pub struct NetworkConfig {
     /// "10.0.0.5"` or a list. These addresses are the operator's word and
     /// pass the proxy's address check even when private or loopback.
     pub hosts: crate::egress::Hosts,
+}
+
+/// `[mcp]`: the operator's terms for MCP clients. The `sandbench mcp` flags
+/// (`--tiers`, `--max-memory`, `--max-sessions`, …) override each key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Tiers clients may use, the first the default (unset: `default_tier` only).
+    pub tiers: Option<Vec<String>>,
+    /// The most a client may ask of each limit (times in ms, sizes in
+    /// bytes, as in `[limits]`); an unset key: the default limit is the most.
+    pub max_limits: LimitCeilings,
+    /// Sessions open at once, all clients together (0: no sessions).
+    pub max_sessions: Option<usize>,
+    /// A session's idle timeout, and the longest a client may ask for.
+    pub session_idle_secs: Option<u64>,
+    /// A session's lifetime cap, and the longest a client may ask for.
+    pub session_life_secs: Option<u64>,
+}
+
+/// Ceilings of the limits a remote client may ask for (`[mcp.max_limits]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitCeilings {
+    pub cpu_time: Option<u64>,
+    pub wall_time: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub file_size_bytes: Option<u64>,
+    pub disk_bytes: Option<u64>,
+    pub output_bytes: Option<u64>,
+}
+
+impl LimitCeilings {
+    /// `base` raised (or lowered) where a ceiling is set.
+    pub fn apply(&self, mut l: Limits) -> Limits {
+        use std::time::Duration;
+        if let Some(v) = self.cpu_time {
+            l.cpu_time = Duration::from_millis(v);
+        }
+        if let Some(v) = self.wall_time {
+            l.wall_time = Duration::from_millis(v);
+        }
+        if let Some(v) = self.memory_bytes {
+            l.memory_bytes = v;
+        }
+        if let Some(v) = self.pids {
+            l.pids = v;
+        }
+        if let Some(v) = self.file_size_bytes {
+            l.file_size_bytes = v;
+        }
+        if let Some(v) = self.disk_bytes {
+            l.disk_bytes = v;
+        }
+        if let Some(v) = self.output_bytes {
+            l.output_bytes = v;
+        }
+        l
+    }
 }
 
 /// `[e2b]`: the hosted tier. Key and endpoints come from the environment
@@ -311,6 +373,7 @@ impl Default for Config {
             microvm: MicrovmConfig::default(),
             prewarm: Prewarm::default(),
             network: NetworkConfig::default(),
+            mcp: McpConfig::default(),
             env: RemoteEnv::default(),
             host: HostEnv::default(),
             state_dir: None,
@@ -421,6 +484,20 @@ mod tests {
         assert!(e.contains("not a host name"), "{e}");
         let e = toml::from_str::<Config>("[network]\nhost = {}\n").unwrap_err().to_string();
         assert!(e.contains("host"), "{e}");
+    }
+
+    #[test]
+    fn mcp_terms_from_the_file() {
+        let c: Config = toml::from_str(
+            "[mcp]\ntiers = [\"docker\"]\nmax_sessions = 2\n[mcp.max_limits]\nmemory_bytes = 1073741824\n",
+        )
+        .unwrap();
+        assert_eq!(c.mcp.tiers.as_deref(), Some(&["docker".to_string()][..]));
+        assert_eq!(c.mcp.max_sessions, Some(2));
+        let l = c.mcp.max_limits.apply(Limits::default());
+        assert_eq!((l.memory_bytes, l.pids), (1 << 30, Limits::default().pids));
+        let e = toml::from_str::<Config>("[mcp.max_limits]\nmemory = 1\n").unwrap_err().to_string();
+        assert!(e.contains("memory"), "{e}");
     }
 
     #[test]

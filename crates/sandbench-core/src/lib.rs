@@ -25,6 +25,7 @@ pub mod runlog;
 pub mod runner;
 pub mod samples;
 pub mod sanitize;
+pub mod session;
 pub mod setup;
 pub mod share;
 pub mod soak;

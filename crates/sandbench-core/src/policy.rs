@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::spec::{self, format_duration, format_size, Language, Limits, RunSpec};
 
+/// Sessions a server keeps open at once unless the operator says otherwise.
+pub const DEFAULT_MAX_SESSIONS: usize = 4;
+
 /// Largest program a client may send (bytes). A model's program is a few
 /// KiB; anything near this is a mistake or an attack on the log.
 pub const MAX_CODE_BYTES: usize = 256 << 10;
@@ -46,6 +49,24 @@ pub struct Policy {
     pub base: Limits,
     /// The most a client may ask for.
     pub ceiling: Limits,
+    /// Sessions the server keeps open at once (all clients together); 0: none.
+    pub max_sessions: usize,
+    /// A session's idle timeout, and the longest a client may ask for.
+    pub session_idle: Duration,
+    /// A session's lifetime cap, and the longest a client may ask for.
+    pub session_life: Duration,
+}
+
+/// What a client asks of a session beyond its limits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionRequest {
+    /// Close the session when no call used it for this long, e.g. "2m"
+    /// (at most the server's).
+    pub idle_timeout: Option<String>,
+    /// Close the session this long after it opened, whatever happens, e.g.
+    /// "30m" (at most the server's).
+    pub max_life: Option<String>,
 }
 
 impl Policy {
@@ -68,7 +89,86 @@ impl Policy {
         if b.network.within(&ceiling.network).is_err() {
             b.network = crate::egress::Network::None;
         }
-        Ok(Policy { tiers, base: b, ceiling })
+        Ok(Policy {
+            tiers,
+            base: b,
+            ceiling,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            session_idle: crate::session::DEFAULT_IDLE,
+            session_life: crate::session::DEFAULT_MAX_LIFE,
+        })
+    }
+
+    /// The session terms: how many at once, idle timeout and lifetime cap.
+    pub fn with_sessions(mut self, max: usize, idle: Duration, life: Duration) -> Policy {
+        self.max_sessions = max;
+        self.session_idle = idle;
+        self.session_life = life;
+        self
+    }
+
+    /// A session request checked: the session's spec and the tier's name.
+    /// Its limits are the sandbox's own for every call, and the most of
+    /// each per-call limit (CPU time, wall time, output) a call may ask for.
+    pub fn session(
+        &self,
+        tier: Option<&str>,
+        limits: &LimitRequest,
+        req: &SessionRequest,
+    ) -> Result<(crate::session::SessionSpec, String), String> {
+        if self.max_sessions == 0 {
+            return Err(
+                "this server keeps no sessions (the operator allows them with sandbench mcp --max-sessions N)".into()
+            );
+        }
+        let tier = self.tier(tier)?;
+        let limits = self.limits(limits)?;
+        if !limits.network.is_none() {
+            // A session's sandbox outlives one call, and its egress relay is
+            // built per run; rather than a relay that could drift from the
+            // policy the client saw, sessions are offline.
+            return Err("limits.network: a session has no network; use run_code for a run with an allow list".into());
+        }
+        let mut spec = crate::session::SessionSpec::new(limits);
+        spec.idle_timeout = self.session_idle;
+        spec.max_life = self.session_life;
+        if let Some(s) = &req.idle_timeout {
+            spec.idle_timeout = duration("idle_timeout", s, self.session_idle, "--session-idle")?;
+        }
+        if let Some(s) = &req.max_life {
+            spec.max_life = duration("max_life", s, self.session_life, "--session-life")?;
+        }
+        Ok((spec, tier))
+    }
+
+    /// The limits of a call in a session: the session's, with the per-call
+    /// ones (CPU time, wall time, output) lowered where the call asks. The
+    /// sandbox's own limits were set when the session opened.
+    pub fn call_limits(&self, session: &Limits, req: &LimitRequest) -> Result<Limits, String> {
+        for (name, set) in [
+            ("memory", req.memory.is_some()),
+            ("pids", req.pids.is_some()),
+            ("disk", req.disk.is_some()),
+            ("file_size", req.file_size.is_some()),
+        ] {
+            if set {
+                return Err(format!(
+                    "limits.{name} belongs to the whole session (set it in open_session); a call in a session \
+                     may set only cpu_time, wall_time and output"
+                ));
+            }
+        }
+        let mut l = session.clone();
+        if let Some(s) = &req.cpu_time {
+            l.cpu_time = duration("cpu_time", s, session.cpu_time, "open_session limits.cpu_time")?;
+        }
+        if let Some(s) = &req.wall_time {
+            l.wall_time = duration("wall_time", s, session.wall_time, "open_session limits.wall_time")?;
+        }
+        if let Some(s) = &req.output {
+            l.output_bytes = size("output", s, session.output_bytes, "open_session limits.output")?;
+        }
+        Ok(l)
     }
 
     /// The tier a request runs on: the one it names if allowed, else the default.
@@ -133,6 +233,15 @@ impl Policy {
         tier: Option<&str>,
         limits: &LimitRequest,
     ) -> Result<(RunSpec, String), String> {
+        let mut spec = self.program(language, code)?;
+        let tier = self.tier(tier)?;
+        spec.limits = self.limits(limits)?;
+        Ok((spec, tier))
+    }
+
+    /// The program checked (language known, code not empty nor too big),
+    /// with the base limits.
+    pub fn program(&self, language: &str, code: &str) -> Result<RunSpec, String> {
         let language: Language = language.parse().map_err(|e: String| format!("language: {e}"))?;
         if code.trim().is_empty() {
             return Err("code is empty: nothing to run".into());
@@ -144,35 +253,36 @@ impl Policy {
                 format_size(MAX_CODE_BYTES as u64)
             ));
         }
-        let tier = self.tier(tier)?;
         let mut spec = RunSpec::new(language, code);
-        spec.limits = self.limits(limits)?;
-        Ok((spec, tier))
+        spec.limits = self.base.clone();
+        Ok(spec)
     }
 }
 
 fn size(field: &str, s: &str, max: u64, flag: &str) -> Result<u64, String> {
     let v = spec::parse_size(s).map_err(|e| format!("limits.{field}: {e}"))?;
     if v > max {
-        return Err(format!(
-            "limits.{field} {} is above this server's ceiling {} (the operator raises it with sandbench mcp {flag})",
-            format_size(v),
-            format_size(max)
-        ));
+        return Err(format!("limits.{field} {} is above {}", format_size(v), ceiling(format_size(max), flag)));
     }
     Ok(v)
 }
 
 fn duration(field: &str, s: &str, max: Duration, flag: &str) -> Result<Duration, String> {
-    let v = spec::parse_duration(s).map_err(|e| format!("limits.{field}: {e}"))?;
+    let prefix = if field.contains("life") || field.contains("idle") { "" } else { "limits." };
+    let v = spec::parse_duration(s).map_err(|e| format!("{prefix}{field}: {e}"))?;
     if v > max {
-        return Err(format!(
-            "limits.{field} {} is above this server's ceiling {} (the operator raises it with sandbench mcp {flag})",
-            format_duration(v),
-            format_duration(max)
-        ));
+        return Err(format!("{prefix}{field} {} is above {}", format_duration(v), ceiling(format_duration(max), flag)));
     }
     Ok(v)
+}
+
+/// "this server's ceiling X (the operator raises it with …)", or, for a
+/// call in a session, "the session's X (…)".
+fn ceiling(max: String, flag: &str) -> String {
+    match flag.strip_prefix("open_session ") {
+        Some(f) => format!("this session's {max} (open a session with a higher {f})"),
+        None => format!("this server's ceiling {max} (the operator raises it with sandbench mcp {flag})"),
+    }
 }
 
 #[cfg(test)]
@@ -247,5 +357,49 @@ mod tests {
         assert!(p.spec("python", &big, None, &LimitRequest::default()).unwrap_err().contains("at most"));
         let (spec, tier) = p.spec("sh", "echo hi", Some("docker"), &LimitRequest::default()).unwrap();
         assert_eq!((spec.language, tier.as_str()), (Language::Sh, "docker"));
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_calls_in_them_only_lower_per_call_limits() {
+        let p = policy().with_sessions(2, Duration::from_secs(60), Duration::from_secs(600));
+        let (spec, tier) = p
+            .session(
+                Some("docker"),
+                &LimitRequest { memory: Some("128M".into()), ..Default::default() },
+                &SessionRequest { idle_timeout: Some("30s".into()), ..Default::default() },
+            )
+            .unwrap();
+        assert_eq!((tier.as_str(), spec.limits.memory_bytes), ("docker", 128 << 20));
+        assert_eq!((spec.idle_timeout, spec.max_life), (Duration::from_secs(30), Duration::from_secs(600)));
+        let e = p
+            .session(
+                None,
+                &LimitRequest::default(),
+                &SessionRequest { max_life: Some("2h".into()), ..Default::default() },
+            )
+            .unwrap_err();
+        assert!(
+            e.starts_with("max_life 7200s is above this server's ceiling 600s") && e.contains("--session-life"),
+            "{e}"
+        );
+        let e = p.session(None, &LimitRequest { memory: Some("2G".into()), ..Default::default() }, &Default::default());
+        assert!(e.unwrap_err().contains("limits.memory 2G is above this server's ceiling 512M"));
+        let none = policy().with_sessions(0, Duration::from_secs(1), Duration::from_secs(1));
+        assert!(none
+            .session(None, &LimitRequest::default(), &Default::default())
+            .unwrap_err()
+            .contains("--max-sessions"));
+
+        let l =
+            p.call_limits(&spec.limits, &LimitRequest { wall_time: Some("2s".into()), ..Default::default() }).unwrap();
+        assert_eq!((l.wall_time, l.memory_bytes), (Duration::from_secs(2), 128 << 20));
+        let e = p
+            .call_limits(&spec.limits, &LimitRequest { memory: Some("64M".into()), ..Default::default() })
+            .unwrap_err();
+        assert!(e.contains("limits.memory belongs to the whole session"), "{e}");
+        let e = p
+            .call_limits(&spec.limits, &LimitRequest { wall_time: Some("1m".into()), ..Default::default() })
+            .unwrap_err();
+        assert!(e.contains("limits.wall_time 60s is above this session's 10s"), "{e}");
     }
 }

@@ -37,6 +37,8 @@ pub enum StartKind {
     Cold,
     Warm,
     Snapshot,
+    /// A call in a session's kept sandbox.
+    Session,
 }
 
 impl StartKind {
@@ -97,6 +99,10 @@ pub struct RunReport {
     /// [`MAX_NETWORK_RECORDS`] connections; `details.network` has the totals).
     #[serde(default)]
     pub network: Vec<crate::egress::NetRecord>,
+    /// The session and call this run was, when it ran in a session's kept
+    /// sandbox; absent for a run in a fresh sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<crate::session::SessionRef>,
 }
 
 /// Connections listed in a report.
@@ -130,6 +136,7 @@ impl RunReport {
             details: serde_json::Value::Null,
             degraded: vec![],
             network: vec![],
+            session: None,
         }
     }
 

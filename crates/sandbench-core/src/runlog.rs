@@ -74,7 +74,7 @@ impl Entry {
             front_end: front_end.to_string(),
             client: client.map(|c| crate::sanitize::inert_line(c, 80)),
             tier: report.tier.clone(),
-            session: None,
+            session: report.session.as_ref().map(|s| s.id.clone()),
             language: spec.language.name().to_string(),
             label: spec.label.clone(),
             code,

@@ -10,8 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::event::{EventKind, ExitStatus, Phase, RunEvent, Stream, UsageSample, Violation, ViolationKind};
 use crate::report::{Outcome, RunReport, Timings, Usage};
-use crate::spec::{format_duration, format_size, RunSpec};
-use crate::tier::{RunContext, Tier};
+use crate::session::SessionRef;
+use crate::spec::{format_duration, format_size, Limits, RunSpec};
+use crate::tier::{BoxFuture, RunContext, Tier, TierExit};
 
 /// Extra time a tier gets for setup and boot before the runner gives up on it.
 const SETUP_GRACE: Duration = Duration::from_secs(300);
@@ -57,6 +58,32 @@ fn unreachable_report() -> RunReport {
     RunReport::failed("?", "?", "-", "the run ended without a report (internal error; see the log)")
 }
 
+/// What the runner drives: a tier's fresh sandbox, or one call in a
+/// session's kept sandbox (`session.rs`).
+pub(crate) trait Target: Send + Sync + 'static {
+    fn name(&self) -> String;
+    fn check_limits(&self, limits: &Limits) -> Result<(), String>;
+    fn run(self: Arc<Self>, spec: RunSpec, ctx: RunContext) -> BoxFuture<'static, anyhow::Result<TierExit>>;
+    /// The session and call the report belongs to.
+    fn session(&self) -> Option<SessionRef> {
+        None
+    }
+}
+
+struct Fresh(Arc<dyn Tier>);
+
+impl Target for Fresh {
+    fn name(&self) -> String {
+        self.0.name().to_string()
+    }
+    fn check_limits(&self, limits: &Limits) -> Result<(), String> {
+        self.0.check_limits(limits)
+    }
+    fn run(self: Arc<Self>, spec: RunSpec, ctx: RunContext) -> BoxFuture<'static, anyhow::Result<TierExit>> {
+        Box::pin(async move { self.0.run(spec, ctx).await })
+    }
+}
+
 /// Start `spec` on `tier`. Events arrive on the handle; the last is `Finished`.
 pub fn start(tier: Arc<dyn Tier>, spec: RunSpec) -> RunHandle {
     start_keeping(tier, spec, usize::MAX)
@@ -67,9 +94,13 @@ pub fn start(tier: Arc<dyn Tier>, spec: RunSpec) -> RunHandle {
 /// to the output limit. For front ends that show the output themselves and
 /// must stay small whatever the limit (the workbench).
 pub fn start_keeping(tier: Arc<dyn Tier>, spec: RunSpec, keep: usize) -> RunHandle {
+    start_target(Arc::new(Fresh(tier)), spec, keep)
+}
+
+pub(crate) fn start_target(target: Arc<dyn Target>, spec: RunSpec, keep: usize) -> RunHandle {
     let (out_tx, out_rx) = mpsc::channel(128);
     let cancel = CancellationToken::new();
-    tokio::spawn(drive(tier, spec, out_tx, cancel.clone(), keep));
+    tokio::spawn(drive(target, spec, out_tx, cancel.clone(), keep));
     RunHandle { events: out_rx, cancel }
 }
 
@@ -145,17 +176,25 @@ impl Fold {
     }
 }
 
-async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, cancel: CancellationToken, keep: usize) {
+async fn drive(
+    tier: Arc<dyn Target>,
+    spec: RunSpec,
+    out: mpsc::Sender<Update>,
+    cancel: CancellationToken,
+    keep: usize,
+) {
     let started = Instant::now();
     let ms = move || started.elapsed().as_secs_f64() * 1000.0;
     let (tx, mut rx) = mpsc::channel::<RunEvent>(256);
     let stop = CancellationToken::new();
     let ctx = RunContext { started, tx, stop: stop.clone() };
-    let tier_name = tier.name().to_string();
+    let tier_name = tier.name();
+    let session = tier.session();
     if let Err(e) = tier.check_limits(&spec.limits) {
         // Refused before any sandbox work: the program never ran.
         let mut r = RunReport::failed(&tier_name, spec.language.name(), &spec.label, e);
         r.limits = spec.limits.clone();
+        r.session = session;
         let _ = out.send(Update::Finished(Box::new(r))).await;
         return;
     }
@@ -349,6 +388,7 @@ async fn drive(tier: Arc<dyn Tier>, spec: RunSpec, out: mpsc::Sender<Update>, ca
         details,
         degraded,
         network: f.network,
+        session,
     };
     let _ = out.send(Update::Finished(Box::new(report))).await;
 }

@@ -383,6 +383,15 @@ pub struct McpArgs {
     /// Most output a client may ask for.
     #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
     pub max_output: Option<u64>,
+    /// Sessions open at once, all clients together (0: no sessions; default 4).
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<usize>,
+    /// A session's idle timeout, and the longest a client may ask for (default 5m).
+    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
+    pub session_idle: Option<Duration>,
+    /// A session's lifetime cap, and the longest a client may ask for (default 30m).
+    #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
+    pub session_life: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -399,6 +408,9 @@ pub struct LogArgs {
     /// Only runs from this front end: run, compare, gauntlet, report, agent, mcp, tui.
     #[arg(long, value_name = "NAME")]
     pub front_end: Option<String>,
+    /// Only the calls of this session (an id like s-0a1b2c3d4e5f).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
     /// Only the last N matching runs.
     #[arg(long, value_name = "N")]
     pub last: Option<usize>,

@@ -13,6 +13,12 @@
 //! The model's key stays in sandbench: programs get the runner's scrubbed
 //! environment (nothing of the host's), so ANTHROPIC_API_KEY never reaches
 //! any sandbox.
+//!
+//! A task keeps one sandbox for all its tool calls (a session,
+//! `crate::session`) on tiers that can keep one, so a file the model writes
+//! in one call is there for the next; the session closes when the task ends,
+//! however it ends. On other tiers every call gets a fresh sandbox, and the
+//! tool's description and the system prompt say which.
 
 pub mod anthropic;
 pub mod tool;
@@ -108,6 +114,12 @@ pub enum TranscriptEvent {
         model: String,
         tier: String,
         max_turns: u32,
+    },
+    /// Where the task's programs run: one session's sandbox (`session`), or
+    /// a fresh sandbox per call (`session: None`, `note` says why).
+    Sandbox {
+        session: Option<String>,
+        note: String,
     },
     /// Model text as it streams in (live only: the turn's whole text follows
     /// in `Text`, which the transcript keeps).
@@ -231,11 +243,42 @@ struct Session {
     tx: mpsc::Sender<TranscriptEvent>,
     cancel: CancellationToken,
     kept: Vec<TranscriptEvent>,
+    /// The task's sandbox, when its tier keeps sessions.
+    sandbox: Option<crate::session::Session>,
 }
 
 impl Session {
     fn new(opts: AgentOptions, task: String, tx: mpsc::Sender<TranscriptEvent>, cancel: CancellationToken) -> Session {
-        Session { opts, task, tx, cancel, kept: vec![] }
+        Session { opts, task, tx, cancel, kept: vec![], sandbox: None }
+    }
+
+    /// Open the task's session on a tier that keeps them; otherwise (or if
+    /// it cannot be opened) every call runs in a fresh sandbox, said so.
+    async fn open_sandbox(&mut self) {
+        let tier = self.opts.tier.clone();
+        let note = match tier.sessions() {
+            Err(why) => why,
+            Ok(()) => {
+                let spec = crate::session::SessionSpec::new(self.opts.limits.clone());
+                let opened = tokio::select! {
+                    r = crate::session::Session::open(tier, spec) => r,
+                    _ = self.cancel.cancelled() => return,
+                };
+                match opened {
+                    Ok(s) => {
+                        let note =
+                            format!("session {} on {}: files in /work stay between this task's runs", s.id(), s.tier());
+                        let id = s.id().to_string();
+                        self.sandbox = Some(s);
+                        self.emit(TranscriptEvent::Sandbox { session: Some(id), note }).await;
+                        return;
+                    }
+                    Err(e) => format!("could not open a session ({e:#})"),
+                }
+            }
+        };
+        let note = format!("{}; every run gets a fresh sandbox", crate::sanitize::inert_line(&note, 300));
+        self.emit(TranscriptEvent::Sandbox { session: None, note }).await;
     }
 
     async fn emit(&mut self, ev: TranscriptEvent) {
@@ -248,6 +291,10 @@ impl Session {
     }
 
     async fn end(mut self, reason: EndReason, turns: u32, answer: Option<String>, error: Option<String>) -> Transcript {
+        // The task's sandbox goes with the task, however it ended.
+        if let Some(s) = self.sandbox.take() {
+            s.close().await;
+        }
         self.emit(TranscriptEvent::Finished { reason, turns, answer: answer.clone(), error: error.clone() }).await;
         Transcript {
             task: self.task,
@@ -277,8 +324,13 @@ impl Session {
             }
         };
         client.backoff = o.retry_backoff;
-        let system = tool::system_prompt(o.tier.name(), &o.limits);
-        let tools = [tool::definition()];
+        self.open_sandbox().await;
+        if self.cancel.is_cancelled() {
+            return self.end(EndReason::Cancelled, 0, None, None).await;
+        }
+        let persistent = self.sandbox.is_some();
+        let system = tool::system_prompt(o.tier.name(), &o.limits, persistent);
+        let tools = [tool::definition(persistent)];
         let mut messages =
             vec![Message { role: "user".into(), content: vec![json!({"type": "text", "text": self.task})] }];
         for turn in 1..=o.max_turns {
@@ -404,7 +456,24 @@ impl Session {
         spec.label = format!("agent turn {turn}");
         // spec.env stays empty: the sandbox sees only the scrubbed base env.
         let logged = spec.clone();
-        let mut handle = runner::start(self.opts.tier.clone(), spec);
+        let mut lost = None;
+        let started = match &self.sandbox {
+            Some(s) => s.start(spec.clone()).map_err(|e| e.to_string()),
+            None => Ok(runner::start(self.opts.tier.clone(), spec.clone())),
+        };
+        let mut handle = match started {
+            Ok(h) => h,
+            Err(why) => {
+                // The session is gone (it idled out while the model thought,
+                // or its sandbox died): go on in a fresh sandbox, and say so.
+                self.sandbox = None;
+                let note =
+                    format!("{}; this and later runs get a fresh sandbox", crate::sanitize::inert_line(&why, 300));
+                self.emit(TranscriptEvent::Sandbox { session: None, note: note.clone() }).await;
+                lost = Some(note);
+                runner::start(self.opts.tier.clone(), spec)
+            }
+        };
         let canceller = handle.canceller();
         let mut report = None;
         loop {
@@ -428,7 +497,10 @@ impl Session {
             return reject(reason);
         };
         crate::runlog::record(&logged, &report, None);
-        let content = tool::compact_report(&report);
+        let mut content = tool::compact_report(&report);
+        if let Some(note) = lost {
+            content = format!("note: {note} (files of earlier runs are gone)\n{content}");
+        }
         let is_error = tool::is_error(&report);
         self.emit(TranscriptEvent::ToolResult {
             id: id.into(),

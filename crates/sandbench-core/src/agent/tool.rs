@@ -9,13 +9,22 @@ pub const NAME: &str = "run_code";
 /// Output the model sees per stream (head and tail kept).
 pub const OUTPUT_BUDGET: usize = 4000;
 
-pub fn definition() -> Value {
+/// `persistent`: the calls share one sandbox (a session), so files in the
+/// working directory stay from one call to the next.
+pub fn definition(persistent: bool) -> Value {
+    let description = if persistent {
+        "Run a program in an isolated sandbox and get its verdict: outcome, exit status, limit violations and \
+         its stdout/stderr (long output is cut in the middle). All calls of this task share one sandbox with no \
+         network: files written in the working directory (/work) are there for later calls; each call is a new \
+         process, and processes it starts end with it."
+    } else {
+        "Run a program in a fresh, isolated sandbox and get its verdict: outcome, exit status, limit violations \
+         and its stdout/stderr (long output is cut in the middle). Each call starts from an empty sandbox with no \
+         network (unless the system prompt names hosts it may reach); nothing persists between calls."
+    };
     json!({
         "name": NAME,
-        "description": "Run a program in a fresh, isolated sandbox and get its verdict: outcome, exit status, \
-            limit violations and its stdout/stderr (long output is cut in the middle). Each call starts from \
-            an empty sandbox with no network (unless the system prompt names hosts it may reach); nothing \
-            persists between calls.",
+        "description": description,
         "input_schema": {
             "type": "object",
             "properties": {
@@ -27,12 +36,16 @@ pub fn definition() -> Value {
     })
 }
 
-pub fn system_prompt(tier: &str, limits: &Limits) -> String {
+pub fn system_prompt(tier: &str, limits: &Limits, persistent: bool) -> String {
+    let (sandbox, persists) = if persistent {
+        ("in one sandbox kept for this task", "files you write in /work stay for your later runs")
+    } else {
+        ("in a fresh sandbox", "nothing persists between runs")
+    };
     format!(
         "You solve the user's task. You can run programs with the run_code tool; each runs on sandbench's '{tier}' \
-         tier in a fresh sandbox with {}, limited to {} wall time, {} CPU time, {} memory, {} processes and \
-         {} of output. Programs print their results; nothing persists between runs. When you are done, answer \
-         without calling the tool.",
+         tier {sandbox} with {}, limited to {} wall time, {} CPU time, {} memory, {} processes and \
+         {} of output. Programs print their results; {persists}. When you are done, answer without calling the tool.",
         network(limits),
         crate::spec::format_duration(limits.wall_time),
         crate::spec::format_duration(limits.cpu_time),
@@ -108,9 +121,9 @@ mod tests {
 
     #[test]
     fn the_prompt_says_which_network_the_programs_have() {
-        assert!(system_prompt("process", &Limits::default()).contains("with no network,"));
+        assert!(system_prompt("process", &Limits::default(), false).contains("with no network,"));
         let l = Limits { network: "allow=pypi.org".parse().unwrap(), ..Limits::default() };
-        let p = system_prompt("process", &l);
+        let p = system_prompt("process", &l, false);
         assert!(p.contains("network access to pypi.org only") && p.contains("HTTPS_PROXY"), "{p}");
     }
 

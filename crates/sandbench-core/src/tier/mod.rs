@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::event::{EventKind, RunEvent, UsageSample, Violation, ViolationKind};
+use crate::session::{SessionSpec, TierSession};
 use crate::spec::RunSpec;
 
 pub mod background;
@@ -207,6 +208,18 @@ pub trait Tier: Send + Sync {
     fn warm(&self) -> Option<String> {
         None
     }
+    /// Whether this tier can keep one sandbox alive between calls (a
+    /// session, `crate::session`), or one line saying why not.
+    fn sessions(&self) -> Result<(), String> {
+        Err(format!("the {} tier cannot keep a session: every run gets a fresh sandbox", self.name()))
+    }
+    /// Build the sandbox a session keeps, with the session's limits. Called
+    /// through `Session::open` only, after `sessions()` said yes.
+    fn open_session(&self, spec: SessionSpec) -> BoxFuture<'_, anyhow::Result<Arc<dyn TierSession>>> {
+        let _ = spec;
+        let why = self.sessions().err().unwrap_or_else(|| format!("the {} tier has no sessions", self.name()));
+        Box::pin(async move { Err(anyhow::anyhow!(why)) })
+    }
 }
 
 /// The refusal of a tier without an egress path.
@@ -327,6 +340,9 @@ pub async fn reap_leftovers_of(names: &[String], config: &Config) {
 /// Front ends call it on every exit path (signals included: they own them)
 /// and show the returned warnings.
 pub async fn shutdown() -> Vec<String> {
+    // Sessions first: their sandboxes are torn down by their tiers' own
+    // close (an e2b session's sandbox is also in e2b's live list).
+    crate::session::close_all("sandbench is exiting").await;
     let mut warnings = e2b::kill_live().await;
     docker::shutdown().await;
     microvm::MicrovmTier::drain_pool().await;

@@ -128,6 +128,7 @@ pub fn render(out: &mut impl Write, ev: &TranscriptEvent, view: &mut View) {
             line(out, format!("── sandbench agent · {} · tier {tier} · up to {max_turns} turns ──", clean(model)));
             line(out, format!("task: {}", clean(task)));
         }
+        TranscriptEvent::Sandbox { note, .. } => line(out, format!("sandbox: {}", clean(note))),
         TranscriptEvent::TextDelta { turn, text } => {
             if view.streamed_turn != Some(*turn) {
                 line(out, format!("\n[turn {turn}] model:"));

@@ -16,6 +16,7 @@ pub struct Filter {
     pub outcome: Option<Outcome>,
     pub since_ms: Option<i64>,
     pub front_end: Option<String>,
+    pub session: Option<String>,
 }
 
 impl Filter {
@@ -28,7 +29,13 @@ impl Filter {
             None => None,
             Some(s) => Some(parse_since(s, now_ms).map_err(usage)?),
         };
-        Ok(Filter { tier: args.tier.clone(), outcome, since_ms, front_end: args.front_end.clone() })
+        Ok(Filter {
+            tier: args.tier.clone(),
+            outcome,
+            since_ms,
+            front_end: args.front_end.clone(),
+            session: args.session.clone(),
+        })
     }
 
     pub fn keeps(&self, e: &Entry) -> bool {
@@ -36,6 +43,7 @@ impl Filter {
             && self.outcome.is_none_or(|o| e.report.outcome == o)
             && self.since_ms.is_none_or(|s| e.unix_ms >= s)
             && self.front_end.as_deref().is_none_or(|f| e.front_end == f)
+            && self.session.as_deref().is_none_or(|s| e.session.as_deref() == Some(s))
     }
 }
 
@@ -78,6 +86,10 @@ pub fn line(e: &Entry) -> String {
     };
     let kinds: Vec<&str> = e.report.violations.iter().map(|v| v.kind.name()).collect();
     let first = e.code.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let first = match &e.report.session {
+        Some(s) => format!("[{} #{}] {first}", inert_line(&s.id, 20), s.call),
+        None => first.to_string(),
+    };
     format!(
         "{}  {:<14} {:<9} {:<9} {:>9.1} ms  {:<16} {}",
         inert_line(&e.time, 30),
@@ -86,7 +98,7 @@ pub fn line(e: &Entry) -> String {
         e.report.outcome.name(),
         e.report.timings_ms.total,
         inert_line(&kinds.join(","), 40),
-        inert_line(first, 60),
+        inert_line(&first, 80),
     )
 }
 
@@ -132,5 +144,17 @@ mod tests {
         assert!(parse_since("5y", now).is_err());
         assert!(parse_outcome("violation").is_ok());
         assert!(parse_outcome("bad").unwrap_err().contains("expected ok"));
+    }
+
+    #[test]
+    fn a_sessions_calls_are_filtered_and_named() {
+        let spec = crate::spec::RunSpec::new(crate::spec::Language::Sh, "ls\n");
+        let mut r = crate::report::RunReport::failed("docker", "sh", "-", "x");
+        let alone = Entry::new("mcp", None, &spec, &r);
+        r.session = Some(crate::session::SessionRef { id: "s-aaaaaaaaaaaa".into(), call: 3 });
+        let inside = Entry::new("mcp", None, &spec, &r);
+        let f = Filter { session: Some("s-aaaaaaaaaaaa".into()), ..Default::default() };
+        assert!(f.keeps(&inside) && !f.keeps(&alone));
+        assert!(line(&inside).contains("[s-aaaaaaaaaaaa #3] ls"), "{}", line(&inside));
     }
 }

@@ -69,6 +69,8 @@ pub struct AgentView {
     pub scroll: Scroll,
     pub end: Option<EndReason>,
     pub turns: u32,
+    /// The session the task's runs share (None: a fresh sandbox per run).
+    pub session: Option<String>,
 }
 
 impl AgentView {
@@ -118,6 +120,7 @@ impl AgentView {
         self.scroll = Scroll::following();
         self.end = None;
         self.turns = 0;
+        self.session = None;
     }
 
     fn new_line(&mut self, kind: Kind) -> &mut ALine {
@@ -164,6 +167,10 @@ impl AgentView {
             TranscriptEvent::Started { task, model, tier, max_turns } => {
                 self.push(Kind::Header, &format!("sandbench agent · {model} · tier {tier} · up to {max_turns} turns"));
                 self.push(Kind::Task, &format!("task: {task}"));
+            }
+            TranscriptEvent::Sandbox { session, note } => {
+                self.session = session;
+                self.push(Kind::Task, &format!("sandbox: {note}"));
             }
             TranscriptEvent::TextDelta { turn, text } => {
                 if self.streamed_turn != Some(turn) {

@@ -369,10 +369,13 @@ async fn bad_tool_calls_are_answered_with_errors_not_run() {
 #[tokio::test]
 async fn the_turn_limit_ends_the_loop_on_the_e2b_tier() {
     // The model never stops calling the tool; its code runs on the e2b tier
-    // (against the fake E2B), one sandbox per call, each one killed.
+    // (against the fake E2B), all calls in the task's one session, whose
+    // sandbox keeps the first call's file and is killed at the end.
     let e2b = fake_e2b::FakeE2b::start("e2b_00ff").await;
     let tier: Arc<dyn Tier> = Arc::new(sandbench::tier::e2b::E2bTier::with_settings(e2b.settings("e2b_00ff")));
-    let steps = (0..3).map(|i| step(move |_| tool_use(&format!("toolu_{i}"), "sh", "echo again"))).collect();
+    let steps = (0..3)
+        .map(|i| step(move |_| tool_use(&format!("toolu_{i}"), "sh", "echo again >> count.txt; wc -l < count.txt")))
+        .collect();
     let fake = FakeAnthropic::start(steps).await;
     let mut o = opts(&fake, tier);
     o.max_turns = 3;
@@ -383,8 +386,22 @@ async fn the_turn_limit_ends_the_loop_on_the_e2b_tier() {
         t.events.iter().filter(|e| matches!(e, TranscriptEvent::ToolResult { outcome, .. } if outcome == "ok")).count(),
         3
     );
-    assert_eq!(e2b.created().len(), 3);
+    let sandbox: Vec<_> = t.events.iter().filter(|e| matches!(e, TranscriptEvent::Sandbox { .. })).collect();
+    assert!(matches!(sandbox[..], [TranscriptEvent::Sandbox { session: Some(_), .. }]), "{sandbox:?}");
+    let last = t.events.iter().rev().find_map(|e| match e {
+        TranscriptEvent::ToolResult { report: Some(r), .. } => Some(r.clone()),
+        _ => None,
+    });
+    let last = last.unwrap();
+    assert_eq!(last.stdout.trim(), "3", "the third call sees the lines the first two wrote: {last:#?}");
+    assert_eq!(last.session.as_ref().unwrap().call, 3);
+    assert_eq!(e2b.created().len(), 1, "one sandbox for the whole task");
+    assert_eq!(e2b.state.lock().unwrap().cleanups.len(), 3, "each call's processes ended");
     assert_eq!(e2b.live_count(), 0, "a sandbox was left running");
+    // The model was told its files persist.
+    let body = &fake.bodies()[0];
+    assert!(body["system"].as_str().unwrap().contains("files you write in /work stay"), "{body}");
+    assert!(body["tools"][0]["description"].as_str().unwrap().contains("share one sandbox"), "{body}");
 }
 
 #[tokio::test]

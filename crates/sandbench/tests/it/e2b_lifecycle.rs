@@ -362,3 +362,34 @@ async fn an_allow_list_becomes_e2b_egress_rules_or_is_refused() {
     assert_eq!(fake.state.lock().unwrap().create_bodies.len(), 1, "a refused run made no sandbox");
     assert_nothing_left(&fake).await;
 }
+
+#[tokio::test]
+async fn a_session_keeps_its_sandbox_and_files_and_cleans_up_after_each_call() {
+    use sandbench::session::{Session, SessionSpec};
+    let fake = FakeE2b::start(KEY).await;
+    let mut spec = SessionSpec::new(sandbench::spec::Limits::default());
+    spec.max_life = Duration::from_secs(120);
+    let s = Session::open(tier(&fake), spec).await.unwrap();
+    assert_eq!(fake.live_count(), 1);
+    let r1 = s.run(py("open('notes.txt', 'w').write('from call one')\nprint('wrote')\n")).await.unwrap();
+    assert_eq!(r1.outcome, Outcome::Ok, "{r1:#?}");
+    let r2 = s.run(py("print(open('notes.txt').read())\n")).await.unwrap();
+    assert_eq!(r2.outcome, Outcome::Ok, "{r2:#?}");
+    assert_eq!(r2.stdout, "from call one\n");
+    assert_eq!(r2.session.as_ref().unwrap().call, 2);
+    assert_eq!(r2.details["start"], "session");
+    assert!(r2.details["limits"]["memory"].as_str().unwrap().starts_with("not enforced"));
+    let (created, cleanups, timeout) = {
+        let st = fake.state.lock().unwrap();
+        let id = st.created[0].clone();
+        (st.created.clone(), st.cleanups.clone(), st.live.get(&id).map(|sb| sb.timeout))
+    };
+    // One sandbox for both calls, whose E2B timeout is the session's cap
+    // plus the margin; its user's processes ended after each call.
+    assert_eq!(created.len(), 1);
+    assert_eq!(timeout, Some(150));
+    assert_eq!(cleanups, vec![created[0].clone(), created[0].clone()]);
+    s.close().await;
+    assert_eq!(fake.killed(), created);
+    assert_nothing_left(&fake).await;
+}

@@ -34,6 +34,7 @@ mod process_spare;
 mod reaper;
 mod report;
 mod runlog_cli;
+mod sessions;
 mod soak;
 mod terminal_injection;
 mod tui_agent;

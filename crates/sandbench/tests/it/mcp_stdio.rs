@@ -135,8 +135,10 @@ fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
         &[],
     );
     let names: Vec<&str> = out[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 2, "{names:?}");
-    assert!(names.contains(&"run_code") && names.contains(&"list_tiers"), "{names:?}");
+    assert_eq!(names.len(), 4, "{names:?}");
+    for n in ["run_code", "list_tiers", "open_session", "close_session"] {
+        assert!(names.contains(&n), "{n} missing: {names:?}");
+    }
     let schema = &out[0]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "run_code").unwrap()["input_schema"];
     assert_eq!(schema["required"], json!(["language", "code"]), "{schema}");
 
@@ -337,4 +339,281 @@ fn mcp_over_streamable_http_on_loopback() {
     child.wait().unwrap();
     assert!(eventually(20, || net.remaining().is_empty()), "left running: {:?}", net.remaining());
     assert!(eventually(5, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
+}
+
+/// open_session → run_code writes a file → run_code reads it back; a fresh
+/// run does not see it; close_session; every refusal says why.
+fn session_round_trip(tier: &str, server_args: &[&str]) {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let write = "open('/work/agent-notes.txt', 'w').write('from call one')\nprint('wrote')\n";
+    let read = "print(open('/work/agent-notes.txt').read())\n";
+    let run = |code: &str, extra: Value| {
+        let mut a = json!({"language": "python", "code": code});
+        for (k, v) in extra.as_object().unwrap() {
+            a[k] = v.clone();
+        }
+        call("run_code", a)
+    };
+    let steps = json!([
+        call("open_session", json!({"tier": tier, "limits": {"memory": "128M"}, "idle_timeout": "2m"})),
+        run(write, json!({"session": "$session"})),
+        run(read, json!({"session": "$session", "limits": {"wall_time": "5s"}})),
+        run(read, json!({"tier": tier})),
+        run(read, json!({"session": "$session", "limits": {"memory": "64M"}})),
+        run(read, json!({"session": "$session", "tier": if tier == "process" { "docker" } else { "process" }})),
+        call("open_session", json!({"tier": tier})),
+        call("close_session", json!({"session": "$session"})),
+        run(read, json!({"session": "$session"})),
+        call("open_session", json!({"tier": tier, "max_life": "2h"})),
+    ]);
+    let out = drive(&home, &py, steps, server_args);
+    let opened = &out[0]["structured"];
+    assert_eq!(out[0]["is_error"], false, "{}", out[0]);
+    let id = opened["session"].as_str().unwrap().to_string();
+    assert!(id.starts_with("s-"), "{opened}");
+    assert_eq!(opened["tier"], tier);
+    assert_eq!(opened["limits"]["memory_bytes"], 128 << 20);
+    assert_eq!(opened["idle_timeout_ms"], 120_000);
+    assert_eq!(out[1]["structured"]["outcome"], "ok", "{}", out[1]);
+    // The second call reads the first call's file.
+    let second = &out[2]["structured"];
+    assert_eq!(second["outcome"], "ok", "{}", out[2]);
+    assert_eq!(second["stdout"], "from call one\n");
+    assert_eq!(second["session"], json!({"id": id, "call": 2}));
+    assert_eq!(second["limits"]["wall_time"], 5000);
+    assert_eq!(second["limits"]["memory_bytes"], 128 << 20, "the session's memory");
+    // A fresh sandbox has no such file.
+    let fresh = &out[3]["structured"];
+    assert!(fresh["stderr"].as_str().unwrap().contains("FileNotFoundError"), "{}", out[3]);
+    assert!(fresh.get("session").is_none() || fresh["session"].is_null(), "{fresh}");
+    let refused = |i: usize, want: &str| {
+        let msg = out[i]["mcp_error"]["message"].as_str().or(out[i]["text"].as_str()).unwrap_or_default().to_string();
+        assert!(msg.contains(want), "step {i}: wanted {want:?} in {}", out[i]);
+    };
+    refused(4, "limits.memory belongs to the whole session");
+    refused(5, &format!("keeps a {tier} sandbox"));
+    // The server allows one session at a time here.
+    refused(6, "already has 1 session(s) open");
+    assert_eq!(out[7]["structured"]["closed"], true, "{}", out[7]);
+    // Refused calls never started: two calls ran.
+    assert_eq!(out[7]["structured"]["calls"], 2, "{}", out[7]);
+    refused(8, "unknown session");
+    refused(9, "max_life 7200s is above this server's ceiling");
+    // The log names the session of each call in it.
+    let log = std::fs::read_to_string(home.state().join("runs.jsonl")).unwrap();
+    let entries: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let in_session: Vec<&Value> = entries.iter().filter(|e| e["session"] == json!(id)).collect();
+    assert_eq!(in_session.len(), 2, "{log}");
+    assert_eq!(in_session[1]["report"]["session"]["call"], 2);
+}
+
+#[test]
+fn mcp_session_keeps_files_between_calls_on_process() {
+    if !crate::sessions::process_sessions_ready() {
+        return;
+    }
+    session_round_trip("process", &["--tiers", "process,docker", "--max-sessions", "1"]);
+}
+
+#[test]
+fn mcp_session_keeps_files_between_calls_on_docker() {
+    if sdk_python().is_none() || !tier_ready("docker") {
+        return;
+    }
+    session_round_trip("docker", &["--tiers", "docker,process", "--max-sessions", "1"]);
+}
+
+/// Containers whose owner is sandbench process `pid` (any state).
+fn containers_of(pid: u32) -> Vec<String> {
+    crate::support::docker_common::containers_of(pid)
+}
+
+#[test]
+fn mcp_client_that_disconnects_mid_session_leaves_nothing_behind() {
+    let Some(py) = sdk_python() else { return };
+    let mut tiers = vec![];
+    if crate::sessions::process_sessions_ready() && common::is_root() {
+        tiers.push("process");
+    }
+    if tier_ready("docker") {
+        tiers.push("docker");
+    }
+    for tier in tiers {
+        let home = Home::new("[process]\nspare = false\n");
+        let net = OuterNet::new();
+        let steps = json!([
+            call("open_session", json!({"tier": tier})),
+            call(
+                "run_code",
+                json!({"language": "sh", "code": "echo kept > /work/f; sleep 300 & echo started", "session": "$session"})
+            ),
+            call(
+                "run_code",
+                json!({"language": "python", "code": "import time\ntime.sleep(120)\n", "session": "$session"})
+            ),
+        ]);
+        let mut cmd = home.command(&py, &steps, &["--tiers", tier, "--timeout", "120s"]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut client = net.spawn(&mut cmd);
+        let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+        // open, first call (its result), then the second call is under way.
+        let mut seen = vec![];
+        while seen.iter().filter(|l: &&String| l.contains("calling")).count() < 3 {
+            seen.push(lines.next().unwrap().unwrap());
+        }
+        assert!(seen.iter().any(|l| l.contains("\"outcome\": \"ok\"")), "{seen:?}");
+        let server_pid = || -> Option<u32> {
+            // The server is the client's child: the one sandbench in the net.
+            net.remaining().into_iter().map(|p| p as u32).find(|p| {
+                std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e.ends_with("sandbench"))
+                    && std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("mcp"))
+            })
+        };
+        let pid = server_pid().expect("the server runs");
+        if tier == "docker" {
+            assert!(eventually(30, || !containers_of(pid).is_empty()), "the session's container never appeared");
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        // The client dies without a goodbye: the server's stdin closes mid-session.
+        client.kill().unwrap();
+        client.wait().unwrap();
+        assert!(
+            eventually(60, || net.remaining().is_empty()),
+            "{tier}: processes still running after the client left: {:?}",
+            net.remaining()
+        );
+        assert!(net.leftover_cgroups().is_empty(), "{tier}: cgroups left: {:?}", net.leftover_cgroups());
+        if tier == "docker" {
+            assert!(eventually(30, || containers_of(pid).is_empty()), "container left: {:?}", containers_of(pid));
+        }
+        let log = std::fs::read_to_string(home.state().join("runs.jsonl")).unwrap_or_default();
+        assert!(log.contains("\"outcome\":\"cancelled\""), "{tier}: {log}");
+    }
+}
+
+#[test]
+fn a_server_killed_outright_with_open_sessions_is_cleaned_up_by_the_next_start() {
+    let Some(py) = sdk_python() else { return };
+    if !common::is_root() {
+        eprintln!("SKIP: needs root to watch the sessions' cgroups");
+        return;
+    }
+    let docker = tier_ready("docker");
+    let home = Home::new("[process]\nspare = false\n");
+    let net = OuterNet::new();
+    let mut steps = vec![
+        call("open_session", json!({"tier": "process"})),
+        call("run_code", json!({"language": "sh", "code": "echo kept > /work/f", "session": "$session"})),
+    ];
+    if docker {
+        steps.push(call("open_session", json!({"tier": "docker"})));
+    }
+    steps.push(call(
+        "run_code",
+        json!({"language": "python", "code": "import time\ntime.sleep(120)\n", "session": "$session"}),
+    ));
+    let n = steps.len();
+    let mut cmd = home.command(&py, &Value::Array(steps), &["--tiers", "process,docker", "--timeout", "120s"]);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut client = net.spawn(&mut cmd);
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut calling = 0;
+    while calling < n {
+        let l = lines.next().unwrap().unwrap();
+        calling += l.contains("calling") as usize;
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let server = net
+        .remaining()
+        .into_iter()
+        .find(|p| {
+            std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e.ends_with("sandbench"))
+                && std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"mcp"))
+        })
+        .expect("the server runs");
+    if docker {
+        assert!(eventually(30, || !containers_of(server as u32).is_empty()), "no session container");
+    }
+    assert!(!net.leftover_cgroups().is_empty(), "no session cgroup");
+    // SIGKILL: no clean-up code of the server runs.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(server), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = client.kill();
+    let _ = client.wait();
+    // The process session's sandbox dies with its server (PR_SET_PDEATHSIG
+    // and the pid namespace); its cgroup and the container wait for a reaper.
+    assert!(eventually(30, || net.remaining().is_empty()), "left running: {:?}", net.remaining());
+    let mut doctor = Command::new(common::bin());
+    doctor.arg("doctor").env("SANDBENCH_CONFIG", home.dir.path().join("config.toml"));
+    let out = net.output(&mut doctor, Duration::from_secs(180));
+    assert!(out.status.success() || out.status.code() == Some(1), "{out:?}");
+    assert!(eventually(10, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
+    if docker {
+        assert!(eventually(30, || containers_of(server as u32).is_empty()), "container left");
+    }
+}
+
+#[test]
+fn http_clients_see_only_their_own_sessions_which_close_when_they_go() {
+    let Some(py) = sdk_python() else { return };
+    if !common::is_root() {
+        eprintln!("SKIP: needs root to watch the sessions' cgroups");
+        return;
+    }
+    let home = Home::new("[process]\nspare = false\n");
+    let net = OuterNet::new();
+    let mut server = Command::new(bin());
+    server
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .env("SANDBENCH_CONFIG", home.dir.path().join("config.toml"))
+        .env("SANDBENCH_STATE_DIR", home.state())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = net.spawn(&mut server);
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).unwrap().to_string();
+    let client = |steps: Value| {
+        let mut c = Command::new(&py);
+        c.arg(client_script())
+            .arg(steps.to_string())
+            .arg(&url)
+            .env("NO_PROXY", "127.0.0.1")
+            .env("no_proxy", "127.0.0.1");
+        c
+    };
+    // Client A opens a session and stays connected a while.
+    let mut a = client(json!([
+        call("open_session", json!({})),
+        call("run_code", json!({"language": "sh", "code": "echo mine > /work/f; cat /work/f", "session": "$session"})),
+        {"op": "sleep", "seconds": 8},
+    ]));
+    a.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut a = net.spawn(&mut a);
+    let mut a_lines = BufReader::new(a.stdout.take().unwrap()).lines();
+    let mut id = None;
+    while id.is_none() {
+        let l = a_lines.next().unwrap().unwrap();
+        if let Ok(v) = serde_json::from_str::<Value>(&l) {
+            id = v["structured"]["session"].as_str().map(String::from);
+        }
+    }
+    let id = id.unwrap();
+    assert!(eventually(30, || !net.leftover_cgroups().is_empty()), "no session sandbox");
+    // Client B knows the id, but the session is not its own.
+    let out = net.output(
+        &mut client(json!([call("run_code", json!({"language": "sh", "code": "cat /work/f", "session": id}))])),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let b: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_default();
+    assert!(b["mcp_error"]["message"].as_str().unwrap_or("").contains("unknown session"), "{stdout}");
+    // A ends its MCP session: its sandbox goes, the server stays.
+    let _ = a.wait();
+    assert!(eventually(30, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
+    assert!(child.try_wait().unwrap().is_none(), "the server went with the client");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().unwrap();
 }

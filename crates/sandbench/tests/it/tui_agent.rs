@@ -76,6 +76,9 @@ fn agent_session_through_the_workbench() {
         assert!(s.contains("The answer is 42."), "{s}");
         assert!(s.contains("── final answer after 2 turn(s) ──"), "{s}");
         assert!(!s.contains(KEY), "{s}");
+        // The task's runs shared one session, named in the transcript.
+        let id = app.agent.session.clone().expect("the task had a session");
+        assert!(s.contains(&format!("sandbox: session {id} on process")), "{s}");
         let reqs = fake.requests.lock().unwrap().clone();
         assert_eq!(reqs.len(), 2);
         assert_eq!(reqs[0].header("x-api-key"), Some(KEY));

@@ -127,3 +127,50 @@ fn workbench_runs_a_sample_on_the_process_tier_in_tmux() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn the_runs_view_follows_a_run_made_by_a_separate_process_in_tmux() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        return skip("tmux is not installed (apt-get install tmux)");
+    }
+    if let Err(why) = process_tier_available() {
+        return skip(&why);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let config = dir.path().join("no-config.toml");
+    let bin = env!("CARGO_BIN_EXE_sandbench");
+    let cmd = format!("env SANDBENCH_CONFIG={} SANDBENCH_STATE_DIR={} {bin}", config.display(), state.display());
+    let tmux = Tmux { socket: format!("sandbench-e2e-runs-{}", std::process::id()) };
+    let out = tmux.cmd(&["-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-x", "120", "-y", "30", &cmd]);
+    assert!(out.status.success(), "tmux new-session: {}", String::from_utf8_lossy(&out.stderr));
+    tmux.wait_for("✔ ready", Duration::from_secs(30));
+    tmux.keys(&["F11"]);
+    tmux.wait_for("no runs yet", Duration::from_secs(10));
+
+    // Another process runs a program; its marker is computed, so it shows
+    // only if the workbench read that run from the log.
+    let prog = dir.path().join("elsewhere.py");
+    std::fs::write(&prog, "print('from-elsewhere-' + str(6 * 7))\n").unwrap();
+    let run = Command::new(bin)
+        .args(["run", "--tier", "process"])
+        .arg(&prog)
+        .env("SANDBENCH_CONFIG", &config)
+        .env("SANDBENCH_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let s = tmux.wait_for("runs · 1 of 1", Duration::from_secs(15));
+    let row = s.lines().find(|l| l.contains("from-elsewhere-")).unwrap_or_else(|| panic!("no row:\n{s}"));
+    assert!(row.contains("run") && row.contains("process") && row.contains("ok"), "{row}");
+    tmux.keys(&["Enter"]);
+    let s = tmux.wait_for("from-elsewhere-42", Duration::from_secs(10));
+    assert!(s.contains("stdout"), "the run's output is in its details:\n{s}");
+
+    tmux.keys(&["C-q"]);
+    let start = Instant::now();
+    while tmux.alive() {
+        assert!(start.elapsed() < Duration::from_secs(15), "sandbench did not quit on ^Q:\n{}", tmux.screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -92,3 +92,27 @@ fn runs_of_another_process_show_up_open_and_load_into_the_editor() {
     assert_eq!(app.selected_tier().name, "process");
     assert_eq!(app.label, "greet.py");
 }
+
+#[test]
+fn a_sessions_calls_say_which_session_and_call_they_were() {
+    let mut spec = sandbench::spec::RunSpec::new(Language::Python, "print(open('notes.txt').read())\n");
+    spec.label = "mcp".into();
+    let mut report = sandbench::report::RunReport {
+        outcome: sandbench::report::Outcome::Ok,
+        error: None,
+        ..sandbench::report::RunReport::failed("docker", "python", "mcp", "")
+    };
+    report.session = Some(sandbench::session::SessionRef { id: "s-0a1b2c3d4e5f".into(), call: 2 });
+    let entry = sandbench::runlog::Entry::new("mcp", Some("claude-code"), &spec, &report);
+    assert_eq!(entry.session.as_deref(), Some("s-0a1b2c3d4e5f"));
+    let mut app = App::new(Theme::dark(), &["process", "docker"], "docker", Limits::default());
+    app.live_clock = false;
+    app.update(key(KeyCode::F(11)));
+    app.update(Msg::LogEntries(vec![entry]));
+    let s = screen(&mut app, 140, 30);
+    let row = s.lines().find(|l| l.contains("notes.txt")).unwrap_or_else(|| panic!("{s}"));
+    assert!(row.contains("[s-0a1b2c #2]") && row.contains("docker"), "{row}");
+    app.update(key(KeyCode::Enter));
+    let s = screen(&mut app, 140, 30);
+    assert!(s.contains("session s-0a1b2c3d4e5f · call 2"), "{s}");
+}

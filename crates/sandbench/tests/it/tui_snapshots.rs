@@ -58,6 +58,7 @@ fn report(tier: &str, outcome: Outcome, exit: ExitStatus, violations: Vec<Violat
         details: serde_json::Value::Null,
         degraded: vec![],
         network: vec![],
+        session: None,
     }
 }
 

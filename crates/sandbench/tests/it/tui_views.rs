@@ -79,6 +79,7 @@ fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str
         details: serde_json::json!({"start": "cold"}),
         degraded: vec![],
         network: vec![],
+        session: None,
     }
 }
 

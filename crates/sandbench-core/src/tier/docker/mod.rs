@@ -16,6 +16,7 @@ pub mod image;
 pub mod pool;
 pub mod reap;
 pub mod scratch;
+pub mod session;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -256,7 +257,20 @@ pub(crate) async fn launch(engine: &Engine, shape: &Shape, run_id: &str, tier: &
         None
     };
     let body = shape.body(reap::labels(run_id, tier)?, host_scratch.as_deref().map(scratch::binds));
-    let name = format!("sandbench-{tier}-{run_id}");
+    create_and_start(engine, body, shape, &format!("sandbench-{tier}-{run_id}"), tier, host_scratch).await
+}
+
+/// Create and start a container from `body` (of `shape`, with its host
+/// scratch folder when it has one); on failure nothing is left behind.
+pub(crate) async fn create_and_start(
+    engine: &Engine,
+    body: bollard::models::ContainerCreateBody,
+    shape: &Shape,
+    name: &str,
+    tier: &str,
+    host_scratch: Option<std::path::PathBuf>,
+) -> anyhow::Result<String> {
+    let name = name.to_string();
     let created = engine
         .docker
         .create_container(Some(CreateContainerOptions { name: Some(name), ..Default::default() }), body)
@@ -374,6 +388,24 @@ impl Tier for DockerTier {
             if let Err(e) = self.prewarm_for(&self.limits).await {
                 tracing::warn!("{} warm pool: {e:#}", self.name);
             }
+        })
+    }
+
+    /// The container stays between calls (`session.rs`).
+    fn sessions(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn open_session(
+        &self,
+        spec: crate::session::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::session::TierSession>>> {
+        Box::pin(async move {
+            let engine = self.engine().await?;
+            self.check_ready(engine).await?;
+            let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, &spec.limits);
+            let s = session::open(engine, shape, &self.cfg.user, self.name).await?;
+            Ok(Arc::new(s) as Arc<dyn crate::session::TierSession>)
         })
     }
 }

@@ -26,6 +26,7 @@
 
 pub mod api;
 pub mod envd;
+pub mod session;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
@@ -286,6 +287,20 @@ impl Tier for E2bTier {
 
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
         Box::pin(self.run_inner(spec, ctx))
+    }
+
+    /// The E2B sandbox stays between calls (`session.rs`).
+    fn sessions(&self) -> Result<(), String> {
+        self.key().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn open_session(
+        &self,
+        spec: crate::session::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<std::sync::Arc<dyn crate::session::TierSession>>> {
+        let key = self.key().map(str::to_string);
+        let settings = self.settings.clone();
+        Box::pin(async move { session::open(settings, key?, spec).await })
     }
 }
 

@@ -16,6 +16,7 @@ pub mod accel;
 pub mod artefacts;
 pub mod pool;
 pub mod proto;
+pub mod session;
 pub mod snapshot;
 pub mod vm;
 
@@ -168,6 +169,18 @@ impl Tier for MicrovmTier {
                 tracing::info!("microvm pool not filled: {e:#}");
             }
         })
+    }
+
+    /// The guest stays between calls (`session.rs`).
+    fn sessions(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn open_session(
+        &self,
+        spec: crate::session::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<std::sync::Arc<dyn crate::session::TierSession>>> {
+        Box::pin(session::open(self, spec))
     }
 }
 
@@ -370,7 +383,7 @@ impl MicrovmTier {
             std_sock.set_nonblocking(true)?;
             crate::egress::mux::carry_framed(eg.server(), tokio::net::UnixStream::from_std(std_sock)?);
         }
-        let result = self.execute(&spec, &ctx, &mut guest, egress.is_some(), &mut timeline).await;
+        let result = Self::execute(&spec, &ctx, &mut guest, egress.is_some(), None, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         details["network"] = match egress {
             Some(eg) => {
@@ -403,12 +416,15 @@ impl MicrovmTier {
     }
 
     /// Send the program and follow it to its exit (or until stopped).
+    /// `session`: a session's call (`session.rs`), begun at this host time;
+    /// stopping it asks the agent to kill the program and waits for its
+    /// exit, instead of killing the guest.
     async fn execute(
-        &self,
         spec: &RunSpec,
         ctx: &RunContext,
         guest: &mut Guest,
         egress: bool,
+        session: Option<f64>,
         timeline: &mut Vec<(&'static str, f64)>,
     ) -> anyhow::Result<(Option<UsageSample>, u64, serde_json::Value)> {
         let limits = &spec.limits;
@@ -437,9 +453,13 @@ impl MicrovmTier {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0),
+            session_since: session,
         };
         guest.send(&proto::encode_run(&req)).await?;
         timeline.push(("program_sent", ctx.ms()));
+        let mut kill_sent = false;
+        let kill_grace = tokio::time::sleep(std::time::Duration::from_secs(86_400 * 365));
+        tokio::pin!(kill_grace);
         let mut judge = Judge::new(limits);
         let mut garbage = 0u64;
         let exit: proto::GuestExit;
@@ -447,7 +467,16 @@ impl MicrovmTier {
         loop {
             let item = tokio::select! {
                 it = guest.next() => it,
-                _ = ctx.stop.cancelled() => {
+                _ = ctx.stop.cancelled(), if session.is_some() && !kill_sent => {
+                    kill_sent = true;
+                    guest.send(&proto::encode(proto::K_KILL, b"k")).await?;
+                    kill_grace.as_mut().reset(tokio::time::Instant::now() + session::KILL_GRACE);
+                    continue;
+                }
+                _ = &mut kill_grace => {
+                    anyhow::bail!("the guest did not end the call's program after sandbench asked it to");
+                }
+                _ = ctx.stop.cancelled(), if session.is_none() => {
                     guest.start_kill();
                     ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
                     return Ok((None, garbage, serde_json::Value::Null));
@@ -508,6 +537,13 @@ impl MicrovmTier {
             }
         }
         let x = exit;
+        if let Some(prior) = x.prior_full.as_deref().filter(|p| !p.is_empty()) {
+            ctx.note(format!(
+                "scratch space already full when this call began (an earlier call filled it): {}",
+                crate::sanitize::inert_line(prior, 80)
+            ))
+            .await;
+        }
         let status = ExitStatus { code: x.code, signal: x.signal };
         let cpu_ms = x.cpu_ms.or(last.cpu_ms);
         let facts = ExitFacts {

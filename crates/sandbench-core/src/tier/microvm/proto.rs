@@ -18,6 +18,8 @@ pub const MAX_PAYLOAD: usize = 256 << 10;
 
 pub const K_RUN: u8 = 0x01;
 pub const K_PING: u8 = 0x02;
+/// Host → guest, during a session's call: kill the call's program (cancel).
+pub const K_KILL: u8 = 0x03;
 pub const K_READY: u8 = 0x10;
 pub const K_STARTED: u8 = 0x11;
 pub const K_STDOUT: u8 = 0x12;
@@ -76,6 +78,9 @@ pub struct GuestExit {
     pub file_events: bool,
     /// Calls that waited for the agent's scratch guard (None: no guard).
     pub guarded_calls: Option<u64>,
+    /// Session mode: scratch mounts already full when the call began
+    /// (space-separated), not counted as this call's.
+    pub prior_full: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +127,10 @@ pub struct RunRequest {
     /// (on the guest's loopback) and carries connections over `sandbench.net`.
     #[serde(default)]
     pub net_port: Option<u16>,
+    /// A session's call (the guest stays for the next one): files whose
+    /// ctime is before `since` (host clock) are earlier calls'.
+    #[serde(default)]
+    pub session_since: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -188,6 +197,10 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
     }
     for (k, v) in &req.env {
         field("env", format!("{k}={v}").as_bytes());
+    }
+    if let Some(since) = req.session_since {
+        field("session", b"1");
+        field("since", format!("{since:.3}").as_bytes());
     }
     encode(K_RUN, &p)
 }
@@ -380,6 +393,7 @@ mod tests {
             seed: "00ff".into(),
             now: 1.5,
             net_port: None,
+            session_since: None,
         };
         let f = encode_run(&req);
         assert_eq!(&f[..3], b"SB\x01");

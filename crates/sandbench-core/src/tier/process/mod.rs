@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod netns;
 pub mod sandbox;
 pub mod seccomp;
+pub mod session;
 pub mod uids;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -223,10 +224,13 @@ impl ProcessTier {
 
     /// Start a helper and hand it the sandbox's shape. The run's uid (a
     /// /proc scan) and cgroup are made while the helper binary execs.
+    /// `session`: a session's sandbox, which runs one program per call
+    /// (`session.rs`); otherwise one program, then it ends.
     async fn launch(
         limits: &Limits,
         waiter: Option<sandbox::Waiter>,
         network_port: Option<u16>,
+        session: bool,
         shape: &Shape,
         t0: std::time::Instant,
     ) -> anyhow::Result<Launched> {
@@ -322,6 +326,7 @@ impl ProcessTier {
             disk_bytes: limits.disk_bytes,
             waiter,
             network_port,
+            session,
         };
         stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
         let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
@@ -368,7 +373,7 @@ impl ProcessTier {
             let made = async {
                 let t0 = std::time::Instant::now();
                 // Spares have no network: a run with an allow list is built for itself.
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), None, &shape, t0).await?;
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), None, false, &shape, t0).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -420,7 +425,7 @@ impl ProcessTier {
         let shape = self.shape();
         let built = async {
             let t0 = std::time::Instant::now();
-            let mut l = Self::launch(&self.spare_limits, Some(python_waiter(&spec)), None, &shape, t0).await?;
+            let mut l = Self::launch(&self.spare_limits, Some(python_waiter(&spec)), None, false, &shape, t0).await?;
             l.wait_ready().await?;
             anyhow::Ok((l.memory(), t0.elapsed()))
         };
@@ -505,6 +510,18 @@ impl Tier for ProcessTier {
     /// A spare sandbox, built and waiting (when `[process] spare` is on).
     fn prewarm(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.spare_ready())
+    }
+
+    /// The sandbox stays between calls (`session.rs`, `sandbox/session.rs`).
+    fn sessions(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn open_session(
+        &self,
+        spec: crate::session::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::session::TierSession>>> {
+        Box::pin(session::open(self, spec))
     }
 }
 
@@ -631,7 +648,7 @@ impl ProcessTier {
                 // Built for this run: its interpreter (Python) starts ahead of
                 // the program as in a spare, while init joins the cgroup.
                 let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
-                let mut l = Self::launch(&limits, waiter, port, &self.shape(), ctx.started).await?;
+                let mut l = Self::launch(&limits, waiter, port, false, &self.shape(), ctx.started).await?;
                 l.timeline.push(("helper_prepared", ctx.ms()));
                 (l, "cold")
             }

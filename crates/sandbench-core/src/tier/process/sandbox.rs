@@ -41,6 +41,9 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
+mod session;
+pub use session::{frame_call, KILL_FRAME};
+
 pub const STATUS_FD: i32 = 3;
 pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
 const MAX_PREPARE_BYTES: usize = 1 << 20;
@@ -82,6 +85,10 @@ pub struct Prepare {
     /// network is an allow list (its Landlock rules allow connecting to it).
     #[serde(default)]
     pub network_port: Option<u16>,
+    /// A session's sandbox (`sandbox/session.rs`): init runs one program per
+    /// call framed on stdin, until stdin closes.
+    #[serde(default)]
+    pub session: bool,
 }
 
 /// An interpreter started before its program, and what it can run inline.
@@ -597,6 +604,19 @@ fn send_guard(sock: std::os::fd::OwnedFd) {
     }
 }
 
+/// The socket the program's process hands its guard listener over.
+fn guard_socket() -> (OwnedFd, OwnedFd) {
+    match nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    ) {
+        Ok(p) => p,
+        Err(e) => fail(format!("init cannot make the guard's socket: {e}")),
+    }
+}
+
 /// Init's side: the listener, or None when the program sent none.
 fn receive_guard(sock: &std::os::fd::OwnedFd) -> Option<crate::highwater::Guard> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
@@ -736,18 +756,13 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         fail(format!("sandbox network: {e}"));
     }
     mark("root_built");
+    if prep.session {
+        session::init_session(prep, owner, procs, waiter)
+    }
     // Watching starts before the program's process exists: no write goes
     // unseen. Its file-size limit is the run's, set when the run arrives.
     let mut watch = watch_scratch();
-    let (guard_init, guard_prog) = match nix::sys::socket::socketpair(
-        nix::sys::socket::AddressFamily::Unix,
-        nix::sys::socket::SockType::SeqPacket,
-        None,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-    ) {
-        Ok(p) => p,
-        Err(e) => fail(format!("init cannot make the guard's socket: {e}")),
-    };
+    let (guard_init, guard_prog) = guard_socket();
     let (go_r, go_w) = pipe();
     let (ready_r, ready_w) = pipe();
     // SAFETY: init is single-threaded.
@@ -794,7 +809,9 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     // replace it) and waits; or the program's process waits before its exec.
     // A guarded call meanwhile (sandbench's own code: none is expected) is
     // served, never left waiting.
-    wait_ready(&ready_r, &mut guard, &mut watch);
+    if !wait_ready(&ready_r, &mut guard, &mut watch) {
+        fail("the sandbox's interpreter exited while starting (its error, if any, is on the run's stderr)".into());
+    }
     drop(ready_r);
     send(&Status::Ready);
     // A spare waits here until a run hands it a program (its process blocks
@@ -934,12 +951,12 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
 }
 
 /// Wait for the program's process to say it is ready, serving its guard
-/// (and draining the watch) meanwhile. EOF: it died while starting.
+/// (and draining the watch) meanwhile. False at EOF: it died while starting.
 fn wait_ready(
     ready: &OwnedFd,
     guard: &mut Option<crate::highwater::Guard>,
     watch: &mut Option<crate::highwater::Watch>,
-) {
+) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     loop {
         let (readable, call) = {
@@ -963,12 +980,9 @@ fn wait_ready(
         if readable {
             let mut byte = [0u8; 1];
             match nix::unistd::read(ready, &mut byte) {
-                Ok(1) => return,
+                Ok(1) => return true,
                 Err(nix::errno::Errno::EINTR) => continue,
-                _ => fail(
-                    "the sandbox's interpreter exited while starting (its error, if any, is on the run's stderr)"
-                        .into(),
-                ),
+                _ => return false,
             }
         }
     }
@@ -1312,6 +1326,7 @@ mod tests {
             disk_bytes: 4096,
             waiter: None,
             network_port: None,
+            session: false,
         };
         let f = frame_prepare(&p);
         let n = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;

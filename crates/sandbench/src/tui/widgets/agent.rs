@@ -56,6 +56,9 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         (false, _, None) => "idle".into(),
     };
     let mut title = format!(" transcript · {state} · {} ", if a.scroll.follows() { "following" } else { "scrolled" });
+    if let Some(s) = &a.session {
+        title.push_str(&format!("· session {} ", crate::sanitize::inert_line(s, 20)));
+    }
     if a.dropped > 0 {
         title.push_str(&format!("· {} dropped ", a.dropped));
     }

@@ -37,6 +37,11 @@ fn row_text(e: &Entry) -> String {
     };
     let kinds: Vec<&str> = e.report.violations.iter().map(|v| v.kind.name()).collect();
     let first = e.code.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    // A session's call says which: the session's short id and the call.
+    let first = match &e.report.session {
+        Some(s) => format!("[{} #{}] {first}", inert_line(s.id.get(..8).unwrap_or(&s.id), 8), s.call),
+        None => first.to_string(),
+    };
     // The clock part of an RFC 3339 time: 2026-12-01T10:00:00.123Z → 10:00:00.
     let clock = e.time.get(11..19).unwrap_or(&e.time);
     format!(
@@ -46,7 +51,7 @@ fn row_text(e: &Entry) -> String {
         inert_line(&e.tier, 9),
         e.report.timings_ms.total,
         inert_line(&kinds.join(","), 14),
-        inert_line(first, 80),
+        inert_line(&first, 80),
     )
 }
 
@@ -143,6 +148,16 @@ pub fn detail_lines(app: &App, e: &Entry) -> Vec<Line<'static>> {
             r.timings_ms.run
         )),
     ]));
+    if let Some(s) = &r.session {
+        out.push(Line::from(Span::styled(
+            format!(
+                "session {} · call {} (files in /work kept from the session's earlier calls)",
+                inert_line(&s.id, 40),
+                s.call
+            ),
+            t.dim(),
+        )));
+    }
     if let Some(err) = &r.error {
         out.push(Line::from(Span::styled(format!("error: {}", inert_line(err, 300)), Style::new().fg(t.ui.error))));
     }

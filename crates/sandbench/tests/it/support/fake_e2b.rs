@@ -84,6 +84,10 @@ pub struct State {
     pub start_messages: Vec<Value>,
     /// Programs still running (pid) in the fake.
     pub running: Vec<u32>,
+    /// Which sandbox each running program belongs to.
+    pub running_in: Vec<(String, u32)>,
+    /// Sandboxes whose user's processes a session's cleanup ended, in order.
+    pub cleanups: Vec<String>,
     pub log: Vec<String>,
 }
 
@@ -478,7 +482,7 @@ fn upload(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
 }
 
 async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
-    let (_id, dir, stop) = match sandbox_for(&state, &req) {
+    let (sandbox_id, dir, stop) = match sandbox_for(&state, &req) {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -542,6 +546,27 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
         }
         _ => {}
     }
+    // A session's cleanup is `kill -KILL -1` as the VM's user. Here programs
+    // run on the test host as the test's user: it must never run for real.
+    // The fake does what it means in a VM: it ends that sandbox's programs.
+    let args_text = p["args"].to_string();
+    if args_text.contains("kill") && args_text.contains("-1") {
+        assert!(args_text.contains(sandbench::tier::e2b::session::CLEANUP_SCRIPT), "unexpected kill: {args_text}");
+        let pids: Vec<u32> = {
+            let mut st = state.lock().unwrap();
+            st.cleanups.push(sandbox_id.clone());
+            st.running_in.iter().filter(|(s, _)| *s == sandbox_id).map(|(_, p)| *p).collect()
+        };
+        for pid in pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        }
+        tokio::spawn(async move {
+            let _ = tx.send(event(json!({"start": {"pid": 1}}))).await;
+            let _ = tx.send(event(json!({"end": {"exited": true, "status": "exit status 0"}}))).await;
+            let _ = tx.send(Chunk::Data(envelope(2, b"{}"))).await;
+        });
+        return reply;
+    }
     let map = |s: &str| s.replace(WORK_DIR, &dir.to_string_lossy());
     let cmd = p["cmd"].as_str().unwrap_or("").to_string();
     let args: Vec<String> =
@@ -573,6 +598,7 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     };
     let pid = child.id().unwrap_or(0);
     state.lock().unwrap().running.push(pid);
+    state.lock().unwrap().running_in.push((sandbox_id.clone(), pid));
     let st = state.clone();
     // Held (never written, never closed) for as long as the program runs.
     let stdin_pipe = child.stdin.take();
@@ -614,12 +640,20 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
             }
         };
         if expired {
-            st.lock().unwrap().running.retain(|p| *p != pid);
+            {
+                let mut st = st.lock().unwrap();
+                st.running.retain(|p| *p != pid);
+                st.running_in.retain(|(_, p)| *p != pid);
+            }
             let trailer = json!({"error": {"code": "deadline_exceeded", "message": "context deadline exceeded"}});
             let _ = tx.send(Chunk::Data(envelope(2, trailer.to_string().as_bytes()))).await;
             return;
         }
-        st.lock().unwrap().running.retain(|p| *p != pid);
+        {
+            let mut st = st.lock().unwrap();
+            st.running.retain(|p| *p != pid);
+            st.running_in.retain(|(_, p)| *p != pid);
+        }
         use std::os::unix::process::ExitStatusExt;
         let end = match status {
             Some(s) if s.code().is_some() => {

@@ -1,0 +1,111 @@
+//! microvm sessions: the guest stays between calls.
+//!
+//! A session takes a guest the way a run does (pool, snapshot or boot) and
+//! keeps it. Each call sends the agent (`guest/agent.py`) a RUN in session
+//! mode: the program is a fresh process as the guest's unprivileged uid under
+//! the run cgroup (the session's memory and pids limits) and the call's
+//! rlimits; when it exits the agent kills everything else in the cgroup and
+//! waits for the next RUN. Each call is judged on the cgroup counters it
+//! added, on files changed during it and on scratch mounts that filled during
+//! it. Cancelling a call sends KILL and waits for the program's exit; the
+//! guest goes only when the session closes (or when it stops answering).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::vm::Guest;
+use super::{accel, artefacts, MicrovmTier};
+use crate::event::{EventKind, Phase};
+use crate::session::{SessionSpec, TierSession};
+use crate::spec::RunSpec;
+use crate::tier::{BoxFuture, RunContext, TierExit};
+
+/// How long the agent may take to end a call's program after KILL.
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(15);
+
+pub(crate) struct MicrovmSession {
+    guest: tokio::sync::Mutex<Option<Guest>>,
+    details: serde_json::Value,
+    alive: AtomicBool,
+}
+
+pub(crate) async fn open(tier: &MicrovmTier, spec: SessionSpec) -> anyhow::Result<Arc<dyn TierSession>> {
+    tier.ready_check()?;
+    let p = artefacts::paths();
+    let choice = accel::choose(&tier.cfg, &p).await;
+    let shape = tier.shape(&spec.limits, choice.accel);
+    // Opening is not a run: its phase events go nowhere.
+    let (tx, mut rx) = mpsc::channel(16);
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let ctx = RunContext { started: Instant::now(), tx, stop: CancellationToken::new() };
+    let Some((guest, start, _)) = tier.acquire(&p, shape, spec.limits.disk_bytes, &ctx, &mut vec![]).await? else {
+        anyhow::bail!("the session's guest did not start");
+    };
+    let details = json!({
+        "accel": choice.accel.name(),
+        "guest_memory_bytes": guest.shape.mem_mib << 20,
+        "vcpus": guest.shape.cpus,
+        "kernel": artefacts::Manifest::load(&p).kernel_version,
+        "network": "none (no network device)",
+        "root": "read-only ext4; /work and /tmp are tmpfs, kept for the session",
+        "guest_start": start,
+        "qemu_pid": guest.pid(),
+        "vm_name": guest.vm_name(),
+    });
+    Ok(Arc::new(MicrovmSession { guest: tokio::sync::Mutex::new(Some(guest)), details, alive: AtomicBool::new(true) }))
+}
+
+impl TierSession for MicrovmSession {
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+        Box::pin(async move {
+            ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+            let mut held = self.guest.lock().await;
+            let Some(guest) = held.as_mut() else {
+                anyhow::bail!("the session's guest is gone");
+            };
+            let since = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64() - 0.05)
+                .unwrap_or(0.0);
+            let mut timeline = vec![];
+            // Sessions keep no egress proxy (Session::open refused an allow list).
+            let result = MicrovmTier::execute(&spec, &ctx, guest, false, Some(since), &mut timeline).await;
+            ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+            if result.is_err() || !guest.alive() {
+                // A guest that broke the protocol or died serves no more calls.
+                self.alive.store(false, Ordering::Relaxed);
+                if let Some(g) = held.take() {
+                    g.kill().await;
+                }
+            }
+            let (usage, garbage, watch) = result?;
+            let mut details = self.details.clone();
+            details["start"] = json!("session");
+            if !watch.is_null() {
+                details["scratch_watch"] = watch;
+            }
+            if garbage > 0 {
+                details["control_channel_garbage_bytes"] = json!(garbage);
+            }
+            Ok(TierExit { usage, details })
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.alive.store(false, Ordering::Relaxed);
+            if let Some(g) = self.guest.lock().await.take() {
+                g.kill().await;
+            }
+        })
+    }
+
+    fn alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,421 @@
+//! A session's init: the sandbox (namespaces, root, scratch tmpfs, the run
+//! cgroup, the session's uid) stays, and init runs one program per call.
+//!
+//! The helper's stdin carries, after the [`Prepare`], one frame per call:
+//! an 8-byte little-endian length and that many bytes of [`SandboxConfig`]
+//! JSON; EOF ends the session (init exits and the kernel ends the namespace).
+//! A frame of length 0 during a call is the host's kill (cancel, CPU limit):
+//! init ends the call's processes itself, so that nothing but the call's
+//! die (a kill from outside could race the next call's process).
+//! For each call init does what it does for a one-shot run — a fresh program
+//! process (Landlock, the session's uid, no_new_privs, seccomp, its own
+//! session id) in the run's cgroup, the call's rlimits, then go — and when
+//! the program exits it kills every other process of the namespace
+//! (`kill(-1)` from its pid 1), reaps them all, judges the scratch space for
+//! this call only and reports the exit on the status pipe. Only then does
+//! the host take the call's output as complete: every process that could
+//! write to the session's stdout and stderr pipes is gone by then.
+//!
+//! The next call's program process is made right after a call ends (and
+//! the first one at the opening), as a spare is for one-shot runs: its
+//! interpreter starts and it joins the cgroup while nothing waits for it.
+#![allow(unsafe_code)] // fork and raw descriptors of the sandbox init, as in the rest of sandbox.rs
+
+use super::*;
+
+use std::time::SystemTime;
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+/// The next frame's length; `None` at EOF.
+fn read_head() -> Option<u64> {
+    // SAFETY: fd 0 is the host's pipe; ManuallyDrop keeps it open.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(0) });
+    let mut head = [0u8; 8];
+    match stdin.read_exact(&mut head) {
+        Ok(()) => Some(u64::from_le_bytes(head)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => None,
+        Err(e) => fail(format!("session init: cannot read a call: {e}")),
+    }
+}
+
+/// Read one call's frame from stdin; `None` once the host closed it. A
+/// kill that came after its call had ended anyway is skipped.
+fn recv_call() -> Option<SandboxConfig> {
+    // SAFETY: fd 0 is the host's pipe; ManuallyDrop keeps it open.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(0) });
+    let len = loop {
+        match read_head()? {
+            0 => continue,
+            n => break n,
+        }
+    };
+    if len > MAX_CONFIG_BYTES {
+        fail(format!("session init: a call of {len} bytes"));
+    }
+    let mut buf = vec![0u8; len as usize];
+    if let Err(e) = stdin.read_exact(&mut buf) {
+        fail(format!("session init: cannot read a call: {e}"));
+    }
+    match serde_json::from_slice(&buf) {
+        Ok(c) => Some(c),
+        Err(e) => fail(format!("session init: bad call: {e}")),
+    }
+}
+
+/// Frame a call as [`recv_call`] reads it.
+/// The host's kill of the running call.
+pub const KILL_FRAME: [u8; 8] = [0; 8];
+
+pub fn frame_call(cfg: &SandboxConfig) -> Vec<u8> {
+    let json = serde_json::to_vec(cfg).unwrap_or_default();
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    out
+}
+
+/// Scratch mounts out of space or inodes right now.
+fn full_mounts() -> Vec<&'static str> {
+    SCRATCH
+        .iter()
+        .copied()
+        .filter(|m| {
+            nix::sys::statvfs::statvfs(*m)
+                .map(|s| s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// A file at the size limit changed during this call (its ctime, which no
+/// program can set back, is not older than `since`). Bounded, no symlinks.
+fn capped_since(file_size: u64, since: SystemTime) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in SCRATCH {
+        let mut stack = vec![(Path::new(dir).to_path_buf(), 0)];
+        let mut budget = 20_000;
+        while let Some((d, depth)) = stack.pop() {
+            let Ok(rd) = fs::read_dir(&d) else { continue };
+            for e in rd.flatten() {
+                budget -= 1;
+                if budget == 0 {
+                    return None;
+                }
+                let Ok(m) = e.metadata() else { continue };
+                if m.is_file() && m.len() >= file_size {
+                    let ctime = SystemTime::UNIX_EPOCH
+                        + std::time::Duration::new(
+                            m.ctime().max(0) as u64,
+                            m.ctime_nsec().clamp(0, 999_999_999) as u32,
+                        );
+                    if ctime >= since {
+                        return Some(e.path().to_string_lossy().chars().take(200).collect());
+                    }
+                }
+                if m.is_dir() && depth < 16 {
+                    stack.push((e.path(), depth + 1));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A program process made ahead: in the run's cgroup, its interpreter
+/// waiting for init's word (or, without one, waiting before its exec).
+struct Next {
+    pid: Pid,
+    go: OwnedFd,
+    /// False when it died while starting (said on the status pipe).
+    ready: bool,
+    /// The scratch watch, from before the process existed, as for a
+    /// one-shot run; and the process's guard (None: it installed none).
+    watch: Option<crate::highwater::Watch>,
+    guard: Option<crate::highwater::Guard>,
+}
+
+struct Init<'a> {
+    prep: &'a Prepare,
+    owner: (u32, u32),
+    procs: Vec<OwnedFd>,
+    waiter: Option<(&'a Waiter, CString)>,
+    mask: SigSet,
+}
+
+impl Init<'_> {
+    /// Fork the next call's program process and move it into the cgroup.
+    fn prestart(&self) -> Next {
+        if let Some((w, _)) = &self.waiter {
+            if let Err(e) = write_owned(&Path::new("/work").join(&w.file_name), WAITER_PY.as_bytes(), self.owner) {
+                fail(format!("session init: {e}"));
+            }
+        }
+        let mut watch = watch_scratch();
+        let (guard_init, guard_prog) = guard_socket();
+        let (go_r, go_w) = pipe();
+        let (ready_r, ready_w) = pipe();
+        // The program starts with the default signal mask.
+        if let Err(e) = self.mask.thread_unblock() {
+            fail(format!("init cannot unblock SIGCHLD: {e}"));
+        }
+        // SAFETY: init is single-threaded.
+        let pid = match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                drop(go_w);
+                drop(ready_r);
+                drop(guard_init);
+                let waiter = self.waiter.as_ref().map(|(w, e)| (*w, e.clone()));
+                program_main(self.prep, self.owner, waiter, go_r, ready_w, guard_prog)
+            }
+            Ok(ForkResult::Parent { child }) => child,
+            Err(e) => fail(format!("fork of the program failed: {e}")),
+        };
+        if let Err(e) = self.mask.thread_block() {
+            fail(format!("init cannot block SIGCHLD: {e}"));
+        }
+        drop(go_r);
+        drop(ready_w);
+        drop(guard_prog);
+        let mut guard = receive_guard(&guard_init);
+        drop(guard_init);
+        let text = pid.as_raw().to_string();
+        for fd in &self.procs {
+            if let Err(e) = write_all(fd, text.as_bytes()) {
+                fail(format!("cannot move the program's process into the run's cgroup: {e}"));
+            }
+        }
+        let ready = wait_ready(&ready_r, &mut guard, &mut watch);
+        Next { pid, go: go_w, ready, watch, guard }
+    }
+
+    /// The call's program file, limits and word; false (said on the status
+    /// pipe) when a step failed and the program must not run.
+    fn start_call(&self, cfg: &SandboxConfig, next: &Next) -> bool {
+        if !next.ready {
+            send(&Status::Error {
+                msg: "the sandbox's interpreter exited while starting (its error, if any, is on the call's stderr)"
+                    .into(),
+            });
+            return false;
+        }
+        let inline = self
+            .waiter
+            .as_ref()
+            .is_some_and(|(w, _)| w.interpreter == cfg.interpreter && w.file_name == cfg.file_name && w.env == cfg.env);
+        // The waiter's file stays only when it is about to become the program.
+        let waiter = self.waiter.as_ref().map(|(w, _)| *w);
+        // The scratch space is the session's: its size fixed at the opening.
+        let fixed = Prepare { disk_bytes: cfg.disk_bytes, ..self.prep.clone() };
+        let ids = (!self.prep.user_ns).then_some(self.owner);
+        let steps = || -> Result<CString, String> {
+            prepare_run(&fixed, self.owner, waiter, cfg)?;
+            apply_rlimits_as(next.pid, cfg, ids)?;
+            cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)).ok_or_else(|| {
+                format!(
+                    "{} is not installed where the sandbox can see it (PATH /usr/local/bin:/usr/bin:/bin)",
+                    cfg.interpreter.first().map(String::as_str).unwrap_or("?")
+                )
+            })
+        };
+        match steps() {
+            Ok(exe) => {
+                send(&Status::Started);
+                // Without a waiter the process waits before its exec, so
+                // every word is an exec; with one, "run" or "exec".
+                let word = go_message(inline && self.waiter.is_some(), &exe, cfg);
+                if let Err(e) = write_all(&next.go, &word) {
+                    send(&Status::Error {
+                        msg: format!("the sandbox's interpreter exited before its program started: {e}"),
+                    });
+                    return false;
+                }
+                true
+            }
+            Err(e) => {
+                send(&Status::Error { msg: e });
+                false
+            }
+        }
+    }
+}
+
+pub(super) fn init_session(
+    prep: &Prepare,
+    owner: (u32, u32),
+    procs: Vec<OwnedFd>,
+    waiter: Option<(&Waiter, CString)>,
+) -> ! {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    if let Err(e) = mask.thread_block() {
+        fail(format!("init cannot block SIGCHLD: {e}"));
+    }
+    let sfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
+        Ok(s) => s,
+        Err(e) => fail(format!("init cannot watch its children: {e}")),
+    };
+    let init = Init { prep, owner, procs, waiter, mask };
+    // init keeps the session's stdout and stderr for its program processes
+    // (it writes nothing to them itself).
+    let mut next = Some(init.prestart());
+    send(&Status::Ready);
+    loop {
+        let Some(cfg) = recv_call() else {
+            // The session is closed: the kernel ends the namespace with us.
+            // SAFETY: plain exit.
+            unsafe { libc::_exit(0) }
+        };
+        // Mounts full already were filled (and reported) by earlier calls.
+        let prior = full_mounts();
+        let since = SystemTime::now() - std::time::Duration::from_millis(20);
+        let mut n = next.take().unwrap_or_else(|| init.prestart());
+        if let Some(w) = &mut n.watch {
+            w.set_file_size(cfg.file_size_bytes);
+        }
+        let started = init.start_call(&cfg, &n);
+        let Next { pid: main_pid, go, mut watch, mut guard, .. } = n;
+        drop(go);
+        // Follow the program to its exit (a program process that failed to
+        // start has said why on the status pipe and exits 121).
+        let (code, signal, cpu_ms, max_rss_kb) = wait_main(main_pid, &sfd, &mut watch, &mut guard);
+        // Nothing the call started outlives it: pid 1's kill(-1) reaches
+        // every other process of the namespace, and init reaps them all.
+        let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+        // Until ECHILD: none left.
+        while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None::<Pid>, None) {}
+        while let Ok(Some(_)) = sfd.read_signal() {}
+        let guarded = guard.as_ref().map(|g| g.served());
+        drop(guard);
+        if !started {
+            let exit = Status::Exit {
+                code,
+                signal,
+                cpu_ms,
+                max_rss_kb,
+                fsize_hit: None,
+                full_mounts: vec![],
+                guarded,
+                files_watched: false,
+            };
+            send(&exit);
+            next = Some(init.prestart());
+            continue;
+        }
+        let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
+        let found = watch.map(|w| w.finish()).unwrap_or_default();
+        for gap in &found.gaps {
+            send(&Status::Warning { msg: gap.clone() });
+        }
+        let mut full: Vec<String> = found.full.into_iter().filter(|m| !prior.contains(&m.as_str())).collect();
+        for m in full_mounts() {
+            if !prior.contains(&m) && !full.iter().any(|f| f == m) {
+                full.push(m.to_string());
+            }
+        }
+        if !prior.is_empty() {
+            send(&Status::Warning {
+                msg: format!(
+                    "scratch space already full when this call began (an earlier call filled it): {}; the other mounts are judged as usual",
+                    prior.join(", ")
+                ),
+            });
+        }
+        // The watch saw this call's writes; a file capped by an earlier
+        // call and untouched since is not this call's.
+        let fsize_hit = found.capped.into_iter().next().or_else(|| capped_since(cfg.file_size_bytes, since));
+        send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts: full, guarded, files_watched });
+        // The next call's process, made while nobody waits for it.
+        next = Some(init.prestart());
+    }
+}
+
+/// Reap until the call's main process exits; serve its guard, watch the
+/// scratch space and the host's kill meanwhile.
+fn wait_main(
+    main_pid: Pid,
+    sfd: &SignalFd,
+    watch: &mut Option<crate::highwater::Watch>,
+    guard: &mut Option<crate::highwater::Guard>,
+) -> (Option<i32>, Option<i32>, u64, u64) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut host_open = true;
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data that wait4 fills in.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 writes only into `status` and `ru`.
+        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
+        if pid < 0 {
+            if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
+                continue;
+            }
+            fail("init lost its program".into());
+        }
+        if pid == 0 {
+            // SAFETY: fd 0 stays open for init's life.
+            let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
+            let (idle, host_says, call) = {
+                let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+                let host_at = host_open.then(|| {
+                    fds.push(PollFd::new(stdin, PollFlags::POLLIN));
+                    fds.len() - 1
+                });
+                let guard_at = guard.as_ref().and_then(|g| g.fd()).map(|f| {
+                    fds.push(PollFd::new(f, PollFlags::POLLIN));
+                    fds.len() - 1
+                });
+                if let Some(f) = watch.as_ref().and_then(|w| w.fd()) {
+                    fds.push(PollFd::new(f, PollFlags::POLLIN));
+                }
+                // Idle now and then: a file filled through a mapping sends no event.
+                let timeout = if watch.is_some() { PollTimeout::from(50u16) } else { PollTimeout::NONE };
+                let n = match poll(&mut fds, timeout) {
+                    Ok(n) => n,
+                    Err(nix::errno::Errno::EINTR) => 1,
+                    Err(e) => fail(format!("init poll: {e}")),
+                };
+                let rev = |i: Option<usize>| i.and_then(|i| fds[i].revents()).unwrap_or(PollFlags::empty());
+                (n == 0, !rev(host_at).is_empty(), guard_at.map(|i| rev(Some(i))))
+            };
+            while let Ok(Some(_)) = sfd.read_signal() {}
+            let call = match (call, guard.as_mut()) {
+                (Some(rev), Some(g)) => g.ready(rev),
+                _ => false,
+            };
+            if let Some(w) = watch.as_mut() {
+                if call {
+                    if let Some(g) = guard.as_mut() {
+                        g.serve(w);
+                    }
+                } else if idle {
+                    w.check_mounts();
+                } else {
+                    w.drain();
+                }
+            }
+            if host_says {
+                // A kill (or EOF: the session is closing): every process but
+                // init goes, the program's main among them, and is reaped above.
+                match read_head() {
+                    Some(0) | None => {}
+                    Some(_) => fail("session init: a call arrived while another ran".into()),
+                }
+                host_open = false;
+                let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+            }
+            continue;
+        }
+        if pid != main_pid.as_raw() {
+            continue; // an orphan reparented to us
+        }
+        let (code, signal) = if libc::WIFSIGNALED(status) {
+            (None, Some(libc::WTERMSIG(status)))
+        } else {
+            (Some(libc::WEXITSTATUS(status)), None)
+        };
+        let cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
+            + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
+        return (code, signal, cpu_ms, ru.ru_maxrss as u64);
+    }
+}

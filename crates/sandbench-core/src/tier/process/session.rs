@@ -1,0 +1,313 @@
+//! Process-tier sessions, the host side. The sandbox of a session is the one
+//! a run gets (same helper, namespaces, root, scratch tmpfs, run cgroup,
+//! Landlock, seccomp, a uid of its own leased for the session's life), kept:
+//! each call goes down the helper's stdin as a frame after its Prepare (see
+//! `sandbox/session.rs` for the inside), and every call's program writes to
+//! the session's stdout and stderr pipes. A call's output is complete when
+//! init reports its exit, because init reports only once every process of the
+//! call is gone. A call is judged on the cgroup counters it added, on files
+//! changed during it and on scratch mounts that filled during it; a cancel or
+//! a CPU kill ends the cgroup's processes — the call's program and what it
+//! started, never init — and the session goes on. Closing stdin ends init,
+//! and with it the namespace.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context};
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe::Receiver;
+
+use super::sandbox::{self, SandboxConfig, Status};
+use super::{count_user_processes, isolation_details, python_waiter, read_line_bounded, uid_policy};
+use super::{Launched, ProcessTier, SAMPLE_EVERY};
+use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::judge::{self, ExitFacts, Judge};
+use crate::session::{counters_since, SessionSpec, TierSession};
+use crate::spec::{Language, RunSpec};
+use crate::tier::{BoxFuture, RunContext, TierExit};
+
+pub(crate) struct ProcessSession {
+    kept: tokio::sync::Mutex<Option<Kept>>,
+    alive: AtomicBool,
+    uid_range: (u32, u32),
+}
+
+struct Kept {
+    sandbox: Launched,
+    /// Where calls go (framed), after the sandbox's Prepare.
+    stdin: tokio::process::ChildStdin,
+    /// The session's output pipes: every call's program writes to them.
+    out: Receiver,
+    err: Receiver,
+}
+
+pub(crate) async fn open(tier: &ProcessTier, spec: SessionSpec) -> anyhow::Result<Arc<dyn TierSession>> {
+    // Python calls start in a pre-started interpreter, as one-shot runs do;
+    // other calls exec from it.
+    let waiter = python_waiter(&RunSpec::new(Language::Python, ""));
+    let range = (tier.uid_base, tier.uid_count);
+    // Sessions keep no egress proxy: `Session::open` refused an allow list.
+    let mut sandbox =
+        ProcessTier::launch(&spec.limits, Some(waiter), None, true, &tier.shape(), std::time::Instant::now()).await?;
+    let pipes = (|| -> anyhow::Result<_> {
+        let stdin = sandbox.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let out = sandbox.child.stdout.take().ok_or_else(|| anyhow!("helper has no stdout"))?.into_owned_fd()?;
+        let err = sandbox.child.stderr.take().ok_or_else(|| anyhow!("helper has no stderr"))?.into_owned_fd()?;
+        Ok((stdin, Receiver::from_owned_fd(out)?, Receiver::from_owned_fd(err)?))
+    })();
+    let ready = match pipes {
+        Ok(p) => sandbox.wait_ready().await.map(|_| p),
+        Err(e) => Err(e),
+    };
+    match ready {
+        Ok((stdin, out, err)) => Ok(Arc::new(ProcessSession {
+            kept: tokio::sync::Mutex::new(Some(Kept { sandbox, stdin, out, err })),
+            alive: AtomicBool::new(true),
+            uid_range: range,
+        })),
+        Err(e) => {
+            sandbox.teardown().await;
+            Err(e)
+        }
+    }
+}
+
+/// Read what is in a pipe now, without waiting: the call is over (every
+/// process that could write to it is gone), so this is the rest of its output.
+async fn drain_now(rx: &Receiver, stream: Stream, ctx: &RunContext) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match nix::unistd::read(rx.as_fd(), &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await,
+        }
+    }
+}
+
+/// End the running call: init's kill(-1) reaches all of the call's
+/// processes at once and nothing else; should the pipe fail, the cgroup —
+/// the call's processes only — is killed from here.
+async fn ask_kill(stdin: &mut tokio::process::ChildStdin, cg: Option<&super::cgroup::RunCgroup>) {
+    let sent = async {
+        stdin.write_all(&sandbox::KILL_FRAME).await?;
+        stdin.flush().await
+    };
+    if sent.await.is_err() {
+        if let Some(c) = cg {
+            c.kill_all();
+        }
+    }
+}
+
+/// Read what a readable pipe holds; false once it is closed.
+async fn take_ready(rx: &Receiver, stream: Stream, ctx: &RunContext, buf: &mut [u8]) -> bool {
+    loop {
+        match rx.try_read(buf) {
+            Ok(0) => return false,
+            Ok(n) => ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+impl TierSession for ProcessSession {
+    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+        Box::pin(async move {
+            ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+            let mut held = self.kept.lock().await;
+            let Some(kept) = held.as_mut() else { anyhow::bail!("the session's sandbox is gone") };
+            let result = self.call(kept, &spec, &ctx).await;
+            ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+            if !kept.sandbox.alive() {
+                self.alive.store(false, Ordering::Relaxed);
+            }
+            result
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.alive.store(false, Ordering::Relaxed);
+            if let Some(k) = self.kept.lock().await.take() {
+                // EOF on stdin: init exits, the namespace ends.
+                drop(k.stdin);
+                drop(k.out);
+                drop(k.err);
+                k.sandbox.teardown().await;
+            }
+        })
+    }
+
+    fn alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+}
+
+impl ProcessSession {
+    async fn call(&self, kept: &mut Kept, spec: &RunSpec, ctx: &RunContext) -> anyhow::Result<TierExit> {
+        let limits = &spec.limits;
+        if !kept.sandbox.alive() {
+            anyhow::bail!("the session's sandbox is gone");
+        }
+        let cg = kept.sandbox.cg.as_ref();
+        let nproc = cg.is_none().then(|| count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids);
+        let config = SandboxConfig {
+            code: spec.code.clone(),
+            file_name: spec.language.file_name().into(),
+            interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
+            env: spec.sandbox_env("/work", "/tmp"),
+            cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
+            data_limit: cg.is_none().then_some(limits.memory_bytes),
+            file_size_bytes: limits.file_size_bytes,
+            disk_bytes: limits.disk_bytes,
+            open_files: limits.open_files,
+            nproc,
+        };
+        // The cgroup's counters run for the whole session: this call is
+        // judged on what they gain from here.
+        let base = cg.map(|c| c.stats().counters()).unwrap_or_default();
+        let frame = sandbox::frame_call(&config);
+        kept.stdin.write_all(&frame).await.context("cannot hand the call to the session's sandbox")?;
+        kept.stdin.flush().await.context("cannot hand the call to the session's sandbox")?;
+        let (out, err, stdin) = (&kept.out, &kept.err, &mut kept.stdin);
+        let mut buf = vec![0u8; 64 * 1024];
+        let launched = &mut kept.sandbox;
+        let cg = launched.cg.as_ref();
+        let status = launched.status.as_mut().ok_or_else(|| anyhow!("the session has no status pipe"))?;
+        let child = &mut launched.child;
+
+        let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut judge = Judge::new(limits);
+        let mut isolation = json!({});
+        let mut exit: Option<Status> = None;
+        let mut error: Option<String> = None;
+        let mut killed = false;
+        let mut status_eof = false;
+        let mut helper_done = false;
+        let (mut out_open, mut err_open) = (true, true);
+        let mut peak_mem: Option<u64> = None;
+        let mut line = Vec::new();
+        // What the call's process said while it was made ahead (its isolation).
+        let mut early = std::mem::take(&mut launched.early).into_iter();
+        // The call is over when init says the program exited: by then every
+        // process of the call is gone, and what they wrote is in the pipes.
+        while exit.is_none() && !status_eof {
+            let next = if let Some(s) = early.next() {
+                Some(s)
+            } else {
+                tokio::select! {
+                    r = read_line_bounded(status, &mut line) => match r {
+                        Ok(0) | Err(_) => { status_eof = true; None }
+                        Ok(_) => Some(sandbox::parse_status(&line)),
+                    },
+                    r = out.readable(), if out_open => {
+                        out_open = r.is_ok() && take_ready(out, Stream::Stdout, ctx, &mut buf).await;
+                        None
+                    }
+                    r = err.readable(), if err_open => {
+                        err_open = r.is_ok() && take_ready(err, Stream::Stderr, ctx, &mut buf).await;
+                        None
+                    }
+                    _ = child.wait(), if !helper_done => {
+                        helper_done = true;
+                        error.get_or_insert("the session's sandbox ended during the call".into());
+                        if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = ctx.stop.cancelled(), if !killed => {
+                        killed = true;
+                        ask_kill(stdin, cg).await;
+                        None
+                    }
+                    _ = ticker.tick() => {
+                        if let Some(c) = cg {
+                            let s = c.stats();
+                            let mine = counters_since(s.counters(), base);
+                            if let Some(m) = s.memory {
+                                peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
+                            }
+                            ctx.usage(UsageSample { cpu_ms: mine.cpu_ms, memory_bytes: s.memory, pids: s.pids }).await;
+                            if judge.sample(ctx, &mine).await == judge::Action::KillForCpu && !killed {
+                                killed = true;
+                                ask_kill(stdin, cg).await;
+                            }
+                        }
+                        None
+                    }
+                }
+            };
+            match next {
+                None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
+                Some(Status::Started) => {
+                    ctx.emit(EventKind::Phase(Phase::Running)).await;
+                    ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
+                }
+                Some(Status::Isolation { landlock, seccomp, uid, user_ns, degraded }) => {
+                    for d in &degraded {
+                        ctx.note(format!("degraded: {d}")).await;
+                    }
+                    isolation = json!({
+                        "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns, "degraded": degraded,
+                    });
+                }
+                Some(Status::Warning { msg }) => ctx.note(msg).await,
+                Some(Status::Error { msg }) => {
+                    error.get_or_insert(msg);
+                }
+                Some(s @ Status::Exit { .. }) => exit = Some(s),
+            }
+        }
+        drain_now(out, Stream::Stdout, ctx).await;
+        drain_now(err, Stream::Stderr, ctx).await;
+        if status_eof && exit.is_none() {
+            error.get_or_insert("the session's sandbox ended during the call".into());
+        }
+        let final_counters = cg.map(|c| counters_since(c.stats().counters(), base));
+        if let Some(c) = &final_counters {
+            judge.sample(ctx, c).await;
+        }
+        if let Some(msg) = error {
+            if status_eof || helper_done {
+                self.alive.store(false, Ordering::Relaxed);
+            }
+            return Err(anyhow!("{msg}"));
+        }
+        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
+            exit
+        else {
+            return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
+        };
+        let x = if killed && !judge.cpu_exhausted() {
+            ExitStatus { code: None, signal: Some(libc::SIGKILL) }
+        } else {
+            ExitStatus { code, signal }
+        };
+        let mut counters = final_counters.unwrap_or_default();
+        counters.cpu_ms = counters.cpu_ms.or(Some(cpu_ms));
+        let facts = ExitFacts {
+            status: x,
+            counters,
+            rlimit_signals_trusted: false,
+            capped_files: fsize_hit.into_iter().collect(),
+            full_mounts,
+        };
+        judge.exit(ctx, &facts).await;
+        ctx.emit(EventKind::Exit(x)).await;
+        let mut details = isolation_details(isolation, cg, &[]);
+        details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
+        details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
+        details["start"] = json!("session");
+        let used = details.get("uid").cloned().unwrap_or(serde_json::Value::Null);
+        let policy = uid_policy(self.uid_range.0, self.uid_range.1, &used);
+        details["uid_policy"] = json!(format!("{policy} — one uid for the whole session"));
+        details["warnings"] = json!(launched.warnings);
+        let rss = max_rss_kb * 1024;
+        let memory = Some(peak_mem.map_or(rss, |p| p.max(rss)));
+        Ok(TierExit { usage: Some(UsageSample { cpu_ms: counters.cpu_ms, memory_bytes: memory, pids: None }), details })
+    }
+}
