@@ -36,12 +36,12 @@ async fn process_tier_available(dir: &tempfile::TempDir) -> bool {
     if !ok {
         let required = std::env::var("SANDBENCH_REQUIRE_TIERS").unwrap_or_default();
         assert!(!required.split(',').any(|s| s.trim() == "process"), "process tier required but unavailable");
-        eprintln!("skipped: process tier unavailable here");
+        panic!("cannot run although its needs hold: process tier unavailable here");
     }
     ok
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn without_a_key_it_exits_non_zero_naming_the_variable() {
     let dir = tempfile::tempdir().unwrap();
     let out = sandbench(&dir).args(["agent", "--tier", "process", "say hi"]).output().await.unwrap();
@@ -92,7 +92,7 @@ for f in found:
     print("FOUND " + f)
 "#;
 
-#[tokio::test]
+#[sandbench_testkit::test(needs = ["process"])]
 async fn the_key_is_never_visible_inside_the_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     if !process_tier_available(&dir).await {
@@ -160,7 +160,7 @@ async fn the_key_is_never_visible_inside_the_sandbox() {
     assert!(!stdout.contains(&secret), "the key is in the transcript");
 }
 
-#[tokio::test]
+#[sandbench_testkit::test(needs = ["process"])]
 async fn hostile_bytes_from_the_model_and_the_sandbox_are_made_visible() {
     let dir = tempfile::tempdir().unwrap();
     if !process_tier_available(&dir).await {
@@ -197,7 +197,7 @@ async fn hostile_bytes_from_the_model_and_the_sandbox_are_made_visible() {
     assert!(text.contains("final answer after 2 turn(s)"), "{text}");
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn an_unavailable_tier_stops_before_the_model_is_asked() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![]).await;

@@ -18,14 +18,14 @@ fn config_for(fake: &FakeAnthropic) -> Config {
     Config { env, ..Config::default() }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn the_default_model_is_one_config_value_and_current_in_the_sdk_list() {
     assert_eq!(Config::default().agent.model, anthropic::DEFAULT_MODEL);
     let entry = fake_anthropic::MODELS.iter().find(|m| m.0 == anthropic::DEFAULT_MODEL);
     assert_eq!(entry.map(|m| m.2), Some("active"), "{} is not a current model", anthropic::DEFAULT_MODEL);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_retired_model_is_a_404_that_names_it_and_how_to_change_it() {
     // claude-sonnet-4-5, the old default, reached end of life on 2026-11-30.
     let fake = FakeAnthropic::start(vec![step(|_| final_text("never reached"))]).await;
@@ -41,7 +41,7 @@ async fn a_retired_model_is_a_404_that_names_it_and_how_to_change_it() {
     assert_eq!(fake.requests.lock().unwrap().len(), 1);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn the_models_api_is_read_page_by_page() {
     let fake = FakeAnthropic::start(vec![]).await;
     fake.set_models_page(3);
@@ -58,7 +58,7 @@ async fn the_models_api_is_read_page_by_page() {
     assert!(all.iter().any(|m| m.id == "claude-sonnet-4-5" && m.lifecycle.as_deref() == Some("retired")));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn list_models_on_the_command_line_marks_the_configured_one() {
     let fake = FakeAnthropic::start(vec![]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -98,7 +98,7 @@ async fn list_models_on_the_command_line_marks_the_configured_one() {
     assert!(stderr.contains("ANTHROPIC_API_KEY") && stderr.lines().count() == 1, "{stderr}");
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn requests_speak_the_current_api_version_with_current_parameters_only() {
     // The fake speaks 2026-10-21 only and refuses a body field that version
     // does not have, as the API refuses one ("Extra inputs are not permitted").
@@ -114,7 +114,7 @@ async fn requests_speak_the_current_api_version_with_current_parameters_only() {
     assert_eq!(keys, ["max_tokens", "messages", "model", "stream", "system", "tools"]);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn the_fake_refuses_what_the_api_refuses() {
     let fake = FakeAnthropic::start(vec![]).await;
     let http = sandbench::http::client(&[fake.url().as_str()]).unwrap();
@@ -147,7 +147,7 @@ async fn the_fake_refuses_what_the_api_refuses() {
     assert!(v["request_id"].as_str().is_some_and(|r| r.starts_with("req_")));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn x_should_retry_decides_as_in_the_sdk() {
     use crate::support::fake_anthropic::error;
     // false: a 529 is not retried.
@@ -171,7 +171,7 @@ async fn x_should_retry_decides_as_in_the_sdk() {
     assert_eq!(fake.requests.lock().unwrap().len(), 2);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn stream_events_are_read_as_the_sdk_reads_them() {
     use crate::support::fake_anthropic::{message, sse, to_events};
     use crate::support::http::Reply;

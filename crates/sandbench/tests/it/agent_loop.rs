@@ -47,8 +47,7 @@ async fn process_tier_or_skip() -> Option<Arc<dyn Tier>> {
     if required.split(',').any(|s| s.trim() == "process") {
         panic!("process tier required but unavailable: {}", a.summary);
     }
-    eprintln!("skipped: process tier unavailable here: {}", a.summary);
-    None
+    panic!("cannot run although its needs hold: process tier unavailable here: {}", a.summary);
 }
 
 async fn session(o: AgentOptions, task: &str) -> (Vec<TranscriptEvent>, Transcript) {
@@ -64,7 +63,7 @@ async fn session(o: AgentOptions, task: &str) -> (Vec<TranscriptEvent>, Transcri
     .expect("the session did not end within 120 s")
 }
 
-#[tokio::test]
+#[sandbench_testkit::test(needs = ["process"])]
 async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
     let Some(tier) = process_tier_or_skip().await else {
         return;
@@ -128,7 +127,7 @@ async fn tool_use_round_trip_runs_real_code_on_the_process_tier() {
     assert!(j["events"].as_array().unwrap().iter().any(|e| e["type"] == "tool_call"));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_rejected_key_is_a_clear_error() {
     let fake = FakeAnthropic::start(vec![step(|_| error(401, "authentication_error", "invalid x-api-key"))]).await;
     let (_, t) = session(opts(&fake, process_tier()), "hi").await;
@@ -139,7 +138,7 @@ async fn a_rejected_key_is_a_clear_error() {
     assert!(matches!(t.events[0], TranscriptEvent::Started { .. }));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn rate_limit_waits_as_long_as_retry_after_says() {
     let fake = FakeAnthropic::start(vec![
         step(|_| {
@@ -156,7 +155,7 @@ async fn rate_limit_waits_as_long_as_retry_after_says() {
     assert!(live.iter().any(|e| matches!(e, TranscriptEvent::Retrying { status: Some(429), wait_ms: 1000, .. })));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn overload_is_retried_with_backoff_then_reported() {
     let steps = (0..5).map(|_| step(|_| error(529, "overloaded_error", "Overloaded"))).collect();
     let fake = FakeAnthropic::start(steps).await;
@@ -168,7 +167,7 @@ async fn overload_is_retried_with_backoff_then_reported() {
     assert_eq!(live.iter().filter(|e| matches!(e, TranscriptEvent::Retrying { .. })).count(), 4);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_network_that_is_down_is_a_clear_error() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let fake = FakeAnthropic::start(vec![]).await;
@@ -180,7 +179,7 @@ async fn a_network_that_is_down_is_a_clear_error() {
     assert_eq!(live.iter().filter(|e| matches!(e, TranscriptEvent::Retrying { status: None, .. })).count(), 4);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn malformed_replies_are_errors_not_panics() {
     let raw_json = |v: serde_json::Value| http::Reply::Full {
         status: 200,
@@ -231,7 +230,7 @@ async fn malformed_replies_are_errors_not_panics() {
     }
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn text_streams_live_before_the_reply_is_complete() {
     use http::{Chunk, Reply};
     let fake = FakeAnthropic::start(vec![step(|_| {
@@ -276,7 +275,7 @@ async fn text_streams_live_before_the_reply_is_complete() {
     assert!(t.events.iter().all(|e| !matches!(e, TranscriptEvent::TextDelta { .. })));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn an_overload_mid_stream_and_a_broken_stream_are_retried() {
     use http::{Chunk, Reply};
     let fake = FakeAnthropic::start(vec![
@@ -321,7 +320,7 @@ async fn an_overload_mid_stream_and_a_broken_stream_are_retried() {
     assert!(retries[1].1.contains("broke off"), "{:?}", retries[1]);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test(needs = ["process"])]
 async fn the_transcript_so_far_survives_a_later_api_error() {
     let Some(tier) = process_tier_or_skip().await else {
         return;
@@ -339,7 +338,7 @@ async fn the_transcript_so_far_survives_a_later_api_error() {
     assert!(matches!(t.events.last(), Some(TranscriptEvent::Finished { reason: EndReason::Error, .. })));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn bad_tool_calls_are_answered_with_errors_not_run() {
     let fake = FakeAnthropic::start(vec![
         step(|_| {
@@ -366,7 +365,7 @@ async fn bad_tool_calls_are_answered_with_errors_not_run() {
     assert!(results[1]["content"].as_str().unwrap().contains("unknown language"));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn the_turn_limit_ends_the_loop_on_the_e2b_tier() {
     // The model never stops calling the tool; its code runs on the e2b tier
     // (against the fake E2B), all calls in the task's one session, whose
@@ -404,7 +403,7 @@ async fn the_turn_limit_ends_the_loop_on_the_e2b_tier() {
     assert!(body["tools"][0]["description"].as_str().unwrap().contains("share one sandbox"), "{body}");
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn cancel_stops_a_running_tool_call() {
     let e2b = fake_e2b::FakeE2b::start("e2b_00ff").await;
     let tier: Arc<dyn Tier> = Arc::new(sandbench::tier::e2b::E2bTier::with_settings(e2b.settings("e2b_00ff")));

@@ -39,7 +39,7 @@ fn json_report(out: &std::process::Output) -> RunReport {
     })
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn a_dead_daemon_is_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
     let hello = program(&dir, "hello.py", "print(1)\n");
@@ -68,7 +68,7 @@ fn a_dead_daemon_is_one_clear_line() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn a_missing_image_is_one_clear_line() {
     if !tier_ready("docker") {
         return;
@@ -147,12 +147,12 @@ fn hardening_on(tier: &str) {
     assert_eq!(r.details["hardening"]["network"], "none");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn the_container_is_hardened_on_docker() {
     hardening_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn the_container_is_hardened_on_gvisor() {
     hardening_on("gvisor");
 }
@@ -195,12 +195,12 @@ fn timeout_and_cancel_on(tier: &str) {
     assert!(containers_of(pid).is_empty(), "container left after a cancel");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn timeouts_and_cancels_leave_no_container_on_docker() {
     timeout_and_cancel_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn timeouts_and_cancels_leave_no_container_on_gvisor() {
     timeout_and_cancel_on("gvisor");
 }
@@ -236,12 +236,12 @@ fn killed_sandbench_on(tier: &str) {
     );
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn a_killed_sandbench_is_reaped_at_the_next_start_on_docker() {
     killed_sandbench_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn a_killed_sandbench_is_reaped_at_the_next_start_on_gvisor() {
     killed_sandbench_on("gvisor");
 }
@@ -284,12 +284,12 @@ fn warm_pool_on(tier: &str) {
     assert!(containers_of(std::process::id()).is_empty(), "the drained pool left containers");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn warm_pool_runs_are_warm_single_use_and_drained_on_docker() {
     warm_pool_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn warm_pool_runs_are_warm_single_use_and_drained_on_gvisor() {
     warm_pool_on("gvisor");
 }

@@ -56,12 +56,12 @@ fn all_output_on(tier: &str) {
     assert!(r.stdout_truncated, "a cut must be flagged");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn all_output_arrives_or_the_cut_is_flagged_on_docker() {
     all_output_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn all_output_arrives_or_the_cut_is_flagged_on_gvisor() {
     all_output_on("gvisor");
 }

@@ -90,12 +90,12 @@ fn forgeries_on(tier: &str) {
     assert_eq!((r.exit.code, r.exit.signal), (Some(0), None));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn a_program_cannot_forge_status_or_exit_on_docker() {
     forgeries_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn a_program_cannot_forge_status_or_exit_on_gvisor() {
     forgeries_on("gvisor");
 }
@@ -134,12 +134,12 @@ fn signals_on(tier: &str) {
     assert_eq!((r.exit.code, r.exit.signal), (Some(0), None));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn pid_1_is_immune_to_the_programs_signals_on_docker() {
     signals_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn pid_1_is_immune_to_the_programs_signals_on_gvisor() {
     signals_on("gvisor");
 }
@@ -160,12 +160,12 @@ fn exit_codes_on(tier: &str) {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn exit_codes_and_signals_are_distinct_on_docker() {
     exit_codes_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn exit_codes_and_signals_are_distinct_on_gvisor() {
     exit_codes_on("gvisor");
 }
@@ -196,12 +196,12 @@ fn oom_child_on(tier: &str) {
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn a_child_killed_by_the_oom_killer_is_reported_on_docker() {
     oom_child_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn a_child_killed_by_the_oom_killer_is_reported_on_gvisor() {
     oom_child_on("gvisor");
 }
@@ -233,12 +233,12 @@ fn shm_on(tier: &str) {
     assert_eq!(r.details["hardening"]["tmpfs"]["/dev/shm"], 8 << 20);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn dev_shm_is_inside_the_disk_limit_and_watched_on_docker() {
     shm_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn dev_shm_is_inside_the_disk_limit_and_watched_on_gvisor() {
     shm_on("gvisor");
 }
@@ -298,12 +298,12 @@ fn seccomp_on(tier: &str) {
     assert!(r.details["hardening"]["seccomp"]["sandbench_filter"].as_str().unwrap().contains("io_uring"));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn sandbench_seccomp_filter_is_the_same_on_docker() {
     seccomp_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn sandbench_seccomp_filter_is_the_same_on_gvisor() {
     seccomp_on("gvisor");
 }
@@ -338,12 +338,12 @@ fn proc1_on(tier: &str) {
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn pid_1_is_not_readable_through_proc_on_docker() {
     proc1_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn pid_1_is_not_readable_through_proc_on_gvisor() {
     proc1_on("gvisor");
 }
@@ -385,12 +385,12 @@ fn own_uid_on(tier: &str) {
     assert!(check["detail"].as_str().unwrap().contains("1879048192"), "{check}");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn each_run_has_its_own_uid_on_docker() {
     own_uid_on("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn each_run_has_its_own_uid_on_gvisor() {
     own_uid_on("gvisor");
 }
@@ -399,7 +399,7 @@ fn each_run_has_its_own_uid_on_gvisor() {
 /// every inotify instance its uid may have, a host process of uid 65534 (the
 /// uid programs used to share) still gets one. runc only: under gVisor the
 /// program's uid lives in gVisor's kernel, not the host's.
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn a_program_cannot_exhaust_a_host_uids_quota_on_docker() {
     if !tier_ready("docker") || !common::is_root() {
         return;
@@ -463,18 +463,19 @@ fn hidden_hits_on(tier: &str, racy: &[&str]) {
     }
     if !common::is_root() {
         assert!(!common::required(tier), "{tier}: the host-side scratch watch needs root");
-        eprintln!("skipped: without root the {tier} tier's loader judges the scratch space alone");
-        return;
+        panic!(
+            "cannot run although its needs hold: without root the {tier} tier's loader judges the scratch space alone"
+        );
     }
     crate::support::hidden::check_tier(tier, racy);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker", "root"])]
 fn every_way_of_hiding_a_limit_hit_is_seen_on_docker() {
     hidden_hits_on("docker", &[]);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor", "root"])]
 fn every_way_of_hiding_a_limit_hit_is_seen_on_gvisor() {
     use crate::support::hidden::GUARANTEED;
     // What stays until exit is seen; whatever is deleted, truncated or

@@ -12,7 +12,7 @@ use sandbench::report::Outcome;
 use sandbench::spec::{Language, RunSpec};
 use sandbench::tier::e2b::Settings;
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_program_reading_stdin_gets_end_of_file_at_once() {
     // envd gives a process an open stdin pipe unless the Start says
     // `stdin: false` (the fake does the same): `cat` would then wait for
@@ -27,7 +27,7 @@ async fn a_program_reading_stdin_gets_end_of_file_at_once() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn the_deprecated_v1_create_and_list_are_refused_like_e2b_does() {
     // The fake is strict where the service is: a client still on the v1
     // forms fails here instead of passing against a lenient fake.
@@ -52,7 +52,7 @@ async fn the_deprecated_v1_create_and_list_are_refused_like_e2b_does() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn listing_follows_next_token_pages_for_reaping_and_doctor() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { max_page: Some(2), ..Default::default() });
@@ -84,7 +84,7 @@ fn settings_for(vars: &[(&str, &str)]) -> Settings {
     Settings::from_config(&config)
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn envd_is_reached_the_way_the_sdk_routes_it() {
     // E2B's own domains: one host for every sandbox, routed by the
     // E2b-Sandbox-Id / E2b-Sandbox-Port headers (ConnectionConfig.get_sandbox_url).
@@ -104,7 +104,7 @@ fn envd_is_reached_the_way_the_sdk_routes_it() {
     assert_eq!(s.envd_url("sbx1", None), "https://49983-sbx1.e2b.example.org");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn the_sdk_environment_overrides_are_honoured() {
     let s = settings_for(&[
         ("E2B_API_URL", "http://127.0.0.1:3000"),
@@ -129,7 +129,7 @@ fn the_sdk_environment_overrides_are_honoured() {
     assert_eq!(s.api_key, None);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn every_envd_call_names_the_sandbox_and_envds_port() {
     // The fake, like E2B's edge, routes envd calls by these headers and
     // refuses a call without the port.
@@ -143,7 +143,7 @@ async fn every_envd_call_names_the_sandbox_and_envds_port() {
     assert_eq!(get("e2b-sandbox-port").as_deref(), Some("49983"));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn start_carries_a_connect_deadline_just_past_the_wall_time() {
     // envd's own deadline is the second line of defence: it kills the
     // program if sandbench's kill never arrives. Wall time 10 s + 5 s grace.
@@ -156,7 +156,7 @@ async fn start_carries_a_connect_deadline_just_past_the_wall_time() {
     assert_eq!(get("connect-timeout-ms").as_deref(), Some("15000"));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn programs_start_the_way_commands_run_starts_them() {
     // /bin/bash -l -c, as the SDK's commands.run; the sh program itself runs
     // as a file under /bin/sh after the limits, as on every other tier.
@@ -176,7 +176,7 @@ async fn programs_start_the_way_commands_run_starts_them() {
     assert!(r.stdout.ends_with("main.sh\nnot-bash\n"), "{}", r.stdout);
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn envd_ending_the_call_at_its_deadline_is_an_error_naming_it() {
     // The fake, as envd, kills the program at the Connect deadline and ends
     // the call with deadline_exceeded; the client reports envd's code.
@@ -220,7 +220,7 @@ fn openssl(dir: &std::path::Path, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-#[tokio::test]
+#[sandbench_testkit::test(needs = ["cmd:openssl"])]
 async fn tls_trusts_the_system_ca_store_as_well_as_the_bundled_roots() {
     // A corporate proxy's CA is in the system store, not in the bundled
     // roots. Here: a CA made for the test, named by SSL_CERT_FILE (how the
@@ -281,8 +281,7 @@ async fn tls_trusts_the_system_ca_store_as_well_as_the_bundled_roots() {
         );
     if !made {
         // Not a tier: nothing in SANDBENCH_REQUIRE_TIERS asks for it.
-        eprintln!("SKIPPED tls test: the openssl command is not available to make a CA");
-        return;
+        panic!("cannot run although its needs hold: tls test: the openssl command is not available to make a CA");
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let _server = tokio::process::Command::new("openssl")

@@ -48,7 +48,7 @@ pub(crate) async fn assert_nothing_left(fake: &FakeE2b) {
     assert!(sandbench::tier::e2b::live_sandboxes().iter().all(|id| !fake.created().contains(id)));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn lifecycle_streams_output_live_reports_exit_and_kills() {
     let fake = FakeE2b::start(KEY).await;
     let code = "import sys, time\nprint('first')\ntime.sleep(1.0)\nprint('second')\nsys.stderr.write('warn\\n')\nsys.exit(3)\n";
@@ -111,7 +111,7 @@ async fn lifecycle_streams_output_live_reports_exit_and_kills() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn zero_exit_without_exit_code_field_is_exit_zero() {
     // protobuf JSON leaves out exitCode 0; the tier must not read it as unknown.
     let fake = FakeE2b::start(KEY).await;
@@ -122,7 +122,7 @@ async fn zero_exit_without_exit_code_field_is_exit_zero() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn wall_timeout_kills_the_sandbox() {
     let fake = FakeE2b::start(KEY).await;
     let mut spec = py("import time\nprint('started', flush=True)\ntime.sleep(60)\n");
@@ -136,7 +136,7 @@ async fn wall_timeout_kills_the_sandbox() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn cancel_kills_the_sandbox() {
     let fake = FakeE2b::start(KEY).await;
     let mut h = runner::start(tier(&fake), py("import time\nprint('up', flush=True)\ntime.sleep(60)\n"));
@@ -157,7 +157,7 @@ async fn cancel_kills_the_sandbox() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn output_limit_stops_and_kills() {
     let fake = FakeE2b::start(KEY).await;
     let mut spec = py("while True:\n    print('x' * 1000)\n");
@@ -169,7 +169,7 @@ async fn output_limit_stops_and_kills() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn cpu_rlimit_inside_the_vm_is_a_cpu_violation() {
     let fake = FakeE2b::start(KEY).await;
     let mut spec = py("while True:\n    pass\n");
@@ -182,7 +182,7 @@ async fn cpu_rlimit_inside_the_vm_is_a_cpu_violation() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn rejected_key_is_a_clear_error_and_creates_nothing() {
     let fake = FakeE2b::start(KEY).await;
     let t: Arc<dyn Tier> = Arc::new(E2bTier::with_settings(fake.settings("e2b_wrong")));
@@ -195,7 +195,7 @@ async fn rejected_key_is_a_clear_error_and_creates_nothing() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn missing_key_names_the_variable() {
     let fake = FakeE2b::start(KEY).await;
     let mut s = fake.settings(KEY);
@@ -206,7 +206,7 @@ async fn missing_key_names_the_variable() {
     assert!(fake.state.lock().unwrap().log.is_empty(), "no request without a key");
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn unknown_template_is_a_404_with_a_hint() {
     let fake = FakeE2b::start(KEY).await;
     let mut s = fake.settings(KEY);
@@ -218,7 +218,7 @@ async fn unknown_template_is_a_404_with_a_hint() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn rate_limit_is_retried_after_the_wait_it_asks_for() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { create_failures: vec![(429, Some(1))], ..Default::default() });
@@ -231,7 +231,7 @@ async fn rate_limit_is_retried_after_the_wait_it_asks_for() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn rate_limit_with_a_long_wait_is_reported_not_waited() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { create_failures: vec![(429, Some(120))], ..Default::default() });
@@ -243,7 +243,7 @@ async fn rate_limit_with_a_long_wait_is_reported_not_waited() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn server_errors_are_reported_without_retrying_create() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { create_failures: vec![(503, None)], ..Default::default() });
@@ -255,7 +255,7 @@ async fn server_errors_are_reported_without_retrying_create() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_dropped_stream_is_an_error_and_the_sandbox_is_killed() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { start: StartMode::DropAfterFirstChunk, ..Default::default() });
@@ -268,7 +268,7 @@ async fn a_dropped_stream_is_an_error_and_the_sandbox_is_killed() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_vanished_sandbox_is_an_error_and_still_killed() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { start: StartMode::Http502, ..Default::default() });
@@ -279,7 +279,7 @@ async fn a_vanished_sandbox_is_an_error_and_still_killed() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_connect_error_in_the_trailer_is_an_error() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { start: StartMode::RpcError, ..Default::default() });
@@ -290,7 +290,7 @@ async fn a_connect_error_in_the_trailer_is_an_error() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn unreachable_api_is_a_clear_error() {
     // A port that was bound and released: nothing listens there.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -302,7 +302,7 @@ async fn unreachable_api_is_a_clear_error() {
     assert!(r.error.unwrap().contains("cannot reach E2B"));
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_failing_kill_is_retried() {
     let fake = FakeE2b::start(KEY).await;
     fake.knobs(Knobs { kill_failures: 2, ..Default::default() });
@@ -312,7 +312,7 @@ async fn a_failing_kill_is_retried() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn doctor_says_no_key_rejected_unreachable_or_ready() {
     let fake = FakeE2b::start(KEY).await;
     let mut s = fake.settings(KEY);
@@ -338,7 +338,7 @@ async fn doctor_says_no_key_rejected_unreachable_or_ready() {
 /// An allow list goes to E2B as its own egress rules (the hosts in
 /// `allowOut`, everything else denied); one E2B cannot enforce as given (a
 /// port, an address) is refused before any sandbox exists.
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn an_allow_list_becomes_e2b_egress_rules_or_is_refused() {
     let fake = FakeE2b::start(KEY).await;
     let mut spec = py("print('ok')\n");
@@ -363,7 +363,7 @@ async fn an_allow_list_becomes_e2b_egress_rules_or_is_refused() {
     assert_nothing_left(&fake).await;
 }
 
-#[tokio::test]
+#[sandbench_testkit::test]
 async fn a_session_keeps_its_sandbox_and_files_and_cleans_up_after_each_call() {
     use sandbench::session::{Session, SessionSpec};
     let fake = FakeE2b::start(KEY).await;

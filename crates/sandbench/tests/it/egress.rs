@@ -164,16 +164,14 @@ fn ready(tier: &str) -> bool {
             !required(tier),
             "SANDBENCH_REQUIRE_TIERS names {tier}, but the egress test needs root (ports 80, 443)"
         );
-        eprintln!("SKIP: the egress test listens on ports 80 and 443 of a loopback address: run it as root");
-        return false;
+        panic!("cannot run although its needs hold: the egress test listens on ports 80 and 443 of a loopback address: run it as root");
     }
     let me = available().as_array().and_then(|a| a.iter().find(|t| t["tier"] == tier)).cloned().unwrap_or_default();
     if me["available"] == true {
         return true;
     }
     assert!(!required(tier), "SANDBENCH_REQUIRE_TIERS names {tier}, but it is unavailable: {}", me["summary"]);
-    eprintln!("SKIP: {tier} tier unavailable: {}", me["summary"]);
-    false
+    panic!("cannot run although its needs hold: {tier} tier unavailable: {}", me["summary"]);
 }
 
 fn allowed_host_is_reached_and_nothing_else(tier: &str) {
@@ -227,22 +225,22 @@ fn allowed_host_is_reached_and_nothing_else(tier: &str) {
     assert!(outer.remaining().is_empty(), "processes left behind: {:?}", outer.remaining());
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["process", "root"])]
 fn process_reaches_the_allowed_host_only() {
     allowed_host_is_reached_and_nothing_else("process");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker", "root"])]
 fn docker_reaches_the_allowed_host_only() {
     allowed_host_is_reached_and_nothing_else("docker");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor", "root"])]
 fn gvisor_reaches_the_allowed_host_only() {
     allowed_host_is_reached_and_nothing_else("gvisor");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm", "root"])]
 fn microvm_reaches_the_allowed_host_only() {
     allowed_host_is_reached_and_nothing_else("microvm");
 }
@@ -250,7 +248,7 @@ fn microvm_reaches_the_allowed_host_only() {
 /// The bypass samples and the benign fetch, through the gauntlet (its own
 /// internet, its own judge) on the process tier; and a tier without an
 /// egress path (a peer) refuses an allow list instead of widening it.
-#[test]
+#[sandbench_testkit::test]
 fn bypass_samples_are_contained_and_tiers_without_egress_refuse() {
     let dir = tempfile::tempdir().unwrap();
     for sub in ["benign", "hostile"] {

@@ -6,6 +6,7 @@ use crate::support::common;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::docker_common::{containers_of, eventually, tier_available};
 use common::{bin, samples_dir, OuterNet};
 
 fn copy_samples(names: &[&str], dir: &std::path::Path) {
@@ -18,7 +19,7 @@ fn copy_samples(names: &[&str], dir: &std::path::Path) {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn flipped_expectation_fails_the_gauntlet() {
     let dir = tempfile::tempdir().unwrap();
     copy_samples(&["benign/hello.py", "hostile/fork_bomb.py", "hostile/net_loopback.py"], dir.path());
@@ -61,11 +62,14 @@ fn flipped_expectation_fails_the_gauntlet() {
     assert!(md.contains("✗ fork-bomb on process: expected outcome ok, got violation"), "{md}");
 }
 
-#[test]
-fn full_gauntlet_on_every_available_tier() {
+/// The gauntlet on every available tier, `repeat` times each cell, inside
+/// an outer net; afterwards nothing of it is left: no process, no run
+/// cgroup, no container carrying its pid. This is where every hostile
+/// sample runs on every tier, once per CI run.
+fn gauntlet_everywhere(repeat: &str) {
     let net = OuterNet::new();
-    let out = net.output(
-        Command::new(bin()).args(["gauntlet", "--repeat", "2", "--format", "markdown"]),
+    let (out, pid) = net.output_pid(
+        Command::new(bin()).args(["gauntlet", "--repeat", repeat, "--format", "markdown"]),
         Duration::from_secs(3000),
     );
     let md = String::from_utf8_lossy(&out.stdout);
@@ -73,4 +77,21 @@ fn full_gauntlet_on_every_available_tier() {
     assert_eq!(out.status.code(), Some(0), "{md}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(md.contains("all ") && md.contains("cells as declared"), "{md}");
     assert!(!md.contains("ESCAPED"), "{md}");
+    assert!(eventually(10, || net.remaining().is_empty()), "processes left behind: {:?}", net.remaining());
+    assert!(net.leftover_cgroups().is_empty(), "run cgroups left behind: {:?}", net.leftover_cgroups());
+    if tier_available("docker").is_ok() {
+        assert!(eventually(20, || containers_of(pid).is_empty()), "containers left: {:?}", containers_of(pid));
+    }
+}
+
+#[sandbench_testkit::test]
+fn full_gauntlet_on_every_available_tier() {
+    gauntlet_everywhere("1");
+}
+
+/// The slow profile: every cell three times (flaky verdicts show up here).
+/// Run with SANDBENCH_SLOW_TESTS=1.
+#[sandbench_testkit::test(needs = ["slow"])]
+fn full_gauntlet_repeated_on_every_available_tier() {
+    gauntlet_everywhere("3");
 }

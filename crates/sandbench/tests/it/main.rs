@@ -1,12 +1,15 @@
 //! sandbench's integration tests, one binary (it links once), a module per
-//! area. Tests that need a tier this machine cannot run say so and are
-//! skipped; `SANDBENCH_REQUIRE_TIERS` turns those skips into failures.
+//! area, run by our own harness (`support::harness`, libtest-mimic): each
+//! test says what it needs (`#[sandbench_testkit::test(needs = [...])]`),
+//! and one that cannot run here shows as ignored with the reason, never as
+//! passed; `SANDBENCH_REQUIRE_TIERS` turns those into failures.
 
 mod support {
     pub mod common;
     pub mod docker_common;
     pub mod fake_anthropic;
     pub mod fake_e2b;
+    pub mod harness;
     pub mod hidden;
     pub mod http;
 }
@@ -16,7 +19,6 @@ mod agent_dialect;
 mod agent_loop;
 mod docker_lifecycle;
 mod docker_output;
-mod docker_samples;
 mod docker_verdicts;
 mod e2b_cli;
 mod e2b_dialect;
@@ -29,7 +31,6 @@ mod microvm_tier;
 mod peers;
 mod process_boundary;
 mod process_cli;
-mod process_samples;
 mod process_spare;
 mod reaper;
 mod report;
@@ -46,3 +47,7 @@ mod tui_instrument;
 mod tui_runs;
 mod tui_snapshots;
 mod tui_views;
+
+fn main() {
+    support::harness::main();
+}

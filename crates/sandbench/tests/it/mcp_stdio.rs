@@ -5,7 +5,7 @@
 //! `SANDBENCH_REQUIRE_TIERS` names `mcp`.
 
 use crate::support::common;
-use crate::support::docker_common::{eventually, tier_ready};
+use crate::support::docker_common::{eventually, tier_available, tier_ready};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -17,31 +17,9 @@ use serde_json::{json, Value};
 
 const SECRET: &str = "sk-mcp-test-secret-4f1c9e";
 
-/// The Python that has the `mcp` SDK: `$SANDBENCH_MCP_PYTHON`, else the venv
-/// `.ci/setup-mcp.sh` makes. None (skip) when neither imports `mcp`.
+/// The Python that has the `mcp` SDK (the test names `mcp` in its needs).
 fn sdk_python() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("SANDBENCH_MCP_PYTHON").map(PathBuf::from),
-        Some(PathBuf::from("/opt/sandbench-mcp-venv/bin/python")),
-    ];
-    for p in candidates.into_iter().flatten() {
-        let ok = Command::new(&p)
-            .args(["-c", "import mcp"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(p);
-        }
-    }
-    assert!(
-        !common::required("mcp"),
-        "SANDBENCH_REQUIRE_TIERS names mcp, but no Python with the mcp SDK was found (run .ci/setup-mcp.sh)"
-    );
-    eprintln!("SKIP: the Python MCP SDK is not installed (run .ci/setup-mcp.sh or set SANDBENCH_MCP_PYTHON)");
-    None
+    Some(common::mcp_python().expect("cannot run although its needs hold: no Python with the MCP SDK"))
 }
 
 fn client_script() -> PathBuf {
@@ -118,7 +96,7 @@ fn call(name: &str, args: Value) -> Value {
     json!({"op": "call", "name": name, "args": args})
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp"])]
 fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
     let Some(py) = sdk_python() else { return };
     let home = Home::new("");
@@ -171,7 +149,7 @@ fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
     assert!(!log.contains(SECRET));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp"])]
 fn mcp_memory_bomb_is_a_violation_with_its_time() {
     let Some(py) = sdk_python() else { return };
     let home = Home::new("");
@@ -190,7 +168,7 @@ fn mcp_memory_bomb_is_a_violation_with_its_time() {
     assert!(out[0]["text"].as_str().unwrap().contains("violation: memory at"), "{}", out[0]);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp"])]
 fn mcp_bad_arguments_say_what_was_wrong_and_the_ceiling_holds() {
     let Some(py) = sdk_python() else { return };
     let home = Home::new("");
@@ -234,7 +212,7 @@ fn mcp_bad_arguments_say_what_was_wrong_and_the_ceiling_holds() {
     assert!(!home.state().join("runs.jsonl").exists());
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker", "mcp"])]
 fn mcp_runs_on_docker_when_offered() {
     let Some(py) = sdk_python() else { return };
     if !tier_ready("docker") {
@@ -254,13 +232,12 @@ fn mcp_runs_on_docker_when_offered() {
     assert!(!out[0].to_string().contains(SECRET));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp", "root"])]
 fn mcp_client_that_disconnects_mid_run_leaves_nothing_behind() {
     let Some(py) = sdk_python() else { return };
     if !common::is_root() {
         // The run's cgroup is how this test sees the run start and end.
-        eprintln!("SKIP: needs root to watch the run's cgroup");
-        return;
+        panic!("cannot run although its needs hold: needs root to watch the run's cgroup");
     }
     // No spare: the only cgroup under the net is the run's own.
     let home = Home::new("[process]\nspare = false\n");
@@ -289,7 +266,7 @@ fn mcp_client_that_disconnects_mid_run_leaves_nothing_behind() {
     assert!(log.contains("\"outcome\":\"cancelled\""), "{log}");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn mcp_http_listens_on_loopback_only() {
     let out = Command::new(bin()).args(["mcp", "--http", "0.0.0.0:8765"]).stdin(Stdio::null()).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -298,7 +275,7 @@ fn mcp_http_listens_on_loopback_only() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp"])]
 fn mcp_over_streamable_http_on_loopback() {
     let Some(py) = sdk_python() else { return };
     let home = Home::new("");
@@ -408,15 +385,12 @@ fn session_round_trip(tier: &str, server_args: &[&str]) {
     assert_eq!(in_session[1]["report"]["session"]["call"], 2);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp"])]
 fn mcp_session_keeps_files_between_calls_on_process() {
-    if !crate::sessions::process_sessions_ready() {
-        return;
-    }
     session_round_trip("process", &["--tiers", "process,docker", "--max-sessions", "1"]);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker", "mcp"])]
 fn mcp_session_keeps_files_between_calls_on_docker() {
     if sdk_python().is_none() || !tier_ready("docker") {
         return;
@@ -429,14 +403,14 @@ fn containers_of(pid: u32) -> Vec<String> {
     crate::support::docker_common::containers_of(pid)
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp"])]
 fn mcp_client_that_disconnects_mid_session_leaves_nothing_behind() {
     let Some(py) = sdk_python() else { return };
     let mut tiers = vec![];
-    if crate::sessions::process_sessions_ready() && common::is_root() {
+    if common::is_root() {
         tiers.push("process");
     }
-    if tier_ready("docker") {
+    if tier_available("docker").is_ok() {
         tiers.push("docker");
     }
     for tier in tiers {
@@ -492,14 +466,13 @@ fn mcp_client_that_disconnects_mid_session_leaves_nothing_behind() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp", "root"])]
 fn a_server_killed_outright_with_open_sessions_is_cleaned_up_by_the_next_start() {
     let Some(py) = sdk_python() else { return };
     if !common::is_root() {
-        eprintln!("SKIP: needs root to watch the sessions' cgroups");
-        return;
+        panic!("cannot run although its needs hold: needs root to watch the sessions' cgroups");
     }
-    let docker = tier_ready("docker");
+    let docker = tier_available("docker").is_ok();
     let home = Home::new("[process]\nspare = false\n");
     let net = OuterNet::new();
     let mut steps = vec![
@@ -553,12 +526,11 @@ fn a_server_killed_outright_with_open_sessions_is_cleaned_up_by_the_next_start()
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["mcp", "root"])]
 fn http_clients_see_only_their_own_sessions_which_close_when_they_go() {
     let Some(py) = sdk_python() else { return };
     if !common::is_root() {
-        eprintln!("SKIP: needs root to watch the sessions' cgroups");
-        return;
+        panic!("cannot run although its needs hold: needs root to watch the sessions' cgroups");
     }
     let home = Home::new("[process]\nspare = false\n");
     let net = OuterNet::new();

@@ -43,7 +43,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     /// Frames survive any chunking of the stream.
-    #[test]
+    #[sandbench_testkit::test]
     fn round_trip_any_chunking(fs in proptest::collection::vec(arb_frame(), 0..12), cuts in proptest::collection::vec(any::<usize>(), 0..20)) {
         let data: Vec<u8> = fs.iter().flat_map(encode_frame).collect();
         let (out, mut d) = decode_chunks(&data, &cuts);
@@ -54,7 +54,7 @@ proptest! {
 
     /// Arbitrary bytes never panic, and every byte is accounted for: inside a
     /// frame, skipped as garbage, or held back (and reported at the end).
-    #[test]
+    #[sandbench_testkit::test]
     fn arbitrary_bytes_are_survived(data in proptest::collection::vec(any::<u8>(), 0..4096), cuts in proptest::collection::vec(any::<usize>(), 0..10)) {
         let (out, mut d) = decode_chunks(&data, &cuts);
         let held = d.buffered();
@@ -71,7 +71,7 @@ proptest! {
 
     /// Garbage and oversized headers before, between and after frames never
     /// hide the frames around them, and nothing waits on a huge length.
-    #[test]
+    #[sandbench_testkit::test]
     fn resynchronises_after_garbage(
         fs in proptest::collection::vec(arb_frame(), 1..6),
         junk in proptest::collection::vec(proptest::collection::vec(any::<u8>().prop_filter("no magic start", |b| *b != b'S'), 0..300), 1..7),
@@ -95,7 +95,7 @@ proptest! {
     }
 
     /// A frame cut anywhere yields no frame, only a truncation report.
-    #[test]
+    #[sandbench_testkit::test]
     fn truncation_anywhere(f in arb_frame(), cut in any::<usize>()) {
         let data = encode_frame(&f);
         let at = cut % data.len();
@@ -109,7 +109,7 @@ proptest! {
 
     /// A flood of maximal-length headers with no payload is skipped without
     /// ever buffering more than a header.
-    #[test]
+    #[sandbench_testkit::test]
     fn header_floods_do_not_accumulate(n in 1usize..200, len in (MAX_PAYLOAD as u32 + 1)..u32::MAX) {
         let mut d = Decoder::new();
         let mut out = vec![];
@@ -125,7 +125,7 @@ proptest! {
 }
 
 /// One real exchange as the agent writes it, decoded byte by byte.
-#[test]
+#[sandbench_testkit::test]
 fn agent_bytes_one_at_a_time() {
     let raw: &[u8] = b"SB\x10\x1c\x00\x00\x00{\"agent\": 1, \"cgroup\": true}SB\x12\x02\x00\x00\x00hiSB\x15\x0b\x00\x00\x00{\"code\": 3}";
     let mut d = Decoder::new();

@@ -53,15 +53,13 @@ fn env() -> Option<&'static Env> {
             if required() {
                 panic!("SANDBENCH_REQUIRE_TIERS names microvm but {why}");
             }
-            eprintln!("SKIP: {why}");
-            return None;
+            panic!("cannot run although its needs hold: {why}");
         }
         if let Err(e) = rt().block_on(tier.prewarm()) {
             if required() {
                 panic!("cannot fill the microvm pool: {e:#}");
             }
-            eprintln!("SKIP: cannot fill the microvm pool: {e:#}");
-            return None;
+            panic!("cannot run although its needs hold: cannot fill the microvm pool: {e:#}");
         }
         Some(Env { tier: Arc::new(tier), serial: tokio::sync::Mutex::new(()) })
     })
@@ -126,7 +124,7 @@ fn kinds(r: &RunReport) -> Vec<ViolationKind> {
     r.violations.iter().map(|v| v.kind).collect()
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn hello_python_runs_in_the_guest() {
     let Some(r) = run(spec(
         Language::Python,
@@ -147,7 +145,7 @@ fn hello_python_runs_in_the_guest() {
     assert!(peak > 4 << 20, "peak memory {peak} B");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn shell_programs_and_exit_codes() {
     let Some(r) = run(spec(Language::Sh, "echo from-sh; uname -r; date +%s; exit 3\n")) else { return };
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
@@ -162,7 +160,7 @@ fn shell_programs_and_exit_codes() {
     assert!((host_now - guest_now).abs() < 120.0, "guest clock {guest_now} vs host {host_now}");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn python_exit_and_exceptions_behave_like_python3() {
     let Some(r) = run(spec(Language::Python, "import sys\nprint('x')\nsys.exit(7)\n")) else { return };
     assert_eq!(r.exit.code, Some(7));
@@ -173,7 +171,7 @@ fn python_exit_and_exceptions_behave_like_python3() {
     assert!(!r.stderr.contains("agent.py"), "the agent's frame leaked into the traceback: {}", r.stderr);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn host_secrets_and_env_do_not_reach_the_guest() {
     // What the launcher's environment holds reaches the tier in the spec
     // (as in the gauntlet): QEMU may see it, the guest must not.
@@ -186,7 +184,7 @@ fn host_secrets_and_env_do_not_reach_the_guest() {
     assert!(r.stdout.contains("('GIVEN', 'yes')"), "{}", r.stdout);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn no_network_and_a_read_only_root() {
     // A canary on the host's loopback: the guest has no network device, so
     // its 127.0.0.1 is its own and nothing can reach the host.
@@ -223,7 +221,7 @@ fn no_network_and_a_read_only_root() {
     assert!(l.accept().is_err(), "the guest reached the host's loopback");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn memory_bomb_is_stopped_by_the_guest_cgroup() {
     let mut s = spec(Language::Python, "x = []\nwhile True:\n    x.append(bytearray(16 << 20))\n");
     s.limits.memory_bytes = 128 << 20;
@@ -233,7 +231,7 @@ fn memory_bomb_is_stopped_by_the_guest_cgroup() {
     assert!(r.usage.peak_memory_bytes.unwrap_or(0) <= (128 << 20) + (1 << 20));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn fork_bomb_hits_the_pids_limit() {
     let mut s = spec(
         Language::Python,
@@ -247,7 +245,7 @@ fn fork_bomb_hits_the_pids_limit() {
     assert!(r.usage.peak_pids.unwrap_or(0) <= 32);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn cpu_spin_hits_the_cpu_limit() {
     let mut s = spec(Language::Python, "while True:\n    pass\n");
     s.limits.cpu_time = Duration::from_secs(1);
@@ -256,7 +254,7 @@ fn cpu_spin_hits_the_cpu_limit() {
     assert!(kinds(&r).contains(&ViolationKind::CpuTime), "{}", r.summary_line());
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn sleep_forever_hits_the_wall_timeout_and_the_vm_dies() {
     let mut s = spec(Language::Sh, "sleep 1000\n");
     s.limits.wall_time = Duration::from_secs(2);
@@ -266,7 +264,7 @@ fn sleep_forever_hits_the_wall_timeout_and_the_vm_dies() {
     assert!(r.timings_ms.run < 10_000.0, "{}", r.summary_line());
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn output_flood_hits_the_output_limit() {
     let mut s = spec(Language::Python, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n");
     s.limits.output_bytes = 256 << 10;
@@ -277,7 +275,7 @@ fn output_flood_hits_the_output_limit() {
     assert_eq!(r.stdout.len(), 256 << 10);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn file_too_big_hits_the_file_size_limit() {
     let mut s = spec(Language::Python, "with open('/work/big', 'wb') as f:\n    for i in range(64):\n        f.write(bytes(1 << 20))\nprint('wrote it all')\n");
     s.limits.file_size_bytes = 4 << 20;
@@ -287,7 +285,7 @@ fn file_too_big_hits_the_file_size_limit() {
     assert!(!r.stdout.contains("wrote it all"));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn a_cancelled_run_leaves_nothing() {
     let Some(e) = env() else { return };
     let r = rt().block_on(async {
@@ -312,7 +310,7 @@ fn a_cancelled_run_leaves_nothing() {
 
 /// sandbench itself SIGKILLed mid-run: QEMU dies with it (PR_SET_PDEATHSIG),
 /// and the next sandbench start reaps the run dir it left.
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn a_killed_sandbench_leaves_no_qemu() {
     if env().is_none() {
         return;
@@ -368,7 +366,7 @@ fn a_killed_sandbench_leaves_no_qemu() {
 
 /// Pooled guests boot with the default scratch size; a run with a smaller
 /// disk limit gets its tmpfs resized, and filling it is a disk violation.
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn scratch_space_is_sized_per_run() {
     let mut s = spec(
         Language::Python,
@@ -386,7 +384,7 @@ fn scratch_space_is_sized_per_run() {
 /// A QEMU whose sandbench is gone (should PR_SET_PDEATHSIG ever not fire) is
 /// found by its `-name` and killed by the reaper every sandbench start runs.
 /// A stand-in process carries the name, so no VM is needed.
-#[test]
+#[sandbench_testkit::test]
 fn the_reaper_kills_processes_of_dead_sandbenches() {
     // A dropped owner stands in for a dead sandbench.
     let dead = sandbench::owner::Owner::acquire_in(&sandbench::owner::dir()).unwrap();
@@ -419,7 +417,7 @@ fn the_reaper_kills_processes_of_dead_sandbenches() {
 /// A limit hit the program hides is reported: the guest agent, root on its
 /// own kernel, watches the scratch mounts with fanotify and guards the calls
 /// that free space (issue 10, item 8).
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn microvm_every_way_of_hiding_a_limit_hit_is_seen() {
     if !crate::support::docker_common::tier_ready("microvm") {
         return;

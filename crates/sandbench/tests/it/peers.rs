@@ -42,17 +42,15 @@ fn sandbench(config: &Path) -> Command {
 /// Peers run as root (outer cgroup, peer account): says why it skips.
 fn can_run_peers() -> bool {
     if !is_root() {
-        eprintln!("skipped: peers need root here (outer cgroup, the sandbench-peer account)");
-        return false;
+        panic!("cannot run although its needs hold: peers need root here (outer cgroup, the sandbench-peer account)");
     }
     if Command::new("id").arg("sandbench-peer").output().map(|o| !o.status.success()).unwrap_or(true) {
-        eprintln!("skipped: no sandbench-peer account (sandbench setup peers)");
-        return false;
+        panic!("cannot run although its needs hold: no sandbench-peer account (sandbench setup peers)");
     }
     true
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["root"])]
 fn a_users_own_wrapper_from_the_config_dir_runs_samples() {
     if !can_run_peers() {
         return;
@@ -96,7 +94,7 @@ fn a_users_own_wrapper_from_the_config_dir_runs_samples() {
     assert!(net.remaining().is_empty(), "processes left behind: {:?}", net.remaining());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn a_bad_profile_is_one_line_naming_file_and_key() {
     let bad = ENV_I.replace("env_flag", "env_flags");
     let cfg = config_with(&[("typo.toml", &bad)]);
@@ -131,8 +129,7 @@ fn gauntlet_on(peer: &str) {
     if !probe.status.success() {
         let why = String::from_utf8_lossy(&probe.stderr).trim().to_string();
         assert!(!required(peer), "the {peer} peer is required but does not run: {why}");
-        eprintln!("skipped: the {peer} peer does not run here: {why} (sandbench setup peers)");
-        return;
+        panic!("cannot run although its needs hold: the {peer} peer does not run here: {why} (sandbench setup peers)");
     }
     let net = OuterNet::new();
     let out = net.output(
@@ -173,27 +170,27 @@ fn gauntlet_on(peer: &str) {
     assert!(net.leftover_cgroups().is_empty(), "cgroups left behind: {:?}", net.leftover_cgroups());
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["bwrap", "root"])]
 fn gauntlet_on_bwrap() {
     gauntlet_on("bwrap");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["firejail", "root"])]
 fn gauntlet_on_firejail() {
     gauntlet_on("firejail");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["nsjail", "root"])]
 fn gauntlet_on_nsjail() {
     gauntlet_on("nsjail");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["srt", "root"])]
 fn gauntlet_on_srt() {
     gauntlet_on("srt");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["codex", "root"])]
 fn gauntlet_on_codex() {
     gauntlet_on("codex");
 }

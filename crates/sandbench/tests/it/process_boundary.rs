@@ -100,12 +100,11 @@ print("ca certificates:", ctx.cert_store_stats()["x509_ca"])
 print("user:", pwd.getpwuid(os.getuid()).pw_name, "zone:", time.tzname[0])
 "#;
 
-#[test]
+#[sandbench_testkit::test(needs = ["root"])]
 fn process_tier_shows_no_planted_host_file_or_socket() {
     if !common::is_root() {
         assert!(!common::required("process"), "planting host files needs root");
-        eprintln!("skipped: planting files in host system directories needs root");
-        return;
+        panic!("cannot run although its needs hold: planting files in host system directories needs root");
     }
     let tag = token();
     // Every real directory the tier binds (symlinks like /bin -> usr/bin
@@ -163,7 +162,7 @@ fn without_syscalls(cmd: &mut Command, syscalls: &[i64], errno: i32) {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn process_limits_beyond_the_tier_are_refused_before_any_sandbox_work() {
     let net = OuterNet::new();
     let hello = common::samples_dir().join("benign/hello.py");
@@ -192,7 +191,7 @@ fn process_limits_beyond_the_tier_are_refused_before_any_sandbox_work() {
     assert!(r.stdout.is_empty());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn process_limits_form_refuses_what_the_tier_cannot_enforce() {
     use ratatui::crossterm::event::KeyCode;
     use sandbench::tui::app::{App, Overlay};
@@ -217,12 +216,11 @@ fn process_limits_form_refuses_what_the_tier_cannot_enforce() {
     assert!(!s.contains("✔ ok"), "{s}");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["root"])]
 fn process_sandbox_that_could_not_be_built_is_an_error() {
     if !common::is_root() {
         assert!(!common::required("process"), "needs root to filter sandbench's system calls");
-        eprintln!("skipped: installing a seccomp filter around sandbench needs root (or no_new_privs)");
-        return;
+        panic!("cannot run although its needs hold: installing a seccomp filter around sandbench needs root (or no_new_privs)");
     }
     // seccomp(2) and prctl(PR_SET_SECCOMP) refused: the sandbox's filter
     // cannot be installed, so the program must not run.
@@ -239,7 +237,7 @@ fn process_sandbox_that_could_not_be_built_is_an_error() {
     assert_eq!(out.status.code(), Some(1));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn process_program_starts_with_stdio_only() {
     // fd 3 is the status pipe in every supervisor: the program must not hold
     // it (or anything else of sandbench's), whatever it tries.
@@ -263,12 +261,11 @@ for fd in range(3, 64):
     assert!(!r.stdout.contains("WROTE"), "{}", r.stdout);
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["root"])]
 fn process_without_landlock_is_refused_or_marked_degraded() {
     if !common::is_root() {
         assert!(!common::required("process"), "needs root to filter sandbench's system calls");
-        eprintln!("skipped: installing a seccomp filter around sandbench needs root (or no_new_privs)");
-        return;
+        panic!("cannot run although its needs hold: installing a seccomp filter around sandbench needs root (or no_new_privs)");
     }
     let landlock = [libc::SYS_landlock_create_ruleset, libc::SYS_landlock_add_rule, libc::SYS_landlock_restrict_self];
     let hello = common::samples_dir().join("benign/hello.py");
@@ -349,12 +346,11 @@ fn host_processes() -> Vec<(i32, u32, String)> {
     v
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["root"])]
 fn process_runs_get_uids_no_host_process_has() {
     if !common::is_root() {
         assert!(!common::required("process"), "per-run uids are a root feature");
-        eprintln!("skipped: unprivileged runs keep the caller's uid inside a user namespace");
-        return;
+        panic!("cannot run although its needs hold: unprivileged runs keep the caller's uid inside a user namespace");
     }
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
@@ -403,7 +399,7 @@ fn process_runs_get_uids_no_host_process_has() {
     assert!(r.details["uid_policy"].as_str().unwrap().contains("no host process has it"), "{}", r.details);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn process_hidden_limit_hits_are_reported_and_nothing_else_is() {
     use sandbench::event::ViolationKind;
     let net = OuterNet::new();
@@ -438,17 +434,16 @@ print("done")
     assert!(r.stdout.contains("done"));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["root"])]
 fn process_every_way_of_hiding_a_limit_hit_is_seen() {
     if !common::is_root() {
         assert!(!common::required("process"), "the scratch watch needs root");
-        eprintln!("skipped: without root the process tier judges only the final state");
-        return;
+        panic!("cannot run although its needs hold: without root the process tier judges only the final state");
     }
     crate::support::hidden::check_tier("process", &[]);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn process_memory_limit_is_resident_memory_where_a_cgroup_enforces_it() {
     let net = OuterNet::new();
     // 48 threads reserve far more address space (stacks) than 256M, while
@@ -468,8 +463,7 @@ for t in ts:
     let r = r.unwrap_or_else(|| panic!("no report: {}", String::from_utf8_lossy(&out.stderr)));
     if r.details["cgroup"].is_null() {
         assert!(!common::required("process") || !common::is_root(), "no cgroup as root");
-        eprintln!("skipped: no cgroup here, so the memory limit is RLIMIT_DATA (virtual)");
-        return;
+        panic!("cannot run although its needs hold: no cgroup here, so the memory limit is RLIMIT_DATA (virtual)");
     }
     assert_eq!(r.outcome, Outcome::Ok, "{} {:?}\n{}", r.summary_line(), r.violations, r.stderr);
     assert!(r.stdout.contains("started 48"), "{}", r.stdout);

@@ -16,7 +16,7 @@ fn run_err(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn bad_input_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.py");
@@ -44,7 +44,7 @@ fn bad_input_is_one_line_and_exit_2() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn program_from_stdin_with_user_env_only() {
     let net = OuterNet::new();
     let mut cmd = Command::new(bin());
@@ -71,7 +71,7 @@ fn program_from_stdin_with_user_env_only() {
     assert!(!r.stdout.contains("sk-should-not-leak"));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn output_streams_live_and_summary_follows() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("slow.py");
@@ -94,7 +94,7 @@ fn output_streams_live_and_summary_follows() {
     assert!(out.status.success());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn violations_are_announced_in_text_mode() {
     let net = OuterNet::new();
     let out = net.output(
@@ -118,7 +118,7 @@ fn wait_for<F: FnMut() -> bool>(mut f: F, limit: Duration) -> bool {
     false
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn ctrl_c_cancels_and_cleans_up() {
     let net = OuterNet::new();
     let marker = format!("sandbench-cancel-{}", std::process::id());
@@ -148,7 +148,7 @@ fn ctrl_c_cancels_and_cleans_up() {
     assert!(net.leftover_cgroups().is_empty(), "{:?}", net.leftover_cgroups());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn killed_sandbench_takes_its_sandbox_along_and_is_reaped_next_start() {
     let net = OuterNet::new();
     let marker = format!("sandbench-kill9-{}", std::process::id());
@@ -179,15 +179,13 @@ fn killed_sandbench_takes_its_sandbox_along_and_is_reaped_next_start() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["root", "cmd:setpriv"])]
 fn unprivileged_user_gets_namespaces_and_says_what_is_weaker() {
     if !common::is_root() {
-        eprintln!("skipped: needs root to switch to an unprivileged user");
-        return;
+        panic!("cannot run although its needs hold: needs root to switch to an unprivileged user");
     }
     let Ok(_) = Command::new("setpriv").arg("--version").output() else {
-        eprintln!("skipped: setpriv (util-linux) is not installed");
-        return;
+        panic!("cannot run although its needs hold: setpriv (util-linux) is not installed");
     };
     let net = OuterNet::new();
     let out = net.output(
@@ -202,8 +200,7 @@ fn unprivileged_user_gets_namespaces_and_says_what_is_weaker() {
         Duration::from_secs(60),
     );
     if String::from_utf8_lossy(&out.stderr).contains("Permission denied") && out.stdout.is_empty() {
-        eprintln!("skipped: the test binary is not reachable by uid 65534");
-        return;
+        panic!("cannot run although its needs hold: the test binary is not reachable by uid 65534");
     }
     let r = common::report(&out);
     assert_eq!(r.outcome, Outcome::Ok, "{} / {}", r.summary_line(), String::from_utf8_lossy(&out.stderr));
@@ -216,7 +213,7 @@ fn unprivileged_user_gets_namespaces_and_says_what_is_weaker() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn doctor_reports_the_process_tier() {
     let out = Command::new(bin()).args(["doctor", "--format", "json"]).output().unwrap();
     assert!(out.status.success());
@@ -231,7 +228,7 @@ fn doctor_reports_the_process_tier() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("process"));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn compare_runs_every_available_tier_and_reports_json() {
     let net = OuterNet::new();
     let out = net.output(
@@ -260,7 +257,7 @@ fn compare_runs_every_available_tier_and_reports_json() {
     assert!(text.lines().any(|l| l.starts_with("process") && l.trim_end().ends_with(" ok")), "{text}");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn compare_repeats_in_rounds_and_writes_every_format() {
     let net = OuterNet::new();
     let hello = samples_dir().join("benign/hello.py");
@@ -287,7 +284,7 @@ fn compare_repeats_in_rounds_and_writes_every_format() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn a_closed_stdout_ends_quietly() {
     // `sandbench run --format json | head -0`: the reader is gone before
     // the report is written.
@@ -307,13 +304,12 @@ fn a_closed_stdout_ends_quietly() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["root"])]
 fn a_run_stopped_at_the_output_limit_reports_what_it_used_not_zeros() {
     // output_flood is killed by the runner at the output limit, so it never
     // reports an exit: its usage must still be the cgroup's counters.
     if !common::is_root() {
-        eprintln!("SKIP: without root the process tier has no cgroup to count with on cgroup v1");
-        return;
+        panic!("cannot run although its needs hold: without root the process tier has no cgroup to count with on cgroup v1");
     }
     let net = OuterNet::new();
     let out = net.output(

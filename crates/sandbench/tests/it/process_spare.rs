@@ -29,25 +29,33 @@ fn my_cgroups() -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Until the tier says a spare is ready (what a warm start takes).
+async fn spare_ready(tier: &Arc<dyn Tier>) {
+    let t = std::time::Instant::now();
+    while !tier.warm().is_some_and(|w| w.contains("ready ·")) {
+        assert!(t.elapsed() < Duration::from_secs(10), "no spare became ready: {:?}", tier.warm());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[sandbench_testkit::test(needs = ["process"], flavor = "multi_thread")]
 async fn second_run_is_warm_and_spares_are_single_use_and_cleaned() {
     let tier: Arc<dyn Tier> = Arc::new(ProcessTier::new(&common::config()));
     let a = tier.probe().await;
     if !a.available {
         assert!(!common::required("process"), "process tier unavailable: {}", a.summary);
-        eprintln!("skipped: process tier unavailable: {}", a.summary);
-        return;
+        panic!("cannot run although its needs hold: process tier unavailable: {}", a.summary);
     }
     let spec = |code: &str| RunSpec::new(Language::Python, code);
     let first = runner::run(tier.clone(), spec("import os; print(os.getpid())")).await;
     assert_eq!(first.outcome, Outcome::Ok, "{}", first.summary_line());
     assert_eq!(first.details["start"], "cold");
     // The spare is made in the background after the first run.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    spare_ready(&tier).await;
     let second = runner::run(tier.clone(), spec("open('mark', 'w').write('x'); print('ok')")).await;
     assert_eq!(second.outcome, Outcome::Ok, "{}", second.summary_line());
     assert_eq!(second.details["start"], "warm");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    spare_ready(&tier).await;
     // A warm sandbox is a fresh one: nothing of the previous program is there.
     let third = runner::run(tier.clone(), spec("import os; print(os.path.exists('mark'))")).await;
     assert_eq!(third.details["start"], "warm");
@@ -106,14 +114,13 @@ fn facts(r: &sandbench::report::RunReport) -> serde_json::Value {
     serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[sandbench_testkit::test(needs = ["process"], flavor = "multi_thread")]
 async fn cold_and_warm_runs_get_the_same_isolation() {
     let tier = Arc::new(ProcessTier::new(&common::config()));
     let a = tier.probe().await;
     if !a.available {
         assert!(!common::required("process"), "process tier unavailable: {}", a.summary);
-        eprintln!("skipped: process tier unavailable: {}", a.summary);
-        return;
+        panic!("cannot run although its needs hold: process tier unavailable: {}", a.summary);
     }
     let dyn_tier: Arc<dyn Tier> = tier.clone();
     let cold = runner::run(dyn_tier.clone(), RunSpec::new(Language::Python, FACTS)).await;
@@ -198,13 +205,12 @@ async fn cold_and_warm_runs_get_the_same_isolation() {
 /// The waiting interpreter runs a program as `python3 -u main.py` would:
 /// compared, warm both times, with a run in an environment the spare's
 /// interpreter was not started with (so the waiter execs a fresh one).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[sandbench_testkit::test(needs = ["process"], flavor = "multi_thread")]
 async fn the_waiting_interpreter_is_indistinguishable_from_a_fresh_one() {
     let tier: Arc<dyn Tier> = Arc::new(ProcessTier::new(&common::config()));
     if !tier.probe().await.available {
         assert!(!common::required("process"));
-        eprintln!("skipped: process tier unavailable");
-        return;
+        panic!("cannot run although its needs hold: process tier unavailable");
     }
     const SEES: &str = r#"
 import sys, os

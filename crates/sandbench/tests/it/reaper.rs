@@ -24,7 +24,7 @@ fn pidns_ok() -> bool {
         .is_ok_and(|s| s.success());
     if !ok {
         assert!(!common::required("process"), "unshare --pid --fork --mount-proc fails here");
-        eprintln!("SKIP: unshare --pid --fork --mount-proc does not work here");
+        panic!("cannot run although its needs hold: unshare --pid --fork --mount-proc does not work here");
     }
     ok
 }
@@ -53,11 +53,10 @@ fn forget_lock(token: &str) {
     let _ = std::fs::remove_file(owner::dir().join(format!("{token}.lock")));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["pidns", "root"])]
 fn reap_a_process_run_survives_a_sandbench_in_another_pid_namespace() {
     if !common::is_root() {
-        eprintln!("SKIP: per-run cgroups (what the reaper removes) need root here");
-        return;
+        panic!("cannot run although its needs hold: per-run cgroups (what the reaper removes) need root here");
     }
     if !pidns_ok() {
         return;
@@ -106,11 +105,10 @@ fn reap_a_process_run_survives_a_sandbench_in_another_pid_namespace() {
     assert!(net.leftover_cgroups().is_empty(), "{:?}", net.leftover_cgroups());
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["pidns", "root"])]
 fn reap_a_dead_owners_cgroup_goes_even_from_another_pid_namespace() {
     if !common::is_root() {
-        eprintln!("SKIP: per-run cgroups need root here");
-        return;
+        panic!("cannot run although its needs hold: per-run cgroups need root here");
     }
     if !pidns_ok() {
         return;
@@ -174,7 +172,7 @@ fn remove_test_containers(test_label: &str) {
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker", "pidns"])]
 fn reap_docker_spares_live_runs_and_other_hosts_and_takes_the_dead() {
     if !tier_ready("docker") {
         return;

@@ -39,7 +39,9 @@ fn chromium() -> Option<PathBuf> {
             !common::required("report"),
             "SANDBENCH_REQUIRE_TIERS names report, but Chromium is not installed (apt-get install chromium; .ci/setup-report.sh)"
         );
-        eprintln!("SKIP: the browser test needs Debian's chromium (apt-get install chromium)");
+        panic!(
+            "cannot run although its needs hold: the browser test needs Debian's chromium (apt-get install chromium)"
+        );
     }
     found
 }
@@ -94,7 +96,7 @@ fn tagged(dom: &str) -> Vec<(String, usize, String)> {
         .collect()
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["report"])]
 fn report_page_and_json_agree_in_a_real_browser() {
     let home = tempfile::tempdir().unwrap();
     let samples = home.path().join("samples");
@@ -179,7 +181,7 @@ fn report_page_and_json_agree_in_a_real_browser() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn report_refuses_bad_input_in_one_line() {
     for (args, want) in [
         (&["report", "--tiers", "nosuch"][..], "unknown tier 'nosuch'"),

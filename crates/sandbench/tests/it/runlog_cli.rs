@@ -25,7 +25,7 @@ fn json_lines(out: &Output) -> Vec<Value> {
         .collect()
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["process"])]
 fn runs_of_other_processes_are_logged_and_filtered() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
@@ -36,8 +36,7 @@ fn runs_of_other_processes_are_logged_and_filtered() {
     let a = sandbench(&state, &["run", "--tier", "process", ok.to_str().unwrap()]);
     if !a.status.success() {
         assert!(!common::required("process"), "run failed: {}", String::from_utf8_lossy(&a.stderr));
-        eprintln!("SKIP: process tier unavailable: {}", String::from_utf8_lossy(&a.stderr));
-        return;
+        panic!("cannot run although its needs hold: process tier unavailable: {}", String::from_utf8_lossy(&a.stderr));
     }
     sandbench(&state, &["run", "--tier", "process", "--timeout", "300ms", spin.to_str().unwrap()]);
 

@@ -150,14 +150,13 @@ async fn exercise(name: &str) -> Vec<serde_json::Value> {
     seen
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["process"])]
 fn process_sessions_keep_files_and_nothing_else() {
     let t = tier("process");
     let a = block_on(t.probe());
     if !a.available {
         assert!(!crate::support::common::required("process"), "process required: {}", a.summary);
-        eprintln!("SKIP: process tier unavailable: {}", a.summary);
-        return;
+        panic!("cannot run although its needs hold: process tier unavailable: {}", a.summary);
     }
     // What is left after close is checked through the binary, inside an
     // outer net (mcp_stdio: a client that disconnects mid-session).
@@ -182,7 +181,7 @@ fn containers(tier: &str) -> Vec<String> {
 /// The docker tests here count this process's docker containers: one at a time.
 static DOCKER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn docker_sessions_keep_files_and_nothing_else() {
     if !tier_ready("docker") {
         return;
@@ -192,7 +191,7 @@ fn docker_sessions_keep_files_and_nothing_else() {
     assert!(eventually(20, || containers("docker").is_empty()), "containers left: {:?}", containers("docker"));
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["gvisor"])]
 fn gvisor_sessions_keep_files_and_nothing_else() {
     if !tier_ready("gvisor") {
         return;
@@ -201,20 +200,13 @@ fn gvisor_sessions_keep_files_and_nothing_else() {
     assert!(eventually(20, || containers("gvisor").is_empty()), "containers left: {:?}", containers("gvisor"));
 }
 
-/// Whether the process tier keeps sessions on this build and machine (the
-/// MCP tests use it to choose their tier).
-pub fn process_sessions_ready() -> bool {
-    tier("process").sessions().is_ok()
-}
-
-#[test]
+#[sandbench_testkit::test(needs = ["microvm"])]
 fn microvm_sessions_keep_files_and_nothing_else() {
     let t = tier("microvm");
     let a = block_on(t.probe());
     if !a.available {
         assert!(!crate::support::common::required("microvm"), "microvm required: {}", a.summary);
-        eprintln!("SKIP: microvm unavailable: {}", a.summary);
-        return;
+        panic!("cannot run although its needs hold: microvm unavailable: {}", a.summary);
     }
     let guests: Vec<String> =
         block_on(exercise("microvm")).iter().filter_map(|d| d["vm_name"].as_str().map(String::from)).collect();
@@ -230,7 +222,7 @@ fn microvm_sessions_keep_files_and_nothing_else() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn tiers_without_sessions_say_so() {
     let t = tier("bwrap");
     let e = t.sessions().unwrap_err();
@@ -239,7 +231,7 @@ fn tiers_without_sessions_say_so() {
     assert!(e.contains("bwrap tier cannot keep a session"), "{e}");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["docker"])]
 fn idle_and_capped_sessions_leave_no_container() {
     if !tier_ready("docker") {
         return;

@@ -7,7 +7,7 @@ use crate::support::common::{self, bin, samples_dir, OuterNet};
 use std::process::Command;
 use std::time::Duration;
 
-#[test]
+#[sandbench_testkit::test]
 fn a_short_soak_on_the_process_tier_leaves_nothing_and_loses_no_output() {
     let net = OuterNet::new();
     let out = net.output(
@@ -51,7 +51,7 @@ fn a_short_soak_on_the_process_tier_leaves_nothing_and_loses_no_output() {
     assert_eq!(out.status.code(), Some(if passed { 0 } else { 1 }), "{r:#}");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn soak_arguments_are_checked() {
     let out = Command::new(bin()).args(["bench", "--soak", "--concurrency", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -8,7 +8,7 @@
 //! raw newline or control character.
 
 use crate::support::common;
-use crate::support::docker_common::tier_ready;
+use crate::support::docker_common::tier_available;
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -78,14 +78,14 @@ fn run_on_pty(net: &OuterNet, args: &[&str]) -> Vec<u8> {
 fn tiers() -> Vec<&'static str> {
     let mut v = vec!["process"];
     for t in ["docker", "gvisor", "microvm"] {
-        if tier_ready(t) {
+        if tier_available(t).is_ok() {
             v.push(t);
         }
     }
     v
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn nothing_raw_reaches_the_terminal_and_the_outcome_line_is_sandbenchs() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("inject.py");
@@ -118,7 +118,7 @@ fn nothing_raw_reaches_the_terminal_and_the_outcome_line_is_sandbenchs() {
 
 /// The JSON report: single-line fields (violation details, notes, error)
 /// hold no raw newline or control character, on every available tier.
-#[test]
+#[sandbench_testkit::test]
 fn the_json_reports_single_line_fields_hold_no_raw_controls() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("inject.py");

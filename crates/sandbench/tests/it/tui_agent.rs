@@ -20,7 +20,7 @@ use sandbench::tui::theme::Theme;
 
 const KEY: &str = "sk-ant-tui-agent-test-key-0123456789";
 
-#[test]
+#[sandbench_testkit::test(needs = ["process"])]
 fn agent_session_through_the_workbench() {
     // One thread until the environment is set.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -44,8 +44,7 @@ fn agent_session_through_the_workbench() {
             if common::required("process") {
                 panic!("process tier required by SANDBENCH_REQUIRE_TIERS, but: {}", avail.summary);
             }
-            eprintln!("SKIPPED tui_agent: process tier unavailable: {}", avail.summary);
-            return;
+            panic!("cannot run although its needs hold: process tier unavailable: {}", avail.summary);
         }
         let mut app = App::new(Theme::dark(), &["process"], "process", Limits::default());
         app.live_clock = false;

@@ -46,7 +46,7 @@ fn finish(app: &mut App, id: u64, outcome: Outcome) {
     app.update(Msg::Finished(id, Box::new(r)));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn typing_undo_and_the_run_gets_the_edited_code() {
     let mut app = app();
     app.update(ctrl('a'));
@@ -61,7 +61,7 @@ fn typing_undo_and_the_run_gets_the_edited_code() {
     assert!(app.runs.contains_key(&id));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn copy_paste_and_selection() {
     let mut app = app();
     app.update(ctrl('a'));
@@ -82,7 +82,7 @@ fn copy_paste_and_selection() {
     assert_eq!(app.editor.text(), "abccc");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn one_run_at_a_time_cancel_and_quit_clean_up() {
     let mut app = app();
     let id = start(&mut app);
@@ -98,7 +98,7 @@ fn one_run_at_a_time_cancel_and_quit_clean_up() {
     assert!(app.should_exit());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn ctrl_c_copies_cancels_or_quits() {
     let mut app = app();
     let id = start(&mut app);
@@ -110,7 +110,7 @@ fn ctrl_c_copies_cancels_or_quits() {
     assert!(app.should_exit());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn unsaved_changes_ask_before_quitting() {
     let mut app = app();
     type_text(&mut app, "x");
@@ -121,7 +121,7 @@ fn unsaved_changes_ask_before_quitting() {
     assert!(app.should_exit());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn terminate_quits_even_with_unsaved_changes() {
     let mut app = app();
     type_text(&mut app, "x");
@@ -133,7 +133,7 @@ fn terminate_quits_even_with_unsaved_changes() {
     assert!(app.should_exit());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn hostile_output_never_reaches_the_screen_buffer() {
     let mut app = app();
     let id = start(&mut app);
@@ -160,7 +160,7 @@ fn hostile_output_never_reaches_the_screen_buffer() {
     assert!(!s.contains("PWNED"), "the title payload is not shown: {s}");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn flood_is_bounded_and_scrolling_stops_following() {
     let mut app = app();
     let id = start(&mut app);
@@ -193,7 +193,7 @@ fn flood_is_bounded_and_scrolling_stops_following() {
     assert!(app.output.scroll.follows());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn limits_form_applies_valid_values() {
     let mut app = app();
     app.update(key(KeyCode::F(3)));
@@ -213,7 +213,7 @@ fn limits_form_applies_valid_values() {
     assert_eq!(app.limits.cpu_time, std::time::Duration::from_millis(500));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn the_network_limit_is_set_in_the_form_and_decisions_show_live() {
     let mut app = app();
     app.update(key(KeyCode::F(3)));
@@ -267,7 +267,7 @@ fn the_network_limit_is_set_in_the_form_and_decisions_show_live() {
     assert!(app.limits.network.is_none());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn samples_picker_loads_a_sample() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("benign")).unwrap();
@@ -318,7 +318,7 @@ fn samples_picker_loads_a_sample() {
     assert!(app.editor.text().ends_with("print('hi')"), "{}", app.editor.text());
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn save_as_then_save() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app();
@@ -341,7 +341,7 @@ fn save_as_then_save() {
     assert!(!app.editor.modified);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn compare_view_toggles_and_only_runs_ready_tiers() {
     let mut app = App::new(Theme::light(), &["process", "docker"], "process", Limits::default());
     app.update(Msg::Probed(Availability {
@@ -361,7 +361,7 @@ fn compare_view_toggles_and_only_runs_ready_tiers() {
     assert_eq!(app.view, View::Compare);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn small_and_tiny_terminals_do_not_panic() {
     let mut app = app();
     let id = start(&mut app);
@@ -378,7 +378,7 @@ fn small_and_tiny_terminals_do_not_panic() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn output_search_finds_newest_first_then_steps() {
     let mut app = app();
     let id = start(&mut app);
@@ -408,7 +408,7 @@ fn output_search_finds_newest_first_then_steps() {
     assert!(app.status.as_ref().unwrap().text.contains("no newer match"));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn only_the_selected_ready_tier_is_warmed() {
     let mut app = App::new(Theme::dark(), &["process", "microvm"], "process", Limits::default());
     let probed = |tier: &str| {

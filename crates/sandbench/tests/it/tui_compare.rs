@@ -57,7 +57,7 @@ fn done(tier: &str, exit_ms: f64, start: &str) -> RunReport {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn compare_runs_tiers_one_at_a_time_in_rounds_and_exports_the_summary() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app(dir.path());
@@ -117,7 +117,7 @@ fn compare_runs_tiers_one_at_a_time_in_rounds_and_exports_the_summary() {
     assert!(csv.lines().any(|l| l.starts_with("docker,sequential,2,") && l.contains(",1,1,0,11.818,")), "{csv}");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn concurrent_rounds_are_labelled_and_a_cancel_stops_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app(dir.path());
@@ -149,7 +149,7 @@ fn concurrent_rounds_are_labelled_and_a_cancel_stops_the_rest() {
     assert_eq!(started(&mut app).len(), 2, "the next round starts when the whole round is done");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn repeated_compare_shows_a_histogram_per_tier_and_d_toggles_the_columns() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app(dir.path());

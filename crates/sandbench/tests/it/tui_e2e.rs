@@ -15,7 +15,7 @@ fn skip(why: &str) {
     if required() {
         panic!("process tier required by SANDBENCH_REQUIRE_TIERS, but: {why}");
     }
-    eprintln!("SKIPPED tui_e2e: {why}");
+    panic!("cannot run although its needs hold: {why}");
 }
 
 /// A tmux server on its own socket, killed on drop whatever happens.
@@ -87,7 +87,7 @@ fn write_sample(dir: &Path) {
     .unwrap();
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["process", "cmd:tmux"])]
 fn workbench_runs_a_sample_on_the_process_tier_in_tmux() {
     if Command::new("tmux").arg("-V").output().is_err() {
         return skip("tmux is not installed (apt-get install tmux)");
@@ -128,7 +128,7 @@ fn workbench_runs_a_sample_on_the_process_tier_in_tmux() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["process", "cmd:tmux"])]
 fn the_runs_view_follows_a_run_made_by_a_separate_process_in_tmux() {
     if Command::new("tmux").arg("-V").output().is_err() {
         return skip("tmux is not installed (apt-get install tmux)");

@@ -42,7 +42,7 @@ async fn drive(config: &Config, app: &mut App, mut step: impl FnMut(&mut App) ->
     }
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["process"])]
 fn real_gauntlet_through_the_workbench() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -56,8 +56,7 @@ fn real_gauntlet_through_the_workbench() {
             if common::required("process") {
                 panic!("process tier required by SANDBENCH_REQUIRE_TIERS, but: {}", avail.summary);
             }
-            eprintln!("SKIPPED tui_gauntlet: process tier unavailable: {}", avail.summary);
-            return;
+            panic!("cannot run although its needs hold: process tier unavailable: {}", avail.summary);
         }
         let dir = tempfile::tempdir().unwrap();
         copy(&["benign/hello.py", "hostile/secrets_env.py"], dir.path());

@@ -16,7 +16,7 @@ fn app() -> App {
     app
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn ctrl_p_saves_the_screen_as_svg_and_says_where() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app();
@@ -42,7 +42,7 @@ fn ctrl_p_saves_the_screen_as_svg_and_says_where() {
     assert_eq!(svg.matches("<svg").count(), 1);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn the_key_bar_keeps_every_key_at_80_columns() {
     let mut app = app();
     let s = screen(&mut app, 80, 24);
@@ -85,7 +85,7 @@ fn usage(app: &mut App, id: u64, at_ms: f64, cpu_ms: u64, mem: u64) {
     app.update(Msg::Run(id, RunEvent { at_ms, kind: EventKind::Usage(u) }));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn sparklines_scale_to_the_run_have_a_time_axis_or_say_there_is_too_little() {
     let mut app = ready_app();
     let id = started(&mut app);
@@ -119,7 +119,7 @@ fn samples(dir: &std::path::Path) {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn the_samples_picker_filters_as_you_type_and_reopens_where_it_was() {
     let dir = tempfile::tempdir().unwrap();
     samples(dir.path());
@@ -149,7 +149,7 @@ fn the_samples_picker_filters_as_you_type_and_reopens_where_it_was() {
     assert!(screen(&mut app, 100, 30).contains("no sample matches 'zzz'"));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn output_search_highlights_the_matches_and_marks_the_current_one() {
     let mut app = ready_app();
     let id = started(&mut app);
@@ -176,7 +176,7 @@ fn output_search_highlights_the_matches_and_marks_the_current_one() {
     assert!(row.contains("▶beta") || row.contains("▶ beta"), "the current match is marked: {row:?}");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn a_status_message_stays_with_its_view_and_the_save_prompt_names_the_directory() {
     let mut app = ready_app();
     app.update(key(KeyCode::F(9)));
@@ -198,7 +198,7 @@ fn a_status_message_stays_with_its_view_and_the_save_prompt_names_the_directory(
     assert_eq!(app.editor.text(), "if x:\n    ");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn a_pids_violation_shows_the_pids_gauge_at_its_limit() {
     use sandbench::event::{EventKind, RunEvent, Violation, ViolationKind};
     let mut app = ready_app();
@@ -211,7 +211,7 @@ fn a_pids_violation_shows_the_pids_gauge_at_its_limit() {
     assert!(s.contains("pids 64/64") && !s.contains("pids 1/64"), "{s}");
 }
 
-#[test]
+#[sandbench_testkit::test(needs = ["process"])]
 fn the_workbench_keeps_one_tier_instance_so_later_runs_are_warm() {
     if !crate::support::docker_common::tier_ready("process") {
         return;

@@ -17,7 +17,7 @@ use sandbench::tui::app::{App, Msg, View};
 use sandbench::tui::headless::{key, screen};
 use sandbench::tui::theme::Theme;
 
-#[test]
+#[sandbench_testkit::test(needs = ["process"])]
 fn runs_of_another_process_show_up_open_and_load_into_the_editor() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
@@ -32,8 +32,10 @@ fn runs_of_another_process_show_up_open_and_load_into_the_editor() {
         let out = net.output(cmd.stdin(Stdio::null()), Duration::from_secs(60));
         if !out.status.success() {
             assert!(!common::required("process"), "run failed: {}", String::from_utf8_lossy(&out.stderr));
-            eprintln!("SKIP: process tier unavailable: {}", String::from_utf8_lossy(&out.stderr));
-            return;
+            panic!(
+                "cannot run although its needs hold: process tier unavailable: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 
@@ -93,7 +95,7 @@ fn runs_of_another_process_show_up_open_and_load_into_the_editor() {
     assert_eq!(app.label, "greet.py");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn a_sessions_calls_say_which_session_and_call_they_were() {
     let mut spec = sandbench::spec::RunSpec::new(Language::Python, "print(open('notes.txt').read())\n");
     spec.label = "mcp".into();

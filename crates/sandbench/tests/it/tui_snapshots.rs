@@ -89,14 +89,14 @@ fn feed_running(app: &mut App, id: u64) {
     app.update(ev(id, 820.0, EventKind::Output(Stream::Stdout, b"allocating".to_vec())));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn idle() {
     let mut app = app(&["process"]);
     app.update(ready("process"));
     insta::assert_snapshot!(screen(&mut app, 80, 24));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn running_with_output() {
     let mut app = app(&["process"]);
     app.update(ready("process"));
@@ -107,7 +107,7 @@ fn running_with_output() {
     insta::assert_snapshot!(screen(&mut app, 80, 24));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn violation_shown() {
     let mut app = app(&["process"]);
     app.update(ready("process"));
@@ -125,7 +125,7 @@ fn violation_shown() {
     insta::assert_snapshot!(s);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn compare_mode() {
     let mut app = app(&["process", "docker", "microvm"]);
     app.update(ready("process"));
@@ -154,7 +154,7 @@ fn compare_mode() {
     insta::assert_snapshot!(s);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn help() {
     let mut app = app(&["process"]);
     app.update(ready("process"));
@@ -164,7 +164,7 @@ fn help() {
     insta::assert_snapshot!(s);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn unavailable_tier() {
     let mut app = app(&["process", "e2b"]);
     app.update(ready("process"));
@@ -182,7 +182,7 @@ fn unavailable_tier() {
     insta::assert_snapshot!(s);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn limits_form_refuses_bad_input() {
     let mut app = app(&["process"]);
     app.update(key(KeyCode::F(3)));

@@ -152,7 +152,7 @@ fn start_gauntlet(app: &mut App) {
     app.update(key(KeyCode::Char('r')));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn gauntlet_fills_live_and_shows_the_selected_cell() {
     let dir = samples_dir();
     let mut app = app(dir.path());
@@ -207,7 +207,7 @@ fn gauntlet_fills_live_and_shows_the_selected_cell() {
     assert_eq!(app.gauntlet.as_ref().unwrap().id, id);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
     let dir = samples_dir();
     let mut app = app(dir.path());
@@ -248,7 +248,7 @@ fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
     assert_eq!(app.gauntlet.as_ref().unwrap().running, Some((0, 0)));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
     let dir = samples_dir();
     let mut app = app(dir.path());
@@ -280,7 +280,7 @@ fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
     assert!(s.contains("cancelled · 1/6 cells · 0 mismatches"), "{s}");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn gauntlet_cells_and_latency_are_readable_at_80_columns() {
     let dir = samples_dir();
     let mut app = app(dir.path());
@@ -323,7 +323,7 @@ fn gauntlet_cells_and_latency_are_readable_at_80_columns() {
     assert!(s.contains("✓ pids") && s.contains("✓ ran"), "{s}");
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn gauntlet_without_samples_or_tiers_says_why() {
     let empty = tempfile::tempdir().unwrap();
     let mut app = app(empty.path());
@@ -346,7 +346,7 @@ fn gauntlet_without_samples_or_tiers_says_why() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn agent_without_a_key_says_so_instead_of_starting() {
     let dir = samples_dir();
     let mut app = app(dir.path());
@@ -376,7 +376,7 @@ fn a(app: &mut App, id: u64, ev: TranscriptEvent) {
     app.update(Msg::Agent(id, ev));
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn agent_streams_the_transcript_live() {
     let dir = samples_dir();
     let mut app = app(dir.path());
@@ -481,7 +481,7 @@ fn agent_streams_the_transcript_live() {
     }
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn agent_cancel_and_refused_start() {
     let dir = samples_dir();
     let mut app = app(dir.path());
@@ -522,7 +522,7 @@ fn agent_cancel_and_refused_start() {
     assert!(app.status.as_ref().unwrap().text.contains("e2b is unavailable"), "{:?}", app.status);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn gauntlet_and_compare_views_draw_the_frontier() {
     let dir = samples_dir();
     let mut app = app(dir.path());
@@ -569,7 +569,7 @@ fn gauntlet_and_compare_views_draw_the_frontier() {
     insta::assert_snapshot!("frontier_compare_view", s);
 }
 
-#[test]
+#[sandbench_testkit::test]
 fn the_gauntlet_view_draws_the_kept_gauntlets_frontier_before_any_run() {
     let dir = samples_dir();
     let mut app = app(dir.path());

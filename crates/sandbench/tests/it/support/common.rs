@@ -28,6 +28,24 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// The Python that has the `mcp` SDK: `$SANDBENCH_MCP_PYTHON`, else the venv
+/// `.ci/setup-mcp.sh` makes; None when neither imports `mcp`.
+pub fn mcp_python() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("SANDBENCH_MCP_PYTHON").map(PathBuf::from),
+        Some(PathBuf::from("/opt/sandbench-mcp-venv/bin/python")),
+    ];
+    candidates.into_iter().flatten().find(|p| {
+        Command::new(p)
+            .args(["-c", "import mcp"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
 /// Is `tier` required by CI (`SANDBENCH_REQUIRE_TIERS`)?
 pub fn required(tier: &str) -> bool {
     std::env::var("SANDBENCH_REQUIRE_TIERS").unwrap_or_default().split(',').any(|t| t.trim() == tier)
@@ -97,8 +115,14 @@ impl OuterNet {
 
     /// Run to the end with a deadline; on timeout everything is killed and the test fails.
     pub fn output(&self, cmd: &mut Command, deadline: Duration) -> Output {
+        self.output_pid(cmd, deadline).0
+    }
+
+    /// [`OuterNet::output`], with the pid sandbench ran as (its containers' label).
+    pub fn output_pid(&self, cmd: &mut Command, deadline: Duration) -> (Output, u32) {
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = self.spawn(cmd);
+        let pid = child.id();
         let mut out = child.stdout.take().unwrap();
         let mut err = child.stderr.take().unwrap();
         let t_out = std::thread::spawn(move || {
@@ -124,7 +148,7 @@ impl OuterNet {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
+        (Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }, pid)
     }
 
     pub fn kill_all(&self) {

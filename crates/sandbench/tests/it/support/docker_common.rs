@@ -9,9 +9,17 @@ use std::process::{Command, Stdio};
 use bollard::query_parameters::ListContainersOptions;
 use sandbench::tier::docker::engine::Engine;
 
-/// True when `tier` can run here. When it cannot: panics if CI requires it
-/// (`SANDBENCH_REQUIRE_TIERS`), else prints why and returns false (skip).
+/// True when `tier` can run here; a test that uses it names the tier in its
+/// needs, so the harness has already checked: unavailable is a failure.
 pub fn tier_ready(tier: &str) -> bool {
+    if let Err(why) = tier_available(tier) {
+        panic!("cannot run although its needs hold: {why}");
+    }
+    true
+}
+
+/// Whether `tier` can run here, for tests that use it only when it does.
+pub fn tier_available(tier: &str) -> Result<(), String> {
     let out = Command::new(env!("CARGO_BIN_EXE_sandbench"))
         .args(["doctor", "--format", "json"])
         .stdin(Stdio::null())
@@ -20,15 +28,14 @@ pub fn tier_ready(tier: &str) -> bool {
     let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor prints JSON");
     let me = all.as_array().and_then(|a| a.iter().find(|t| t["tier"] == tier)).cloned().unwrap_or_default();
     if me["available"] == true {
-        return true;
+        return Ok(());
     }
     let why = format!("{tier} tier unavailable: {} {}", me["summary"], me["checks"]);
     let required = std::env::var("SANDBENCH_REQUIRE_TIERS").unwrap_or_default().split(',').any(|t| t.trim() == tier);
     if required {
         panic!("SANDBENCH_REQUIRE_TIERS names {tier}, but {why}");
     }
-    eprintln!("SKIP: {why}");
-    false
+    Err(why)
 }
 
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
