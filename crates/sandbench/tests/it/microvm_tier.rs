@@ -102,9 +102,13 @@ fn qemu_with_name(name: &str) -> Vec<i32> {
     out
 }
 
-/// The run's QEMU and its run dir are gone when the run returns.
+/// The run's QEMU and its run dir are gone once its teardown is done: the
+/// report comes first, the guest is killed in the background, and that is
+/// awaited (as sandbench awaits it before exiting).
 fn assert_gone(r: &RunReport) {
     let Some(name) = r.details["vm_name"].as_str() else { return };
+    let left = rt().block_on(sandbench::tier::background::drain(Duration::from_secs(30)));
+    assert_eq!(left, 0, "background teardown did not finish within 30 s");
     if let Some(pid) = r.details["qemu_pid"].as_i64() {
         assert!(!pid_alive(pid as i32) || is_zombie_free_of(pid as i32, name), "QEMU {pid} outlived its run");
     }
