@@ -330,7 +330,14 @@ impl Watch {
     }
 
     /// The program is gone: a last drain and mount check.
-    pub fn finish(mut self) -> Found {
+    pub fn finish(self) -> Found {
+        self.finish_keeping().0
+    }
+
+    /// [`Watch::finish`], handing back the fanotify group instead of closing
+    /// it: closing one waits for an SRCU grace period (~14 ms measured here,
+    /// most of a warm run), so a caller closes it after the verdict is out.
+    pub fn finish_keeping(mut self) -> (Found, Option<Fanotify>) {
         self.drain();
         self.check_mounts();
         let mut gaps = vec![];
@@ -342,11 +349,12 @@ impl Watch {
         if self.lost {
             gaps.push("file events were lost: a hidden limit hit may go unreported".into());
         }
-        Found {
+        let found = Found {
             capped: self.capped.iter().map(|(_, n)| n.clone()).collect(),
             full: self.roots.iter().zip(&self.full).filter(|(_, f)| **f).map(|(r, _)| r.name.clone()).collect(),
             gaps,
-        }
+        };
+        (found, self.pin.take())
     }
 }
 
@@ -535,11 +543,14 @@ pub fn take_fd(pid: i32, fd: i32) -> Result<OwnedFd, String> {
     if pidfd < 0 {
         return Err(format!("pidfd_open {pid}: {}", std::io::Error::last_os_error()));
     }
+    // SAFETY: a descriptor pidfd_open just returned; nothing else owns it.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: integers in, a new descriptor (or -1) out.
     let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
     if got < 0 {
         return Err(format!("pidfd_getfd {pid}/{fd}: {}", std::io::Error::last_os_error()));
     }
+    // SAFETY: a descriptor pidfd_getfd just installed in our table.
     Ok(unsafe { OwnedFd::from_raw_fd(got as i32) })
 }
 
@@ -634,7 +645,9 @@ impl Guard {
 /// own thread until [`Running::finish`]: for tiers that watch from the host.
 pub struct Running {
     stop: Option<OwnedFd>,
-    thread: Option<std::thread::JoinHandle<(Found, u64)>>,
+    /// What the thread found; it closes the watch after sending this (the
+    /// close waits for an SRCU grace period the verdict need not wait for).
+    result: Option<std::sync::mpsc::Receiver<(Found, u64)>>,
 }
 
 /// How often an idle watch checks the mounts anyway (ms).
@@ -643,7 +656,8 @@ const IDLE_CHECK: u16 = 50;
 impl Running {
     pub fn spawn(mut watch: Watch, mut guard: Option<Guard>) -> Result<Running, String> {
         let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-        let thread = std::thread::Builder::new()
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
             .name("scratch-watch".into())
             .spawn(move || {
                 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -686,19 +700,22 @@ impl Running {
                     }
                     if stop {
                         let served = guard.as_ref().map_or(0, Guard::served);
-                        return (watch.finish(), served);
+                        let (found, pin) = watch.finish_keeping();
+                        let _ = tx.send((found, served));
+                        drop(pin);
+                        return;
                     }
                 }
             })
             .map_err(|e| format!("cannot start the scratch watch: {e}"))?;
-        Ok(Running { stop: Some(stop_w), thread: Some(thread) })
+        Ok(Running { stop: Some(stop_w), result: Some(rx) })
     }
 
     /// Stop (after a last drain) and say what was found, and how many calls
     /// waited for the watch. Call it once the program is gone.
     pub fn finish(mut self) -> (Found, u64) {
         self.stop.take(); // closing the pipe wakes the thread
-        self.thread.take().and_then(|t| t.join().ok()).unwrap_or_else(|| {
+        self.result.take().and_then(|r| r.recv().ok()).unwrap_or_else(|| {
             (
                 Found {
                     gaps: vec!["the scratch watch failed: hidden limit hits may go unreported".into()],

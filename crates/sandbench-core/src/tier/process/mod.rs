@@ -39,7 +39,15 @@ const EARLY_FOR: Duration = Duration::from_millis(500);
 
 /// The set-up steps the sandbox stamps (`Status::Mark`), kept in the
 /// report's timeline; any other name is not trusted into it.
-const MARKS: &[&str] = &["helper_started", "namespaces_made", "root_built", "isolation_applied"];
+const MARKS: &[&str] = &[
+    "helper_started",
+    "namespaces_made",
+    "root_built",
+    "isolation_applied",
+    "program_reaped",
+    "watch_finished",
+    "scratch_judged",
+];
 
 pub struct ProcessTier {
     host: Host,

@@ -920,6 +920,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         if pid != main_pid.as_raw() {
             continue; // an orphan reparented to us
         }
+        mark("program_reaped");
         let (code, signal) = if libc::WIFSIGNALED(status) {
             (None, Some(libc::WTERMSIG(status)))
         } else {
@@ -929,11 +930,15 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
             + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
         let guarded = guard.as_ref().map(|g| g.served());
         let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
-        let mut found = watch.map(|w| w.finish()).unwrap_or_default();
+        // The fanotify group stays open until init exits: closing it waits for
+        // an SRCU grace period, which the verdict need not wait for.
+        let (mut found, _pin) = watch.map(|w| w.finish_keeping()).unwrap_or_default();
+        mark("watch_finished");
         for gap in &found.gaps {
             send(&Status::Warning { msg: gap.clone() });
         }
         found.merge(scan_scratch(cfg.file_size_bytes));
+        mark("scratch_judged");
         send(&Status::Exit {
             code,
             signal,

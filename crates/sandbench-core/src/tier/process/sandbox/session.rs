@@ -303,7 +303,8 @@ pub(super) fn init_session(
             continue;
         }
         let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
-        let found = watch.map(|w| w.finish()).unwrap_or_default();
+        // Closed after the call's exit is out (closing waits for an SRCU grace period).
+        let (found, pin) = watch.map(|w| w.finish_keeping()).unwrap_or_default();
         for gap in &found.gaps {
             send(&Status::Warning { msg: gap.clone() });
         }
@@ -325,6 +326,7 @@ pub(super) fn init_session(
         // call and untouched since is not this call's.
         let fsize_hit = found.capped.into_iter().next().or_else(|| capped_since(cfg.file_size_bytes, since));
         send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts: full, guarded, files_watched });
+        drop(pin);
         // The next call's process, made while nobody waits for it.
         next = Some(init.prestart());
     }
