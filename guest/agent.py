@@ -62,10 +62,24 @@ SAMPLE_EVERY = 0.1
 MS_NOSUID, MS_NODEV, MS_REMOUNT = 2, 4, 32
 
 
+_LIBC = []
+
+
+def _libc():
+    """libc through ctypes, loaded once (main loads it before READY, so a
+    restored snapshot or a pooled guest has it: under TCG, importing ctypes
+    and loading libc is a good part of a run's start)."""
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
 def mount(src, target, fstype, flags, data):
     import ctypes  # only when a run needs a different scratch size
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     r = libc.mount(
         src.encode() if src else None,
         target.encode(),
@@ -358,7 +372,7 @@ class Watch:
         self.roots = []
         for m in SCRATCH:
             self.roots.append((m, os.open(m, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)))
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = _libc()
         libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
         fd = libc.fanotify_init(FAN_INIT, os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC | os.O_NONBLOCK)
         if fd < 0:
@@ -448,7 +462,7 @@ def install_guard():
     """In the program's process: the guard's filter; its listener fd."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     raw, n, col = guard_program()
     buf = ctypes.create_string_buffer(raw, len(raw))
 
@@ -471,7 +485,7 @@ class Guard:
 
         self.fd = fd
         self.fcntl = fcntl
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = _libc()
         sizes = (ctypes.c_uint16 * 3)()
         col = 0 if os.uname().machine == "x86_64" else 1
         libc.syscall(ctypes.c_long((317, 277)[col]), ctypes.c_ulong(3), ctypes.c_ulong(0), ctypes.byref(sizes))
@@ -672,6 +686,7 @@ def run(port, spec):
     # the guest stays for the next call.
     host = [port.fd] if session else []
     status = None
+    main_cpu_ms = 0
     killed_all = False
     cpu_killed = False
     # The first sample after one period: at the very start it would only
@@ -712,13 +727,17 @@ def run(port, spec):
                 del streams[fd]
         while True:
             try:
-                p, st = os.waitpid(-1, os.WNOHANG)
+                p, st, ru = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if p == 0:
                 break
             if p == pid:
                 status = st
+                # The kernel's count of the program's own CPU time: what
+                # RLIMIT_CPU is checked against (a SIGXCPU the program sent
+                # itself comes with less).
+                main_cpu_ms = int((ru.ru_utime + ru.ru_stime) * 1000)
         if status is not None and not killed_all:
             # The program is gone: whatever it left behind goes too (PID 1's
             # kill(-1) reaches every other process), so its pipes reach EOF.
@@ -737,7 +756,9 @@ def run(port, spec):
     ex = {
         "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-        "cpu_ms": last.get("cpu_ms", 0),
+        # The cgroup's last sample can trail the program's own final
+        # accounting (a SIGXCPU at the limit read as a few ms short).
+        "cpu_ms": max(last.get("cpu_ms", 0), main_cpu_ms),
         "memory_peak": sampler.peak_mem or None,
         "pids_peak": sampler.peak_pids or None,
         "oom_kills": last.get("oom_kills", 0),
@@ -846,6 +867,11 @@ def main():
     port = Port(fd)
     for n in notes:
         port.send(T_LOG, n)
+    # What every run needs, loaded while nothing waits (see _libc).
+    import fcntl  # noqa: F401
+    import _socket  # noqa: F401
+
+    _libc()
     port.send(T_READY, {
         "agent": 1,
         "kernel": os.uname().release,
