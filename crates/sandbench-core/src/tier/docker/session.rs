@@ -377,15 +377,36 @@ impl DockerSession {
         sampler.abort();
         drop(in_tx);
         writer.abort();
-        if container_ended && reported.is_none() {
-            let state = docker
-                .inspect_container(&self.id, None::<bollard::query_parameters::InspectContainerOptions>)
-                .await
-                .ok()
-                .and_then(|i| i.state);
-            if !state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false) {
-                anyhow::bail!("the session's container ended during the call; the session closes");
+        // No exit report: did the memory limit end the whole sandbox? (gVisor's
+        // sandbox is one host process.) The exec's stream can end before the
+        // engine has marked the container stopped and OOM-killed: wait for
+        // that as the one-shot run does.
+        let oom_ended = if reported.is_none() && broken.is_none() && failed.is_none() {
+            let deadline = tokio::time::Instant::now() + super::OOM_FLAG_WAIT;
+            loop {
+                let state = docker
+                    .inspect_container(&self.id, None::<bollard::query_parameters::InspectContainerOptions>)
+                    .await
+                    .ok()
+                    .and_then(|i| i.state);
+                let oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
+                let running = state.as_ref().and_then(|s| s.running).unwrap_or(false);
+                if oom || (!running && container_ended) || tokio::time::Instant::now() >= deadline {
+                    break oom;
+                }
+                if running && !judge.seen_memory() && !container_ended {
+                    // The container lives: the loader alone died.
+                    break false;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        } else {
+            false
+        };
+        if container_ended && !oom_ended && reported.is_none() {
+            anyhow::bail!("the session's container ended during the call; the session closes");
+        }
+        if oom_ended {
             // The engine saw the memory limit end the container: the call was
             // stopped by it, and the session is over.
             ctx.note("the memory limit ended the session's whole sandbox; the session closes").await;
