@@ -212,7 +212,8 @@ pub struct Guest {
 /// QEMU dies when the sandbench thread that started it dies, and a Ctrl-C
 /// at the terminal reaches sandbench (which cancels and cleans up), not QEMU.
 pub fn die_with_sandbench(cmd: &mut Command) {
-    // Only async-signal-safe calls between fork and exec.
+    // SAFETY: the hook makes only async-signal-safe calls (prctl, setpgid)
+    // between fork and exec, and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
