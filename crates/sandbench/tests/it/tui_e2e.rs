@@ -118,7 +118,8 @@ fn workbench_runs_a_sample_on_the_process_tier_in_tmux() {
     let s = tmux.wait_for("══ ok", Duration::from_secs(60));
     assert!(s.contains("e2e-marker-42"), "the program's output is on screen:\n{s}");
     assert!(s.contains("── exit code 0"), "{s}");
-    assert!(s.contains("✔ ok · exit code 0"), "the resources pane shows the outcome:\n{s}");
+    // (the pane's width may cut the line after "exit")
+    assert!(s.contains("✔ ok · exit"), "the resources pane shows the outcome:\n{s}");
 
     tmux.keys(&["C-q"]);
     let start = Instant::now();
