@@ -399,6 +399,14 @@ impl ProcessTier {
         });
     }
 
+    /// The cgroup directories of the spare waiting now, if any: what a
+    /// caller checks is gone once this tier is (other tiers of the same
+    /// process share its cgroups' name prefix).
+    pub fn spare_cgroups(&self) -> Vec<std::path::PathBuf> {
+        let Ok(s) = self.spare.lock() else { return vec![] };
+        s.as_ref().and_then(|l| l.cg.as_ref()).map(|c| c.dirs()).unwrap_or_default()
+    }
+
     fn take_spare(&self) -> Option<Launched> {
         let mut l = self.spare.lock().ok()?.take()?;
         (l.ready && l.alive()).then_some(l)

@@ -880,41 +880,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
             fail("init lost its program".into());
         }
         if pid == 0 {
-            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-            let (idle, notified) = {
-                let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-                let guarded = guard.as_ref().and_then(|g| g.fd()).is_some();
-                if let Some(f) = guard.as_ref().and_then(|g| g.fd()) {
-                    fds.push(PollFd::new(f, PollFlags::POLLIN));
-                }
-                if let Some(f) = watch.as_ref().and_then(|w| w.fd()) {
-                    fds.push(PollFd::new(f, PollFlags::POLLIN));
-                }
-                // Idle now and then: a file filled through a mapping sends no event.
-                let timeout = if watch.is_some() { PollTimeout::from(50u16) } else { PollTimeout::NONE };
-                let n = match poll(&mut fds, timeout) {
-                    Ok(n) => n,
-                    Err(nix::errno::Errno::EINTR) => 1,
-                    Err(e) => fail(format!("init poll: {e}")),
-                };
-                (n == 0, guarded.then(|| fds[1].revents().unwrap_or(PollFlags::empty())))
-            };
-            while let Ok(Some(_)) = sfd.read_signal() {}
-            let call = match (notified, &mut guard) {
-                (Some(rev), Some(g)) => g.ready(rev),
-                _ => false,
-            };
-            if let Some(w) = &mut watch {
-                if call {
-                    if let Some(g) = &mut guard {
-                        g.serve(w);
-                    }
-                } else if idle {
-                    w.check_mounts();
-                } else {
-                    w.drain();
-                }
-            }
+            wait_and_serve(&sfd, &mut guard, &mut watch, None);
             continue;
         }
         if pid != main_pid.as_raw() {
@@ -953,6 +919,58 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         // SAFETY: plain exit.
         unsafe { libc::_exit(0) }
     }
+}
+
+/// One wait of init for its children: until a signal (SIGCHLD), a guarded
+/// call (served), file events (drained), `host` readable, or the idle
+/// tick (a file filled through a mapping sends no event: the mounts are
+/// checked then). True when `host` is readable.
+fn wait_and_serve(
+    sfd: &nix::sys::signalfd::SignalFd,
+    guard: &mut Option<crate::highwater::Guard>,
+    watch: &mut Option<crate::highwater::Watch>,
+    host: Option<std::os::fd::BorrowedFd<'_>>,
+) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let (idle, host_says, notified) = {
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        let host_at = host.map(|h| {
+            fds.push(PollFd::new(h, PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        let guard_at = guard.as_ref().and_then(|g| g.fd()).map(|f| {
+            fds.push(PollFd::new(f, PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        if let Some(f) = watch.as_ref().and_then(|w| w.fd()) {
+            fds.push(PollFd::new(f, PollFlags::POLLIN));
+        }
+        let timeout = if watch.is_some() { PollTimeout::from(50u16) } else { PollTimeout::NONE };
+        let n = match poll(&mut fds, timeout) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 1,
+            Err(e) => fail(format!("init poll: {e}")),
+        };
+        let rev = |i: Option<usize>| i.and_then(|i| fds[i].revents()).unwrap_or(PollFlags::empty());
+        (n == 0, !rev(host_at).is_empty(), guard_at.map(|i| rev(Some(i))))
+    };
+    while let Ok(Some(_)) = sfd.read_signal() {}
+    let call = match (notified, guard.as_mut()) {
+        (Some(rev), Some(g)) => g.ready(rev),
+        _ => false,
+    };
+    if let Some(w) = watch.as_mut() {
+        if call {
+            if let Some(g) = guard.as_mut() {
+                g.serve(w);
+            }
+        } else if idle {
+            w.check_mounts();
+        } else {
+            w.drain();
+        }
+    }
+    host_says
 }
 
 /// Wait for the program's process to say it is ready, serving its guard

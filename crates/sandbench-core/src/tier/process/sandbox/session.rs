@@ -340,7 +340,6 @@ fn wait_main(
     watch: &mut Option<crate::highwater::Watch>,
     guard: &mut Option<crate::highwater::Guard>,
 ) -> (Option<i32>, Option<i32>, u64, u64) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut host_open = true;
     loop {
         let mut status = 0;
@@ -357,45 +356,7 @@ fn wait_main(
         if pid == 0 {
             // SAFETY: fd 0 stays open for init's life.
             let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
-            let (idle, host_says, call) = {
-                let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-                let host_at = host_open.then(|| {
-                    fds.push(PollFd::new(stdin, PollFlags::POLLIN));
-                    fds.len() - 1
-                });
-                let guard_at = guard.as_ref().and_then(|g| g.fd()).map(|f| {
-                    fds.push(PollFd::new(f, PollFlags::POLLIN));
-                    fds.len() - 1
-                });
-                if let Some(f) = watch.as_ref().and_then(|w| w.fd()) {
-                    fds.push(PollFd::new(f, PollFlags::POLLIN));
-                }
-                // Idle now and then: a file filled through a mapping sends no event.
-                let timeout = if watch.is_some() { PollTimeout::from(50u16) } else { PollTimeout::NONE };
-                let n = match poll(&mut fds, timeout) {
-                    Ok(n) => n,
-                    Err(nix::errno::Errno::EINTR) => 1,
-                    Err(e) => fail(format!("init poll: {e}")),
-                };
-                let rev = |i: Option<usize>| i.and_then(|i| fds[i].revents()).unwrap_or(PollFlags::empty());
-                (n == 0, !rev(host_at).is_empty(), guard_at.map(|i| rev(Some(i))))
-            };
-            while let Ok(Some(_)) = sfd.read_signal() {}
-            let call = match (call, guard.as_mut()) {
-                (Some(rev), Some(g)) => g.ready(rev),
-                _ => false,
-            };
-            if let Some(w) = watch.as_mut() {
-                if call {
-                    if let Some(g) = guard.as_mut() {
-                        g.serve(w);
-                    }
-                } else if idle {
-                    w.check_mounts();
-                } else {
-                    w.drain();
-                }
-            }
+            let host_says = wait_and_serve(sfd, guard, watch, host_open.then_some(stdin));
             if host_says {
                 // A kill (or EOF: the session is closing): every process but
                 // init goes, the program's main among them, and is reaped above.
