@@ -868,32 +868,15 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     loop {
         // Reap first: a child that exited before SIGCHLD was blocked sent a
         // signal nobody received.
-        let mut status = 0;
-        // SAFETY: rusage is plain data that wait4 fills in.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: wait4 writes only into `status` and `ru`.
-        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
-        if pid < 0 {
-            if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
-                continue;
-            }
-            fail("init lost its program".into());
-        }
-        if pid == 0 {
+        let Some(reaped) = reap_any() else {
             wait_and_serve(&sfd, &mut guard, &mut watch, None);
             continue;
-        }
-        if pid != main_pid.as_raw() {
+        };
+        if reaped.pid != main_pid.as_raw() {
             continue; // an orphan reparented to us
         }
         mark("program_reaped");
-        let (code, signal) = if libc::WIFSIGNALED(status) {
-            (None, Some(libc::WTERMSIG(status)))
-        } else {
-            (Some(libc::WEXITSTATUS(status)), None)
-        };
-        let cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
-            + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
+        let Reaped { code, signal, cpu_ms, max_rss_kb, .. } = reaped;
         let guarded = guard.as_ref().map(|g| g.served());
         let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
         // The fanotify group stays open until init exits: closing it waits for
@@ -909,7 +892,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
             code,
             signal,
             cpu_ms,
-            max_rss_kb: ru.ru_maxrss as u64,
+            max_rss_kb,
             fsize_hit: found.capped.into_iter().next(),
             full_mounts: found.full,
             guarded,
@@ -918,6 +901,43 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         // pid 1 exiting makes the kernel kill everything else in the namespace.
         // SAFETY: plain exit.
         unsafe { libc::_exit(0) }
+    }
+}
+
+/// A child of init that has exited, with the kernel's count of its resources.
+struct Reaped {
+    pid: i32,
+    code: Option<i32>,
+    signal: Option<i32>,
+    cpu_ms: u64,
+    max_rss_kb: u64,
+}
+
+/// Reap one exited child without waiting; None when none has exited.
+fn reap_any() -> Option<Reaped> {
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data that wait4 fills in.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 writes only into `status` and `ru`.
+        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
+        if pid < 0 {
+            if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
+                continue;
+            }
+            fail("init lost its program".into());
+        }
+        if pid == 0 {
+            return None;
+        }
+        let (code, signal) = if libc::WIFSIGNALED(status) {
+            (None, Some(libc::WTERMSIG(status)))
+        } else {
+            (Some(libc::WEXITSTATUS(status)), None)
+        };
+        let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+        let cpu_ms = ms(ru.ru_utime) + ms(ru.ru_stime);
+        return Some(Reaped { pid, code, signal, cpu_ms, max_rss_kb: ru.ru_maxrss as u64 });
     }
 }
 

@@ -342,22 +342,10 @@ fn wait_main(
 ) -> (Option<i32>, Option<i32>, u64, u64) {
     let mut host_open = true;
     loop {
-        let mut status = 0;
-        // SAFETY: rusage is plain data that wait4 fills in.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: wait4 writes only into `status` and `ru`.
-        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
-        if pid < 0 {
-            if nix::errno::Errno::last() == nix::errno::Errno::EINTR {
-                continue;
-            }
-            fail("init lost its program".into());
-        }
-        if pid == 0 {
+        let Some(r) = reap_any() else {
             // SAFETY: fd 0 stays open for init's life.
             let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
-            let host_says = wait_and_serve(sfd, guard, watch, host_open.then_some(stdin));
-            if host_says {
+            if wait_and_serve(sfd, guard, watch, host_open.then_some(stdin)) {
                 // A kill (or EOF: the session is closing): every process but
                 // init goes, the program's main among them, and is reaped above.
                 match read_head() {
@@ -368,17 +356,10 @@ fn wait_main(
                 let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
             }
             continue;
-        }
-        if pid != main_pid.as_raw() {
-            continue; // an orphan reparented to us
-        }
-        let (code, signal) = if libc::WIFSIGNALED(status) {
-            (None, Some(libc::WTERMSIG(status)))
-        } else {
-            (Some(libc::WEXITSTATUS(status)), None)
         };
-        let cpu_ms = (ru.ru_utime.tv_sec as u64 * 1000 + ru.ru_utime.tv_usec as u64 / 1000)
-            + (ru.ru_stime.tv_sec as u64 * 1000 + ru.ru_stime.tv_usec as u64 / 1000);
-        return (code, signal, cpu_ms, ru.ru_maxrss as u64);
+        if r.pid == main_pid.as_raw() {
+            return (r.code, r.signal, r.cpu_ms, r.max_rss_kb);
+        }
+        // else an orphan reparented to us
     }
 }
