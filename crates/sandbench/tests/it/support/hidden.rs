@@ -311,13 +311,19 @@ pub fn run(net: &OuterNet, tier: &str, code: &str) -> RunReport {
 /// except those in `racy` (what the tier does not guarantee: they run, and
 /// what happened is printed), and no innocent program is. Failures are
 /// collected, then shown together.
+/// Races on every tier: the program frees the space with plain `close`s of
+/// deleted files (no guarded call), and a full mount is seen only if the
+/// watch reads the last write's event before the first close. Reproduced on
+/// docker under load (2 of 3 runs with three CPU hogs on two cores).
+pub const RACY_EVERYWHERE: &[&str] = &["scratch filled through deleted files, closed"];
+
 pub fn check_tier(tier: &str, racy: &[&str]) {
     let net = OuterNet::new();
     let mut bad = vec![];
     for h in GUARANTEED {
         let r = run(&net, tier, h.code);
         let seen = r.outcome == Outcome::Violation && r.violations.iter().any(|v| v.kind == h.kind);
-        if racy.contains(&h.name) {
+        if racy.contains(&h.name) || RACY_EVERYWHERE.contains(&h.name) {
             eprintln!(
                 "{tier}: not guaranteed: {} — {}",
                 h.name,
