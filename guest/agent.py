@@ -349,12 +349,6 @@ EVENT_META = struct.Struct("=IBBHQii")
 SCRATCH = ("/work", "/tmp")
 
 # (x86_64, aarch64, argument index or None, mask): as src/highwater.rs.
-GUARDED = [
-    (263, 35, None, 0), (316, 276, None, 0), (76, 45, None, 0), (77, 46, None, 0),
-    (437, 437, None, 0), (257, 56, 2, 0o1000), (285, 47, 1, 0x02 | 0x08),
-    (87, None, None, 0), (84, None, None, 0), (82, None, None, 0), (264, 38, None, 0),
-    (85, None, None, 0), (2, None, 1, 0o1000),
-]
 NOTIF_RECV = 0xC0502100
 NOTIF_SEND = 0xC0182101
 
@@ -440,30 +434,12 @@ class Watch:
                 self.full.append(m)
 
 
-def guard_program():
-    col = 0 if os.uname().machine == "x86_64" else 1
-    arch = (0xC000003E, 0xC00000B7)[col]
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    allow, notify = 0x7FFF0000, 0x7FC00000
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow)]
-    for row in GUARDED:
-        nr, arg, mask = row[col], row[2], row[3]
-        if nr is None:
-            continue
-        if arg is None:
-            prog += [(ld, 0, 0, 0), (jeq, 0, 1, nr), (ret, 0, 0, notify)]
-        else:
-            prog += [(ld, 0, 0, 0), (jeq, 0, 3, nr), (ld, 0, 0, 16 + 8 * arg), (jset, 0, 1, mask), (ret, 0, 0, notify)]
-    prog += [(ret, 0, 0, allow)]
-    return b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in prog), len(prog), col
-
-
 def install_guard():
     """In the program's process: the guard's filter; its listener fd."""
     import ctypes
 
     libc = _libc()
-    raw, n, col = guard_program()
+    raw, n, col = scratch_guard_filter()
     buf = ctypes.create_string_buffer(raw, len(raw))
 
     class Fprog(ctypes.Structure):

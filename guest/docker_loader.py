@@ -112,47 +112,15 @@ def _seccomp():
 # fanotify watch of the scratch mounts and checked them, then go on
 # unchanged. Installed only when the host says it will answer (a local
 # engine, sandbench as root): nobody else would, and the calls would wait.
-_GUARDED = [
-    # (x86_64, aarch64, argument index or None, mask of that argument)
-    (263, 35, None, 0),  # unlinkat
-    (316, 276, None, 0),  # renameat2
-    (76, 45, None, 0),  # truncate
-    (77, 46, None, 0),  # ftruncate
-    (437, 437, None, 0),  # openat2 (its flags are in memory)
-    (257, 56, 2, 0o1000),  # openat with O_TRUNC
-    (285, 47, 1, 0x02 | 0x08),  # fallocate punching a hole or collapsing a range
-    (87, None, None, 0),  # unlink
-    (84, None, None, 0),  # rmdir
-    (82, None, None, 0),  # rename
-    (264, 38, None, 0),  # renameat
-    (85, None, None, 0),  # creat
-    (2, None, 1, 0o1000),  # open with O_TRUNC
-]
-
-
+# The filter is guest/scratch_guard.py's (prepended, as the relay is).
 def _guard():
-    import struct
-    col = 0 if os.uname().machine == "x86_64" else 1
-    arch = (0xC000003E, 0xC00000B7)[col]
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    allow, notify = 0x7FFF0000, 0x7FC00000
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow)]
-    for row in _GUARDED:
-        nr, arg, mask = row[col], row[2], row[3]
-        if nr is None:
-            continue
-        if arg is None:
-            prog += [(ld, 0, 0, 0), (jeq, 0, 1, nr), (ret, 0, 0, notify)]
-        else:
-            prog += [(ld, 0, 0, 0), (jeq, 0, 3, nr), (ld, 0, 0, 16 + 8 * arg), (jset, 0, 1, mask), (ret, 0, 0, notify)]
-    prog += [(ret, 0, 0, allow)]
-    raw = b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in prog)
+    raw, n, col = scratch_guard_filter()
     buf = ctypes.create_string_buffer(raw, len(raw))
 
     class Fprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    fp = Fprog(len(prog), ctypes.addressof(buf))
+    fp = Fprog(n, ctypes.addressof(buf))
     # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)
     fd = _libc.syscall(ctypes.c_long((317, 277)[col]), ctypes.c_ulong(1), ctypes.c_ulong(8), ctypes.byref(fp))
     if fd < 0:

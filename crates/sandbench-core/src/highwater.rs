@@ -799,4 +799,21 @@ mod tests {
         assert_eq!(notifies, guarded().len());
         assert!(p.len() < 256);
     }
+
+    /// The docker loader and the microVM agent build the same filter in
+    /// Python (guest/scratch_guard.py): byte for byte this one.
+    #[test]
+    fn the_guests_guard_filter_is_this_one() {
+        let script = concat!(
+            include_str!("../../../guest/scratch_guard.py"),
+            "import sys\nraw, n, col = scratch_guard_filter()\nsys.stdout.buffer.write(raw)\n"
+        );
+        let out = std::process::Command::new("python3").args(["-c", script]).output().expect("python3 runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mine: Vec<u8> = guard_program()
+            .iter()
+            .flat_map(|i| [&i.code.to_ne_bytes()[..], &[i.jt, i.jf], &i.k.to_ne_bytes()[..]].concat())
+            .collect();
+        assert_eq!(out.stdout, mine);
+    }
 }

@@ -41,9 +41,11 @@ pub const LABEL_PID: &str = "sandbench.pid";
 pub const LABEL_OWNER: &str = "sandbench.owner";
 pub const LABEL_TIER: &str = "sandbench.tier";
 
-/// The resident loader, after the egress relay it uses (which defines names
-/// only). Both must stay importable by any Python 3.8+.
+/// The resident loader, after the scratch guard's filter and the egress
+/// relay it uses (which define names only). All must stay importable by any
+/// Python 3.8+.
 pub const LOADER: &str = concat!(
+    include_str!("../../../../../guest/scratch_guard.py"),
     include_str!("../../../../../guest/egress_relay.py"),
     include_str!("../../../../../guest/docker_loader.py")
 );

@@ -15,9 +15,13 @@ use crate::config::{self, MicrovmConfig};
 use crate::setup::{Progress, Step};
 
 pub const INIT: &str = include_str!("../../../../../guest/init");
-/// The guest agent, after the egress relay it uses (which defines names only).
-pub const AGENT: &str =
-    concat!(include_str!("../../../../../guest/egress_relay.py"), include_str!("../../../../../guest/agent.py"));
+/// The guest agent, after the scratch guard's filter and the egress relay it
+/// uses (which define names only).
+pub const AGENT: &str = concat!(
+    include_str!("../../../../../guest/scratch_guard.py"),
+    include_str!("../../../../../guest/egress_relay.py"),
+    include_str!("../../../../../guest/agent.py")
+);
 /// Bump when the initramfs layout changes.
 const INITRD_FORMAT: u32 = 1;
 /// Bump when the root disk recipe changes.
