@@ -124,11 +124,6 @@ impl Judge {
         self.seen.cpu
     }
 
-    /// Has the memory limit been seen biting (OOM kill or refused charge)?
-    pub fn seen_memory(&self) -> bool {
-        self.seen.memory || self.seen.oom_kills > 0
-    }
-
     /// Judge the end of the run.
     pub async fn exit(&mut self, ctx: &RunContext, f: &ExitFacts) {
         let c = &f.counters;

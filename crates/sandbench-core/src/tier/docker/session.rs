@@ -391,12 +391,12 @@ impl DockerSession {
                     .and_then(|i| i.state);
                 let oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
                 let running = state.as_ref().and_then(|s| s.running).unwrap_or(false);
-                if oom || (!running && container_ended) || tokio::time::Instant::now() >= deadline {
-                    break oom;
+                if !running {
+                    container_ended = true;
                 }
-                if running && !judge.seen_memory() && !container_ended {
-                    // The container lives: the loader alone died.
-                    break false;
+                // Still running at the deadline: the loader alone died.
+                if oom || !running || tokio::time::Instant::now() >= deadline {
+                    break oom;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
