@@ -492,7 +492,13 @@ def child(spec, out_w, err_w, guard_w):
         if os.path.isdir(RUN_CG):
             write_file(RUN_CG + "/cgroup.procs", str(os.getpid()))
         lim = spec["limits"]
+        # The CPU limit is the agent's: it samples the run cgroup and kills
+        # at the limit (a kill the host trusts). RLIMIT_CPU is only a
+        # backstop, set above it: the kernel checks it against tick-sampled
+        # time, which under TCG ran ahead of the real count by up to ~8%, and
+        # a SIGXCPU a program may have sent itself is no evidence.
         cpu_s = max(1, -(-int(lim["cpu_ms"]) // 1000))
+        cpu_s += max(1, cpu_s // 2)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(lim["file_size_bytes"]),) * 2)
         # With a pids cgroup, RLIMIT_NPROC is only a backstop set above it, so
@@ -710,9 +716,8 @@ def run(port, spec):
                 break
             if p == pid:
                 status = st
-                # The kernel's count of the program's own CPU time: what
-                # RLIMIT_CPU is checked against (a SIGXCPU the program sent
-                # itself comes with less).
+                # The kernel's exact count of the program's own CPU time
+                # (the cgroup's last sample can trail it).
                 main_cpu_ms = int((ru.ru_utime + ru.ru_stime) * 1000)
         if status is not None and not killed_all:
             # The program is gone: whatever it left behind goes too (PID 1's
