@@ -962,6 +962,15 @@ impl DockerTier {
                         .and_then(|s| s.oom_killed)
                         .unwrap_or(false);
                 }
+                if !oom && signal == Some(libc::SIGKILL) {
+                    // No flag (gVisor's sandbox, one host process, can die at
+                    // the limit before the engine notes it): the container's
+                    // own cgroup is the fact, if it saw the limit bite.
+                    if let Some(cg) = &cgroup {
+                        cg_counters = cg_counters.max(cg.sample(guest_pids).counters);
+                    }
+                    oom = cg_counters.oom_kills.unwrap_or(0) > 0 || cg_counters.memory_limit_hits.unwrap_or(0) > 0;
+                }
                 if !oom {
                     // Nothing the program can do ends the loader; a container
                     // that ended without its report is a broken sandbox.
