@@ -393,6 +393,7 @@ impl DockerSession {
                 let running = state.as_ref().and_then(|s| s.running).unwrap_or(false);
                 if !running {
                     container_ended = true;
+                    self.alive.store(false, Ordering::Relaxed);
                 }
                 // Still running at the deadline: the loader alone died.
                 if oom || !running || tokio::time::Instant::now() >= deadline {
@@ -409,6 +410,7 @@ impl DockerSession {
         if oom_ended {
             // The engine saw the memory limit end the container: the call was
             // stopped by it, and the session is over.
+            self.alive.store(false, Ordering::Relaxed);
             ctx.note("the memory limit ended the session's whole sandbox; the session closes").await;
             let mut counters = loader.counters(counters_since(cg_counters, base));
             counters.oom_kills = Some(counters.oom_kills.unwrap_or(0).max(1));
