@@ -184,11 +184,6 @@ impl RunDir {
         let root = base.join(name);
         let dir = fresh_dir(&base_fd, name, &root)?;
         let gid = who.switch.then_some(who.gid);
-        if let Some(g) = gid {
-            // Root's, the run's group: its uid enters, and renames nothing.
-            fchown(&dir, None, Some(Gid::from_raw(g))).context("chown the run folder")?;
-            fchmod(&dir, Mode::from_bits_truncate(0o750)).context("chmod the run folder")?;
-        }
         // From here on, dropping it removes what was made.
         let mut rd = RunDir {
             program_dir: root.join(PROGRAM),
@@ -200,6 +195,11 @@ impl RunDir {
             tmpfs: false,
             _uid: lease,
         };
+        if let Some(g) = gid {
+            // Root's, the run's group: its uid enters, and renames nothing.
+            fchown(&rd.dir, None, Some(Gid::from_raw(g))).context("chown the run folder")?;
+            fchmod(&rd.dir, Mode::from_bits_truncate(0o750)).context("chmod the run folder")?;
+        }
         let program = fresh_dir(&rd.dir, PROGRAM, &rd.program_dir)?;
         let readable = if gid.is_some() { 0o640 } else { 0o600 };
         if let Some(g) = gid {
@@ -207,23 +207,25 @@ impl RunDir {
             fchmod(&program, Mode::from_bits_truncate(0o750)).context("chmod the program folder")?;
         }
         fresh_file(&program, spec.language.file_name(), spec.code.as_bytes(), gid, readable)?;
-        drop(fresh_dir(&rd.dir, SCRATCH, &rd.scratch)?);
+        let scratch = fresh_dir(&rd.dir, SCRATCH, &rd.scratch)?;
         let home = fresh_dir(&rd.dir, HOME, &rd.home)?;
         if who.switch {
             // As root: the scratch is a tmpfs of the run's disk size, so a
-            // program that fills it never fills the host's disk. The path
-            // is root's all the way down: nobody else can swap a part of it.
+            // program that fills it never fills the host's disk. Mounted on
+            // the folder just made, through its descriptor (no path lookup).
             let inodes = (disk_bytes / 4096).clamp(1024, 65536);
             let opts = format!("size={disk_bytes},nr_inodes={inodes},mode=0700,uid={},gid={}", who.uid, who.gid);
+            let on = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&scratch)));
             mount(
                 Some("sandbench-peer"),
-                &rd.scratch,
+                &on,
                 Some("tmpfs"),
                 MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
                 Some(opts.as_str()),
             )
             .with_context(|| format!("cannot mount the scratch tmpfs on {}", rd.scratch.display()))?;
             rd.tmpfs = true;
+            drop(scratch);
             fchown(&home, Some(Uid::from_raw(who.uid)), Some(Gid::from_raw(who.gid))).context("chown home")?;
             let (passwd, group) = etc_files(who, &rd.home)?;
             fresh_file(&rd.dir, PASSWD, passwd.as_bytes(), None, 0o644)?;
