@@ -421,18 +421,7 @@ pub fn esc(s: &str) -> String {
 
 /// A block of untrusted output (kept lines), inert and escaped.
 pub fn esc_block(s: &str) -> String {
-    let v = crate::sanitize::visible_controls(s.as_bytes());
-    let v: String = v
-        .chars()
-        .map(|c| {
-            if crate::sanitize::is_invisible_format(c) || matches!(c, '\u{2028}' | '\u{2029}') {
-                format!("<U+{:04X}>", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
-    html_escape(&v)
+    html_escape(&crate::sanitize::visible_controls(s.as_bytes()))
 }
 
 fn fmt_num(v: f64, dp: usize) -> String {

@@ -240,7 +240,7 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
         Ok(TierKind::Gvisor) => Ok(Arc::new(docker::DockerTier::gvisor(config))),
         Ok(TierKind::E2b) => Ok(Arc::new(e2b::E2bTier::new(config))),
         Ok(TierKind::Microvm) => Ok(Arc::new(microvm::MicrovmTier::new(config))),
-        Err(_) => match peer::by_name(name, &config.host).map_err(|e| anyhow::anyhow!(e))? {
+        Err(_) => match peer::by_name(name, config).map_err(|e| anyhow::anyhow!(e))? {
             Some(t) => Ok(t),
             None => anyhow::bail!("unknown tier '{name}' (known: {})", known_names().join(", ")),
         },

@@ -172,18 +172,12 @@ async fn docker(config: &Config, runtime: Option<&str>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Install every peer's tool (apt, pip, npm: the profile's `install` line)
-/// and the account peers run as. Installed tools are left alone.
+/// Install every peer's tool (apt, pip, npm: the profile's `install` line).
+/// Installed tools are left alone. No account is made: as root, each peer
+/// run gets a uid of its own from the process tier's range.
 async fn setup_peers() -> anyhow::Result<i32> {
     use crate::tier::peer;
     let root = nix::unistd::geteuid().is_root();
-    if root {
-        match peer::ensure_user() {
-            Ok(true) => eprintln!("✓ user      created {} (peers run as it)", peer::PEER_USER),
-            Ok(false) => eprintln!("✓ user      {} exists", peer::PEER_USER),
-            Err(e) => anyhow::bail!("{e}"),
-        }
-    }
     let entries = peer::entries().map_err(usage)?;
     let mut apt_updated = false;
     let mut failed = vec![];

@@ -149,6 +149,32 @@ fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
     assert!(!log.contains(SECRET));
 }
 
+/// The gauntlet's invisible forgery through `run_code`: the reply's text and
+/// its structured output show every invisible, bidi and tag character by
+/// name, so neither a person nor a model reads a forged verdict or a hidden
+/// instruction in it.
+#[sandbench_testkit::test(needs = ["mcp"])]
+fn mcp_replies_show_invisible_and_bidi_characters_by_name() {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let code = std::fs::read_to_string(common::samples_dir().join("hostile/invisible_forgery.py")).unwrap();
+    let out = drive(&home, &py, json!([call("run_code", json!({"language": "python", "code": code}))]), &[]);
+    let run = &out[0];
+    assert_eq!(run["structured"]["outcome"], "ok", "{run}");
+    let text = run["text"].as_str().unwrap();
+    assert!(text.starts_with("outcome: ok\n"), "{text}");
+    for shown in ["<U+2028>", "<U+2029>", "<U+202E>", "<U+2066>", "<U+200B>", "<U+FEFF>", "<U+E0020>", "<U+E0155>"] {
+        assert!(text.contains(shown), "{shown} is not in the reply's text: {text}");
+        assert!(run["structured"]["stdout"].as_str().unwrap().contains(shown), "{shown}: {run}");
+    }
+    assert!(run["structured"]["stderr"].as_str().unwrap().contains("<U+202E>"), "{run}");
+    // Nowhere in the whole reply (JSON escapes only C0 controls).
+    let all = run.to_string();
+    let raw: Vec<String> =
+        all.chars().filter(|c| sandbench::sanitize::is_hidden(*c)).map(|c| format!("U+{:04X}", c as u32)).collect();
+    assert!(raw.is_empty(), "raw hidden characters in the reply: {raw:?}");
+}
+
 #[sandbench_testkit::test(needs = ["mcp"])]
 fn mcp_memory_bomb_is_a_violation_with_its_time() {
     let Some(py) = sdk_python() else { return };
