@@ -27,6 +27,7 @@ pub mod runner;
 pub mod samples;
 pub mod sanitize;
 pub mod session;
+pub mod session_files;
 pub mod setup;
 pub mod share;
 pub mod soak;
