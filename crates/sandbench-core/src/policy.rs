@@ -406,6 +406,22 @@ mod tests {
     }
 
     #[test]
+    fn bounds_that_could_admit_nothing_are_refused_at_start() {
+        let b = |runs, memory, pids| Bounds {
+            max_runs: runs,
+            max_runs_per_client: 1,
+            max_queue: 4,
+            budget_memory: memory,
+            budget_pids: pids,
+        };
+        assert!(policy().with_bounds(b(2, 1 << 30, 100)).is_ok());
+        assert!(policy().with_bounds(b(0, 1 << 30, 100)).unwrap_err().contains("--max-runs"));
+        let e = policy().with_bounds(b(2, 100 << 20, 100)).unwrap_err();
+        assert!(e.contains("--budget-memory 100M is below the default memory limit 256M"), "{e}");
+        assert!(policy().with_bounds(b(2, 1 << 30, 10)).unwrap_err().contains("--budget-pids 10"));
+    }
+
+    #[test]
     fn the_base_never_exceeds_the_ceiling() {
         let base = Limits { memory_bytes: 1 << 30, ..Default::default() };
         let ceiling = Limits { memory_bytes: 64 << 20, ..Default::default() };
