@@ -13,9 +13,9 @@
 //! client's limit lets later calls of other clients pass; one waiting for a
 //! server-wide share (a slot, memory, pids) keeps everything behind it
 //! waiting, so a large request is never starved by a stream of small ones.
-//! The queue is bounded, and so is what one client may have waiting: a call
-//! beyond either is refused at once, with the limit and the flag that
-//! raises it in the message.
+//! The queue is bounded, and so is what one client may have waiting (as
+//! many as it may run, or half the queue): a call beyond either is refused
+//! at once, with the limit and the flag that raises it in the message.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -135,11 +135,12 @@ impl Admission {
             self.prune(&mut st);
             let c = st.clients.get(&client).copied().unwrap_or_default();
             let b = &self.bounds;
-            if c.waiting >= b.max_runs_per_client {
+            if c.waiting >= self.max_waiting_per_client() {
                 return Err(format!(
                     "this client already has {} run(s) in flight and {} waiting, the most one client may have \
-                     (the operator sets it with sandbench mcp --max-runs-per-client {}); wait for one to finish",
-                    c.running, c.waiting, b.max_runs_per_client
+                     (sandbench mcp --max-runs-per-client {} in flight, and as many waiting or half of \
+                     --max-queue {}); wait for one to finish",
+                    c.running, c.waiting, b.max_runs_per_client, b.max_queue
                 ));
             }
             let ahead = !st.queue.is_empty();
@@ -191,6 +192,12 @@ impl Admission {
             ));
         }
         Ok(self.take(&mut st, client, Kind::Session, need))
+    }
+
+    /// What one client may have waiting: as many as it may run, or half
+    /// the queue, so that one client never fills the queue alone.
+    fn max_waiting_per_client(&self) -> usize {
+        self.bounds.max_runs_per_client.max(self.bounds.max_queue / 2)
     }
 
     fn never_fits(&self, need: Need) -> Result<(), String> {
@@ -351,7 +358,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_at_its_most_lets_other_clients_pass_and_may_queue_only_as_many() {
-        let a = Admission::new(bounds(3, 1, 10, 1 << 40), 4);
+        let a = Admission::new(bounds(3, 1, 2, 1 << 40), 4);
         let p1 = a.run(1, need(M)).await.unwrap();
         let mut w1 = Box::pin(a.run(1, need(M)));
         assert!(ready(&mut w1).await.is_none(), "client 1 is at its most");

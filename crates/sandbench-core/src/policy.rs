@@ -78,7 +78,7 @@ pub struct Bounds {
     /// Runs in flight, all clients together.
     pub max_runs: usize,
     /// Runs one client (a stdio connection, an MCP session over HTTP) may
-    /// have in flight; it may have as many more waiting.
+    /// have in flight; it may have as many more waiting, or half the queue.
     pub max_runs_per_client: usize,
     /// Calls waiting for a slot, all clients together; one more is refused.
     pub max_queue: usize,
