@@ -26,6 +26,7 @@ mod e2b_dialect;
 mod e2b_lifecycle;
 mod egress;
 mod gauntlet;
+mod mcp_bounds;
 mod mcp_stdio;
 mod microvm_protocol;
 mod microvm_tier;
