@@ -27,6 +27,7 @@ mod e2b_lifecycle;
 mod egress;
 mod gauntlet;
 mod mcp_bounds;
+mod mcp_files;
 mod mcp_http_auth;
 mod mcp_stdio;
 mod microvm_protocol;
