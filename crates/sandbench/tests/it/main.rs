@@ -30,6 +30,7 @@ mod mcp_bounds;
 mod mcp_files;
 mod mcp_http_auth;
 mod mcp_stdio;
+mod mcp_stream;
 mod microvm_protocol;
 mod microvm_tier;
 mod peers;
