@@ -31,6 +31,7 @@ mod mcp_files;
 mod mcp_http_auth;
 mod mcp_stdio;
 mod mcp_stream;
+mod mcp_ts;
 mod microvm_protocol;
 mod microvm_tier;
 mod peers;
