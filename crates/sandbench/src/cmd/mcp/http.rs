@@ -8,9 +8,9 @@
 //!   default with validation enforced: a request carrying any `Origin` not
 //!   listed with `--allow-origin` gets 403, as the MCP transport requires).
 //! - Every request must carry `Authorization: Bearer TOKEN` (`token.rs`).
-//!   A request without a valid token is still shown to rmcp's Host/Origin
-//!   checks first — as a bodiless `OPTIONS` that rmcp answers 405 when
-//!   they pass — so a foreign page gets 403 either way, and 401 otherwise.
+//!   rmcp's Host/Origin checks are asked first — with a bodiless `OPTIONS`
+//!   that rmcp answers 405 when they pass — so a foreign page gets 403
+//!   whatever it sends, before its token or body is looked at; 401 follows.
 //! - An MCP session belongs to the token that opened it: a request naming
 //!   another token's `Mcp-Session-Id` gets 404, as if it did not exist; the
 //!   tools bind sandbench's own sessions to the MCP session, so to the token.
@@ -168,9 +168,21 @@ impl Front {
         if req.uri().path() != "/mcp" {
             return text(StatusCode::NOT_FOUND, "Not Found: this server's MCP endpoint is /mcp");
         }
+        // rmcp's Host/Origin verdict first, before the token and before any
+        // body is read: a foreign page gets 403 whatever else it sends.
+        if let Some(refused) = self.host_and_origin(&req).await {
+            return refused;
+        }
         let auth = req.headers().get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes);
         let Some(who) = self.tokens.check(auth).map(Principal) else {
-            return self.unauthorized(&req).await;
+            let mut r = text(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized: this MCP server needs Authorization: Bearer TOKEN (the token file's path is on the \
+                 server's stderr; see the README's MCP section)",
+            );
+            r.headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"sandbench\""));
+            return r;
         };
         let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
         if let Some(id) = &session {
@@ -238,28 +250,23 @@ impl Front {
         Response::from_parts(head, Out::Mcp(Watched { inner: body, gone: Some(gone.drop_guard()) }))
     }
 
-    /// 401, unless rmcp's own Host/Origin checks refuse the request first.
-    async fn unauthorized(&self, req: &Request<Incoming>) -> Reply {
+    /// rmcp's own Host and Origin checks (its `StreamableHttpServerConfig`),
+    /// asked with a bodiless `OPTIONS` of the request's `Host` and `Origin`,
+    /// which rmcp answers 405 when they pass: its 403 (or 400) when not.
+    async fn host_and_origin(&self, req: &Request<Incoming>) -> Option<Reply> {
         let mut probe = Request::builder().method(Method::OPTIONS).uri(req.uri().clone());
         for name in [http::header::HOST, http::header::ORIGIN] {
             for v in req.headers().get_all(&name) {
                 probe = probe.header(&name, v);
             }
         }
-        if let Ok(probe) = probe.body(Out::Text(None)) {
-            let verdict = self.mcp.handle(probe).await;
-            if matches!(verdict.status(), StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST) {
-                let (head, body) = verdict.into_parts();
-                return Response::from_parts(head, Out::Mcp(Watched { inner: body, gone: None }));
-            }
+        let probe = probe.body(Out::Text(None)).ok()?;
+        let verdict = self.mcp.handle(probe).await;
+        if !matches!(verdict.status(), StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST) {
+            return None;
         }
-        let mut r = text(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized: this MCP server needs Authorization: Bearer TOKEN (the token file's path is on the \
-             server's stderr; see the README's MCP section)",
-        );
-        r.headers_mut().insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"sandbench\""));
-        r
+        let (head, body) = verdict.into_parts();
+        Some(Response::from_parts(head, Out::Mcp(Watched { inner: body, gone: None })))
     }
 }
 
