@@ -30,9 +30,27 @@ pub enum Update {
 pub struct RunHandle {
     pub events: mpsc::Receiver<Update>,
     cancel: CancellationToken,
+    teardowns: Arc<crate::tier::background::Scope>,
+}
+
+/// Resolves once a run's sandbox is gone (see [`RunHandle::torn_down`]).
+pub struct TornDown(Arc<crate::tier::background::Scope>);
+
+impl TornDown {
+    pub async fn wait(self) {
+        self.0.wait().await
+    }
 }
 
 impl RunHandle {
+    /// What to wait on, once the report is in, until everything of the run
+    /// is gone: the report is final when the program has exited and its
+    /// output is drained, while some tiers remove the sandbox itself (the
+    /// helper and its cgroup, a container, a guest) in the background.
+    pub fn torn_down(&self) -> TornDown {
+        TornDown(self.teardowns.clone())
+    }
+
     pub fn cancel(&self) {
         self.cancel.cancel();
     }
@@ -100,8 +118,9 @@ pub fn start_keeping(tier: Arc<dyn Tier>, spec: RunSpec, keep: usize) -> RunHand
 pub(crate) fn start_target(target: Arc<dyn Target>, spec: RunSpec, keep: usize) -> RunHandle {
     let (out_tx, out_rx) = mpsc::channel(128);
     let cancel = CancellationToken::new();
-    tokio::spawn(drive(target, spec, out_tx, cancel.clone(), keep));
-    RunHandle { events: out_rx, cancel }
+    let teardowns = Arc::new(crate::tier::background::Scope::default());
+    tokio::spawn(drive(target, spec, out_tx, cancel.clone(), keep, teardowns.clone()));
+    RunHandle { events: out_rx, cancel, teardowns }
 }
 
 /// Run to the end and return the report (no live events).
@@ -182,6 +201,7 @@ async fn drive(
     out: mpsc::Sender<Update>,
     cancel: CancellationToken,
     keep: usize,
+    teardowns: Arc<crate::tier::background::Scope>,
 ) {
     let started = Instant::now();
     let ms = move || started.elapsed().as_secs_f64() * 1000.0;
@@ -203,7 +223,7 @@ async fn drive(
     let label = spec.label.clone();
     let task = {
         let tier = tier.clone();
-        tokio::spawn(async move { tier.run(spec, ctx).await })
+        tokio::spawn(crate::tier::background::scoped(teardowns, async move { tier.run(spec, ctx).await }))
     };
 
     let mut f = Fold {

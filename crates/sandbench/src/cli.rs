@@ -44,7 +44,7 @@ pub enum Command {
     #[command(hide = true)]
     BenchUi(BenchUiArgs),
     /// Serve the tiers to agents over the Model Context Protocol (stdio; --http for loopback HTTP).
-    Mcp(McpArgs),
+    Mcp(Box<McpArgs>),
     /// Print the run log (every run of every front end), filtered.
     Log(LogArgs),
     /// Get a tier ready on this machine: images, runtimes, guest kernels. Idempotent.
@@ -392,6 +392,31 @@ pub struct McpArgs {
     /// A session's lifetime cap, and the longest a client may ask for (default 30m).
     #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
     pub session_life: Option<Duration>,
+    /// Runs in flight at once, all clients together (one-shot runs and calls in sessions; default 4).
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub max_runs: Option<u64>,
+    /// Runs one client may have in flight at once (default 2); as many more, or half the queue, may wait.
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub max_runs_per_client: Option<u64>,
+    /// Calls waiting for a slot, all clients together; one more is refused (default 16).
+    #[arg(long, value_name = "N")]
+    pub max_queue: Option<usize>,
+    /// Memory limits of everything in flight (runs and open sessions) together (default: half the host's memory).
+    #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
+    pub budget_memory: Option<u64>,
+    /// Pids limits of everything in flight together (default 2048).
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub budget_pids: Option<u64>,
+    /// HTTP: the bearer tokens clients must send, one per line, in a file only you can read
+    /// (default: a fresh token, written to a private file named on stderr).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// HTTP: a browser origin allowed to call (e.g. http://localhost:6274); repeatable. Default: none.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// HTTP: MCP sessions at once (default 16).
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub max_http_sessions: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,7 @@ mod support {
     pub mod harness;
     pub mod hidden;
     pub mod http;
+    pub mod mcp;
 }
 
 mod agent_cli;
@@ -26,7 +27,12 @@ mod e2b_lifecycle;
 mod egress;
 mod gauntlet;
 mod host_inodes;
+mod mcp_bounds;
+mod mcp_files;
+mod mcp_http_auth;
 mod mcp_stdio;
+mod mcp_stream;
+mod mcp_ts;
 mod microvm_protocol;
 mod microvm_tier;
 mod peers;
