@@ -248,23 +248,11 @@ pub struct Sandbench {
 }
 
 /// The program's bytes as multi-line text for a reply's text block or a
-/// notification: controls made visible (newlines and tabs kept), and the
-/// characters that reorder or hide text too (a file's content could
-/// otherwise forge what surrounds it on the client's screen).
+/// notification: every hidden character (controls, and the ones that reorder
+/// or hide text) shown by name, newlines and tabs kept — the one shared
+/// inert-text function.
 pub fn inert_text(bytes: &[u8]) -> String {
-    let text = sanitize::visible_controls(bytes);
-    if !text.chars().any(|c| sanitize::is_invisible_format(c) || matches!(c, '\u{2028}' | '\u{2029}')) {
-        return text;
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if sanitize::is_invisible_format(c) || matches!(c, '\u{2028}' | '\u{2029}') {
-            out.push_str(&format!("<U+{:04X}>", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    sanitize::visible_controls(bytes)
 }
 
 fn bad(msg: impl Into<String>) -> ErrorData {
