@@ -339,8 +339,10 @@ class Sampler:
 #   of both mounts while its files are still held;
 # - a guard: a seccomp filter in the program makes every call that can free
 #   scratch space (unlink, rmdir, rename, truncate, an open with O_TRUNC, a
-#   punched hole) wait until this agent has drained the watch and checked the
-#   mounts (SECCOMP_RET_USER_NOTIF), then go on unchanged.
+#   punched hole, madvise(MADV_REMOVE)) wait until this agent has drained the
+#   watch and checked the mounts (SECCOMP_RET_USER_NOTIF), then go on
+#   unchanged, and refuses io_uring, xattrs and other ABIs, which would free
+#   space where the guard cannot look (guest/scratch_guard.py).
 FAN_MODIFY = 0x2
 FAN_Q_OVERFLOW = 0x4000
 FAN_INIT = 0x1 | 0x2 | 0x10  # FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE (class notif)

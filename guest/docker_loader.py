@@ -108,9 +108,9 @@ def _seccomp():
 
 # The scratch guard (issue 10, item 8; see src/highwater.rs): calls that
 # can free scratch space (unlink, rmdir, rename, truncate, an open with
-# O_TRUNC, a punched hole) wait until sandbench, on the host, has drained its
-# fanotify watch of the scratch mounts and checked them, then go on
-# unchanged. Installed only when the host says it will answer (a local
+# O_TRUNC, a punched hole, madvise(MADV_REMOVE)) wait until sandbench, on the
+# host, has drained its fanotify watch of the scratch mounts and checked
+# them, then go on unchanged; io_uring, xattrs and other ABIs are refused. Installed only when the host says it will answer (a local
 # engine, sandbench as root): nobody else would, and the calls would wait.
 # The filter is guest/scratch_guard.py's (prepended, as the relay is).
 def _guard():
