@@ -524,6 +524,12 @@ def child(spec, out_w, err_w, guard_w):
         os.umask(0o022)
         env = dict((str(k), str(v)) for k, v in spec["env"])
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # sandbench's filter for the program (guest/program_filter.py, the
+        # docker loader's too): the guest kernel keeps the program from this
+        # agent, which holds the host's channel; this keeps that kernel's
+        # surface small (io_uring, namespaces, keyrings, bpf, other ABIs,
+        # socket families other than unix, inet, inet6, netlink route).
+        install_program_filter(_libc())
         # The guard last: from here on the agent must answer for every
         # guarded call; its listener goes to the agent, nothing stays here.
         import _socket
