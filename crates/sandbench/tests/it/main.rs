@@ -12,6 +12,7 @@ mod support {
     pub mod harness;
     pub mod hidden;
     pub mod http;
+    pub mod parity;
 }
 
 mod agent_cli;

@@ -428,3 +428,13 @@ fn microvm_every_way_of_hiding_a_limit_hit_is_seen() {
     }
     crate::support::hidden::check_tier("microvm", &[]);
 }
+
+/// The agent's filter for the program (the docker loader's) refuses socket
+/// families other than unix, inet, inet6 and netlink route in the guest
+/// too (issue 21, item 4).
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_refuses_socket_families_it_does_not_need() {
+    if crate::support::docker_common::tier_ready("microvm") {
+        crate::support::parity::socket_families("microvm");
+    }
+}

@@ -477,3 +477,11 @@ for t in ts:
     assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
     assert!(r.violations.iter().any(|v| v.kind == sandbench::event::ViolationKind::Memory), "{:?}", r.violations);
 }
+
+/// Socket families other than unix (socketpair), inet, inet6 and netlink
+/// route are refused (issue 21, item 4: a "no network" program bound host
+/// vsock ports).
+#[sandbench_testkit::test]
+fn process_refuses_socket_families_it_does_not_need() {
+    crate::support::parity::socket_families("process");
+}
