@@ -326,6 +326,9 @@ class Sampler:
             "memory_bytes": mem,
             "pids": pids,
             "oom_kills": keyed(RUN_CG + "/memory.events", "oom_kill") - b.get("oom_kills", 0),
+            # Times usage reached memory.max (reclaim, a refused charge or an
+            # OOM kill followed): a limit hit even when nothing was killed.
+            "memory_max_events": keyed(RUN_CG + "/memory.events", "max") - b.get("memory_max_events", 0),
             "pids_max_events": keyed(RUN_CG + "/pids.events", "max") - b.get("pids_max_events", 0),
         }
 
@@ -509,7 +512,12 @@ def child(spec, out_w, err_w, guard_w):
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         resource.setrlimit(resource.RLIMIT_NOFILE, (int(lim["open_files"]),) * 2)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
+        if not spec.get("memory_by_cgroup"):
+            # Only without the cgroup's memory.max: RLIMIT_DATA limits
+            # virtual size, which refused a program's 40th thread (stacks)
+            # under 256M while it used a few MiB, and its refusals are
+            # counted nowhere. Resident memory is what the limit means.
+            resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
@@ -629,6 +637,12 @@ def run(port, spec):
                 f.write(bytes.fromhex(seed))
         except (OSError, ValueError):
             pass
+    # The memory limit is the cgroup's memory.max (resident memory) when it
+    # holds; RLIMIT_DATA stands in only when it does not.
+    want = int(spec["limits"].get("memory_bytes", 0))
+    spec["memory_by_cgroup"] = want > 0 and number(RUN_CG + "/memory.max") == want
+    if not spec["memory_by_cgroup"]:
+        notes.append("the guest cgroup does not hold the memory limit: RLIMIT_DATA (virtual size) stands in for it")
     for n in notes:
         port.send(T_LOG, n)
     if spec.get("net_port"):
@@ -751,6 +765,7 @@ def run(port, spec):
         "memory_peak": sampler.peak_mem or None,
         "pids_peak": sampler.peak_pids or None,
         "oom_kills": last.get("oom_kills", 0),
+        "memory_max_events": last.get("memory_max_events", 0),
         "pids_max_events": last.get("pids_max_events", 0),
         "cpu_killed": cpu_killed,
     }

@@ -53,6 +53,8 @@ pub struct GuestUsage {
     pub memory_bytes: Option<u64>,
     pub pids: Option<u64>,
     pub oom_kills: Option<u64>,
+    /// Times usage reached the cgroup's memory.max (`memory.events` max).
+    pub memory_max_events: Option<u64>,
     pub pids_max_events: Option<u64>,
 }
 
@@ -66,6 +68,7 @@ pub struct GuestExit {
     pub memory_peak: Option<u64>,
     pub pids_peak: Option<u64>,
     pub oom_kills: Option<u64>,
+    pub memory_max_events: Option<u64>,
     pub pids_max_events: Option<u64>,
     pub cpu_killed: bool,
     /// A scratch file at the file-size limit (bounded guest-side scan).
