@@ -438,3 +438,14 @@ fn microvm_refuses_socket_families_it_does_not_need() {
         crate::support::parity::socket_families("microvm");
     }
 }
+
+/// The memory limit is the guest cgroup's memory.max, resident memory: 64
+/// threads under 256M run (RLIMIT_DATA = limit + 64 MiB refused the 40th
+/// and the report said ok), 300M resident under 256M is a memory
+/// violation (issue 21, item 8).
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_memory_limit_is_resident_memory() {
+    if crate::support::docker_common::tier_ready("microvm") {
+        crate::support::parity::memory_is_resident("microvm", |_| {});
+    }
+}

@@ -47,3 +47,41 @@ pub fn socket_families(tier: &str) {
         assert!(r.stdout.contains(need), "{tier}: {need:?} missing (the sample did not run through?):\n{}", r.stdout);
     }
 }
+
+/// What the memory limit means (issue 21, item 8): resident memory. 64
+/// threads of a small program reserve far more address space (their
+/// stacks) than 256M while using a few MiB: `ok`, all 64 started, nothing
+/// refused. A 300M resident allocation under 256M is a memory violation.
+/// `first` sees the threads' report before it is judged (a tier whose
+/// limit cannot be resident memory here says so there).
+pub fn memory_is_resident(tier: &str, first: impl Fn(&RunReport)) {
+    let net = OuterNet::new();
+    let code = r#"
+import threading
+ev = threading.Event()
+ts = []
+try:
+    for _ in range(64):
+        t = threading.Thread(target=ev.wait)
+        t.start()
+        ts.append(t)
+except RuntimeError as e:
+    print("refused after", len(ts), "threads:", e)
+print("started", len(ts))
+ev.set()
+for t in ts:
+    t.join()
+"#;
+    let r = run_code(&net, tier, code, &["--memory", "256M", "--pids", "128", "--timeout", "60s", "--cpu", "30s"]);
+    first(&r);
+    assert_eq!(r.outcome, Outcome::Ok, "{tier}: {} {:?}\n{}\n{}", r.summary_line(), r.violations, r.stdout, r.stderr);
+    assert!(r.stdout.contains("started 64"), "{tier}: {}", r.stdout);
+    let code = "b = bytearray(300 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('alive')\n";
+    let r = run_code(&net, tier, code, &["--memory", "256M", "--timeout", "60s", "--cpu", "30s"]);
+    assert_eq!(r.outcome, Outcome::Violation, "{tier}: {}\n{}", r.summary_line(), r.stderr);
+    assert!(
+        r.violations.iter().any(|v| v.kind == sandbench::event::ViolationKind::Memory),
+        "{tier}: {:?}",
+        r.violations
+    );
+}
