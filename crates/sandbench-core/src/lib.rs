@@ -28,6 +28,7 @@ pub mod sanitize;
 pub mod session;
 pub mod setup;
 pub mod share;
+pub mod slowdown;
 pub mod soak;
 pub mod spec;
 pub mod state;

@@ -5,7 +5,9 @@
 //! bytes produced by programs whose output size is known in advance, the
 //! host's `/bin/true` latency while it ran, and what the run left behind
 //! (cgroups, containers, QEMU processes, run folders carrying this process's
-//! owner token), which must be nothing.
+//! owner token), which must be nothing. Each tier's limits are scaled by its
+//! measured slowdown against the host (`slowdown`), so that a sample meets
+//! the limit it declares and not one written for a faster CPU.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,11 @@ pub struct TierSoak {
     pub runs: usize,
     pub mismatches: usize,
     pub errors: usize,
+    /// Its measured slowdown against the host, and the scale its limits got.
+    pub slowdown: crate::slowdown::Slowdown,
+    /// The CPU and wall limits its runs had (ms).
+    pub cpu_time_ms: u64,
+    pub wall_time_ms: u64,
 }
 
 /// Bytes of programs that print a known amount (single large write, many
@@ -177,12 +184,28 @@ pub async fn run(
     let host = Arc::new(Mutex::new(vec![]));
     let prober = probe_host(stop_probe.clone(), host.clone());
 
+    // Every tier at once, as the soak will run them: each measure sees a
+    // loaded host, as the runs will.
+    let slow = futures_util::future::join_all(tiers.iter().map(|t| crate::slowdown::measure(t.clone()))).await;
+    let limits: Vec<Limits> = slow.iter().map(|s| s.scaled(&cfg.limits)).collect();
+    let mut per_tier: Vec<TierSoak> = tiers
+        .iter()
+        .zip(&slow)
+        .zip(&limits)
+        .map(|((t, s), l)| TierSoak {
+            tier: t.name().to_string(),
+            slowdown: s.clone(),
+            cpu_time_ms: l.cpu_time.as_millis() as u64,
+            wall_time_ms: l.wall_time.as_millis() as u64,
+            ..Default::default()
+        })
+        .collect();
+    let limits = Arc::new(limits);
+
     let started = Instant::now();
     let until = started + cfg.duration;
     let mut set = JoinSet::new();
     let mut next = 0usize;
-    let mut per_tier: Vec<TierSoak> =
-        tiers.iter().map(|t| TierSoak { tier: t.name().to_string(), ..Default::default() }).collect();
     let mut output = OutputCheck::default();
     let mut examples = vec![];
     let (mut runs, mut mismatches) = (0usize, 0usize);
@@ -192,7 +215,7 @@ pub async fn run(
             let (j, t) = slots[next % slots.len()];
             next += 1;
             let tier = tiers[t].clone();
-            let limits = cfg.limits.clone();
+            let limits = limits[t].clone();
             let (samples, outputs) = (samples.clone(), outputs.clone());
             let is_output = matches!(mix[j], Job::Output(_));
             let idx = match mix[j] {

@@ -274,6 +274,23 @@ pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
             t.tier, t.runs, t.mismatches, t.errors
         ));
     }
+    s.push_str(
+        "limits             scaled by each tier's measured slowdown (the same Python work, CPU ms, tier vs host)\n",
+    );
+    for t in &r.per_tier {
+        let d = &t.slowdown;
+        let measured = match &d.error {
+            Some(e) => format!("not measured ({})", crate::sanitize::inert_line(e, 120)),
+            None => format!("×{:.2} ({:.0} vs {:.0} ms)", d.factor, d.tier_cpu_ms, d.host_cpu_ms),
+        };
+        s.push_str(&format!(
+            "  {:<10} {measured}: cpu {:.1} s, wall {:.1} s{}\n",
+            t.tier,
+            t.cpu_time_ms as f64 / 1000.0,
+            t.wall_time_ms as f64 / 1000.0,
+            if d.scale > 1.0 { "" } else { " (as written)" }
+        ));
+    }
     for m in &r.mismatch_examples {
         s.push_str(&format!("  ✗ {m}\n"));
     }
