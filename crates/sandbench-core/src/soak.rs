@@ -182,7 +182,7 @@ enum Job {
 /// What a slot of the soak finished.
 enum Done {
     /// A cell: its tier, the output program it ran (if one), the cell.
-    Cell(usize, Option<usize>, gauntlet::Cell),
+    Cell(usize, Option<usize>, Box<gauntlet::Cell>),
     /// A measure of a tier's slowdown.
     Measured(usize, Result<crate::slowdown::Round, String>),
 }
@@ -255,7 +255,7 @@ pub async fn run(
             set.spawn(async move {
                 let sample = if is_output { &outputs[idx].sample } else { &samples[idx] };
                 let cell = gauntlet::run_cell(tier, sample, &limits).await;
-                Done::Cell(t, is_output.then_some(idx), cell)
+                Done::Cell(t, is_output.then_some(idx), Box::new(cell))
             });
         }
         if set.is_empty() {
