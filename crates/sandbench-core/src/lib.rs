@@ -30,6 +30,7 @@ pub mod session;
 pub mod session_files;
 pub mod setup;
 pub mod share;
+pub mod slowdown;
 pub mod soak;
 pub mod spec;
 pub mod state;

@@ -228,6 +228,8 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
     };
     let expect = sample.expect_for(tier);
     let mismatch = match (&verdict, expect) {
+        // A peer's known hole, declared: shown as ESCAPED, as declared.
+        (Verdict::Escaped { .. }, Some(e)) if e.escapes => None,
         (Verdict::Escaped { what }, _) => Some(format!("escaped: {}", what.join("; "))),
         (Verdict::Error { why }, _) => Some(format!("error: {why}")),
         (_, None) => Some(format!("the sample declares no expectation for {tier}")),
@@ -387,6 +389,28 @@ mod tests {
     fn sample(name: &str) -> Sample {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/hostile").join(name);
         Sample::parse(&path, std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// A peer's declared hole is shown as ESCAPED and counts as declared;
+    /// the same escape anywhere it is not declared is a mismatch.
+    #[test]
+    fn a_declared_peer_escape_is_as_declared_and_only_there() {
+        let s = Sample::parse(
+            std::path::Path::new("hostile/x.py"),
+            "# expect: *=ok bwrap=escaped\n# escaped-if: \"OPENED\"\n".into(),
+        )
+        .unwrap();
+        let mut report = RunReport::failed("bwrap", "python", "x", "e");
+        report.outcome = Outcome::Ok;
+        report.error = None;
+        let found = || Findings { escapes: vec!["output shows a breach: \"OPENED\"".into()], ..Default::default() };
+        let peer = judge(&s, "bwrap", report.clone(), found());
+        assert!(matches!(peer.verdict, Verdict::Escaped { .. }) && peer.as_expected, "{:?}", peer.mismatch);
+        assert_eq!(peer.expected.as_deref(), Some("escaped"));
+        let other = judge(&s, "nsjail", report.clone(), found());
+        assert!(!other.as_expected, "an undeclared escape is a mismatch");
+        let stale = judge(&s, "bwrap", report, Findings::default());
+        assert!(!stale.as_expected, "a declared escape that did not happen is stale");
     }
 
     #[tokio::test]

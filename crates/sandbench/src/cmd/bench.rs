@@ -274,6 +274,30 @@ pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
             t.tier, t.runs, t.mismatches, t.errors
         ));
     }
+    s.push_str("limits             scaled by each tier's measured slowdown: the same Python work, tier CPU and running time vs host CPU\n");
+    for t in &r.per_tier {
+        let d = &t.slowdown;
+        let range = |r: [u64; 2]| {
+            if r[0] == r[1] {
+                format!("{:.1} s", r[0] as f64 / 1000.0)
+            } else {
+                format!("{:.1}-{:.1} s", r[0] as f64 / 1000.0, r[1] as f64 / 1000.0)
+            }
+        };
+        let measured = match &d.error {
+            Some(e) => format!("not measured ({})", crate::sanitize::inert_line(e, 120)),
+            None => format!(
+                "cpu ×{:.2}, wall ×{:.2} ({:.0} ms CPU, {:.0} ms running vs {:.0} ms; {} round(s))",
+                d.factor, d.wall_factor, d.tier_cpu_ms, d.tier_wall_ms, d.host_cpu_ms, d.rounds
+            ),
+        };
+        s.push_str(&format!(
+            "  {:<10} {measured}: cpu limit {}, wall limit {}\n",
+            t.tier,
+            range(t.cpu_time_ms),
+            range(t.wall_time_ms)
+        ));
+    }
     for m in &r.mismatch_examples {
         s.push_str(&format!("  ✗ {m}\n"));
     }

@@ -13,6 +13,7 @@ mod support {
     pub mod hidden;
     pub mod http;
     pub mod mcp;
+    pub mod parity;
 }
 
 mod agent_cli;

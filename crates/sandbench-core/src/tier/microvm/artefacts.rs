@@ -15,9 +15,10 @@ use crate::config::{self, MicrovmConfig};
 use crate::setup::{Progress, Step};
 
 pub const INIT: &str = include_str!("../../../../../guest/init");
-/// The guest agent, after the scratch guard's filter and the egress relay it
-/// uses (which define names only).
+/// The guest agent, after the program's filter, the scratch guard's filter
+/// and the egress relay it uses (which define names only).
 pub const AGENT: &str = concat!(
+    include_str!("../../../../../guest/program_filter.py"),
     include_str!("../../../../../guest/scratch_guard.py"),
     include_str!("../../../../../guest/egress_relay.py"),
     include_str!("../../../../../guest/agent.py")

@@ -508,7 +508,7 @@ impl MicrovmTier {
                     let counters = judge::Counters {
                         cpu_ms: u.cpu_ms,
                         oom_kills: u.oom_kills,
-                        memory_limit_hits: None,
+                        memory_limit_hits: u.memory_max_events,
                         pids_refused: u.pids_max_events,
                     };
                     judge.sample(ctx, &counters).await;
@@ -552,7 +552,7 @@ impl MicrovmTier {
                 // The agent kills at its CPU limit from this same counter.
                 cpu_ms,
                 oom_kills: x.oom_kills,
-                memory_limit_hits: None,
+                memory_limit_hits: x.memory_max_events,
                 pids_refused: x.pids_max_events,
             },
             rlimit_signals_trusted: false,

@@ -617,7 +617,11 @@ impl ProcessTier {
             }
             checks.push(Check::ok(
                 "seccomp",
-                format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len()),
+                format!(
+                    "{} syscalls denied, namespace clones refused, socket families other than {} refused",
+                    seccomp::DENIED.len(),
+                    seccomp::FAMILIES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                ),
             ));
             checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
             checks.push(Check::ok("warm", self.warm_check().await));
