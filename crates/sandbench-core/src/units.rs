@@ -4,17 +4,17 @@
 //! Limits keep their own, parseable syntax (`5s`, `256M`: `spec::format_*`);
 //! machine formats (JSON, CSV) keep raw numbers with the unit in the field name.
 
-/// A duration given in milliseconds: `0.42 ms`, `5.3 ms`, `17 ms`, `1.29 s`,
-/// `12.3 s`, `125 s`. Three significant figures at most; unknown (not a
+/// A duration given in milliseconds, to three significant figures: `0.42 ms`,
+/// `5.34 ms`, `17.5 ms`, `472 ms`, `1.29 s`, `12.3 s`, `125 s`. Unknown (not a
 /// finite, non-negative number) is `—`.
 pub fn duration_ms(ms: f64) -> String {
     if !ms.is_finite() || ms < 0.0 {
         return "—".into();
     }
     // Decide on the rounded value, so 999.6 ms reads "1.00 s", not "1000 ms".
-    if ms < 0.995 {
+    if ms < 9.995 {
         format!("{ms:.2} ms")
-    } else if ms < 9.95 {
+    } else if ms < 99.95 {
         format!("{ms:.1} ms")
     } else if ms < 999.5 {
         format!("{ms:.0} ms")
@@ -59,30 +59,33 @@ fn scaled(bytes: u64) -> (f64, usize) {
 }
 
 fn round_shown(v: f64) -> f64 {
-    if v < 99.95 {
-        (v * 10.0).round() / 10.0
-    } else {
+    if v >= 99.95 {
         v.round()
+    } else {
+        v
     }
 }
 
+/// Three significant figures (whole bytes as they are).
 fn number(v: f64, i: usize) -> String {
     if i == 0 || v >= 99.95 {
         format!("{v:.0}")
-    } else {
+    } else if v >= 9.995 {
         format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
     }
 }
 
-/// A size in bytes with a binary unit: `512 B`, `10.1 KiB`, `17.3 MiB`,
-/// `256 MiB`, `1.5 GiB`.
+/// A size in bytes with a binary unit, to three significant figures:
+/// `512 B`, `10.1 KiB`, `5.73 MiB`, `256 MiB`, `1.50 GiB`.
 pub fn size(bytes: u64) -> String {
     let (v, i) = scaled(bytes);
     format!("{} {}", number(v, i), UNITS[i].0)
 }
 
 /// The same figure for narrow panes, with the one-letter units of the limit
-/// syntax: `512B`, `10.1K`, `17.3M`, `256M`.
+/// syntax: `512B`, `10.1K`, `5.73M`, `256M`.
 pub fn size_short(bytes: u64) -> String {
     let (v, i) = scaled(bytes);
     format!("{}{}", number(v, i), UNITS[i].1)
@@ -102,9 +105,10 @@ mod tests {
         let cases = [
             (0.0, "0.00 ms"),
             (0.424, "0.42 ms"),
-            (5.34, "5.3 ms"),
-            (9.96, "10 ms"),
-            (17.5, "18 ms"),
+            (5.344, "5.34 ms"),
+            (9.996, "10.0 ms"),
+            (17.5, "17.5 ms"),
+            (99.96, "100 ms"),
             (999.4, "999 ms"),
             (999.6, "1.00 s"),
             (1292.9, "1.29 s"),
@@ -120,8 +124,8 @@ mod tests {
 
     #[test]
     fn bin_edges_a_step_apart_read_differently() {
-        let edges: Vec<String> = (0..5).map(|i| duration_ms_step(18.7 + i as f64 * 0.45, 0.45)).collect();
-        assert_eq!(edges, ["18.7 ms", "19.1 ms", "19.6 ms", "20.1 ms", "20.5 ms"]);
+        let edges: Vec<String> = (0..5).map(|i| duration_ms_step(118.7 + i as f64 * 0.45, 0.45)).collect();
+        assert_eq!(edges, ["118.7 ms", "119.2 ms", "119.6 ms", "120.0 ms", "120.5 ms"]);
         let mut dedup = edges.clone();
         dedup.dedup();
         assert_eq!(dedup, edges);
@@ -138,10 +142,10 @@ mod tests {
             (512, "512 B", "512B"),
             (10_342, "10.1 KiB", "10.1K"),
             (10_385 << 10, "10.1 MiB", "10.1M"),
-            (17_294 << 10, "16.9 MiB", "16.9M"),
+            (5_870 << 10, "5.73 MiB", "5.73M"),
             (256 << 20, "256 MiB", "256M"),
-            ((3 << 30) / 2, "1.5 GiB", "1.5G"),
-            ((1 << 20) - 1, "1.0 MiB", "1.0M"),
+            ((3 << 30) / 2, "1.50 GiB", "1.50G"),
+            ((1 << 20) - 1, "1.00 MiB", "1.00M"),
         ];
         for (b, long, short) in cases {
             assert_eq!((size(b).as_str(), size_short(b).as_str()), (long, short), "{b}");

@@ -5,7 +5,7 @@
 
 pub use sandbench_core::{
     agent, bench, compare, config, egress, event, gauntlet, host, http, judge, owner, policy, report, runlog, runner,
-    samples, sanitize, session, setup, share, soak, spec, state, stats, tier,
+    samples, sanitize, session, setup, share, soak, spec, state, stats, tier, units,
 };
 
 pub mod cli;
