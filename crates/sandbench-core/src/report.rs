@@ -144,16 +144,16 @@ impl RunReport {
         self.violations.iter().any(|v| v.kind == kind)
     }
 
-    /// One human line: "ok · exit code 0 · 25 ms".
+    /// One human line: "ok · exit code 0 · 25.3 ms total".
     pub fn summary_line(&self) -> String {
         let mut s = format!("{} · {}", self.outcome.name(), self.exit.describe());
         if let Some(e) = &self.error {
             s = format!("{} · {e}", self.outcome.name());
         }
         for v in &self.violations {
-            s.push_str(&format!(" · {} at {:.0} ms", v.kind.name(), v.at_ms));
+            s.push_str(&format!(" · {} at {}", v.kind.name(), crate::units::duration_ms(v.at_ms)));
         }
-        s.push_str(&format!(" · {:.1} ms total", self.timings_ms.total));
+        s.push_str(&format!(" · {} total", crate::units::duration_ms(self.timings_ms.total)));
         if let Some(k) = self.start() {
             s.push_str(&format!(" · {}", k.name()));
         }

@@ -51,7 +51,7 @@ fn opt_ms(v: Option<f64>) -> String {
 fn table(s: &mut String, contenders: &[bench::Stats]) {
     s.push_str(&format!(
         "{:<28} {:>9} {:>9} {:>9} {:>12}\n",
-        "contender", "exit p50", "exit p95", "mean", "1st byte p50"
+        "contender (ms)", "exit p50", "exit p95", "mean", "1st byte p50"
     ));
     for c in contenders {
         s.push_str(&format!(
@@ -157,7 +157,7 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
     );
     s.push_str(&format!(
         "{:<34} {:>6} {:>6} {:>8} {:>9} {:>9} {:>10} {:>14}\n",
-        "side", "runs", "errors", "runs/s", "p50 ms", "p99 ms", "CPU/run ms", "/bin/true p99"
+        "side", "runs", "errors", "runs/s", "p50 ms", "p99 ms", "CPU/run ms", "true p99 ms"
     ));
     for side in std::iter::once(&r.sandbench).chain(r.bare.iter()) {
         s.push_str(&format!(
@@ -182,7 +182,10 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
             }
         ));
     }
-    s.push_str(&format!("background teardown after the last report: {:.0} ms in all\n", r.teardown_after_ms));
+    s.push_str(&format!(
+        "background teardown after the last report: {} in all\n",
+        crate::units::duration_ms(r.teardown_after_ms)
+    ));
     let l = &r.leftovers;
     s.push_str(&format!(
         "leftovers {} (cgroups {}, containers {}, qemu {}, run folders {})\n",
@@ -255,7 +258,7 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
 }
 
 pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
-    let ms = |v: Option<f64>| v.map(|x| format!("{x:.1} ms")).unwrap_or_else(|| "-".into());
+    let ms = |v: Option<f64>| crate::units::or_dash(v, crate::units::duration_ms);
     let mut s = format!(
         "soak {:.0} s · {} in flight · tiers {}\n",
         r.duration_s,

@@ -67,18 +67,23 @@ fn footer(m: &Matrix, md: bool) -> String {
     if !m.latency.is_empty() {
         if md {
             out.push_str(
-                "\nBenign latency (start→exit, ms):\n\n| tier | start | p50 | p95 | runs |\n|---|---|---:|---:|---:|\n",
+                "\nBenign latency (start→exit):\n\n| tier | start | p50 | p95 | runs |\n|---|---|---:|---:|---:|\n",
             );
         } else {
-            out.push_str("\nbenign latency (start→exit, ms):\n");
+            out.push_str("\nbenign latency (start→exit):\n");
         }
+        let d = crate::units::duration_ms;
         for l in &m.latency {
             out.push_str(&if md {
-                format!("| {} | {} | {:.1} | {:.1} | {} |\n", l.tier, l.start, l.p50_ms, l.p95_ms, l.runs)
+                format!("| {} | {} | {} | {} | {} |\n", l.tier, l.start, d(l.p50_ms), d(l.p95_ms), l.runs)
             } else {
                 format!(
-                    "  {:<8} {:<8} p50 {:>8.1}  p95 {:>8.1}  ({} runs)\n",
-                    l.tier, l.start, l.p50_ms, l.p95_ms, l.runs
+                    "  {:<8} {:<8} p50 {:>8}  p95 {:>8}  ({} runs)\n",
+                    l.tier,
+                    l.start,
+                    d(l.p50_ms),
+                    d(l.p95_ms),
+                    l.runs
                 )
             });
         }
@@ -94,7 +99,7 @@ fn footer(m: &Matrix, md: bool) -> String {
                 .filter(|c| &c.tier == t)
                 .filter_map(|c| c.findings.host_latency_ms_max)
                 .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))?;
-            Some(format!("{t} {max:.1} ms"))
+            Some(format!("{t} {}", crate::units::duration_ms(max)))
         })
         .collect();
     if !lat.is_empty() {

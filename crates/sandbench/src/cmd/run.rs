@@ -11,7 +11,7 @@ use crate::event::{EventKind, Stream};
 use crate::report::{Outcome, RunReport};
 use crate::runner::Update;
 use crate::spec::{Language, RunSpec};
-use crate::{runner, sanitize, tier};
+use crate::{runner, sanitize, tier, units};
 
 use super::usage;
 
@@ -155,14 +155,14 @@ fn network_summary(r: &RunReport) -> String {
     for n in r.network.iter().take(10) {
         let line = match n.decision {
             Decision::Allowed => format!(
-                "allowed {} {}:{} → {} · {} up, {} down, {:.0} ms",
+                "allowed {} {}:{} → {} · {} up, {} down, {}",
                 n.method,
                 n.host,
                 n.port,
                 n.address.as_deref().unwrap_or("?"),
-                crate::spec::format_size(n.bytes_up),
-                crate::spec::format_size(n.bytes_down),
-                n.duration_ms
+                units::size(n.bytes_up),
+                units::size(n.bytes_down),
+                units::duration_ms(n.duration_ms)
             ),
             Decision::Denied => format!("denied  {} {}:{} — {}", n.method, n.host, n.port, n.detail),
         };
@@ -195,25 +195,25 @@ pub fn summary(r: &RunReport) -> String {
         s.push_str(&format!("DEGRADED  the sandbox lacked: {}\n", r.degraded.join("; ")));
     }
     for v in &r.violations {
-        s.push_str(&format!("violation {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+        s.push_str(&format!("violation {} at {}: {}\n", v.kind.name(), units::duration_ms(v.at_ms), v.detail));
     }
     if !r.limits.network.is_none() || !r.network.is_empty() {
         s.push_str(&network_summary(r));
     }
+    let d = units::duration_ms;
     s.push_str(&format!(
-        "time      setup {:.1} ms · run {:.1} ms · teardown {:.1} ms · total {:.1} ms{}\n",
-        t.setup,
-        t.run,
-        t.teardown,
-        t.total,
-        t.first_output.map(|f| format!(" · first output at {f:.1} ms")).unwrap_or_default()
+        "time      setup {} · run {} · teardown {} · total {}{}\n",
+        d(t.setup),
+        d(t.run),
+        d(t.teardown),
+        d(t.total),
+        t.first_output.map(|f| format!(" · first output at {}", d(f))).unwrap_or_default()
     ));
-    let opt = |v: Option<u64>, f: &dyn Fn(u64) -> String| v.map(f).unwrap_or_else(|| "unknown".into());
     s.push_str(&format!(
         "usage     cpu {} · peak memory {} · peak pids {}",
-        opt(u.cpu_ms, &|c| format!("{c} ms")),
-        opt(u.peak_memory_bytes, &|b| format!("{:.1} MiB", b as f64 / 1048576.0)),
-        opt(u.peak_pids, &|p| p.to_string()),
+        units::or_dash(u.cpu_ms, |c| d(c as f64)),
+        units::or_dash(u.peak_memory_bytes, units::size),
+        units::or_dash(u.peak_pids, |p| p.to_string()),
     ));
     if r.stdout_truncated || r.stderr_truncated {
         s.push_str("\noutput    truncated at the output limit");

@@ -184,7 +184,7 @@ fn repeated_compare_shows_a_histogram_per_tier_and_d_toggles_the_columns() {
     assert!(s.contains("process · 5 runs · p50"), "{s}");
     assert!(s.contains("docker · 5 runs · p50"), "{s}");
     assert!(s.contains("■"), "bars are drawn:\n{s}");
-    assert!(s.contains("   20 ms ["), "bins start at the fastest run:\n{s}");
+    assert!(s.contains(" 20.0 ms ["), "bins start at the fastest run:\n{s}");
     // d: back to the live columns, and again to the histograms.
     app.update(key(KeyCode::Char('d')));
     let cols = screen(&mut app, 120, 40);

@@ -126,8 +126,7 @@ impl DockerTier {
         };
         format!(
             "long-lived front ends keep {n} container(s) started ahead{}; [docker] pool_size bounds it",
-            each.map(|b| format!(", {} each while waiting (measured now)", crate::spec::format_size(b)))
-                .unwrap_or_default()
+            each.map(|b| format!(", {} each while waiting (measured now)", crate::units::size(b))).unwrap_or_default()
         )
     }
 
@@ -377,7 +376,7 @@ impl Tier for DockerTier {
         let ids = self.pool.get().map(|p| p.ready_ids()).unwrap_or_default();
         let bytes: u64 =
             ids.iter().filter_map(|id| Cgroup::find(id)).filter_map(|c| c.sample(true).usage.memory_bytes).sum();
-        let mem = if bytes > 0 { format!(" · {} resident", crate::spec::format_size(bytes)) } else { String::new() };
+        let mem = if bytes > 0 { format!(" · {} resident", crate::units::size(bytes)) } else { String::new() };
         Some(format!("{} of {} warm container(s) ready{mem}", ids.len(), self.cfg.pool_size))
     }
 
@@ -507,7 +506,10 @@ impl DockerTier {
             if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
                 checks.push(Check::ok(
                     "container",
-                    format!("a hardened container ran a trivial program in {:.0} ms", report.timings_ms.total),
+                    format!(
+                        "a hardened container ran a trivial program in {}",
+                        crate::units::duration_ms(report.timings_ms.total)
+                    ),
                 ));
                 checks.push(Check::ok("warm", self.warm_check(engine).await));
             } else {

@@ -447,9 +447,9 @@ impl ProcessTier {
         };
         match built.await {
             Ok((bytes, took)) => format!(
-                "long-lived front ends keep 1 spare sandbox ready, its interpreter started: {} resident (PSS), built in {:.0} ms; [process] spare = false turns it off",
-                crate::spec::format_size(bytes),
-                took.as_secs_f64() * 1000.0
+                "long-lived front ends keep 1 spare sandbox ready, its interpreter started: {} resident (PSS), built in {}; [process] spare = false turns it off",
+                crate::units::size(bytes),
+                crate::units::duration_ms(took.as_secs_f64() * 1000.0)
             ),
             Err(e) => format!("a spare could not be built ({e:#}): runs start cold"),
         }
@@ -497,7 +497,7 @@ impl Tier for ProcessTier {
             l.alive().then(|| l.memory())
         });
         Some(match mem {
-            Some(b) => format!("1 spare sandbox ready · {} resident", crate::spec::format_size(b)),
+            Some(b) => format!("1 spare sandbox ready · {} resident", crate::units::size(b)),
             None => "no spare sandbox ready (one is made after a run)".into(),
         })
     }

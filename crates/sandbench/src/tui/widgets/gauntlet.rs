@@ -13,7 +13,7 @@ use crate::spec::format_duration;
 use crate::spec::format_size;
 use crate::tui::app::App;
 use crate::tui::gauntlet_view::{CellView, GState, GauntletView, Head};
-use crate::tui::run_view::fmt_ms;
+use crate::units::duration_ms;
 
 pub struct GLayout {
     pub matrix: Rect,
@@ -38,7 +38,13 @@ fn info(app: &App, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
                 vec![
                     Span::styled(format!("{} ", l.tier), bold(Style::new().fg(t.ui.accent))),
                     Span::styled(
-                        format!("{} p50 {} p95 {} ({} runs)", l.start, fmt_ms(l.p50_ms), fmt_ms(l.p95_ms), l.runs),
+                        format!(
+                            "{} p50 {} p95 {} ({} runs)",
+                            l.start,
+                            duration_ms(l.p50_ms),
+                            duration_ms(l.p95_ms),
+                            l.runs
+                        ),
                         Style::new().fg(t.ui.fg),
                     ),
                 ]
@@ -361,7 +367,7 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             app,
             if i == 0 { "violations" } else { "" },
             Span::styled(
-                format!("{} at {}: {}", v.kind.name(), fmt_ms(v.at_ms), v.detail),
+                format!("{} at {}: {}", v.kind.name(), duration_ms(v.at_ms), v.detail),
                 Style::new().fg(t.ui.violation),
             ),
         ));
@@ -386,7 +392,9 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     };
     lines.push(field(app, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
     let latency = match (cell.findings.host_latency_ms_p50, cell.findings.host_latency_ms_max) {
-        (Some(p50), Some(max)) => format!("p50 {p50:.1} ms · max {max:.1} ms (spawning /bin/true during the run)"),
+        (Some(p50), Some(max)) => {
+            format!("p50 {} · max {} (spawning /bin/true during the run)", duration_ms(p50), duration_ms(max))
+        }
         _ => "not measured".into(),
     };
     lines.push(field(app, "host", plain(app, latency)));
@@ -403,16 +411,16 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             app,
             format!(
                 "setup {} · run {} · teardown {} · total {} · {} start",
-                fmt_ms(tm.setup),
-                fmt_ms(tm.run),
-                fmt_ms(tm.teardown),
-                fmt_ms(tm.total),
+                duration_ms(tm.setup),
+                duration_ms(tm.run),
+                duration_ms(tm.teardown),
+                duration_ms(tm.total),
                 cell.start
             ),
         ),
     ));
     let u = &rep.usage;
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
     lines.push(field(
         app,
         "usage",
@@ -420,8 +428,8 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             app,
             format!(
                 "cpu {} · peak memory {} · peak pids {}",
-                opt(u.cpu_ms.map(|ms| fmt_ms(ms as f64))),
-                opt(u.peak_memory_bytes.filter(|b| *b > 0).map(super::side::short_size)),
+                opt(u.cpu_ms.map(|ms| duration_ms(ms as f64))),
+                opt(u.peak_memory_bytes.filter(|b| *b > 0).map(crate::units::size)),
                 opt(u.peak_pids.map(|p| p.to_string()))
             ),
         ),

@@ -13,7 +13,7 @@ use sandbench_core::compare::TierSummary;
 
 use super::{bold, pane};
 use crate::tui::app::App;
-use crate::tui::run_view::fmt_ms;
+use crate::units::duration_ms;
 
 /// Text lines of `samples` as a histogram (the engine's, shared with
 /// `sandbench compare`'s text output).
@@ -34,7 +34,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect, tiers: &[TierSummary]) {
     for (r, chunk) in tiers.chunks(per_row).enumerate() {
         let cols = Layout::horizontal(vec![Constraint::Ratio(1, per_row as u32); per_row]).split(row_areas[r]);
         for (s, a) in chunk.iter().zip(cols.iter()) {
-            let p50 = s.exit_ms.as_ref().map(|d| format!(" · p50 {}", fmt_ms(d.p50))).unwrap_or_default();
+            let p50 = s.exit_ms.as_ref().map(|d| format!(" · p50 {}", duration_ms(d.p50))).unwrap_or_default();
             let block = pane(app, format!(" {} · {} runs{p50} ", s.tier, s.exit_samples_ms.len()), false);
             let inner = block.inner(*a);
             f.render_widget(block, *a);

@@ -10,7 +10,8 @@ use ratatui::Frame;
 use super::{bold, outcome_style, pane};
 use crate::event::Phase;
 use crate::tui::app::App;
-use crate::tui::run_view::{fmt_ms, RunView};
+use crate::tui::run_view::RunView;
+use crate::units::duration_ms;
 
 /// Rows the tier pane wants at `width` (borders included).
 pub fn tiers_height(app: &App, width: u16) -> u16 {
@@ -134,7 +135,7 @@ pub fn phase_times(run: &RunView) -> (Option<f64>, Option<f64>, Option<f64>) {
 pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
     let t = &app.theme;
     let (setup, ran, down) = phase_times(run);
-    let opt = |v: Option<f64>| v.map(fmt_ms).unwrap_or_else(|| "–".into());
+    let opt = |v: Option<f64>| v.map(duration_ms).unwrap_or_else(|| "–".into());
     let state_style = match &run.report {
         Some(r) => outcome_style(app, r.outcome).0,
         None => bold(Style::new().fg(t.ui.accent)),
@@ -154,7 +155,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
         Line::from(vec![
             Span::styled("teardown ", t.dim()),
             Span::styled(opt(down), Style::new().fg(t.ui.fg)),
-            Span::styled(format!(" · {} out", short_size(run.bytes)), t.dim()),
+            Span::styled(format!(" · {} out", crate::units::size_short(run.bytes)), t.dim()),
         ]),
     ];
     if run.bytes == 0 {
@@ -189,14 +190,17 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     } else {
         pids
     };
-    let mem_txt =
-        format!("{} {:>4}", if done { "peak" } else { "mem " }, mem.map(short_size).unwrap_or_else(|| "—".into()));
+    let mem_txt = format!(
+        "{} {:>4}",
+        if done { "peak" } else { "mem " },
+        mem.map(crate::units::size_short).unwrap_or_else(|| "—".into())
+    );
     // A curve needs a few points: a run shorter than the sampling interval
     // says so instead of drawing a lone bar.
     if run.samples < 3 {
         let why = match run.samples_span {
             None => "no usage sample yet".to_string(),
-            Some(_) => format!("too few to draw: {} sample(s) in {}", run.samples, fmt_ms(run.elapsed_ms())),
+            Some(_) => format!("too few to draw: {} sample(s) in {}", run.samples, duration_ms(run.elapsed_ms())),
         };
         label(f, cpu_l, label_w, &cpu_txt, Span::styled(why, t.dim()));
         label(f, mem_l, label_w, &mem_txt, Span::raw(""));
@@ -221,17 +225,17 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
             &mem_txt,
             &run.mem_hist,
             mem_max,
-            short_size(mem_max),
+            crate::units::size_short(mem_max),
             Style::new().fg(t.ui.memory),
             t.dim(),
         );
         if let Some((a, b)) = run.samples_span {
             // The time axis under both curves: first sample … latest.
             let [_, axis] = Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1)]).areas(axis_l);
-            let l = fmt_ms(a);
-            let mut r = format!("{} · {} samples", fmt_ms(b), run.samples);
+            let l = duration_ms(a);
+            let mut r = format!("{} · {} samples", duration_ms(b), run.samples);
             if l.chars().count() + r.chars().count() + 2 > axis.width as usize {
-                r = fmt_ms(b);
+                r = duration_ms(b);
             }
             let gap = (axis.width as usize).saturating_sub(l.chars().count() + r.chars().count() + 2);
             let line = format!("{l} {} {r}", "─".repeat(gap));
@@ -245,7 +249,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
         mem_g,
         "mem",
         mem as f64 / run.limits.memory_bytes.max(1) as f64,
-        format!("{}/{}", short_size(mem), short_size(run.limits.memory_bytes)),
+        format!("{}/{}", crate::units::size_short(mem), crate::units::size_short(run.limits.memory_bytes)),
     );
     gauge(app, f, pid_g, "pids", pids as f64 / run.limits.pids.max(1) as f64, format!("{}/{}", pids, run.limits.pids));
     f.render_widget(Paragraph::new(outcome_lines).wrap(Wrap { trim: true }), tail);
@@ -257,7 +261,10 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
     for v in &run.violations {
         out.push(Line::from(vec![
             Span::styled("✖ ", bold(Style::new().fg(t.ui.violation))),
-            Span::styled(format!("{} at {}", v.kind.name(), fmt_ms(v.at_ms)), bold(Style::new().fg(t.ui.violation))),
+            Span::styled(
+                format!("{} at {}", v.kind.name(), duration_ms(v.at_ms)),
+                bold(Style::new().fg(t.ui.violation)),
+            ),
         ]));
     }
     if let Some(r) = &run.report {
@@ -275,29 +282,13 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
         let peak = format!(
             "peak mem {} · pids {} · cpu {}",
             // Unknown is "—": a zero would be a measurement.
-            r.usage.peak_memory_bytes.filter(|b| *b > 0).map(short_size).unwrap_or_else(|| "—".into()),
+            r.usage.peak_memory_bytes.filter(|b| *b > 0).map(crate::units::size_short).unwrap_or_else(|| "—".into()),
             r.usage.peak_pids.map(|p| p.to_string()).unwrap_or_else(|| "—".into()),
-            r.usage.cpu_ms.map(|c| fmt_ms(c as f64)).unwrap_or_else(|| "—".into())
+            r.usage.cpu_ms.map(|c| duration_ms(c as f64)).unwrap_or_else(|| "—".into())
         );
         out.push(Line::from(Span::styled(peak, t.dim())));
     }
     out
-}
-
-/// "12M", "512K", "1.5G" — compact for narrow panes.
-pub fn short_size(b: u64) -> String {
-    let f = b as f64;
-    if b >= 1 << 30 {
-        format!("{:.1}G", f / (1u64 << 30) as f64)
-    } else if b >= 10 << 20 {
-        format!("{:.0}M", f / (1u64 << 20) as f64)
-    } else if b >= 1 << 20 {
-        format!("{:.1}M", f / (1u64 << 20) as f64)
-    } else if b >= 1 << 10 {
-        format!("{:.0}K", f / 1024.0)
-    } else {
-        format!("{b}B")
-    }
 }
 
 fn label(f: &mut Frame, area: Rect, label_w: u16, text: &str, rest: Span<'static>) {
