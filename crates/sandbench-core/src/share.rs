@@ -230,6 +230,9 @@ pub struct TierSafety {
     /// Cells that differ from what their samples declare.
     pub mismatches: usize,
     pub degraded: usize,
+    /// Hostile cells stopped by a cancel (no verdict, not in the counts above).
+    #[serde(default)]
+    pub cancelled: usize,
 }
 
 /// The host's responsiveness while one tier's gauntlet cells ran.
@@ -335,8 +338,9 @@ pub fn build(
                 errors: count(|v| matches!(v, Verdict::Error { .. })),
                 benign_ran: mine.iter().filter(|c| !c.hostile && c.verdict == Verdict::Ran).count(),
                 benign: mine.iter().filter(|c| !c.hostile).count(),
-                mismatches: mine.iter().filter(|c| !c.as_expected).count(),
+                mismatches: mine.iter().filter(|c| c.is_mismatch()).count(),
                 degraded: mine.iter().filter(|c| c.degraded).count(),
+                cancelled: count(|v| *v == Verdict::Cancelled),
             }
         })
         .collect();
@@ -534,7 +538,7 @@ contained (an escape or an error counts against it). Up and to the left is bette
 fn verdict_class(c: &Cell) -> &'static str {
     match c.verdict {
         Verdict::Escaped { .. } => "bad",
-        Verdict::Error { .. } => "err",
+        Verdict::Error { .. } | Verdict::Cancelled => "err",
         _ if !c.as_expected => "bad",
         _ => "ok",
     }
@@ -601,7 +605,7 @@ host-side canaries, never by what the program says. Select a cell for its eviden
                         if c.degraded { " deg" } else { "" },
                         esc(&c.verdict.short()),
                         if c.degraded { " ⚠ DEGRADED" } else { "" },
-                        if c.as_expected { "" } else { " ✗" },
+                        if c.is_mismatch() { " ✗" } else { "" },
                     );
                 }
             }
@@ -615,6 +619,14 @@ host-side canaries, never by what the program says. Select a cell for its eviden
         int("/gauntlet/data/mismatches", m.mismatches),
         m.cells.len()
     );
+    if m.cancelled {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">This gauntlet was cancelled before its end: {} cell(s) stopped without a verdict, \
+the rest never ran.</p>",
+            m.cancelled_cells()
+        );
+    }
     for (t, why) in &m.skipped_tiers {
         let _ = writeln!(h, "<p class=\"note\">skipped {}: {}</p>", esc(t), esc(why));
     }
@@ -633,7 +645,7 @@ fn evidence(h: &mut String, i: usize, c: &Cell) {
         esc(&c.sample),
         esc(&c.tier),
         esc(&c.verdict.short()),
-        if c.as_expected { "" } else { " ✗" }
+        if c.is_mismatch() { " ✗" } else { "" }
     );
     h.push_str("<table>");
     let row = |h: &mut String, k: &str, v: String| {
@@ -995,6 +1007,7 @@ mod tests {
             cells: vec![cell],
             latency: vec![],
             mismatches: 0,
+            cancelled: false,
         }
     }
 

@@ -11,6 +11,9 @@ pub fn duration_ms(ms: f64) -> String {
     if !ms.is_finite() || ms < 0.0 {
         return "—".into();
     }
+    if ms == 0.0 {
+        return "0 ms".into();
+    }
     // Decide on the rounded value, so 999.6 ms reads "1.00 s", not "1000 ms".
     if ms < 9.995 {
         format!("{ms:.2} ms")
@@ -103,7 +106,8 @@ mod tests {
     #[test]
     fn durations_keep_three_figures_and_a_unit() {
         let cases = [
-            (0.0, "0.00 ms"),
+            (0.0, "0 ms"),
+            (0.004, "0.00 ms"),
             (0.424, "0.42 ms"),
             (5.344, "5.34 ms"),
             (9.996, "10.0 ms"),

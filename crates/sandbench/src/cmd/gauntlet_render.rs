@@ -11,7 +11,7 @@ fn text_of(c: Option<&Cell>) -> String {
     match c {
         None => "—".into(),
         Some(c) => {
-            let mark = if c.as_expected { "" } else { " ✗" };
+            let mark = if c.is_mismatch() { " ✗" } else { "" };
             let degraded = if c.degraded { " ⚠ DEGRADED" } else { "" };
             format!("{}{degraded}{mark}", c.verdict.short())
         }
@@ -109,7 +109,7 @@ fn footer(m: &Matrix, md: bool) -> String {
     for (t, why) in &m.skipped_tiers {
         notes.push(format!("skipped {t}: {why}"));
     }
-    for c in m.cells.iter().filter(|c| !c.as_expected) {
+    for c in m.cells.iter().filter(|c| c.is_mismatch()) {
         notes.push(format!(
             "✗ {} on {}: {} (expected {})",
             c.sample,
@@ -140,10 +140,17 @@ fn footer(m: &Matrix, md: bool) -> String {
     if md {
         out.push('\n');
     }
+    if m.cancelled {
+        out.push_str(&format!(
+            "CANCELLED before the end: {} cell(s) stopped without a verdict, the rest never ran\n",
+            m.cancelled_cells()
+        ));
+    }
+    let judged = m.cells.len() - m.cancelled_cells();
     out.push_str(&if m.mismatches == 0 {
-        format!("all {} cells as declared\n", m.cells.len())
+        format!("all {judged} cells as declared\n")
     } else {
-        format!("{} of {} cells differ from what the samples declare\n", m.mismatches, m.cells.len())
+        format!("{} of {judged} cells differ from what the samples declare\n", m.mismatches)
     });
     out
 }
@@ -241,9 +248,10 @@ mod tests {
                 p95_ms: 31.5,
             }],
             mismatches: 0,
+            cancelled: false,
         };
         let md = super::markdown(&m);
-        assert!(md.contains("| process | warm | 20.0 | 31.5 | 3 |"), "{md}");
+        assert!(md.contains("| process | warm | 20.0 ms | 31.5 ms | 3 |"), "{md}");
         assert!(md.contains("- skipped e2b: no key: E2B\\_API\\_KEY is not set"), "{md}");
         for line in md.lines() {
             // Indented lines would turn into code blocks or run into paragraphs.

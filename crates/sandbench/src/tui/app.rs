@@ -441,14 +441,18 @@ impl App {
         let finished = matches!(ev, crate::gauntlet::GauntletEvent::Finished(_));
         g.apply(ev);
         if finished {
-            let (done, total, bad) = (g.done(), g.total(), g.live_mismatches());
+            let (done, total, bad, stopped) = (g.done(), g.total(), g.live_mismatches(), g.cancelled_cells());
             let cancelled = g.state == GState::Cancelled;
-            let msg = format!(
-                "gauntlet {}: {done}/{total} cells, {}",
-                if cancelled { "cancelled" } else { "finished" },
-                if bad == 0 { "all as declared".to_string() } else { format!("{bad} differ from what they declare") }
-            );
-            self.say(if bad == 0 { Level::Info } else { Level::Warn }, msg);
+            let judged =
+                if bad == 0 { "all as declared".to_string() } else { format!("{bad} differ from what they declare") };
+            let msg = if cancelled {
+                format!(
+                    "gauntlet CANCELLED: {done} of {total} cells ran ({stopped} stopped without a verdict); of the rest {judged}"
+                )
+            } else {
+                format!("gauntlet finished: {done}/{total} cells, {judged}")
+            };
+            self.say(if bad == 0 && !cancelled { Level::Info } else { Level::Warn }, msg);
         }
     }
 

@@ -454,7 +454,7 @@ mod tests {
             texts,
             [
                 "── preparing at 0 ms",
-                "── running at 10 ms",
+                "── running at 10.0 ms",
                 "oops",
                 "hello",
                 "part",

@@ -227,6 +227,7 @@ fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
         cells: vec![],
         latency: vec![Latency { tier: "process".into(), start: "cold".into(), runs: 1, p50_ms: 104.0, p95_ms: 104.0 }],
         mismatches: 1,
+        cancelled: false,
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     let gv = app.gauntlet.as_ref().unwrap();
@@ -264,20 +265,38 @@ fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
     assert!(app.quitting && !app.should_exit());
     // The cancelled cell is still judged (what the canaries saw), then the end.
     let hello = sample("benign/hello.py", HELLO);
-    let c = gauntlet::judge(&hello, "process", report("process", Outcome::Cancelled, vec![], ""), findings(&[]));
-    assert_eq!(c.verdict, gauntlet::Verdict::Error { why: "cancelled before the end".into() });
+    // It used its CPU past the limit before the cancel: the figure comes
+    // with its violation, and the cell still has no verdict.
+    let cpu =
+        Violation { kind: ViolationKind::CpuTime, at_ms: 90.0, detail: "CPU time limit 2s hit — killed".into() };
+    let mut r = report("process", Outcome::Cancelled, vec![cpu], "");
+    r.usage.cpu_ms = Some(4860);
+    let c = gauntlet::judge(&hello, "process", r, findings(&[]));
+    assert_eq!(c.verdict, gauntlet::Verdict::Cancelled);
     g(&mut app, id, GauntletEvent::CellDone(Box::new(c)));
-    let m =
-        Matrix { tiers: vec![], skipped_tiers: vec![], samples: vec![], cells: vec![], latency: vec![], mismatches: 1 };
+    let m = Matrix {
+        tiers: vec![],
+        skipped_tiers: vec![],
+        samples: vec![],
+        cells: vec![],
+        latency: vec![],
+        mismatches: 0,
+        cancelled: true,
+    };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     assert_eq!(app.gauntlet.as_ref().unwrap().state, GState::Cancelled);
     assert!(app.should_exit());
-    // A cancelled cell is no mismatch: it says cancelled, and the header agrees.
+    // Cancelled everywhere: the status line, the title, the cell, its details.
+    let status = app.status.as_ref().unwrap().text.clone();
+    assert!(status.contains("CANCELLED") && status.contains("1 stopped without a verdict"), "{status}");
     app.status = None;
     let s = screen(&mut app, 100, 30);
     let matrix: String = s.lines().take_while(|l| !l.contains("hello on process")).collect::<Vec<_>>().join("\n");
     assert!(matrix.contains("■ cancelled") && !matrix.contains("error"), "{s}");
-    assert!(s.contains("cancelled · 1/6 cells · 0 mismatches"), "{s}");
+    assert!(s.contains("CANCELLED · 1 of 6 cells ran · 1 stopped without a verdict · 0 mismatches"), "{s}");
+    assert!(s.contains("stopped by the cancel at") && s.contains("no verdict"), "{s}");
+    assert!(!s.contains("✗") && !s.contains("error"), "a cancel is no mismatch and no error:\n{s}");
+    assert!(s.contains("cpu_time at 90.0 ms") && s.contains("cpu 4.86 s"), "{s}");
 }
 
 #[sandbench_testkit::test]
@@ -306,6 +325,7 @@ fn gauntlet_cells_and_latency_are_readable_at_80_columns() {
             lat("process", "warm", 104.75),
         ],
         mismatches: 1,
+        cancelled: false,
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     app.status = None;
@@ -538,6 +558,7 @@ fn gauntlet_and_compare_views_draw_the_frontier() {
         cells: vec![],
         latency: vec![lat("process", 104.0), lat("docker", 420.0)],
         mismatches: 1,
+        cancelled: false,
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     let (points, _) = app.frontier();
@@ -584,6 +605,7 @@ fn the_gauntlet_view_draws_the_kept_gauntlets_frontier_before_any_run() {
         cells: vec![cell],
         latency: vec![lat],
         mismatches: 0,
+        cancelled: false,
     };
     app.update(Msg::SavedGauntlet(Box::new(m)));
     app.update(key(KeyCode::F(9)));

@@ -129,6 +129,7 @@ fn short_text(cv: &CellView) -> String {
         Verdict::Contained { by } => by.clone(),
         Verdict::Escaped { .. } => "ESCAPED".into(),
         Verdict::Error { .. } => "error".into(),
+        Verdict::Cancelled => "cancelled".into(),
     };
     format!("{mark} {}{what}", if cv.cell.degraded { "⚠ " } else { "" })
 }
@@ -200,6 +201,8 @@ fn state_text(g: &GauntletView) -> String {
     let (done, total) = (g.done(), g.total());
     let bad = g.live_mismatches();
     let bad = if bad == 0 { "0 mismatches".to_string() } else { format!("{bad} ✗ mismatch(es)") };
+    let stopped = g.cancelled_cells();
+    let bad = if stopped > 0 { format!("{stopped} stopped without a verdict · {bad} among the rest") } else { bad };
     match g.state {
         GState::Running => match g.running.and_then(|(r, c)| Some((g.rows.get(r)?, g.tiers.get(c)?))) {
             Some((row, tier)) => format!("{done}/{total} · running {} on {tier} · {bad}", row.name),
@@ -207,7 +210,7 @@ fn state_text(g: &GauntletView) -> String {
         },
         GState::Cancelling => format!("{done}/{total} · cancelling (cleaning up the cell in progress)…"),
         GState::Finished => format!("finished · {done}/{total} cells · {bad}"),
-        GState::Cancelled => format!("cancelled · {done}/{total} cells · {bad}"),
+        GState::Cancelled => format!("CANCELLED · {done} of {total} cells ran · {bad}"),
         GState::Failed => format!("failed · {done}/{total} cells"),
     }
 }
@@ -236,7 +239,7 @@ pub fn verdict_style(app: &App, v: &Verdict) -> Style {
     match v {
         Verdict::Ran | Verdict::Contained { .. } => Style::new().fg(t.ok),
         Verdict::Escaped { .. } => bold(Style::new().fg(t.violation)),
-        Verdict::Error { .. } => Style::new().fg(t.warn),
+        Verdict::Error { .. } | Verdict::Cancelled => Style::new().fg(t.warn),
     }
 }
 
@@ -355,6 +358,11 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     }
     let (mark, mst) = if cell.as_expected {
         ("✓ as declared".to_string(), Style::new().fg(t.ui.ok))
+    } else if cv.cancelled() {
+        // Stopped by the user: no verdict, not a mismatch. What the program
+        // did until then (its violations, its usage) is below.
+        let at = rep.timings_ms.total;
+        (format!("■ stopped by the cancel at {}: no verdict", duration_ms(at)), bold(Style::new().fg(t.ui.warn)))
     } else {
         (format!("✗ {}", cell.mismatch.clone().unwrap_or_default()), bold(Style::new().fg(t.ui.violation)))
     };

@@ -61,7 +61,7 @@ mod tests {
     fn bins_counts_and_bars() {
         let l = lines(&[10.0, 11.0, 12.0, 30.0], 4, 30);
         assert_eq!(l.len(), 4);
-        assert!(l[0].starts_with("   10 ms [3] ■"), "{l:?}");
+        assert!(l[0].starts_with(" 10.0 ms [3] ■"), "{l:?}");
         assert!(l[1].contains("[0]") && !l[1].contains('■'), "{l:?}");
         assert!(l[3].contains("[1] ■"), "{l:?}");
         // The fullest bin fills the row.
