@@ -359,6 +359,8 @@ async fn drive(
         Outcome::Ok
     };
     f.violations.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+    let memory_hit = f.violations.iter().any(|v| v.kind == ViolationKind::Memory);
+    let pids_hit = f.violations.iter().any(|v| v.kind == ViolationKind::Pids);
     // Tiers list what they could not enforce in details.degraded.
     let degraded = details
         .get("degraded")
@@ -379,7 +381,12 @@ async fn drive(
             teardown: round(teardown.map(|t| end - t).unwrap_or(0.0)),
             total: round(end),
         },
-        usage: Usage { cpu_ms: f.last.cpu_ms, peak_memory_bytes: f.peak.memory_bytes, peak_pids: f.peak.pids },
+        usage: Usage {
+            cpu_ms: f.last.cpu_ms,
+            peak_memory_bytes: crate::report::peak_memory(f.peak.memory_bytes, limits.memory_bytes, memory_hit),
+            // A pids violation is the cgroup refusing a fork at the limit.
+            peak_pids: if pids_hit { Some(f.peak.pids.unwrap_or(0).max(limits.pids)) } else { f.peak.pids },
+        },
         stdout: String::from_utf8_lossy(&f.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&f.stderr).into_owned(),
         stdout_truncated: f.stdout_truncated,

@@ -28,6 +28,7 @@ mod gauntlet;
 mod mcp_stdio;
 mod microvm_protocol;
 mod microvm_tier;
+mod peak_memory;
 mod peers;
 mod process_boundary;
 mod process_cli;

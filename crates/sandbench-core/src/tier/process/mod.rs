@@ -722,6 +722,12 @@ impl ProcessTier {
         };
         let mut out = result?;
         out.details["network"] = network;
+        // Which accounting the peak memory figure is (the README names it).
+        out.details["memory_accounting"] = json!(if final_stats.is_some() {
+            "cgroup peak"
+        } else {
+            "max RSS of the program's largest process (no cgroup)"
+        });
         if let Some(s) = final_stats {
             // A run stopped from outside (output limit, timeout, cancel) has
             // no exit report, but the cgroup still counted what it used: that,
@@ -730,12 +736,13 @@ impl ProcessTier {
             {
                 u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
                 u.pids = s.pids_peak.or(u.pids);
-                // The cgroup charges shared pages to whoever touched them
-                // first, rusage counts the biggest process: keep the larger.
-                u.memory_bytes = match (s.memory_peak, u.memory_bytes) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                };
+                // Peak memory is the sandbox's own accounting: the cgroup's
+                // high-water mark, the figure its limit is enforced against.
+                // Not the program's max RSS, which counts shared pages the
+                // cgroup charged to whoever touched them first and so read
+                // 24M under a 16M limit that held. Without a peak file (v2
+                // before 5.19) the samples of the same counter stand.
+                u.memory_bytes = s.memory_peak;
             }
         }
         if let Some(obj) = out.details.as_object_mut() {
