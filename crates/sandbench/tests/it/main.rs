@@ -43,6 +43,7 @@ mod tui_agent;
 mod tui_app;
 mod tui_compare;
 mod tui_e2e;
+mod tui_figures;
 mod tui_gauntlet;
 mod tui_instrument;
 mod tui_runs;

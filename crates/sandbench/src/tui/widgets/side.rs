@@ -181,12 +181,13 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     let cpu_txt = run.cpu_pct().map(|c| format!("cpu {c:>3}%")).unwrap_or_else(|| "cpu    –".into());
     // Once the run is over, the gauges and labels show peaks.
     let done = run.finished();
+    // Unknown is "—", never 0 (a guest still booting has no figure yet).
     let mem = if done { Some(run.peak_memory).filter(|m| *m > 0) } else { run.usage.memory_bytes };
-    let pids = if done { run.peak_pids } else { run.usage.pids.unwrap_or(0) };
+    let pids = if done { Some(run.peak_pids).filter(|p| *p > 0) } else { run.usage.pids };
     // A pids violation means the count reached the limit, whatever the
     // samples saw (gVisor's processes are not visible to the host's cgroup).
     let pids = if run.violations.iter().any(|v| v.kind == crate::event::ViolationKind::Pids) {
-        pids.max(run.limits.pids)
+        Some(pids.unwrap_or(0).max(run.limits.pids))
     } else {
         pids
     };
@@ -217,7 +218,10 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
             Style::new().fg(t.ui.cpu),
             t.dim(),
         );
-        let mem_max = run.mem_hist.iter().copied().max().unwrap_or(0).max(1);
+        // The scale's top is never below the figure in the label: a peak the
+        // cgroup counted between two samples is higher than every bar.
+        let shown = if done { mem.unwrap_or(0) } else { 0 };
+        let mem_max = run.mem_hist.iter().copied().max().unwrap_or(0).max(shown).max(1);
         sparkline(
             f,
             mem_l,
@@ -242,16 +246,27 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
             f.render_widget(Paragraph::new(Span::styled(line, t.dim())), axis);
         }
     }
-    let mem = mem.unwrap_or(0);
+    let of = |v: Option<u64>, limit: u64| v.map_or(0.0, |v| v as f64 / limit.max(1) as f64);
     gauge(
         app,
         f,
         mem_g,
         "mem",
-        mem as f64 / run.limits.memory_bytes.max(1) as f64,
-        format!("{}/{}", crate::units::size_short(mem), crate::units::size_short(run.limits.memory_bytes)),
+        of(mem, run.limits.memory_bytes),
+        format!(
+            "{}/{}",
+            crate::units::or_dash(mem, crate::units::size_short),
+            crate::units::size_short(run.limits.memory_bytes)
+        ),
     );
-    gauge(app, f, pid_g, "pids", pids as f64 / run.limits.pids.max(1) as f64, format!("{}/{}", pids, run.limits.pids));
+    gauge(
+        app,
+        f,
+        pid_g,
+        "pids",
+        of(pids, run.limits.pids),
+        format!("{}/{}", crate::units::or_dash(pids, |p| p.to_string()), run.limits.pids),
+    );
     f.render_widget(Paragraph::new(outcome_lines).wrap(Wrap { trim: true }), tail);
 }
 
