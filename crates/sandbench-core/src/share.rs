@@ -366,13 +366,13 @@ pub fn build(
         .collect();
     // x is the latency benchmark's print(1); a tier it did not measure falls
     // back to the gauntlet's benign controls (and the point says which start).
+    // In that order of preference: a point takes one source, and says which.
     let mut obs = vec![];
     if let Some(l) = &latency {
-        obs.extend(frontier::obs_of_compare(&l.data.summary));
+        obs.extend(frontier::obs_of_compare(&l.data.summary, "benchmark"));
     }
     if let Some(g) = &gauntlet {
-        let measured: Vec<String> = obs.iter().map(|o| o.tier.clone()).collect();
-        obs.extend(frontier::obs_of_gauntlet(&g.data.latency).into_iter().filter(|o| !measured.contains(&o.tier)));
+        obs.extend(frontier::obs_of_gauntlet(&g.data.latency));
     }
     let (points, mut missing) = frontier::points(&names, cells.iter().copied(), &obs);
     // A tier that was not available says so, not "no sample ran on it".
@@ -506,26 +506,32 @@ fn provenance<T>(s: &Section<T>) -> String {
 fn frontier_section(h: &mut String, r: &Report) {
     h.push_str("<h2 id=\"frontier\">Safety × latency</h2>\n");
     h.push_str(
-        "<p>One point per tier: x the warm p50 time from start to exit of <code>print(1)</code> (log scale; the \
-fastest start kind measured when a tier has no warm start), y the share of the gauntlet's hostile samples it \
-contained (an escape or an error counts against it). Up and to the left is better.</p>\n",
+        "<p>One point per tier: x the warm p50 time from start to exit of <code>print(1)</code> in the latency \
+benchmark below (log scale; the start kind with the most runs when a tier has no warm start; the gauntlet's benign \
+controls for a tier the benchmark did not measure, and the table says so), y the share of the gauntlet's hostile \
+samples it contained of those judged (an escape counts against it; a cell stopped by a cancel or that sandbench \
+failed to judge is left out, and counted). Up and to the left is better.</p>\n",
     );
     h.push_str(&frontier::svg(&r.frontier.points));
     h.push_str(
-        "<table><tr><th>tier</th><th class=\"r\">latency (ms)</th><th>start</th><th class=\"r\">contained</th>\
-<th class=\"r\">hostile</th><th class=\"r\">share (%)</th></tr>\n",
+        "<table><tr><th>tier</th><th class=\"r\">latency (ms)</th><th>start</th><th class=\"r\">runs</th>\
+<th>measured by</th><th class=\"r\">contained</th><th class=\"r\">judged</th><th class=\"r\">left out</th>\
+<th class=\"r\">share (%)</th></tr>\n",
     );
     for (i, p) in r.frontier.points.iter().enumerate() {
         let b = format!("/frontier/points/{i}");
         let _ = writeln!(
             h,
-            "<tr><td>{}</td><td class=\"r\">{}</td><td>{}</td><td class=\"r\">{}</td><td class=\"r\">{}</td>\
-<td class=\"r\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"r\">{}</td><td>{}</td><td class=\"r\">{}</td><td>{}</td>\
+<td class=\"r\">{}</td><td class=\"r\">{}</td><td class=\"r\">{}</td><td class=\"r\">{}</td></tr>",
             esc(&p.tier),
             num(&format!("{b}/latency_ms"), Some(p.latency_ms), 1),
             esc(&p.start),
+            int(&format!("{b}/runs"), p.runs),
+            esc(&p.source),
             int(&format!("{b}/contained"), p.contained),
             int(&format!("{b}/hostile"), p.hostile),
+            p.left_out(),
             format_args!("{:.1}", p.share * 100.0),
         );
     }

@@ -57,8 +57,9 @@ pub enum Msg {
     GauntletFailed(u64, String),
     /// An event of the agent session with this id.
     Agent(u64, crate::agent::TranscriptEvent),
-    /// The gauntlet kept from an earlier session (the frontier shows it).
-    SavedGauntlet(Box<crate::gauntlet::Matrix>),
+    /// The gauntlet kept from an earlier session (the frontier shows it),
+    /// and when it was saved (seconds since 1970).
+    SavedGauntlet(Box<crate::gauntlet::Matrix>, u64),
     /// What a tier holds warm now (its spare sandbox or pool), when it changed.
     Warm(String, Option<String>),
     /// New entries of the run log (from any sandbench process).
@@ -100,6 +101,18 @@ pub enum Effect {
         limits: Limits,
         task: String,
     },
+}
+
+/// The safety × latency chart's data and where it comes from.
+#[derive(Debug, Clone)]
+pub struct Frontier {
+    pub points: Vec<sandbench_core::frontier::Point>,
+    /// Tiers without a point, and why.
+    pub missing: Vec<(String, String)>,
+    /// Which gauntlet the shares come from, its size and state.
+    pub gauntlet: String,
+    /// What the compare ran, when points take their latency from it.
+    pub compare_program: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -210,8 +223,9 @@ pub struct App {
     pub live_clock: bool,
     /// The last (or running) gauntlet.
     pub gauntlet: Option<GauntletView>,
-    /// The gauntlet of an earlier session, until this one runs its own.
-    pub saved_gauntlet: Option<Box<crate::gauntlet::Matrix>>,
+    /// The gauntlet of an earlier session, until this one runs its own, and
+    /// when it was saved (seconds since 1970).
+    pub saved_gauntlet: Option<(Box<crate::gauntlet::Matrix>, u64)>,
     pub agent: AgentView,
     /// The run log as the runs view shows it (F11).
     pub runs_log: RunsView,
@@ -382,7 +396,7 @@ impl App {
                 self.assets = Some(a);
             }
             Msg::Terminate => self.quit(true),
-            Msg::SavedGauntlet(m) => self.saved_gauntlet = Some(m),
+            Msg::SavedGauntlet(m, at) => self.saved_gauntlet = Some((m, at)),
             Msg::Warm(tier, what) => {
                 if let Some(t) = self.tiers.iter_mut().find(|t| t.name == tier) {
                     t.warm = what;
@@ -1009,29 +1023,54 @@ impl App {
         }
     }
 
-    /// The frontier's points: hostile cells of this session's gauntlet (or
-    /// the saved one), latencies of the compare and of the gauntlets.
-    pub fn frontier(&self) -> (Vec<sandbench_core::frontier::Point>, Vec<(String, String)>) {
+    /// The frontier: hostile cells of one gauntlet (this session's, else the
+    /// one kept in the state dir), each tier's latency from this session's
+    /// compare when it ran the tier, else from that gauntlet's benign
+    /// controls, and where each figure comes from. `None` before any gauntlet.
+    pub fn frontier(&self) -> Option<Frontier> {
         use sandbench_core::frontier;
-        let mut obs = vec![];
-        if let Some(c) = &self.compare_run {
-            obs.extend(frontier::obs_of_compare(&c.summary()));
-        }
         let live = self.gauntlet.as_ref().filter(|g| g.done() > 0);
-        if let Some(g) = live {
-            obs.extend(frontier::obs_of_gauntlet(&g.latency));
-        }
-        if let Some(m) = &self.saved_gauntlet {
-            obs.extend(frontier::obs_of_gauntlet(&m.latency));
-        }
-        match (live, &self.saved_gauntlet) {
+        let (mut tiers, gauntlet, latency) = match (live, &self.saved_gauntlet) {
             (Some(g), _) => {
-                let cells = g.cells.iter().flatten().flatten().map(|cv| &cv.cell);
-                frontier::points(&g.tiers, cells, &obs)
+                let state = match g.state {
+                    GState::Running | GState::Cancelling => ", running",
+                    GState::Cancelled => ", CANCELLED",
+                    GState::Failed => ", FAILED",
+                    GState::Finished => "",
+                };
+                let note = format!("this session's gauntlet: {} of {} cells{state}", g.done(), g.total());
+                (g.tiers.clone(), note, &g.latency)
             }
-            (None, Some(m)) => frontier::points(&m.tiers, &m.cells, &obs),
-            (None, None) => (vec![], vec![]),
+            (None, Some((m, at))) => {
+                let when = chrono::DateTime::from_timestamp(*at as i64, 0)
+                    .map(|t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M").to_string())
+                    .unwrap_or_else(|| "an earlier session".into());
+                let cancelled = if m.cancelled { ", CANCELLED" } else { "" };
+                let note = format!("the gauntlet kept from {when}: {} cells{cancelled}", m.cells.len());
+                (m.tiers.clone(), note, &m.latency)
+            }
+            (None, None) => return None,
+        };
+        let mut obs = vec![];
+        let mut program = None;
+        if let Some(c) = self.compare_run.as_ref().filter(|c| !c.reports.is_empty()) {
+            let s = c.summary();
+            obs.extend(frontier::obs_of_compare(&s, "compare"));
+            program = Some(s.program.clone());
+            // A tier the compare ran but the gauntlet did not gets a note, not silence.
+            for t in &c.tiers {
+                if !tiers.contains(t) {
+                    tiers.push(t.clone());
+                }
+            }
         }
+        obs.extend(frontier::obs_of_gauntlet(latency));
+        let (points, missing) = match (live, &self.saved_gauntlet) {
+            (Some(g), _) => frontier::points(&tiers, g.cells.iter().flatten().flatten().map(|cv| &cv.cell), &obs),
+            (None, Some((m, _))) => frontier::points(&tiers, &m.cells, &obs),
+            (None, None) => return None,
+        };
+        Some(Frontier { points, missing, gauntlet, compare_program: program })
     }
 
     /// Names of the tiers the tier pane shows as ready.

@@ -167,10 +167,8 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             ]),
         ];
         // The gauntlet kept from an earlier run still draws the frontier.
-        let (points, missing) = app.frontier();
-        if points.is_empty() || body.height < 14 {
-            f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
-        } else {
+        let fr = app.frontier().filter(|_| body.height >= 14);
+        if let Some(fr) = fr {
             let mut hint = hint;
             hint.push(Line::from(Span::styled(
                 "the frontier below is from the last gauntlet kept in the state dir (sandbench gauntlet or report)",
@@ -178,7 +176,9 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             )));
             let [top, chart] = Layout::vertical([Constraint::Length(5), Constraint::Min(8)]).areas(body);
             f.render_widget(Paragraph::new(hint).wrap(Wrap { trim: false }).block(pane(app, " gauntlet ", true)), top);
-            super::frontier::draw(app, f, chart, &points, &missing);
+            super::frontier::draw(app, f, chart, &fr);
+        } else {
+            f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
         }
         return;
     };
@@ -187,11 +187,12 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         draw_matrix(app, g, f, l.matrix);
     }
     // The frontier beside the details once the screen is wide enough for both.
-    let (points, missing) = app.frontier();
-    if !g.zoom && l.details.width >= 100 && l.details.height >= 8 && !points.is_empty() {
+    let fr =
+        app.frontier().filter(|fr| !g.zoom && l.details.width >= 100 && l.details.height >= 8 && !fr.points.is_empty());
+    if let Some(fr) = fr {
         let [details, chart] = Layout::horizontal([Constraint::Min(50), Constraint::Percentage(45)]).areas(l.details);
         draw_details(app, g, f, details);
-        super::frontier::draw(app, f, chart, &points, &missing);
+        super::frontier::draw(app, f, chart, &fr);
     } else {
         draw_details(app, g, f, l.details);
     }
