@@ -263,22 +263,27 @@ fn ms(v: f64) -> String {
     crate::units::duration_ms(v)
 }
 
-/// The table's header, shared by the text formats (each cell carries its unit).
+/// The table's header, shared by the text formats (each cell carries its
+/// unit). The time to exit and the verdict first: on a narrow screen they are
+/// what shows.
 pub const COLUMNS: [&str; 13] = [
     "tier",
     "runs",
-    "1st out p50",
-    "1st out p95",
-    "1st out min–max",
     "exit p50",
+    "× fastest",
+    "verdict",
     "exit p95",
     "exit min–max",
     "starts",
-    "× fastest",
+    "1st out p50",
+    "1st out p95",
+    "1st out min–max",
     "cpu p50",
     "peak memory",
-    "verdict",
 ];
+
+/// The column of the verdict in `COLUMNS` (styled apart).
+pub const VERDICT_COLUMN: usize = 4;
 
 /// One row of text cells per tier, in `COLUMNS` order.
 pub fn rows(s: &Summary) -> Vec<Vec<String>> {
@@ -289,17 +294,17 @@ pub fn rows(s: &Summary) -> Vec<Vec<String>> {
             vec![
                 t.tier.clone(),
                 t.runs.to_string(),
-                d(&t.first_output_ms, |d| ms(d.p50)),
-                d(&t.first_output_ms, |d| ms(d.p95)),
-                d(&t.first_output_ms, |d| format!("{}–{}", ms(d.min), ms(d.max))),
                 d(&t.exit_ms, |d| ms(d.p50)),
+                or_dash(t.ratio_to_fastest, |r| format!("{r:.2}×")),
+                if t.runs == 0 { "—".into() } else { t.verdict() },
                 d(&t.exit_ms, |d| ms(d.p95)),
                 d(&t.exit_ms, |d| format!("{}–{}", ms(d.min), ms(d.max))),
                 t.starts_line(),
-                or_dash(t.ratio_to_fastest, |r| format!("{r:.2}×")),
+                d(&t.first_output_ms, |d| ms(d.p50)),
+                d(&t.first_output_ms, |d| ms(d.p95)),
+                d(&t.first_output_ms, |d| format!("{}–{}", ms(d.min), ms(d.max))),
                 or_dash(t.cpu_ms_p50, ms),
                 or_dash(t.peak_memory_bytes, crate::units::size),
-                t.verdict(),
             ]
         })
         .collect()
@@ -506,15 +511,16 @@ mod tests {
         assert_eq!(b.first_output_ms, None);
         assert!((b.ratio_to_fastest.unwrap() - 40.0 / 12.0).abs() < 1e-9);
         let row = &rows(&s)[1];
-        assert_eq!(row[2], "—");
-        assert_eq!(row[11], "4.00 MiB");
+        assert_eq!(row[8], "—");
+        assert_eq!(row[12], "4.00 MiB");
+        assert_eq!(rows(&s)[0][12], "—");
         assert_eq!(rows(&s)[0][11], "—");
-        assert_eq!(rows(&s)[0][10], "—");
+        assert_eq!(COLUMNS[VERDICT_COLUMN], "verdict");
         assert!(csv(&s).lines().nth(1).unwrap().starts_with("a,sequential,3,9.0,"));
         // Repeated runs: a histogram per tier under the table.
         let t = text(&s);
         assert!(t.contains("a · time to exit, 3 runs:") && t.contains(" 10.0 ms [2] ■"), "{t}");
-        assert!(markdown(&s).contains("| b | 1 | — |"));
+        assert!(markdown(&s).contains("| b | 1 | 40.0 ms | 3.33× | ok |"), "{}", markdown(&s));
     }
 
     #[test]
