@@ -21,7 +21,7 @@ pub fn tiers_height(app: &App, width: u16) -> u16 {
 }
 
 /// Rows a greedy word wrap at `w` columns takes.
-fn wrapped_rows(text: &str, w: usize) -> usize {
+pub fn wrapped_rows(text: &str, w: usize) -> usize {
     let mut rows = 1;
     let mut col = 0;
     for word in text.split(' ') {
@@ -62,13 +62,36 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
     lines
 }
 
+/// The tiers the pane lists in `rows` rows: all of them, or a window that
+/// keeps the selected one in view.
+pub fn tier_window(n: usize, selected: usize, rows: usize) -> std::ops::Range<usize> {
+    if n <= rows {
+        return 0..n;
+    }
+    let rows = rows.max(1);
+    let top = selected.saturating_sub(rows / 2).min(n - rows);
+    top..top + rows
+}
+
 pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
-    let block = pane(app, " tiers ", false);
+    let n = app.tiers.len();
+    let h = area.height.saturating_sub(2) as usize;
+    // The list first (the selected tier always in view), then as much of the
+    // selected tier's details as fits; at least their first line when the
+    // list must scroll.
+    let rows = if n <= h { n } else { h.saturating_sub(usize::from(h >= 4)) };
+    let window = tier_window(n, app.tier, rows);
+    let title = if window.len() < n {
+        format!(" tiers · {}–{} of {n} (F4) ", window.start + 1, window.end)
+    } else {
+        " tiers ".to_string()
+    };
+    let block = pane(app, title, false);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let mut lines = vec![];
-    for (i, tier) in app.tiers.iter().enumerate() {
+    for (i, tier) in app.tiers.iter().enumerate().skip(window.start).take(window.len()) {
         let sel = i == app.tier;
         let (glyph, state, st) = match &tier.avail {
             None => ("…", "probing".to_string(), t.dim()),
