@@ -61,10 +61,30 @@ fn info(app: &App, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
         out.extend(wrap_units(Span::styled("not in the matrix: ", t.dim()), units, w));
     }
     if abbreviated(g, width) {
-        let units = ["a limit's name = contained by it", "blocked = refused", "Enter: the cell's details"]
-            .map(|u| vec![Span::styled(u, t.dim())])
-            .to_vec();
+        let units = [
+            "a limit's name = contained by it",
+            "wall = wall time",
+            "cpu = CPU time",
+            "mem = memory",
+            "fsize = file size",
+            "out = output",
+            "net = network",
+            "blocked = refused",
+            "Enter: the cell's details",
+        ]
+        .map(|u| vec![Span::styled(u, t.dim())])
+        .to_vec();
         out.extend(wrap_units(Span::styled("short cells: ", t.dim()), units, w));
+    }
+    let (_, _, window) = columns(g, width);
+    if window.len() < g.tiers.len() {
+        let text = format!(
+            "tiers {}–{} of {} shown: ←→ moves along them (a wider window shows them all)",
+            window.start + 1,
+            window.end,
+            g.tiers.len()
+        );
+        out.push(Line::from(Span::styled(text, Style::new().fg(t.ui.warn))));
     }
     out
 }
@@ -98,18 +118,72 @@ fn info_lines(app: &App, g: &GauntletView, width: u16) -> u16 {
     info(app, g, width).len() as u16
 }
 
-/// Width of the name column and of each tier's column at `width`.
-fn columns(g: &GauntletView, width: u16) -> (u16, u16) {
-    let name_w = g.rows.iter().map(|r| r.name.chars().count() + 2).max().unwrap_or(8).clamp(10, 22) as u16;
+/// Narrowest tier column: `■ cancelled`, `▶ running…`, `✓ pids+wall`.
+pub const MIN_CELL: u16 = 11;
+
+/// Width of the name column and of each tier's column at `width`, and the
+/// tiers shown: all of them when each gets `MIN_CELL` columns (the names
+/// give way first, down to 16), else a window around the selected tier.
+pub fn columns(g: &GauntletView, width: u16) -> (u16, u16, std::ops::Range<usize>) {
+    let want = g.rows.iter().map(|r| r.name.chars().count() + 2).max().unwrap_or(8).clamp(10, 22) as u16;
     let n = g.tiers.len().max(1) as u16;
-    let inner = width.saturating_sub(2 + name_w + n);
-    (name_w, inner / n)
+    let fits = |name_w: u16| width.saturating_sub(2 + name_w) / (MIN_CELL + 1);
+    let name_w = if fits(want) >= n { want } else { want.min(16) };
+    let fit = fits(name_w).clamp(1, n) as usize;
+    let window = crate::tui::widgets::side::tier_window(g.tiers.len(), g.sel.1, fit);
+    let shown = window.len().max(1) as u16;
+    let col_w = width.saturating_sub(2 + name_w + shown) / shown;
+    (name_w, col_w, window)
 }
 
-/// Whether some cell shows its short form at `width` (its full text would not fit).
+/// Whether some cell shows a shortened form at `width` (its full text would not fit).
 fn abbreviated(g: &GauntletView, width: u16) -> bool {
-    let (_, col) = columns(g, width);
+    let (_, col, _) = columns(g, width);
     g.cells.iter().flatten().flatten().any(|cv| !cv.cancelled() && full_text(cv).chars().count() > col as usize)
+}
+
+/// A violation kind as short as a cell needs it.
+fn short_kind(k: &str) -> &str {
+    match k {
+        "wall_timeout" => "wall",
+        "cpu_time" => "cpu",
+        "memory" => "mem",
+        "file_size" => "fsize",
+        "output_limit" => "out",
+        "network" => "net",
+        k => k,
+    }
+}
+
+/// The longest form of a cell that fits `w` columns: the full words, the
+/// limits' names, their short names, the first one and a `+`; cut with `…`
+/// only when none fits.
+fn fitted_text(cv: &CellView, w: usize) -> String {
+    let fits = |s: &String| s.chars().count() <= w;
+    let full = full_text(cv);
+    if fits(&full) {
+        return full;
+    }
+    let short = short_text(cv);
+    if fits(&short) {
+        return short;
+    }
+    if let Verdict::Contained { by } = &cv.cell.verdict {
+        let mark = if cv.cell.as_expected { "✓" } else { "✗" };
+        let deg = if cv.cell.degraded { "⚠ " } else { "" };
+        let kinds: Vec<&str> = by.split('+').map(short_kind).collect();
+        let abbr = format!("{mark} {deg}{}", kinds.join("+"));
+        if fits(&abbr) {
+            return abbr;
+        }
+        let first = format!("{mark} {deg}{}+", kinds[0]);
+        if kinds.len() > 1 && fits(&first) {
+            return first;
+        }
+    }
+    let mut cut: String = short.chars().take(w.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 fn full_text(cv: &CellView) -> String {
@@ -222,9 +296,8 @@ fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (St
     match &g.cells[r][c] {
         Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
         Some(cv) => {
-            let full = full_text(cv);
-            // The full words when they fit, else the short form (the legend says how to read it).
-            let text = if full.chars().count() <= col_w as usize { full } else { short_text(cv) };
+            // The full words when they fit, else a short form (the legend says how to read it).
+            let text = fitted_text(cv, col_w as usize);
             // A pass in a sandbox that lacked protections is no plain pass.
             let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(app, &cv.cell.verdict) };
             (text, st)
@@ -254,9 +327,9 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     let info_h = (info.len() as u16).min(inner.height.saturating_sub(2));
     let [table_area, info_area] = Layout::vertical([Constraint::Min(0), Constraint::Length(info_h)]).areas(inner);
 
-    let (name_w, col_w) = columns(g, area.width);
+    let (name_w, col_w, window) = columns(g, area.width);
     let mut header = vec![TCell::from("program")];
-    header.extend(g.tiers.iter().map(|n| TCell::from(n.clone())));
+    header.extend(g.tiers[window.clone()].iter().map(|n| TCell::from(n.clone())));
     let header = Row::new(header).style(bold(Style::new().fg(t.ui.title)));
     let rows = g.rows.iter().enumerate().map(|(r, row)| {
         let tag = if row.hostile {
@@ -264,9 +337,13 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
         } else {
             Span::styled("· ", Style::new().fg(t.ui.ok))
         };
-        let mut cells =
-            vec![TCell::from(Line::from(vec![tag, Span::styled(row.name.clone(), Style::new().fg(t.ui.fg))]))];
-        for c in 0..g.tiers.len() {
+        let name: String = if row.name.chars().count() + 2 > name_w as usize {
+            row.name.chars().take((name_w as usize).saturating_sub(3)).chain(['…']).collect()
+        } else {
+            row.name.clone()
+        };
+        let mut cells = vec![TCell::from(Line::from(vec![tag, Span::styled(name, Style::new().fg(t.ui.fg))]))];
+        for c in window.clone() {
             let (text, mut st) = cell_text(app, g, r, c, col_w);
             if g.sel == (r, c) {
                 st = st.bg(t.ui.selection_bg).add_modifier(Modifier::BOLD);
@@ -276,7 +353,7 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
         Row::new(cells)
     });
     let mut widths = vec![Constraint::Length(name_w)];
-    widths.extend(g.tiers.iter().map(|_| Constraint::Fill(1)));
+    widths.extend(window.clone().map(|_| Constraint::Fill(1)));
     let table = Table::new(rows, widths).header(header).column_spacing(1);
     let mut state = TableState::default().with_selected(Some(g.sel.0));
     f.render_stateful_widget(table, table_area, &mut state);
