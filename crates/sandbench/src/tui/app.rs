@@ -802,7 +802,7 @@ impl App {
     }
 
     pub fn quit(&mut self, force: bool) {
-        if !force && self.editor.modified && !self.quit_armed {
+        if !force && self.editor.modified() && !self.quit_armed {
             self.quit_armed = true;
             self.say(Level::Warn, "unsaved changes: ^Q again quits without saving, ^S saves");
             return;
