@@ -362,10 +362,13 @@ impl App {
 
     pub fn update(&mut self, msg: Msg) {
         self.dirty = true;
-        // A message said in one view is about that view: leaving it clears it.
-        let (view, t0) = (self.view, Instant::now());
+        // A message said in one view is about that view: leaving it, or
+        // opening a dialog over it, clears it (the ^Q warning under the ^S
+        // prompt said "^Q again quits" about a screen no longer shown).
+        let (view, overlay, t0) = (self.view, self.overlay.as_ref().map(Overlay::ctx), Instant::now());
         self.handle(msg);
-        if self.view != view && self.status.as_ref().is_some_and(|s| s.at < t0) {
+        let opened = self.overlay.as_ref().map(Overlay::ctx).is_some_and(|c| Some(c) != overlay);
+        if (self.view != view || opened) && self.status.as_ref().is_some_and(|s| s.at < t0) {
             self.status = None;
         }
     }

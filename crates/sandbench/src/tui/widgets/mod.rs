@@ -81,7 +81,9 @@ pub fn draw(app: &App, f: &mut Frame) {
     }
     draw_status(app, f, m.status);
     draw_keybar(app, f, m.keybar);
-    overlays::draw(app, f, area);
+    // Over the body only: the status line (an overlay's warning, e.g.
+    // "unsaved changes") and the key bar stay in view.
+    overlays::draw(app, f, m.body);
 }
 
 fn draw_status(app: &App, f: &mut Frame, area: Rect) {

@@ -65,6 +65,18 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &SamplesPicker) {
         format!(" samples · filter: {}_ · Bksp · Enter loads · Esc closes ", p.filter)
     };
     let inner = popup(app, f, rect, &title);
+    // Enter over unsaved edits asks first, here where the eyes are.
+    let inner = if p.confirm && inner.height > 2 {
+        let [ask, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(inner);
+        let text = "unsaved changes in the editor: Enter again replaces them (^Z brings them back), Esc keeps them";
+        f.render_widget(
+            Paragraph::new(Span::styled(text, bold(Style::new().fg(t.ui.warn)))).wrap(Wrap { trim: true }),
+            ask,
+        );
+        rest
+    } else {
+        inner
+    };
     let list_w = (inner.width / 3).clamp(18, 30);
     let [left, right] = Layout::horizontal([Constraint::Length(list_w), Constraint::Min(10)]).areas(inner);
     let visible = p.visible();
