@@ -18,7 +18,7 @@ use super::highlight::{Highlighter, SyntaxAssets};
 use super::keymap::{self, Action, Ctx, ExportFormat};
 use super::output_pane::OutputPane;
 pub use super::overlays::Overlay;
-use super::overlays::{Help, LimitsForm, Prompt, PromptKind, SamplesPicker};
+use super::overlays::{GauntletSetup, Help, LimitsForm, Prompt, PromptKind, SamplesPicker};
 use super::run_view::RunView;
 use super::runs_view::RunsView;
 use super::theme::Theme;
@@ -210,8 +210,9 @@ pub struct App {
     /// Quit asked for; the loop ends once no run is active.
     pub quitting: bool,
     quit_armed: bool,
-    /// `r` asked once to start a gauntlet; a second `r` starts it.
-    gauntlet_armed: bool,
+    /// The tiers chosen for the last gauntlet and the samples left out of
+    /// it: the next set-up starts from them (a sample new since is chosen).
+    gauntlet_choice: Option<(Vec<String>, Vec<String>)>,
     /// Identities of the documents the editor has held, by `Editor::doc` id.
     docs: Vec<DocIdentity>,
     /// Tiers already asked to warm up (each is asked once).
@@ -269,7 +270,7 @@ impl App {
             effects: vec![],
             quitting: false,
             quit_armed: false,
-            gauntlet_armed: false,
+            gauntlet_choice: None,
             docs: vec![],
             prewarmed: Default::default(),
             dirty: true,
@@ -516,9 +517,6 @@ impl App {
         if !matches!(action, Some(Action::Quit)) {
             self.quit_armed = false;
         }
-        if !matches!(action, Some(Action::Rerun)) {
-            self.gauntlet_armed = false;
-        }
         let typed = match key.code {
             ratatui::crossterm::event::KeyCode::Char(c)
                 if !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) =>
@@ -529,13 +527,14 @@ impl App {
         };
         let k = Key { action, typed };
         let reply = match ctxs[0] {
-            Ctx::Help | Ctx::Samples | Ctx::Limits | Ctx::Prompt => {
-                let unsaved = self.editor.modified;
+            Ctx::Help | Ctx::Samples | Ctx::Limits | Ctx::Prompt | Ctx::GauntletSetup => {
+                let unsaved = self.editor.modified();
                 match self.overlay.as_mut() {
                     Some(Overlay::Help(h)) => h.key(k),
                     Some(Overlay::Samples(p)) => p.key(k, unsaved),
                     Some(Overlay::Limits(f)) => f.key(k),
                     Some(Overlay::Prompt(p)) => p.key(k),
+                    Some(Overlay::GauntletSetup(s)) => s.key(k),
                     None => Reply::Consumed,
                 }
             }
@@ -639,6 +638,10 @@ impl App {
                 }
             }
             Intent::AskGauntlet => self.ask_gauntlet(),
+            Intent::StartGauntlet { tiers, samples } => {
+                self.overlay = None;
+                self.start_gauntlet(tiers, samples);
+            }
             Intent::StartAgent => self.start_agent(),
             Intent::LoadRun => self.load_run(),
         }
@@ -1122,52 +1125,27 @@ impl App {
         self.overlay = None;
         self.view = View::Gauntlet;
         if self.gauntlet.is_none() {
-            self.say(Level::Info, "r starts the gauntlet: every sample on every ready tier, one run at a time");
+            self.say(Level::Info, "r sets up a gauntlet: the samples and tiers to run, then Enter");
         }
     }
 
-    /// `r` in the gauntlet view: a gauntlet is many runs and minutes long,
-    /// so the first `r` says how many and the second starts it.
+    /// `r` in the gauntlet view: a gauntlet is many runs and minutes to hours
+    /// long, so it starts from a set-up where the tiers and samples are
+    /// chosen (the last choice again, or sandbench's own ready tiers and
+    /// every sample) and the number of runs is said.
     fn ask_gauntlet(&mut self) {
         if self.busy() {
             return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
         }
-        if self.gauntlet_armed {
-            self.gauntlet_armed = false;
-            return self.start_gauntlet();
-        }
-        let ready = self.ready_tiers();
-        let samples = self.samples_root().and_then(|d| samples::load_dir(&d).ok()).map_or(0, |v| v.len());
-        if ready.is_empty() || samples == 0 {
-            // Nothing to confirm: starting says what is missing.
-            return self.start_gauntlet();
-        }
-        self.gauntlet_armed = true;
-        self.say(
-            Level::Warn,
-            format!(
-                "r again starts {} runs ({samples} samples × {} tiers); any other key cancels",
-                samples * ready.len(),
-                ready.len()
-            ),
-        );
-    }
-
-    /// Every sample of the picker's directory on every ready tier.
-    pub fn start_gauntlet(&mut self) {
-        if self.busy() {
-            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
-        }
-        let probing: Vec<String> = self.tiers.iter().filter(|t| t.avail.is_none()).map(|t| t.name.clone()).collect();
-        let ready = self.ready_tiers();
-        if ready.is_empty() {
-            return if probing.is_empty() {
+        let probing = self.tiers.iter().any(|t| t.avail.is_none());
+        if self.ready_tiers().is_empty() {
+            return if probing {
+                self.say(Level::Warn, "the tiers are still being probed; press r in a moment")
+            } else {
                 self.say(
                     Level::Error,
                     "no tier is available for the gauntlet (see the tier list, or `sandbench doctor`)",
                 )
-            } else {
-                self.say(Level::Warn, "the tiers are still being probed; press r in a moment")
             };
         }
         let Some(dir) = self.samples_root() else {
@@ -1179,10 +1157,43 @@ impl App {
             Ok(v) => v,
             Err(e) => return self.say(Level::Error, format!("{e:#}")),
         };
+        let tiers = self
+            .tiers
+            .iter()
+            .map(|t| {
+                let why = match &t.avail {
+                    None => Some("still being probed".to_string()),
+                    Some(a) if !a.available => Some(a.summary.clone()),
+                    Some(_) => None,
+                };
+                (t.name.clone(), why)
+            })
+            .collect();
+        self.overlay = Some(Overlay::GauntletSetup(GauntletSetup::new(tiers, samples, self.gauntlet_choice.as_ref())));
+    }
+
+    /// Run `samples` on `tiers` (the ready ones), one cell at a time.
+    pub fn start_gauntlet(&mut self, tiers: Vec<String>, samples: Vec<Sample>) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        let ready: Vec<String> = self.ready_tiers().into_iter().filter(|t| tiers.contains(t)).collect();
+        if ready.is_empty() || samples.is_empty() {
+            return self.say(Level::Warn, "choose at least one ready tier and one sample (r in the gauntlet view)");
+        }
+        let left_out = match samples::load_dir(&self.samples_root().unwrap_or_default()) {
+            Ok(all) => all.into_iter().filter(|a| !samples.iter().any(|s| s.name == a.name)).map(|a| a.name).collect(),
+            Err(_) => vec![],
+        };
+        self.gauntlet_choice = Some((ready.clone(), left_out));
+        let dir = self.samples_root().map(|d| d.display().to_string()).unwrap_or_default();
+        // Tiers that cannot run are listed under the matrix, with why; ready
+        // ones left out by choice are not in it at all.
+        let all_ready = self.ready_tiers();
         let skipped: Vec<(String, String)> = self
             .tiers
             .iter()
-            .filter(|t| !ready.contains(&t.name))
+            .filter(|t| !all_ready.contains(&t.name))
             .map(|t| {
                 let why = match &t.avail {
                     None => "still being probed".to_string(),
@@ -1203,10 +1214,7 @@ impl App {
         self.gauntlet = Some(g);
         self.view = View::Gauntlet;
         self.effects.push(Effect::Gauntlet { id, tiers: ready.clone(), skipped, samples, limits });
-        self.say(
-            Level::Info,
-            format!("gauntlet: {n} cells ({} on {}), one at a time…", dir.display(), ready.join(", ")),
-        );
+        self.say(Level::Info, format!("gauntlet: {n} cells ({dir} on {}), one at a time…", ready.join(", ")));
     }
 
     fn agent_rows(&self) -> usize {

@@ -47,6 +47,7 @@ mod tui_figures;
 mod tui_gauntlet;
 mod tui_instrument;
 mod tui_runs;
+mod tui_screens;
 mod tui_snapshots;
 mod tui_views;
 

@@ -69,7 +69,7 @@ fn real_gauntlet_through_the_workbench() {
         app.update(key(KeyCode::F(9)));
         assert_eq!(app.view, View::Gauntlet);
         app.update(key(KeyCode::Char('r')));
-        app.update(key(KeyCode::Char('r')));
+        app.update(key(KeyCode::Enter));
         let mut saw_running = false;
         drive(&config, &mut app, |app| {
             let g = app.gauntlet.as_ref().expect("a gauntlet started");
@@ -109,7 +109,7 @@ fn real_gauntlet_through_the_workbench() {
         copy(&["hostile/sleep_forever.py", "hostile/stdin_forever.py"], dir2.path());
         app.samples_dirs = vec![dir2.path().to_path_buf()];
         app.update(key(KeyCode::Char('r')));
-        app.update(key(KeyCode::Char('r')));
+        app.update(key(KeyCode::Enter));
         let mut cancelled = false;
         drive(&config, &mut app, |app| {
             let g = app.gauntlet.as_ref().unwrap();

@@ -180,7 +180,7 @@ fn output_search_highlights_the_matches_and_marks_the_current_one() {
 fn a_status_message_stays_with_its_view_and_the_save_prompt_names_the_directory() {
     let mut app = ready_app();
     app.update(key(KeyCode::F(9)));
-    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("r starts the gauntlet")));
+    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("r sets up a gauntlet")));
     app.update(key(KeyCode::Esc));
     assert!(app.status.is_none(), "the gauntlet's hint does not follow into the editor: {:?}", app.status);
     app.update(ctrl('s'));

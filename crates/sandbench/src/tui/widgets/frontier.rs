@@ -45,7 +45,9 @@ fn latency_note(f: &Frontier) -> String {
     }
 }
 
-/// One legend entry: key, tier, latency (start kind × runs, source), share.
+/// One legend entry after the key and tier: latency (start kind × runs,
+/// source: `cmp` the compare, `gnt` the gauntlet's controls, `bench` the
+/// report's benchmark), contained of judged, and the cells left out.
 fn entry(p: &Point) -> String {
     let src = match p.source.as_str() {
         "compare" => "cmp",
@@ -53,9 +55,9 @@ fn entry(p: &Point) -> String {
         "benchmark" => "bench",
         other => other,
     };
-    let left = if p.left_out() > 0 { format!(" ({} left out)", p.left_out()) } else { String::new() };
+    let left = if p.left_out() > 0 { format!(" ({} out)", p.left_out()) } else { String::new() };
     format!(
-        "{} {} ×{} {src} · {}/{}{left}",
+        "{} {}×{} {src} · {}/{}{left}",
         duration_ms(p.latency_ms),
         inert_line(&p.start, 12),
         p.runs,
@@ -88,10 +90,10 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect, fr: &Frontier) {
     }
     let w = inner.width.max(1) as usize;
     let head_h: u16 = head.iter().map(|l| super::side::wrapped_rows(&l.to_string(), w) as u16).sum();
-    // The plot needs five rows at least; the legend gets what is left, and
-    // says how many tiers it could not name.
+    // The plot needs seven rows (five of points, its axis, its labels); the
+    // legend gets what is left, and says how many tiers it could not name.
     let missing_h = u16::from(!fr.missing.is_empty());
-    let room = inner.height.saturating_sub(head_h + 5 + missing_h);
+    let room = inner.height.saturating_sub(head_h + 7 + missing_h);
     let legend_h = (fr.points.len() as u16).min(room.max(1));
     let [head_a, plot_a, legend_a, missing_a] = Layout::vertical([
         Constraint::Length(head_h),

@@ -61,19 +61,26 @@ fn info(app: &App, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
         out.extend(wrap_units(Span::styled("not in the matrix: ", t.dim()), units, w));
     }
     if abbreviated(g, width) {
-        let units = [
-            "a limit's name = contained by it",
-            "wall = wall time",
-            "cpu = CPU time",
-            "mem = memory",
-            "fsize = file size",
-            "out = output",
-            "net = network",
-            "blocked = refused",
-            "Enter: the cell's details",
-        ]
-        .map(|u| vec![Span::styled(u, t.dim())])
-        .to_vec();
+        // Only the short names the cells use.
+        let (_, col, _) = columns(g, width);
+        let shown: Vec<String> = g.cells.iter().flatten().flatten().map(|cv| fitted_text(cv, col as usize)).collect();
+        let mut units = vec!["a limit's name = contained by it".to_string()];
+        for (short, long) in [
+            ("wall", "wall time"),
+            ("cpu", "CPU time"),
+            ("mem", "memory"),
+            ("fsize", "file size"),
+            ("out", "output"),
+            ("net", "network"),
+            ("blocked", "refused"),
+        ] {
+            let used = shown.iter().any(|c| c.split([' ', '+']).any(|w| w == short));
+            if used {
+                units.push(format!("{short} = {long}"));
+            }
+        }
+        units.push("Enter: details".into());
+        let units = units.into_iter().map(|u| vec![Span::styled(u, t.dim())]).collect();
         out.extend(wrap_units(Span::styled("short cells: ", t.dim()), units, w));
     }
     let (_, _, window) = columns(g, width);
@@ -324,7 +331,9 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     let inner = block.inner(area);
     f.render_widget(block, area);
     let info = info(app, g, area.width);
-    let info_h = (info.len() as u16).min(inner.height.saturating_sub(2));
+    // The matrix keeps three rows (and its header) before the notes get theirs.
+    let keep = 1 + (g.rows.len() as u16).min(3);
+    let info_h = (info.len() as u16).min(inner.height.saturating_sub(keep));
     let [table_area, info_area] = Layout::vertical([Constraint::Min(0), Constraint::Length(info_h)]).areas(inner);
 
     let (name_w, col_w, window) = columns(g, area.width);

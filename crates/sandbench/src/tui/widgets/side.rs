@@ -200,7 +200,8 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     ])
     .areas(area);
     f.render_widget(Paragraph::new(top), head);
-    let label_w = 10u16;
+    // "peak 64.0M" and a space before the curve.
+    let label_w = 11u16;
     let cpu_txt = run.cpu_pct().map(|c| format!("cpu {c:>3}%")).unwrap_or_else(|| "cpu    –".into());
     // Once the run is over, the gauges and labels show peaks.
     let done = run.finished();
@@ -320,7 +321,8 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
         let peak = format!(
             "peak mem {} · pids {} · cpu {}",
             // Unknown is "—": a zero would be a measurement.
-            r.usage.peak_memory_bytes.filter(|b| *b > 0).map(crate::units::size_short).unwrap_or_else(|| "—".into()),
+            // The figure the label above shows (the report's, or a higher sample).
+            Some(run.peak_memory).filter(|b| *b > 0).map(crate::units::size_short).unwrap_or_else(|| "—".into()),
             r.usage.peak_pids.map(|p| p.to_string()).unwrap_or_else(|| "—".into()),
             r.usage.cpu_ms.map(|c| duration_ms(c as f64)).unwrap_or_else(|| "—".into())
         );
