@@ -83,6 +83,9 @@ pub async fn measure_latency(
 pub struct CheckFact {
     pub name: String,
     pub ok: bool,
+    /// "ok", "warn" (works, as a slower or weaker fallback) or "fail".
+    #[serde(default)]
+    pub level: String,
     pub detail: String,
 }
 
@@ -102,7 +105,19 @@ impl TierFacts {
             tier: i(&a.tier),
             available: a.available,
             summary: i(&a.summary),
-            checks: a.checks.iter().map(|c| CheckFact { name: i(&c.name), ok: c.ok, detail: i(&c.detail) }).collect(),
+            checks: a
+                .checks
+                .iter()
+                .map(|c| CheckFact {
+                    name: i(&c.name),
+                    ok: c.ok,
+                    level: serde_json::to_value(c.level)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    detail: i(&c.detail),
+                })
+                .collect(),
         }
     }
 }
@@ -972,7 +987,11 @@ fn machine_section(h: &mut String, r: &Report) {
             let _ = write!(
                 h,
                 "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                if c.ok { "✔" } else { "✖" },
+                match (c.ok, c.level.as_str()) {
+                    (true, "warn") => "⚠",
+                    (true, _) => "✔",
+                    (false, _) => "✖",
+                },
                 esc(&c.name),
                 esc(&c.detail)
             );

@@ -222,7 +222,19 @@ impl MicrovmTier {
         if ready {
             let c = accel::choose(&self.cfg, &p).await;
             accel_name = c.accel.name();
-            checks.push(Check::ok("accel", c.detail));
+            // Software emulation because KVM did not work is a fallback that
+            // works, many times slower: a warning with its reason. TCG asked
+            // for in the config is a choice.
+            if c.accel == Accel::Tcg && self.cfg.accel == crate::config::AccelSetting::Auto {
+                checks.push(Check::warn(
+                    "accel",
+                    c.detail,
+                    "runs work, seconds slower each: give the host working KVM (check /dev/kvm and nested \
+virtualization), or set [microvm] accel = \"tcg\" to make emulation the configured choice",
+                ));
+            } else {
+                checks.push(Check::ok("accel", c.detail));
+            }
             let shape = self.shape(&self.default_limits, c.accel);
             match snapshot::load(&self.cfg, &p, shape) {
                 Some((_, m)) => checks.push(Check::ok(

@@ -47,6 +47,10 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
         if let (true, Some(w)) = (a.available, &app.selected_tier().warm) {
             lines.push(Line::from(vec![Span::styled("warm: ", t.key()), Span::styled(w.clone(), t.dim())]));
         }
+        // A tier that works through a slower or weaker fallback says so.
+        for c in a.checks.iter().filter(|c| a.available && c.level == crate::tier::CheckLevel::Warn) {
+            lines.push(Line::from(Span::styled(format!("⚠ {}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
+        }
         if !a.available {
             if let Some(c) = a.checks.iter().find(|c| !c.ok) {
                 lines.push(Line::from(Span::styled(format!("{}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
