@@ -20,16 +20,10 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     crate::tier::parse_list(&args.tier).map_err(usage)?;
     let plan = bench::plan(&args.tier, config).await?;
     let text = args.format == Format::Text;
-    let runs = args.runs;
-    let mut progress = move |round: usize| {
-        if text {
-            eprint!("\rround {round}/{runs}");
-        }
-    };
+    let mut bar = super::progress::Progress::new(Some(args.runs as u64), text, std::time::Duration::from_secs(5));
+    let mut progress = |round: usize| bar.set(round as u64, "bench: rounds");
     let report = bench::measure(&args.tier, plan, args.runs, &mut progress).await?;
-    if text {
-        eprintln!();
-    }
+    bar.finish();
     if let Err(e) = crate::state::save_bench_in(&crate::config::state_dir(), &report) {
         tracing::warn!("could not keep the benchmark: {e:#}");
     }
@@ -241,15 +235,12 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         host: config.host.clone(),
     };
     let text = args.format == Format::Text;
-    let mut progress = move |runs: usize, mismatches: usize| {
-        if text {
-            eprint!("\rsoak: {runs} runs, {mismatches} mismatch(es)");
-        }
-    };
+    // One line every 10 s in a pipe: a soak runs for minutes.
+    let mut bar = super::progress::Progress::new(None, text, std::time::Duration::from_secs(10));
+    let mut progress =
+        |runs: usize, mismatches: usize| bar.set(runs as u64, &format!("soak: {runs} runs, {mismatches} mismatch(es)"));
     let r = sandbench_core::soak::run(tiers, skipped, samples, cfg, &mut progress).await;
-    if text {
-        eprintln!();
-    }
+    bar.finish();
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
         Format::Text => print!("{}", render_soak(&r)),
