@@ -81,6 +81,14 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let tty_out = std::io::stdout().is_terminal();
     let tty_err = std::io::stderr().is_terminal();
     let mut report: Option<RunReport> = None;
+    // The program's last line on either stream is unfinished: sandbench's
+    // own lines start on a new one (and add no blank line otherwise).
+    let mut mid_line = false;
+    let own_line = |mid: &mut bool| {
+        if std::mem::take(mid) {
+            eprintln!();
+        }
+    };
     while let Some(update) = handle.events.recv().await {
         let ev = match update {
             Update::Finished(r) => {
@@ -98,6 +106,9 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
                 // A terminal gets the program's bytes with every control made
                 // visible; a pipe or file gets them exactly.
                 let data = if tty { sanitize::visible_controls(&bytes).into_bytes() } else { bytes };
+                if let Some(last) = data.last() {
+                    mid_line = *last != b'\n';
+                }
                 let _ = match stream {
                     Stream::Stdout => std::io::stdout().write_all(&data).and_then(|_| std::io::stdout().flush()),
                     Stream::Stderr => std::io::stderr().write_all(&data),
@@ -107,21 +118,26 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
             EventKind::Violation(v) if text && v.kind == crate::event::ViolationKind::Network => {}
             // An allowed connection is shown when it opens, not again when it ends.
             EventKind::Network(rec) if text && (rec.open || rec.decision != crate::egress::Decision::Allowed) => {
+                own_line(&mut mid_line);
                 eprintln!(
-                    "sandbench: network — {} (at {:.0} ms)",
+                    "sandbench: network — {} (at {})",
                     sanitize::visible_controls(rec.line().as_bytes()),
-                    rec.at_ms
+                    units::duration_ms(rec.at_ms)
                 );
             }
             EventKind::Violation(v) if text => {
+                own_line(&mut mid_line);
                 eprintln!(
-                    "\nsandbench: {} — {} (at {:.0} ms)",
+                    "sandbench: {} — {} (at {})",
                     v.kind.name(),
                     sanitize::visible_controls(v.detail.as_bytes()),
-                    v.at_ms
+                    units::duration_ms(v.at_ms)
                 );
             }
-            EventKind::Note(n) if text => eprintln!("sandbench: {}", sanitize::visible_controls(n.as_bytes())),
+            EventKind::Note(n) if text => {
+                own_line(&mut mid_line);
+                eprintln!("sandbench: {}", sanitize::visible_controls(n.as_bytes()))
+            }
             _ => {}
         }
     }
@@ -131,7 +147,10 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     crate::runlog::record(&logged, &report, None);
     match args.format {
         Format::Json => super::emit_json(&report)?,
-        Format::Text => eprintln!("{}", summary(&report)),
+        Format::Text => {
+            own_line(&mut mid_line);
+            eprintln!("{}", summary(&report))
+        }
     }
     Ok(exit_code(&report, interrupted.load(Ordering::SeqCst)))
 }
@@ -179,7 +198,7 @@ pub fn summary(r: &RunReport) -> String {
     let t = &r.timings_ms;
     let u = &r.usage;
     let mut s = format!(
-        "\n── sandbench · {} · {} ──\noutcome   {}\nexit      {}\n",
+        "── sandbench · {} · {} ──\noutcome   {}\nexit      {}\n",
         r.tier,
         r.label,
         r.outcome.name(),
