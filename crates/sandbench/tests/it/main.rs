@@ -25,6 +25,7 @@ mod e2b_dialect;
 mod e2b_lifecycle;
 mod egress;
 mod gauntlet;
+mod headless;
 mod mcp_stdio;
 mod microvm_protocol;
 mod microvm_tier;
