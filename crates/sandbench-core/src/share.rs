@@ -1061,7 +1061,7 @@ mod tests {
             tier: "process".into(),
             available: true,
             summary: "ready".into(),
-            checks: vec![CheckFact { name: "cgroup".into(), ok: true, detail: "v1".into() }],
+            checks: vec![CheckFact { name: "cgroup".into(), ok: true, level: "ok".into(), detail: "v1".into() }],
         }];
         let machine = Machine::here(&tiers);
         let r = build(&["process".into()], tiers, machine, Some(section(matrix())), Some(section(latency())));

@@ -76,7 +76,7 @@ mod tests {
                 Check::warn("accel", "TCG (software emulation, slow): KVM guest failed to start", "fix KVM"),
             ],
         };
-        let text = render(&[a.clone()]);
+        let text = render(std::slice::from_ref(&a));
         assert!(text.starts_with("microvm   ⚠ ready"), "{text}");
         assert!(text.contains("    ⚠ accel       TCG (software emulation, slow): KVM guest failed to start"), "{text}");
         assert!(text.contains("      fix: fix KVM"), "{text}");

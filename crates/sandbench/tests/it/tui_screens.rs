@@ -266,11 +266,11 @@ fn the_compare_histograms_never_draw_an_empty_box_or_repeat_an_edge() {
 fn the_tier_list_keeps_the_selected_tier_in_view() {
     let mut app = app(None);
     for (w, h) in SIZES {
-        for i in 0..TIERS.len() {
+        for (i, tier) in TIERS.iter().enumerate() {
             app.tier = i;
             let s = screen(&mut app, w, h);
-            let marked = format!("▶ {:<9}", TIERS[i]);
-            assert!(s.contains(&marked), "{w}×{h}: {} selected, its ▶ is off screen\n{s}", TIERS[i]);
+            let marked = format!("▶ {tier:<9}");
+            assert!(s.contains(&marked), "{w}×{h}: {tier} selected, its ▶ is off screen\n{s}");
         }
         app.tier = TIERS.len() - 1;
         insta::assert_snapshot!(format!("tier_list_last_selected_{w}x{h}"), screen(&mut app, w, h));
