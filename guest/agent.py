@@ -773,15 +773,10 @@ def run(port, spec):
     if peak and not session:
         # (a session's cgroup peak is the whole session's)
         ex["memory_peak"] = peak
-    # The cgroup charges the interpreter's shared pages to whoever touched
-    # them first (this agent's own Python), so a small program's peak read
-    # ~1 MiB; rusage counts the biggest process of the program's tree (every
-    # one is reaped here). Keep the larger, as the host tiers do, but never
-    # above the limit: pages the cgroup did not charge are not the program's.
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    rss = min(rss, int(spec["limits"].get("memory_bytes", rss)))
-    if rss > (ex["memory_peak"] or 0):
-        ex["memory_peak"] = rss
+    # Peak memory is the run cgroup's own accounting, as on every tier (what
+    # its limit is enforced against), never a process's max RSS: the cgroup
+    # charges the interpreter's shared pages to whoever touched them first
+    # (this agent's own Python), so a small program reads ~1 MiB.
     watch.drain()
     watch.check()
     hit, full = scan_scratch(limit, since, prior_full)

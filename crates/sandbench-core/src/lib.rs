@@ -36,3 +36,4 @@ pub mod spec;
 pub mod state;
 pub mod stats;
 pub mod tier;
+pub mod units;

@@ -175,7 +175,8 @@ pub struct BenchArgs {
     /// Runs in flight (throughput and soak; default 4).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
-    /// Soak: comma-separated tiers (default: every available tier).
+    /// Soak: comma-separated tiers (default: every available tier of
+    /// sandbench's own; name peers to add them).
     #[arg(long, value_name = "TIERS", requires = "soak")]
     pub tiers: Option<String>,
     /// Soak: samples folder (with benign/ and hostile/).
@@ -192,7 +193,8 @@ pub enum MatrixFormat {
 
 #[derive(Debug, Args)]
 pub struct GauntletArgs {
-    /// Comma-separated tiers (default: every available tier).
+    /// Comma-separated tiers (default: every available tier of sandbench's
+    /// own; name peers to add them).
     #[arg(long, value_name = "TIERS")]
     pub tiers: Option<String>,
     /// Samples folder (with benign/ and hostile/).
@@ -248,7 +250,9 @@ pub struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Comma-separated tiers (default: every available tier).
+    /// Comma-separated tiers (default: every available tier, sandbench's own
+    /// and the installed peers — the tier list `doctor` shows, as F6 in the
+    /// workbench; unavailable ones are skipped and said).
     #[arg(long, value_name = "TIERS")]
     pub tiers: Option<String>,
     /// Language (python, sh); default from the file extension.
@@ -430,7 +434,7 @@ pub struct LogArgs {
     /// Only runs since this long ago (30m, 2h, 7d) or this UTC time (2026-12-01T10:00:00Z).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
-    /// Only runs from this front end: run, compare, gauntlet, report, agent, mcp, tui.
+    /// Only runs from this front end: run, compare, gauntlet, report, agent, mcp, tui, soak.
     #[arg(long, value_name = "NAME")]
     pub front_end: Option<String>,
     /// Only the calls of this session (an id like s-0a1b2c3d4e5f).

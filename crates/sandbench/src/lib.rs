@@ -5,7 +5,7 @@
 
 pub use sandbench_core::{
     admission, agent, bench, compare, config, egress, event, gauntlet, host, http, judge, owner, policy, report,
-    runlog, runner, samples, sanitize, session, session_files, setup, share, soak, spec, state, stats, tier,
+    runlog, runner, samples, sanitize, session, session_files, setup, share, soak, spec, state, stats, tier, units,
 };
 
 pub mod cli;

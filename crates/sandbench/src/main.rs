@@ -45,6 +45,8 @@ fn main() -> ExitCode {
             Some(Command::Report(_)) => Some("report"),
             Some(Command::Agent(_)) => Some("agent"),
             Some(Command::Mcp(_)) => Some("mcp"),
+            // The soak's runs are runs like any other (bench's timing runs are not logged).
+            Some(Command::Bench(a)) if a.soak => Some("soak"),
             _ => None,
         };
         if let Some(f) = front_end {

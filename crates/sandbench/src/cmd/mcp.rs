@@ -862,14 +862,24 @@ pub fn reply(report: &RunReport) -> CallToolResult {
         text.push_str(&format!("error: {e}\n"));
     }
     for v in &report.violations {
-        text.push_str(&format!("violation: {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+        text.push_str(&format!(
+            "violation: {} at {}: {}\n",
+            v.kind.name(),
+            crate::units::duration_ms(v.at_ms),
+            v.detail
+        ));
     }
     for n in report.network.iter().filter(|n| n.decision == crate::egress::Decision::Denied).take(10) {
         text.push_str(&format!("network: {}\n", sanitize::visible_controls(n.line().as_bytes())));
     }
+    let d = crate::units::duration_ms;
     text.push_str(&format!(
-        "time: setup {:.1} ms, run {:.1} ms, teardown {:.1} ms, total {:.1} ms (tier {})\n",
-        t.setup, t.run, t.teardown, t.total, report.tier
+        "time: setup {}, run {}, teardown {}, total {} (tier {})\n",
+        d(t.setup),
+        d(t.run),
+        d(t.teardown),
+        d(t.total),
+        report.tier
     ));
     let trunc = |cut: bool| if cut { " (truncated at the output limit)" } else { "" };
     text.push_str(&format!("--- stdout{} ---\n{stdout}\n", trunc(report.stdout_truncated)));

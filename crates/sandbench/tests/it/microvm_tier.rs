@@ -143,10 +143,11 @@ fn hello_python_runs_in_the_guest() {
     assert!(matches!(r.details["accel"].as_str(), Some("tcg" | "kvm")));
     assert!(matches!(r.details["start"].as_str(), Some("warm" | "snapshot" | "cold")), "{}", r.details);
     assert!(r.usage.cpu_ms.is_some());
-    // A Python program's peak is its interpreter's resident size, not the
-    // ~1 MiB the guest cgroup charges it (the agent's Python cached the pages).
+    // Peak memory is the run cgroup's own figure, as on every tier: known,
+    // and within the limit it is enforced against (a small program reads
+    // ~1 MiB: the agent's Python already holds the interpreter's pages).
     let peak = r.usage.peak_memory_bytes.unwrap_or(0);
-    assert!(peak > 4 << 20, "peak memory {peak} B");
+    assert!(peak > 0 && peak <= r.limits.memory_bytes, "peak memory {peak} B");
 }
 
 #[sandbench_testkit::test(needs = ["microvm"])]

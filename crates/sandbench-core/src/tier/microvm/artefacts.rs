@@ -295,7 +295,7 @@ pub fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
     let p = paths();
     let m = Manifest::load(&p);
     let w = wanted(cfg);
-    let size = |path: &Path| std::fs::metadata(path).map(|m| crate::spec::format_size(m.len())).unwrap_or_default();
+    let size = |path: &Path| std::fs::metadata(path).map(|m| crate::units::size(m.len())).unwrap_or_default();
     let state = |name: &'static str, path: &Path, have: &Option<String>, want: Option<&String>, what: String| {
         let exists = path.is_file();
         let fresh = exists && want.is_some() && have.as_ref() == want;
@@ -406,7 +406,7 @@ pub async fn setup(cfg: &MicrovmConfig, force: bool, progress: &dyn Progress) ->
         m.agent = Some(w.agent.clone());
         m.image = Some(w.image.clone());
         m.save(&p)?;
-        let size = std::fs::metadata(&p.rootfs).map(|x| crate::spec::format_size(x.len())).unwrap_or_default();
+        let size = std::fs::metadata(&p.rootfs).map(|x| crate::units::size(x.len())).unwrap_or_default();
         done(pb, &line, format!("✓ agent      {} → /{AGENT_IN_ROOT}/agent.pyc", p.agent.display()));
         line(format!("✓ root disk  Debian {} + python3 + agent, read-only ext4 {size}", cfg.suite));
     } else {
