@@ -1,7 +1,11 @@
 # name: hidden-unguarded-free
 # tries: fill the scratch space through shared mappings, then free it where a scratch guard cannot look: io_uring's unlink, unlink through the i386 system call ABI, and extended attributes that use up the inode space
 # must: refuse those ways (or see the full scratch before they free it) and report the full scratch space
-# expect: *=violation:disk|memory? process=violation:disk docker=violation:disk microvm=violation:disk
+# expect: *=violation:disk|memory? process=violation:disk docker=violation:disk microvm=violation:disk|wall_timeout
+# On microvm (TCG) the fill touches every page under emulation: on a loaded
+# machine the gauntlet's 5 s wall limit may end the run before the scratch
+# is full (nothing hidden then); microvm_every_way_of_hiding_a_limit_hit_is_seen
+# proves the class there with a 60 s wall limit.
 # io_uring's operations never pass through a seccomp filter and another ABI's
 # call numbers pass a filter written for x86_64 unseen: the scratch guard
 # refuses both (as the process tier's and the docker loader's own filters
