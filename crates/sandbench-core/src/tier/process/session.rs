@@ -29,6 +29,10 @@ use crate::session::{counters_since, SessionSpec, TierSession};
 use crate::spec::{Language, RunSpec};
 use crate::tier::{BoxFuture, RunContext, TierExit};
 
+/// The longest a session's sandbox may take to be built (a few hundred
+/// milliseconds normally, seconds on a loaded machine).
+const BUILD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub(crate) struct ProcessSession {
     kept: tokio::sync::Mutex<Option<Kept>>,
     alive: AtomicBool,
@@ -59,7 +63,18 @@ pub(crate) async fn open(tier: &ProcessTier, spec: SessionSpec) -> anyhow::Resul
         Ok((stdin, Receiver::from_owned_fd(out)?, Receiver::from_owned_fd(err)?))
     })();
     let ready = match pipes {
-        Ok(p) => sandbox.wait_ready().await.map(|_| p),
+        // A sandbox that never says ready must not hold the opener (and a
+        // server's session slot) for ever.
+        Ok(p) => match tokio::time::timeout(BUILD_DEADLINE, sandbox.wait_ready()).await {
+            Ok(r) => r.map(|_| p),
+            Err(_) => {
+                tracing::warn!("a process session's sandbox was not ready within {BUILD_DEADLINE:?}; torn down");
+                Err(anyhow!(
+                    "the session's sandbox was not ready within {} s (is the machine overloaded?); try again",
+                    BUILD_DEADLINE.as_secs()
+                ))
+            }
+        },
         Err(e) => Err(e),
     };
     match ready {
