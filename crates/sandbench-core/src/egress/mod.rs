@@ -17,11 +17,14 @@
 //! Every decision is a run event ([`NetRecord`]), folded into the report's
 //! `network` list; a denial is also a `network` violation (worded by the judge).
 
+pub mod ca;
 pub mod framing;
 pub mod mux;
 pub mod policy;
 pub mod proxy;
 pub mod resolve;
+pub mod scrub;
+pub mod secrets;
 #[cfg(test)]
 mod tests;
 
