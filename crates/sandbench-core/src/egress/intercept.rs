@@ -233,7 +233,10 @@ impl RunSecrets {
             if proxy::DROPPED_UP.contains(&name.as_str()) || (scrubbing && name == "accept-encoding") {
                 continue;
             }
-            refuse(name.as_bytes(), "a header name")?;
+            // Names arrive lowercased: a placeholder in one is looked for so.
+            if let Some(i) = self.list.iter().position(|s| name.contains(&s.placeholder.to_ascii_lowercase())) {
+                return Err(self.misplaced(i, bound, to, "a header name"));
+            }
             let v = hn
                 .replace_all(value, &mut used)
                 .map_err(|Refused(i)| self.misplaced(i, bound, to, &format!("the {name} header")))?;

@@ -755,7 +755,7 @@ mod tests {
         let env = |v: &'static str| move |_: &str| Some(OsString::from(v));
         assert_eq!(d.resolve(&env("sk-live-0123456789")).unwrap().value(), b"sk-live-0123456789");
         for (bad, why) in [
-            ("short", "at least"),
+            ("abc1234", "at least"),
             ("sk-0123456789\r\nX-Evil: 1", "control"),
             ("sk-0123456789\0", "control"),
             (" sk-0123456789", "space"),
