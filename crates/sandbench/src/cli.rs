@@ -136,6 +136,15 @@ pub struct RunArgs {
     /// Pass KEY=VALUE into the sandbox (nothing else of the host's environment is).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = spec::parse_env)]
     pub env: Vec<(String, String)>,
+    /// A secret the program uses but never holds: NAME=env:VAR@HOST[:PORT][,HOST...],
+    /// NAME=file:PATH@HOST..., or a NAME declared under [secrets] in the config.
+    /// $NAME in the sandbox is a placeholder; the egress proxy puts the value
+    /// in requests to those hosts only (they must be in --network allow=...).
+    #[arg(long = "secret", value_name = "NAME[=SOURCE@HOSTS]")]
+    pub secrets: Vec<String>,
+    /// Where a secret may also be substituted besides header values: NAME=query,body.
+    #[arg(long = "secret-in", value_name = "NAME=PLACES")]
+    pub secret_in: Vec<String>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Run even where Landlock or seccomp cannot be enforced; the report
