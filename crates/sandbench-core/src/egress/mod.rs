@@ -117,13 +117,13 @@ impl NetRecord {
         match (self.decision, self.open) {
             (Decision::Allowed, true) => format!("{what} — {}", self.detail),
             (Decision::Allowed, false) => format!(
-                "closed {} {}:{} — {} up, {} down, {:.0} ms",
+                "closed {} {}:{} — {} up, {} down, {}",
                 self.method,
                 self.host,
                 self.port,
-                crate::spec::format_size(self.bytes_up),
-                crate::spec::format_size(self.bytes_down),
-                self.duration_ms
+                crate::units::size(self.bytes_up),
+                crate::units::size(self.bytes_down),
+                crate::units::duration_ms(self.duration_ms)
             ),
             (Decision::Denied, _) => format!("{what} — {}", self.detail),
         }

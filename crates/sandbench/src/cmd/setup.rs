@@ -115,16 +115,18 @@ async fn setup_microvm(args: &SetupArgs, config: &Config) -> anyhow::Result<i32>
         let shape = tier.shape(&config.limits, choice.accel);
         match microvm::snapshot::load(cfg, &p, shape) {
             Some((_, m)) if !args.force => eprintln!(
-                "✓ snapshot   up to date ({} MiB guest: restore {:.0} ms vs boot {:.0} ms)",
-                shape.mem_mib, m.restore_ms, m.boot_ms
+                "✓ snapshot   up to date ({} guest: restore {} vs boot {})",
+                crate::units::size(shape.mem_mib << 20),
+                crate::units::duration_ms(m.restore_ms),
+                crate::units::duration_ms(m.boot_ms)
             ),
             _ => {
                 eprintln!("… snapshot   booting a {} MiB guest to save it (takes a boot or two)", shape.mem_mib);
                 match tier.make_snapshot().await {
                     Ok(m) => eprintln!(
-                        "✓ snapshot   restore {:.0} ms vs boot {:.0} ms — {}",
-                        m.restore_ms,
-                        m.boot_ms,
+                        "✓ snapshot   restore {} vs boot {} — {}",
+                        crate::units::duration_ms(m.restore_ms),
+                        crate::units::duration_ms(m.boot_ms),
                         if m.faster_than_boot() {
                             "restores will be used"
                         } else {

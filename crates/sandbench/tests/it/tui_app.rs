@@ -369,7 +369,7 @@ fn save_as_then_save() {
     type_text(&mut app, "x");
     app.update(ctrl('s'));
     assert!(std::fs::read_to_string(&target).unwrap().starts_with('x'));
-    assert!(!app.editor.modified);
+    assert!(!app.editor.modified());
 }
 
 #[sandbench_testkit::test]

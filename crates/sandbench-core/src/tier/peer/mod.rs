@@ -310,7 +310,10 @@ impl PeerTier {
             };
             let r = crate::runner::run(Arc::new(me), spec).await;
             if r.outcome == crate::report::Outcome::Ok && r.exit.code == Some(0) && r.stdout.contains("peer-probe-ok") {
-                checks.push(Check::ok("sandbox", format!("a trivial program ran ({:.0} ms)", r.timings_ms.total)));
+                checks.push(Check::ok(
+                    "sandbox",
+                    format!("a trivial program ran ({})", crate::units::duration_ms(r.timings_ms.total)),
+                ));
                 summary = format!("ready ({})", self.version().await);
             } else {
                 let why = r.error.clone().unwrap_or_else(|| {
