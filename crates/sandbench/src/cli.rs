@@ -365,6 +365,11 @@ pub struct SetupArgs {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
+    /// A secret clients may name in run_code (repeatable): a NAME declared
+    /// under [secrets] in the config, or NAME=env:VAR@HOST[,HOST...]. Its
+    /// value is read now; a client only ever names it.
+    #[arg(long = "secret", value_name = "NAME[=SOURCE@HOSTS]")]
+    pub secrets: Vec<String>,
     /// Comma-separated tiers clients may use; the first is the default
     /// (default: the configured default tier only).
     #[arg(long, value_name = "TIERS")]
