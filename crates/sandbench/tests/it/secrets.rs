@@ -247,10 +247,11 @@ fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
             let p = e.path();
             match e.file_type() {
                 Ok(t) if t.is_dir() => stack.push(p),
-                Ok(t) if t.is_file() => {
-                    if std::fs::read(&p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) {
-                        out.push(p.display().to_string());
-                    }
+                Ok(t)
+                    if t.is_file()
+                        && std::fs::read(&p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) =>
+                {
+                    out.push(p.display().to_string())
                 }
                 _ => {}
             }
@@ -378,4 +379,31 @@ fn secrets_are_refused_up_front_with_one_line() {
     assert!(t.contains("SECRETS_UNSET_VAR is not set"), "{t}");
     let t = run(&["--tier", "e2b", "--network", "allow=api.test", "--secret", "K=env:SECRETS_TEST_VALUE@api.test"]);
     assert!(t.contains("E2B's own network"), "{t}");
+}
+
+/// MCP: the server offers what the operator named (`--secret`), a client
+/// picks by name only; an unknown name, a run without the secret's host in
+/// its allow list, and a session are refused; the value is in no reply.
+#[sandbench_testkit::test(needs = ["mcp"])]
+fn mcp_clients_name_offered_secrets_only() {
+    use crate::support::mcp::{call, drive, message, sdk_python, Home, SECRET};
+    let home = Home::new("");
+    let code = "import os\nprint(os.environ.get('API_KEY'))\n";
+    let out = drive(
+        &home,
+        &sdk_python(),
+        serde_json::json!([
+            call("list_tiers", serde_json::json!({})),
+            call("run_code", serde_json::json!({"language": "python", "code": code, "secrets": ["NOPE"]})),
+            call("run_code", serde_json::json!({"language": "python", "code": code, "secrets": ["API_KEY"]})),
+            call("open_session", serde_json::json!({"secrets": ["API_KEY"]})),
+        ]),
+        &["--secret", "API_KEY=env:SANDBENCH_TEST_SECRET@api.test"],
+    );
+    let all = serde_json::to_string(&out).unwrap();
+    assert!(!all.contains(SECRET), "the value reached a reply: {all}");
+    assert_eq!(out[0]["structured"]["secrets"], serde_json::json!(["API_KEY"]), "{}", out[0]);
+    assert!(message(&out[1]).contains("offered: API_KEY"), "{}", out[1]);
+    assert!(message(&out[2]).contains("api.test") && message(&out[2]).contains("no network"), "{}", out[2]);
+    assert!(message(&out[3]).contains("offline"), "{}", out[3]);
 }
