@@ -44,7 +44,8 @@ struct Internet {
 
 /// Read one request (head and a Content-Length body), log it, and answer
 /// with the request itself as the body (an upstream that echoes headers):
-/// as is, base64 and hex too on `/forms`, in 7-byte chunks on `/chunked`
+/// as is, base64 and hex too on `/forms`, in 7-byte chunks on `/chunked`,
+/// gzip-compressed (unasked) on `/gzip`
 /// (a value split across chunks), and in a response header on `/header`.
 async fn echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, log: Arc<Log>) {
     let mut req = vec![];
@@ -88,7 +89,20 @@ async fn echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S,
         .lines()
         .find_map(|l| l.strip_prefix("authorization: ").or_else(|| l.strip_prefix("Authorization: ")).map(String::from))
         .unwrap_or_default();
-    let reply = if line.contains("/chunked") {
+    let reply = if line.contains("/gzip") {
+        // Compressed although the proxy asked for identity (a hostile upstream).
+        use std::io::Write;
+        let mut z = flate2::write::GzEncoder::new(vec![], flate2::Compression::default());
+        z.write_all(&body).unwrap();
+        let z = z.finish().unwrap();
+        let mut r = format!(
+            "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            z.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(&z);
+        r
+    } else if line.contains("/chunked") {
         let mut r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
         for c in body.chunks(7) {
             r.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
@@ -193,7 +207,7 @@ req = urllib.request.Request("https://api.test/v1/echo", headers={"Authorization
 r = urllib.request.urlopen(req, timeout=30)
 print("ECHO", r.read().decode())
 print("ECHO-HEADER", r.headers.get("X-Echo-Authorization"))
-for path in ("/v1/forms", "/v1/chunked"):
+for path in ("/v1/forms", "/v1/chunked", "/v1/gzip"):
     req = urllib.request.Request("https://api.test" + path, headers={"Authorization": "Bearer " + ph})
     print("ECHO" + path, urllib.request.urlopen(req, timeout=30).read().decode())
 try:
@@ -201,6 +215,51 @@ try:
     print("QUERY REACHED")
 except Exception as e:
     print("query refused", e)
+import http.client, socket, ssl
+from urllib.parse import urlsplit
+proxy = urlsplit(os.environ.get("HTTPS_PROXY") or os.environ["https_proxy"])
+def conn(ctx=None):
+    c = http.client.HTTPSConnection(proxy.hostname, proxy.port, context=ctx, timeout=30)
+    c.set_tunnel("api.test", 443)
+    return c
+# HTTP/2 offered first: the interception speaks HTTP/1.1 only.
+ctx = ssl.create_default_context()
+ctx.set_alpn_protocols(["h2", "http/1.1"])
+c = conn(ctx)
+c.connect()
+print("ALPN", c.sock.selected_alpn_protocol())
+c.close()
+# A client that trusts only its own pinned CA: the run's CA is refused.
+pinned = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+pinned.load_verify_locations(cadata=os.environ["PINNED_CA"])
+try:
+    c = conn(pinned)
+    c.request("GET", "/v1/pinned", headers={"Authorization": "Bearer " + ph})
+    print("PINNED REACHED", c.getresponse().status)
+except Exception as e:
+    print("pinned refused", type(e).__name__)
+# Expect: 100-continue with the placeholder in the body (headers only).
+c = conn()
+body = ("token=" + ph).encode()
+c.request("POST", "/v1/expect", body=body, headers={"Expect": "100-continue", "Content-Type": "text/plain"})
+print("EXPECT", c.getresponse().status)
+c.close()
+# Two requests in one write on one connection (pipelining).
+c = conn()
+c.connect()
+two = ("GET /v1/pipe1 HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n\r\n"
+       "GET /v1/pipe2 HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n\r\n") % (ph, ph)
+c.sock.sendall(two.encode())
+got = b""
+while True:
+    try:
+        b = c.sock.recv(65536)
+    except Exception:
+        break
+    if not b:
+        break
+    got += b
+print("PIPELINED", got.decode(errors="replace"))
 # Every environment this program can read.
 for f in glob.glob("/proc/*/environ"):
     try:
@@ -276,6 +335,8 @@ fn the_program_never_holds_the_value(tier: &str) {
             .env("SANDBENCH_STATE_DIR", &state)
             .env("SECRETS_TEST_VALUE", VALUE)
             .args(["run", "--tier", tier, "--network", "allow=api.test,other.test", "--timeout", "90s"])
+            .arg("--env")
+            .arg(format!("PINNED_CA={}", net.ca_pem))
             .args(["--secret", "API_KEY=env:SECRETS_TEST_VALUE@api.test", "--format", "json"])
             .arg(&prog),
         Duration::from_secs(300),
@@ -297,6 +358,15 @@ fn the_program_never_holds_the_value(tier: &str) {
     assert!(r.stdout.contains(&format!("Bearer {ph}")), "{says}");
     assert!(r.stdout.contains(&format!("ECHO-HEADER Bearer {ph}")), "{says}");
     assert!(r.stdout.contains("ECHO/v1/forms") && r.stdout.contains("ECHO/v1/chunked"), "{says}");
+    assert!(r.stdout.contains("ECHO/v1/gzip") && r.stdout.contains("ALPN http/1.1\n"), "{says}");
+    assert!(r.stdout.contains("pinned refused") && !r.stdout.contains("PINNED REACHED"), "{says}");
+    // The body streams: its head went on, the piece holding the placeholder
+    // did not (the upstream never saw the placeholder, asserted above).
+    assert!(r.stdout.contains("EXPECT 403"), "{says}");
+    assert!(!api.contains("/v1/pinned"), "{api}");
+    // A second pipelined request never reaches the upstream unchecked: one
+    // request per intercepted connection.
+    assert!(r.stdout.contains("PIPELINED") && !api.contains("/v1/pipe2"), "{says}");
     // A placeholder in the query (headers only) never left.
     assert!(r.stdout.contains("query refused") && !api.contains("/v1/q?"), "{says}");
     // The unbound host got nothing; the request was refused and reported.
