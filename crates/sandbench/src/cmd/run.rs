@@ -233,6 +233,23 @@ pub fn summary(r: &RunReport) -> String {
     if !r.limits.network.is_none() || !r.network.is_empty() {
         s.push_str(&network_summary(r));
     }
+    // Names and hosts only (checked when declared); never a value.
+    for x in &r.secrets {
+        let leak = if x.redacted > 0 {
+            format!(" · {} form(s) of its value taken out of the run's output: it reached the sandbox", x.redacted)
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "secret    {} → {} (in {}) · substituted {} · scrubbed {} · misdirected {}{leak}\n",
+            x.name,
+            x.hosts.join(", "),
+            x.places,
+            x.substituted,
+            x.scrubbed,
+            x.misdirected
+        ));
+    }
     let d = units::duration_ms;
     s.push_str(&format!(
         "time      setup {} · run {} · teardown {} · total {}{}\n",

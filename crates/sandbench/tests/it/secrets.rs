@@ -394,6 +394,24 @@ fn the_program_never_holds_the_value(tier: &str) {
     // Nothing sandbench wrote holds the value (the run log is in the state dir).
     assert!(!files_holding(&state, "\"API_KEY\"").is_empty(), "the run was logged");
     assert_eq!(files_holding(&state, VALUE), Vec::<String>::new(), "the value was written");
+    if tier == "process" {
+        // The text summary names the secret and what the proxy did, never the value.
+        let one = dir.path().join("one.py");
+        std::fs::write(&one, "print(1)\n").unwrap();
+        let out = outer.output(
+            Command::new(bin())
+                .env("SANDBENCH_CONFIG", &config)
+                .env("SANDBENCH_STATE_DIR", &state)
+                .env("SECRETS_TEST_VALUE", VALUE)
+                .args(["run", "--tier", tier, "--network", "allow=api.test", "--timeout", "90s"])
+                .args(["--secret", "API_KEY=env:SECRETS_TEST_VALUE@api.test"])
+                .arg(&one),
+            Duration::from_secs(300),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("secret    API_KEY → api.test (in headers) · substituted 0"), "{err}");
+        assert!(!err.contains(VALUE) && !String::from_utf8_lossy(&out.stdout).contains(VALUE), "{err}");
+    }
     assert!(outer.remaining().is_empty(), "processes left behind: {:?}", outer.remaining());
 }
 
