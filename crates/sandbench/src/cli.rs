@@ -312,6 +312,13 @@ pub struct AgentArgs {
     pub max_turns: Option<u32>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// A secret every program of the task may use but never holds (as `run --secret`):
+    /// NAME=env:VAR@HOST[,HOST...], NAME=file:PATH@..., or a config NAME; its hosts must be in --network.
+    #[arg(long = "secret", value_name = "NAME[=SOURCE@HOSTS]")]
+    pub secrets: Vec<String>,
+    /// Where a secret may also be substituted besides header values: NAME=query,body.
+    #[arg(long = "secret-in", value_name = "NAME=PLACES")]
+    pub secret_in: Vec<String>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// What the model should do.
