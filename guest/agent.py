@@ -126,8 +126,8 @@ def decode_run(payload):
             spec["env"].append((name, val))
         elif k in ("language", "seed", "now", "net_port", "session", "since"):
             spec[k] = v.decode()
-        elif k == "code":
-            spec["code"] = v
+        elif k in ("code", "ca"):
+            spec[k] = v
         else:
             spec["limits"][k] = int(v)
     return spec
@@ -530,6 +530,8 @@ def child(spec, out_w, err_w, guard_w):
         os.setuid(UID)
         os.chdir("/work")
         os.umask(0o022)
+        if spec.get("ca"):
+            write_ca_bundle(spec["ca"])
         env = dict((str(k), str(v)) for k, v in spec["env"])
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # sandbench's filter for the program (guest/program_filter.py, the
@@ -558,6 +560,27 @@ def child(spec, out_w, err_w, guard_w):
         except OSError:
             pass
         os._exit(127)
+
+
+# Where the program's trust variables point (egress::TMP_CA_BUNDLE).
+CA_BUNDLE = "/tmp/sandbench-ca-bundle.pem"
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
+
+
+def write_ca_bundle(ca):
+    """As the program's uid, in its fresh /tmp, never through a link: the
+    root disk's own bundle (if it has one) and the run's CA."""
+    system = b""
+    for b in SYSTEM_BUNDLES:
+        try:
+            with open(b, "rb") as f:
+                system = f.read(8 << 20)
+            break
+        except OSError:
+            pass
+    fd = os.open(CA_BUNDLE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(system + b"\n# sandbench: this run's CA (secrets)\n" + ca)
 
 
 def run_python(src):

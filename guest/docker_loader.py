@@ -117,14 +117,35 @@ def _read_line():
 
 
 # Header: its length on one line, then NUL-separated fields (no json:
-# importing it costs ~35 ms on gVisor), then exactly code_len bytes of code.
+# importing it costs ~35 ms on gVisor), then exactly code_len bytes of code
+# and ca_len bytes of the run CA's certificate (a run with a secret over TLS).
 _n = int(_read_line())
 _f = _read_exactly(_n).split(b"\0")
-_code_len, _fsize, _pids, _uid, _gid, _guarded, _net = (int(x) for x in _f[:7])
-_lang, _file, _argc = _f[7].decode(), _f[8].decode(), int(_f[9])
-_argv = [os.fsdecode(a) for a in _f[10:10 + _argc]]
-_env = _f[10 + _argc:]
+_code_len, _fsize, _pids, _uid, _gid, _guarded, _net, _ca_len = (int(x) for x in _f[:8])
+_lang, _file, _argc = _f[8].decode(), _f[9].decode(), int(_f[10])
+_argv = [os.fsdecode(a) for a in _f[11:11 + _argc]]
+_env = _f[11 + _argc:]
 _code = _read_exactly(_code_len)
+_ca = _read_exactly(_ca_len) if _ca_len else b""
+# Where the program's trust variables point (src/tier/docker/container.rs).
+_CA_BUNDLE = "/tmp/sandbench-ca-bundle.pem"
+_SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
+
+
+def _write_ca_bundle():
+    # As the program's uid, in its fresh /tmp, never through a link: the
+    # image's own bundle (if it has one) and the run's CA.
+    system = b""
+    for b in _SYSTEM_BUNDLES:
+        try:
+            with open(b, "rb") as fh:
+                system = fh.read(8 << 20)
+            break
+        except OSError:
+            pass
+    fd = os.open(_CA_BUNDLE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(system + b"\n# sandbench: this run's CA (secrets)\n" + _ca)
 if _uid == 0 or _gid == 0 or "/" in _file:
     raise ValueError("refusing to run the program as root or outside /work")
 _path = "/work/" + _file
@@ -197,6 +218,8 @@ if _pid == 0:
         # Written as the program's uid: the program owns its own file.
         with open(_path, "wb") as fh:
             fh.write(_code)
+        if _ca:
+            _write_ca_bundle()
         env = dict(os.environ)
         for i in range(0, len(_env) - 1, 2):
             env[os.fsdecode(_env[i])] = os.fsdecode(_env[i + 1])

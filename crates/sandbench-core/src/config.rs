@@ -26,6 +26,11 @@ pub struct Config {
     pub network: NetworkConfig,
     /// What `sandbench mcp` offers its clients (flags override each key).
     pub mcp: McpConfig,
+    /// Secrets the operator declares (`[secrets.NAME]`): where each value
+    /// comes from, the hosts it may go to, where in a request. A run gets
+    /// one only when it names it (`--secret NAME`, an MCP client's
+    /// `secrets`), never by default.
+    pub secrets: std::collections::BTreeMap<String, crate::egress::secrets::SecretConfig>,
     /// Keys and endpoints of the remote services, from the environment (not
     /// the file): filled by [`Config::load`], empty in a default config.
     #[serde(skip)]
@@ -152,6 +157,26 @@ pub struct NetworkConfig {
     /// "10.0.0.5"` or a list. These addresses are the operator's word and
     /// pass the proxy's address check even when private or loopback.
     pub hosts: crate::egress::Hosts,
+    /// A PEM file of CAs the proxy trusts, besides the system's, when it
+    /// re-originates TLS to a secret's host (a local service, tests).
+    pub upstream_ca: Option<PathBuf>,
+    /// That file's text, read by [`Config::load`].
+    #[serde(skip)]
+    pub upstream_ca_pem: Option<String>,
+}
+
+impl NetworkConfig {
+    /// Read `upstream_ca` (a missing or broken file is an error now, not at
+    /// the first secret's request).
+    pub fn load_upstream_ca(&mut self) -> anyhow::Result<()> {
+        let Some(path) = &self.upstream_ca else { return Ok(()) };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("[network] upstream_ca: cannot read {}", path.display()))?;
+        crate::egress::ca::certs_from_pem(text.as_bytes())
+            .map_err(|e| anyhow::anyhow!("[network] upstream_ca {}: {e}", path.display()))?;
+        self.upstream_ca_pem = Some(text);
+        Ok(())
+    }
 }
 
 /// `[mcp]`: the operator's terms for MCP clients. The `sandbench mcp` flags
@@ -390,6 +415,7 @@ impl Default for Config {
             prewarm: Prewarm::default(),
             network: NetworkConfig::default(),
             mcp: McpConfig::default(),
+            secrets: Default::default(),
             env: RemoteEnv::default(),
             host: HostEnv::default(),
             state_dir: None,
@@ -410,6 +436,9 @@ impl Config {
     /// environment ([`RemoteEnv`]).
     pub fn load() -> anyhow::Result<Config> {
         let mut config = Config::load_file()?;
+        config.network.load_upstream_ca()?;
+        crate::egress::secrets::check_config(&config.secrets)
+            .map_err(|e| anyhow::anyhow!("the config's [secrets]: {e}"))?;
         config.env = RemoteEnv::from_process();
         config.host = HostEnv::from_process();
         config.state_dir = Some(state_dir());

@@ -50,6 +50,10 @@ pub enum ViolationKind {
     /// The egress proxy refused a connection (not in the allow list, a
     /// mismatched Host or SNI, a private address, ...).
     Network,
+    /// The egress proxy refused a request that carried a secret's
+    /// placeholder where it may not go: to a host the secret is not bound
+    /// to, or in a part of the request it may not be put in.
+    SecretMisdirected,
 }
 
 impl ViolationKind {

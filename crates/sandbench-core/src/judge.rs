@@ -230,6 +230,12 @@ impl Judge {
 /// `network` violation; every refusal is in the report's `network` list.
 pub async fn network_denied(ctx: &RunContext, rec: &crate::egress::NetRecord) {
     let target = if rec.port == 0 { rec.host.clone() } else { format!("{}:{}", rec.host, rec.port) };
+    if rec.misdirected.is_some() {
+        // The record names the secret and where it was; never its value.
+        ctx.violation(ViolationKind::SecretMisdirected, format!("refused: {} {target} — {}", rec.method, rec.detail))
+            .await;
+        return;
+    }
     ctx.violation(ViolationKind::Network, format!("egress refused: {} {target} — {}", rec.method, rec.detail)).await;
 }
 

@@ -105,6 +105,33 @@ pub struct RunReport {
     /// sandbox; absent for a run in a fresh sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<crate::session::SessionRef>,
+    /// The secrets the run was given (names and hosts, never a value), what
+    /// its egress proxy did with each, and how often a form of a value had
+    /// to be taken out of what the run produced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretUse>,
+}
+
+/// One secret of a run, as its report shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SecretUse {
+    pub name: String,
+    /// The hosts it may go to (`api.example.com`, `http://127.0.0.1:8080`).
+    pub hosts: Vec<String>,
+    /// Where in a request it may be substituted (`headers,query`).
+    #[serde(rename = "in")]
+    pub places: String,
+    /// Requests that carried its value to one of its hosts.
+    pub substituted: u64,
+    /// Forms of its value the proxy took out of responses.
+    pub scrubbed: u64,
+    /// Requests refused because its placeholder was where it may not go.
+    pub misdirected: u64,
+    /// Forms of its value found in what the run produced (the program's
+    /// output, notes, the tier's details) and replaced before anything was
+    /// shown or written. Anything but 0 means the value reached the
+    /// sandbox: the gauntlet calls it an escape.
+    pub redacted: u64,
 }
 
 /// The peak memory a report shows: the sandbox's own accounting (its
@@ -154,6 +181,7 @@ impl RunReport {
             degraded: vec![],
             network: vec![],
             session: None,
+            secrets: vec![],
         }
     }
 

@@ -1,6 +1,13 @@
 //! Drives one run: starts the tier, stamps and forwards its events, enforces
 //! the limits every tier shares (wall time, output), and folds the stream into
 //! a `RunReport`.
+//!
+//! It is also the one place every run's words pass through on their way to
+//! any front end, log or reply: with secrets, every form of every value is
+//! taken out here ([`Redact`]) — from the live output (across chunks), every
+//! event's text, and the finished report as a whole — and counted in the
+//! report (`secrets[].redacted`): the program only ever had placeholders, so
+//! a value found here is a leak, and says so.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,8 +15,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::egress::scrub::{Needles, Scrubber};
+use crate::egress::secrets::Secrets;
 use crate::event::{EventKind, ExitStatus, Phase, RunEvent, Stream, UsageSample, Violation, ViolationKind};
-use crate::report::{Outcome, RunReport, Timings, Usage};
+use crate::report::{Outcome, RunReport, SecretUse, Timings, Usage};
 use crate::session::SessionRef;
 use crate::spec::{format_duration, format_size, Limits, RunSpec};
 use crate::tier::{BoxFuture, RunContext, Tier, TierExit};
@@ -81,6 +90,8 @@ fn unreachable_report() -> RunReport {
 pub(crate) trait Target: Send + Sync + 'static {
     fn name(&self) -> String;
     fn check_limits(&self, limits: &Limits) -> Result<(), String>;
+    /// Refuse secrets the target cannot keep out of its sandbox.
+    fn check_secrets(&self, secrets: &crate::egress::secrets::Secrets) -> Result<(), String>;
     fn run(self: Arc<Self>, spec: RunSpec, ctx: RunContext) -> BoxFuture<'static, anyhow::Result<TierExit>>;
     /// The session and call the report belongs to.
     fn session(&self) -> Option<SessionRef> {
@@ -96,6 +107,9 @@ impl Target for Fresh {
     }
     fn check_limits(&self, limits: &Limits) -> Result<(), String> {
         self.0.check_limits(limits)
+    }
+    fn check_secrets(&self, secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
+        self.0.check_secrets(secrets)
     }
     fn run(self: Arc<Self>, spec: RunSpec, ctx: RunContext) -> BoxFuture<'static, anyhow::Result<TierExit>> {
         Box::pin(async move { self.0.run(spec, ctx).await })
@@ -210,7 +224,14 @@ async fn drive(
     let ctx = RunContext { started, tx, stop: stop.clone() };
     let tier_name = tier.name();
     let session = tier.session();
-    if let Err(e) = tier.check_limits(&spec.limits) {
+    let checked = tier.check_limits(&spec.limits).and_then(|()| {
+        if spec.secrets.is_empty() {
+            return Ok(());
+        }
+        tier.check_secrets(&spec.secrets)?;
+        spec.secrets.check(&spec.limits.network, &spec.env)
+    });
+    if let Err(e) = checked {
         // Refused before any sandbox work: the program never ran.
         let mut r = RunReport::failed(&tier_name, spec.language.name(), &spec.label, e);
         r.limits = spec.limits.clone();
@@ -221,6 +242,11 @@ async fn drive(
     let limits = spec.limits.clone();
     let language = spec.language.name().to_string();
     let label = spec.label.clone();
+    let redact = Redact::new(&spec.secrets);
+    let mut streams = redact.as_ref().map(|r| [Scrubber::new(&r.needles, r.n()), Scrubber::new(&r.needles, r.n())]);
+    let mut redacted = vec![0u64; spec.secrets.iter().count()];
+    let secret_list: Vec<(String, Vec<String>, String)> =
+        spec.secrets.iter().map(|s| (s.name.clone(), s.hosts(), s.places.to_string())).collect();
     let task = {
         let tier = tier.clone();
         tokio::spawn(crate::tier::background::scoped(teardowns, async move { tier.run(spec, ctx).await }))
@@ -254,27 +280,51 @@ async fn drive(
         }
     };
 
+    // With secrets, the tier's events are scrubbed as they arrive and folded
+    // from here (the output a value could straddle is held back until the
+    // next chunk or the program's exit).
+    let mut scrubbed: std::collections::VecDeque<RunEvent> = Default::default();
     loop {
-        let ev = tokio::select! {
-            ev = rx.recv() => match ev { Some(ev) => ev, None => break },
-            _ = cancel.cancelled(), if stop_reason.is_none() => {
-                stop_reason = Some(StopReason::Cancelled);
-                stop.cancel();
-                forward(RunEvent { at_ms: ms(), kind: EventKind::Note("cancelled by the user".into()) }).await;
-                continue;
-            }
-            _ = tokio::time::sleep_until(deadline), if stop_reason.is_none() => {
-                stop_reason = Some(StopReason::WallTimeout);
-                stop.cancel();
-                let detail = if in_setup {
-                    format!("setup did not finish within {} s", (limits.wall_time + SETUP_GRACE).as_secs())
-                } else {
-                    format!("wall time limit {} hit — killed", format_duration(limits.wall_time))
-                };
-                let v = Violation { kind: ViolationKind::WallTimeout, at_ms: ms(), detail };
-                f.violations.push(v.clone());
-                forward(RunEvent { at_ms: v.at_ms, kind: EventKind::Violation(v) }).await;
-                continue;
+        let ev = if let Some(ev) = scrubbed.pop_front() {
+            ev
+        } else {
+            let raw = tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(ev) => ev,
+                    None => match (&redact, &mut streams) {
+                        (Some(r), Some(st)) if st.iter().any(|s| s.holding()) => {
+                            scrubbed.extend(r.flush(st, &mut redacted, ms()));
+                            continue;
+                        }
+                        _ => break,
+                    },
+                },
+                _ = cancel.cancelled(), if stop_reason.is_none() => {
+                    stop_reason = Some(StopReason::Cancelled);
+                    stop.cancel();
+                    forward(RunEvent { at_ms: ms(), kind: EventKind::Note("cancelled by the user".into()) }).await;
+                    continue;
+                }
+                _ = tokio::time::sleep_until(deadline), if stop_reason.is_none() => {
+                    stop_reason = Some(StopReason::WallTimeout);
+                    stop.cancel();
+                    let detail = if in_setup {
+                        format!("setup did not finish within {} s", (limits.wall_time + SETUP_GRACE).as_secs())
+                    } else {
+                        format!("wall time limit {} hit — killed", format_duration(limits.wall_time))
+                    };
+                    let v = Violation { kind: ViolationKind::WallTimeout, at_ms: ms(), detail };
+                    f.violations.push(v.clone());
+                    forward(RunEvent { at_ms: v.at_ms, kind: EventKind::Violation(v) }).await;
+                    continue;
+                }
+            };
+            match (&redact, &mut streams) {
+                (Some(r), Some(st)) => {
+                    scrubbed.extend(r.event(raw, st, &mut redacted));
+                    continue;
+                }
+                _ => raw,
             }
         };
         match ev.kind {
@@ -347,6 +397,13 @@ async fn drive(
         }
     }
 
+    if let Some(st) = &streams {
+        for s in st {
+            for (r, n) in redacted.iter_mut().zip(&s.counts) {
+                *r += n;
+            }
+        }
+    }
     let result = match task.await {
         Ok(r) => r,
         Err(e) => Err(anyhow::anyhow!("the {tier_name} tier crashed: {e}")),
@@ -417,8 +474,160 @@ async fn drive(
         degraded,
         network: f.network,
         session,
+        secrets: vec![],
+    };
+    drop(streams);
+    let report = match &redact {
+        Some(r) => {
+            let mut report = r.report(report, &mut redacted);
+            report.secrets = secret_uses(&secret_list, &report.details, &redacted);
+            report
+        }
+        None => report,
     };
     let _ = out.send(Update::Finished(Box::new(report))).await;
+}
+
+/// A run's secrets as the runner takes them out of everything it passes on.
+struct Redact {
+    needles: Needles,
+    n: usize,
+}
+
+impl Redact {
+    fn new(secrets: &Secrets) -> Option<Redact> {
+        if secrets.is_empty() {
+            return None;
+        }
+        let list: Vec<(&[u8], Vec<u8>)> =
+            secrets.iter().map(|s| (s.value(), format!("[secret {} redacted]", s.name).into_bytes())).collect();
+        Some(Redact { needles: Needles::values(&list), n: list.len() })
+    }
+
+    fn n(&self) -> usize {
+        self.n
+    }
+
+    fn text(&self, s: &mut String, counts: &mut [u64]) {
+        if let Some(r) = self.needles.replace_str(s, counts) {
+            *s = r;
+        }
+    }
+
+    /// One event of the tier's, scrubbed: output through its stream's
+    /// scrubber (what it holds back comes out with a later event), every
+    /// other text replaced whole; the program's exit lets go of what the
+    /// streams held, before it.
+    fn event(&self, ev: RunEvent, st: &mut [Scrubber<'_>; 2], counts: &mut [u64]) -> Vec<RunEvent> {
+        let at_ms = ev.at_ms;
+        let kind = match ev.kind {
+            EventKind::Output(stream, bytes) => {
+                let i = usize::from(stream == Stream::Stderr);
+                let clean = st[i].push(&bytes).unwrap_or_default();
+                if clean.is_empty() {
+                    return vec![];
+                }
+                EventKind::Output(stream, clean)
+            }
+            EventKind::Exit(x) => {
+                let mut out = self.flush(st, counts, at_ms);
+                out.push(RunEvent { at_ms, kind: EventKind::Exit(x) });
+                return out;
+            }
+            EventKind::Note(mut n) => {
+                self.text(&mut n, counts);
+                EventKind::Note(n)
+            }
+            EventKind::Violation(mut v) => {
+                self.text(&mut v.detail, counts);
+                EventKind::Violation(v)
+            }
+            EventKind::Network(mut rec) => {
+                for t in [&mut rec.method, &mut rec.host, &mut rec.detail] {
+                    self.text(t, counts);
+                }
+                if let Some(a) = rec.address.as_mut() {
+                    self.text(a, counts);
+                }
+                EventKind::Network(rec)
+            }
+            k @ (EventKind::Phase(_) | EventKind::Usage(_)) => k,
+        };
+        vec![RunEvent { at_ms, kind }]
+    }
+
+    /// What the streams held back, as output events.
+    fn flush(&self, st: &mut [Scrubber<'_>; 2], _counts: &mut [u64], at_ms: f64) -> Vec<RunEvent> {
+        let mut out = vec![];
+        for (i, stream) in [Stream::Stdout, Stream::Stderr].into_iter().enumerate() {
+            let rest = st[i].finish().unwrap_or_default();
+            if !rest.is_empty() {
+                out.push(RunEvent { at_ms, kind: EventKind::Output(stream, rest) });
+            }
+        }
+        out
+    }
+
+    /// The finished report, every string in it (keys too) scrubbed. A
+    /// report that cannot be rebuilt is replaced by an error report that
+    /// carries nothing of the run's (it never leaves unscrubbed).
+    fn report(&self, r: RunReport, counts: &mut [u64]) -> RunReport {
+        fn walk(v: &mut serde_json::Value, me: &Redact, counts: &mut [u64]) {
+            match v {
+                serde_json::Value::String(s) => me.text(s, counts),
+                serde_json::Value::Array(a) => a.iter_mut().for_each(|x| walk(x, me, counts)),
+                serde_json::Value::Object(o) => {
+                    let old = std::mem::take(o);
+                    for (mut k, mut x) in old {
+                        me.text(&mut k, counts);
+                        walk(&mut x, me, counts);
+                        o.insert(k, x);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (tier, language, label) = (r.tier.clone(), r.language.clone(), r.label.clone());
+        let failed = || {
+            let mut f = RunReport::failed(
+                &tier,
+                &language,
+                &label,
+                "internal error: the report could not be scrubbed of the run's secrets",
+            );
+            f.label = "-".into();
+            f
+        };
+        let Ok(mut v) = serde_json::to_value(&r) else { return failed() };
+        walk(&mut v, self, counts);
+        serde_json::from_value(v).unwrap_or_else(|_| failed())
+    }
+}
+
+/// The report's `secrets`: each secret's hosts and places, what the proxy
+/// counted (the tier's `details.network.secrets`), what the runner redacted.
+fn secret_uses(
+    list: &[(String, Vec<String>, String)],
+    details: &serde_json::Value,
+    redacted: &[u64],
+) -> Vec<SecretUse> {
+    let proxy = details["network"]["secrets"].as_array().cloned().unwrap_or_default();
+    list.iter()
+        .zip(redacted)
+        .map(|((name, hosts, places), r)| {
+            let p = proxy.iter().find(|p| p["name"] == name.as_str());
+            let n = |k: &str| p.and_then(|p| p[k].as_u64()).unwrap_or(0);
+            SecretUse {
+                name: name.clone(),
+                hosts: hosts.clone(),
+                places: places.clone(),
+                substituted: n("substituted"),
+                scrubbed: n("scrubbed"),
+                misdirected: n("misdirected"),
+                redacted: *r,
+            }
+        })
+        .collect()
 }
 
 fn round(ms: f64) -> f64 {

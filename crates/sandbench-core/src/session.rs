@@ -463,6 +463,13 @@ impl runner::Target for Call {
         Ok(())
     }
 
+    fn check_secrets(&self, secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
+        if secrets.is_empty() {
+            return Ok(());
+        }
+        Err("a session is offline (no egress proxy), so it cannot use secrets: run without a session".into())
+    }
+
     fn session(&self) -> Option<SessionRef> {
         Some(SessionRef { id: self.session.inner.id.clone(), call: self.call })
     }

@@ -149,6 +149,16 @@ pub struct RunSpec {
     /// hosts` (the gauntlet's own loopback "internet"). Never the program's.
     #[serde(default, skip_serializing_if = "crate::egress::Hosts::is_empty")]
     pub hosts: crate::egress::Hosts,
+    /// Secrets the program uses but never holds (`egress::secrets`): it
+    /// gets placeholders, the run's egress proxy puts the values in requests
+    /// to their hosts. Written as names only; never read back.
+    #[serde(default, skip_deserializing, skip_serializing_if = "crate::egress::secrets::Secrets::is_empty")]
+    pub secrets: crate::egress::secrets::Secrets,
+    /// CAs (PEM) the proxy trusts when it re-originates TLS to a secret's
+    /// host, on top of the system's and the operator's (the gauntlet's own
+    /// internet). Never the program's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_ca: Vec<String>,
 }
 
 impl RunSpec {
@@ -161,6 +171,8 @@ impl RunSpec {
             label: String::from("-"),
             launcher_env: BTreeMap::new(),
             hosts: Default::default(),
+            secrets: Default::default(),
+            upstream_ca: vec![],
         }
     }
 

@@ -136,6 +136,15 @@ pub struct RunArgs {
     /// Pass KEY=VALUE into the sandbox (nothing else of the host's environment is).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = spec::parse_env)]
     pub env: Vec<(String, String)>,
+    /// A secret the program uses but never holds: NAME=env:VAR@HOST[:PORT][,HOST...],
+    /// NAME=file:PATH@HOST..., or a NAME declared under [secrets] in the config.
+    /// $NAME in the sandbox is a placeholder; the egress proxy puts the value
+    /// in requests to those hosts only (they must be in --network allow=...).
+    #[arg(long = "secret", value_name = "NAME[=SOURCE@HOSTS]")]
+    pub secrets: Vec<String>,
+    /// Where a secret may also be substituted besides header values: NAME=query,body.
+    #[arg(long = "secret-in", value_name = "NAME=PLACES")]
+    pub secret_in: Vec<String>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Run even where Landlock or seccomp cannot be enforced; the report
@@ -303,6 +312,13 @@ pub struct AgentArgs {
     pub max_turns: Option<u32>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// A secret every program of the task may use but never holds (as `run --secret`):
+    /// NAME=env:VAR@HOST[,HOST...], NAME=file:PATH@..., or a config NAME; its hosts must be in --network.
+    #[arg(long = "secret", value_name = "NAME[=SOURCE@HOSTS]")]
+    pub secrets: Vec<String>,
+    /// Where a secret may also be substituted besides header values: NAME=query,body.
+    #[arg(long = "secret-in", value_name = "NAME=PLACES")]
+    pub secret_in: Vec<String>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// What the model should do.
@@ -356,6 +372,11 @@ pub struct SetupArgs {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
+    /// A secret clients may name in run_code (repeatable): a NAME declared
+    /// under [secrets] in the config, or NAME=env:VAR@HOST[,HOST...]. Its
+    /// value is read now; a client only ever names it.
+    #[arg(long = "secret", value_name = "NAME[=SOURCE@HOSTS]")]
+    pub secrets: Vec<String>,
     /// Comma-separated tiers clients may use; the first is the default
     /// (default: the configured default tier only).
     #[arg(long, value_name = "TIERS")]

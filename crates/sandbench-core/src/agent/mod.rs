@@ -50,6 +50,10 @@ pub struct AgentOptions {
     pub api_key: String,
     /// Backoff base between retries (tests shorten it).
     pub retry_backoff: std::time::Duration,
+    /// Secrets every run of the task gets (placeholders in the sandbox, the
+    /// values put in at the egress proxy): each run then has a fresh
+    /// sandbox, since a session is offline.
+    pub secrets: crate::egress::secrets::Secrets,
 }
 
 impl AgentOptions {
@@ -71,6 +75,7 @@ impl AgentOptions {
             base_url,
             api_key: key,
             retry_backoff: std::time::Duration::from_millis(500),
+            secrets: Default::default(),
         })
     }
 }
@@ -258,6 +263,9 @@ impl Session {
         let tier = self.opts.tier.clone();
         let note = match tier.sessions() {
             Err(why) => why,
+            Ok(()) if !self.opts.secrets.is_empty() => {
+                "the task has secrets, which need the egress proxy a session does not have".to_string()
+            }
             Ok(()) => {
                 let spec = crate::session::SessionSpec::new(self.opts.limits.clone());
                 let opened = tokio::select! {
@@ -454,6 +462,7 @@ impl Session {
         let mut spec = RunSpec::new(language, code);
         spec.limits = self.opts.limits.clone();
         spec.label = format!("agent turn {turn}");
+        spec.secrets = self.opts.secrets.clone();
         // spec.env stays empty: the sandbox sees only the scrubbed base env.
         let logged = spec.clone();
         let mut lost = None;

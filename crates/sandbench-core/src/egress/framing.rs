@@ -364,6 +364,71 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
         }
     }
 
+    /// The trailer fields after a last chunk, up to the empty line: read,
+    /// checked and dropped.
+    async fn trailers(&mut self) -> Result<(), Stop> {
+        for n in 0.. {
+            let t = self.line(MAX_LINE).await?;
+            if t.is_empty() {
+                break;
+            }
+            if n >= MAX_TRAILERS {
+                return Err(Stop::Refused(format!("more than {MAX_TRAILERS} trailer fields")));
+            }
+            check_field_line(&t).map_err(|e| Stop::Refused(format!("trailer: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The next piece of a body's payload (its framing taken off), read as
+    /// strictly as [`Feed::body`] reads it; `None` at its end. For relays
+    /// that change the payload on the way (the interception) and write
+    /// their own framing ([`write_chunk`]).
+    pub async fn piece(&mut self, p: &mut Pieces) -> Result<Option<Vec<u8>>, Stop> {
+        loop {
+            match p.0 {
+                Piece::Done => return Ok(None),
+                Piece::Size => {
+                    let line = self.line(MAX_CHUNK_LINE).await?;
+                    match chunk_size(&line).map_err(Stop::Refused)? {
+                        0 => {
+                            self.trailers().await?;
+                            p.0 = Piece::Done;
+                        }
+                        n => p.0 = Piece::Chunk(n),
+                    }
+                }
+                Piece::Chunk(0) => {
+                    if !self.line(MAX_CHUNK_LINE).await?.is_empty() {
+                        return Err(Stop::Refused("chunk data longer than its size (no CRLF after it)".into()));
+                    }
+                    p.0 = Piece::Size;
+                }
+                Piece::Length(0) => p.0 = Piece::Done,
+                Piece::Length(n) | Piece::Chunk(n) => {
+                    if self.pending().is_empty() && !self.fill().await? {
+                        return Err(Stop::Refused("the stream ended before the length it declared".into()));
+                    }
+                    let take = self.pending().len().min(usize::try_from(n).unwrap_or(usize::MAX));
+                    let v = self.pending()[..take].to_vec();
+                    self.pos += take;
+                    let left = n - take as u64;
+                    p.0 = if matches!(p.0, Piece::Length(_)) { Piece::Length(left) } else { Piece::Chunk(left) };
+                    return Ok(Some(v));
+                }
+                Piece::Close => {
+                    if self.pending().is_empty() && !self.fill().await? {
+                        p.0 = Piece::Done;
+                        continue;
+                    }
+                    let v = self.pending().to_vec();
+                    self.pos = self.buf.len();
+                    return Ok(Some(v));
+                }
+            }
+        }
+    }
+
     /// Copy a body framed as `body` (Empty and Length(0) copy nothing).
     pub async fn body<W: AsyncWrite + Unpin>(&mut self, body: Body, out: &mut W) -> Result<(), Stop> {
         match body {
@@ -373,6 +438,46 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
             Body::Close => self.copy_to_end(out).await,
         }
     }
+}
+
+/// Where a body being read piece by piece is ([`Feed::piece`]).
+pub struct Pieces(Piece);
+
+#[derive(Debug, Clone, Copy)]
+enum Piece {
+    Length(u64),
+    Size,
+    Chunk(u64),
+    Close,
+    Done,
+}
+
+impl Pieces {
+    pub fn new(body: Body) -> Pieces {
+        Pieces(match body {
+            Body::Empty => Piece::Done,
+            Body::Length(n) => Piece::Length(n),
+            Body::Chunked => Piece::Size,
+            Body::Close => Piece::Close,
+        })
+    }
+}
+
+/// One canonical chunk (nothing for an empty piece: a zero-size chunk
+/// would end the body).
+pub async fn write_chunk<W: AsyncWrite + Unpin>(out: &mut W, data: &[u8]) -> Result<(), Stop> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let mut v = format!("{:x}\r\n", data.len()).into_bytes();
+    v.extend_from_slice(data);
+    v.extend_from_slice(b"\r\n");
+    out.write_all(&v).await.map_err(|_| Stop::Gone)
+}
+
+/// The last chunk, no trailers.
+pub async fn end_chunks<W: AsyncWrite + Unpin>(out: &mut W) -> Result<(), Stop> {
+    out.write_all(b"0\r\n\r\n").await.map_err(|_| Stop::Gone)
 }
 
 /// Read a chunked body and write it again in canonical chunks: a size in
@@ -388,16 +493,7 @@ where
         let line = feed.line(MAX_CHUNK_LINE).await?;
         let size = chunk_size(&line).map_err(Stop::Refused)?;
         if size == 0 {
-            for n in 0.. {
-                let t = feed.line(MAX_LINE).await?;
-                if t.is_empty() {
-                    break;
-                }
-                if n >= MAX_TRAILERS {
-                    return Err(Stop::Refused(format!("more than {MAX_TRAILERS} trailer fields")));
-                }
-                check_field_line(&t).map_err(|e| Stop::Refused(format!("trailer: {e}")))?;
-            }
+            feed.trailers().await?;
             out.write_all(b"0\r\n\r\n").await.map_err(|_| Stop::Gone)?;
             return Ok(());
         }
@@ -532,6 +628,34 @@ mod tests {
         let mut out = vec![];
         let r = relay_chunked(&mut feed, &mut out).await;
         (r, out)
+    }
+
+    #[tokio::test]
+    async fn pieces_are_the_payload_read_as_strictly() {
+        async fn all(input: &[u8], body: Body) -> Result<Vec<u8>, Stop> {
+            let mut src: &[u8] = input;
+            let mut feed = Feed::new(vec![], &mut src, Duration::from_secs(1));
+            let mut p = Pieces::new(body);
+            let mut out = vec![];
+            while let Some(x) = feed.piece(&mut p).await? {
+                out.extend(x);
+            }
+            Ok(out)
+        }
+        let chunked = b"5;ext=x\r\nhello\r\n3\r\n, w\r\n0\r\nT: t\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n";
+        assert_eq!(all(chunked, Body::Chunked).await.unwrap(), b"hello, w");
+        assert_eq!(all(b"hello world", Body::Length(5)).await.unwrap(), b"hello");
+        assert_eq!(all(b"to the end", Body::Close).await.unwrap(), b"to the end");
+        assert_eq!(all(b"ignored", Body::Empty).await.unwrap(), b"");
+        assert!(matches!(all(b"hel", Body::Length(5)).await, Err(Stop::Refused(_))));
+        for bad in [&b"5\r\nhelloX\r\n0\r\n\r\n"[..], b"5\nhello\r\n0\r\n\r\n", b"0\r\nTrailer : t\r\n\r\n"] {
+            assert!(matches!(all(bad, Body::Chunked).await, Err(Stop::Refused(_))), "{bad:?}");
+        }
+        let mut out = vec![];
+        write_chunk(&mut out, b"").await.unwrap();
+        write_chunk(&mut out, b"0123456789abcdefX").await.unwrap();
+        end_chunks(&mut out).await.unwrap();
+        assert_eq!(out, b"11\r\n0123456789abcdefX\r\n0\r\n\r\n");
     }
 
     #[tokio::test]

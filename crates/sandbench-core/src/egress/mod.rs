@@ -13,15 +13,22 @@
 //! - [`proxy`]: HTTP absolute-form and CONNECT (SNI checked), bounded.
 //! - [`framing`]: HTTP/1.1 framing read strictly and written canonically (no smuggling).
 //! - [`mux`]: many connections over one relayed channel.
+//! - [`secrets`]: secrets the program uses but never holds; [`intercept`]
+//!   substitutes them at the proxy (TLS answered with [`ca`]'s per-run CA)
+//!   and [`scrub`] takes their values out of whatever comes back.
 //!
 //! Every decision is a run event ([`NetRecord`]), folded into the report's
 //! `network` list; a denial is also a `network` violation (worded by the judge).
 
+pub mod ca;
 pub mod framing;
+pub mod intercept;
 pub mod mux;
 pub mod policy;
 pub mod proxy;
 pub mod resolve;
+pub mod scrub;
+pub mod secrets;
 #[cfg(test)]
 mod tests;
 
@@ -93,6 +100,14 @@ pub struct NetRecord {
     /// Still going (allowed, not yet closed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open: bool,
+    /// The run's secrets bound to this host (its TLS intercepted, their
+    /// placeholders substituted, the response scrubbed). Names only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Refused because this secret's placeholder was where it may not go
+    /// (another host, or a part of the request it may not be put in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misdirected: Option<String>,
 }
 
 impl NetRecord {
@@ -115,6 +130,38 @@ impl NetRecord {
     }
 }
 
+/// What the operator's config gives every run's proxy: the names it
+/// resolves without DNS, and extra CAs it trusts when it re-originates TLS
+/// to a secret's host (`[network] upstream_ca`).
+#[derive(Debug, Clone, Default)]
+pub struct Operator {
+    pub hosts: Hosts,
+    /// PEM text of each extra CA.
+    pub upstream_ca: Vec<String>,
+}
+
+impl Operator {
+    pub fn from_config(c: &crate::config::Config) -> Operator {
+        Operator { hosts: c.network.hosts.clone(), upstream_ca: c.network.upstream_ca_pem.iter().cloned().collect() }
+    }
+}
+
+/// Variables that make the usual clients trust a bundle: OpenSSL (Python's
+/// `ssl`, `urllib`), `requests`, curl, pip, Node.
+pub const TRUST_VARS: [&str; 5] =
+    ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS"];
+
+/// Where the container loader and the guest agent write a run's CA bundle
+/// (the image's system bundle and the run CA), as the program's uid, in its
+/// fresh `/tmp`: their root file systems are read-only images. (The process
+/// tier adds the run CA to its sandbox's own copy of the system bundle.)
+pub const TMP_CA_BUNDLE: &str = "/tmp/sandbench-ca-bundle.pem";
+
+/// Where a sandbox's system CA bundle may be (the first that exists is
+/// the one the run's CA is added to).
+pub const SYSTEM_BUNDLES: [&str; 3] =
+    ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
+
 /// One run's egress proxy. Clones share it; when the last is dropped
 /// (a tier's error path) every connection ends, so nothing of the run
 /// outlives it. [`Egress::finish`] ends it in order and says what happened.
@@ -133,23 +180,72 @@ pub struct Server {
 }
 
 impl Egress {
-    /// The proxy for a run with this limit (`None` for `network none`).
-    /// Its connections end when the run stops or [`Egress::finish`] is called.
-    pub fn start(network: &Network, hosts: &Hosts, ctx: &RunContext) -> Option<Egress> {
+    /// The proxy for a run (`None` for `network none`), with its secrets'
+    /// placeholders and CA made. Its connections end when the run stops or
+    /// [`Egress::finish`] is called.
+    pub fn start(spec: &crate::spec::RunSpec, op: &Operator, ctx: &RunContext) -> anyhow::Result<Option<Egress>> {
+        let network = &spec.limits.network;
         if network.is_none() {
-            return None;
+            anyhow::ensure!(spec.secrets.is_empty(), "secrets need a network allow list naming their hosts");
+            return Ok(None);
         }
+        let secrets = if spec.secrets.is_empty() {
+            None
+        } else {
+            spec.secrets.check(network, &spec.env).map_err(anyhow::Error::msg)?;
+            let mut roots = vec![];
+            for pem in op.upstream_ca.iter().chain(&spec.upstream_ca) {
+                roots.extend(ca::certs_from_pem(pem.as_bytes()).map_err(|e| anyhow::anyhow!("an upstream CA: {e}"))?);
+            }
+            Some(Arc::new(intercept::RunSecrets::new(&spec.secrets, &roots).map_err(anyhow::Error::msg)?))
+        };
         let stop = ctx.stop.child_token();
-        let shared =
-            proxy::Shared::new(network.clone(), resolve::Resolver::new(hosts.clone()), ctx.clone(), stop.clone());
-        Some(Egress {
+        let resolver = resolve::Resolver::new(op.hosts.merged(&spec.hosts));
+        let shared = proxy::Shared::new(network.clone(), resolver, ctx.clone(), stop.clone(), secrets);
+        Ok(Some(Egress {
             server: Server { shared: Arc::new(shared), tasks: TaskTracker::new() },
             _guard: Arc::new(stop.drop_guard()),
-        })
+        }))
+    }
+
+    /// The run CA's certificate (PEM), when a secret of the run goes over
+    /// TLS: the tier adds it to the sandbox's trust bundle at `bundle`.
+    pub fn ca_pem(&self) -> Option<String> {
+        self.server.shared.secrets.as_ref().and_then(|s| s.ca_pem())
+    }
+
+    /// What the program's environment gets: the proxy variables, each
+    /// secret's placeholder under its name, and (with a run CA) the trust
+    /// variables pointing at `bundle`. A variable the user set (`user`)
+    /// keeps the user's value; a secret's name never collides with one
+    /// (refused before the run).
+    pub fn sandbox_env(
+        &self,
+        user: &std::collections::BTreeMap<String, String>,
+        bundle: &str,
+    ) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = proxy_env();
+        if let Some(s) = &self.server.shared.secrets {
+            env.extend(s.env());
+            if s.ca_pem().is_some() {
+                env.extend(TRUST_VARS.iter().map(|k| (k.to_string(), bundle.to_string())));
+            }
+        }
+        env.retain(|(k, _)| !user.contains_key(k));
+        env
     }
 
     pub fn server(&self) -> Server {
         self.server.clone()
+    }
+
+    /// A proxy for `network` and `hosts` alone (tests of the proxy itself).
+    #[cfg(test)]
+    pub(crate) fn for_test(network: &str, hosts: Hosts, ctx: &RunContext) -> Egress {
+        let mut spec = crate::spec::RunSpec::new(crate::spec::Language::Sh, "");
+        spec.limits.network = network.parse().expect("a network limit");
+        spec.hosts = hosts;
+        Egress::start(&spec, &Operator::default(), ctx).expect("the proxy starts").expect("an allow list")
     }
 
     /// End every connection, wait until they are gone (their last records
@@ -160,7 +256,7 @@ impl Egress {
         s.tasks.close();
         s.tasks.wait().await;
         let t = s.shared.totals.lock().map(|t| *t).unwrap_or_default();
-        json!({
+        let mut v = json!({
             "policy": s.shared.network.to_string(),
             "proxy": format!("sandbench's egress proxy on the host, at {} inside the sandbox", proxy_url()),
             "allowed": t.allowed,
@@ -168,7 +264,11 @@ impl Egress {
             "bytes_up": t.bytes_up,
             "bytes_down": t.bytes_down,
             "dns_lookups": s.shared.resolver.lookups(),
-        })
+        });
+        if let Some(secrets) = &s.shared.secrets {
+            v["secrets"] = secrets.report();
+        }
+        v
     }
 }
 

@@ -251,7 +251,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::egress::{Egress, Hosts, Network};
+    use crate::egress::{Egress, Hosts};
     use crate::tier::RunContext;
     use tokio_util::sync::CancellationToken;
 
@@ -259,7 +259,7 @@ mod tests {
     async fn a_far_connection_reaches_the_proxy_and_gets_its_answer() {
         let (tx, mut events) = mpsc::channel(64);
         let ctx = RunContext { started: std::time::Instant::now(), tx, stop: CancellationToken::new() };
-        let eg = Egress::start(&"allow=pypi.test".parse::<Network>().unwrap(), &Hosts::default(), &ctx).unwrap();
+        let eg = Egress::for_test("allow=pypi.test", Hosts::default(), &ctx);
         let (mut mux, mut out) = Mux::new(eg.server());
         mux.incoming(&message(OPEN, 7, &[])).await;
         mux.incoming(&message(DATA, 7, b"GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n")).await;

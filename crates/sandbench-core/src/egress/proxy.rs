@@ -26,6 +26,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::framing::{self, Body, Feed, Stop};
+use super::intercept::{self, RunSecrets};
 use super::policy::{not_public, parse_authority, Host, Network};
 use super::resolve::Resolver;
 use super::{Decision, NetRecord};
@@ -65,18 +66,27 @@ pub struct Shared {
     pub resolver: Resolver,
     pub ctx: RunContext,
     pub stop: CancellationToken,
+    /// The run's secrets, when it has any ([`super::intercept`]).
+    pub secrets: Option<Arc<RunSecrets>>,
     next_id: AtomicU64,
     open: Arc<Semaphore>,
     pub totals: Mutex<Totals>,
 }
 
 impl Shared {
-    pub fn new(network: Network, resolver: Resolver, ctx: RunContext, stop: CancellationToken) -> Shared {
+    pub fn new(
+        network: Network,
+        resolver: Resolver,
+        ctx: RunContext,
+        stop: CancellationToken,
+        secrets: Option<Arc<RunSecrets>>,
+    ) -> Shared {
         Shared {
             network,
             resolver,
             ctx,
             stop,
+            secrets,
             next_id: AtomicU64::new(0),
             open: Arc::new(Semaphore::new(MAX_OPEN)),
             totals: Mutex::new(Totals::default()),
@@ -96,8 +106,8 @@ fn inert(s: &str) -> String {
 }
 
 /// One connection's record as it goes.
-struct Conn {
-    rec: NetRecord,
+pub(super) struct Conn {
+    pub(super) rec: NetRecord,
     t0: Instant,
 }
 
@@ -118,12 +128,14 @@ impl Conn {
                 bytes_down: 0,
                 duration_ms: 0.0,
                 open: false,
+                secrets: vec![],
+                misdirected: None,
             },
             t0: Instant::now(),
         }
     }
 
-    async fn deny(mut self, sh: &Shared, why: String) {
+    pub(super) async fn deny(mut self, sh: &Shared, why: String) {
         self.rec.decision = Decision::Denied;
         self.rec.detail = inert(&why);
         self.rec.duration_ms = round(self.t0.elapsed().as_secs_f64() * 1000.0);
@@ -140,7 +152,7 @@ fn round(ms: f64) -> f64 {
 }
 
 /// An HTTP error answer the client can read (curl, pip and urllib show it).
-async fn answer<W: AsyncWrite + Unpin>(w: &mut W, code: u16, reason: &str, text: &str) {
+pub(super) async fn answer<W: AsyncWrite + Unpin>(w: &mut W, code: u16, reason: &str, text: &str) {
     let body = format!("sandbench egress proxy: {text}\n");
     let head = format!(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -179,18 +191,18 @@ where
 }
 
 /// A parsed request head.
-struct Head {
-    method: String,
-    target: String,
-    version: u8,
-    headers: Vec<(String, Vec<u8>)>,
+pub(super) struct Head {
+    pub(super) method: String,
+    pub(super) target: String,
+    pub(super) version: u8,
+    pub(super) headers: Vec<(String, Vec<u8>)>,
     /// The head's length in bytes.
-    len: usize,
+    pub(super) len: usize,
     /// Bytes after the head that arrived with it.
-    rest: Vec<u8>,
+    pub(super) rest: Vec<u8>,
 }
 
-async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<Head, (u16, String)> {
+pub(super) async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<Head, (u16, String)> {
     let mut buf: Vec<u8> = Vec::with_capacity(2048);
     let mut chunk = [0u8; 4096];
     let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
@@ -337,21 +349,31 @@ where
             return c.deny(sh, why).await;
         }
     };
-    match path {
-        None => connect_tunnel(sh, c, client, &host, port, &addrs, head.rest).await,
-        Some(p) => forward_plain(sh, c, client, &head, body, port, &addrs, &p).await,
+    match (path, &sh.secrets) {
+        (None, Some(rs)) if !rs.bound(&host, port, true).is_empty() => {
+            intercept::tunnel(sh, rs, c, client, &host, port, &addrs, head.rest).await
+        }
+        (None, _) => connect_tunnel(sh, c, client, &host, port, &addrs, head.rest).await,
+        (Some(p), Some(rs)) => intercept::plain(sh, rs, c, client, &head, body, &host, port, &addrs, &p).await,
+        (Some(p), None) => forward_plain(sh, c, client, &head, body, port, &addrs, &p).await,
     }
 }
 
 /// A plain request's own checks: its Host header names the URL's host, and
 /// it asks for no protocol upgrade. Its framing is [`framing::request_body`]'s.
 fn check_plain(head: &Head, host: &Host, port: u16) -> Result<(), String> {
+    check_host_header(head, host, port, 80)
+}
+
+/// Exactly one Host header, naming `host:port` (`default`: the port a Host
+/// without one means), and no protocol upgrade.
+pub(super) fn check_host_header(head: &Head, host: &Host, port: u16, default: u16) -> Result<(), String> {
     let hosts = header(head, "host");
     let [value] = hosts.as_slice() else {
         return Err(format!("{} Host headers (exactly one must name {host})", hosts.len()));
     };
     let text = String::from_utf8_lossy(value);
-    match parse_authority(text.trim(), Some(80)) {
+    match parse_authority(text.trim(), Some(default)) {
         Ok((h, p)) if h == *host && p == port => {}
         _ => {
             return Err(format!(
@@ -396,7 +418,7 @@ async fn addresses(sh: &Shared, host: &Host) -> Result<Vec<IpAddr>, (u16, String
     Ok(ok)
 }
 
-async fn dial(addrs: &[IpAddr], port: u16) -> Result<(TcpStream, IpAddr), String> {
+pub(super) async fn dial(addrs: &[IpAddr], port: u16) -> Result<(TcpStream, IpAddr), String> {
     let mut last = String::from("no address");
     for a in addrs {
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(SocketAddr::new(*a, port))).await {
@@ -434,6 +456,42 @@ fn hello_sni(buf: &[u8]) -> Result<Option<Option<String>>, String> {
     }
 }
 
+/// The tunnel's TLS ClientHello, read whole before anything goes upstream,
+/// its SNI checked against the CONNECT host. `Ok(None)`: the client closed
+/// an unused tunnel.
+pub(super) async fn client_hello<S>(client: &mut S, host: &Host, early: Vec<u8>) -> Result<Option<Vec<u8>>, String>
+where
+    S: AsyncRead + Unpin,
+{
+    // The ClientHello, read whole before anything goes upstream.
+    let mut hello = early;
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    let mut chunk = [0u8; 4096];
+    let sni = loop {
+        match hello_sni(&hello) {
+            Ok(Some(sni)) => break sni,
+            Ok(None) => {}
+            Err(why) => return Err(why),
+        }
+        if hello.len() > MAX_HELLO {
+            return Err(format!("a ClientHello longer than {} KiB", MAX_HELLO >> 10));
+        }
+        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Ok(Ok(0)) if hello.is_empty() => return Ok(None), // an unused tunnel
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("the client left in the middle of its ClientHello".into()),
+            Err(_) => return Err(format!("no ClientHello within {} s of the tunnel opening", HEAD_TIMEOUT.as_secs())),
+            Ok(Ok(n)) => hello.extend_from_slice(&chunk[..n]),
+        }
+    };
+    match (host, &sni) {
+        (Host::Name(n), Some(s)) if Host::parse(s).ok().as_ref() == Some(&Host::Name(n.clone())) => {}
+        (Host::Ip(_), None) => {}
+        (_, Some(s)) => return Err(format!("the TLS SNI '{}' does not match the CONNECT host {host}", inert(s))),
+        (Host::Name(_), None) => return Err(format!("the ClientHello names no host (SNI) for {host}")),
+    }
+    Ok(Some(hello))
+}
+
 async fn connect_tunnel<S>(
     sh: &Shared,
     mut c: Conn,
@@ -448,40 +506,11 @@ async fn connect_tunnel<S>(
     if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
         return;
     }
-    // The ClientHello, read whole before anything goes upstream.
-    let mut hello = early;
-    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
-    let mut chunk = [0u8; 4096];
-    let sni = loop {
-        match hello_sni(&hello) {
-            Ok(Some(sni)) => break sni,
-            Ok(None) => {}
-            Err(why) => return c.deny(sh, why).await,
-        }
-        if hello.len() > MAX_HELLO {
-            return c.deny(sh, format!("a ClientHello longer than {} KiB", MAX_HELLO >> 10)).await;
-        }
-        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
-            Ok(Ok(0)) if hello.is_empty() => return, // an unused tunnel
-            Ok(Ok(0)) | Ok(Err(_)) => {
-                return c.deny(sh, "the client left in the middle of its ClientHello".into()).await
-            }
-            Err(_) => {
-                return c
-                    .deny(sh, format!("no ClientHello within {} s of the tunnel opening", HEAD_TIMEOUT.as_secs()))
-                    .await
-            }
-            Ok(Ok(n)) => hello.extend_from_slice(&chunk[..n]),
-        }
+    let hello = match client_hello(client, host, early).await {
+        Ok(Some(h)) => h,
+        Ok(None) => return,
+        Err(why) => return c.deny(sh, why).await,
     };
-    match (host, &sni) {
-        (Host::Name(n), Some(s)) if Host::parse(s).ok().as_ref() == Some(&Host::Name(n.clone())) => {}
-        (Host::Ip(_), None) => {}
-        (_, Some(s)) => {
-            return c.deny(sh, format!("the TLS SNI '{}' does not match the CONNECT host {host}", inert(s))).await
-        }
-        (Host::Name(_), None) => return c.deny(sh, format!("the ClientHello names no host (SNI) for {host}")).await,
-    }
     let (mut up, addr) = match dial(addrs, port).await {
         Ok(x) => x,
         Err(why) => return c.deny(sh, why).await,
@@ -495,20 +524,23 @@ async fn connect_tunnel<S>(
     closed(sh, c, hello.len() as u64 + u, d).await;
 }
 
-async fn allowed(sh: &Shared, c: &mut Conn) {
+pub(super) async fn allowed(sh: &Shared, c: &mut Conn) {
     c.rec.decision = Decision::Allowed;
     c.rec.open = true;
     c.rec.detail = match &c.rec.address {
         Some(a) => format!("connected to {a}"),
         None => String::new(),
     };
+    if !c.rec.secrets.is_empty() {
+        c.rec.detail.push_str(&format!("; intercepted for secret {}", c.rec.secrets.join(", ")));
+    }
     if let Ok(mut t) = sh.totals.lock() {
         t.allowed += 1;
     }
     sh.emit(&c.rec).await;
 }
 
-async fn closed(sh: &Shared, mut c: Conn, up: u64, down: u64) {
+pub(super) async fn closed(sh: &Shared, mut c: Conn, up: u64, down: u64) {
     c.rec.open = false;
     c.rec.bytes_up = up;
     c.rec.bytes_down = down;
@@ -523,7 +555,7 @@ async fn closed(sh: &Shared, mut c: Conn, up: u64, down: u64) {
 /// Request fields not passed on: hop-by-hop and proxy fields, the framing
 /// (the proxy writes its own), `Expect` (answered here) and `Trailer` (the
 /// trailers are dropped). The proxy adds its own `Connection: close`.
-const DROPPED_UP: &[&str] = &[
+pub(super) const DROPPED_UP: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -537,12 +569,12 @@ const DROPPED_UP: &[&str] = &[
     "transfer-encoding",
 ];
 /// Response fields not passed on, for the same reasons.
-const DROPPED_DOWN: &[&str] =
+pub(super) const DROPPED_DOWN: &[&str] =
     &["connection", "keep-alive", "proxy-connection", "trailer", "upgrade", "content-length", "transfer-encoding"];
 
 /// A connection refused after it was allowed (its framing broke part way):
 /// the record says why, and is a denial (a `network` violation).
-async fn refused_after(sh: &Shared, mut c: Conn, up: u64, down: u64, why: String) {
+pub(super) async fn refused_after(sh: &Shared, mut c: Conn, up: u64, down: u64, why: String) {
     c.rec.decision = Decision::Denied;
     c.rec.detail = inert(&why);
     c.rec.open = false;
@@ -558,9 +590,19 @@ async fn refused_after(sh: &Shared, mut c: Conn, up: u64, down: u64, why: String
 }
 
 /// A writer that counts what it wrote.
-struct Counting<'a, W> {
+pub(super) struct Counting<'a, W> {
     inner: &'a mut W,
     n: u64,
+}
+
+impl<'a, W> Counting<'a, W> {
+    pub(super) fn new(inner: &'a mut W) -> Counting<'a, W> {
+        Counting { inner, n: 0 }
+    }
+
+    pub(super) fn count(&self) -> u64 {
+        self.n
+    }
 }
 
 impl<W: AsyncWrite + Unpin> AsyncWrite for Counting<'_, W> {
@@ -669,15 +711,38 @@ async fn forward_plain<S>(
 /// canonically: interim (1xx) responses dropped, its own framing fields
 /// written again, the body as framed and nothing after it. Err carries
 /// whether the head had already been written.
-async fn relay_response<W: AsyncWrite + Unpin>(
-    up: &mut TcpStream,
+pub(super) async fn relay_response<U: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    up: &mut U,
     client: &mut W,
     head_request: bool,
 ) -> Result<(), (bool, Stop)> {
     let mut feed = Feed::new(vec![], up, IDLE_TIMEOUT);
     let refused = |why: String| (false, Stop::Refused(why));
+    let (code, reason, fields) = response_head(&mut feed).await?;
+    let body = framing::response_body(code, head_request, &fields).map_err(refused)?;
+    let mut out = format!("HTTP/1.1 {code} {reason}\r\n").into_bytes();
+    out.extend(framing::fields_except(&fields, DROPPED_DOWN));
+    out.extend_from_slice(framing::framing_field(body).as_bytes());
+    // A HEAD or 304 answer's length says what a GET would get: kept, canonical.
+    let cl: Vec<&[u8]> = fields.iter().filter(|(n, _)| n == "content-length").map(|(_, v)| v.as_slice()).collect();
+    if let (Body::Empty, Ok(Some(n))) = (body, framing::content_length(&cl)) {
+        if head_request || code == 304 {
+            out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes());
+        }
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    client.write_all(&out).await.map_err(|_| (false, Stop::Gone))?;
+    feed.body(body, client).await.map_err(|e| (true, e))
+}
+
+/// The final response's head, read strictly: interim (1xx) answers dropped
+/// (bounded), 101 refused. Status, reason (visible ASCII) and fields.
+pub(super) async fn response_head<U: AsyncRead + Unpin>(
+    feed: &mut Feed<'_, U>,
+) -> Result<(u16, String, Vec<(String, Vec<u8>)>), (bool, Stop)> {
+    let refused = |why: String| (false, Stop::Refused(why));
     let mut interim = 0;
-    let (code, reason, fields) = loop {
+    loop {
         let raw = match feed.head(MAX_HEAD).await {
             Ok(Some(h)) => h,
             Ok(None) => return Err(refused("the upstream closed without a response".into())),
@@ -707,22 +772,8 @@ async fn relay_response<W: AsyncWrite + Unpin>(
             resp.reason.unwrap_or("").chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(100).collect();
         let fields: Vec<(String, Vec<u8>)> =
             resp.headers.iter().map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec())).collect();
-        break (code, reason, fields);
-    };
-    let body = framing::response_body(code, head_request, &fields).map_err(refused)?;
-    let mut out = format!("HTTP/1.1 {code} {reason}\r\n").into_bytes();
-    out.extend(framing::fields_except(&fields, DROPPED_DOWN));
-    out.extend_from_slice(framing::framing_field(body).as_bytes());
-    // A HEAD or 304 answer's length says what a GET would get: kept, canonical.
-    let cl: Vec<&[u8]> = fields.iter().filter(|(n, _)| n == "content-length").map(|(_, v)| v.as_slice()).collect();
-    if let (Body::Empty, Ok(Some(n))) = (body, framing::content_length(&cl)) {
-        if head_request || code == 304 {
-            out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes());
-        }
+        return Ok((code, reason, fields));
     }
-    out.extend_from_slice(b"Connection: close\r\n\r\n");
-    client.write_all(&out).await.map_err(|_| (false, Stop::Gone))?;
-    feed.body(body, client).await.map_err(|e| (true, e))
 }
 
 /// Copy both ways until both sides are done, either side fails, nothing

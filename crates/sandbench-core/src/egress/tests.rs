@@ -137,7 +137,7 @@ fn run(network: &str, hosts: &[(&str, IpAddr)]) -> Run {
     for (n, a) in hosts {
         h.insert(n, vec![*a]);
     }
-    Run { eg: Egress::start(&network.parse().unwrap(), &h, &ctx).unwrap(), events }
+    Run { eg: Egress::for_test(network, h, &ctx), events }
 }
 
 impl Run {
@@ -295,7 +295,7 @@ async fn a_name_keeps_its_first_answer_and_floods_are_bounded() {
         let ctx = RunContext { started: std::time::Instant::now(), tx, stop: CancellationToken::new() };
         let mut h = Hosts::default();
         h.insert("rebind.test", vec![good.addr.ip(), IpAddr::from([127, 0, 0, 66])]);
-        Run { eg: Egress::start(&format!("allow=rebind.test:{p}").parse().unwrap(), &h, &ctx).unwrap(), events }
+        Run { eg: Egress::for_test(&format!("allow=rebind.test:{p}"), h, &ctx), events }
     };
     for _ in 0..3 {
         let mut c = r.client();

@@ -219,6 +219,11 @@ pub trait Tier: Send + Sync {
     fn check_network(&self, network: &crate::egress::Network) -> Result<(), String> {
         refuse_allow_list(self.name(), network)
     }
+    /// Refuse secrets (`spec.secrets`) the tier cannot keep out of the
+    /// sandbox. The default: no egress proxy of sandbench's, so no secrets.
+    fn check_secrets(&self, secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
+        refuse_secrets(self.name(), secrets)
+    }
     /// Run one program. Must return only once every process, container, VM
     /// and temp file of the run is gone, also when `ctx.stop` fires.
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;
@@ -255,6 +260,27 @@ pub fn refuse_allow_list(tier: &str, network: &crate::egress::Network) -> Result
     Err(format!(
         "the {tier} tier cannot enforce a network allow list (it runs with no network at all); use --network none, or a tier with egress: process, docker, gvisor, microvm"
     ))
+}
+
+/// The refusal of a tier whose sandbox's traffic sandbench's egress proxy
+/// does not carry: the value could only be handed to the program.
+pub fn refuse_secrets(tier: &str, secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
+    if secrets.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the {tier} tier cannot keep a secret out of its sandbox (sandbench's egress proxy does not carry its traffic); use a tier with egress: process, docker, gvisor, microvm"
+    ))
+}
+
+/// Whether the named tier can take secrets, without building it (the
+/// workbench's limits form; the runner asks the tier itself).
+pub fn check_secrets(name: &str, secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
+    match name {
+        "process" | "docker" | "gvisor" | "microvm" => Ok(()),
+        "e2b" => e2b::refuse_secrets(secrets),
+        other => refuse_secrets(other, secrets),
+    }
 }
 
 /// Build the named tier.

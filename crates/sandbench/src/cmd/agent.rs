@@ -23,7 +23,16 @@ pub async fn run(args: AgentArgs, config: &Config) -> anyhow::Result<i32> {
         return Err(usage("the task is empty: say what the model should do"));
     }
     let limits = args.limits.apply(config.limits.clone());
+    let mut secrets = crate::egress::secrets::Secrets::default();
+    if !args.secrets.is_empty() {
+        use crate::egress::secrets as s;
+        let decls = s::declarations(&config.secrets, &args.secrets, &args.secret_in).map_err(usage)?;
+        secrets = s::resolve_all(&decls, &|var| std::env::var_os(var)).map_err(usage)?;
+        tier::check_secrets(&tier_name, &secrets).map_err(usage)?;
+        secrets.check(&limits.network, &Default::default()).map_err(usage)?;
+    }
     let mut opts = AgentOptions::from_config(tier.clone(), limits, config)?;
+    opts.secrets = secrets;
     // Before the model is asked anything: a tier that cannot run programs
     // would only feed it errors.
     let avail = tier.probe().await;

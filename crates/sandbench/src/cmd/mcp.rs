@@ -50,6 +50,7 @@ use tokio_util::task::TaskTracker;
 use crate::admission::{Admission, Need, Permit};
 use crate::cli::McpArgs;
 use crate::config::Config;
+use crate::egress::secrets::Secrets;
 use crate::policy::{Bounds, LimitRequest, Policy, SessionRequest};
 use crate::report::{Outcome, RunReport};
 use crate::runner::{RunHandle, Update};
@@ -86,6 +87,12 @@ pub struct RunCodeArgs {
     /// stay from earlier calls. Default: a fresh sandbox for this run alone.
     #[serde(default)]
     pub session: Option<String>,
+    /// Names of secrets the server offers (list_tiers: secrets): the program
+    /// gets a placeholder in $NAME, which the egress proxy replaces by the
+    /// value in requests to that secret's hosts only. Names only: a client
+    /// never gives a value.
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 /// `open_session`'s arguments.
@@ -105,6 +112,10 @@ pub struct OpenSessionArgs {
     /// Close the session this long after it opened, e.g. "30m" (at most the server's).
     #[serde(default)]
     pub max_life: Option<String>,
+    /// Secrets for the session's sandbox (names the server offers). A
+    /// session is offline (no egress proxy), so any is refused with a reason.
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 /// `close_session`'s arguments.
@@ -178,6 +189,9 @@ pub struct ListFilesArgs {
 struct Shared {
     policy: Policy,
     config: Config,
+    /// The secrets the operator offers clients (`sandbench mcp --secret
+    /// NAME`), values read at start; a call picks some by name.
+    secrets: Secrets,
     /// One tier object per name for the server's life, so warm pools and
     /// spare sandboxes serve the next call.
     tiers: Mutex<HashMap<String, Arc<dyn Tier>>>,
@@ -291,11 +305,12 @@ struct LogAs {
 
 #[tool_router]
 impl Sandbench {
-    pub fn new(policy: Policy, config: Config) -> Sandbench {
+    pub fn new(policy: Policy, config: Config, secrets: Secrets) -> Sandbench {
         let admission = Admission::new(policy.bounds.clone(), policy.max_sessions);
         let shared = Shared {
             policy,
             config,
+            secrets,
             tiers: Mutex::new(HashMap::new()),
             runs: TaskTracker::new(),
             shutdown: CancellationToken::new(),
@@ -456,6 +471,11 @@ impl Sandbench {
     ) -> Result<CallToolResult, ErrorData> {
         let policy = &self.shared.policy;
         if let Some(id) = &args.session {
+            if !args.secrets.is_empty() {
+                return Err(bad(
+                    "a session is offline (no egress proxy), so it cannot use secrets: run without a session",
+                ));
+            }
             let s = self.session(id)?;
             if let Some(t) = args.tier.as_deref().filter(|t| *t != s.tier()) {
                 return Err(bad(format!(
@@ -484,6 +504,11 @@ impl Sandbench {
         }
         let (mut spec, tier_name) =
             policy.spec(&args.language, &args.code, args.tier.as_deref(), &args.limits).map_err(bad)?;
+        if !args.secrets.is_empty() {
+            spec.secrets = self.shared.secrets.pick(&args.secrets).map_err(bad)?;
+            tier::check_secrets(&tier_name, &spec.secrets).map_err(bad)?;
+            spec.secrets.check(&spec.limits.network, &spec.env).map_err(bad)?;
+        }
         let tier = self.tier(&tier_name)?;
         spec.label = "mcp".into();
         let need = Need { memory: spec.limits.memory_bytes, pids: spec.limits.pids };
@@ -509,6 +534,11 @@ impl Sandbench {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let sh = &self.shared;
+        if !args.secrets.is_empty() {
+            return Err(bad(
+                "a session is offline (no egress proxy), so it cannot use secrets: use run_code without a session",
+            ));
+        }
         let req = SessionRequest { idle_timeout: args.idle_timeout.clone(), max_life: args.max_life.clone() };
         let (spec, tier_name) = sh.policy.session(args.tier.as_deref(), &args.limits, &req).map_err(bad)?;
         let tier = self.tier(&tier_name)?;
@@ -762,6 +792,7 @@ impl Sandbench {
             "tiers": listed,
             "default_limits": p.base,
             "max_limits": p.ceiling,
+            "secrets": self.shared.secrets.names(),
             "bounds": {
                 "max_runs": p.bounds.max_runs,
                 "max_runs_per_client": p.bounds.max_runs_per_client,
@@ -1005,7 +1036,9 @@ pub async fn run(args: McpArgs, config: &Config) -> anyhow::Result<i32> {
             Some((listener, opts, made))
         }
     };
-    let server = Sandbench::new(policy, config.clone());
+    let decls = crate::egress::secrets::declarations(&config.secrets, &args.secrets, &[]).map_err(usage)?;
+    let secrets = crate::egress::secrets::resolve_all(&decls, &|var| std::env::var_os(var)).map_err(usage)?;
+    let server = Sandbench::new(policy, config.clone(), secrets);
     let shared = server.shared.clone();
     let result = match http {
         None => serve_stdio(server).await,

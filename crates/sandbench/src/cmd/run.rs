@@ -64,6 +64,11 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     spec.limits = args.limits.apply(spec.limits);
     spec.env.extend(args.env.iter().cloned());
     tier.check_limits(&spec.limits).map_err(usage)?;
+    if !args.secrets.is_empty() {
+        spec.secrets = secrets(&args, config)?;
+        tier::check_secrets(&tier_name, &spec.secrets).map_err(usage)?;
+        spec.secrets.check(&spec.limits.network, &spec.env).map_err(usage)?;
+    }
 
     let logged = spec.clone();
     let mut handle = runner::start(tier, spec);
@@ -155,6 +160,15 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     Ok(exit_code(&report, interrupted.load(Ordering::SeqCst)))
 }
 
+/// The run's secrets: `--secret` declarations (or picks of the config's
+/// `[secrets]`), their values read now from sandbench's environment or
+/// private files.
+fn secrets(args: &RunArgs, config: &Config) -> anyhow::Result<crate::egress::secrets::Secrets> {
+    use crate::egress::secrets;
+    let decls = secrets::declarations(&config.secrets, &args.secrets, &args.secret_in).map_err(usage)?;
+    secrets::resolve_all(&decls, &|var| std::env::var_os(var)).map_err(usage)
+}
+
 /// `run`'s exit status: 130 when Ctrl-C cancelled it (as shells report an
 /// interrupted command), 1 when the run could not happen, else 0.
 fn exit_code(r: &RunReport, interrupted: bool) -> i32 {
@@ -218,6 +232,23 @@ pub fn summary(r: &RunReport) -> String {
     }
     if !r.limits.network.is_none() || !r.network.is_empty() {
         s.push_str(&network_summary(r));
+    }
+    // Names and hosts only (checked when declared); never a value.
+    for x in &r.secrets {
+        let leak = if x.redacted > 0 {
+            format!(" · {} form(s) of its value taken out of the run's output: it reached the sandbox", x.redacted)
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "secret    {} → {} (in {}) · substituted {} · scrubbed {} · misdirected {}{leak}\n",
+            x.name,
+            x.hosts.join(", "),
+            x.places,
+            x.substituted,
+            x.scrubbed,
+            x.misdirected
+        ));
     }
     let d = units::duration_ms;
     s.push_str(&format!(

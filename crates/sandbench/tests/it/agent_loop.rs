@@ -28,6 +28,7 @@ pub(crate) fn opts(fake: &FakeAnthropic, tier: Arc<dyn Tier>) -> AgentOptions {
         base_url: fake.url(),
         api_key: KEY.into(),
         retry_backoff: Duration::from_millis(5),
+        secrets: Default::default(),
     }
 }
 
@@ -422,4 +423,41 @@ async fn cancel_stops_a_running_tool_call() {
     assert_eq!(t.reason, EndReason::Cancelled, "{t:#?}");
     assert_eq!(e2b.live_count(), 0, "cancel left the sandbox running");
     assert!(e2b.wait_programs_gone(Duration::from_secs(5)).await);
+}
+
+/// The loop can be given a secret: each run gets its placeholder (a fresh
+/// sandbox: a session is offline), and neither the tool result the model
+/// gets nor anything the loop shows holds the value.
+#[sandbench_testkit::test(needs = ["process"])]
+async fn a_secret_given_to_the_loop_reaches_its_runs_as_a_placeholder() {
+    let Some(tier) = process_tier_or_skip().await else {
+        return;
+    };
+    let fake = FakeAnthropic::start(vec![
+        step(|_| tool_use("toolu_01", "python", "import os\nprint('K=' + os.environ['API_KEY'])")),
+        step(|_| final_text("done")),
+    ])
+    .await;
+    let mut o = opts(&fake, tier);
+    o.limits.network = "allow=api.test".parse().unwrap();
+    let value = "sk-agent-secret-0123456789";
+    let decl = sandbench::egress::secrets::Declared::parse("API_KEY=env:V@api.test").unwrap();
+    o.secrets = sandbench::egress::secrets::resolve_all(&[decl], &|_| Some(value.into())).unwrap();
+    let (live, t) = session(o, "use the key").await;
+    assert_eq!(t.reason, EndReason::FinalAnswer, "{t:#?}");
+    let result = live
+        .iter()
+        .find_map(|e| match e {
+            TranscriptEvent::ToolResult { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .expect("a tool result");
+    assert!(result.contains("K=sbx-secret-API_KEY-"), "{result}");
+    let sent: Vec<String> = fake.requests.lock().unwrap().iter().map(|r| r.json().to_string()).collect();
+    let all = format!("{live:?} {sent:?}");
+    assert!(!all.contains(value), "the value reached the loop: {all}");
+    assert!(
+        live.iter().any(|e| matches!(e, TranscriptEvent::Sandbox { session: None, note } if note.contains("secrets"))),
+        "{live:?}"
+    );
 }

@@ -45,6 +45,7 @@ mod process_spare;
 mod reaper;
 mod report;
 mod runlog_cli;
+mod secrets;
 mod sessions;
 mod soak;
 mod terminal_injection;

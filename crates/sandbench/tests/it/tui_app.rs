@@ -270,6 +270,8 @@ fn the_network_limit_is_set_in_the_form_and_decisions_show_live() {
         bytes_down: 4096,
         duration_ms: 30.0,
         open,
+        secrets: vec![],
+        misdirected: None,
     };
     use sandbench::egress::Decision::{Allowed, Denied};
     for r in [

@@ -59,6 +59,7 @@ fn report(tier: &str, outcome: Outcome, exit: ExitStatus, violations: Vec<Violat
         degraded: vec![],
         network: vec![],
         session: None,
+        secrets: vec![],
     }
 }
 

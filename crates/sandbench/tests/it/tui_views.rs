@@ -80,6 +80,7 @@ fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str
         degraded: vec![],
         network: vec![],
         session: None,
+        secrets: vec![],
     }
 }
 

@@ -511,14 +511,28 @@ fn parse_status(line: &[u8]) -> serde_json::Value {
     v
 }
 
+/// Where the loader writes a run's CA bundle (the image's system bundle and
+/// the run CA), as the program's uid: the root file system is read-only.
+pub const CA_BUNDLE: &str = crate::egress::TMP_CA_BUNDLE;
+
+/// A run's egress, as the loader gets it: the relay's port, the variables
+/// the program gets for it (proxy, secrets' placeholders, trust), and the
+/// run CA's certificate when a secret goes over TLS.
+pub struct Net {
+    pub port: u16,
+    pub env: Vec<(String, String)>,
+    pub ca: Option<String>,
+}
+
 /// What the loader reads from stdin: the header's length on one line, the
-/// NUL-separated header, then exactly `code_len` bytes of code. Stdin stays
-/// open after it: one more byte (or EOF) is the host's acknowledgement that
-/// it has read the whole stream. `guard`: install the scratch guard in the
-/// program's process (only when sandbench will serve it). With `egress`
-/// (the relay's port) stdin carries frames after the payload instead
-/// ([`host_frame`]): relay messages, then the acknowledgement.
-pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, egress: Option<u16>) -> Vec<u8> {
+/// NUL-separated header, then exactly `code_len` bytes of code and
+/// `ca_len` bytes of the run CA's certificate. Stdin stays open after it:
+/// one more byte (or EOF) is the host's acknowledgement that it has read
+/// the whole stream. `guard`: install the scratch guard in the program's
+/// process (only when sandbench will serve it). With `net` stdin carries
+/// frames after the payload instead ([`host_frame`]): relay messages, then
+/// the acknowledgement.
+pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, net: Option<&Net>) -> Vec<u8> {
     // NUL separates fields; no environment string can hold one.
     let clean = |x: &str| x.replace('\0', "");
     let mut fields: Vec<String> = vec![
@@ -528,19 +542,16 @@ pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, egress: Option<u
         uid.to_string(),
         gid.to_string(),
         u8::from(guard).to_string(),
-        egress.unwrap_or(0).to_string(),
+        net.map_or(0, |n| n.port).to_string(),
+        net.and_then(|n| n.ca.as_ref()).map_or(0, |c| c.len()).to_string(),
         spec.language.name().into(),
         spec.language.file_name().into(),
         spec.language.interpreter().len().to_string(),
     ];
     fields.extend(spec.language.interpreter().iter().map(|a| a.to_string()));
-    if egress.is_some() {
-        for (k, v) in crate::egress::proxy_env() {
-            if !spec.env.contains_key(&k) {
-                fields.push(k);
-                fields.push(v);
-            }
-        }
+    for (k, v) in net.map(|n| n.env.as_slice()).unwrap_or_default() {
+        fields.push(clean(k));
+        fields.push(clean(v));
     }
     for (k, v) in &spec.env {
         fields.push(clean(k));
@@ -549,6 +560,9 @@ pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, egress: Option<u
     let header = fields.join("\0");
     let mut out = format!("{}\n{header}", header.len()).into_bytes();
     out.extend_from_slice(spec.code.as_bytes());
+    if let Some(ca) = net.and_then(|n| n.ca.as_ref()) {
+        out.extend_from_slice(ca.as_bytes());
+    }
     out
 }
 
@@ -641,15 +655,26 @@ print(
         assert_eq!(fields[4], b"5678");
         assert_eq!(fields[5], b"1", "the guard");
         assert_eq!(fields[6], b"0", "no egress port");
-        assert_eq!(fields[7], b"sh");
-        assert_eq!(fields[9], b"1");
-        assert_eq!(fields[10], b"/bin/sh");
-        assert_eq!(&fields[11..], [&b"A"[..], &b"b\nc"[..]]);
+        assert_eq!(fields[7], b"0", "no run CA");
+        assert_eq!(fields[8], b"sh");
+        assert_eq!(fields[10], b"1");
+        assert_eq!(fields[11], b"/bin/sh");
+        assert_eq!(&fields[12..], [&b"A"[..], &b"b\nc"[..]]);
         assert_eq!(&p[nl + 1 + len..], b"echo hi\n");
-        // With egress: the port, and the proxy variables before the user's own.
-        let p = payload(&spec, 1234, 5678, false, Some(3128));
+        // With egress: the port, the CA's length, its variables before the
+        // user's own, the CA after the code.
+        let net = Net {
+            port: 3128,
+            env: vec![("HTTPS_PROXY".into(), "http://127.0.0.1:3128".into())],
+            ca: Some("-----BEGIN CERTIFICATE-----".into()),
+        };
+        let p = payload(&spec, 1234, 5678, false, Some(&net));
         let text = String::from_utf8_lossy(&p);
-        assert!(text.contains("\x003128\x00sh\x00") && text.contains("HTTPS_PROXY\0http://127.0.0.1:3128"), "{text:?}");
+        assert!(
+            text.contains("\x003128\x0027\x00sh\x00") && text.contains("HTTPS_PROXY\0http://127.0.0.1:3128"),
+            "{text:?}"
+        );
+        assert!(text.ends_with("echo hi\n-----BEGIN CERTIFICATE-----"), "{text:?}");
     }
 
     #[test]

@@ -72,8 +72,8 @@ pub struct DockerTier {
     prewarmed: AtomicBool,
     /// The configured limits: what `Tier::prewarm` warms containers for.
     limits: crate::spec::Limits,
-    /// `[network] hosts`, for the egress proxy's resolver.
-    hosts: crate::egress::Hosts,
+    /// `[network]`: the egress proxy's resolver and upstream CAs.
+    egress: crate::egress::Operator,
 }
 
 impl DockerTier {
@@ -97,7 +97,7 @@ impl DockerTier {
             runs: AtomicU64::new(0),
             prewarmed: AtomicBool::new(false),
             limits: config.limits.clone(),
-            hosts: config.network.hosts.clone(),
+            egress: crate::egress::Operator::from_config(config),
         }
     }
 
@@ -352,6 +352,11 @@ impl Tier for DockerTier {
         Ok(())
     }
 
+    /// Secrets: the loader's relay leads to the proxy that substitutes them.
+    fn check_secrets(&self, _: &crate::egress::secrets::Secrets) -> Result<(), String> {
+        Ok(())
+    }
+
     fn describe(&self) -> &'static str {
         match self.runtime {
             None => "hardened Docker container (runc): namespaces, cgroups, seccomp, no network, read-only root",
@@ -504,7 +509,7 @@ impl DockerTier {
                 runs: AtomicU64::new(0),
                 prewarmed: AtomicBool::new(false),
                 limits: self.limits.clone(),
-                hosts: Default::default(),
+                egress: Default::default(),
             };
             let report = crate::runner::run(Arc::new(probe), spec).await;
             if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
@@ -718,9 +723,13 @@ impl DockerTier {
         let mut running: Option<highwater::Running> = None;
         let mut guarded: Option<u64> = None;
         let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
-        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), ctx);
-        let payload =
-            container::payload(spec, uid, gid, guard_wanted, egress.as_ref().map(|_| crate::egress::SANDBOX_PORT));
+        let egress = crate::egress::Egress::start(spec, &self.egress, ctx)?;
+        let net = egress.as_ref().map(|eg| container::Net {
+            port: crate::egress::SANDBOX_PORT,
+            env: eg.sandbox_env(&spec.env, container::CA_BUNDLE),
+            ca: eg.ca_pem(),
+        });
+        let payload = container::payload(spec, uid, gid, guard_wanted, net.as_ref());
         let (mut mux, mut mux_out) = match &egress {
             Some(eg) => {
                 let (m, out) = crate::egress::mux::Mux::new(eg.server());

@@ -277,6 +277,10 @@ impl Tier for E2bTier {
         check_allow_list(network)
     }
 
+    fn check_secrets(&self, secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
+        refuse_secrets(secrets)
+    }
+
     fn describe(&self) -> &'static str {
         "hosted Firecracker microVM per run (E2B, over HTTPS)"
     }
@@ -306,6 +310,16 @@ impl Tier for E2bTier {
 
 /// E2B's "all traffic" selector (the SDK's `ALL_TRAFFIC`).
 pub const ALL_TRAFFIC: &str = "0.0.0.0/0";
+
+/// E2B's sandboxes reach the internet through E2B's own network, which
+/// sandbench's egress proxy never sees: a secret could only be handed to
+/// the program, so a run with one is refused.
+pub fn refuse_secrets(secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
+    if secrets.is_empty() {
+        return Ok(());
+    }
+    Err("the e2b tier's sandbox uses E2B's own network, which sandbench's egress proxy never sees: a secret could only be handed to the program; run it on process, docker, gvisor or microvm".into())
+}
 
 /// The allow list as E2B's `allowOut`: names and `*.` wildcards only.
 pub fn allow_out(n: &crate::egress::Network) -> Vec<String> {

@@ -48,8 +48,8 @@ pub struct MicrovmTier {
     cfg: MicrovmConfig,
     default_limits: Limits,
     policy: Policy,
-    /// `[network] hosts`, for the egress proxy's resolver.
-    hosts: crate::egress::Hosts,
+    /// `[network]`: the egress proxy's resolver and upstream CAs.
+    egress: crate::egress::Operator,
 }
 
 /// Remove what dead sandbench processes left: QEMU processes and run dirs.
@@ -66,7 +66,7 @@ impl MicrovmTier {
             cfg: config.microvm.clone(),
             default_limits: config.limits.clone(),
             policy: Policy::Auto,
-            hosts: config.network.hosts.clone(),
+            egress: crate::egress::Operator::from_config(config),
         }
     }
 
@@ -141,6 +141,11 @@ impl Tier for MicrovmTier {
     /// Any allow list: the guest's relay carries the egress port over a
     /// serial port to the host proxy (the guest still has no network device).
     fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Secrets: the guest's relay leads to the proxy that substitutes them.
+    fn check_secrets(&self, _: &crate::egress::secrets::Secrets) -> Result<(), String> {
         Ok(())
     }
 
@@ -393,13 +398,13 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
         for n in std::mem::take(&mut guest.notes) {
             ctx.note(format!("guest: {n}")).await;
         }
-        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), &ctx);
+        let egress = crate::egress::Egress::start(&spec, &self.egress, &ctx)?;
         if let (Some(eg), Some(chan)) = (&egress, guest.net.take()) {
             let std_sock = std::os::unix::net::UnixStream::from(chan);
             std_sock.set_nonblocking(true)?;
             crate::egress::mux::carry_framed(eg.server(), tokio::net::UnixStream::from_std(std_sock)?);
         }
-        let result = Self::execute(&spec, &ctx, &mut guest, egress.is_some(), None, &mut timeline).await;
+        let result = Self::execute(&spec, &ctx, &mut guest, egress.as_ref(), None, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         details["network"] = match egress {
             Some(eg) => {
@@ -439,7 +444,7 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
         spec: &RunSpec,
         ctx: &RunContext,
         guest: &mut Guest,
-        egress: bool,
+        egress: Option<&crate::egress::Egress>,
         session: Option<f64>,
         timeline: &mut Vec<(&'static str, f64)>,
     ) -> anyhow::Result<(Option<UsageSample>, u64, serde_json::Value)> {
@@ -448,14 +453,15 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
         let seed =
             anyhow::Context::context(crate::host::random_hex(32), "cannot read /dev/urandom for the guest's seed")?;
         let mut env = spec.sandbox_env("/work", "/tmp");
-        if egress {
-            env.extend(crate::egress::proxy_env().into_iter().filter(|(k, _)| !spec.env.contains_key(k)));
+        if let Some(eg) = egress {
+            env.extend(eg.sandbox_env(&spec.env, crate::egress::TMP_CA_BUNDLE));
         }
         let req = proto::RunRequest {
             language: spec.language.name().into(),
             code: spec.code.clone(),
             env,
-            net_port: egress.then_some(crate::egress::SANDBOX_PORT),
+            net_port: egress.map(|_| crate::egress::SANDBOX_PORT),
+            ca: egress.and_then(|e| e.ca_pem()),
             limits: proto::GuestLimits {
                 cpu_ms: limits.cpu_time.as_millis() as u64,
                 memory_bytes: limits.memory_bytes,

@@ -130,6 +130,10 @@ pub struct RunRequest {
     /// (on the guest's loopback) and carries connections over `sandbench.net`.
     #[serde(default)]
     pub net_port: Option<u16>,
+    /// The run CA's certificate (PEM) when a secret goes over TLS: the agent
+    /// writes the trust bundle the program's variables point at.
+    #[serde(default)]
+    pub ca: Option<String>,
     /// A session's call (the guest stays for the next one): files whose
     /// ctime is before `since` (host clock) are earlier calls'.
     #[serde(default)]
@@ -186,6 +190,9 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
     field("now", format!("{:.6}", req.now).as_bytes());
     if let Some(p) = req.net_port {
         field("net_port", p.to_string().as_bytes());
+    }
+    if let Some(ca) = &req.ca {
+        field("ca", ca.as_bytes());
     }
     let l = &req.limits;
     for (k, v) in [
@@ -398,6 +405,7 @@ mod tests {
             seed: "00ff".into(),
             now: 1.5,
             net_port: None,
+            ca: None,
             session_since: None,
         };
         let f = encode_run(&req);

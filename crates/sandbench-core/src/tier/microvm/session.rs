@@ -74,7 +74,7 @@ impl TierSession for MicrovmSession {
                 .unwrap_or(0.0);
             let mut timeline = vec![];
             // Sessions keep no egress proxy (Session::open refused an allow list).
-            let result = MicrovmTier::execute(&spec, &ctx, guest, false, Some(since), &mut timeline).await;
+            let result = MicrovmTier::execute(&spec, &ctx, guest, None, Some(since), &mut timeline).await;
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
             if result.is_err() || !guest.alive() {
                 // A guest that broke the protocol or died serves no more calls.

@@ -61,8 +61,8 @@ pub struct ProcessTier {
     spare_limits: Limits,
     spare: Arc<Mutex<Option<Launched>>>,
     filling: Arc<AtomicBool>,
-    /// `[network] hosts`, for the egress proxy's resolver.
-    hosts: crate::egress::Hosts,
+    /// `[network]`: the egress proxy's resolver and upstream CAs.
+    egress: crate::egress::Operator,
 }
 
 /// What the tier takes from sandbench's environment (`config::HostEnv`).
@@ -199,10 +199,16 @@ pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path
 
 /// The interpreter a Python run starts, ahead of its program.
 fn python_waiter(spec: &RunSpec) -> sandbox::Waiter {
+    python_waiter_with(spec, spec.sandbox_env("/work", "/tmp"))
+}
+
+/// The same with the run's whole environment (its egress variables too), so
+/// that the interpreter started ahead can run the program itself.
+fn python_waiter_with(spec: &RunSpec, env: Vec<(String, String)>) -> sandbox::Waiter {
     sandbox::Waiter {
         interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
         file_name: spec.language.file_name().into(),
-        env: spec.sandbox_env("/work", "/tmp"),
+        env,
     }
 }
 
@@ -218,7 +224,7 @@ impl ProcessTier {
             spare_limits: config.limits.clone(),
             spare: Arc::new(Mutex::new(None)),
             filling: Arc::new(AtomicBool::new(false)),
-            hosts: config.network.hosts.clone(),
+            egress: crate::egress::Operator::from_config(config),
         }
     }
 
@@ -238,6 +244,7 @@ impl ProcessTier {
         limits: &Limits,
         waiter: Option<sandbox::Waiter>,
         network_port: Option<u16>,
+        run_ca: Option<String>,
         session: bool,
         shape: &Shape,
         t0: std::time::Instant,
@@ -334,6 +341,7 @@ impl ProcessTier {
             disk_bytes: limits.disk_bytes,
             waiter,
             network_port,
+            run_ca,
             session,
         };
         stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
@@ -381,7 +389,7 @@ impl ProcessTier {
             let made = async {
                 let t0 = std::time::Instant::now();
                 // Spares have no network: a run with an allow list is built for itself.
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), None, false, &shape, t0).await?;
+                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), None, None, false, &shape, t0).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -441,7 +449,8 @@ impl ProcessTier {
         let shape = self.shape();
         let built = async {
             let t0 = std::time::Instant::now();
-            let mut l = Self::launch(&self.spare_limits, Some(python_waiter(&spec)), None, false, &shape, t0).await?;
+            let mut l =
+                Self::launch(&self.spare_limits, Some(python_waiter(&spec)), None, None, false, &shape, t0).await?;
             l.wait_ready().await?;
             anyhow::Ok((l.memory(), t0.elapsed()))
         };
@@ -508,6 +517,11 @@ impl Tier for ProcessTier {
 
     /// Any allow list: the egress listener in the empty namespace is the way out.
     fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Secrets: the proxy the namespace's only socket leads to substitutes them.
+    fn check_secrets(&self, _: &crate::egress::secrets::Secrets) -> Result<(), String> {
         Ok(())
     }
 
@@ -587,7 +601,7 @@ impl ProcessTier {
         spec.label = "doctor probe".into();
         let probe = ProcessTier {
             host: self.host.clone(),
-            hosts: Default::default(),
+            egress: Default::default(),
             uid_base: self.uid_base,
             uid_count: self.uid_count,
             allow_degraded: self.allow_degraded,
@@ -655,8 +669,13 @@ impl ProcessTier {
         // A run with an allow list gets the egress listener's port in its
         // Landlock rules, which are applied before any program arrives: such
         // a run is built for itself (spares have no network).
-        let egress = crate::egress::Egress::start(&limits.network, &self.hosts.merged(&spec.hosts), &ctx);
+        let egress = crate::egress::Egress::start(&spec, &self.egress, &ctx)?;
         let port = egress.as_ref().map(|_| crate::egress::SANDBOX_PORT);
+        let mut env = spec.sandbox_env("/work", "/tmp");
+        if let Some(eg) = &egress {
+            env.extend(eg.sandbox_env(&spec.env, sandbox::SYSTEM_BUNDLE));
+        }
+        let run_ca = egress.as_ref().and_then(|e| e.ca_pem());
         let spare = if port.is_none() { self.take_spare() } else { None };
         let (mut launched, start) = match spare {
             Some(mut l) => {
@@ -669,8 +688,8 @@ impl ProcessTier {
             None => {
                 // Built for this run: its interpreter (Python) starts ahead of
                 // the program as in a spare, while init joins the cgroup.
-                let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
-                let mut l = Self::launch(&limits, waiter, port, false, &self.shape(), ctx.started).await?;
+                let waiter = (spec.language == Language::Python).then(|| python_waiter_with(&spec, env.clone()));
+                let mut l = Self::launch(&limits, waiter, port, run_ca, false, &self.shape(), ctx.started).await?;
                 l.timeline.push(("helper_prepared", ctx.ms()));
                 (l, "cold")
             }
@@ -686,13 +705,7 @@ impl ProcessTier {
             // for the ones the user already has.
             Some(count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids)
         };
-        let mut env = spec.sandbox_env("/work", "/tmp");
         if let (Some(eg), Some(chan)) = (&egress, launched.net.take()) {
-            for (k, v) in crate::egress::proxy_env() {
-                if !spec.env.contains_key(&k) {
-                    env.push((k, v));
-                }
-            }
             let server = eg.server();
             eg.server().track(async move {
                 if let Some(l) = netns::receive_listener(chan).await {

@@ -85,6 +85,10 @@ pub struct Prepare {
     /// network is an allow list (its Landlock rules allow connecting to it).
     #[serde(default)]
     pub network_port: Option<u16>,
+    /// The run CA's certificate (PEM) when a secret of the run goes over
+    /// TLS: added to the sandbox's copy of the system bundle.
+    #[serde(default)]
+    pub run_ca: Option<String>,
     /// A session's sandbox (`sandbox/session.rs`): init runs one program per
     /// call framed on stdin, until stdin closes.
     #[serde(default)]
@@ -471,11 +475,34 @@ fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
     Ok(())
 }
 
+/// The system bundle as the sandbox sees it (its own copy, in its `/etc`).
+pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Add the run's CA (a run with a secret over TLS) to the sandbox's copy of
+/// the system bundle: clients that read the system store trust it, and the
+/// trust variables point at the same file. The host's bundle is untouched
+/// (this is the copy in the sandbox's fresh `/etc`, still ours alone: no
+/// program exists yet).
+fn trust_run_ca(etc: &Path, pem: &str) -> Result<(), String> {
+    let bundle = etc.join(SYSTEM_BUNDLE.trim_start_matches("/etc/"));
+    if let Some(dir) = bundle.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    }
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&bundle)
+        .map_err(|e| format!("open the sandbox's CA bundle: {e}"))?;
+    std::io::Write::write_all(&mut f, format!("\n# sandbench: this run's CA (secrets)\n{pem}").as_bytes())
+        .map_err(|e| format!("write the sandbox's CA bundle: {e}"))?;
+    fs::set_permissions(&bundle, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod the CA bundle: {e}"))
+}
+
 /// Build the sandbox's file system view under a fresh tmpfs root and pivot
 /// into it: the interpreters' directories read-only, a generated `/etc`,
 /// /work and /tmp private tmpfs, a minimal /dev, a /proc of the new pid
 /// namespace. Nothing else of the host.
-fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>) -> Result<(), String> {
+fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>, run_ca: Option<&str>) -> Result<(), String> {
     let r = |e: nix::Error, what: &str| format!("{what}: {e}");
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(|e| r(e, "make mounts private"))?;
@@ -494,6 +521,9 @@ fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>) -> Re
         }
     }
     build_etc(&root.join("etc"), owner)?;
+    if let Some(pem) = run_ca {
+        trust_run_ca(&root.join("etc"), pem)?;
+    }
     for d in ["proc", "dev", "work", "tmp"] {
         fs::create_dir(root.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
     }
@@ -748,7 +778,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         let exe = find_in_path(w.interpreter.first()?, &w.env)?;
         Some((w, exe))
     });
-    if let Err(e) = build_root(prep.disk_bytes, owner, waiter.as_ref().map(|(w, _)| *w)) {
+    if let Err(e) = build_root(prep.disk_bytes, owner, waiter.as_ref().map(|(w, _)| *w), prep.run_ca.as_deref()) {
         fail(format!("sandbox file system: {e}"));
     }
     // Before anything else opens a descriptor: the channel is fd 4.
@@ -1369,6 +1399,7 @@ mod tests {
             disk_bytes: 4096,
             waiter: None,
             network_port: None,
+            run_ca: None,
             session: false,
         };
         let f = frame_prepare(&p);

@@ -55,7 +55,8 @@ pub(crate) async fn open(tier: &ProcessTier, spec: SessionSpec) -> anyhow::Resul
     let range = (tier.uid_base, tier.uid_count);
     // Sessions keep no egress proxy: `Session::open` refused an allow list.
     let mut sandbox =
-        ProcessTier::launch(&spec.limits, Some(waiter), None, true, &tier.shape(), std::time::Instant::now()).await?;
+        ProcessTier::launch(&spec.limits, Some(waiter), None, None, true, &tier.shape(), std::time::Instant::now())
+            .await?;
     let pipes = (|| -> anyhow::Result<_> {
         let stdin = sandbox.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
         let out = sandbox.child.stdout.take().ok_or_else(|| anyhow!("helper has no stdout"))?.into_owned_fd()?;
