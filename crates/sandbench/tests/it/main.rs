@@ -35,6 +35,7 @@ mod process_spare;
 mod reaper;
 mod report;
 mod runlog_cli;
+mod session_plants;
 mod sessions;
 mod soak;
 mod terminal_injection;

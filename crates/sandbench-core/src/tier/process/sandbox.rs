@@ -41,7 +41,9 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
+mod scratch;
 mod session;
+use scratch::{Scratch, SCRATCH};
 pub use session::{frame_call, KILL_FRAME};
 
 pub const STATUS_FD: i32 = 3;
@@ -475,7 +477,7 @@ fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
 /// into it: the interpreters' directories read-only, a generated `/etc`,
 /// /work and /tmp private tmpfs, a minimal /dev, a /proc of the new pid
 /// namespace. Nothing else of the host.
-fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>) -> Result<(), String> {
+fn build_root(disk_bytes: u64, owner: (u32, u32)) -> Result<(), String> {
     let r = |e: nix::Error, what: &str| format!("{what}: {e}");
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(|e| r(e, "make mounts private"))?;
@@ -526,9 +528,6 @@ fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>) -> Re
     tmpfs(&dev.join("shm"), &format!("size=8m,nr_inodes=64,mode=1777,uid={uid},gid={gid}"), MsFlags::MS_NOEXEC)?;
     tmpfs(&root.join("work"), &scratch_opts("work", disk_bytes, owner), MsFlags::empty())?;
     tmpfs(&root.join("tmp"), &scratch_opts("tmp", disk_bytes, owner), MsFlags::empty())?;
-    if let Some(w) = waiter {
-        write_owned(&root.join("work").join(&w.file_name), WAITER_PY.as_bytes(), owner)?;
-    }
 
     nix::unistd::chdir(root).map_err(|e| r(e, "chdir new root"))?;
     nix::unistd::pivot_root(".", ".").map_err(|e| r(e, "pivot_root"))?;
@@ -554,16 +553,6 @@ fn scratch_opts(which: &str, size: u64, (uid, gid): (u32, u32)) -> String {
         _ => format!("size={size},nr_inodes=4096,mode=1777"),
     }
 }
-
-/// Write a file the program's uid owns (mode 0644), replacing any old one.
-fn write_owned(path: &Path, bytes: &[u8], (uid, gid): (u32, u32)) -> Result<(), String> {
-    fs::write(path, bytes).map_err(|e| format!("write {}: {e}", path.display()))?;
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", path.display()))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod {}: {e}", path.display()))
-}
-
-/// The scratch mounts: the only places the program can write.
-const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
 
 /// The scratch mounts as the watch names them.
 fn scratch_mounts() -> Vec<crate::highwater::Scratch> {
@@ -748,16 +737,25 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         let exe = find_in_path(w.interpreter.first()?, &w.env)?;
         Some((w, exe))
     });
-    if let Err(e) = build_root(prep.disk_bytes, owner, waiter.as_ref().map(|(w, _)| *w)) {
+    if let Err(e) = build_root(prep.disk_bytes, owner) {
         fail(format!("sandbox file system: {e}"));
     }
     // Before anything else opens a descriptor: the channel is fd 4.
     if let Err(e) = super::netns::serve_port(prep.network_port) {
         fail(format!("sandbox network: {e}"));
     }
+    let scratch = match Scratch::open() {
+        Ok(s) => s,
+        Err(e) => fail(format!("sandbox file system: {e}")),
+    };
+    if let Some((w, _)) = &waiter {
+        if let Err(e) = scratch.write_work(&w.file_name, WAITER_PY.as_bytes(), owner) {
+            fail(format!("sandbox file system: {e}"));
+        }
+    }
     mark("root_built");
     if prep.session {
-        session::init_session(prep, owner, procs, waiter)
+        session::init_session(prep, owner, procs, waiter, scratch)
     }
     // Watching starts before the program's process exists: no write goes
     // unseen. Its file-size limit is the run's, set when the run arrives.
@@ -830,7 +828,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         Err(e) => fail(format!("sandbox init: bad config: {e}")),
     };
     drop(buf);
-    if let Err(e) = prepare_run(prep, owner, waiter.as_ref().map(|(w, _)| *w), &cfg) {
+    if let Err(e) = prepare_run(prep, owner, waiter.as_ref().map(|(w, _)| *w), &cfg, &scratch) {
         fail(e);
     }
     let ids = (!prep.user_ns).then_some(owner);
@@ -886,7 +884,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         for gap in &found.gaps {
             send(&Status::Warning { msg: gap.clone() });
         }
-        found.merge(scan_scratch(cfg.file_size_bytes));
+        found.merge(scratch.judge(cfg.file_size_bytes));
         mark("scratch_judged");
         send(&Status::Exit {
             code,
@@ -1032,8 +1030,15 @@ fn wait_ready(
 }
 
 /// Make the scratch space the run's: its size, its program file in /work,
-/// and no waiter file left that the run does not use.
-fn prepare_run(prep: &Prepare, owner: (u32, u32), waiter: Option<&Waiter>, cfg: &SandboxConfig) -> Result<(), String> {
+/// and no waiter file left that the run does not use. Through `scratch`'s
+/// descriptors only: in a session the program had these names before.
+fn prepare_run(
+    prep: &Prepare,
+    owner: (u32, u32),
+    waiter: Option<&Waiter>,
+    cfg: &SandboxConfig,
+    scratch: &Scratch,
+) -> Result<(), String> {
     if cfg.disk_bytes != prep.disk_bytes {
         for which in ["work", "tmp"] {
             let dst = Path::new("/").join(which);
@@ -1047,55 +1052,14 @@ fn prepare_run(prep: &Prepare, owner: (u32, u32), waiter: Option<&Waiter>, cfg: 
             .map_err(|e| format!("resize /{which} to the run's disk limit: {e}"))?;
         }
     }
-    let work = Path::new("/work");
     if let Some(w) = waiter.filter(|w| w.file_name != cfg.file_name) {
-        fs::remove_file(work.join(&w.file_name)).map_err(|e| format!("remove the unused waiter: {e}"))?;
+        scratch.remove_work(&w.file_name).map_err(|e| format!("remove the unused waiter: {e}"))?;
     }
     // A new file (not the waiter's, rewritten): the interpreter read its own
     // file by inode, and the program must not see a mix of both.
-    let tmp = work.join(format!(".{}.sandbench", cfg.file_name));
-    write_owned(&tmp, cfg.code.as_bytes(), owner).map_err(|e| format!("write the program: {e}"))?;
-    fs::rename(&tmp, work.join(&cfg.file_name)).map_err(|e| format!("write the program: {e}"))
-}
-
-/// After the program: did it hit the file-size limit or fill its scratch
-/// space? Host-side evidence, not the program's word. Bounded, no symlinks.
-fn scan_scratch(file_size: u64) -> crate::highwater::Found {
-    let mut hit = None;
-    let mut full = vec![];
-    for dir in SCRATCH {
-        if let Ok(s) = nix::sys::statvfs::statvfs(dir) {
-            if s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0) {
-                full.push(dir.to_string());
-            }
-        }
-        if hit.is_some() {
-            continue;
-        }
-        let mut stack = vec![(Path::new(dir).to_path_buf(), 0)];
-        let mut budget = 20_000;
-        while let Some((d, depth)) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&d) else { continue };
-            for e in rd.flatten() {
-                budget -= 1;
-                if budget == 0 {
-                    break;
-                }
-                let Ok(m) = e.metadata() else { continue };
-                if m.is_file() && m.len() >= file_size {
-                    hit = Some(e.path().to_string_lossy().chars().take(200).collect());
-                    break;
-                }
-                if m.is_dir() && depth < 16 {
-                    stack.push((e.path(), depth + 1));
-                }
-            }
-            if hit.is_some() || budget == 0 {
-                break;
-            }
-        }
-    }
-    crate::highwater::Found { capped: hit.into_iter().collect(), full, gaps: vec![] }
+    let tmp = format!(".{}.sandbench", cfg.file_name);
+    scratch.write_work(&tmp, cfg.code.as_bytes(), owner).map_err(|e| format!("write the program: {e}"))?;
+    scratch.rename_work(&tmp, &cfg.file_name).map_err(|e| format!("write the program: {e}"))
 }
 
 fn landlock(egress_port: Option<u16>) -> String {

@@ -75,53 +75,6 @@ pub fn frame_call(cfg: &SandboxConfig) -> Vec<u8> {
     out
 }
 
-/// Scratch mounts out of space or inodes right now.
-fn full_mounts() -> Vec<&'static str> {
-    SCRATCH
-        .iter()
-        .copied()
-        .filter(|m| {
-            nix::sys::statvfs::statvfs(*m)
-                .map(|s| s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0))
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
-/// A file at the size limit changed during this call (its ctime, which no
-/// program can set back, is not older than `since`). Bounded, no symlinks.
-fn capped_since(file_size: u64, since: SystemTime) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    for dir in SCRATCH {
-        let mut stack = vec![(Path::new(dir).to_path_buf(), 0)];
-        let mut budget = 20_000;
-        while let Some((d, depth)) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&d) else { continue };
-            for e in rd.flatten() {
-                budget -= 1;
-                if budget == 0 {
-                    return None;
-                }
-                let Ok(m) = e.metadata() else { continue };
-                if m.is_file() && m.len() >= file_size {
-                    let ctime = SystemTime::UNIX_EPOCH
-                        + std::time::Duration::new(
-                            m.ctime().max(0) as u64,
-                            m.ctime_nsec().clamp(0, 999_999_999) as u32,
-                        );
-                    if ctime >= since {
-                        return Some(e.path().to_string_lossy().chars().take(200).collect());
-                    }
-                }
-                if m.is_dir() && depth < 16 {
-                    stack.push((e.path(), depth + 1));
-                }
-            }
-        }
-    }
-    None
-}
-
 /// A program process made ahead: in the run's cgroup, its interpreter
 /// waiting for init's word (or, without one, waiting before its exec).
 struct Next {
@@ -129,6 +82,8 @@ struct Next {
     go: OwnedFd,
     /// False when it died while starting (said on the status pipe).
     ready: bool,
+    /// Started as the waiting interpreter (not waiting before its exec).
+    waiting: bool,
     /// The scratch watch, from before the process existed, as for a
     /// one-shot run; and the process's guard (None: it installed none).
     watch: Option<crate::highwater::Watch>,
@@ -141,16 +96,24 @@ struct Init<'a> {
     procs: Vec<OwnedFd>,
     waiter: Option<(&'a Waiter, CString)>,
     mask: SigSet,
+    scratch: Scratch,
 }
 
 impl Init<'_> {
     /// Fork the next call's program process and move it into the cgroup.
     fn prestart(&self) -> Next {
-        if let Some((w, _)) = &self.waiter {
-            if let Err(e) = write_owned(&Path::new("/work").join(&w.file_name), WAITER_PY.as_bytes(), self.owner) {
-                fail(format!("session init: {e}"));
+        // The previous call's program had this name: whatever it left there
+        // is replaced, never written through. Should even that fail, the
+        // process waits before its exec instead of in the interpreter.
+        let waiter = self.waiter.as_ref().filter(|(w, _)| {
+            match self.scratch.write_work(&w.file_name, WAITER_PY.as_bytes(), self.owner) {
+                Ok(()) => true,
+                Err(e) => {
+                    send(&Status::Warning { msg: format!("the next call starts without a waiting interpreter: {e}") });
+                    false
+                }
             }
-        }
+        });
         let mut watch = watch_scratch();
         let (guard_init, guard_prog) = guard_socket();
         let (go_r, go_w) = pipe();
@@ -165,7 +128,7 @@ impl Init<'_> {
                 drop(go_w);
                 drop(ready_r);
                 drop(guard_init);
-                let waiter = self.waiter.as_ref().map(|(w, e)| (*w, e.clone()));
+                let waiter = waiter.map(|(w, e)| (*w, e.clone()));
                 program_main(self.prep, self.owner, waiter, go_r, ready_w, guard_prog)
             }
             Ok(ForkResult::Parent { child }) => child,
@@ -186,7 +149,7 @@ impl Init<'_> {
             }
         }
         let ready = wait_ready(&ready_r, &mut guard, &mut watch);
-        Next { pid, go: go_w, ready, watch, guard }
+        Next { pid, go: go_w, ready, waiting: waiter.is_some(), watch, guard }
     }
 
     /// The call's program file, limits and word; false (said on the status
@@ -199,17 +162,16 @@ impl Init<'_> {
             });
             return false;
         }
-        let inline = self
-            .waiter
-            .as_ref()
+        let waiter = self.waiter.as_ref().filter(|_| next.waiting);
+        let inline = waiter
             .is_some_and(|(w, _)| w.interpreter == cfg.interpreter && w.file_name == cfg.file_name && w.env == cfg.env);
         // The waiter's file stays only when it is about to become the program.
-        let waiter = self.waiter.as_ref().map(|(w, _)| *w);
+        let waiter = waiter.map(|(w, _)| *w);
         // The scratch space is the session's: its size fixed at the opening.
         let fixed = Prepare { disk_bytes: cfg.disk_bytes, ..self.prep.clone() };
         let ids = (!self.prep.user_ns).then_some(self.owner);
         let steps = || -> Result<CString, String> {
-            prepare_run(&fixed, self.owner, waiter, cfg)?;
+            prepare_run(&fixed, self.owner, waiter, cfg, &self.scratch)?;
             apply_rlimits_as(next.pid, cfg, ids)?;
             cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)).ok_or_else(|| {
                 format!(
@@ -223,7 +185,7 @@ impl Init<'_> {
                 send(&Status::Started);
                 // Without a waiter the process waits before its exec, so
                 // every word is an exec; with one, "run" or "exec".
-                let word = go_message(inline && self.waiter.is_some(), &exe, cfg);
+                let word = go_message(inline, &exe, cfg);
                 if let Err(e) = write_all(&next.go, &word) {
                     send(&Status::Error {
                         msg: format!("the sandbox's interpreter exited before its program started: {e}"),
@@ -245,6 +207,7 @@ pub(super) fn init_session(
     owner: (u32, u32),
     procs: Vec<OwnedFd>,
     waiter: Option<(&Waiter, CString)>,
+    scratch: Scratch,
 ) -> ! {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
@@ -255,7 +218,7 @@ pub(super) fn init_session(
         Ok(s) => s,
         Err(e) => fail(format!("init cannot watch its children: {e}")),
     };
-    let init = Init { prep, owner, procs, waiter, mask };
+    let init = Init { prep, owner, procs, waiter, mask, scratch };
     // init keeps the session's stdout and stderr for its program processes
     // (it writes nothing to them itself).
     let mut next = Some(init.prestart());
@@ -267,7 +230,7 @@ pub(super) fn init_session(
             unsafe { libc::_exit(0) }
         };
         // Mounts full already were filled (and reported) by earlier calls.
-        let prior = full_mounts();
+        let prior = init.scratch.full_mounts();
         let since = SystemTime::now() - std::time::Duration::from_millis(20);
         let mut n = next.take().unwrap_or_else(|| init.prestart());
         if let Some(w) = &mut n.watch {
@@ -309,7 +272,7 @@ pub(super) fn init_session(
             send(&Status::Warning { msg: gap.clone() });
         }
         let mut full: Vec<String> = found.full.into_iter().filter(|m| !prior.contains(&m.as_str())).collect();
-        for m in full_mounts() {
+        for m in init.scratch.full_mounts() {
             if !prior.contains(&m) && !full.iter().any(|f| f == m) {
                 full.push(m.to_string());
             }
@@ -324,7 +287,8 @@ pub(super) fn init_session(
         }
         // The watch saw this call's writes; a file capped by an earlier
         // call and untouched since is not this call's.
-        let fsize_hit = found.capped.into_iter().next().or_else(|| capped_since(cfg.file_size_bytes, since));
+        let fsize_hit =
+            found.capped.into_iter().next().or_else(|| init.scratch.capped(cfg.file_size_bytes, Some(since)));
         send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts: full, guarded, files_watched });
         drop(pin);
         // The next call's process, made while nobody waits for it.
