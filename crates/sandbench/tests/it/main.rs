@@ -31,6 +31,7 @@ mod microvm_tier;
 mod peers;
 mod process_boundary;
 mod process_cli;
+mod process_privileges;
 mod process_spare;
 mod reaper;
 mod report;

@@ -113,6 +113,9 @@ struct Launched {
     /// The host end of the channel init hands the egress listener over
     /// (see `netns`); every helper gets one, a run without network drops it.
     net: Option<OwnedFd>,
+    /// What the sandbox's helper and init hold once it is built, as they
+    /// read it back from the kernel (`Status::Privileges`).
+    privileges: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Launched {
@@ -132,6 +135,9 @@ impl Launched {
             match sandbox::parse_status(&line) {
                 Status::Ready => self.ready = true,
                 Status::Mark { .. } => {}
+                Status::Privileges { who, held } => {
+                    self.privileges.insert(who, json!(held));
+                }
                 Status::Error { msg } => anyhow::bail!("{msg}"),
                 s => self.early.push(s),
             }
@@ -350,6 +356,7 @@ impl ProcessTier {
             timeline,
             final_stats: None,
             net: Some(net_host),
+            privileges: Default::default(),
         })
     }
 
@@ -862,6 +869,9 @@ impl ProcessTier {
             }
             match next {
                 None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
+                Some(Status::Privileges { who, held }) => {
+                    launched.privileges.insert(who, json!(held));
+                }
                 Some(Status::Started) => {
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     // The program exists from now on: count it even
@@ -904,7 +914,9 @@ impl ProcessTier {
         else {
             if killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                return Ok(TierExit { usage: None, details: isolation_details(isolation, cg, &timeline) });
+                let mut details = isolation_details(isolation, cg, &timeline);
+                details["privileges"] = json!(launched.privileges);
+                return Ok(TierExit { usage: None, details });
             }
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
@@ -923,6 +935,7 @@ impl ProcessTier {
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(x)).await;
         let mut details = isolation_details(isolation, cg, &timeline);
+        details["privileges"] = json!(launched.privileges);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
         details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
         Ok(TierExit {

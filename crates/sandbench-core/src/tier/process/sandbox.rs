@@ -41,6 +41,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
+mod privs;
 mod scratch;
 mod session;
 use scratch::{Scratch, SCRATCH};
@@ -144,6 +145,12 @@ pub enum Status {
     },
     /// The sandbox is built, in its cgroup, and its interpreter is waiting.
     Ready,
+    /// What a process of the sandbox holds once it is built (`who`: init
+    /// or helper), read back from the kernel after dropping the rest.
+    Privileges {
+        who: String,
+        held: String,
+    },
     /// The program is about to start.
     Started,
     Warning {
@@ -284,21 +291,33 @@ pub fn helper_main() -> ! {
         }
     }
     mark("namespaces_made");
+    // Held open by the helper for its whole life: init, which loses its
+    // parent-death signal when it changes uid, learns from its EOF whether
+    // the helper died before the signal was set again.
+    let (alive_r, alive_w) = pipe();
     // SAFETY: single-threaded (exec'd fresh), so fork is safe.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
+            drop(alive_w);
             let owner = if prep.user_ns { (uid.as_raw(), gid.as_raw()) } else { (prep.run_uid, prep.run_gid) };
-            init_main(&prep, owner, procs)
+            init_main(&prep, owner, procs, alive_r)
         }
         Ok(ForkResult::Parent { child }) => {
             drop(procs);
+            drop(alive_r);
             // init alone holds the egress channel.
             let _ = nix::unistd::close(super::netns::NET_FD);
             // Only the status pipe matters now; the program's output reaches
             // the host through its own copies of stdout and stderr, so the
             // host sees EOF when the program side is gone.
             release_output();
+            // From here the helper only waits for init: it needs nothing.
+            match privs::drop_helper() {
+                Ok(held) => send(&Status::Privileges { who: "helper".into(), held }),
+                Err(e) => fail(format!("the sandbox helper cannot drop its privileges: {e}")),
+            }
             let st = waitpid(child, None);
+            drop(alive_w);
             if let Ok(WaitStatus::Signaled(_, sig, _)) = st {
                 send(&Status::Warning { msg: format!("sandbox init killed by {sig}") });
             }
@@ -729,7 +748,29 @@ fn parse_exec(m: &[u8]) -> Option<(CString, Vec<CString>, Vec<CString>)> {
     Some((exe, argv, env))
 }
 
-fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
+/// init, once the sandbox is built for what it will run: nothing it does
+/// from here on needs a privilege (see `privs.rs`). It becomes the
+/// sandbox's uid with no capability, and says so on the status pipe.
+fn drop_privileges(prep: &Prepare, owner: (u32, u32), alive: &OwnedFd) {
+    let ids = (!prep.user_ns).then_some(owner);
+    match privs::drop_init(ids) {
+        Ok(held) => send(&Status::Privileges { who: "init".into(), held }),
+        Err(e) => fail(format!("sandbox init cannot drop its privileges: {e}")),
+    }
+    // A new uid clears the parent-death signal: set it again, then make
+    // sure the helper did not die in between (its pipe's EOF).
+    set_pdeathsig();
+    let mut fds = [nix::poll::PollFd::new(alive.as_fd(), nix::poll::PollFlags::POLLIN)];
+    let gone = nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO)
+        .map(|n| n > 0 && fds[0].revents().is_some_and(|r| !r.is_empty()))
+        .unwrap_or(true);
+    if gone {
+        // SAFETY: plain exit; the kernel ends the namespace with us.
+        unsafe { libc::_exit(122) }
+    }
+}
+
+fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, alive: OwnedFd) -> ! {
     set_pdeathsig();
     // The waiter only where its interpreter exists (/usr is the host's, bound
     // as is: the host's view answers for the sandbox's).
@@ -755,7 +796,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     }
     mark("root_built");
     if prep.session {
-        session::init_session(prep, owner, procs, waiter, scratch)
+        session::init_session(prep, owner, procs, waiter, scratch, alive)
     }
     // Watching starts before the program's process exists: no write goes
     // unseen. Its file-size limit is the run's, set when the run arrives.
@@ -851,6 +892,8 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     if let Some(w) = &mut watch {
         w.set_file_size(cfg.file_size_bytes);
     }
+    // The sandbox is built for this run; nothing below needs a privilege.
+    drop_privileges(prep, owner, &alive);
     send(&Status::Started);
     if let Err(e) = write_all(&go_w, &go_message(inline, &exe, &cfg)) {
         fail(format!("the sandbox's interpreter exited before its program started: {e}"));
@@ -1169,17 +1212,37 @@ fn program_main(
     if let Err(e) = fixed() {
         fail(e);
     }
-    if !prep.user_ns {
+    // Forked from an init that already dropped everything (a session's
+    // calls): nothing is left to drop, and no privilege to drop it with.
+    let nothing = privs::holds_nothing();
+    let dropped = nothing
+        && {
+            let (r, e, s) = (nix::unistd::getresuid(), nix::unistd::getresgid(), nix::unistd::getgroups());
+            matches!((r, e, s), (Ok(u), Ok(g), Ok(groups)) if [u.real, u.effective, u.saved].iter().all(|x| x.as_raw() == uid)
+            && [g.real, g.effective, g.saved].iter().all(|x| x.as_raw() == gid) && groups.is_empty())
+        };
+    if !prep.user_ns && !dropped {
         if uid == 0 || gid == 0 {
             fail("refusing to run the program as root: the run has no uid of its own".into());
         }
-        let drop = || -> nix::Result<()> {
-            nix::unistd::setgroups(&[])?;
-            nix::unistd::setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))?;
+        let drop = || -> Result<(), String> {
+            nix::unistd::setgroups(&[]).map_err(|e| e.to_string())?;
+            // Nothing the program could regain later, even through an exec.
+            privs::drop_bounding()?;
+            nix::unistd::setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))
+                .map_err(|e| e.to_string())?;
             nix::unistd::setresuid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid))
+                .map_err(|e| e.to_string())?;
+            privs::clear_caps()
         };
         if let Err(e) = drop() {
             fail(format!("cannot drop to uid {uid}: {e}"));
+        }
+    } else if prep.user_ns && !nothing {
+        // The user namespace's capabilities go at exec (the uid is not 0);
+        // its bounding set goes now.
+        if let Err(e) = privs::drop_bounding() {
+            fail(format!("cannot drop the bounding set: {e}"));
         }
     }
     // SAFETY: prctl with integer arguments only.

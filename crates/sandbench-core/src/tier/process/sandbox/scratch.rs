@@ -80,6 +80,9 @@ impl Scratch {
 
     /// A file at the size limit (changed since `since`, when given: its
     /// ctime, which no program can set back). Bounded; no link followed.
+    /// Run as the sandbox's uid (a session's init), it sees what that uid
+    /// may search: the scratch watch, which sees every write, is the
+    /// primary evidence, this scan its backstop.
     pub(super) fn capped(&self, file_size: u64, since: Option<SystemTime>) -> Option<String> {
         let since = since.map(|t| {
             let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();

@@ -19,6 +19,13 @@
 //! The next call's program process is made right after a call ends (and
 //! the first one at the opening), as a spare is for one-shot runs: its
 //! interpreter starts and it joins the cgroup while nothing waits for it.
+//!
+//! Everything privileged happens before the first call's process exists:
+//! the scratch watch's fanotify group is made once (and reused by every
+//! call), then init drops to the session's uid with no capability (see
+//! `privs.rs`). Between calls it writes the next files in `/work` — a tree
+//! the previous calls' programs owned — through the scratch mounts'
+//! descriptors only (`scratch.rs`), as that uid.
 #![allow(unsafe_code)] // fork and raw descriptors of the sandbox init, as in the rest of sandbox.rs
 
 use super::*;
@@ -84,9 +91,7 @@ struct Next {
     ready: bool,
     /// Started as the waiting interpreter (not waiting before its exec).
     waiting: bool,
-    /// The scratch watch, from before the process existed, as for a
-    /// one-shot run; and the process's guard (None: it installed none).
-    watch: Option<crate::highwater::Watch>,
+    /// The process's scratch guard (None: it installed none).
     guard: Option<crate::highwater::Guard>,
 }
 
@@ -101,7 +106,7 @@ struct Init<'a> {
 
 impl Init<'_> {
     /// Fork the next call's program process and move it into the cgroup.
-    fn prestart(&self) -> Next {
+    fn prestart(&self, watch: &mut Option<crate::highwater::Watch>) -> Next {
         // The previous call's program had this name: whatever it left there
         // is replaced, never written through. Should even that fail, the
         // process waits before its exec instead of in the interpreter.
@@ -114,7 +119,6 @@ impl Init<'_> {
                 }
             }
         });
-        let mut watch = watch_scratch();
         let (guard_init, guard_prog) = guard_socket();
         let (go_r, go_w) = pipe();
         let (ready_r, ready_w) = pipe();
@@ -148,8 +152,8 @@ impl Init<'_> {
                 fail(format!("cannot move the program's process into the run's cgroup: {e}"));
             }
         }
-        let ready = wait_ready(&ready_r, &mut guard, &mut watch);
-        Next { pid, go: go_w, ready, waiting: waiter.is_some(), watch, guard }
+        let ready = wait_ready(&ready_r, &mut guard, watch);
+        Next { pid, go: go_w, ready, waiting: waiter.is_some(), guard }
     }
 
     /// The call's program file, limits and word; false (said on the status
@@ -169,10 +173,10 @@ impl Init<'_> {
         let waiter = waiter.map(|(w, _)| *w);
         // The scratch space is the session's: its size fixed at the opening.
         let fixed = Prepare { disk_bytes: cfg.disk_bytes, ..self.prep.clone() };
-        let ids = (!self.prep.user_ns).then_some(self.owner);
         let steps = || -> Result<CString, String> {
             prepare_run(&fixed, self.owner, waiter, cfg, &self.scratch)?;
-            apply_rlimits_as(next.pid, cfg, ids)?;
+            // init is the process's uid by now: no privilege needed.
+            apply_rlimits(next.pid, cfg)?;
             cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)).ok_or_else(|| {
                 format!(
                     "{} is not installed where the sandbox can see it (PATH /usr/local/bin:/usr/bin:/bin)",
@@ -208,6 +212,7 @@ pub(super) fn init_session(
     procs: Vec<OwnedFd>,
     waiter: Option<(&Waiter, CString)>,
     scratch: Scratch,
+    alive: OwnedFd,
 ) -> ! {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
@@ -219,9 +224,13 @@ pub(super) fn init_session(
         Err(e) => fail(format!("init cannot watch its children: {e}")),
     };
     let init = Init { prep, owner, procs, waiter, mask, scratch };
+    // One watch for the whole session, made while init may (fanotify needs
+    // CAP_SYS_ADMIN); each call takes what it found.
+    let mut watch = watch_scratch();
+    drop_privileges(prep, owner, &alive);
     // init keeps the session's stdout and stderr for its program processes
     // (it writes nothing to them itself).
-    let mut next = Some(init.prestart());
+    let mut next = Some(init.prestart(&mut watch));
     send(&Status::Ready);
     loop {
         let Some(cfg) = recv_call() else {
@@ -232,12 +241,15 @@ pub(super) fn init_session(
         // Mounts full already were filled (and reported) by earlier calls.
         let prior = init.scratch.full_mounts();
         let since = SystemTime::now() - std::time::Duration::from_millis(20);
-        let mut n = next.take().unwrap_or_else(|| init.prestart());
-        if let Some(w) = &mut n.watch {
+        let n = next.take().unwrap_or_else(|| init.prestart(&mut watch));
+        if let Some(w) = &mut watch {
+            // What the watch saw between calls (the prestarted interpreter)
+            // is not this call's.
+            let _ = w.take();
             w.set_file_size(cfg.file_size_bytes);
         }
         let started = init.start_call(&cfg, &n);
-        let Next { pid: main_pid, go, mut watch, mut guard, .. } = n;
+        let Next { pid: main_pid, go, mut guard, .. } = n;
         drop(go);
         // Follow the program to its exit (a program process that failed to
         // start has said why on the status pipe and exits 121).
@@ -262,12 +274,11 @@ pub(super) fn init_session(
                 files_watched: false,
             };
             send(&exit);
-            next = Some(init.prestart());
+            next = Some(init.prestart(&mut watch));
             continue;
         }
         let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
-        // Closed after the call's exit is out (closing waits for an SRCU grace period).
-        let (found, pin) = watch.map(|w| w.finish_keeping()).unwrap_or_default();
+        let found = watch.as_mut().map(|w| w.take()).unwrap_or_default();
         for gap in &found.gaps {
             send(&Status::Warning { msg: gap.clone() });
         }
@@ -290,9 +301,8 @@ pub(super) fn init_session(
         let fsize_hit =
             found.capped.into_iter().next().or_else(|| init.scratch.capped(cfg.file_size_bytes, Some(since)));
         send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts: full, guarded, files_watched });
-        drop(pin);
         // The next call's process, made while nobody waits for it.
-        next = Some(init.prestart());
+        next = Some(init.prestart(&mut watch));
     }
 }
 

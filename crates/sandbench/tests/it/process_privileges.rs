@@ -1,0 +1,98 @@
+//! What the process tier's sandbox holds once it is built, seen from inside
+//! a run and a session call (issue 21, item 2): no process the program can
+//! see has a capability, init is the sandbox's own uid, and the program can
+//! neither trace nor signal nor read init.
+
+use crate::support::common::{self, bin, OuterNet};
+use crate::support::docker_common::block_on;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbench::report::Outcome;
+use sandbench::session::{Session, SessionSpec};
+use sandbench::spec::{Language, Limits, RunSpec};
+use sandbench::tier::Tier;
+
+/// Python: every process this sandbox shows, with its uid and capability
+/// sets, and what the program could do to pid 1 (init). One JSON line.
+const LOOK_AT_INIT: &str = r#"import ctypes, json, os, signal
+procs = {}
+for p in os.listdir('/proc'):
+    if p.isdigit():
+        try:
+            st = dict(l.split(':', 1) for l in open('/proc/%s/status' % p).read().splitlines() if ':' in l)
+        except OSError:
+            continue
+        procs[p] = {k: st[k].split()[0] for k in ('Uid', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs') if k in st}
+tries = {}
+for what, f in (('mem', '/proc/1/mem'), ('environ', '/proc/1/environ'), ('fd', '/proc/1/fd')):
+    try:
+        if what == 'fd':
+            os.listdir(f)
+        else:
+            open(f, 'rb').read(1)
+        tries[what] = 'opened'
+    except OSError as e:
+        tries[what] = 'refused'
+for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGSTOP):
+    try:
+        os.kill(1, sig)
+        tries['kill%d' % sig] = 'sent'
+    except OSError:
+        tries['kill%d' % sig] = 'refused'
+libc = ctypes.CDLL(None, use_errno=True)
+tries['ptrace'] = 'refused' if libc.ptrace(16, 1, None, None) != 0 else 'attached'
+print(json.dumps({'me': os.getuid(), 'procs': procs, 'tries': tries}))
+"#;
+
+fn check_init(what: &str, stdout: &str) {
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{what}: {e}: {stdout}"));
+    let me = v["me"].as_u64().unwrap();
+    assert_ne!(me, 0, "{what}: the program runs as root");
+    let procs = v["procs"].as_object().unwrap();
+    let init = &procs["1"];
+    assert_eq!(init["Uid"].as_str().unwrap().parse::<u64>().unwrap(), me, "{what}: init is not the sandbox's uid: {v}");
+    assert_eq!(init["NoNewPrivs"], "1", "{what}: init may gain privileges again: {v}");
+    for (pid, p) in procs {
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert_eq!(p[set], "0000000000000000", "{what}: pid {pid} holds {set} {}: {v}", p[set]);
+        }
+    }
+    for (t, r) in v["tries"].as_object().unwrap() {
+        assert_eq!(r, "refused", "{what}: the program could {t} init: {v}");
+    }
+}
+
+#[sandbench_testkit::test(needs = ["process", "root"])]
+fn process_init_holds_nothing_the_program_could_use() {
+    // A one-shot run, through the binary inside the outer net.
+    let net = OuterNet::new();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("look.py");
+    std::fs::write(&p, LOOK_AT_INIT).unwrap();
+    let out = net.output(
+        Command::new(bin()).args(["run", "--tier", "process", "--format", "json"]).arg(&p),
+        Duration::from_secs(120),
+    );
+    let r = common::report(&out);
+    assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
+    check_init("one-shot run", &r.stdout);
+    // Two calls of a session: init stays, and still holds nothing.
+    std::env::set_var("SANDBENCH_HELPER", bin());
+    let t: Arc<dyn Tier> = sandbench::tier::by_name("process", &common::config()).unwrap();
+    block_on(async {
+        let s = Session::open(t, SessionSpec::new(Limits::default())).await.unwrap();
+        for n in 1..=2 {
+            let r = tokio::time::timeout(Duration::from_secs(60), s.run(RunSpec::new(Language::Python, LOOK_AT_INIT)))
+                .await
+                .expect("the call ended")
+                .unwrap();
+            assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
+            check_init(&format!("session call {n}"), &r.stdout);
+        }
+        s.close().await;
+    });
+}
