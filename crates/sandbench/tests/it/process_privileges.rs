@@ -1,15 +1,18 @@
 //! What the process tier's sandbox holds once it is built, seen from inside
 //! a run and a session call (issue 21, item 2): no process the program can
 //! see has a capability, init is the sandbox's own uid, and the program can
-//! neither trace nor signal nor read init.
+//! neither trace nor signal nor read init. And a verdict, checked the way a
+//! soak caught it failing: no process of a run is alive when its verdict is
+//! final (item 11).
 
-use crate::support::common::{self, bin, OuterNet};
+use crate::support::common::{self, bin, samples_dir, OuterNet};
 use crate::support::docker_common::block_on;
 
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbench::gauntlet::canary::processes_with;
 use sandbench::report::Outcome;
 use sandbench::session::{Session, SessionSpec};
 use sandbench::spec::{Language, Limits, RunSpec};
@@ -95,4 +98,32 @@ fn process_init_holds_nothing_the_program_could_use() {
         }
         s.close().await;
     });
+}
+
+#[sandbench_testkit::test(needs = ["process", "root"])]
+fn process_daemon_is_gone_before_its_verdict() {
+    // The soak once judged the daemon sample "escaped": a process of the
+    // run was alive when the report was final. Run it enough times to meet
+    // that window, and look the moment each report is out.
+    std::env::set_var("SANDBENCH_HELPER", bin());
+    let t: Arc<dyn Tier> = sandbench::tier::by_name("process", &common::config()).unwrap();
+    let code = std::fs::read_to_string(samples_dir().join("hostile/daemon.py")).unwrap();
+    let mut alive = vec![];
+    block_on(async {
+        for i in 0..40 {
+            let marker = format!("SANDBENCH_DAEMON_MARK_{}_{i}", std::process::id());
+            let mut spec = RunSpec::new(Language::Python, &code);
+            spec.env.insert("DAEMON_MARK".into(), marker.clone());
+            let r = sandbench::runner::run(t.clone(), spec).await;
+            assert_eq!(r.outcome, Outcome::Ok, "{r:#?}");
+            let left = processes_with(&marker);
+            if !left.is_empty() {
+                for p in &left {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::Signal::SIGKILL);
+                }
+                alive.push((i, left));
+            }
+        }
+    });
+    assert!(alive.is_empty(), "processes of a run alive after its verdict (run, pids): {alive:?}");
 }

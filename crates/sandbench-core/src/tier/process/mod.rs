@@ -895,6 +895,15 @@ impl ProcessTier {
             }
         }
         timeline.push(("output_drained", ctx.ms()));
+        // A verdict is final only once no process of the run can exist: init
+        // reaps every one before it reports the exit; a run stopped from here
+        // (its helper killed, the namespace going down) is confirmed empty.
+        if let Some(c) = cg.filter(|c| !c.members().is_empty()) {
+            c.kill_all();
+            if !c.members().is_empty() {
+                ctx.note("processes of the run were still being torn down when it was judged").await;
+            }
+        }
         let _ = writer.await;
         let stats = cg.map(|c| c.stats());
         launched.final_stats = stats;

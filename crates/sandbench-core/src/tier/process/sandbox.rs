@@ -770,6 +770,20 @@ fn drop_privileges(prep: &Prepare, owner: (u32, u32), alive: &OwnedFd) {
     }
 }
 
+/// Kill every other process of the namespace and reap them all (until
+/// ECHILD: none is left, whatever it forked meanwhile — each round's kill
+/// reaches what the last one missed). Only then may a verdict be final.
+fn end_the_rest() {
+    loop {
+        let _ = nix::sys::signal::kill(Pid::from_raw(-1), nix::sys::signal::Signal::SIGKILL);
+        match waitpid(None::<Pid>, None) {
+            Err(nix::errno::Errno::ECHILD) => return,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => fail(format!("init cannot reap the run's processes: {e}")),
+        }
+    }
+}
+
 fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, alive: OwnedFd) -> ! {
     set_pdeathsig();
     // The waiter only where its interpreter exists (/usr is the host's, bound
@@ -916,6 +930,9 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, alive: Owne
         if reaped.pid != main_pid.as_raw() {
             continue; // an orphan reparented to us
         }
+        // Nothing of the run outlives the verdict: whatever the program left
+        // (a daemon in a session of its own) goes, and is reaped, first.
+        end_the_rest();
         mark("program_reaped");
         let Reaped { code, signal, cpu_ms, max_rss_kb, .. } = reaped;
         let guarded = guard.as_ref().map(|g| g.served());
@@ -939,7 +956,6 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, alive: Owne
             guarded,
             files_watched,
         });
-        // pid 1 exiting makes the kernel kill everything else in the namespace.
         // SAFETY: plain exit.
         unsafe { libc::_exit(0) }
     }

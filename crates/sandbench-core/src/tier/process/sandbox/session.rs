@@ -256,9 +256,7 @@ pub(super) fn init_session(
         let (code, signal, cpu_ms, max_rss_kb) = wait_main(main_pid, &sfd, &mut watch, &mut guard);
         // Nothing the call started outlives it: pid 1's kill(-1) reaches
         // every other process of the namespace, and init reaps them all.
-        let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
-        // Until ECHILD: none left.
-        while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None::<Pid>, None) {}
+        end_the_rest();
         while let Ok(Some(_)) = sfd.read_signal() {}
         let guarded = guard.as_ref().map(|g| g.served());
         drop(guard);
