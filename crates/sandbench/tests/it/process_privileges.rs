@@ -1,9 +1,10 @@
 //! What the process tier's sandbox holds once it is built, seen from inside
 //! a run and a session call (issue 21, item 2): no process the program can
 //! see has a capability, init is the sandbox's own uid, and the program can
-//! neither trace nor signal nor read init. And a verdict, checked the way a
-//! soak caught it failing: no process of a run is alive when its verdict is
-//! final (item 11).
+//! neither trace nor signal nor read init. And two of its verdicts, checked
+//! the way a flaky one was caught: no process of a run is alive when its
+//! verdict is final (item 11), and a run stopped from outside reports the
+//! resident memory its program had, interpreter included (item 12).
 
 use crate::support::common::{self, bin, samples_dir, OuterNet};
 use crate::support::docker_common::block_on;
@@ -126,4 +127,26 @@ fn process_daemon_is_gone_before_its_verdict() {
         }
     });
     assert!(alive.is_empty(), "processes of a run alive after its verdict (run, pids): {alive:?}");
+}
+
+#[sandbench_testkit::test(needs = ["process", "root"])]
+fn process_run_stopped_from_outside_reports_its_resident_peak() {
+    // output_flood is stopped at the output limit: no exit report, so its
+    // usage comes from what the host measured. Its interpreter started
+    // before it joined the run's cgroup (which then never charged those
+    // pages), so the cgroup alone said ~1 MiB for a ~10 MiB process.
+    std::env::set_var("SANDBENCH_HELPER", bin());
+    let t: Arc<dyn Tier> = sandbench::tier::by_name("process", &common::config()).unwrap();
+    let code = std::fs::read_to_string(samples_dir().join("hostile/output_flood.py")).unwrap();
+    let mut seen = vec![];
+    block_on(async {
+        for _ in 0..8 {
+            let r = sandbench::runner::run(t.clone(), RunSpec::new(Language::Python, &code)).await;
+            assert_eq!(r.outcome, Outcome::Violation, "{r:#?}");
+            seen.push(r.usage.peak_memory_bytes);
+        }
+    });
+    // python3 -u resident after start-up: ~9 MiB here; 5 MiB is far above
+    // what the cgroup charged and far below what Python needs.
+    assert!(seen.iter().all(|m| m.is_some_and(|m| m > 5 << 20)), "peak memory of stopped runs: {seen:?}");
 }
