@@ -150,3 +150,77 @@ fn process_run_stopped_from_outside_reports_its_resident_peak() {
     // what the cgroup charged and far below what Python needs.
     assert!(seen.iter().all(|m| m.is_some_and(|m| m > 5 << 20)), "peak memory of stopped runs: {seen:?}");
 }
+
+/// Children of `pid` (from /proc; the sandbox helper's cmdline names `__sandbox`).
+fn children(pid: u32) -> Vec<(u32, String)> {
+    let mut v = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            v.push((p, String::from_utf8_lossy(&cmd).replace('\0', " ")));
+        }
+    }
+    v
+}
+
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().next()?.chars().next()
+}
+
+#[sandbench_testkit::test(needs = ["process", "root"])]
+fn process_sandbox_dies_with_its_helper_once_dropped() {
+    // init is another uid than the helper once both dropped: the kernel
+    // checks the dying helper's right to signal it before it delivers
+    // init's parent-death signal. Kill the helper with sandbench stopped
+    // (so that nothing else cleans up): init must die with it.
+    let net = OuterNet::new();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("sleep.py");
+    std::fs::write(&p, "import time\nprint('up', flush=True)\ntime.sleep(60)\n").unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--tier", "process", "--format", "json", "--timeout", "50s"])
+        .arg(&p)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut sb = net.spawn(&mut cmd);
+    let pid = sb.id();
+    let found = || {
+        let helper = children(pid).into_iter().find(|(_, c)| c.contains("__sandbox"))?.0;
+        let init = children(helper).first()?.0;
+        let program = children(init).first()?.0;
+        Some((helper, init, program))
+    };
+    let mut ids = None;
+    for _ in 0..300 {
+        ids = found();
+        if ids.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (helper, init, program) = ids.expect("the run's helper, init and program appeared");
+    // Past the drop: the program runs.
+    std::thread::sleep(Duration::from_millis(500));
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
+    kill(Pid::from_raw(helper as i32), Signal::SIGKILL).unwrap();
+    let gone = |p: u32| matches!(state(p), None | Some('Z') | Some('X'));
+    let mut dead = false;
+    for _ in 0..100 {
+        if gone(init) && gone(program) {
+            dead = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (si, sp) = (state(init), state(program));
+    kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
+    let _ = sb.wait();
+    assert!(dead, "init ({si:?}) and the program ({sp:?}) outlived their helper");
+}

@@ -22,7 +22,10 @@
 //! its `/proc/1/mem`; as pid 1 of the namespace it ignores the program's
 //! signals, and Landlock scopes them away too). The helper, outside the
 //! program's pid namespace and only waiting for init, keeps its uid and
-//! drops every capability the same way.
+//! drops every capability but one: CAP_KILL, because the kernel checks the
+//! dying parent's credentials before it delivers init's parent-death
+//! signal, and init is another uid by then (without it, a killed helper
+//! left init running).
 #![allow(unsafe_code)] // capset(2) and prctl(2): raw system calls with integer or plain-data arguments
 
 use nix::unistd::{Gid, Uid};
@@ -52,11 +55,19 @@ fn prctl(op: libc::c_int, a: libc::c_ulong) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `CAP_KILL`'s number.
+const CAP_KILL: u64 = 5;
+
 /// Empty the bounding and ambient sets (needs CAP_SETPCAP, which the
 /// caller must still have): nothing can be regained from here on, not even
 /// by an exec.
 pub(super) fn drop_bounding() -> Result<(), String> {
-    for cap in 0..64 {
+    drop_bounding_but(0)
+}
+
+/// [`drop_bounding`], keeping the capabilities in `keep` (a bit mask).
+fn drop_bounding_but(keep: u64) -> Result<(), String> {
+    for cap in (0..64u64).filter(|c| keep & (1 << c) == 0) {
         // EINVAL: past the kernel's last capability.
         // SAFETY: prctl with integer arguments only.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0
@@ -75,8 +86,14 @@ pub(super) fn drop_bounding() -> Result<(), String> {
 /// Empty the effective, permitted and inheritable sets (after any uid
 /// change that still needed them).
 pub(super) fn clear_caps() -> Result<(), String> {
+    set_caps(0)
+}
+
+/// Effective and permitted become `keep` (a bit mask), inheritable empty.
+fn set_caps(keep: u64) -> Result<(), String> {
     let mut hdr = CapHeader { version: CAP_VERSION_3, pid: 0 };
-    let data = [CapData::default(); 2];
+    let half = |i: u32| CapData { effective: (keep >> i) as u32, permitted: (keep >> i) as u32, inheritable: 0 };
+    let data = [half(0), half(32)];
     // SAFETY: capset reads the header and two data structs, all alive for the call.
     if unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) } != 0 {
         return Err(format!("capset: {}", std::io::Error::last_os_error()));
@@ -112,16 +129,18 @@ pub(super) fn drop_init(ids: Option<(u32, u32)>) -> Result<String, String> {
 }
 
 /// The helper, once init exists: it only waits for init (and says how init
-/// ended). Every capability goes; its uid stays (it is outside the
-/// program's pid namespace: the program cannot name it).
+/// ended). Every capability goes but CAP_KILL (see the module's doc); its
+/// uid stays (it is outside the program's pid namespace: the program cannot
+/// name it).
 pub(super) fn drop_helper() -> Result<String, String> {
-    drop_bounding()?;
-    clear_caps()?;
+    let keep = 1 << CAP_KILL;
+    drop_bounding_but(keep)?;
+    set_caps(keep)?;
     prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
     prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
     let held = held()?;
-    if !held.none() {
-        return Err(format!("the helper still holds capabilities after dropping them: {}", held.describe()));
+    if !held.only(keep) {
+        return Err(format!("the helper still holds more than CAP_KILL after dropping: {}", held.describe()));
     }
     Ok(held.describe())
 }
@@ -145,12 +164,21 @@ struct Held {
 
 impl Held {
     fn none(&self) -> bool {
-        self.no_new_privs && !self.dumpable && self.caps.len() == 5 && self.caps.iter().all(|(_, v)| *v == 0)
+        self.only(0)
+    }
+
+    /// Nothing but `keep` in the effective, permitted and bounding sets,
+    /// nothing inheritable or ambient; no_new_privs; not dumpable.
+    fn only(&self, keep: u64) -> bool {
+        let want = |k: &str| if matches!(k, "inheritable" | "ambient") { 0 } else { keep };
+        self.no_new_privs && !self.dumpable && self.caps.len() == 5 && self.caps.iter().all(|(k, v)| *v == want(k))
     }
 
     fn describe(&self) -> String {
         let caps = if self.caps.iter().all(|(_, v)| *v == 0) {
             "no capabilities (effective, permitted, inheritable, ambient and bounding sets empty)".to_string()
+        } else if self.caps.iter().all(|(k, v)| *v == 0 || (*v == 1 << CAP_KILL && *k != "inheritable")) {
+            "CAP_KILL only (effective, permitted and bounding)".to_string()
         } else {
             self.caps.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k} {v:#x}")).collect::<Vec<_>>().join(", ")
         };
@@ -217,6 +245,12 @@ mod tests {
         assert!(h.describe().contains("bounding 0x1ffffffffff"), "{}", h.describe());
         // No sets read: nothing is proved.
         assert!(!Held { caps: vec![], ..h }.none());
+        let kill = ["effective", "permitted", "inheritable", "ambient", "bounding"]
+            .map(|k| (k, if matches!(k, "inheritable" | "ambient") { 0 } else { 1 << CAP_KILL }))
+            .to_vec();
+        let helper = Held { uid: 0, caps: kill, no_new_privs: true, dumpable: false };
+        assert!(helper.only(1 << CAP_KILL) && !helper.none());
+        assert!(helper.describe().contains("CAP_KILL only"), "{}", helper.describe());
         // This test process (root or not) has a bounding set: it is seen.
         assert!(held().unwrap().caps.iter().any(|(k, v)| *k == "bounding" && *v != 0));
     }
