@@ -47,8 +47,29 @@ fn always() -> OFlag {
     OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY
 }
 
+/// An error with what was being done, keeping the kernel's errno.
+#[derive(Debug)]
+struct Failed {
+    errno: Errno,
+    msg: String,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for Failed {}
+
 fn err(e: Errno, what: &str, name: &OsStr) -> io::Error {
-    io::Error::new(io::Error::from(e).kind(), format!("{what} {}: {e}", Path::new(name).display()))
+    let msg = format!("{what} {}: {}", Path::new(name).display(), io::Error::from(e));
+    io::Error::new(io::Error::from(e).kind(), Failed { errno: e, msg })
+}
+
+/// The errno behind an error of this module (or any OS error).
+pub fn errno(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| e.get_ref()?.downcast_ref::<Failed>().map(|f| f.errno as i32))
 }
 
 /// A single path component: not empty, not `.` or `..`, no `/`, no NUL.
@@ -213,7 +234,7 @@ impl Dir {
     fn empty_out(&self, name: &OsStr, depth: usize, budget: &mut usize) -> io::Result<()> {
         let sub = match self.subdir(Path::new(name)) {
             Ok(d) => d,
-            Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            Err(e) if errno(&e) == Some(libc::EACCES) => {
                 // Ours but locked (mode 000): open it by the inode we stat'ed.
                 self.unlock_dir(name)?;
                 self.subdir(Path::new(name))?
@@ -302,7 +323,7 @@ impl Dir {
             ) {
                 Ok(fd) => return Ok(File::from(fd)),
                 // Someone made the name again in between: remove it again.
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) if errno(&e) == Some(libc::EEXIST) => continue,
                 Err(e) => return Err(e),
             }
         }
@@ -380,7 +401,7 @@ pub fn private_dir(path: &Path, mode: u32) -> io::Result<Dir> {
     }
     let d = match Dir::open(path) {
         Ok(d) => d,
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) => {
+        Err(e) if matches!(errno(&e), Some(libc::ELOOP | libc::ENOTDIR)) => {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!(
@@ -426,6 +447,14 @@ mod tests {
             assert!(check_name(OsStr::new(bad)).is_err(), "{bad:?}");
         }
         assert!(check_name(OsStr::new(".main.py.sandbench")).is_ok());
+    }
+
+    #[test]
+    fn errors_say_what_and_keep_the_errno() {
+        let (_t, d) = tmp();
+        let e = d.open_read(Path::new("missing")).unwrap_err();
+        assert_eq!(errno(&e), Some(libc::ENOENT));
+        assert!(e.to_string().starts_with("open missing: "), "{e}");
     }
 
     #[test]

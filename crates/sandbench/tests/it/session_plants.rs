@@ -269,8 +269,9 @@ fn process_rows() -> Vec<Row> {
         row(
             "a locked directory at the waiter's name",
             "os.remove('/work/main.py')\nos.makedirs('/work/main.py/d')\nopen('/work/main.py/d/f', 'w').write('x')\nos.chmod('/work/main.py/d', 0)\nos.chmod('/work/main.py', 0)",
-            "print('ran')",
-            "ran",
+            // Removed, not only moved out of the way.
+            "import os\nprint('ran', [n for n in os.listdir('/work') if n.startswith('.sandbench-removed')])",
+            "ran []",
             &[],
         ),
         row(
