@@ -55,9 +55,14 @@ fn mkdir(p: &Path, mode: u32) -> io::Result<()> {
 
 impl RunDir {
     pub fn create(base: &Path, peer: &str, spec: &RunSpec, who: &RunAs, disk_bytes: u64) -> anyhow::Result<RunDir> {
-        fs::create_dir_all(base).with_context(|| format!("cannot create {}", base.display()))?;
-        // The peer user must be able to walk in; nobody else may write.
-        fs::set_permissions(base, fs::Permissions::from_mode(0o755))?;
+        if let Some(parent) = base.parent() {
+            fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        // The peer user must be able to walk in; nobody else may write. Made
+        // and checked on its descriptor: the fallback under /tmp is a name
+        // any local user could have taken first, or planted as a link (which
+        // a chmod by path would have followed).
+        crate::fsafe::private_dir(base, 0o755).map_err(|e| anyhow::anyhow!("peer run folders: {e}"))?;
         // Named by the owner token: its held lock proves the run alive (see `owner`).
         let token = crate::owner::token()?;
         let root = base.join(format!("{token}-{}-{peer}", SEQ.fetch_add(1, Ordering::Relaxed)));
@@ -210,6 +215,24 @@ pub fn enter_outer_net(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_base_planted_as_a_link_is_refused_and_its_target_untouched() {
+        use std::os::unix::fs::MetadataExt;
+        // What /tmp/sbp-UID is when another local user made it first.
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        fs::create_dir(&victim).unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o700)).unwrap();
+        let base = t.path().join("sbp-1000");
+        std::os::unix::fs::symlink(&victim, &base).unwrap();
+        let who = RunAs { user: "me".into(), uid: 1, gid: 1, switch: false };
+        let spec = RunSpec::new(crate::spec::Language::Python, "print(1)");
+        let e = RunDir::create(&base, "bwrap", &spec, &who, 1 << 20).err().expect("refused").to_string();
+        assert!(e.contains("link"), "{e}");
+        assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o7777, 0o700, "chmodded through the link");
+        assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
+    }
 
     #[test]
     fn a_tools_socket_in_the_scratch_fits_in_sun_path() {
