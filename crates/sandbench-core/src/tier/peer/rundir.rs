@@ -108,32 +108,24 @@ impl RunDir {
     }
 
     /// (a file that reached `limit` bytes, whether the scratch tmpfs is
-    /// full), read from the host. Bounded: a flood of files is looked at in part.
+    /// full), read from the host. Bounded: a flood of files is looked at in
+    /// part. The peer's program owns the scratch: walked fd-relative, no
+    /// link followed (fsafe), though this runs as root.
     pub fn scan(&self, limit: u64) -> (Option<String>, bool) {
+        let Ok(dir) = crate::fsafe::Dir::open(&self.scratch) else { return (None, false) };
         let mut capped = None;
-        let mut budget = 20_000usize;
-        let mut stack = vec![(self.scratch.clone(), 0u32)];
-        while let Some((d, depth)) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&d) else { continue };
-            for e in rd.flatten() {
-                if budget == 0 || capped.is_some() {
-                    break;
-                }
-                budget -= 1;
-                let Ok(m) = e.metadata() else { continue };
-                if m.is_file() && m.len() >= limit {
-                    let p = e.path();
-                    capped = Some(p.strip_prefix(&self.scratch).unwrap_or(&p).display().to_string());
-                } else if m.is_dir() && depth < 32 {
-                    stack.push((e.path(), depth + 1));
-                }
+        dir.walk(crate::fsafe::Walk { max_entries: 20_000, max_depth: 32 }, |rel, e| {
+            if e.is_file() && e.size >= limit {
+                capped = Some(rel.display().to_string());
+                return false;
             }
-        }
+            true
+        });
         // "Full" is within 1/32 of the size or 1/64 of the inodes: a program
         // that hit ENOSPC may have freed a little before the next look, and so
         // may the tool (srt removes its mount-point files when it exits).
         let full = self.tmpfs
-            && nix::sys::statvfs::statvfs(&self.scratch)
+            && nix::sys::statvfs::fstatvfs(&dir)
                 .map(|s| s.blocks_available() <= s.blocks() / 32 || s.files_available() <= s.files() / 64)
                 .unwrap_or(false);
         (capped, full)
