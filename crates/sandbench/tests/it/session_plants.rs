@@ -139,62 +139,66 @@ async fn call(s: &Session, code: &str, what: &str, n: u32) -> Result<RunReport, 
     }
 }
 
-/// Run every row in a session of its own on `tier_name`.
+/// Run every row in a session of its own on `tier_name` (one runtime for
+/// all: a tier may keep guests made ahead on the runtime that made them).
 fn exercise(tier_name: &str, rows: Vec<Row>, extra_host: &'static [&'static str]) {
     let t = tier(tier_name);
-    let mut failures = vec![];
-    for r in rows {
-        let mut watched: Vec<&str> = r.host.to_vec();
-        watched.extend_from_slice(extra_host);
-        let host = HostInodes::of(&watched);
-        let what = r.what;
-        let result: Result<(), String> = block_on(async {
-            let s =
-                tokio::time::timeout(Duration::from_secs(120), Session::open(t.clone(), SessionSpec::new(limits())))
-                    .await
-                    .map_err(|_| format!("{what}: the session did not open"))?
-                    .map_err(|e| format!("{what}: {e:#}"))?;
-            let out = async {
-                let r1 = call(&s, &r.plant, what, 1).await?;
-                if r1.outcome != Outcome::Ok || !r1.stdout.contains("planted") {
-                    return Err(format!(
-                        "{what}: the plant itself failed: {:?} {} {}",
-                        r1.outcome, r1.stdout, r1.stderr
-                    ));
-                }
-                let r2 = call(&s, &r.trigger, what, 2).await?;
-                let changed = host.changed();
-                if !changed.is_empty() {
-                    return Err(format!("{what}: host inodes changed: {changed:?}"));
-                }
-                if r2.outcome != Outcome::Ok || r2.exit.code != Some(0) || !r2.stdout.contains(r.expect) {
-                    return Err(format!(
-                        "{what}: call 2 did not run as it should: {:?} exit {:?} error {:?}\nstdout {:?}\nstderr {:?}",
-                        r2.outcome, r2.exit, r2.error, r2.stdout, r2.stderr
-                    ));
-                }
-                let r3 = call(&s, FORK_20, what, 3).await?;
-                if r3.outcome != Outcome::Violation || !r3.has_violation(ViolationKind::Pids) {
-                    return Err(format!(
-                        "{what}: the pids limit no longer holds: {:?} {:?} stdout {:?}",
-                        r3.outcome, r3.violations, r3.stdout
-                    ));
-                }
-                Ok(())
+    let failures = block_on(async {
+        let mut failures = vec![];
+        for r in rows {
+            let mut watched: Vec<&str> = r.host.to_vec();
+            watched.extend_from_slice(extra_host);
+            let host = HostInodes::of(&watched);
+            if let Err(e) = row_in_a_session(&t, &r, &host).await {
+                failures.push(e);
             }
-            .await;
-            let _ = tokio::time::timeout(Duration::from_secs(60), s.close()).await;
-            out
-        });
-        if let Err(e) = result {
-            failures.push(e);
+            let changed = host.changed();
+            if !changed.is_empty() {
+                failures.push(format!("{}: host inodes changed by the end of the row: {changed:?}", r.what));
+            }
         }
+        failures
+    });
+    assert!(failures.is_empty(), "{} row(s) failed:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+async fn row_in_a_session(t: &Arc<dyn Tier>, r: &Row, host: &HostInodes) -> Result<(), String> {
+    let what = r.what;
+    let s = tokio::time::timeout(Duration::from_secs(120), Session::open(t.clone(), SessionSpec::new(limits())))
+        .await
+        .map_err(|_| format!("{what}: the session did not open"))?
+        .map_err(|e| format!("{what}: {e:#}"))?;
+    let out = async {
+        let r1 = call(&s, &r.plant, what, 1).await?;
+        if r1.outcome != Outcome::Ok || !r1.stdout.contains("planted") {
+            return Err(format!(
+                "{what}: the plant itself failed: {:?} error {:?} stdout {:?} stderr {:?}",
+                r1.outcome, r1.error, r1.stdout, r1.stderr
+            ));
+        }
+        let r2 = call(&s, &r.trigger, what, 2).await?;
         let changed = host.changed();
         if !changed.is_empty() {
-            failures.push(format!("{what}: host inodes changed by the end of the row: {changed:?}"));
+            return Err(format!("{what}: host inodes changed: {changed:?}"));
         }
+        if r2.outcome != Outcome::Ok || r2.exit.code != Some(0) || !r2.stdout.contains(r.expect) {
+            return Err(format!(
+                "{what}: call 2 did not run as it should: {:?} exit {:?} error {:?}\nstdout {:?}\nstderr {:?}",
+                r2.outcome, r2.exit, r2.error, r2.stdout, r2.stderr
+            ));
+        }
+        let r3 = call(&s, FORK_20, what, 3).await?;
+        if r3.outcome != Outcome::Violation || !r3.has_violation(ViolationKind::Pids) {
+            return Err(format!(
+                "{what}: the pids limit no longer holds: {:?} {:?} stdout {:?}",
+                r3.outcome, r3.violations, r3.stdout
+            ));
+        }
+        Ok(())
     }
-    assert!(failures.is_empty(), "{} row(s) failed:\n{}", failures.len(), failures.join("\n\n"));
+    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(60), s.close()).await;
+    out
 }
 
 /// A root-only sysctl whose value is harmless to change for a moment (it
@@ -346,7 +350,9 @@ fn gvisor_session_plants_steer_no_privileged_step() {
     if !tier_ready("gvisor") {
         return;
     }
-    // (The host's /dev/null is shut-misc's item 5 for gVisor sessions.)
+    // A gVisor session hands the host's /dev/null to runsc's uid (issue 21,
+    // item 5, fixed elsewhere): not judged here, but put back afterwards.
+    let _dev_null = HostInodes::of(&["/dev/null"]);
     exercise("gvisor", container_rows(), &["/dev/zero"]);
 }
 
