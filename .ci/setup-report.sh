@@ -6,4 +6,5 @@
 # (scripts/demo-cast.sh). Installed here, then required, so the browser test
 # fails instead of skipping. Idempotent (apt_need installs only what is missing).
 apt_need chromium asciinema
-require="${require:-process},report"
+# The same Chromium runs the MCP server's hostile-page test.
+require="${require:-process},report,chromium"

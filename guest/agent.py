@@ -326,6 +326,9 @@ class Sampler:
             "memory_bytes": mem,
             "pids": pids,
             "oom_kills": keyed(RUN_CG + "/memory.events", "oom_kill") - b.get("oom_kills", 0),
+            # Times usage reached memory.max (reclaim, a refused charge or an
+            # OOM kill followed): a limit hit even when nothing was killed.
+            "memory_max_events": keyed(RUN_CG + "/memory.events", "max") - b.get("memory_max_events", 0),
             "pids_max_events": keyed(RUN_CG + "/pids.events", "max") - b.get("pids_max_events", 0),
         }
 
@@ -339,8 +342,10 @@ class Sampler:
 #   of both mounts while its files are still held;
 # - a guard: a seccomp filter in the program makes every call that can free
 #   scratch space (unlink, rmdir, rename, truncate, an open with O_TRUNC, a
-#   punched hole) wait until this agent has drained the watch and checked the
-#   mounts (SECCOMP_RET_USER_NOTIF), then go on unchanged.
+#   punched hole, madvise(MADV_REMOVE)) wait until this agent has drained the
+#   watch and checked the mounts (SECCOMP_RET_USER_NOTIF), then go on
+#   unchanged, and refuses io_uring, xattrs and other ABIs, which would free
+#   space where the guard cannot look (guest/scratch_guard.py).
 FAN_MODIFY = 0x2
 FAN_Q_OVERFLOW = 0x4000
 FAN_INIT = 0x1 | 0x2 | 0x10  # FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE (class notif)
@@ -507,7 +512,12 @@ def child(spec, out_w, err_w, guard_w):
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         resource.setrlimit(resource.RLIMIT_NOFILE, (int(lim["open_files"]),) * 2)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
+        if not spec.get("memory_by_cgroup"):
+            # Only without the cgroup's memory.max: RLIMIT_DATA limits
+            # virtual size, which refused a program's 40th thread (stacks)
+            # under 256M while it used a few MiB, and its refusals are
+            # counted nowhere. Resident memory is what the limit means.
+            resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
@@ -522,6 +532,12 @@ def child(spec, out_w, err_w, guard_w):
         os.umask(0o022)
         env = dict((str(k), str(v)) for k, v in spec["env"])
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # sandbench's filter for the program (guest/program_filter.py, the
+        # docker loader's too): the guest kernel keeps the program from this
+        # agent, which holds the host's channel; this keeps that kernel's
+        # surface small (io_uring, namespaces, keyrings, bpf, other ABIs,
+        # socket families other than unix, inet, inet6, netlink route).
+        install_program_filter(_libc())
         # The guard last: from here on the agent must answer for every
         # guarded call; its listener goes to the agent, nothing stays here.
         import _socket
@@ -621,6 +637,12 @@ def run(port, spec):
                 f.write(bytes.fromhex(seed))
         except (OSError, ValueError):
             pass
+    # The memory limit is the cgroup's memory.max (resident memory) when it
+    # holds; RLIMIT_DATA stands in only when it does not.
+    want = int(spec["limits"].get("memory_bytes", 0))
+    spec["memory_by_cgroup"] = want > 0 and number(RUN_CG + "/memory.max") == want
+    if not spec["memory_by_cgroup"]:
+        notes.append("the guest cgroup does not hold the memory limit: RLIMIT_DATA (virtual size) stands in for it")
     for n in notes:
         port.send(T_LOG, n)
     if spec.get("net_port"):
@@ -743,6 +765,7 @@ def run(port, spec):
         "memory_peak": sampler.peak_mem or None,
         "pids_peak": sampler.peak_pids or None,
         "oom_kills": last.get("oom_kills", 0),
+        "memory_max_events": last.get("memory_max_events", 0),
         "pids_max_events": last.get("pids_max_events", 0),
         "cpu_killed": cpu_killed,
     }
@@ -750,15 +773,10 @@ def run(port, spec):
     if peak and not session:
         # (a session's cgroup peak is the whole session's)
         ex["memory_peak"] = peak
-    # The cgroup charges the interpreter's shared pages to whoever touched
-    # them first (this agent's own Python), so a small program's peak read
-    # ~1 MiB; rusage counts the biggest process of the program's tree (every
-    # one is reaped here). Keep the larger, as the host tiers do, but never
-    # above the limit: pages the cgroup did not charge are not the program's.
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    rss = min(rss, int(spec["limits"].get("memory_bytes", rss)))
-    if rss > (ex["memory_peak"] or 0):
-        ex["memory_peak"] = rss
+    # Peak memory is the run cgroup's own accounting, as on every tier (what
+    # its limit is enforced against), never a process's max RSS: the cgroup
+    # charges the interpreter's shared pages to whoever touched them first
+    # (this agent's own Python), so a small program reads ~1 MiB.
     watch.drain()
     watch.check()
     hit, full = scan_scratch(limit, since, prior_full)

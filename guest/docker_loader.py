@@ -106,74 +106,22 @@ def _write_new(dfd, name, data):
 _session = os.environ.pop("SANDBENCH_SESSION", "") == "1"
 _since = float(os.environ.pop("SANDBENCH_CALL_SINCE", "") or 0)
 
-# sandbench's seccomp filter, installed by the loader in the program's
-# process on both runtimes, so runc and runsc refuse the same calls (runsc
-# 20221219 cannot load an OCI profile: with --oci-seccomp threads fail). On
-# runc it stacks on Docker's default profile. Denied (EPERM): io_uring,
-# namespaces (unshare, setns, clone with any CLONE_NEW* flag), mounts,
-# keyrings, bpf, perf events, userfaultfd, module and kexec loading,
-# file handles, swap, reboot, syslog, quotas, fanotify, kcmp; clone3 gives
-# ENOSYS (its flags cannot be inspected; libc falls back to clone); calls
-# of any other ABI (i386, x32) are refused.
-_DENY = {
-    # name: (x86_64, aarch64)
-    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
-    "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39),
-    "pivot_root": (155, 41), "chroot": (161, 51), "open_tree": (428, 428), "move_mount": (429, 429),
-    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
-    "mount_setattr": (442, 442), "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
-    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
-    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "init_module": (175, 105),
-    "finit_module": (313, 273), "delete_module": (176, 106), "name_to_handle_at": (303, 264),
-    "open_by_handle_at": (304, 265), "acct": (163, 89), "swapon": (167, 224), "swapoff": (168, 225),
-    "reboot": (169, 142), "syslog": (103, 116), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
-    "fanotify_init": (300, 262), "kcmp": (312, 272),
-}
-_CLONE = (56, 220)
-_CLONE3 = (435, 435)
-_CLONE_NEW_ANY = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
-
-
+# sandbench's seccomp filter for the program (io_uring, namespaces, mounts,
+# ...; an allow list of socket families) is guest/program_filter.py's
+# (prepended, as the relay is), installed in the program's process on both
+# runtimes.
 def _seccomp():
-    import struct
-    machine = os.uname().machine
-    if machine == "x86_64":
-        arch, col = 0xC000003E, 0
-    elif machine == "aarch64":
-        arch, col = 0xC00000B7, 1
-    else:
-        raise OSError("no seccomp table for " + machine)
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, errno = 0x7FFF0000, 0x00050000
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, errno | 1), (ld, 0, 0, 0)]
-    if col == 0:
-        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, errno | 1)]
-    for nrs in _DENY.values():
-        prog += [(jeq, 0, 1, nrs[col]), (ret, 0, 0, errno | 1)]
-    prog += [(jeq, 0, 1, _CLONE3[col]), (ret, 0, 0, errno | 38)]
-    prog += [(jeq, 0, 3, _CLONE[col]), (ld, 0, 0, 16), (jset, 0, 1, _CLONE_NEW_ANY), (ret, 0, 0, errno | 1)]
-    prog += [(ret, 0, 0, allow)]
-    raw = b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in prog)
-    buf = ctypes.create_string_buffer(raw, len(raw))
-
-    class Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fp = Fprog(len(prog), ctypes.addressof(buf))
-    ul = ctypes.c_ulong
-    if _libc.prctl(38, ul(1), ul(0), ul(0), ul(0)) != 0:  # PR_SET_NO_NEW_PRIVS
-        raise OSError(ctypes.get_errno(), "no_new_privs")
-    if _libc.prctl(22, ul(2), ctypes.byref(fp), ul(0), ul(0)) != 0:  # PR_SET_SECCOMP, FILTER
-        raise OSError(ctypes.get_errno(), "seccomp")
+    install_program_filter(_libc)
 
 
 # The scratch guard (issue 10, item 8; see src/highwater.rs): calls that
 # can free scratch space (unlink, rmdir, rename, truncate, an open with
-# O_TRUNC, a punched hole) wait until sandbench, on the host, has drained its
-# fanotify watch of the scratch mounts and checked them, then go on
-# unchanged. Installed only when the host says it will answer (a local
-# engine, sandbench as root): nobody else would, and the calls would wait.
-# The filter is guest/scratch_guard.py's (prepended, as the relay is).
+# O_TRUNC, a punched hole, madvise(MADV_REMOVE)) wait until sandbench, on the
+# host, has drained its fanotify watch of the scratch mounts and checked
+# them, then go on unchanged; io_uring, xattrs and other ABIs are refused.
+# Installed only when the host says it will answer (a local engine,
+# sandbench as root): nobody else would, and the calls would wait. The
+# filter is guest/scratch_guard.py's (prepended, as the relay is).
 def _guard():
     raw, n, col = scratch_guard_filter()
     buf = ctypes.create_string_buffer(raw, len(raw))

@@ -260,30 +260,30 @@ fn or_dash<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
 }
 
 fn ms(v: f64) -> String {
-    format!("{v:.1}")
+    crate::units::duration_ms(v)
 }
 
-/// Memory in MiB, one unit everywhere.
-pub fn mib(b: u64) -> String {
-    format!("{:.1}", b as f64 / 1048576.0)
-}
-
-/// The table's header, shared by the text formats (times in ms).
+/// The table's header, shared by the text formats (each cell carries its
+/// unit). The time to exit and the verdict first: on a narrow screen they are
+/// what shows.
 pub const COLUMNS: [&str; 13] = [
     "tier",
     "runs",
-    "1st out p50",
-    "1st out p95",
-    "1st out min–max",
     "exit p50",
+    "× fastest",
+    "verdict",
     "exit p95",
     "exit min–max",
     "starts",
-    "× fastest",
+    "1st out p50",
+    "1st out p95",
+    "1st out min–max",
     "cpu p50",
-    "peak MiB",
-    "verdict",
+    "peak memory",
 ];
+
+/// The column of the verdict in `COLUMNS` (styled apart).
+pub const VERDICT_COLUMN: usize = 4;
 
 /// One row of text cells per tier, in `COLUMNS` order.
 pub fn rows(s: &Summary) -> Vec<Vec<String>> {
@@ -294,29 +294,39 @@ pub fn rows(s: &Summary) -> Vec<Vec<String>> {
             vec![
                 t.tier.clone(),
                 t.runs.to_string(),
-                d(&t.first_output_ms, |d| ms(d.p50)),
-                d(&t.first_output_ms, |d| ms(d.p95)),
-                d(&t.first_output_ms, |d| format!("{}–{}", ms(d.min), ms(d.max))),
                 d(&t.exit_ms, |d| ms(d.p50)),
+                or_dash(t.ratio_to_fastest, |r| format!("{r:.2}×")),
+                if t.runs == 0 { "—".into() } else { t.verdict() },
                 d(&t.exit_ms, |d| ms(d.p95)),
                 d(&t.exit_ms, |d| format!("{}–{}", ms(d.min), ms(d.max))),
                 t.starts_line(),
-                or_dash(t.ratio_to_fastest, |r| format!("{r:.2}×")),
-                or_dash(t.cpu_ms_p50, |c| format!("{c:.0}")),
-                or_dash(t.peak_memory_bytes, mib),
-                t.verdict(),
+                d(&t.first_output_ms, |d| ms(d.p50)),
+                d(&t.first_output_ms, |d| ms(d.p95)),
+                d(&t.first_output_ms, |d| format!("{}–{}", ms(d.min), ms(d.max))),
+                or_dash(t.cpu_ms_p50, ms),
+                or_dash(t.peak_memory_bytes, crate::units::size),
             ]
         })
         .collect()
 }
 
-/// "12 ms", "1.42 s": the histograms' labels.
-pub fn fmt_ms(ms: f64) -> String {
-    if ms < 1000.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{:.2} s", ms / 1000.0)
-    }
+/// How many bins `n` samples are worth (about 2√n, 2 to 12): three runs in
+/// twelve bins would be nine empty rows.
+pub fn bins_for(n: usize) -> usize {
+    ((2.0 * (n as f64).sqrt()).ceil() as usize).clamp(2, 12)
+}
+
+/// The bins of a tier's histogram at most `rows` high, and each bin's lower
+/// edge written with enough decimals that no two edges read alike.
+pub fn histogram_bins(samples: &[f64], rows: usize) -> Vec<(crate::stats::Bin, String)> {
+    let bins = crate::stats::histogram(samples, rows.clamp(1, bins_for(samples.len())));
+    let step = bins.first().map_or(0.0, |b| b.hi_ms - b.lo_ms);
+    bins.into_iter()
+        .map(|b| {
+            let label = crate::units::duration_ms_step(b.lo_ms, step);
+            (b, label)
+        })
+        .collect()
 }
 
 /// `samples` as an oha-style histogram `width` columns wide, at most `rows`
@@ -326,12 +336,13 @@ pub fn histogram_lines(samples: &[f64], rows: usize, width: usize) -> Vec<String
     if samples.len() < 2 {
         return vec![format!("{} run(s): repeat to see a distribution", samples.len())];
     }
-    let bins = crate::stats::histogram(samples, rows.clamp(1, 12));
-    let max = bins.iter().map(|b| b.count).max().unwrap_or(1).max(1);
-    let cw = bins.iter().map(|b| b.count.to_string().len()).max().unwrap_or(1);
+    let bins = histogram_bins(samples, rows);
+    let max = bins.iter().map(|(b, _)| b.count).max().unwrap_or(1).max(1);
+    let cw = bins.iter().map(|(b, _)| b.count.to_string().len()).max().unwrap_or(1);
+    let lw = bins.iter().map(|(_, l)| l.chars().count()).max().unwrap_or(8).max(8);
     bins.iter()
-        .map(|b| {
-            let label = format!("{:>8} [{:>cw$}] ", fmt_ms(b.lo_ms), b.count);
+        .map(|(b, edge)| {
+            let label = format!("{edge:>lw$} [{:>cw$}] ", b.count);
             let room = width.saturating_sub(label.chars().count()).max(1);
             let n = (b.count * room).div_ceil(max).min(room);
             format!("{label}{}", "■".repeat(n)).trim_end().to_string()
@@ -345,7 +356,7 @@ pub fn headline(s: &Summary) -> String {
         Mode::Sequential => "one tier at a time".to_string(),
         Mode::Concurrent => "CONCURRENT: the tiers ran at once and slowed each other down".to_string(),
     };
-    format!("compare {} · {} round(s), interleaved · {how} · times in ms from the run's start", s.program, s.repeat)
+    format!("compare {} · {} round(s), interleaved · {how} · times from the run's start", s.program, s.repeat)
 }
 
 /// An aligned terminal table.
@@ -500,15 +511,31 @@ mod tests {
         assert_eq!(b.first_output_ms, None);
         assert!((b.ratio_to_fastest.unwrap() - 40.0 / 12.0).abs() < 1e-9);
         let row = &rows(&s)[1];
-        assert_eq!(row[2], "—");
-        assert_eq!(row[11], "4.0");
+        assert_eq!(row[8], "—");
+        assert_eq!(row[12], "4.00 MiB");
+        assert_eq!(rows(&s)[0][12], "—");
         assert_eq!(rows(&s)[0][11], "—");
-        assert_eq!(rows(&s)[0][10], "—");
+        assert_eq!(COLUMNS[VERDICT_COLUMN], "verdict");
         assert!(csv(&s).lines().nth(1).unwrap().starts_with("a,sequential,3,9.0,"));
         // Repeated runs: a histogram per tier under the table.
         let t = text(&s);
-        assert!(t.contains("a · time to exit, 3 runs:") && t.contains("     10 ms [1] ■"), "{t}");
-        assert!(markdown(&s).contains("| b | 1 | — |"));
+        assert!(t.contains("a · time to exit, 3 runs:") && t.contains(" 10.0 ms [2] ■"), "{t}");
+        assert!(markdown(&s).contains("| b | 1 | 40.0 ms | 3.33× | ok |"), "{}", markdown(&s));
+    }
+
+    #[test]
+    fn histogram_edges_never_repeat_and_few_runs_get_few_bins() {
+        // 30 runs between 18 and 23 ms: twelve bins 0.42 ms wide.
+        let v: Vec<f64> = (0..30).map(|i| 18.0 + (i as f64 * 0.173) % 5.0).chain([23.0]).collect();
+        let lines = histogram_lines(&v, 12, 60);
+        assert_eq!(lines.len(), 12, "{lines:#?}");
+        let edges: Vec<&str> = lines.iter().map(|l| l.split('[').next().unwrap().trim()).collect();
+        let mut unique = edges.clone();
+        unique.dedup();
+        assert_eq!(unique, edges, "an edge repeats: {lines:#?}");
+        assert!(edges.iter().all(|e| e.ends_with(" ms")), "{edges:?}");
+        // Three runs are not spread over twelve rows.
+        assert_eq!(histogram_lines(&[16.6, 19.3, 28.1], 12, 60).len(), 4);
     }
 
     #[test]

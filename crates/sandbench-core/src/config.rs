@@ -170,6 +170,22 @@ pub struct McpConfig {
     pub session_idle_secs: Option<u64>,
     /// A session's lifetime cap, and the longest a client may ask for.
     pub session_life_secs: Option<u64>,
+    /// Runs in flight at once, all clients together.
+    pub max_runs: Option<usize>,
+    /// Runs one client may have in flight at once.
+    pub max_runs_per_client: Option<usize>,
+    /// Calls waiting for a slot, all clients together.
+    pub max_queue: Option<usize>,
+    /// Memory limits of everything in flight together (bytes).
+    pub budget_memory_bytes: Option<u64>,
+    /// Pids limits of everything in flight together.
+    pub budget_pids: Option<u64>,
+    /// HTTP: the file of bearer tokens clients must send.
+    pub token_file: Option<PathBuf>,
+    /// HTTP: browser origins allowed to call (none by default).
+    pub allowed_origins: Option<Vec<String>>,
+    /// HTTP: MCP sessions at once.
+    pub max_http_sessions: Option<usize>,
 }
 
 /// Ceilings of the limits a remote client may ask for (`[mcp.max_limits]`).
@@ -484,6 +500,23 @@ mod tests {
         assert!(e.contains("not a host name"), "{e}");
         let e = toml::from_str::<Config>("[network]\nhost = {}\n").unwrap_err().to_string();
         assert!(e.contains("host"), "{e}");
+    }
+
+    #[test]
+    fn mcp_bounds_and_http_terms_from_the_file() {
+        let c: Config = toml::from_str(
+            "[mcp]\nmax_runs = 3\nmax_runs_per_client = 1\nmax_queue = 5\nbudget_memory_bytes = 1073741824\n\
+             budget_pids = 500\ntoken_file = \"/etc/sandbench/tokens\"\nallowed_origins = [\"http://localhost:6274\"]\n\
+             max_http_sessions = 3\n",
+        )
+        .unwrap();
+        let m = &c.mcp;
+        assert_eq!((m.max_runs, m.max_runs_per_client, m.max_queue), (Some(3), Some(1), Some(5)));
+        assert_eq!((m.budget_memory_bytes, m.budget_pids, m.max_http_sessions), (Some(1 << 30), Some(500), Some(3)));
+        assert_eq!(m.token_file.as_deref(), Some(std::path::Path::new("/etc/sandbench/tokens")));
+        assert_eq!(m.allowed_origins.as_deref(), Some(&["http://localhost:6274".to_string()][..]));
+        let e = toml::from_str::<Config>("[mcp]\nmax_run = 3\n").unwrap_err().to_string();
+        assert!(e.contains("max_run"), "{e}");
     }
 
     #[test]

@@ -3,13 +3,18 @@
 //! the last gauntlet's hostile samples it contained). The one computation
 //! behind the report's chart, the workbench's chart and the README picture,
 //! plus its rendering as a self-contained SVG.
+//!
+//! Every point says where its figures come from: which measurement its
+//! latency is (source, start kind, runs: one source per tier, never the
+//! fastest of several), and how many hostile cells its share leaves out
+//! (stopped by a cancel, or sandbench failed: neither is a verdict).
 
 use serde::{Deserialize, Serialize};
 
 use crate::compare::Summary;
 use crate::gauntlet::{Cell, Latency, Verdict};
 
-/// One measured latency of a tier.
+/// One measured latency of a tier (start to exit, p50).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Obs {
     pub tier: String,
@@ -17,15 +22,26 @@ pub struct Obs {
     pub start: String,
     pub p50_ms: f64,
     pub runs: usize,
+    /// Which measurement: "compare", "gauntlet", "benchmark".
+    pub source: String,
 }
 
 /// Latencies a gauntlet measured on its benign controls.
 pub fn obs_of_gauntlet(l: &[Latency]) -> Vec<Obs> {
-    l.iter().map(|l| Obs { tier: l.tier.clone(), start: l.start.clone(), p50_ms: l.p50_ms, runs: l.runs }).collect()
+    l.iter()
+        .map(|l| Obs {
+            tier: l.tier.clone(),
+            start: l.start.clone(),
+            p50_ms: l.p50_ms,
+            runs: l.runs,
+            source: "gauntlet".into(),
+        })
+        .collect()
 }
 
-/// Latencies of a compare (time to exit, per start kind).
-pub fn obs_of_compare(s: &Summary) -> Vec<Obs> {
+/// Latencies of a compare (time to exit, per start kind); `source` names it
+/// ("compare", or "benchmark" for the report's print(1) rounds).
+pub fn obs_of_compare(s: &Summary, source: &str) -> Vec<Obs> {
     s.tiers
         .iter()
         .flat_map(|t| {
@@ -34,6 +50,7 @@ pub fn obs_of_compare(s: &Summary) -> Vec<Obs> {
                 start: start.clone(),
                 p50_ms: *p50,
                 runs: t.starts.get(start).copied().unwrap_or(0),
+                source: source.into(),
             })
         })
         .collect()
@@ -42,20 +59,44 @@ pub fn obs_of_compare(s: &Summary) -> Vec<Obs> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Point {
     pub tier: String,
-    /// p50 latency (ms) of the start kind below: warm when the tier has warm
-    /// runs, else its fastest measured kind (a tier without a pool is never warm).
+    /// p50 time from start to exit (ms) of the start kind below, from one
+    /// measurement (`source`): its warm runs when it has any (a tier without
+    /// a pool is never warm), else its most frequent start kind.
     pub latency_ms: f64,
     pub start: String,
-    /// Hostile cells of the tier that were contained, of all its hostile cells
-    /// (an escape or an error counts as not contained).
+    /// Runs behind `latency_ms`.
+    #[serde(default)]
+    pub runs: usize,
+    /// Which measurement the latency is: "compare", "gauntlet" (its benign
+    /// controls) or "benchmark" (the report's print(1) rounds).
+    #[serde(default)]
+    pub source: String,
+    /// Hostile cells contained, of the hostile cells judged (contained or
+    /// escaped: an escape counts against the tier).
     pub contained: usize,
     pub hostile: usize,
+    /// Hostile cells left out of the share, and said: stopped by a cancel,
+    /// or sandbench failed to judge them (error). Neither is a verdict.
+    #[serde(default)]
+    pub cancelled: usize,
+    #[serde(default)]
+    pub errors: usize,
     /// contained / hostile, 0..=1.
     pub share: f64,
 }
 
-/// A point per tier of `tiers` that has both hostile cells and a latency.
-/// Tiers without one are returned with the reason, for a footnote.
+impl Point {
+    /// Hostile cells the share leaves out.
+    pub fn left_out(&self) -> usize {
+        self.cancelled + self.errors
+    }
+}
+
+/// A point per tier of `tiers` that has both judged hostile cells and a
+/// latency. Tiers without one are returned with the reason, for a footnote.
+/// `latency` is in order of preference: a tier's point takes its latency
+/// from the first source that measured it, never the fastest of several
+/// (they ran different programs at different times).
 pub fn points<'a>(
     tiers: &[String],
     cells: impl IntoIterator<Item = &'a Cell>,
@@ -67,29 +108,39 @@ pub fn points<'a>(
     for t in tiers {
         let mine: Vec<&&Cell> = cells.iter().filter(|c| &c.tier == t).collect();
         if mine.is_empty() {
-            missing.push((t.clone(), "no hostile sample ran on it".into()));
+            missing.push((t.clone(), "not in the gauntlet".into()));
             continue;
         }
-        let contained = mine.iter().filter(|c| matches!(c.verdict, Verdict::Contained { .. })).count();
-        let obs: Vec<&Obs> =
-            latency.iter().filter(|o| &o.tier == t && o.p50_ms.is_finite() && o.p50_ms > 0.0).collect();
-        let warm: Vec<&&Obs> = obs.iter().filter(|o| o.start == "warm").collect();
-        let pick = if warm.is_empty() {
-            obs.iter().min_by(|a, b| a.p50_ms.total_cmp(&b.p50_ms))
-        } else {
-            warm.into_iter().max_by_key(|o| o.runs)
-        };
-        let Some(o) = pick else {
+        let count = |f: fn(&Verdict) -> bool| mine.iter().filter(|c| f(&c.verdict)).count();
+        let contained = count(|v| matches!(v, Verdict::Contained { .. }));
+        let escaped = count(|v| matches!(v, Verdict::Escaped { .. }));
+        let cancelled = count(|v| *v == Verdict::Cancelled);
+        let errors = count(|v| matches!(v, Verdict::Error { .. }));
+        let judged = contained + escaped;
+        if judged == 0 {
+            missing.push((t.clone(), format!("no hostile cell judged ({cancelled} cancelled, {errors} error(s))")));
+            continue;
+        }
+        let usable = |o: &&Obs| &o.tier == t && o.p50_ms.is_finite() && o.p50_ms > 0.0;
+        let Some(source) = latency.iter().find(usable).map(|o| o.source.clone()) else {
             missing.push((t.clone(), "no latency measured".into()));
             continue;
         };
+        let obs: Vec<&Obs> = latency.iter().filter(usable).filter(|o| o.source == source).collect();
+        let warm = obs.iter().filter(|o| o.start == "warm").max_by_key(|o| o.runs);
+        let most = obs.iter().max_by(|a, b| a.runs.cmp(&b.runs).then(b.p50_ms.total_cmp(&a.p50_ms)));
+        let Some(o) = warm.or(most) else { continue };
         out.push(Point {
             tier: t.clone(),
             latency_ms: o.p50_ms,
             start: o.start.clone(),
+            runs: o.runs,
+            source,
             contained,
-            hostile: mine.len(),
-            share: contained as f64 / mine.len() as f64,
+            hostile: judged,
+            cancelled,
+            errors,
+            share: contained as f64 / judged as f64,
         });
     }
     (out, missing)
@@ -224,7 +275,7 @@ hostile samples contained against warm p50 latency</text>\n",
 <text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\" font-weight=\"bold\" fill=\"#ffffff\">{num}</text>\
 <circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"7\" fill=\"{colour}\"/>\
 <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\" font-weight=\"bold\" fill=\"#ffffff\">{num}</text>\
-<text x=\"{:.1}\" y=\"{:.1}\">{tier} · {} {} · {c}/{n} contained</text></g>\n",
+<text x=\"{:.1}\" y=\"{:.1}\">{tier} · {} {} · {c}/{n} contained{left}</text></g>\n",
             py + 3.5,
             lx + 7.0,
             ly - 4.0,
@@ -234,6 +285,7 @@ hostile samples contained against warm p50 latency</text>\n",
             ly,
             tick_label((p.latency_ms * 10.0).round() / 10.0),
             escape(&p.start),
+            left = if p.left_out() > 0 { format!(" ({} left out)", p.left_out()) } else { String::new() },
             num = i + 1,
             tier = escape(&p.tier),
             lat = p.latency_ms,
@@ -279,36 +331,55 @@ mod tests {
         Verdict::Contained { by: "pids".into() }
     }
 
-    fn obs(tier: &str, start: &str, p50: f64, runs: usize) -> Obs {
-        Obs { tier: tier.into(), start: start.into(), p50_ms: p50, runs }
+    fn obs(tier: &str, start: &str, p50: f64, runs: usize, source: &str) -> Obs {
+        Obs { tier: tier.into(), start: start.into(), p50_ms: p50, runs, source: source.into() }
     }
 
     #[test]
-    fn points_use_warm_latency_and_count_escapes_and_errors_as_not_contained() {
+    fn points_count_escapes_against_the_tier_and_leave_cancels_and_errors_out_said() {
         let cells = vec![
             cell("process", true, contained()),
             cell("process", true, Verdict::Escaped { what: vec!["x".into()] }),
             cell("process", true, Verdict::Error { why: "y".into() }),
             cell("process", true, contained()),
+            cell("process", true, Verdict::Cancelled),
             cell("process", false, Verdict::Ran),
             cell("docker", true, contained()),
             cell("e2b", false, Verdict::Ran),
+            cell("srt", true, Verdict::Cancelled),
         ];
         let lat = vec![
-            obs("process", "cold", 20.0, 3),
-            obs("process", "warm", 9.0, 1),
-            obs("process", "warm", 8.0, 5),
-            obs("docker", "cold", 300.0, 3),
-            obs("docker", "snapshot", 200.0, 3),
+            obs("process", "cold", 20.0, 3, "compare"),
+            obs("process", "warm", 9.0, 1, "compare"),
+            obs("process", "warm", 8.0, 5, "compare"),
+            obs("process", "warm", 4.0, 9, "gauntlet"),
+            obs("docker", "cold", 300.0, 3, "compare"),
+            obs("docker", "snapshot", 200.0, 3, "compare"),
+            obs("srt", "cold", 900.0, 3, "compare"),
         ];
-        let tiers: Vec<String> = ["process", "docker", "e2b", "gvisor"].map(String::from).to_vec();
+        let tiers: Vec<String> = ["process", "docker", "e2b", "gvisor", "srt"].map(String::from).to_vec();
         let (p, missing) = points(&tiers, &cells, &lat);
         assert_eq!(p.len(), 2);
-        assert_eq!((p[0].latency_ms, p[0].start.as_str()), (8.0, "warm"));
-        assert_eq!((p[0].contained, p[0].hostile, p[0].share), (2, 4, 0.5));
-        // No warm runs: the fastest kind measured, and it says which.
+        // The first source that measured the tier, its warm runs: not the
+        // faster figure of another source.
+        assert_eq!((p[0].latency_ms, p[0].start.as_str(), p[0].runs), (8.0, "warm", 5));
+        assert_eq!(p[0].source, "compare");
+        // 2 contained of 3 judged (the escape counts against it); the cancel
+        // and the error are left out, and counted.
+        assert_eq!((p[0].contained, p[0].hostile, p[0].cancelled, p[0].errors), (2, 3, 1, 1));
+        assert!((p[0].share - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(p[0].left_out(), 2);
+        // No warm runs: the kind with the most runs (then the faster), and it says which.
         assert_eq!((p[1].latency_ms, p[1].start.as_str(), p[1].share), (200.0, "snapshot", 1.0));
-        assert_eq!(missing.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(), ["e2b", "gvisor"]);
+        let why: Vec<(&str, &str)> = missing.iter().map(|m| (m.0.as_str(), m.1.as_str())).collect();
+        assert_eq!(
+            why,
+            [
+                ("e2b", "not in the gauntlet"),
+                ("gvisor", "not in the gauntlet"),
+                ("srt", "no hostile cell judged (1 cancelled, 0 error(s))")
+            ]
+        );
     }
 
     #[test]
@@ -317,8 +388,12 @@ mod tests {
             tier: "t".into(),
             latency_ms: ms,
             start: "warm".into(),
+            runs: 1,
+            source: "compare".into(),
             contained: 1,
             hostile: 1,
+            cancelled: 0,
+            errors: 0,
             share: 1.0,
         };
         assert_eq!(x_range(&[p(8.0), p(450.0)]), (1.0, 1000.0));
@@ -335,6 +410,10 @@ mod tests {
                 tier: "process".into(),
                 latency_ms: 8.4,
                 start: "warm".into(),
+                runs: 10,
+                source: "benchmark".into(),
+                cancelled: 0,
+                errors: 0,
                 contained: 15,
                 hostile: 17,
                 share: 15.0 / 17.0,
@@ -343,6 +422,10 @@ mod tests {
                 tier: "microvm".into(),
                 latency_ms: 950.0,
                 start: "warm".into(),
+                runs: 10,
+                source: "benchmark".into(),
+                cancelled: 0,
+                errors: 0,
                 contained: 17,
                 hostile: 17,
                 share: 1.0,
@@ -351,6 +434,10 @@ mod tests {
                 tier: "<script>alert(1)</script>\x1b]52;c;eA==\x07".into(),
                 latency_ms: 60.0,
                 start: "cold".into(),
+                runs: 10,
+                source: "benchmark".into(),
+                cancelled: 0,
+                errors: 0,
                 contained: 10,
                 hostile: 17,
                 share: 10.0 / 17.0,

@@ -470,7 +470,7 @@ mod tests {
         nix::unistd::mkfifo(&t.path().join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
         std::fs::create_dir_all(t.path().join("tree/a/b")).unwrap();
         std::fs::write(t.path().join("tree/a/b/f"), "x").unwrap();
-        std::fs::set_permissions(t.path().join("tree/a"), std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(t.path().join("tree/a"), std::fs::Permissions::from_mode(0o0)).unwrap();
         for name in ["link", "hard", "fifo", "tree"] {
             d.write_file(OsStr::new(name), b"new", 0o644, None).unwrap();
             let m = std::fs::symlink_metadata(t.path().join(name)).unwrap();

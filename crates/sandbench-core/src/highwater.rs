@@ -15,15 +15,17 @@
 //!   ordinary programs that reuse freed space meet ENOSPC under load).
 //! - [`Guard`]: a seccomp filter in the program makes every call that can
 //!   free scratch space — unlink, rmdir, rename, truncate, an open with
-//!   `O_TRUNC`, a punched hole — wait until the watcher has drained the
-//!   queued events and checked the mounts, then go on unchanged. Whatever
-//!   the program did before such a call is so judged before the call can
-//!   undo it: a full mount emptied, a capped file truncated.
+//!   `O_TRUNC`, a punched hole, `madvise(MADV_REMOVE)` — wait until the
+//!   watcher has drained the queued events and checked the mounts, then go
+//!   on unchanged, and refuses the ways to free space it could not make
+//!   wait (io_uring, extended attributes, other ABIs; see [`rules`]).
+//!   Whatever the program did before such a call is so judged before the
+//!   call can undo it: a full mount emptied, a capped file truncated.
 //!
 //! What can still go unseen, and why, is in the tiers' README sections:
-//! space freed without a call the guard sees (the last close of a deleted
-//! file, an unmapped mapping, the process ending) races the watch, and so
-//! does a fallocate the kernel undid itself after ENOSPC.
+//! space freed without a call the guard sees (the last close or unmap of a
+//! deleted file, the process ending) races the watch, and so does a
+//! fallocate the kernel undid itself after ENOSPC.
 //!
 //! The watch needs `CAP_SYS_ADMIN`; without it only the mount checks run
 //! (at every guarded call and now and then). Synchronous and fork-safe, so
@@ -446,33 +448,91 @@ impl<'a> Iterator for Events<'a> {
     }
 }
 
-/// The calls that can free scratch space, which the guard makes wait for
-/// the watcher: (syscall, argument that must have one of `mask`'s bits, or
-/// None for every call).
-fn guarded() -> Vec<(i64, Option<(u32, u32)>)> {
+/// What the guard's filter does with one system call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// Every call waits for the watcher.
+    Wait,
+    /// Waits when argument `.0` has any bit of `.1` (low 32 bits).
+    WaitAnyBit(u32, u32),
+    /// Waits when argument `.0` equals `.1` (low 32 bits).
+    WaitEquals(u32, u32),
+    /// Refused with this errno: a way to free or fill scratch space that the
+    /// guard could not make wait.
+    Refuse(u32),
+}
+
+/// setxattrat(2) and removexattrat(2), Linux 6.13 (one number on every
+/// architecture; not in the libc crate yet).
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// Every way a program can free scratch space without the watch being told
+/// first (issue 21, item 7), and what the guard does about each:
+/// - calls that free space wait for the watcher: unlink, rmdir, rename
+///   (over a file), truncate, an open with `O_TRUNC`, a `fallocate` that
+///   punches, collapses or zeroes a range, `madvise(MADV_REMOVE)` on a
+///   shared mapping, and `process_madvise(MADV_REMOVE)` (any advice for
+///   oneself since Linux 6.13);
+/// - io_uring is refused: its unlink, rename, fallocate and madvise
+///   operations never pass through a filter;
+/// - extended attributes cannot be set or removed (EOPNOTSUPP, as on a file
+///   system without them): tmpfs charges user xattrs to its inode space
+///   (Linux 6.6+), they send no write event, and a mount filled with them
+///   stops short of zero free inodes;
+/// - another ABI (i386 through `int 0x80`, x32) is refused: its numbers
+///   differ and would pass this list unseen. The process tier's and the
+///   docker loader's own filters refuse those too; on the microVM this is
+///   the program's only filter that stands between it and the guard.
+///
+/// Not here, because nothing frees space through them: writes through a
+/// shared mapping (they fill; the next guarded call or mount check sees
+/// it), `MADV_DONTNEED`/`MADV_FREE` (tmpfs pages stay in the file),
+/// munmap, mremap, remap_file_pages, copy_file_range, splice, vmsplice,
+/// sendfile, memfd_create (not on a scratch mount). What still frees space
+/// unguarded is the last close or unmap of a deleted file and the end of a
+/// process holding one: a race, said so in the README.
+fn rules() -> Vec<(i64, Rule)> {
+    use Rule::*;
     let trunc = libc::O_TRUNC as u32;
-    let holes = (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) as u32;
+    let frees = (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_ZERO_RANGE) as u32;
+    let remove = libc::MADV_REMOVE as u32;
+    let eperm = libc::EPERM as u32;
+    let noxattr = libc::EOPNOTSUPP as u32;
     let mut v = vec![
-        (libc::SYS_unlinkat, None),
-        (libc::SYS_renameat2, None),
-        (libc::SYS_truncate, None),
-        (libc::SYS_ftruncate, None),
+        (libc::SYS_io_uring_setup, Refuse(eperm)),
+        (libc::SYS_io_uring_enter, Refuse(eperm)),
+        (libc::SYS_io_uring_register, Refuse(eperm)),
+        (libc::SYS_setxattr, Refuse(noxattr)),
+        (libc::SYS_lsetxattr, Refuse(noxattr)),
+        (libc::SYS_fsetxattr, Refuse(noxattr)),
+        (SYS_SETXATTRAT, Refuse(noxattr)),
+        (libc::SYS_removexattr, Refuse(noxattr)),
+        (libc::SYS_lremovexattr, Refuse(noxattr)),
+        (libc::SYS_fremovexattr, Refuse(noxattr)),
+        (SYS_REMOVEXATTRAT, Refuse(noxattr)),
+        (libc::SYS_unlinkat, Wait),
+        (libc::SYS_renameat2, Wait),
+        (libc::SYS_truncate, Wait),
+        (libc::SYS_ftruncate, Wait),
         // openat2's flags are in memory a filter cannot read: every call.
-        (libc::SYS_openat2, None),
-        (libc::SYS_openat, Some((2, trunc))),
-        (libc::SYS_fallocate, Some((1, holes))),
+        (libc::SYS_openat2, Wait),
+        (libc::SYS_openat, WaitAnyBit(2, trunc)),
+        (libc::SYS_fallocate, WaitAnyBit(1, frees)),
+        (libc::SYS_madvise, WaitEquals(2, remove)),
+        (libc::SYS_process_madvise, WaitEquals(3, remove)),
     ];
     #[cfg(target_arch = "x86_64")]
     v.extend([
-        (libc::SYS_unlink, None),
-        (libc::SYS_rmdir, None),
-        (libc::SYS_rename, None),
-        (libc::SYS_renameat, None),
-        (libc::SYS_creat, None),
-        (libc::SYS_open, Some((1, trunc))),
+        (libc::SYS_unlink, Wait),
+        (libc::SYS_rmdir, Wait),
+        (libc::SYS_rename, Wait),
+        (libc::SYS_renameat, Wait),
+        (libc::SYS_creat, Wait),
+        (libc::SYS_open, WaitAnyBit(1, trunc)),
     ]);
     #[cfg(target_arch = "aarch64")]
-    v.push((libc::SYS_renameat, None));
+    v.push((libc::SYS_renameat, Wait));
     v
 }
 
@@ -480,6 +540,10 @@ fn guarded() -> Vec<(i64, Option<(u32, u32)>)> {
 const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xC000_00B7;
+
+/// x32 system calls carry this bit in their number (same AUDIT_ARCH).
+#[cfg(target_arch = "x86_64")]
+const X32_BIT: u32 = 0x4000_0000;
 
 fn stmt(code: u32, k: u32) -> libc::sock_filter {
     libc::sock_filter { code: code as u16, jt: 0, jf: 0, k }
@@ -489,31 +553,40 @@ fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     libc::sock_filter { code: code as u16, jt, jf, k }
 }
 
-/// The guard's filter: calls in [`guarded`] wait for the supervisor
-/// (SECCOMP_RET_USER_NOTIF); everything else is allowed here (other
-/// filters refuse what must be refused, foreign ABIs included).
+/// The guard's filter (see [`rules`]): the calls that free scratch space
+/// wait for the supervisor (SECCOMP_RET_USER_NOTIF), those it cannot make
+/// wait are refused, and everything else is allowed here (the tiers' other
+/// filters refuse what else must be refused).
 pub fn guard_program() -> Vec<libc::sock_filter> {
     use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let ld = BPF_LD | BPF_W | BPF_ABS;
     let notify = libc::SECCOMP_RET_USER_NOTIF;
     let allow = libc::SECCOMP_RET_ALLOW;
-    let mut p = vec![stmt(ld, 4), jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH, 1, 0), stmt(BPF_RET | BPF_K, allow)];
-    let list = guarded();
-    for (nr, arg) in &list {
-        let nr = *nr as u32;
-        match arg {
-            None => {
-                p.push(stmt(ld, 0));
+    let errno = |e: u32| libc::SECCOMP_RET_ERRNO | e;
+    let enosys = errno(libc::ENOSYS as u32);
+    let mut p = vec![stmt(ld, 4), jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH, 1, 0), stmt(BPF_RET | BPF_K, enosys)];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use libc::BPF_JGE;
+        p.push(stmt(ld, 0));
+        p.push(jump(BPF_JMP | BPF_JGE | BPF_K, X32_BIT, 0, 1));
+        p.push(stmt(BPF_RET | BPF_K, enosys));
+    }
+    for (nr, rule) in rules() {
+        let nr = nr as u32;
+        p.push(stmt(ld, 0));
+        match rule {
+            Rule::Wait | Rule::Refuse(_) => {
                 p.push(jump(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 1));
-                p.push(stmt(BPF_RET | BPF_K, notify));
+                p.push(stmt(BPF_RET | BPF_K, if let Rule::Refuse(e) = rule { errno(e) } else { notify }));
             }
-            Some((idx, mask)) => {
-                p.push(stmt(ld, 0));
+            Rule::WaitAnyBit(idx, k) | Rule::WaitEquals(idx, k) => {
+                let test = if matches!(rule, Rule::WaitAnyBit(..)) { BPF_JSET } else { BPF_JEQ };
                 p.push(jump(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 3));
                 // The low 32 bits of the argument (little-endian layout of
                 // seccomp_data.args on both supported architectures).
                 p.push(stmt(ld, 16 + 8 * idx));
-                p.push(jump(BPF_JMP | BPF_JSET | BPF_K, *mask, 0, 1));
+                p.push(jump(BPF_JMP | test | BPF_K, k, 0, 1));
                 p.push(stmt(BPF_RET | BPF_K, notify));
             }
         }
@@ -807,8 +880,63 @@ mod tests {
         assert_eq!(p[0].k, 4, "loads seccomp_data.arch first");
         assert_eq!(p.last().unwrap().k, libc::SECCOMP_RET_ALLOW);
         let notifies = p.iter().filter(|i| i.k == libc::SECCOMP_RET_USER_NOTIF).count();
-        assert_eq!(notifies, guarded().len());
+        let waits = rules().iter().filter(|(_, r)| !matches!(r, Rule::Refuse(_))).count();
+        assert_eq!(notifies, waits);
         assert!(p.len() < 256);
+    }
+
+    /// What the filter does, call by call, in a process that has it: its
+    /// listener closed at once, so that a call that would wait for the
+    /// supervisor fails with ENOSYS instead (the kernel's answer when no
+    /// supervisor is left), which tells "waits" from "refused" from "allowed".
+    #[test]
+    fn the_guard_refuses_what_it_cannot_make_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = concat!(
+            include_str!("../../../guest/scratch_guard.py"),
+            r#"
+import ctypes, mmap, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+open("f", "wb").close()
+raw, n, col = scratch_guard_filter()
+buf = ctypes.create_string_buffer(raw, len(raw))
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+fp = Fprog(n, ctypes.addressof(buf))
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+fd = libc.syscall((317, 277)[col], 1, 8, ctypes.byref(fp))
+assert fd >= 0, ctypes.get_errno()
+os.close(fd)
+def err(f):
+    try:
+        f()
+        return 0
+    except OSError as e:
+        return e.errno
+m = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)
+print(
+    libc.syscall(425, 8, ctypes.create_string_buffer(120)), ctypes.get_errno(),
+    err(lambda: os.setxattr("f", "user.a", b"1")),
+    err(lambda: os.removexattr("f", "user.a")),
+    err(lambda: m.madvise(mmap.MADV_REMOVE)),
+    err(lambda: m.madvise(mmap.MADV_DONTNEED)),
+    err(lambda: os.remove("f")),
+    err(lambda: os.stat("f")),
+)
+"#
+        );
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .current_dir(dir.path())
+            .output()
+            .expect("python3 runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let (eperm, enosys, eopnotsupp) = (libc::EPERM, libc::ENOSYS, libc::EOPNOTSUPP);
+        // io_uring_setup refused; xattrs refused; MADV_REMOVE and unlink
+        // wait (here: no supervisor, so the file stays); MADV_DONTNEED goes
+        // through.
+        let want = format!("-1 {eperm} {eopnotsupp} {eopnotsupp} {enosys} 0 {enosys} 0\n");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want);
     }
 
     /// The docker loader and the microVM agent build the same filter in

@@ -39,6 +39,14 @@ pub fn random_hex(n: usize) -> std::io::Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// The host's physical memory (`MemTotal`), when `/proc/meminfo` says.
+pub fn memory_total() -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 =
+        t.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024)
+}
+
 /// A process and its descendants (host pids), from `/proc/<pid>/task/<tid>/children`.
 pub fn process_tree(root: i32) -> Vec<i32> {
     let mut out = vec![];

@@ -6,6 +6,7 @@
 //! with [`judge`] deciding every violation. Nothing here knows of terminals,
 //! command lines or printing: front ends (the `sandbench` crate) do that.
 
+pub mod admission;
 pub mod agent;
 pub mod bench;
 pub mod compare;
@@ -27,10 +28,13 @@ pub mod runner;
 pub mod samples;
 pub mod sanitize;
 pub mod session;
+pub mod session_files;
 pub mod setup;
 pub mod share;
+pub mod slowdown;
 pub mod soak;
 pub mod spec;
 pub mod state;
 pub mod stats;
 pub mod tier;
+pub mod units;

@@ -13,6 +13,15 @@ use crate::spec::{self, format_duration, format_size, Language, Limits, RunSpec}
 /// Sessions a server keeps open at once unless the operator says otherwise.
 pub const DEFAULT_MAX_SESSIONS: usize = 4;
 
+/// Runs in flight at once, all clients together, unless the operator says otherwise.
+pub const DEFAULT_MAX_RUNS: usize = 4;
+/// Runs one client may have in flight at once.
+pub const DEFAULT_MAX_RUNS_PER_CLIENT: usize = 2;
+/// Calls waiting for a slot, all clients together.
+pub const DEFAULT_MAX_QUEUE: usize = 16;
+/// Processes and threads across everything in flight.
+pub const DEFAULT_BUDGET_PIDS: u64 = 2048;
+
 /// Largest program a client may send (bytes). A model's program is a few
 /// KiB; anything near this is a mistake or an attack on the log.
 pub const MAX_CODE_BYTES: usize = 256 << 10;
@@ -55,6 +64,41 @@ pub struct Policy {
     pub session_idle: Duration,
     /// A session's lifetime cap, and the longest a client may ask for.
     pub session_life: Duration,
+    /// How much may be in flight at once (runs, queue, memory, pids).
+    pub bounds: Bounds,
+}
+
+/// What a server holds at once, whatever its clients ask: runs in flight
+/// (one-shot runs and calls in sessions), calls waiting for a slot, and a
+/// budget of memory and pids that every run and every open session takes
+/// its limits from. A run or session is admitted only if its limits fit
+/// what is left (`admission.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bounds {
+    /// Runs in flight, all clients together.
+    pub max_runs: usize,
+    /// Runs one client (a stdio connection, an MCP session over HTTP) may
+    /// have in flight; it may have as many more waiting, or half the queue.
+    pub max_runs_per_client: usize,
+    /// Calls waiting for a slot, all clients together; one more is refused.
+    pub max_queue: usize,
+    /// Bytes of memory limits across runs in flight and open sessions.
+    pub budget_memory: u64,
+    /// Pids limits across runs in flight and open sessions.
+    pub budget_pids: u64,
+}
+
+impl Default for Bounds {
+    /// The defaults, with a memory budget of half the host's memory.
+    fn default() -> Bounds {
+        Bounds {
+            max_runs: DEFAULT_MAX_RUNS,
+            max_runs_per_client: DEFAULT_MAX_RUNS_PER_CLIENT,
+            max_queue: DEFAULT_MAX_QUEUE,
+            budget_memory: crate::host::memory_total().map(|m| m / 2).unwrap_or(2 << 30),
+            budget_pids: DEFAULT_BUDGET_PIDS,
+        }
+    }
 }
 
 /// What a client asks of a session beyond its limits.
@@ -96,7 +140,34 @@ impl Policy {
             max_sessions: DEFAULT_MAX_SESSIONS,
             session_idle: crate::session::DEFAULT_IDLE,
             session_life: crate::session::DEFAULT_MAX_LIFE,
+            bounds: Bounds::default(),
         })
+    }
+
+    /// The server's bounds, checked against the limits: a budget that could
+    /// not hold even one run with the default limits admits nothing.
+    pub fn with_bounds(mut self, bounds: Bounds) -> Result<Policy, String> {
+        if bounds.max_runs == 0 {
+            return Err("--max-runs must be at least 1".into());
+        }
+        if bounds.max_runs_per_client == 0 {
+            return Err("--max-runs-per-client must be at least 1".into());
+        }
+        if bounds.budget_memory < self.base.memory_bytes {
+            return Err(format!(
+                "--budget-memory {} is below the default memory limit {}: no run would fit (raise the budget or lower --memory)",
+                format_size(bounds.budget_memory),
+                format_size(self.base.memory_bytes)
+            ));
+        }
+        if bounds.budget_pids < self.base.pids {
+            return Err(format!(
+                "--budget-pids {} is below the default pids limit {}: no run would fit (raise the budget or lower --pids)",
+                bounds.budget_pids, self.base.pids
+            ));
+        }
+        self.bounds = bounds;
+        Ok(self)
     }
 
     /// The session terms: how many at once, idle timeout and lifetime cap.
@@ -332,6 +403,22 @@ mod tests {
         assert!(p.limits(&req("allow=")).unwrap_err().starts_with("limits.network: invalid"));
         let closed = Policy::new(vec!["process".into()], Limits::default(), Limits::default()).unwrap();
         assert!(closed.limits(&req("allow=pypi.test")).unwrap_err().contains("allows no network"));
+    }
+
+    #[test]
+    fn bounds_that_could_admit_nothing_are_refused_at_start() {
+        let b = |runs, memory, pids| Bounds {
+            max_runs: runs,
+            max_runs_per_client: 1,
+            max_queue: 4,
+            budget_memory: memory,
+            budget_pids: pids,
+        };
+        assert!(policy().with_bounds(b(2, 1 << 30, 100)).is_ok());
+        assert!(policy().with_bounds(b(0, 1 << 30, 100)).unwrap_err().contains("--max-runs"));
+        let e = policy().with_bounds(b(2, 100 << 20, 100)).unwrap_err();
+        assert!(e.contains("--budget-memory 100M is below the default memory limit 256M"), "{e}");
+        assert!(policy().with_bounds(b(2, 1 << 30, 10)).unwrap_err().contains("--budget-pids 10"));
     }
 
     #[test]

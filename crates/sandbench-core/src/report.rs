@@ -64,6 +64,8 @@ pub struct Timings {
 pub struct Usage {
     /// CPU time of the whole sandbox; null when the tier cannot measure it.
     pub cpu_ms: Option<u64>,
+    /// The sandbox's own accounting: its cgroup's high-water mark (see
+    /// [`peak_memory`]); null when the tier cannot measure it.
     pub peak_memory_bytes: Option<u64>,
     pub peak_pids: Option<u64>,
 }
@@ -105,6 +107,21 @@ pub struct RunReport {
     pub session: Option<crate::session::SessionRef>,
 }
 
+/// The peak memory a report shows: the sandbox's own accounting (its
+/// cgroup's high-water mark on every tier that has one), with two rules on
+/// top. Unknown stays unknown: a zero is a tier that did not measure. And a
+/// memory violation is that accounting reaching the limit (the judge words
+/// one only from the cgroup's own counters), so the peak is at least the
+/// limit even when the last reading came before the spike.
+pub fn peak_memory(measured: Option<u64>, limit_bytes: u64, limit_hit: bool) -> Option<u64> {
+    let measured = measured.filter(|b| *b > 0);
+    if limit_hit {
+        Some(measured.unwrap_or(0).max(limit_bytes))
+    } else {
+        measured
+    }
+}
+
 /// Connections listed in a report.
 pub const MAX_NETWORK_RECORDS: usize = 256;
 
@@ -144,19 +161,37 @@ impl RunReport {
         self.violations.iter().any(|v| v.kind == kind)
     }
 
-    /// One human line: "ok · exit code 0 · 25 ms".
+    /// One human line: "ok · exit code 0 · 25.3 ms total".
     pub fn summary_line(&self) -> String {
         let mut s = format!("{} · {}", self.outcome.name(), self.exit.describe());
         if let Some(e) = &self.error {
             s = format!("{} · {e}", self.outcome.name());
         }
         for v in &self.violations {
-            s.push_str(&format!(" · {} at {:.0} ms", v.kind.name(), v.at_ms));
+            s.push_str(&format!(" · {} at {}", v.kind.name(), crate::units::duration_ms(v.at_ms)));
         }
-        s.push_str(&format!(" · {:.1} ms total", self.timings_ms.total));
+        s.push_str(&format!(" · {} total", crate::units::duration_ms(self.timings_ms.total)));
         if let Some(k) = self.start() {
             s.push_str(&format!(" · {}", k.name()));
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peak_memory;
+
+    #[test]
+    fn peak_memory_is_unknown_rather_than_zero_and_at_least_a_limit_that_bit() {
+        let limit = 16 << 20;
+        assert_eq!(peak_memory(None, limit, false), None);
+        assert_eq!(peak_memory(Some(0), limit, false), None, "a zero is a tier that did not measure");
+        assert_eq!(peak_memory(Some(5 << 20), limit, false), Some(5 << 20));
+        // docker's `memory limit 16M hit` beside `peak mem 2.7M`: the last
+        // sample came before the spike; the cgroup reached its limit.
+        assert_eq!(peak_memory(Some(2_831_155), limit, true), Some(limit));
+        assert_eq!(peak_memory(None, limit, true), Some(limit));
+        assert_eq!(peak_memory(Some(limit), limit, true), Some(limit));
     }
 }

@@ -30,9 +30,27 @@ pub enum Update {
 pub struct RunHandle {
     pub events: mpsc::Receiver<Update>,
     cancel: CancellationToken,
+    teardowns: Arc<crate::tier::background::Scope>,
+}
+
+/// Resolves once a run's sandbox is gone (see [`RunHandle::torn_down`]).
+pub struct TornDown(Arc<crate::tier::background::Scope>);
+
+impl TornDown {
+    pub async fn wait(self) {
+        self.0.wait().await
+    }
 }
 
 impl RunHandle {
+    /// What to wait on, once the report is in, until everything of the run
+    /// is gone: the report is final when the program has exited and its
+    /// output is drained, while some tiers remove the sandbox itself (the
+    /// helper and its cgroup, a container, a guest) in the background.
+    pub fn torn_down(&self) -> TornDown {
+        TornDown(self.teardowns.clone())
+    }
+
     pub fn cancel(&self) {
         self.cancel.cancel();
     }
@@ -100,8 +118,9 @@ pub fn start_keeping(tier: Arc<dyn Tier>, spec: RunSpec, keep: usize) -> RunHand
 pub(crate) fn start_target(target: Arc<dyn Target>, spec: RunSpec, keep: usize) -> RunHandle {
     let (out_tx, out_rx) = mpsc::channel(128);
     let cancel = CancellationToken::new();
-    tokio::spawn(drive(target, spec, out_tx, cancel.clone(), keep));
-    RunHandle { events: out_rx, cancel }
+    let teardowns = Arc::new(crate::tier::background::Scope::default());
+    tokio::spawn(drive(target, spec, out_tx, cancel.clone(), keep, teardowns.clone()));
+    RunHandle { events: out_rx, cancel, teardowns }
 }
 
 /// Run to the end and return the report (no live events).
@@ -182,6 +201,7 @@ async fn drive(
     out: mpsc::Sender<Update>,
     cancel: CancellationToken,
     keep: usize,
+    teardowns: Arc<crate::tier::background::Scope>,
 ) {
     let started = Instant::now();
     let ms = move || started.elapsed().as_secs_f64() * 1000.0;
@@ -203,7 +223,7 @@ async fn drive(
     let label = spec.label.clone();
     let task = {
         let tier = tier.clone();
-        tokio::spawn(async move { tier.run(spec, ctx).await })
+        tokio::spawn(crate::tier::background::scoped(teardowns, async move { tier.run(spec, ctx).await }))
     };
 
     let mut f = Fold {
@@ -302,10 +322,11 @@ async fn drive(
                 if f.violations.iter().any(|o| o.kind == v.kind) {
                     continue;
                 }
-                // A kill we asked for is not also the program's fault.
-                if stop_reason == Some(StopReason::Cancelled) {
-                    continue;
-                }
+                // Kept after a cancel too: the judge words only counters and
+                // signals the program caused (a CPU counter past its limit, a
+                // capped file), never the kill we sent, and a figure over a
+                // limit must come with the violation that says so. The
+                // outcome stays `cancelled`.
                 f.violations.push(v.clone());
                 forward(ev).await;
             }
@@ -358,6 +379,8 @@ async fn drive(
         Outcome::Ok
     };
     f.violations.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+    let memory_hit = f.violations.iter().any(|v| v.kind == ViolationKind::Memory);
+    let pids_hit = f.violations.iter().any(|v| v.kind == ViolationKind::Pids);
     // Tiers list what they could not enforce in details.degraded.
     let degraded = details
         .get("degraded")
@@ -378,7 +401,12 @@ async fn drive(
             teardown: round(teardown.map(|t| end - t).unwrap_or(0.0)),
             total: round(end),
         },
-        usage: Usage { cpu_ms: f.last.cpu_ms, peak_memory_bytes: f.peak.memory_bytes, peak_pids: f.peak.pids },
+        usage: Usage {
+            cpu_ms: f.last.cpu_ms,
+            peak_memory_bytes: crate::report::peak_memory(f.peak.memory_bytes, limits.memory_bytes, memory_hit),
+            // A pids violation is the cgroup refusing a fork at the limit.
+            peak_pids: if pids_hit { Some(f.peak.pids.unwrap_or(0).max(limits.pids)) } else { f.peak.pids },
+        },
         stdout: String::from_utf8_lossy(&f.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&f.stderr).into_owned(),
         stdout_truncated: f.stdout_truncated,
@@ -427,6 +455,61 @@ mod tests {
                 Ok(TierExit::default())
             })
         }
+    }
+
+    /// Spins until cancelled, then judges its CPU counter at the end (as a
+    /// peer does: 4.86 s used against a 2 s limit before the cancel).
+    struct SpinsPastItsCpuLimit;
+
+    impl Tier for SpinsPastItsCpuLimit {
+        fn name(&self) -> &'static str {
+            "spins"
+        }
+        fn describe(&self) -> &'static str {
+            "judges CPU at the end (test)"
+        }
+        fn probe(&self) -> BoxFuture<'_, Availability> {
+            Box::pin(async {
+                Availability { tier: "spins".into(), available: true, summary: "test".into(), checks: vec![] }
+            })
+        }
+        fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+            Box::pin(async move {
+                ctx.emit(EventKind::Phase(Phase::Running)).await;
+                ctx.stop.cancelled().await;
+                let mut judge = crate::judge::Judge::new(&spec.limits);
+                let facts = crate::judge::ExitFacts {
+                    status: ExitStatus { code: None, signal: Some(libc::SIGKILL) },
+                    counters: crate::judge::Counters { cpu_ms: Some(4860), ..Default::default() },
+                    ..Default::default()
+                };
+                judge.exit(&ctx, &facts).await;
+                ctx.emit(EventKind::Exit(facts.status)).await;
+                Ok(TierExit {
+                    usage: Some(UsageSample { cpu_ms: Some(4860), ..Default::default() }),
+                    ..Default::default()
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_limit_used_up_before_a_cancel_is_still_reported() {
+        let mut spec = RunSpec::new(crate::spec::Language::Sh, "x");
+        spec.limits.cpu_time = Duration::from_secs(2);
+        let h = start(Arc::new(SpinsPastItsCpuLimit), spec);
+        let report = {
+            let c = h.canceller();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                c.cancel();
+            });
+            h.report().await
+        };
+        assert_eq!(report.outcome, Outcome::Cancelled);
+        assert_eq!(report.usage.cpu_ms, Some(4860));
+        // The figure over the limit comes with the violation that says so.
+        assert!(report.has_violation(ViolationKind::CpuTime), "{:?}", report.violations);
     }
 
     #[tokio::test]

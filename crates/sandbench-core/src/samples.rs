@@ -12,8 +12,11 @@
 //! the kinds mean "at least one of these violations". A trailing `?`
 //! (`gvisor=violation:disk?`) says the tier does not guarantee it: the
 //! violation is what should be seen, but `ok` is no mismatch there (the
-//! README's tier section says why). `escaped-if` names output that only a
-//! breach could produce; `delivers` names output that must arrive (a cell
+//! README's tier section says why). `escaped` (`bwrap=escaped`) declares a
+//! known hole of a third-party peer: the cell shows ESCAPED, as declared, so
+//! the matrix says which peer lets it through; sandbench's own tiers and `*`
+//! may never declare it. `escaped-if` names output that only a breach could
+//! produce; `delivers` names output that must arrive (a cell
 //! whose report lacks it, without saying it was cut, lost output).
 //! `network: allow=...` (optional) runs the sample under that network limit,
 //! against the gauntlet's own loopback internet (`gauntlet::internet`;
@@ -36,10 +39,15 @@ pub struct Expect {
     pub kinds: Vec<ViolationKind>,
     /// Not guaranteed on this tier: `ok` is accepted too (a `?` suffix).
     pub unguaranteed: bool,
+    /// A peer's known hole: the cell escapes, as declared (`escaped`).
+    pub escapes: bool,
 }
 
 impl Expect {
     pub fn parse(s: &str) -> Result<Expect, String> {
+        if s == "escaped" {
+            return Ok(Expect { outcome: Outcome::Ok, kinds: vec![], unguaranteed: false, escapes: true });
+        }
         let (s, unguaranteed) = match s.strip_suffix('?') {
             Some(rest) => (rest, true),
             None => (s, false),
@@ -60,11 +68,18 @@ impl Expect {
         if unguaranteed && outcome == Outcome::Ok {
             return Err("'ok?' means nothing: a '?' marks a violation the tier does not guarantee".into());
         }
-        Ok(Expect { outcome, kinds, unguaranteed })
+        Ok(Expect { outcome, kinds, unguaranteed, escapes: false })
     }
 
     /// Does a report meet this expectation? `Err` says how it does not.
     pub fn check(&self, r: &RunReport) -> Result<(), String> {
+        if self.escapes {
+            // The gauntlet's judge accepts the declared escape before this.
+            return Err(format!(
+                "declared to escape here (a known hole of this tier), but nothing got out ({})",
+                r.summary_line()
+            ));
+        }
         if self.unguaranteed && r.outcome == Outcome::Ok {
             return Ok(());
         }
@@ -87,6 +102,9 @@ impl Expect {
 
 impl std::fmt::Display for Expect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.escapes {
+            return f.write_str("escaped");
+        }
         f.write_str(self.outcome.name())?;
         if !self.kinds.is_empty() {
             let k: Vec<_> = self.kinds.iter().map(|k| k.name()).collect();
@@ -160,6 +178,12 @@ impl Sample {
                             .split_once('=')
                             .with_context(|| format!("{}: bad expect item '{item}'", path.display()))?;
                         let e = Expect::parse(e).map_err(|m| anyhow::anyhow!("{}: {m}", path.display()))?;
+                        if e.escapes && (tier == "*" || crate::tier::KNOWN.contains(&tier)) {
+                            bail!(
+                                "{}: '{tier}=escaped': only a third-party peer's known hole may be declared",
+                                path.display()
+                            );
+                        }
                         s.expect.insert(tier.to_string(), e);
                     }
                 }
@@ -269,6 +293,21 @@ mod tests {
         assert!(e.check(&r).is_err(), "a violation of another kind is still a mismatch");
         assert!(Expect::parse("ok?").is_err());
         assert!(!Expect::parse("violation:disk").unwrap().unguaranteed);
+    }
+
+    #[test]
+    fn a_peer_may_declare_a_known_escape_and_sandbench_tiers_never() {
+        let s = Sample::parse(Path::new("h/a.py"), "# expect: *=ok bwrap=escaped\n".into()).unwrap();
+        let e = s.expect_for("bwrap").unwrap();
+        assert!(e.escapes);
+        assert_eq!(e.to_string(), "escaped");
+        let mut r = RunReport::failed("bwrap", "python", "x", "e");
+        r.outcome = Outcome::Ok;
+        assert!(e.check(&r).is_err(), "a declared escape that did not happen is stale");
+        assert!(!s.expect_for("process").unwrap().escapes);
+        for bad in ["*=escaped", "process=escaped", "docker=escaped", "microvm=escaped"] {
+            assert!(Sample::parse(Path::new("h/a.py"), format!("# expect: {bad}\n")).is_err(), "{bad}");
+        }
     }
 
     #[test]

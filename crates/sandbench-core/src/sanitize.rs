@@ -1,27 +1,98 @@
 //! Untrusted text made inert. Everything a sandbox produces (output, file
 //! names, status lines) is hostile: escape sequences could set the clipboard
 //! (OSC 52), rename the window, clear the screen or forge sandbench's own
-//! lines. These stateless passes make such text safe for a terminal line or
-//! a report field; the workbench's stateful, colour-keeping sanitizer is
-//! built on them in the front end.
+//! lines, and invisible or reordering characters could make a line read as
+//! something it is not (a fake `outcome   ok` block, text an agent reads but
+//! a person does not see). These stateless passes make such text safe for a
+//! terminal line or a report field; the workbench's stateful, colour-keeping
+//! sanitizer is built on the same class ([`is_hidden`]) in the front end.
+
+use unicode_general_category::{get_general_category, GeneralCategory};
+
+/// Whether `c` is hidden: it does not show as itself, or it changes how the
+/// text around it is shown. Such a character is never passed on; it is shown
+/// by name instead ([`push_shown`]). The class, from Unicode's properties
+/// (the general categories of Unicode 16, through `unicode-general-category`):
+///
+/// - **Cc**, controls: C0, DEL and C1 (escape sequences, bell, NEL, CSI).
+/// - **Cf**, format characters: the bidi embeddings, overrides, isolates and
+///   marks (U+202A–202E, U+2066–2069, U+200E–200F, U+061C), zero-width
+///   characters (U+200B–200D, U+2060–2064, U+FEFF), the soft hyphen, the
+///   interlinear annotation characters (U+FFF9–FFFB), the tag characters
+///   (U+E0001, U+E0020–E007F: "ASCII smuggling" to language models), and the
+///   other scripts' format marks (Arabic number signs, Egyptian hieroglyph
+///   controls, musical symbol beams, shorthand format controls, …).
+/// - **Zl** and **Zp**, U+2028 and U+2029: a line break to some renderers
+///   and none to others, so a line can look like two.
+/// - **Default_Ignorable_Code_Point** characters of other categories, which
+///   renderers draw as nothing: variation selectors (U+FE00–FE0F,
+///   U+E0100–E01EF, and the Mongolian ones U+180B–180D, U+180F; a run of them
+///   carries hidden bytes), the combining grapheme joiner U+034F, the Hangul
+///   fillers (U+115F, U+1160, U+3164, U+FFA0), the Khmer inherent vowels
+///   U+17B4–17B5, and the reserved ignorables U+2065, U+FFF0–FFF8 and the
+///   rest of U+E0000–E0FFF.
+///
+/// Newline and tab are in the class too; the callers that keep lines and
+/// tabs let those two through themselves. Spaces (Zs), private-use and
+/// unassigned characters elsewhere are left alone: they show as a space or as
+/// a box, never as nothing.
+pub fn is_hidden(c: char) -> bool {
+    let u = c as u32;
+    if (0x20..0x7f).contains(&u) {
+        return false;
+    }
+    if u < 0x20 || u == 0x7f {
+        return true;
+    }
+    matches!(
+        get_general_category(c),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    ) || matches!(
+        u,
+        0x034F
+            | 0x115F..=0x1160
+            | 0x17B4..=0x17B5
+            | 0x180B..=0x180F
+            | 0x2065
+            | 0x3164
+            | 0xFE00..=0xFE0F
+            | 0xFFA0
+            | 0xFFF0..=0xFFF8
+            | 0xE0000..=0xE0FFF
+    )
+}
+
+/// Append the visible form of a hidden character: `␛` for ESC, `^X` for the
+/// other C0 controls and DEL, `<U+202E>` for everything else of the class.
+pub fn push_shown(out: &mut String, c: char) {
+    let u = c as u32;
+    match c {
+        '\x1b' => out.push('␛'),
+        '\x7f' => out.push_str("^?"),
+        _ if u < 0x20 => {
+            out.push('^');
+            out.push(char::from_u32(u + 0x40).unwrap_or('?'));
+        }
+        _ => {
+            use std::fmt::Write;
+            let _ = write!(out, "<U+{u:04X}>");
+        }
+    }
+}
 
 /// Make bytes safe to print on a terminal line by line: invalid UTF-8 becomes
-/// U+FFFD, ESC becomes `␛`, other C0/C1 controls become `^X` / `<U+0085>`;
-/// newlines and tabs stay.
+/// U+FFFD, every hidden character ([`is_hidden`]) is shown by name (`␛`,
+/// `^M`, `<U+202E>`); newlines and tabs stay.
 pub fn visible_controls(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
             '\n' | '\t' => out.push(c),
-            '\x1b' => out.push('␛'),
-            '\r' => out.push_str("^M"),
-            c if (c as u32) < 0x20 => {
-                out.push('^');
-                out.push(char::from_u32(c as u32 + 0x40).unwrap_or('?'));
-            }
-            '\x7f' => out.push_str("^?"),
-            c if ('\u{80}'..='\u{9f}').contains(&c) => out.push_str(&format!("<U+{:04X}>", c as u32)),
+            c if is_hidden(c) => push_shown(&mut out, c),
             c => out.push(c),
         }
     }
@@ -29,11 +100,11 @@ pub fn visible_controls(bytes: &[u8]) -> String {
 }
 
 /// Make one untrusted string safe for a single-line field (a violation's
-/// detail, a note, a file name in a report): every control character,
-/// newlines and tabs included, and every invisible reordering character is
-/// shown as visible text, and the result is cut at `max_chars` characters.
-/// The one function every tier's event text goes through where the event is
-/// created, so no front end can forget it.
+/// detail, a note, a file name in a report): every hidden character
+/// ([`is_hidden`]), newlines and tabs included, is shown as visible text, and
+/// the result is cut at `max_chars` characters. The one function every
+/// tier's event text goes through where the event is created, so no front end
+/// can forget it.
 pub fn inert_line(s: &str, max_chars: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max_chars * 4));
     for (shown, c) in s.chars().enumerate() {
@@ -44,27 +115,11 @@ pub fn inert_line(s: &str, max_chars: usize) -> String {
         match c {
             '\n' => out.push('␤'),
             '\t' => out.push(' '),
-            '\x1b' => out.push('␛'),
-            c if (c as u32) < 0x20 => {
-                out.push('^');
-                out.push(char::from_u32(c as u32 + 0x40).unwrap_or('?'));
-            }
-            '\x7f' => out.push_str("^?"),
-            c if ('\u{80}'..='\u{9f}').contains(&c)
-                || is_invisible_format(c)
-                || matches!(c, '\u{2028}' | '\u{2029}') =>
-            {
-                out.push_str(&format!("<U+{:04X}>", c as u32))
-            }
+            c if is_hidden(c) => push_shown(&mut out, c),
             c => out.push(c),
         }
     }
     out
-}
-
-/// Characters that are printable but reorder or hide text: shown as `<U+202E>`.
-pub fn is_invisible_format(c: char) -> bool {
-    matches!(c as u32, 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2069 | 0xFEFF | 0xFFF9..=0xFFFB)
 }
 
 /// Keep the head and the tail of `text` within about `max` bytes, cut at
@@ -114,5 +169,145 @@ mod tests {
         let s = inert_line("a\nb\tc\x1b]0;t\x07\u{202e}d\u{2028}", 100);
         assert_eq!(s, "a␤b c␛]0;t^G<U+202E>d<U+2028>");
         assert_eq!(inert_line("abcdef", 3), "abc…");
+    }
+
+    /// The class, from an oracle of its own: every Cc, Cf, Zl and Zp
+    /// character Python's `unicodedata` knows (Unicode 14 here; the crate's
+    /// 16 is a superset), and Unicode's Default_Ignorable_Code_Point ranges
+    /// outside those (DerivedCoreProperties.txt).
+    fn oracle() -> &'static std::collections::BTreeSet<char> {
+        static SET: std::sync::OnceLock<std::collections::BTreeSet<char>> = std::sync::OnceLock::new();
+        SET.get_or_init(|| {
+            let out = std::process::Command::new("/usr/bin/python3")
+                .args(["-I", "-S", "-c"])
+                .arg("import unicodedata as u\nprint(' '.join(str(c) for c in range(0x110000) if u.category(chr(c)) in ('Cc','Cf','Zl','Zp')))")
+                .output()
+                .expect("/usr/bin/python3 is the oracle of the Unicode classes");
+            let mut set: std::collections::BTreeSet<char> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .filter_map(|n| char::from_u32(n.parse().ok()?))
+                .collect();
+            assert!(set.len() > 200, "{}", String::from_utf8_lossy(&out.stderr));
+            let ignorable = [
+                (0x00AD, 0x00AD),
+                (0x034F, 0x034F),
+                (0x061C, 0x061C),
+                (0x115F, 0x1160),
+                (0x17B4, 0x17B5),
+                (0x180B, 0x180F),
+                (0x200B, 0x200F),
+                (0x202A, 0x202E),
+                (0x2060, 0x206F),
+                (0x3164, 0x3164),
+                (0xFE00, 0xFE0F),
+                (0xFEFF, 0xFEFF),
+                (0xFFA0, 0xFFA0),
+                (0xFFF0, 0xFFF8),
+                (0x1BCA0, 0x1BCA3),
+                (0x1D173, 0x1D17A),
+                (0xE0000, 0xE0FFF),
+            ];
+            for (a, b) in ignorable {
+                set.extend((a..=b).filter_map(char::from_u32));
+            }
+            set
+        })
+    }
+
+    #[test]
+    fn invisible_and_reordering_characters_are_shown_by_name() {
+        // The characters, and one of each other kind of the class.
+        for c in [
+            '\u{202E}',
+            '\u{2066}',
+            '\u{2067}',
+            '\u{2068}',
+            '\u{2069}',
+            '\u{200B}',
+            '\u{FEFF}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{00AD}',
+            '\u{061C}',
+            '\u{180E}',
+            '\u{2064}',
+            '\u{FFF9}',
+            '\u{E0001}',
+            '\u{E0041}',
+            '\u{E007F}',
+            '\u{FE0F}',
+            '\u{E0100}',
+            '\u{034F}',
+            '\u{3164}',
+            '\u{115F}',
+            '\u{17B4}',
+            '\u{1D173}',
+            '\u{0085}',
+        ] {
+            let name = format!("<U+{:04X}>", c as u32);
+            let text = format!("a{c}b");
+            assert_eq!(visible_controls(text.as_bytes()), format!("a{name}b"), "{name}");
+            assert_eq!(inert_line(&text, 10), format!("a{name}b"), "{name}");
+        }
+        // What stays: spaces, letters, emoji, marks, CJK.
+        let plain = "a\u{00A0}b\u{3000}ç e\u{0301} 🙂 中文 ";
+        assert_eq!(visible_controls(plain.as_bytes()), plain);
+        assert_eq!(inert_line(plain, 100), plain);
+    }
+
+    #[test]
+    fn a_forged_outcome_block_reads_as_what_it_is() {
+        // An isolate and an override hide the program's text behind what
+        // looks like sandbench's summary; tags carry an instruction nobody sees.
+        let forged = "done\u{2028}── sandbench · process\u{2029}outcome   ok\u{2066}\u{202E}noitaloiv\u{2069}\u{200B}\u{E0049}\u{E0047}\n";
+        let v = visible_controls(forged.as_bytes());
+        assert_eq!(
+            v,
+            "done<U+2028>── sandbench · process<U+2029>outcome   ok<U+2066><U+202E>noitaloiv<U+2069><U+200B><U+E0049><U+E0047>\n"
+        );
+    }
+
+    #[test]
+    fn every_character_of_the_class_is_shown_by_name() {
+        for &c in oracle() {
+            let v = visible_controls(c.to_string().as_bytes());
+            let l = inert_line(&c.to_string(), 4);
+            if c != '\n' && c != '\t' {
+                assert!(!v.contains(c), "U+{:04X} passed visible_controls", c as u32);
+            }
+            assert!(!l.contains(c), "U+{:04X} passed inert_line", c as u32);
+        }
+    }
+
+    #[test]
+    fn the_class_is_the_oracles() {
+        // Everything the oracle names is hidden; what else is hidden is
+        // what Unicode 15 and 16 added to Cf after Python's Unicode 14.
+        let extra: Vec<u32> = (0..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|c| is_hidden(*c) && !oracle().contains(c))
+            .map(|c| c as u32)
+            .collect();
+        assert!(oracle().iter().all(|c| is_hidden(*c)));
+        assert!(extra.iter().all(|u| (0x13439..=0x1343F).contains(u)), "{extra:X?}");
+    }
+
+    fn any_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let class: Vec<char> = oracle().iter().copied().collect();
+        let one = prop_oneof![any::<char>(), proptest::sample::select(class), proptest::char::range(' ', '~')];
+        proptest::collection::vec(one, 0..80).prop_map(|v| v.into_iter().collect())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn nothing_of_the_class_ever_comes_out(s in any_text(), max in 0usize..100) {
+            for c in visible_controls(s.as_bytes()).chars() {
+                proptest::prop_assert!(c == '\n' || c == '\t' || !oracle().contains(&c), "U+{:04X}", c as u32);
+            }
+            for c in inert_line(&s, max).chars() {
+                proptest::prop_assert!(!oracle().contains(&c), "U+{:04X}", c as u32);
+            }
+        }
     }
 }

@@ -147,7 +147,12 @@ struct Inner {
     changed: Notify,
     /// Fires once the sandbox is gone.
     gone: CancellationToken,
+    /// What the opener asked to keep while the sandbox exists.
+    hold: Mutex<Option<Hold>>,
 }
+
+/// Anything kept alive with a session's sandbox (see [`Session::open_holding`]).
+pub type Hold = Box<dyn std::any::Any + Send + Sync>;
 
 /// A session: cheap to clone; every clone is the same session.
 #[derive(Clone)]
@@ -202,6 +207,15 @@ impl Session {
     /// Build the sandbox a session keeps, on `tier`. A tier that cannot
     /// keep sessions, or limits it cannot enforce, are refused first.
     pub async fn open(tier: Arc<dyn Tier>, spec: SessionSpec) -> anyhow::Result<Session> {
+        Session::open_holding(tier, spec, Box::new(())).await
+    }
+
+    /// [`Session::open`], with `hold` kept for exactly as long as the
+    /// sandbox may exist: dropped once it is torn down, or once an open
+    /// that failed (or that nobody waited for any more) has cleaned up. A
+    /// server's slot for the session (`admission::Permit`) goes here, so an
+    /// open the client cancels still counts until its sandbox is gone.
+    pub async fn open_holding(tier: Arc<dyn Tier>, spec: SessionSpec, hold: Hold) -> anyhow::Result<Session> {
         tier.sessions().map_err(|e| anyhow::anyhow!(e))?;
         tier.check_limits(&spec.limits).map_err(|e| anyhow::anyhow!(e))?;
         if spec.max_life.is_zero() || spec.idle_timeout.is_zero() {
@@ -216,11 +230,22 @@ impl Session {
         let t = tier.clone();
         tokio::spawn(async move {
             let r = t.open_session(open_spec).await;
-            if let Err(Ok(ts)) = tx.send(r) {
-                ts.close().await;
+            match r {
+                Ok(ts) => {
+                    if let Err((Ok(ts), hold)) = tx.send((Ok(ts), hold)) {
+                        ts.close().await;
+                        drop(hold);
+                    }
+                }
+                // The tier cleaned up before it returned its error.
+                Err(e) => {
+                    let _ = tx.send((Err(e), Box::new(())));
+                    drop(hold);
+                }
             }
         });
-        let ts = rx.await.map_err(|_| anyhow::anyhow!("the {} tier's session task failed", tier.name()))??;
+        let (ts, hold) = rx.await.map_err(|_| anyhow::anyhow!("the {} tier's session task failed", tier.name()))?;
+        let ts = ts?;
         let now = Instant::now();
         let inner = Arc::new(Inner {
             id: id.clone(),
@@ -233,6 +258,7 @@ impl Session {
             state: Mutex::new(State { calls: 0, last_active: now, busy: false, closed: None, current: None }),
             changed: Notify::new(),
             gone: CancellationToken::new(),
+            hold: Mutex::new(Some(hold)),
         });
         let s = Session { inner };
         if let Ok(mut m) = registry().lock() {
@@ -362,6 +388,7 @@ impl Session {
         // Wait for a running call to end (cancelled above).
         let _held = inner.gate.lock().await;
         inner.ts.close().await;
+        drop(inner.hold.lock().ok().and_then(|mut h| h.take()));
         if let Ok(mut m) = registry().lock() {
             m.remove(&inner.id);
         }
@@ -516,11 +543,14 @@ mod tests {
     /// machinery without any real isolation (the tiers' own tests do that).
     struct FakeTier {
         closes: Arc<AtomicU32>,
+        /// How long building and tearing down a sandbox takes.
+        delay: Duration,
     }
 
     struct FakeSession {
         files: Mutex<HashMap<String, String>>,
         closes: Arc<AtomicU32>,
+        delay: Duration,
     }
 
     impl Tier for FakeTier {
@@ -543,9 +573,11 @@ mod tests {
         }
         fn open_session(&self, _: SessionSpec) -> BoxFuture<'_, anyhow::Result<Arc<dyn TierSession>>> {
             let closes = self.closes.clone();
-            Box::pin(
-                async move { Ok(Arc::new(FakeSession { files: Default::default(), closes }) as Arc<dyn TierSession>) },
-            )
+            let delay = self.delay;
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                Ok(Arc::new(FakeSession { files: Default::default(), closes, delay }) as Arc<dyn TierSession>)
+            })
         }
     }
 
@@ -578,6 +610,7 @@ mod tests {
         }
         fn close(&self) -> BoxFuture<'_, ()> {
             Box::pin(async move {
+                tokio::time::sleep(self.delay).await;
                 self.closes.fetch_add(1, Ordering::SeqCst);
             })
         }
@@ -585,8 +618,55 @@ mod tests {
 
     fn open(spec: SessionSpec) -> (impl std::future::Future<Output = anyhow::Result<Session>>, Arc<AtomicU32>) {
         let closes = Arc::new(AtomicU32::new(0));
-        let tier: Arc<dyn Tier> = Arc::new(FakeTier { closes: closes.clone() });
+        let tier: Arc<dyn Tier> = Arc::new(FakeTier { closes: closes.clone(), delay: Duration::ZERO });
         (Session::open(tier, spec), closes)
+    }
+
+    /// Set when dropped, and whether the sandbox was closed by then.
+    struct Witness(Arc<AtomicU32>, Arc<Mutex<Option<u32>>>);
+
+    impl Drop for Witness {
+        fn drop(&mut self) {
+            *self.1.lock().unwrap() = Some(self.0.load(Ordering::SeqCst));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hold_lasts_until_the_sandbox_is_gone_even_when_the_opener_gives_up() {
+        let closes = Arc::new(AtomicU32::new(0));
+        let delay = Duration::from_millis(300);
+        let tier: Arc<dyn Tier> = Arc::new(FakeTier { closes: closes.clone(), delay });
+        let seen = Arc::new(Mutex::new(None));
+        // The opener gives up while the sandbox is being built.
+        let opening = Session::open_holding(
+            tier.clone(),
+            SessionSpec::new(Limits::default()),
+            Box::new(Witness(closes.clone(), seen.clone())),
+        );
+        assert!(tokio::time::timeout(Duration::from_millis(50), opening).await.is_err());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(*seen.lock().unwrap(), None, "still being built: the hold is kept");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while seen.lock().unwrap().is_none() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the hold goes once the sandbox is gone");
+        assert_eq!(*seen.lock().unwrap(), Some(1), "dropped only after the sandbox was closed");
+
+        // An open session keeps it until it is closed and torn down.
+        let seen = Arc::new(Mutex::new(None));
+        let s = Session::open_holding(
+            tier,
+            SessionSpec::new(Limits::default()),
+            Box::new(Witness(closes.clone(), seen.clone())),
+        )
+        .await
+        .unwrap();
+        assert_eq!(*seen.lock().unwrap(), None);
+        s.close().await;
+        assert_eq!(*seen.lock().unwrap(), Some(2));
     }
 
     fn prog(code: &str) -> RunSpec {

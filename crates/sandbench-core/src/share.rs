@@ -83,6 +83,9 @@ pub async fn measure_latency(
 pub struct CheckFact {
     pub name: String,
     pub ok: bool,
+    /// "ok", "warn" (works, as a slower or weaker fallback) or "fail".
+    #[serde(default)]
+    pub level: String,
     pub detail: String,
 }
 
@@ -102,7 +105,19 @@ impl TierFacts {
             tier: i(&a.tier),
             available: a.available,
             summary: i(&a.summary),
-            checks: a.checks.iter().map(|c| CheckFact { name: i(&c.name), ok: c.ok, detail: i(&c.detail) }).collect(),
+            checks: a
+                .checks
+                .iter()
+                .map(|c| CheckFact {
+                    name: i(&c.name),
+                    ok: c.ok,
+                    level: serde_json::to_value(c.level)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    detail: i(&c.detail),
+                })
+                .collect(),
         }
     }
 }
@@ -230,6 +245,9 @@ pub struct TierSafety {
     /// Cells that differ from what their samples declare.
     pub mismatches: usize,
     pub degraded: usize,
+    /// Hostile cells stopped by a cancel (no verdict, not in the counts above).
+    #[serde(default)]
+    pub cancelled: usize,
 }
 
 /// The host's responsiveness while one tier's gauntlet cells ran.
@@ -335,8 +353,9 @@ pub fn build(
                 errors: count(|v| matches!(v, Verdict::Error { .. })),
                 benign_ran: mine.iter().filter(|c| !c.hostile && c.verdict == Verdict::Ran).count(),
                 benign: mine.iter().filter(|c| !c.hostile).count(),
-                mismatches: mine.iter().filter(|c| !c.as_expected).count(),
+                mismatches: mine.iter().filter(|c| c.is_mismatch()).count(),
                 degraded: mine.iter().filter(|c| c.degraded).count(),
+                cancelled: count(|v| *v == Verdict::Cancelled),
             }
         })
         .collect();
@@ -362,13 +381,13 @@ pub fn build(
         .collect();
     // x is the latency benchmark's print(1); a tier it did not measure falls
     // back to the gauntlet's benign controls (and the point says which start).
+    // In that order of preference: a point takes one source, and says which.
     let mut obs = vec![];
     if let Some(l) = &latency {
-        obs.extend(frontier::obs_of_compare(&l.data.summary));
+        obs.extend(frontier::obs_of_compare(&l.data.summary, "benchmark"));
     }
     if let Some(g) = &gauntlet {
-        let measured: Vec<String> = obs.iter().map(|o| o.tier.clone()).collect();
-        obs.extend(frontier::obs_of_gauntlet(&g.data.latency).into_iter().filter(|o| !measured.contains(&o.tier)));
+        obs.extend(frontier::obs_of_gauntlet(&g.data.latency));
     }
     let (points, mut missing) = frontier::points(&names, cells.iter().copied(), &obs);
     // A tier that was not available says so, not "no sample ran on it".
@@ -421,18 +440,7 @@ pub fn esc(s: &str) -> String {
 
 /// A block of untrusted output (kept lines), inert and escaped.
 pub fn esc_block(s: &str) -> String {
-    let v = crate::sanitize::visible_controls(s.as_bytes());
-    let v: String = v
-        .chars()
-        .map(|c| {
-            if crate::sanitize::is_invisible_format(c) || matches!(c, '\u{2028}' | '\u{2029}') {
-                format!("<U+{:04X}>", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
-    html_escape(&v)
+    html_escape(&crate::sanitize::visible_controls(s.as_bytes()))
 }
 
 fn fmt_num(v: f64, dp: usize) -> String {
@@ -502,26 +510,32 @@ fn provenance<T>(s: &Section<T>) -> String {
 fn frontier_section(h: &mut String, r: &Report) {
     h.push_str("<h2 id=\"frontier\">Safety × latency</h2>\n");
     h.push_str(
-        "<p>One point per tier: x the warm p50 time from start to exit of <code>print(1)</code> (log scale; the \
-fastest start kind measured when a tier has no warm start), y the share of the gauntlet's hostile samples it \
-contained (an escape or an error counts against it). Up and to the left is better.</p>\n",
+        "<p>One point per tier: x the warm p50 time from start to exit of <code>print(1)</code> in the latency \
+benchmark below (log scale; the start kind with the most runs when a tier has no warm start; the gauntlet's benign \
+controls for a tier the benchmark did not measure, and the table says so), y the share of the gauntlet's hostile \
+samples it contained of those judged (an escape counts against it; a cell stopped by a cancel or that sandbench \
+failed to judge is left out, and counted). Up and to the left is better.</p>\n",
     );
     h.push_str(&frontier::svg(&r.frontier.points));
     h.push_str(
-        "<table><tr><th>tier</th><th class=\"r\">latency (ms)</th><th>start</th><th class=\"r\">contained</th>\
-<th class=\"r\">hostile</th><th class=\"r\">share (%)</th></tr>\n",
+        "<table><tr><th>tier</th><th class=\"r\">latency (ms)</th><th>start</th><th class=\"r\">runs</th>\
+<th>measured by</th><th class=\"r\">contained</th><th class=\"r\">judged</th><th class=\"r\">left out</th>\
+<th class=\"r\">share (%)</th></tr>\n",
     );
     for (i, p) in r.frontier.points.iter().enumerate() {
         let b = format!("/frontier/points/{i}");
         let _ = writeln!(
             h,
-            "<tr><td>{}</td><td class=\"r\">{}</td><td>{}</td><td class=\"r\">{}</td><td class=\"r\">{}</td>\
-<td class=\"r\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"r\">{}</td><td>{}</td><td class=\"r\">{}</td><td>{}</td>\
+<td class=\"r\">{}</td><td class=\"r\">{}</td><td class=\"r\">{}</td><td class=\"r\">{}</td></tr>",
             esc(&p.tier),
             num(&format!("{b}/latency_ms"), Some(p.latency_ms), 1),
             esc(&p.start),
+            int(&format!("{b}/runs"), p.runs),
+            esc(&p.source),
             int(&format!("{b}/contained"), p.contained),
             int(&format!("{b}/hostile"), p.hostile),
+            p.left_out(),
             format_args!("{:.1}", p.share * 100.0),
         );
     }
@@ -534,7 +548,7 @@ contained (an escape or an error counts against it). Up and to the left is bette
 fn verdict_class(c: &Cell) -> &'static str {
     match c.verdict {
         Verdict::Escaped { .. } => "bad",
-        Verdict::Error { .. } => "err",
+        Verdict::Error { .. } | Verdict::Cancelled => "err",
         _ if !c.as_expected => "bad",
         _ => "ok",
     }
@@ -601,7 +615,7 @@ host-side canaries, never by what the program says. Select a cell for its eviden
                         if c.degraded { " deg" } else { "" },
                         esc(&c.verdict.short()),
                         if c.degraded { " ⚠ DEGRADED" } else { "" },
-                        if c.as_expected { "" } else { " ✗" },
+                        if c.is_mismatch() { " ✗" } else { "" },
                     );
                 }
             }
@@ -615,6 +629,14 @@ host-side canaries, never by what the program says. Select a cell for its eviden
         int("/gauntlet/data/mismatches", m.mismatches),
         m.cells.len()
     );
+    if m.cancelled {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">This gauntlet was cancelled before its end: {} cell(s) stopped without a verdict, \
+the rest never ran.</p>",
+            m.cancelled_cells()
+        );
+    }
     for (t, why) in &m.skipped_tiers {
         let _ = writeln!(h, "<p class=\"note\">skipped {}: {}</p>", esc(t), esc(why));
     }
@@ -633,7 +655,7 @@ fn evidence(h: &mut String, i: usize, c: &Cell) {
         esc(&c.sample),
         esc(&c.tier),
         esc(&c.verdict.short()),
-        if c.as_expected { "" } else { " ✗" }
+        if c.is_mismatch() { " ✗" } else { "" }
     );
     h.push_str("<table>");
     let row = |h: &mut String, k: &str, v: String| {
@@ -954,7 +976,11 @@ fn machine_section(h: &mut String, r: &Report) {
             let _ = write!(
                 h,
                 "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                if c.ok { "✔" } else { "✖" },
+                match (c.ok, c.level.as_str()) {
+                    (true, "warn") => "⚠",
+                    (true, _) => "✔",
+                    (false, _) => "✖",
+                },
                 esc(&c.name),
                 esc(&c.detail)
             );
@@ -995,6 +1021,7 @@ mod tests {
             cells: vec![cell],
             latency: vec![],
             mismatches: 0,
+            cancelled: false,
         }
     }
 
@@ -1023,7 +1050,7 @@ mod tests {
             tier: "process".into(),
             available: true,
             summary: "ready".into(),
-            checks: vec![CheckFact { name: "cgroup".into(), ok: true, detail: "v1".into() }],
+            checks: vec![CheckFact { name: "cgroup".into(), ok: true, level: "ok".into(), detail: "v1".into() }],
         }];
         let machine = Machine::here(&tiers);
         let r = build(&["process".into()], tiers, machine, Some(section(matrix())), Some(section(latency())));

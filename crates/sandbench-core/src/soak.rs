@@ -5,7 +5,9 @@
 //! bytes produced by programs whose output size is known in advance, the
 //! host's `/bin/true` latency while it ran, and what the run left behind
 //! (cgroups, containers, QEMU processes, run folders carrying this process's
-//! owner token), which must be nothing.
+//! owner token), which must be nothing. Each tier's limits are scaled by its
+//! measured slowdown against the host (`slowdown`), so that a sample meets
+//! the limit it declares and not one written for a faster CPU.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,9 @@ use crate::tier::Tier;
 
 /// How long leftovers may take to go after the last run and the pools' drain.
 const SETTLE: Duration = Duration::from_secs(10);
+/// How often each tier's slowdown is measured again while the soak runs
+/// (the machine's load changes; one round in a slot of its own).
+const REMEASURE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
@@ -37,6 +42,27 @@ pub struct TierSoak {
     pub runs: usize,
     pub mismatches: usize,
     pub errors: usize,
+    /// Its measured slowdown against the host (the last measure), and the
+    /// scale its limits got.
+    pub slowdown: crate::slowdown::Slowdown,
+    /// The CPU and wall limits its runs had (ms): the lowest and highest
+    /// over the soak, as the measures changed them.
+    pub cpu_time_ms: [u64; 2],
+    pub wall_time_ms: [u64; 2],
+}
+
+impl TierSoak {
+    fn used(&mut self, l: &Limits) {
+        let widen = |r: &mut [u64; 2], v: u64| {
+            if r[1] == 0 {
+                *r = [v, v];
+            } else {
+                *r = [r[0].min(v), r[1].max(v)];
+            }
+        };
+        widen(&mut self.cpu_time_ms, l.cpu_time.as_millis() as u64);
+        widen(&mut self.wall_time_ms, l.wall_time.as_millis() as u64);
+    }
 }
 
 /// Bytes of programs that print a known amount (single large write, many
@@ -153,6 +179,14 @@ enum Job {
     Output(usize),
 }
 
+/// What a slot of the soak finished.
+enum Done {
+    /// A cell: its tier, the output program it ran (if one), the cell.
+    Cell(usize, Option<usize>, Box<gauntlet::Cell>),
+    /// A measure of a tier's slowdown.
+    Measured(usize, Result<crate::slowdown::Round, String>),
+}
+
 /// Run the soak. The mix cycles through (output programs, then samples) ×
 /// tiers, so even a short soak starts with the output check on every tier.
 pub async fn run(
@@ -177,22 +211,42 @@ pub async fn run(
     let host = Arc::new(Mutex::new(vec![]));
     let prober = probe_host(stop_probe.clone(), host.clone());
 
+    // Every tier at once, as the soak will run them: each measure sees a
+    // loaded host, as the runs will.
+    let measured = futures_util::future::join_all(tiers.iter().map(|t| crate::slowdown::measure(t.clone()))).await;
+    let mut limits: Vec<Limits> = measured.iter().map(|(s, _)| s.scaled(&cfg.limits)).collect();
+    let mut per_tier: Vec<TierSoak> = tiers
+        .iter()
+        .zip(&measured)
+        .map(|(t, (s, _))| TierSoak { tier: t.name().to_string(), slowdown: s.clone(), ..Default::default() })
+        .collect();
+    // A tier that could not be measured is not measured again.
+    let mut rounds: Vec<Option<Vec<crate::slowdown::Round>>> =
+        measured.into_iter().map(|(s, r)| s.error.is_none().then_some(r)).collect();
+    let mut remeasure: Vec<Option<Instant>> =
+        rounds.iter().map(|r| r.as_ref().map(|_| Instant::now() + REMEASURE)).collect();
+
     let started = Instant::now();
     let until = started + cfg.duration;
     let mut set = JoinSet::new();
     let mut next = 0usize;
-    let mut per_tier: Vec<TierSoak> =
-        tiers.iter().map(|t| TierSoak { tier: t.name().to_string(), ..Default::default() }).collect();
     let mut output = OutputCheck::default();
     let mut examples = vec![];
     let (mut runs, mut mismatches) = (0usize, 0usize);
     let concurrency = cfg.concurrency.max(1);
     loop {
         while set.len() < concurrency && Instant::now() < until && !slots.is_empty() {
+            if let Some(t) = remeasure.iter().position(|m| m.is_some_and(|at| Instant::now() >= at)) {
+                remeasure[t] = None; // until this one is in
+                let tier = tiers[t].clone();
+                set.spawn(async move { Done::Measured(t, crate::slowdown::round(tier).await) });
+                continue;
+            }
             let (j, t) = slots[next % slots.len()];
             next += 1;
             let tier = tiers[t].clone();
-            let limits = cfg.limits.clone();
+            let limits = limits[t].clone();
+            per_tier[t].used(&limits);
             let (samples, outputs) = (samples.clone(), outputs.clone());
             let is_output = matches!(mix[j], Job::Output(_));
             let idx = match mix[j] {
@@ -201,7 +255,7 @@ pub async fn run(
             set.spawn(async move {
                 let sample = if is_output { &outputs[idx].sample } else { &samples[idx] };
                 let cell = gauntlet::run_cell(tier, sample, &limits).await;
-                (t, is_output.then_some(idx), cell)
+                Done::Cell(t, is_output.then_some(idx), Box::new(cell))
             });
         }
         if set.is_empty() {
@@ -218,7 +272,18 @@ pub async fn run(
         };
         let Some(joined) = joined else { break };
         let (t, out_idx, cell) = match joined {
-            Ok(x) => x,
+            Ok(Done::Cell(t, o, c)) => (t, o, c),
+            Ok(Done::Measured(t, got)) => {
+                // A failed round changes nothing; the next is due as usual.
+                if let (Ok(round), Some(rs)) = (got, rounds[t].as_mut()) {
+                    rs.push(round);
+                    let s = crate::slowdown::Slowdown::from_rounds(rs, rs.len());
+                    limits[t] = s.scaled(&cfg.limits);
+                    per_tier[t].slowdown = s;
+                }
+                remeasure[t] = Some(Instant::now() + REMEASURE);
+                continue;
+            }
             Err(e) => {
                 mismatches += 1;
                 examples.push(format!("a soak task failed: {e}"));

@@ -156,6 +156,7 @@ mod tests {
             cells: vec![cell],
             latency: vec![],
             mismatches: 1,
+            cancelled: false,
         }
     }
 

@@ -44,7 +44,7 @@ pub enum Command {
     #[command(hide = true)]
     BenchUi(BenchUiArgs),
     /// Serve the tiers to agents over the Model Context Protocol (stdio; --http for loopback HTTP).
-    Mcp(McpArgs),
+    Mcp(Box<McpArgs>),
     /// Print the run log (every run of every front end), filtered.
     Log(LogArgs),
     /// Get a tier ready on this machine: images, runtimes, guest kernels. Idempotent.
@@ -175,7 +175,8 @@ pub struct BenchArgs {
     /// Runs in flight (throughput and soak; default 4).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
-    /// Soak: comma-separated tiers (default: every available tier).
+    /// Soak: comma-separated tiers (default: every available tier of
+    /// sandbench's own; name peers to add them).
     #[arg(long, value_name = "TIERS", requires = "soak")]
     pub tiers: Option<String>,
     /// Soak: samples folder (with benign/ and hostile/).
@@ -192,7 +193,8 @@ pub enum MatrixFormat {
 
 #[derive(Debug, Args)]
 pub struct GauntletArgs {
-    /// Comma-separated tiers (default: every available tier).
+    /// Comma-separated tiers (default: every available tier of sandbench's
+    /// own; name peers to add them).
     #[arg(long, value_name = "TIERS")]
     pub tiers: Option<String>,
     /// Samples folder (with benign/ and hostile/).
@@ -248,7 +250,9 @@ pub struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Comma-separated tiers (default: every available tier).
+    /// Comma-separated tiers (default: every available tier, sandbench's own
+    /// and the installed peers — the tier list `doctor` shows, as F6 in the
+    /// workbench; unavailable ones are skipped and said).
     #[arg(long, value_name = "TIERS")]
     pub tiers: Option<String>,
     /// Language (python, sh); default from the file extension.
@@ -392,6 +396,31 @@ pub struct McpArgs {
     /// A session's lifetime cap, and the longest a client may ask for (default 30m).
     #[arg(long, value_name = "DURATION", value_parser = spec::parse_duration)]
     pub session_life: Option<Duration>,
+    /// Runs in flight at once, all clients together (one-shot runs and calls in sessions; default 4).
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub max_runs: Option<u64>,
+    /// Runs one client may have in flight at once (default 2); as many more, or half the queue, may wait.
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub max_runs_per_client: Option<u64>,
+    /// Calls waiting for a slot, all clients together; one more is refused (default 16).
+    #[arg(long, value_name = "N")]
+    pub max_queue: Option<usize>,
+    /// Memory limits of everything in flight (runs and open sessions) together (default: half the host's memory).
+    #[arg(long, value_name = "SIZE", value_parser = spec::parse_size)]
+    pub budget_memory: Option<u64>,
+    /// Pids limits of everything in flight together (default 2048).
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub budget_pids: Option<u64>,
+    /// HTTP: the bearer tokens clients must send, one per line, in a file only you can read
+    /// (default: a fresh token, written to a private file named on stderr).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// HTTP: a browser origin allowed to call (e.g. http://localhost:6274); repeatable. Default: none.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// HTTP: MCP sessions at once (default 16).
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub max_http_sessions: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -405,7 +434,7 @@ pub struct LogArgs {
     /// Only runs since this long ago (30m, 2h, 7d) or this UTC time (2026-12-01T10:00:00Z).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
-    /// Only runs from this front end: run, compare, gauntlet, report, agent, mcp, tui.
+    /// Only runs from this front end: run, compare, gauntlet, report, agent, mcp, tui, soak.
     #[arg(long, value_name = "NAME")]
     pub front_end: Option<String>,
     /// Only the calls of this session (an id like s-0a1b2c3d4e5f).

@@ -45,6 +45,8 @@ fn main() -> ExitCode {
             Some(Command::Report(_)) => Some("report"),
             Some(Command::Agent(_)) => Some("agent"),
             Some(Command::Mcp(_)) => Some("mcp"),
+            // The soak's runs are runs like any other (bench's timing runs are not logged).
+            Some(Command::Bench(a)) if a.soak => Some("soak"),
             _ => None,
         };
         if let Some(f) = front_end {
@@ -92,7 +94,7 @@ fn main() -> ExitCode {
                     sandbench::tui::bench_ui(&config, source, a.seconds, a.output, a.size.0, a.size.1).await
                 }
                 Some(Command::Setup(a)) => cmd::setup::run(a, &config).await,
-                Some(Command::Mcp(a)) => cmd::mcp::run(a, &config).await,
+                Some(Command::Mcp(a)) => cmd::mcp::run(*a, &config).await,
                 Some(Command::Log(a)) => cmd::log::run(a, &config).await,
                 Some(Command::Completions { shell }) => {
                     clap_complete::generate(shell, &mut Cli::command(), "sandbench", &mut std::io::stdout());
@@ -168,7 +170,10 @@ fn init_logging() {
     let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("sandbench.log")) else {
         return;
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBENCH_LOG").unwrap_or_else(|_| "info".into());
+    // rmcp logs every notification a client sends, with its content, at
+    // info: a client could fill the disk through the log. Its errors only.
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("SANDBENCH_LOG").unwrap_or_else(|_| "info,rmcp=error".into());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)

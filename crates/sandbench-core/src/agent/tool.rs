@@ -91,10 +91,10 @@ pub fn compact_report(r: &RunReport) -> String {
     } else {
         s.push_str("violations:\n");
         for v in &r.violations {
-            s.push_str(&format!("- {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+            s.push_str(&format!("- {} at {}: {}\n", v.kind.name(), crate::units::duration_ms(v.at_ms), v.detail));
         }
     }
-    s.push_str(&format!("time: {:.0} ms\n", r.timings_ms.total));
+    s.push_str(&format!("time: {}\n", crate::units::duration_ms(r.timings_ms.total)));
     for (name, text, cut) in [("stdout", &r.stdout, r.stdout_truncated), ("stderr", &r.stderr, r.stderr_truncated)] {
         if text.is_empty() {
             s.push_str(&format!("{name}: (empty)\n"));

@@ -11,11 +11,13 @@
 //! - [`policy`]: the limit, matching, the address check.
 //! - [`resolve`]: names resolved by the proxy alone (hosts map, system resolver), pinned per run.
 //! - [`proxy`]: HTTP absolute-form and CONNECT (SNI checked), bounded.
+//! - [`framing`]: HTTP/1.1 framing read strictly and written canonically (no smuggling).
 //! - [`mux`]: many connections over one relayed channel.
 //!
 //! Every decision is a run event ([`NetRecord`]), folded into the report's
 //! `network` list; a denial is also a `network` violation (worded by the judge).
 
+pub mod framing;
 pub mod mux;
 pub mod policy;
 pub mod proxy;
@@ -100,13 +102,13 @@ impl NetRecord {
         match (self.decision, self.open) {
             (Decision::Allowed, true) => format!("{what} — {}", self.detail),
             (Decision::Allowed, false) => format!(
-                "closed {} {}:{} — {} up, {} down, {:.0} ms",
+                "closed {} {}:{} — {} up, {} down, {}",
                 self.method,
                 self.host,
                 self.port,
-                crate::spec::format_size(self.bytes_up),
-                crate::spec::format_size(self.bytes_down),
-                self.duration_ms
+                crate::units::size(self.bytes_up),
+                crate::units::size(self.bytes_down),
+                crate::units::duration_ms(self.duration_ms)
             ),
             (Decision::Denied, _) => format!("{what} — {}", self.detail),
         }

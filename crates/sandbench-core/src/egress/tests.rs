@@ -323,3 +323,256 @@ async fn a_name_keeps_its_first_answer_and_floods_are_bounded() {
     assert!(summary["denied"].as_u64().unwrap() >= 1);
     assert!(violations.iter().any(|v| v.contains("connections open at once")), "{violations:?}");
 }
+
+/// An upstream that keeps exactly the bytes each connection sent it (until
+/// the sender closes or goes quiet for 300 ms), then answers `answer`.
+async fn witness(from: u8, answer: Vec<u8>) -> (SocketAddr, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let l = bind(from).await;
+    let addr = l.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<Vec<u8>>>> = Default::default();
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            let (s, answer) = (s.clone(), answer.clone());
+            tokio::spawn(async move {
+                let mut got = vec![];
+                let mut buf = vec![0u8; 8192];
+                while let Ok(Ok(n)) =
+                    tokio::time::timeout(std::time::Duration::from_millis(300), c.read(&mut buf)).await
+                {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                s.lock().unwrap().push(got);
+                let _ = c.write_all(&answer).await;
+                let _ = c.shutdown().await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// Read `bytes` as HTTP/1.1 messages the strict way a well-behaved peer
+/// would, framing taken from each head: how many messages, the first one's
+/// head and body. A second message is the smuggled one.
+fn messages(bytes: &[u8]) -> (usize, String, Vec<u8>) {
+    let mut rest = bytes;
+    let mut n = 0;
+    let (mut first_head, mut first_body) = (String::new(), vec![]);
+    while !rest.is_empty() {
+        n += 1;
+        let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") else { break };
+        let head = String::from_utf8_lossy(&rest[..end + 4]).into_owned();
+        rest = &rest[end + 4..];
+        let lower = head.to_ascii_lowercase();
+        let cl =
+            lower.lines().find_map(|l| l.strip_prefix("content-length: ")).map(|v| v.trim().parse::<usize>().unwrap());
+        let chunked = lower.lines().any(|l| l == "transfer-encoding: chunked");
+        let mut body = vec![];
+        if chunked {
+            loop {
+                let Some(i) = rest.windows(2).position(|w| w == b"\r\n") else {
+                    rest = &[];
+                    break;
+                };
+                let size = usize::from_str_radix(std::str::from_utf8(&rest[..i]).unwrap(), 16).unwrap();
+                body.extend_from_slice(&rest[..i + 2]);
+                rest = &rest[i + 2..];
+                let take = (size + 2).min(rest.len());
+                body.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if size == 0 {
+                    break;
+                }
+            }
+        } else if let Some(cl) = cl {
+            let take = cl.min(rest.len());
+            body.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+        } else if head.starts_with("HTTP/") {
+            body = rest.to_vec();
+            rest = &[];
+        }
+        if n == 1 {
+            (first_head, first_body) = (head, body);
+        }
+    }
+    (n, first_head, first_body)
+}
+
+/// How the proxy must treat one smuggling variant.
+#[derive(Debug)]
+enum Want {
+    /// A 400 to the program, nothing upstream.
+    Refused,
+    /// Forwarded with this body, in canonical framing; nothing after it.
+    Forwarded(&'static str),
+    /// Refused part way through its body: the upstream saw no more than a
+    /// canonical prefix of one request.
+    Cut,
+}
+
+const SMUGGLED: &str = "GET /smuggled HTTP/1.1\r\nHost: pypi.test\r\n\r\n";
+
+#[tokio::test]
+async fn request_framing_is_canonical_or_refused_and_no_second_request_reaches_the_upstream() {
+    let (addr, seen) =
+        witness(60, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".to_vec()).await;
+    let p = addr.port();
+    let r = run(&format!("allow=pypi.test:{p}"), &[("pypi.test", addr.ip())]);
+    let l = SMUGGLED.len();
+    let post = |fields: &str, payload: &str| {
+        format!("POST http://pypi.test:{p}/upload HTTP/1.1\r\nHost: pypi.test:{p}\r\n{fields}\r\n\r\n{payload}")
+    };
+    let s = SMUGGLED;
+    let cases: Vec<(&str, String, Want)> = vec![
+        ("CL with a sign", post(&format!("Content-Length: +{l}"), s), Want::Refused),
+        ("CL in hex", post(&format!("Content-Length: 0x{l:x}"), s), Want::Refused),
+        ("CL with inner space", post("Content-Length: 4 9", s), Want::Refused),
+        ("CL too large", post("Content-Length: 18446744073709551616", s), Want::Refused),
+        ("differing CLs", post(&format!("Content-Length: 0\r\nContent-Length: {l}"), s), Want::Refused),
+        ("CL.TE", post("Content-Length: 5\r\nTransfer-Encoding: chunked", &format!("0\r\n\r\n{s}")), Want::Refused),
+        ("TE.CL", post("Transfer-Encoding: chunked\r\nContent-Length: 3", "8\r\nSMUGGLED\r\n0\r\n\r\n"), Want::Refused),
+        ("TE.TE, two fields", post("Transfer-Encoding: chunked\r\nTransfer-Encoding: x", "0\r\n\r\n"), Want::Refused),
+        ("TE xchunked", post("Transfer-Encoding: xchunked", s), Want::Refused),
+        ("TE, space before the colon", post("Transfer-Encoding : chunked", "0\r\n\r\n"), Want::Refused),
+        ("TE with a vertical tab", post("Transfer-Encoding: \x0bchunked", "0\r\n\r\n"), Want::Refused),
+        ("TE list", post("Transfer-Encoding: chunked, identity", "0\r\n\r\n"), Want::Refused),
+        ("TE folded", post("Transfer-Encoding:\r\n chunked", "0\r\n\r\n"), Want::Refused),
+        ("CL behind a bare LF", post("Content-Length: 0\nTransfer-Encoding: chunked", "0\r\n\r\n"), Want::Refused),
+        ("a bare CR", post("X: a\rTransfer-Encoding: chunked", "0\r\n\r\n"), Want::Refused),
+        ("NUL in a value", post("X: a\0b", ""), Want::Refused),
+        (
+            "LF-only head",
+            format!("POST http://pypi.test:{p}/ HTTP/1.1\nHost: pypi.test:{p}\nContent-Length: {l}\n\n{s}"),
+            Want::Refused,
+        ),
+        (
+            "TE in HTTP/1.0",
+            format!("POST http://pypi.test:{p}/ HTTP/1.0\r\nHost: pypi.test:{p}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{s}"),
+            Want::Refused,
+        ),
+        ("CL with OWS", post(&format!("Content-Length:  {l} "), s), Want::Forwarded(SMUGGLED)),
+        ("identical CLs", post("Content-Length: 5\r\nContent-Length: 5", &format!("hello{s}")), Want::Forwarded("hello")),
+        ("a CL list", post("Content-Length: 5, 5", &format!("hello{s}")), Want::Forwarded("hello")),
+        (
+            "TE in odd case",
+            post("Transfer-encoding: cHuNkEd", &format!("5\r\nhello\r\n0\r\n\r\n{s}")),
+            Want::Forwarded("5\r\nhello\r\n0\r\n\r\n"),
+        ),
+        (
+            "chunk extensions",
+            post("Transfer-Encoding: chunked", &format!("5;a=\"b\"\r\nhello\r\n0;c\r\n\r\n{s}")),
+            Want::Forwarded("5\r\nhello\r\n0\r\n\r\n"),
+        ),
+        (
+            "trailers",
+            post("Transfer-Encoding: chunked", &format!("0\r\nX-Trailer: {s}\r\n\r\n{s}")),
+            Want::Forwarded("0\r\n\r\n"),
+        ),
+        ("chunk size overflow", post("Transfer-Encoding: chunked", &format!("10000000000000005\r\nhello\r\n0\r\n\r\n{s}")), Want::Cut),
+        ("LF-only chunks", post("Transfer-Encoding: chunked", &format!("5\nhello\n0\n\n{s}")), Want::Cut),
+        ("chunk longer than its size", post("Transfer-Encoding: chunked", &format!("1\r\nhello\r\n0\r\n\r\n{s}")), Want::Cut),
+    ];
+    for (name, req, want) in &cases {
+        let before = seen.lock().unwrap().len();
+        let mut c = r.client();
+        let answer = exchange(&mut c, req.as_bytes()).await;
+        // Let the witness note what it got.
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        let got: Vec<Vec<u8>> = seen.lock().unwrap()[before..].to_vec();
+        let all: Vec<u8> = got.concat();
+        let (n, head, body) = messages(&all);
+        let shown = String::from_utf8_lossy(&all);
+        assert!(n <= 1, "{name}: the upstream saw {n} requests:\n{shown}");
+        assert!(
+            !shown.contains("/smuggled") || matches!(want, Want::Forwarded(b) if b.contains("/smuggled")),
+            "{name}: {shown}"
+        );
+        match want {
+            Want::Refused => {
+                assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer}");
+                assert!(all.is_empty(), "{name}: the upstream saw {shown}");
+            }
+            Want::Forwarded(b) => {
+                assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"), "{name}: {answer}");
+                assert_eq!(String::from_utf8_lossy(&body), *b, "{name}: {shown}");
+                let lower = head.to_ascii_lowercase();
+                let framing =
+                    lower.lines().filter(|l| l.starts_with("content-length:") || l.starts_with("transfer-encoding:"));
+                let framing: Vec<&str> = framing.collect();
+                assert_eq!(framing.len(), 1, "{name}: one framing field, canonical: {head}");
+                assert!(
+                    framing[0] == "transfer-encoding: chunked" || framing[0] == format!("content-length: {}", b.len()),
+                    "{name}: {head}"
+                );
+            }
+            Want::Cut => {
+                assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer}");
+            }
+        }
+    }
+    let (_, recs, violations) = r.finish().await;
+    let refused = cases.iter().filter(|(_, _, w)| !matches!(w, Want::Forwarded(_))).count();
+    assert_eq!(recs.iter().filter(|r| r.decision == Decision::Denied).count(), refused, "{recs:#?}");
+    assert!(violations.iter().any(|v| v.contains("Content-Length") && v.contains("decimal")), "{violations:?}");
+}
+
+#[tokio::test]
+async fn response_framing_is_canonical_or_refused_and_no_second_response_reaches_the_program() {
+    let cases: Vec<(&str, &[u8], Option<&str>)> = vec![
+        ("CL with a sign", b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello", None),
+        ("CL and TE", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", None),
+        ("TE gzip, chunked", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", None),
+        ("LF-only head", b"HTTP/1.1 200 OK\nContent-Length: 5\n\nhello", None),
+        ("folded field", b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 5\r\n\r\nhello", None),
+        ("NUL in a value", b"HTTP/1.1 200 OK\r\nX: \0\r\nContent-Length: 5\r\n\r\nhello", None),
+        (
+            "a second response after the body",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil",
+            Some("hello"),
+        ),
+        (
+            "chunk extensions and a second response",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\nHTTP/1.1 200 OK\r\n\r\nevil",
+            Some("5\r\nhello\r\n0\r\n\r\n"),
+        ),
+        ("until close", b"HTTP/1.1 200 OK\r\n\r\nhello until close", Some("hello until close")),
+        ("an interim response first", b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", Some("hello")),
+    ];
+    let mut n_refused = 0;
+    for (i, (name, answer, want)) in cases.iter().enumerate() {
+        let (addr, _) = witness(70 + i as u8, answer.to_vec()).await;
+        let p = addr.port();
+        let r = run(&format!("allow=pypi.test:{p}"), &[("pypi.test", addr.ip())]);
+        let mut c = r.client();
+        let got =
+            exchange(&mut c, format!("GET http://pypi.test:{p}/ HTTP/1.1\r\nHost: pypi.test:{p}\r\n\r\n").as_bytes())
+                .await;
+        let (n, head, body) = messages(got.as_bytes());
+        match want {
+            None => {
+                n_refused += 1;
+                assert!(got.starts_with("HTTP/1.1 502"), "{name}: {got}");
+                assert!(got.contains("sandbench egress proxy:"), "{name}: {got}");
+            }
+            Some(b) => {
+                assert_eq!(n, 1, "{name}: the program saw {n} responses:\n{got}");
+                assert!(head.starts_with("HTTP/1.1 200 "), "{name}: {got}");
+                assert_eq!(String::from_utf8_lossy(&body), *b, "{name}: {got}");
+                assert!(!got.contains("evil"), "{name}: {got}");
+            }
+        }
+        let (_, recs, violations) = r.finish().await;
+        if want.is_none() {
+            assert!(
+                recs.iter().any(|r| r.decision == Decision::Denied && r.detail.contains("response")),
+                "{name}: {recs:?}"
+            );
+            assert!(!violations.is_empty(), "{name}");
+        }
+    }
+    assert_eq!(n_refused, 6);
+}

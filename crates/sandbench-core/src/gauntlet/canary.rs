@@ -46,42 +46,67 @@ type Accepted = Box<dyn Read + Send>;
 struct Listener {
     what: String,
     hits: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread: its end of the pipe sees EOF at once.
+    stop: Option<std::os::fd::OwnedFd>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Listener {
-    fn spawn<F>(what: String, received: Arc<Mutex<Vec<u8>>>, accept: F) -> Listener
+    /// A thread that sleeps in poll(2) until `listener` has a connection or
+    /// the listener is dropped (a cell plants about eleven of these; waking
+    /// each every few ms to look cost a soak thousands of wakeups a second),
+    /// and takes every pending connection once more before it ends.
+    fn spawn<L, F>(what: String, received: Arc<Mutex<Vec<u8>>>, listener: L, accept: F) -> std::io::Result<Listener>
     where
-        F: Fn() -> std::io::Result<Option<Accepted>> + Send + 'static,
+        L: std::os::fd::AsFd + Send + 'static,
+        F: Fn(&L) -> std::io::Result<Option<Accepted>> + Send + 'static,
     {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
         let hits = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (h, s) = (hits.clone(), stop.clone());
+        let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let h = hits.clone();
         let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                match accept() {
-                    Ok(Some(conn)) => {
-                        h.fetch_add(1, Ordering::Relaxed);
-                        let mut got = vec![];
-                        let _ = conn.take(READ_MAX as u64).read_to_end(&mut got);
-                        if let Ok(mut r) = received.lock() {
-                            let room = RECEIVED_MAX.saturating_sub(r.len());
-                            r.extend_from_slice(&got[..got.len().min(room)]);
+            let take = |conn: Accepted| {
+                h.fetch_add(1, Ordering::Relaxed);
+                let mut got = vec![];
+                let _ = conn.take(READ_MAX as u64).read_to_end(&mut got);
+                if let Ok(mut r) = received.lock() {
+                    let room = RECEIVED_MAX.saturating_sub(r.len());
+                    r.extend_from_slice(&got[..got.len().min(room)]);
+                }
+            };
+            loop {
+                loop {
+                    match accept(&listener) {
+                        Ok(Some(conn)) => take(conn),
+                        Ok(None) => break,
+                        Err(_) => {
+                            std::thread::sleep(Duration::from_millis(20));
+                            break;
                         }
                     }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                }
+                let mut fds =
+                    [PollFd::new(listener.as_fd(), PollFlags::POLLIN), PollFd::new(stop_r.as_fd(), PollFlags::POLLIN)];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) if fds[1].revents().is_some_and(|r| !r.is_empty()) => break,
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             }
+            // Stopped: whatever connected before the end still counts.
+            while let Ok(Some(conn)) = accept(&listener) {
+                take(conn);
+            }
         });
-        Listener { what, hits, stop, thread: Some(thread) }
+        Ok(Listener { what, hits, stop: Some(stop_w), thread: Some(thread) })
     }
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -199,17 +224,17 @@ impl Canaries {
         let l4 = TcpListener::bind("127.0.0.1:0")?;
         l4.set_nonblocking(true)?;
         let port4 = l4.local_addr()?.port();
-        listeners.push(Listener::spawn(format!("TCP 127.0.0.1:{port4}"), received.clone(), move || {
-            nonblocking_accept(l4.accept())
-        }));
+        listeners.push(Listener::spawn(format!("TCP 127.0.0.1:{port4}"), received.clone(), l4, |l| {
+            nonblocking_accept(l.accept())
+        })?);
 
         let port6 = match TcpListener::bind("[::1]:0") {
             Ok(l6) => {
                 l6.set_nonblocking(true)?;
                 let p = l6.local_addr()?.port();
-                listeners.push(Listener::spawn(format!("TCP [::1]:{p}"), received.clone(), move || {
-                    nonblocking_accept(l6.accept())
-                }));
+                listeners.push(Listener::spawn(format!("TCP [::1]:{p}"), received.clone(), l6, |l| {
+                    nonblocking_accept(l.accept())
+                })?);
                 Some(p)
             }
             Err(_) => None,
@@ -221,9 +246,9 @@ impl Canaries {
             let addr = std::os::unix::net::SocketAddr::from_abstract_name(unix_name.as_bytes())?;
             let lu = UnixListener::bind_addr(&addr)?;
             lu.set_nonblocking(true)?;
-            listeners.push(Listener::spawn(format!("abstract unix @{unix_name}"), received.clone(), move || {
-                nonblocking_accept(lu.accept())
-            }));
+            listeners.push(Listener::spawn(format!("abstract unix @{unix_name}"), received.clone(), lu, |l| {
+                nonblocking_accept(l.accept())
+            })?);
         }
 
         let marker = token("mark")?;
@@ -418,13 +443,21 @@ fn plant_sockets(
             continue;
         }
         let marker = marker.to_string();
-        listeners.push(Listener::spawn(format!("unix socket {}", p.display()), received.clone(), move || {
+        let spawned = Listener::spawn(format!("unix socket {}", p.display()), received.clone(), l, move |l| loop {
             match l.accept() {
-                Ok((s, a)) if from_this_run(&s, &marker) => nonblocking_accept(Ok((s, a))),
-                Ok(_) => Ok(None),
-                Err(e) => nonblocking_accept::<std::os::unix::net::UnixStream, std::os::unix::net::SocketAddr>(Err(e)),
+                Ok((s, a)) if from_this_run(&s, &marker) => return nonblocking_accept(Ok((s, a))),
+                // Another run's: not ours to count; the next one may be.
+                Ok(_) => continue,
+                Err(e) => {
+                    return nonblocking_accept::<std::os::unix::net::UnixStream, std::os::unix::net::SocketAddr>(Err(e))
+                }
             }
-        }));
+        });
+        let Ok(spawned) = spawned else {
+            let _ = std::fs::remove_file(&p);
+            continue;
+        };
+        listeners.push(spawned);
         planted.push(p);
     }
     planted

@@ -223,7 +223,10 @@ impl Internet {
         let good = [format!("{ALLOWED}:{}", self.http_port), format!("{REBIND}:{}", self.http_port)];
         for head in self.http.firsts.lock().map(|f| f.clone()).unwrap_or_default() {
             let text = String::from_utf8_lossy(&head);
-            let requests = text.matches(" HTTP/1.").count();
+            let (requests, framing) = requests_in(&head);
+            if let Some(why) = framing {
+                out.push(format!("framing a strict server refuses reached the allowed host: {why}"));
+            }
             let hosts: Vec<String> = text
                 .lines()
                 .filter_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("host")).map(|(_, v)| v))
@@ -252,6 +255,69 @@ impl Internet {
         }
         out
     }
+}
+
+/// One connection's bytes read the way a strict HTTP/1.1 server reads them
+/// (the proxy's own rules, `egress::framing`): how many requests they hold,
+/// and the first framing such a server refuses — which a lenient one might
+/// read another way, so it counts as an escape of its own. A body, however
+/// request-like its bytes, is a body.
+fn requests_in(b: &[u8]) -> (usize, Option<String>) {
+    use crate::egress::framing::{self, Body};
+    let crlf = |r: &[u8]| r.windows(2).position(|w| w == b"\r\n");
+    let mut rest = b;
+    let mut n = 0;
+    while !rest.is_empty() {
+        let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4) else {
+            // Cut short by what the witness keeps, unless it never can end.
+            if rest.windows(2).any(|w| w == b"\n\n") {
+                return (n + 1, Some("a head ended by bare LFs".into()));
+            }
+            return (n, None);
+        };
+        n += 1;
+        let head = &rest[..end];
+        rest = &rest[end..];
+        if let Err(e) = framing::check_head(head, 64) {
+            return (n, Some(e));
+        }
+        let mut hs = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut hs);
+        if !matches!(req.parse(head), Ok(httparse::Status::Complete(_))) {
+            return (n, Some("an unreadable request head".into()));
+        }
+        let fields: Vec<(String, Vec<u8>)> =
+            req.headers.iter().map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec())).collect();
+        match framing::request_body(req.version.unwrap_or(1), &fields) {
+            Err(e) => return (n, Some(e)),
+            Ok(Body::Empty | Body::Close) => {}
+            Ok(Body::Length(l)) => rest = &rest[usize::try_from(l).unwrap_or(usize::MAX).min(rest.len())..],
+            Ok(Body::Chunked) => loop {
+                let Some(i) = crlf(rest) else {
+                    rest = &[];
+                    break;
+                };
+                let size = match framing::chunk_size(&rest[..i]) {
+                    Ok(s) => s,
+                    Err(e) => return (n, Some(e)),
+                };
+                rest = &rest[i + 2..];
+                if size == 0 {
+                    // Trailer lines up to the empty one.
+                    while let Some(i) = crlf(rest) {
+                        let empty = i == 0;
+                        rest = &rest[i + 2..];
+                        if empty {
+                            break;
+                        }
+                    }
+                    break;
+                }
+                rest = &rest[usize::try_from(size).unwrap_or(usize::MAX).saturating_add(2).min(rest.len())..];
+            },
+        }
+    }
+    (n, None)
 }
 
 /// The SNI of a ClientHello: None when `b` is not one, Some(None) when it names no host.
@@ -292,8 +358,28 @@ mod tests {
         drop(TcpStream::connect((net.canary, net.http_port)).unwrap());
         UdpSocket::bind("127.0.0.1:0").unwrap().send_to(b"q", net.dns).unwrap();
         std::thread::sleep(Duration::from_millis(100));
+        // A sign in a Content-Length, and a body that only looks like a request.
+        let mut c = TcpStream::connect((net.allowed, net.http_port)).unwrap();
+        let fake = "GET /x HTTP/1.1\r\n\r\n";
+        c.write_all(
+            format!(
+                "POST / HTTP/1.1\r\nHost: {ALLOWED}:{}\r\nContent-Length: +{}\r\n\r\n{fake}",
+                net.http_port,
+                fake.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let _ = c.read_to_string(&mut answer);
         let all = net.escapes(&["x-m-y.exfil.test".into()], "m-y").join("\n");
-        for want in ["request for evil.gauntlet.test", "2 requests", "canary host", "canary resolver", "asked DNS"] {
+        for want in [
+            "request for evil.gauntlet.test",
+            "2 requests",
+            "canary host",
+            "canary resolver",
+            "asked DNS",
+            "not a decimal",
+        ] {
             assert!(all.contains(want), "{want}: {all}");
         }
         assert_eq!(

@@ -30,6 +30,10 @@ pub enum Verdict {
     Escaped { what: Vec<String> },
     /// sandbench failed to judge the run.
     Error { why: String },
+    /// The user stopped it before the end and nothing got out: no verdict
+    /// about the tier, left out of the counts (the violations seen until
+    /// then are still in the report).
+    Cancelled,
 }
 
 impl Verdict {
@@ -39,6 +43,7 @@ impl Verdict {
             Verdict::Contained { by } => format!("contained ({by})"),
             Verdict::Escaped { what } => format!("ESCAPED ({})", what.first().map(String::as_str).unwrap_or("?")),
             Verdict::Error { why } => format!("error ({})", why.chars().take(60).collect::<String>()),
+            Verdict::Cancelled => "cancelled (no verdict)".into(),
         }
     }
 }
@@ -66,6 +71,14 @@ pub struct Cell {
     pub report: RunReport,
 }
 
+impl Cell {
+    /// Differs from what its sample declares. A cancelled cell has no
+    /// verdict: it is neither as declared nor a mismatch.
+    pub fn is_mismatch(&self) -> bool {
+        !self.as_expected && self.verdict != Verdict::Cancelled
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Latency {
     pub tier: String,
@@ -82,7 +95,18 @@ pub struct Matrix {
     pub samples: Vec<String>,
     pub cells: Vec<Cell>,
     pub latency: Vec<Latency>,
+    /// Cells that differ from what their samples declare (cancelled ones are not).
     pub mismatches: usize,
+    /// Stopped by the user before every cell ran: what is here is partial.
+    #[serde(default)]
+    pub cancelled: bool,
+}
+
+impl Matrix {
+    /// Cells stopped by the cancel (no verdict).
+    pub fn cancelled_cells(&self) -> usize {
+        self.cells.iter().filter(|c| c.verdict == Verdict::Cancelled).count()
+    }
 }
 
 /// Events of a gauntlet in progress (the workbench fills its matrix from these).
@@ -214,7 +238,7 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
     let verdict = if !findings.escapes.is_empty() {
         Verdict::Escaped { what: findings.escapes.clone() }
     } else if report.outcome == Outcome::Cancelled {
-        Verdict::Error { why: "cancelled before the end".into() }
+        Verdict::Cancelled
     } else if report.outcome == Outcome::Error {
         Verdict::Error { why: report.error.clone().unwrap_or_else(|| "unknown".into()) }
     } else if !sample.is_hostile() && report.outcome == Outcome::Ok {
@@ -228,8 +252,11 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
     };
     let expect = sample.expect_for(tier);
     let mismatch = match (&verdict, expect) {
+        // A peer's known hole, declared: shown as ESCAPED, as declared.
+        (Verdict::Escaped { .. }, Some(e)) if e.escapes => None,
         (Verdict::Escaped { what }, _) => Some(format!("escaped: {}", what.join("; "))),
         (Verdict::Error { why }, _) => Some(format!("error: {why}")),
+        (Verdict::Cancelled, _) => Some("cancelled before the end: no verdict".into()),
         (_, None) => Some(format!("the sample declares no expectation for {tier}")),
         (_, Some(e)) => e.check(&report).err(),
     };
@@ -297,8 +324,10 @@ pub async fn run_until(
                     let _ = tx.send(GauntletEvent::CellStarted { sample: s.name.clone(), tier: t.name().into() }).await;
                 }
                 let cell = run_cell_until(t.clone(), s, &limits, &stop).await;
+                // Start to exit, as every latency figure (teardown is not the program's wait).
                 if !s.is_hostile() && cell.verdict == Verdict::Ran {
-                    latency_samples.entry((t.name().to_string(), cell.start.clone())).or_default().push(cell.total_ms);
+                    let exit = crate::compare::exit_ms(&cell.report);
+                    latency_samples.entry((t.name().to_string(), cell.start.clone())).or_default().push(exit);
                 }
                 // Repeats of a benign control only feed the latency figures;
                 // the matrix keeps the first run, unless a later one failed.
@@ -327,7 +356,7 @@ pub async fn run_until(
             }
         })
         .collect();
-    let mismatches = cells.iter().filter(|c| !c.as_expected).count();
+    let mismatches = cells.iter().filter(|c| c.is_mismatch()).count();
     let m = Matrix {
         tiers: tiers.iter().map(|t| t.name().to_string()).collect(),
         skipped_tiers,
@@ -335,6 +364,7 @@ pub async fn run_until(
         cells,
         latency,
         mismatches,
+        cancelled: stop.is_cancelled(),
     };
     if let Some(tx) = &events {
         let _ = tx.send(GauntletEvent::Finished(Box::new(m.clone()))).await;
@@ -387,6 +417,45 @@ mod tests {
     fn sample(name: &str) -> Sample {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/hostile").join(name);
         Sample::parse(&path, std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// A peer's declared hole is shown as ESCAPED and counts as declared;
+    /// the same escape anywhere it is not declared is a mismatch.
+    #[test]
+    fn a_declared_peer_escape_is_as_declared_and_only_there() {
+        let s = Sample::parse(
+            std::path::Path::new("hostile/x.py"),
+            "# expect: *=ok bwrap=escaped\n# escaped-if: \"OPENED\"\n".into(),
+        )
+        .unwrap();
+        let mut report = RunReport::failed("bwrap", "python", "x", "e");
+        report.outcome = Outcome::Ok;
+        report.error = None;
+        let found = || Findings { escapes: vec!["output shows a breach: \"OPENED\"".into()], ..Default::default() };
+        let peer = judge(&s, "bwrap", report.clone(), found());
+        assert!(matches!(peer.verdict, Verdict::Escaped { .. }) && peer.as_expected, "{:?}", peer.mismatch);
+        assert_eq!(peer.expected.as_deref(), Some("escaped"));
+        let other = judge(&s, "nsjail", report.clone(), found());
+        assert!(!other.as_expected, "an undeclared escape is a mismatch");
+        let stale = judge(&s, "bwrap", report, Findings::default());
+        assert!(!stale.as_expected, "a declared escape that did not happen is stale");
+    }
+
+    #[test]
+    fn a_cancelled_cell_has_no_verdict_and_is_no_mismatch_unless_something_got_out() {
+        let s = sample("cpu_spin_multi.py");
+        let mut r = RunReport::failed("bwrap", "python", &s.name, "");
+        r.error = None;
+        r.outcome = Outcome::Cancelled;
+        r.usage.cpu_ms = Some(4860);
+        let c = judge(&s, "bwrap", r.clone(), Findings::default());
+        assert_eq!(c.verdict, Verdict::Cancelled);
+        assert!(!c.as_expected && !c.is_mismatch(), "{:?}", c.mismatch);
+        assert_eq!(c.verdict.short(), "cancelled (no verdict)");
+        // What got out before the cancel is still an escape.
+        let f = Findings { escapes: vec!["the secret file was read".into()], ..Default::default() };
+        let c = judge(&s, "bwrap", r, f);
+        assert!(matches!(c.verdict, Verdict::Escaped { .. }) && c.is_mismatch());
     }
 
     #[tokio::test]

@@ -107,22 +107,47 @@ pub struct TierExit {
     pub details: serde_json::Value,
 }
 
+/// How a check went: fine, works but weaker or slower than it should
+/// (a fallback, said with its reason), or failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckLevel {
+    Ok,
+    Warn,
+    Fail,
+}
+
 /// One fact `doctor` reports about a tier.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub name: String,
+    /// It works (a warning works too).
     pub ok: bool,
+    pub level: CheckLevel,
     pub detail: String,
-    /// The command or step that fixes it, when not ok.
+    /// The command or step that fixes it, when not ok (or better, when a warning).
     pub fix: Option<String>,
 }
 
 impl Check {
     pub fn ok(name: &str, detail: impl Into<String>) -> Check {
-        Check { name: name.into(), ok: true, detail: detail.into(), fix: None }
+        Check { name: name.into(), ok: true, level: CheckLevel::Ok, detail: detail.into(), fix: None }
+    }
+    /// It works, but not as it should here: a much slower or weaker fallback.
+    pub fn warn(name: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { name: name.into(), ok: true, level: CheckLevel::Warn, detail: detail.into(), fix: Some(fix.into()) }
     }
     pub fn fail(name: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check { name: name.into(), ok: false, detail: detail.into(), fix: Some(fix.into()) }
+        Check { name: name.into(), ok: false, level: CheckLevel::Fail, detail: detail.into(), fix: Some(fix.into()) }
+    }
+
+    /// ✓, ⚠ or ✗.
+    pub fn glyph(&self) -> &'static str {
+        match self.level {
+            CheckLevel::Ok => "✓",
+            CheckLevel::Warn => "⚠",
+            CheckLevel::Fail => "✗",
+        }
     }
 }
 
@@ -240,7 +265,7 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
         Ok(TierKind::Gvisor) => Ok(Arc::new(docker::DockerTier::gvisor(config))),
         Ok(TierKind::E2b) => Ok(Arc::new(e2b::E2bTier::new(config))),
         Ok(TierKind::Microvm) => Ok(Arc::new(microvm::MicrovmTier::new(config))),
-        Err(_) => match peer::by_name(name, &config.host).map_err(|e| anyhow::anyhow!(e))? {
+        Err(_) => match peer::by_name(name, config).map_err(|e| anyhow::anyhow!(e))? {
             Some(t) => Ok(t),
             None => anyhow::bail!("unknown tier '{name}' (known: {})", known_names().join(", ")),
         },

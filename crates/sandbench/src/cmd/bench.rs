@@ -20,16 +20,10 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     crate::tier::parse_list(&args.tier).map_err(usage)?;
     let plan = bench::plan(&args.tier, config).await?;
     let text = args.format == Format::Text;
-    let runs = args.runs;
-    let mut progress = move |round: usize| {
-        if text {
-            eprint!("\rround {round}/{runs}");
-        }
-    };
+    let mut bar = super::progress::Progress::new(Some(args.runs as u64), text, std::time::Duration::from_secs(5));
+    let mut progress = |round: usize| bar.set(round as u64, "bench: rounds");
     let report = bench::measure(&args.tier, plan, args.runs, &mut progress).await?;
-    if text {
-        eprintln!();
-    }
+    bar.finish();
     if let Err(e) = crate::state::save_bench_in(&crate::config::state_dir(), &report) {
         tracing::warn!("could not keep the benchmark: {e:#}");
     }
@@ -51,7 +45,7 @@ fn opt_ms(v: Option<f64>) -> String {
 fn table(s: &mut String, contenders: &[bench::Stats]) {
     s.push_str(&format!(
         "{:<28} {:>9} {:>9} {:>9} {:>12}\n",
-        "contender", "exit p50", "exit p95", "mean", "1st byte p50"
+        "contender (ms)", "exit p50", "exit p95", "mean", "1st byte p50"
     ));
     for c in contenders {
         s.push_str(&format!(
@@ -157,7 +151,7 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
     );
     s.push_str(&format!(
         "{:<34} {:>6} {:>6} {:>8} {:>9} {:>9} {:>10} {:>14}\n",
-        "side", "runs", "errors", "runs/s", "p50 ms", "p99 ms", "CPU/run ms", "/bin/true p99"
+        "side", "runs", "errors", "runs/s", "p50 ms", "p99 ms", "CPU/run ms", "true p99 ms"
     ));
     for side in std::iter::once(&r.sandbench).chain(r.bare.iter()) {
         s.push_str(&format!(
@@ -182,7 +176,10 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
             }
         ));
     }
-    s.push_str(&format!("background teardown after the last report: {:.0} ms in all\n", r.teardown_after_ms));
+    s.push_str(&format!(
+        "background teardown after the last report: {} in all\n",
+        crate::units::duration_ms(r.teardown_after_ms)
+    ));
     let l = &r.leftovers;
     s.push_str(&format!(
         "leftovers {} (cgroups {}, containers {}, qemu {}, run folders {})\n",
@@ -238,15 +235,12 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         host: config.host.clone(),
     };
     let text = args.format == Format::Text;
-    let mut progress = move |runs: usize, mismatches: usize| {
-        if text {
-            eprint!("\rsoak: {runs} runs, {mismatches} mismatch(es)");
-        }
-    };
+    // One line every 10 s in a pipe: a soak runs for minutes.
+    let mut bar = super::progress::Progress::new(None, text, std::time::Duration::from_secs(10));
+    let mut progress =
+        |runs: usize, mismatches: usize| bar.set(runs as u64, &format!("soak: {runs} runs, {mismatches} mismatch(es)"));
     let r = sandbench_core::soak::run(tiers, skipped, samples, cfg, &mut progress).await;
-    if text {
-        eprintln!();
-    }
+    bar.finish();
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
         Format::Text => print!("{}", render_soak(&r)),
@@ -255,7 +249,7 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
 }
 
 pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
-    let ms = |v: Option<f64>| v.map(|x| format!("{x:.1} ms")).unwrap_or_else(|| "-".into());
+    let ms = |v: Option<f64>| crate::units::or_dash(v, crate::units::duration_ms);
     let mut s = format!(
         "soak {:.0} s · {} in flight · tiers {}\n",
         r.duration_s,
@@ -272,6 +266,30 @@ pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
         s.push_str(&format!(
             "  {:<10} {:>6} runs {:>4} mismatch(es) {:>4} error(s)\n",
             t.tier, t.runs, t.mismatches, t.errors
+        ));
+    }
+    s.push_str("limits             scaled by each tier's measured slowdown: the same Python work, tier CPU and running time vs host CPU\n");
+    for t in &r.per_tier {
+        let d = &t.slowdown;
+        let range = |r: [u64; 2]| {
+            if r[0] == r[1] {
+                format!("{:.1} s", r[0] as f64 / 1000.0)
+            } else {
+                format!("{:.1}-{:.1} s", r[0] as f64 / 1000.0, r[1] as f64 / 1000.0)
+            }
+        };
+        let measured = match &d.error {
+            Some(e) => format!("not measured ({})", crate::sanitize::inert_line(e, 120)),
+            None => format!(
+                "cpu ×{:.2}, wall ×{:.2} ({:.0} ms CPU, {:.0} ms running vs {:.0} ms; {} round(s))",
+                d.factor, d.wall_factor, d.tier_cpu_ms, d.tier_wall_ms, d.host_cpu_ms, d.rounds
+            ),
+        };
+        s.push_str(&format!(
+            "  {:<10} {measured}: cpu limit {}, wall limit {}\n",
+            t.tier,
+            range(t.cpu_time_ms),
+            range(t.wall_time_ms)
         ));
     }
     for m in &r.mismatch_examples {

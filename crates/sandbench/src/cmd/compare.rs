@@ -12,9 +12,11 @@ use crate::tier;
 use super::{run::load_spec, usage};
 
 pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
+    // The workbench's F6 rule: every available tier, sandbench's own and
+    // the installed peers (the tier list `doctor` shows).
     let names = match &args.tiers {
         Some(list) => tier::parse_list(list).map_err(usage)?,
-        None => tier::KNOWN.iter().map(|s| s.to_string()).collect(),
+        None => tier::known_names(),
     };
     let mut spec = load_spec(&args.file, args.lang, config)?;
     spec.limits = args.limits.apply(spec.limits);
@@ -31,24 +33,21 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
     let repeat = args.repeat as usize;
     let total = repeat * tiers.len();
     let show = args.format == TableFormat::Text && total > 1;
+    let mut bar = super::progress::Progress::new(Some(total as u64), show, std::time::Duration::ZERO);
     let mut n = 0;
     let mut progress = |r: &crate::report::RunReport| {
         n += 1;
-        if show {
-            eprint!("\rrun {n}/{total} ({})   ", r.tier);
-        }
+        // Logged as it ends, with its own time (not the compare's end).
+        crate::runlog::record(&spec, r, None);
+        let what = format!("{}: {} · {}", r.tier, r.outcome.name(), crate::units::duration_ms(compare::exit_ms(r)));
+        bar.set(n as u64, &what);
     };
     let reports = compare::run(&tiers, &spec, repeat, mode, &mut progress).await;
-    if show {
-        eprintln!();
-    }
+    bar.finish();
     let order: Vec<String> = tiers.iter().map(|t| t.name().to_string()).collect();
     let summary = compare::summarize(&order, &reports, mode, repeat, &spec.label, skipped.clone());
     if let Err(e) = crate::state::save_compare_in(&crate::config::state_dir(), &summary) {
         tracing::warn!("could not keep the compare: {e:#}");
-    }
-    for r in &reports {
-        crate::runlog::record(&spec, r, None);
     }
     match args.format {
         TableFormat::Json => {

@@ -11,7 +11,7 @@ fn text_of(c: Option<&Cell>) -> String {
     match c {
         None => "—".into(),
         Some(c) => {
-            let mark = if c.as_expected { "" } else { " ✗" };
+            let mark = if c.is_mismatch() { " ✗" } else { "" };
             let degraded = if c.degraded { " ⚠ DEGRADED" } else { "" };
             format!("{}{degraded}{mark}", c.verdict.short())
         }
@@ -67,18 +67,23 @@ fn footer(m: &Matrix, md: bool) -> String {
     if !m.latency.is_empty() {
         if md {
             out.push_str(
-                "\nBenign latency (start→exit, ms):\n\n| tier | start | p50 | p95 | runs |\n|---|---|---:|---:|---:|\n",
+                "\nBenign latency (start→exit):\n\n| tier | start | p50 | p95 | runs |\n|---|---|---:|---:|---:|\n",
             );
         } else {
-            out.push_str("\nbenign latency (start→exit, ms):\n");
+            out.push_str("\nbenign latency (start→exit):\n");
         }
+        let d = crate::units::duration_ms;
         for l in &m.latency {
             out.push_str(&if md {
-                format!("| {} | {} | {:.1} | {:.1} | {} |\n", l.tier, l.start, l.p50_ms, l.p95_ms, l.runs)
+                format!("| {} | {} | {} | {} | {} |\n", l.tier, l.start, d(l.p50_ms), d(l.p95_ms), l.runs)
             } else {
                 format!(
-                    "  {:<8} {:<8} p50 {:>8.1}  p95 {:>8.1}  ({} runs)\n",
-                    l.tier, l.start, l.p50_ms, l.p95_ms, l.runs
+                    "  {:<8} {:<8} p50 {:>8}  p95 {:>8}  ({} runs)\n",
+                    l.tier,
+                    l.start,
+                    d(l.p50_ms),
+                    d(l.p95_ms),
+                    l.runs
                 )
             });
         }
@@ -94,7 +99,7 @@ fn footer(m: &Matrix, md: bool) -> String {
                 .filter(|c| &c.tier == t)
                 .filter_map(|c| c.findings.host_latency_ms_max)
                 .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))?;
-            Some(format!("{t} {max:.1} ms"))
+            Some(format!("{t} {}", crate::units::duration_ms(max)))
         })
         .collect();
     if !lat.is_empty() {
@@ -104,7 +109,7 @@ fn footer(m: &Matrix, md: bool) -> String {
     for (t, why) in &m.skipped_tiers {
         notes.push(format!("skipped {t}: {why}"));
     }
-    for c in m.cells.iter().filter(|c| !c.as_expected) {
+    for c in m.cells.iter().filter(|c| c.is_mismatch()) {
         notes.push(format!(
             "✗ {} on {}: {} (expected {})",
             c.sample,
@@ -135,10 +140,17 @@ fn footer(m: &Matrix, md: bool) -> String {
     if md {
         out.push('\n');
     }
+    if m.cancelled {
+        out.push_str(&format!(
+            "CANCELLED before the end: {} cell(s) stopped without a verdict, the rest never ran\n",
+            m.cancelled_cells()
+        ));
+    }
+    let judged = m.cells.len() - m.cancelled_cells();
     out.push_str(&if m.mismatches == 0 {
-        format!("all {} cells as declared\n", m.cells.len())
+        format!("all {judged} cells as declared\n")
     } else {
-        format!("{} of {} cells differ from what the samples declare\n", m.mismatches, m.cells.len())
+        format!("{} of {judged} cells differ from what the samples declare\n", m.mismatches)
     });
     out
 }
@@ -236,9 +248,10 @@ mod tests {
                 p95_ms: 31.5,
             }],
             mismatches: 0,
+            cancelled: false,
         };
         let md = super::markdown(&m);
-        assert!(md.contains("| process | warm | 20.0 | 31.5 | 3 |"), "{md}");
+        assert!(md.contains("| process | warm | 20.0 ms | 31.5 ms | 3 |"), "{md}");
         assert!(md.contains("- skipped e2b: no key: E2B\\_API\\_KEY is not set"), "{md}");
         for line in md.lines() {
             // Indented lines would turn into code blocks or run into paragraphs.

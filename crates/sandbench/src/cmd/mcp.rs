@@ -1,25 +1,42 @@
 //! `sandbench mcp`: sandbench's tiers as a Model Context Protocol server, so
 //! agents built in other tools (Claude Code, Cursor, their own loops) run
 //! their code here. Stdio by default (the transport MCP clients start local
-//! servers with); streamable HTTP on a loopback address with `--http`.
+//! servers with); streamable HTTP on a loopback address with `--http`,
+//! behind a bearer token and rmcp's Host/Origin checks (`mcp/http.rs`,
+//! `mcp/token.rs`).
 //!
 //! The operator's flags and config decide which tiers a client may use, the
 //! most it may ask of each limit and how many sessions it may keep
-//! (`sandbench_core::policy`); a client only ever narrows them. Runs go
-//! through the same runner and judge as every other front end and are
-//! appended to the run log with the client's name.
+//! (`sandbench_core::policy`); a client only ever narrows them. What the
+//! server holds at once is bounded whatever its clients do
+//! (`sandbench_core::admission`): runs in flight, server-wide and per
+//! client, a bounded queue of waiting calls, open sessions, and a budget of
+//! memory and pids. A run's or a session's share is held until its sandbox
+//! is gone, not until its client stops waiting. Runs go through the same
+//! runner and judge as every other front end and are appended to the run log
+//! with the client's name.
 //!
 //! Sessions (`open_session`, `run_code {session}`, `close_session`) belong
 //! to the connection that opened them: another client never sees them, and
 //! they are closed when their client goes (stdio: the server exits; HTTP:
-//! the MCP session ends), when they idle out or reach their cap.
+//! the MCP session ends), when they idle out or reach their cap. Files move
+//! in and out of a session with `write_file`, `read_file` and `list_files`,
+//! each a call of sandbench's own helper inside the session's sandbox
+//! (`sandbench_core::session_files`). A long call streams its output and
+//! violations to a client that asked (`mcp/stream.rs`); a call the client
+//! cancels, or whose HTTP stream it drops, is stopped.
+
+mod http;
+mod stream;
+mod token;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
@@ -30,12 +47,15 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admission::{Admission, Need, Permit};
 use crate::cli::McpArgs;
 use crate::config::Config;
-use crate::policy::{LimitRequest, Policy, SessionRequest};
+use crate::policy::{Bounds, LimitRequest, Policy, SessionRequest};
 use crate::report::{Outcome, RunReport};
+use crate::runner::{RunHandle, Update};
 use crate::sanitize::head_tail;
 use crate::session::{CallError, Session};
+use crate::session_files::{FileOp, FileReply};
 use crate::spec::RunSpec;
 use crate::tier::{self, Tier};
 use crate::{runlog, runner, sanitize};
@@ -95,6 +115,65 @@ pub struct CloseSessionArgs {
     pub session: String,
 }
 
+/// Largest JSON-RPC message a client may send: one line over stdio, one
+/// request body over HTTP. A `write_file` of the most content, as base64
+/// or escaped text, fits.
+pub const MAX_MESSAGE_BYTES: usize = 8 << 20;
+
+/// Longest a run's slot waits for its sandbox's background teardown.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(120);
+/// How long `list_tiers` reuses a tier's probe (each probe builds a sandbox).
+const PROBE_TTL: Duration = Duration::from_secs(60);
+
+/// `write_file`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    /// The id open_session returned.
+    pub session: String,
+    /// Where: relative to /work, or an absolute path under /work. Missing directories are made.
+    pub path: String,
+    /// The content as text (UTF-8). Give this or content_base64.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// The content as base64, for bytes that are not text.
+    #[serde(default)]
+    pub content_base64: Option<String>,
+    /// Permission bits in octal, e.g. "755" (default: the file's, or 644 for a new one).
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+/// `read_file`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// The id open_session returned.
+    pub session: String,
+    /// Relative to /work, or an absolute path under /work.
+    pub path: String,
+    /// First byte to read (default 0).
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// Most bytes to read (default and most: 1 MiB, less when the session's output limit is lower).
+    #[serde(default)]
+    pub length: Option<u64>,
+}
+
+/// `list_files`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListFilesArgs {
+    /// The id open_session returned.
+    pub session: String,
+    /// The directory to list: relative to /work, or absolute under /work (default /work).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// How deep: 1 (default) lists the directory's own entries, at most 8.
+    #[serde(default)]
+    pub depth: Option<u32>,
+}
+
 /// What every connection shares: one server may serve many HTTP sessions.
 struct Shared {
     policy: Policy,
@@ -108,8 +187,10 @@ struct Shared {
     shutdown: CancellationToken,
     /// Open sessions, each with the connection that opened it.
     sessions: Mutex<HashMap<String, (u64, Session)>>,
-    /// Sessions being opened (they count against the most allowed).
-    opening: AtomicUsize,
+    /// Runs in flight, the queue, sessions and the budget.
+    admission: Arc<Admission>,
+    /// Each tier's last probe; held while probing, so one probe at a time.
+    probes: tokio::sync::Mutex<HashMap<String, (std::time::Instant, tier::Availability)>>,
     next_conn: AtomicU64,
 }
 
@@ -128,6 +209,18 @@ impl Shared {
 struct Conn {
     id: u64,
     shared: Arc<Shared>,
+    /// The log level the client set (`logging/setLevel`; `u8::MAX`: none).
+    log_level: AtomicU8,
+}
+
+impl Conn {
+    fn new(id: u64, shared: Arc<Shared>) -> Conn {
+        Conn { id, shared, log_level: AtomicU8::new(u8::MAX) }
+    }
+
+    fn log_level(&self) -> Option<u8> {
+        Some(self.log_level.load(Ordering::Relaxed)).filter(|l| *l != u8::MAX)
+    }
 }
 
 impl Drop for Conn {
@@ -154,22 +247,52 @@ pub struct Sandbench {
     tool_router: ToolRouter<Self>,
 }
 
-/// Releases a reserved session slot however an open ends.
-struct Opening<'a>(&'a AtomicUsize);
-
-impl Drop for Opening<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
+/// The program's bytes as multi-line text for a reply's text block or a
+/// notification: every hidden character (controls, and the ones that reorder
+/// or hide text) shown by name, newlines and tabs kept — the one shared
+/// inert-text function.
+pub fn inert_text(bytes: &[u8]) -> String {
+    sanitize::visible_controls(bytes)
 }
 
 fn bad(msg: impl Into<String>) -> ErrorData {
     ErrorData::invalid_params(msg.into(), None)
 }
 
+/// A refusal the model should see and may act on (the server is busy, the
+/// session is closed, a file was refused): a tool error, not a protocol error.
+fn refused(msg: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(msg.into())])
+}
+
+fn cancelled() -> ErrorData {
+    ErrorData::internal_error("the client cancelled the call; the run was stopped", None)
+}
+
+/// Resolves when the client gave up on this call: it cancelled it, or (over
+/// HTTP) dropped the call's response stream.
+async fn abandoned(ctx: &RequestContext<RoleServer>) {
+    let ct = ctx.ct.clone();
+    match http::call_gone(ctx) {
+        Some(gone) => tokio::select! {
+            _ = ct.cancelled() => {}
+            _ = gone.cancelled() => {}
+        },
+        None => ct.cancelled().await,
+    }
+}
+
+/// How a finished call is logged: as its spec says, or, for a file tool,
+/// by what it did (the helper's source and output would hold the content).
+struct LogAs {
+    spec: RunSpec,
+    file_tool: bool,
+}
+
 #[tool_router]
 impl Sandbench {
     pub fn new(policy: Policy, config: Config) -> Sandbench {
+        let admission = Admission::new(policy.bounds.clone(), policy.max_sessions);
         let shared = Shared {
             policy,
             config,
@@ -177,19 +300,35 @@ impl Sandbench {
             runs: TaskTracker::new(),
             shutdown: CancellationToken::new(),
             sessions: Mutex::new(HashMap::new()),
-            opening: AtomicUsize::new(0),
+            admission,
+            probes: tokio::sync::Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(0),
         };
         let shared = Arc::new(shared);
-        let conn = Arc::new(Conn { id: 0, shared: shared.clone() });
+        let conn = Arc::new(Conn::new(0, shared.clone()));
         Sandbench { shared, conn, tool_router: Self::tool_router() }
     }
 
     /// A handler for a new client connection, sharing tiers and policy.
     fn connection(&self) -> Sandbench {
         let id = self.shared.next_conn.fetch_add(1, Ordering::Relaxed) + 1;
-        let conn = Arc::new(Conn { id, shared: self.shared.clone() });
+        let conn = Arc::new(Conn::new(id, self.shared.clone()));
         Sandbench { shared: self.shared.clone(), conn, tool_router: Self::tool_router() }
+    }
+
+    /// A run slot for this client, waiting in the queue if need be; a tool
+    /// error when the server refuses (the message names the limit), None
+    /// when the client gave up while waiting.
+    async fn admit(
+        &self,
+        need: Need,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Permit, Result<CallToolResult, ErrorData>> {
+        let adm = self.shared.admission.clone();
+        tokio::select! {
+            r = adm.run(self.conn.id, need) => r.map_err(|e| Ok(refused(e))),
+            _ = abandoned(ctx) => Err(Err(cancelled())),
+        }
     }
 
     /// This connection's open session `id`.
@@ -204,22 +343,28 @@ impl Sandbench {
         }
     }
 
-    /// Follow a started run to its report, logged with the client's name. A
-    /// call the client abandons (or a transport that drops) cancels its run;
-    /// the tracked task still waits for the tier's clean-up.
+    /// Follow a started run to its report, logged with the client's name,
+    /// its live events streamed to a client that asked. A call the client
+    /// abandons (or a transport that drops) cancels its run; the tracked task
+    /// still waits for the tier's clean-up, and holds the run's `permit`
+    /// until then.
     async fn follow(
         &self,
-        handle: runner::RunHandle,
-        spec: RunSpec,
+        handle: RunHandle,
+        log: LogAs,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+        permit: Permit,
+    ) -> Result<RunReport, ErrorData> {
         let client = ctx.client_info().map(|i| i.name);
         let cancel = handle.canceller();
         let on_drop = cancel.clone().drop_guard();
         let shutdown = self.shared.shutdown.clone();
         let stop = cancel.clone();
+        let streamer = if log.file_tool { None } else { stream::Streamer::for_call(ctx, self.conn.log_level()) };
+        let torn_down = handle.torn_down();
+        let runs = self.shared.runs.clone();
         let task = self.shared.runs.spawn(async move {
-            let report = handle.report();
+            let report = consume(handle, streamer);
             tokio::pin!(report);
             let report = tokio::select! {
                 r = &mut report => r,
@@ -228,18 +373,58 @@ impl Sandbench {
                     report.await
                 }
             };
-            runlog::record(&spec, &report, client.as_deref());
+            // The reply goes out now; the run's share goes back once its
+            // sandbox is gone (some tiers remove it in the background).
+            runs.spawn(async move {
+                if tokio::time::timeout(TEARDOWN_WAIT, torn_down.wait()).await.is_err() {
+                    tracing::warn!(
+                        "a run's sandbox was not torn down within {TEARDOWN_WAIT:?}; its slot is given back"
+                    );
+                }
+                drop(permit);
+            });
+            let mut logged = report.clone();
+            if log.file_tool {
+                logged.stdout = String::new();
+                logged.stderr = String::new();
+            }
+            runlog::record(&log.spec, &logged, client.as_deref());
             report
         });
         let report = tokio::select! {
             r = task => r.map_err(|e| ErrorData::internal_error(format!("the run's task failed: {e}"), None))?,
-            _ = ctx.ct.cancelled() => {
+            _ = abandoned(ctx) => {
                 cancel.cancel();
-                return Err(ErrorData::internal_error("the client cancelled the call; the run was stopped", None));
+                return Err(cancelled());
             }
         };
         on_drop.disarm();
-        Ok(reply(&report))
+        Ok(report)
+    }
+
+    /// This connection's session `id`, running sandbench's file helper for `op`.
+    async fn file_op(
+        &self,
+        id: &str,
+        op: FileOp,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<(Session, FileReply), CallToolResult>, ErrorData> {
+        let s = self.session(id)?;
+        let (spec, nonce) = op.spec(s.limits()).map_err(|e| ErrorData::internal_error(format!("{e:#}"), None))?;
+        let permit = match self.admit(Need::default(), ctx).await {
+            Ok(p) => p,
+            Err(Ok(r)) => return Ok(Err(r)),
+            Err(Err(e)) => return Err(e),
+        };
+        let handle = match s.start(spec.clone()) {
+            Ok(h) => h,
+            Err(CallError::Limits(e)) => return Err(bad(e)),
+            Err(e) => return Ok(Err(refused(e.to_string()))),
+        };
+        let mut logged = spec;
+        logged.code = op.describe();
+        let report = self.follow(handle, LogAs { spec: logged, file_tool: true }, ctx, permit).await?;
+        Ok(op.parse(&nonce, &report, s.limits()).map(|r| (s, r)).map_err(refused))
     }
 
     fn tier(&self, name: &str) -> Result<Arc<dyn Tier>, ErrorData> {
@@ -282,20 +467,33 @@ impl Sandbench {
             let mut spec = policy.program(&args.language, &args.code).map_err(bad)?;
             spec.limits = policy.call_limits(s.limits(), &args.limits).map_err(bad)?;
             spec.label = "mcp".into();
+            // The session's sandbox holds its memory and pids already: a
+            // call takes a run slot only.
+            let permit = match self.admit(Need::default(), &ctx).await {
+                Ok(p) => p,
+                Err(r) => return r,
+            };
             let handle = match s.start(spec.clone()) {
                 Ok(h) => h,
                 Err(CallError::Limits(e)) => return Err(bad(e)),
                 // The session's state, for the model to act on.
-                Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(e.to_string())])),
+                Err(e) => return Ok(refused(e.to_string())),
             };
-            return self.follow(handle, spec, &ctx).await;
+            let report = self.follow(handle, LogAs { spec, file_tool: false }, &ctx, permit).await?;
+            return Ok(reply(&report));
         }
         let (mut spec, tier_name) =
             policy.spec(&args.language, &args.code, args.tier.as_deref(), &args.limits).map_err(bad)?;
         let tier = self.tier(&tier_name)?;
         spec.label = "mcp".into();
+        let need = Need { memory: spec.limits.memory_bytes, pids: spec.limits.pids };
+        let permit = match self.admit(need, &ctx).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
         let handle = runner::start(tier, spec.clone());
-        self.follow(handle, spec, &ctx).await
+        let report = self.follow(handle, LogAs { spec, file_tool: false }, &ctx, permit).await?;
+        Ok(reply(&report))
     }
 
     /// Keep one sandbox for several run_code calls.
@@ -315,23 +513,21 @@ impl Sandbench {
         let (spec, tier_name) = sh.policy.session(args.tier.as_deref(), &args.limits, &req).map_err(bad)?;
         let tier = self.tier(&tier_name)?;
         tier.sessions().map_err(|e| bad(format!("{e}; pick another tier (list_tiers says which keep sessions)")))?;
-        let _slot = {
-            let mut m = sh.sessions.lock().map_err(|_| ErrorData::internal_error("session table poisoned", None))?;
+        if let Ok(mut m) = sh.sessions.lock() {
             m.retain(|_, (_, s)| !s.is_closed());
-            let max = sh.policy.max_sessions;
-            if m.len() + sh.opening.load(Ordering::SeqCst) >= max {
-                return Err(bad(format!(
-                    "this server already has {max} session(s) open, its most (the operator sets it with \
-                     sandbench mcp --max-sessions); close one with close_session"
-                )));
-            }
-            sh.opening.fetch_add(1, Ordering::SeqCst);
-            Opening(&sh.opening)
+        }
+        // The slot, memory and pids are held until the sandbox is torn
+        // down, whatever the client does meanwhile: the permit goes with
+        // the sandbox (`Session::open_holding`).
+        let need = Need { memory: spec.limits.memory_bytes, pids: spec.limits.pids };
+        let permit = match sh.admission.session(self.conn.id, need) {
+            Ok(p) => p,
+            Err(e) => return Ok(refused(e)),
         };
         let opened = tokio::select! {
-            r = Session::open(tier, spec) => r,
+            r = Session::open_holding(tier, spec, Box::new(permit)) => r,
             // A sandbox still being built is closed by Session::open itself.
-            _ = ctx.ct.cancelled() => {
+            _ = abandoned(&ctx) => {
                 return Err(ErrorData::internal_error("the client cancelled the call; no session was kept", None));
             }
         };
@@ -390,6 +586,138 @@ impl Sandbench {
         Ok(r)
     }
 
+    /// Write a file into a session's /work.
+    #[tool(description = "Write a file into a session's working directory (/work), as the session's own programs \
+        would: the path is relative to /work or absolute under /work (missing directories are made), the content is \
+        text (content) or bytes (content_base64), at most 1 MiB per call; mode is octal permission bits (\"755\"). \
+        The file is replaced whole. Symbolic links are never followed or replaced, and only regular files are \
+        written; the session's disk and file size limits apply. A refusal says why.")]
+    async fn write_file(
+        &self,
+        Parameters(args): Parameters<WriteFileArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let data = match (args.content, args.content_base64) {
+            (Some(t), None) => t.into_bytes(),
+            (None, Some(b)) => base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .map_err(|e| bad(format!("content_base64 is not valid base64: {e}")))?,
+            _ => return Err(bad("give exactly one of content (text) and content_base64 (bytes)")),
+        };
+        let mode = match args.mode.as_deref().map(str::trim) {
+            None => None,
+            Some(m) => Some(u32::from_str_radix(m.trim_start_matches("0o"), 8).map_err(|_| {
+                bad(format!("mode '{}': octal permission bits, e.g. \"644\"", sanitize::inert_line(m, 20)))
+            })?),
+        };
+        let op = FileOp::write(&args.path, data, mode).map_err(bad)?;
+        let (s, r) = match self.file_op(&args.session, op, &ctx).await? {
+            Ok(x) => x,
+            Err(refusal) => return Ok(refusal),
+        };
+        let FileReply::Written { path, bytes, mode } = r else {
+            return Err(ErrorData::internal_error("unexpected answer", None));
+        };
+        let mut out =
+            CallToolResult::success(vec![ContentBlock::text(format!("wrote {bytes} bytes to {path} (mode {mode:o})"))]);
+        out.structured_content =
+            Some(json!({ "session": s.id(), "path": path, "bytes": bytes, "mode": format!("{mode:o}") }));
+        Ok(out)
+    }
+
+    /// Read a file from a session's /work.
+    #[tool(description = "Read a file from a session's working directory (/work): path relative to /work or absolute \
+        under /work; offset and length pick a part (at most 1 MiB per call, less when the session's output limit is \
+        lower: next_offset says where to go on). structuredContent has the exact bytes: content (UTF-8 text) or \
+        content_base64 (anything else); the text block shows them with control characters made visible. Symbolic \
+        links, directories, FIFOs and devices are refused with the reason.")]
+    async fn read_file(
+        &self,
+        Parameters(args): Parameters<ReadFileArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if args.length == Some(0) {
+            return Err(bad("length must be at least 1 (leave it out to read as much as a call may)"));
+        }
+        let op = FileOp::read(&args.path, args.offset.unwrap_or(0), args.length).map_err(bad)?;
+        let (s, r) = match self.file_op(&args.session, op, &ctx).await? {
+            Ok(x) => x,
+            Err(refusal) => return Ok(refusal),
+        };
+        let FileReply::Read { path, size, offset, data } = r else {
+            return Err(ErrorData::internal_error("unexpected answer", None));
+        };
+        let end = offset + data.len() as u64;
+        let eof = end >= size;
+        let mut value = json!({
+            "session": s.id(), "path": path, "size": size, "offset": offset, "length": data.len(), "eof": eof,
+        });
+        if !eof {
+            value["next_offset"] = json!(end);
+        }
+        let more = if eof { String::new() } else { format!("; more from offset {end}") };
+        let text = match String::from_utf8(data) {
+            Ok(t) => {
+                let shown = inert_text(t.as_bytes());
+                value["encoding"] = json!("utf-8");
+                value["content"] = json!(t);
+                format!("{path}: bytes {offset}..{end} of {size}{more}\n{shown}")
+            }
+            Err(e) => {
+                let b64 = base64::engine::general_purpose::STANDARD.encode(e.as_bytes());
+                value["encoding"] = json!("base64");
+                value["content_base64"] = json!(b64);
+                format!("{path}: bytes {offset}..{end} of {size}{more} (not UTF-8 text; base64 follows)\n{b64}")
+            }
+        };
+        let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+        out.structured_content = Some(value);
+        Ok(out)
+    }
+
+    /// List the files of a session's /work.
+    #[tool(description = "List a directory of a session's working directory (/work; path relative to it or absolute \
+        under it, default /work), depth levels deep (default 1, at most 8), at most 1000 entries: each with its \
+        path relative to the listed directory, type (file, dir, symlink, fifo, socket, ...), size, octal mode, mtime \
+        and, for a symbolic link, where it points (links are never followed). Names are the program's: path_hex has \
+        the exact bytes of a name that is not UTF-8.")]
+    async fn list_files(
+        &self,
+        Parameters(args): Parameters<ListFilesArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let op = FileOp::list(args.path.as_deref(), args.depth).map_err(bad)?;
+        let (s, r) = match self.file_op(&args.session, op, &ctx).await? {
+            Ok(x) => x,
+            Err(refusal) => return Ok(refusal),
+        };
+        let FileReply::Listed { path, entries, truncated } = r else {
+            return Err(ErrorData::internal_error("unexpected answer", None));
+        };
+        let mut text = format!(
+            "{path}: {} entr{}{}\n",
+            entries.len(),
+            if entries.len() == 1 { "y" } else { "ies" },
+            if truncated { " (cut: more exist)" } else { "" }
+        );
+        for e in &entries {
+            let link =
+                e.link_target.as_deref().map(|t| format!(" -> {}", sanitize::inert_line(t, 200))).unwrap_or_default();
+            text.push_str(&format!(
+                "{:<7} {:>10} {:>4} {}{}\n",
+                e.kind,
+                e.size,
+                e.mode,
+                sanitize::inert_line(&e.path, 300),
+                link
+            ));
+        }
+        let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+        out.structured_content =
+            Some(json!({ "session": s.id(), "path": path, "entries": entries, "truncated": truncated }));
+        Ok(out)
+    }
+
     /// The tiers this server offers, whether each works here, and the limits.
     #[tool(description = "List the isolation tiers this server offers, whether each is available on this machine \
         (as `sandbench doctor` sees it, with the checks and fixes), the default tier, and the default and maximum \
@@ -397,10 +725,24 @@ impl Sandbench {
     async fn list_tiers(&self) -> Result<CallToolResult, ErrorData> {
         let mut tiers = vec![];
         let mut sessions = vec![];
-        for name in &self.shared.policy.tiers {
-            let t = self.tier(name)?;
-            tiers.push(t.probe().await);
-            sessions.push(t.sessions());
+        {
+            // A probe builds a real sandbox: one at a time, and reused for a
+            // while, so a client calling list_tiers in a loop holds nothing.
+            let mut probes = self.shared.probes.lock().await;
+            for name in &self.shared.policy.tiers {
+                let t = self.tier(name)?;
+                let fresh = probes.get(name).filter(|(at, _)| at.elapsed() < PROBE_TTL).map(|(_, a)| a.clone());
+                let a = match fresh {
+                    Some(a) => a,
+                    None => {
+                        let a = t.probe().await;
+                        probes.insert(name.clone(), (std::time::Instant::now(), a.clone()));
+                        a
+                    }
+                };
+                tiers.push(a);
+                sessions.push(t.sessions());
+            }
         }
         let p = &self.shared.policy;
         let listed: Vec<serde_json::Value> = tiers
@@ -420,6 +762,14 @@ impl Sandbench {
             "tiers": listed,
             "default_limits": p.base,
             "max_limits": p.ceiling,
+            "bounds": {
+                "max_runs": p.bounds.max_runs,
+                "max_runs_per_client": p.bounds.max_runs_per_client,
+                "max_queue": p.bounds.max_queue,
+                "budget_memory_bytes": p.bounds.budget_memory,
+                "budget_pids": p.bounds.budget_pids,
+                "in_flight": self.shared.admission.load(),
+            },
             "sessions": {
                 "max_open": p.max_sessions,
                 "idle_timeout_ms": p.session_idle.as_millis() as u64,
@@ -444,15 +794,56 @@ impl Sandbench {
     }
 }
 
-#[tool_handler(
-    router = self.tool_router,
-    name = "sandbench",
-    instructions = "sandbench runs untrusted code in isolation tiers (process, docker, gvisor, microvm, e2b, peers) \
-    and judges what happened from facts the program cannot forge. Call list_tiers to see what this server offers, \
-    then run_code {language, code, tier?, limits?}. To keep files between calls, open_session {tier?, limits?} and \
-    pass its id as run_code {session}; close_session when done."
-)]
-impl ServerHandler for Sandbench {}
+const INSTRUCTIONS: &str = "sandbench runs untrusted code in isolation tiers (process, docker, gvisor, microvm, e2b, \
+    peers) and judges what happened from facts the program cannot forge. Call list_tiers to see what this server \
+    offers, then run_code {language, code, tier?, limits?}. To keep files between calls, open_session {tier?, limits?} \
+    and pass its id as run_code {session}; move files in and out with write_file, read_file and list_files; \
+    close_session when done. Send a progressToken (or set a log level) to see a long run's output as it happens.";
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Sandbench {
+    #[allow(deprecated)] // logging: deprecated in the 2026-07-28 revision, still what older clients use
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder().enable_tools().enable_logging().build(),
+        )
+        .with_server_info(rmcp::model::Implementation::new("sandbench", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS.to_string())
+    }
+
+    /// The level below which this connection's log messages are not sent.
+    #[allow(deprecated)] // what clients before the 2026-07-28 revision use
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let name = serde_json::to_value(request.level).ok().and_then(|v| v.as_str().map(str::to_string));
+        let rank = name.as_deref().and_then(stream::level_rank).ok_or_else(|| bad("unknown log level"))?;
+        self.conn.log_level.store(rank, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A run's events to its end: streamed if a streamer is given, then the report.
+async fn consume(mut handle: RunHandle, streamer: Option<stream::Streamer>) -> RunReport {
+    while let Some(u) = handle.events.recv().await {
+        match u {
+            Update::Event(ev) => {
+                if let Some(s) = &streamer {
+                    s.push(&ev);
+                }
+            }
+            Update::Finished(r) => {
+                if let Some(s) = streamer {
+                    s.finish().await;
+                }
+                return *r;
+            }
+        }
+    }
+    RunReport::failed("?", "?", "mcp", "the run ended without a report (internal error; see the log)")
+}
 
 /// A report as a tool result: the verdict as structured content and as text.
 /// Output is bounded and its controls made visible (an MCP client may show it
@@ -471,14 +862,24 @@ pub fn reply(report: &RunReport) -> CallToolResult {
         text.push_str(&format!("error: {e}\n"));
     }
     for v in &report.violations {
-        text.push_str(&format!("violation: {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+        text.push_str(&format!(
+            "violation: {} at {}: {}\n",
+            v.kind.name(),
+            crate::units::duration_ms(v.at_ms),
+            v.detail
+        ));
     }
     for n in report.network.iter().filter(|n| n.decision == crate::egress::Decision::Denied).take(10) {
         text.push_str(&format!("network: {}\n", sanitize::visible_controls(n.line().as_bytes())));
     }
+    let d = crate::units::duration_ms;
     text.push_str(&format!(
-        "time: setup {:.1} ms, run {:.1} ms, teardown {:.1} ms, total {:.1} ms (tier {})\n",
-        t.setup, t.run, t.teardown, t.total, report.tier
+        "time: setup {}, run {}, teardown {}, total {} (tier {})\n",
+        d(t.setup),
+        d(t.run),
+        d(t.teardown),
+        d(t.total),
+        report.tier
     ));
     let trunc = |cut: bool| if cut { " (truncated at the output limit)" } else { "" };
     text.push_str(&format!("--- stdout{} ---\n{stdout}\n", trunc(report.stdout_truncated)));
@@ -535,7 +936,19 @@ pub fn policy(args: &McpArgs, config: &Config) -> anyhow::Result<Policy> {
         return Err(usage("session idle timeout and lifetime must be above zero"));
     }
     let max = args.max_sessions.or(m.max_sessions).unwrap_or(crate::policy::DEFAULT_MAX_SESSIONS);
-    Ok(Policy::new(tiers, base, ceiling).map_err(usage)?.with_sessions(max, idle, life))
+    let d = Bounds::default();
+    let bounds = Bounds {
+        max_runs: args.max_runs.map(|n| n as usize).or(m.max_runs).unwrap_or(d.max_runs),
+        max_runs_per_client: args
+            .max_runs_per_client
+            .map(|n| n as usize)
+            .or(m.max_runs_per_client)
+            .unwrap_or(d.max_runs_per_client),
+        max_queue: args.max_queue.or(m.max_queue).unwrap_or(d.max_queue),
+        budget_memory: args.budget_memory.or(m.budget_memory_bytes).unwrap_or(d.budget_memory),
+        budget_pids: args.budget_pids.or(m.budget_pids).unwrap_or(d.budget_pids),
+    };
+    Policy::new(tiers, base, ceiling).map_err(usage)?.with_sessions(max, idle, life).with_bounds(bounds).map_err(usage)
 }
 
 /// Parse `--http`: an IP address and port on the loopback interface only.
@@ -556,11 +969,51 @@ pub fn loopback_addr(s: &str) -> Result<SocketAddr, String> {
 
 pub async fn run(args: McpArgs, config: &Config) -> anyhow::Result<i32> {
     let policy = policy(&args, config)?;
+    // HTTP's listener and token first: a port in use or an unusable token
+    // file is said before anything is started.
+    let http = match args.http {
+        None => None,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                anyhow::anyhow!("cannot listen on {addr}: {e}; pick another port with --http 127.0.0.1:PORT")
+            })?;
+            let local = listener.local_addr()?;
+            let token_file = args.token_file.clone().or(config.mcp.token_file.clone());
+            let (tokens, made, note) = match token_file {
+                Some(f) => {
+                    let t = token::from_file(&f).map_err(|e| usage(format!("{e:#}")))?;
+                    (t, None, format!("bearer tokens from {}", f.display()))
+                }
+                None => {
+                    let dir = token::default_dir(config.host.runtime_dir.as_deref(), config.state_dir.as_deref());
+                    let (t, file) = token::generate(&dir, &format!("mcp-{}.token", local.port()))
+                        .map_err(|e| anyhow::anyhow!("cannot make the bearer token: {e:#}"))?;
+                    let note = format!("bearer token in {}", file.path.display());
+                    (t, Some(file), note)
+                }
+            };
+            let mut origins = args.allow_origins.clone();
+            if origins.is_empty() {
+                origins = config.mcp.allowed_origins.clone().unwrap_or_default();
+            }
+            let max_sessions = args
+                .max_http_sessions
+                .map(|n| n as usize)
+                .or(config.mcp.max_http_sessions)
+                .unwrap_or(http::DEFAULT_MAX_HTTP_SESSIONS);
+            let opts = http::Options { tokens, token_note: note, allowed_origins: origins, max_sessions };
+            Some((listener, opts, made))
+        }
+    };
     let server = Sandbench::new(policy, config.clone());
     let shared = server.shared.clone();
-    let result = match args.http {
+    let result = match http {
         None => serve_stdio(server).await,
-        Some(addr) => serve_http(server, addr).await,
+        Some((listener, opts, made)) => {
+            let r = http::serve(server, listener, opts).await;
+            drop(made);
+            r
+        }
     };
     // The client is gone (or the listener failed): stop what still runs and
     // wait until every run's and session's sandbox is torn down, then drop
@@ -576,43 +1029,17 @@ pub async fn run(args: McpArgs, config: &Config) -> anyhow::Result<i32> {
 }
 
 async fn serve_stdio(server: Sandbench) -> anyhow::Result<()> {
+    use rmcp::transport::async_rw::AsyncRwTransport;
+    // A line longer than the most a message may be is dropped, not buffered.
+    let transport = AsyncRwTransport::<RoleServer, _, _>::new(tokio::io::stdin(), tokio::io::stdout())
+        .with_max_line_length(MAX_MESSAGE_BYTES);
     let running = server
-        .serve(rmcp::transport::stdio())
+        .serve(transport)
         .await
         .map_err(|e| anyhow::anyhow!("the MCP client did not complete the handshake: {e}"))?;
     // Returns when the client closes stdin (or the connection breaks).
     let _ = running.waiting().await;
     Ok(())
-}
-
-async fn serve_http(server: Sandbench, addr: SocketAddr) -> anyhow::Result<()> {
-    use hyper_util::rt::TokioIo;
-    use hyper_util::service::TowerToHyperService;
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}; pick another port with --http 127.0.0.1:PORT"))?;
-    let local = listener.local_addr()?;
-    let cancel = server.shared.shutdown.clone();
-    let mut cfg = StreamableHttpServerConfig::default();
-    cfg.cancellation_token = cancel.child_token();
-    // One handler per MCP session: its sessions close when it ends.
-    let service =
-        StreamableHttpService::new(move || Ok(server.connection()), Arc::new(LocalSessionManager::default()), cfg);
-    // The one line a wrapper script waits for (stderr: stdout is not ours to use).
-    eprintln!("sandbench: MCP over streamable HTTP at http://{local}/mcp");
-    loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => r?,
-            _ = cancel.cancelled() => return Ok(()),
-        };
-        let svc = TowerToHyperService::new(service.clone());
-        tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-        });
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod gauntlet;
 pub mod gauntlet_render;
 pub mod log;
 pub mod mcp;
+pub mod progress;
 pub mod report;
 pub mod run;
 pub mod setup;

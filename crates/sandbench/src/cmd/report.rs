@@ -121,10 +121,11 @@ pub async fn run(args: ReportArgs, config: &Config) -> anyhow::Result<i32> {
         None => {
             let total = ready.len() * args.repeat as usize;
             eprintln!("report: latency, print(1) × {} rounds on {} tiers…", args.repeat, ready.len());
+            let mut bar = super::progress::Progress::new(Some(total as u64), true, std::time::Duration::from_secs(5));
             let mut n = 0;
             let mut progress = |r: &crate::report::RunReport| {
                 n += 1;
-                eprint!("\r  run {n}/{total} ({})      ", r.tier);
+                bar.set(n as u64, &format!("  latency: {}", r.tier));
             };
             let l = share::measure_latency(
                 &ready,
@@ -134,7 +135,7 @@ pub async fn run(args: ReportArgs, config: &Config) -> anyhow::Result<i32> {
                 &mut progress,
             )
             .await;
-            eprintln!();
+            bar.finish();
             state::save_latency_in(&dir, &l)?;
             let now =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);

@@ -11,7 +11,7 @@ use crate::event::{EventKind, Stream};
 use crate::report::{Outcome, RunReport};
 use crate::runner::Update;
 use crate::spec::{Language, RunSpec};
-use crate::{runner, sanitize, tier};
+use crate::{runner, sanitize, tier, units};
 
 use super::usage;
 
@@ -81,6 +81,14 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let tty_out = std::io::stdout().is_terminal();
     let tty_err = std::io::stderr().is_terminal();
     let mut report: Option<RunReport> = None;
+    // The program's last line on either stream is unfinished: sandbench's
+    // own lines start on a new one (and add no blank line otherwise).
+    let mut mid_line = false;
+    let own_line = |mid: &mut bool| {
+        if std::mem::take(mid) {
+            eprintln!();
+        }
+    };
     while let Some(update) = handle.events.recv().await {
         let ev = match update {
             Update::Finished(r) => {
@@ -98,6 +106,9 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
                 // A terminal gets the program's bytes with every control made
                 // visible; a pipe or file gets them exactly.
                 let data = if tty { sanitize::visible_controls(&bytes).into_bytes() } else { bytes };
+                if let Some(last) = data.last() {
+                    mid_line = *last != b'\n';
+                }
                 let _ = match stream {
                     Stream::Stdout => std::io::stdout().write_all(&data).and_then(|_| std::io::stdout().flush()),
                     Stream::Stderr => std::io::stderr().write_all(&data),
@@ -107,21 +118,26 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
             EventKind::Violation(v) if text && v.kind == crate::event::ViolationKind::Network => {}
             // An allowed connection is shown when it opens, not again when it ends.
             EventKind::Network(rec) if text && (rec.open || rec.decision != crate::egress::Decision::Allowed) => {
+                own_line(&mut mid_line);
                 eprintln!(
-                    "sandbench: network — {} (at {:.0} ms)",
+                    "sandbench: network — {} (at {})",
                     sanitize::visible_controls(rec.line().as_bytes()),
-                    rec.at_ms
+                    units::duration_ms(rec.at_ms)
                 );
             }
             EventKind::Violation(v) if text => {
+                own_line(&mut mid_line);
                 eprintln!(
-                    "\nsandbench: {} — {} (at {:.0} ms)",
+                    "sandbench: {} — {} (at {})",
                     v.kind.name(),
                     sanitize::visible_controls(v.detail.as_bytes()),
-                    v.at_ms
+                    units::duration_ms(v.at_ms)
                 );
             }
-            EventKind::Note(n) if text => eprintln!("sandbench: {}", sanitize::visible_controls(n.as_bytes())),
+            EventKind::Note(n) if text => {
+                own_line(&mut mid_line);
+                eprintln!("sandbench: {}", sanitize::visible_controls(n.as_bytes()))
+            }
             _ => {}
         }
     }
@@ -131,7 +147,10 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     crate::runlog::record(&logged, &report, None);
     match args.format {
         Format::Json => super::emit_json(&report)?,
-        Format::Text => eprintln!("{}", summary(&report)),
+        Format::Text => {
+            own_line(&mut mid_line);
+            eprintln!("{}", summary(&report))
+        }
     }
     Ok(exit_code(&report, interrupted.load(Ordering::SeqCst)))
 }
@@ -155,14 +174,14 @@ fn network_summary(r: &RunReport) -> String {
     for n in r.network.iter().take(10) {
         let line = match n.decision {
             Decision::Allowed => format!(
-                "allowed {} {}:{} → {} · {} up, {} down, {:.0} ms",
+                "allowed {} {}:{} → {} · {} up, {} down, {}",
                 n.method,
                 n.host,
                 n.port,
                 n.address.as_deref().unwrap_or("?"),
-                crate::spec::format_size(n.bytes_up),
-                crate::spec::format_size(n.bytes_down),
-                n.duration_ms
+                units::size(n.bytes_up),
+                units::size(n.bytes_down),
+                units::duration_ms(n.duration_ms)
             ),
             Decision::Denied => format!("denied  {} {}:{} — {}", n.method, n.host, n.port, n.detail),
         };
@@ -179,7 +198,7 @@ pub fn summary(r: &RunReport) -> String {
     let t = &r.timings_ms;
     let u = &r.usage;
     let mut s = format!(
-        "\n── sandbench · {} · {} ──\noutcome   {}\nexit      {}\n",
+        "── sandbench · {} · {} ──\noutcome   {}\nexit      {}\n",
         r.tier,
         r.label,
         r.outcome.name(),
@@ -195,25 +214,25 @@ pub fn summary(r: &RunReport) -> String {
         s.push_str(&format!("DEGRADED  the sandbox lacked: {}\n", r.degraded.join("; ")));
     }
     for v in &r.violations {
-        s.push_str(&format!("violation {} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, v.detail));
+        s.push_str(&format!("violation {} at {}: {}\n", v.kind.name(), units::duration_ms(v.at_ms), v.detail));
     }
     if !r.limits.network.is_none() || !r.network.is_empty() {
         s.push_str(&network_summary(r));
     }
+    let d = units::duration_ms;
     s.push_str(&format!(
-        "time      setup {:.1} ms · run {:.1} ms · teardown {:.1} ms · total {:.1} ms{}\n",
-        t.setup,
-        t.run,
-        t.teardown,
-        t.total,
-        t.first_output.map(|f| format!(" · first output at {f:.1} ms")).unwrap_or_default()
+        "time      setup {} · run {} · teardown {} · total {}{}\n",
+        d(t.setup),
+        d(t.run),
+        d(t.teardown),
+        d(t.total),
+        t.first_output.map(|f| format!(" · first output at {}", d(f))).unwrap_or_default()
     ));
-    let opt = |v: Option<u64>, f: &dyn Fn(u64) -> String| v.map(f).unwrap_or_else(|| "unknown".into());
     s.push_str(&format!(
         "usage     cpu {} · peak memory {} · peak pids {}",
-        opt(u.cpu_ms, &|c| format!("{c} ms")),
-        opt(u.peak_memory_bytes, &|b| format!("{:.1} MiB", b as f64 / 1048576.0)),
-        opt(u.peak_pids, &|p| p.to_string()),
+        units::or_dash(u.cpu_ms, |c| d(c as f64)),
+        units::or_dash(u.peak_memory_bytes, units::size),
+        units::or_dash(u.peak_pids, |p| p.to_string()),
     ));
     if r.stdout_truncated || r.stderr_truncated {
         s.push_str("\noutput    truncated at the output limit");

@@ -115,16 +115,18 @@ async fn setup_microvm(args: &SetupArgs, config: &Config) -> anyhow::Result<i32>
         let shape = tier.shape(&config.limits, choice.accel);
         match microvm::snapshot::load(cfg, &p, shape) {
             Some((_, m)) if !args.force => eprintln!(
-                "✓ snapshot   up to date ({} MiB guest: restore {:.0} ms vs boot {:.0} ms)",
-                shape.mem_mib, m.restore_ms, m.boot_ms
+                "✓ snapshot   up to date ({} guest: restore {} vs boot {})",
+                crate::units::size(shape.mem_mib << 20),
+                crate::units::duration_ms(m.restore_ms),
+                crate::units::duration_ms(m.boot_ms)
             ),
             _ => {
                 eprintln!("… snapshot   booting a {} MiB guest to save it (takes a boot or two)", shape.mem_mib);
                 match tier.make_snapshot().await {
                     Ok(m) => eprintln!(
-                        "✓ snapshot   restore {:.0} ms vs boot {:.0} ms — {}",
-                        m.restore_ms,
-                        m.boot_ms,
+                        "✓ snapshot   restore {} vs boot {} — {}",
+                        crate::units::duration_ms(m.restore_ms),
+                        crate::units::duration_ms(m.boot_ms),
                         if m.faster_than_boot() {
                             "restores will be used"
                         } else {
@@ -172,18 +174,12 @@ async fn docker(config: &Config, runtime: Option<&str>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Install every peer's tool (apt, pip, npm: the profile's `install` line)
-/// and the account peers run as. Installed tools are left alone.
+/// Install every peer's tool (apt, pip, npm: the profile's `install` line).
+/// Installed tools are left alone. No account is made: as root, each peer
+/// run gets a uid of its own from the process tier's range.
 async fn setup_peers() -> anyhow::Result<i32> {
     use crate::tier::peer;
     let root = nix::unistd::geteuid().is_root();
-    if root {
-        match peer::ensure_user() {
-            Ok(true) => eprintln!("✓ user      created {} (peers run as it)", peer::PEER_USER),
-            Ok(false) => eprintln!("✓ user      {} exists", peer::PEER_USER),
-            Err(e) => anyhow::bail!("{e}"),
-        }
-    }
     let entries = peer::entries().map_err(usage)?;
     let mut apt_updated = false;
     let mut failed = vec![];

@@ -18,7 +18,7 @@ use super::highlight::{Highlighter, SyntaxAssets};
 use super::keymap::{self, Action, Ctx, ExportFormat};
 use super::output_pane::OutputPane;
 pub use super::overlays::Overlay;
-use super::overlays::{Help, LimitsForm, Prompt, PromptKind, SamplesPicker};
+use super::overlays::{GauntletSetup, Help, LimitsForm, Prompt, PromptKind, SamplesPicker};
 use super::run_view::RunView;
 use super::runs_view::RunsView;
 use super::theme::Theme;
@@ -57,8 +57,9 @@ pub enum Msg {
     GauntletFailed(u64, String),
     /// An event of the agent session with this id.
     Agent(u64, crate::agent::TranscriptEvent),
-    /// The gauntlet kept from an earlier session (the frontier shows it).
-    SavedGauntlet(Box<crate::gauntlet::Matrix>),
+    /// The gauntlet kept from an earlier session (the frontier shows it),
+    /// and when it was saved (seconds since 1970).
+    SavedGauntlet(Box<crate::gauntlet::Matrix>, u64),
     /// What a tier holds warm now (its spare sandbox or pool), when it changed.
     Warm(String, Option<String>),
     /// New entries of the run log (from any sandbench process).
@@ -100,6 +101,18 @@ pub enum Effect {
         limits: Limits,
         task: String,
     },
+}
+
+/// The safety × latency chart's data and where it comes from.
+#[derive(Debug, Clone)]
+pub struct Frontier {
+    pub points: Vec<sandbench_core::frontier::Point>,
+    /// Tiers without a point, and why.
+    pub missing: Vec<(String, String)>,
+    /// Which gauntlet the shares come from, its size and state.
+    pub gauntlet: String,
+    /// What the compare ran, when points take their latency from it.
+    pub compare_program: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -197,8 +210,9 @@ pub struct App {
     /// Quit asked for; the loop ends once no run is active.
     pub quitting: bool,
     quit_armed: bool,
-    /// `r` asked once to start a gauntlet; a second `r` starts it.
-    gauntlet_armed: bool,
+    /// The tiers chosen for the last gauntlet and the samples left out of
+    /// it: the next set-up starts from them (a sample new since is chosen).
+    gauntlet_choice: Option<(Vec<String>, Vec<String>)>,
     /// Identities of the documents the editor has held, by `Editor::doc` id.
     docs: Vec<DocIdentity>,
     /// Tiers already asked to warm up (each is asked once).
@@ -210,8 +224,9 @@ pub struct App {
     pub live_clock: bool,
     /// The last (or running) gauntlet.
     pub gauntlet: Option<GauntletView>,
-    /// The gauntlet of an earlier session, until this one runs its own.
-    pub saved_gauntlet: Option<Box<crate::gauntlet::Matrix>>,
+    /// The gauntlet of an earlier session, until this one runs its own, and
+    /// when it was saved (seconds since 1970).
+    pub saved_gauntlet: Option<(Box<crate::gauntlet::Matrix>, u64)>,
     pub agent: AgentView,
     /// The run log as the runs view shows it (F11).
     pub runs_log: RunsView,
@@ -255,7 +270,7 @@ impl App {
             effects: vec![],
             quitting: false,
             quit_armed: false,
-            gauntlet_armed: false,
+            gauntlet_choice: None,
             docs: vec![],
             prewarmed: Default::default(),
             dirty: true,
@@ -348,10 +363,13 @@ impl App {
 
     pub fn update(&mut self, msg: Msg) {
         self.dirty = true;
-        // A message said in one view is about that view: leaving it clears it.
-        let (view, t0) = (self.view, Instant::now());
+        // A message said in one view is about that view: leaving it, or
+        // opening a dialog over it, clears it (the ^Q warning under the ^S
+        // prompt said "^Q again quits" about a screen no longer shown).
+        let (view, overlay, t0) = (self.view, self.overlay.as_ref().map(Overlay::ctx), Instant::now());
         self.handle(msg);
-        if self.view != view && self.status.as_ref().is_some_and(|s| s.at < t0) {
+        let opened = self.overlay.as_ref().map(Overlay::ctx).is_some_and(|c| Some(c) != overlay);
+        if (self.view != view || opened) && self.status.as_ref().is_some_and(|s| s.at < t0) {
             self.status = None;
         }
     }
@@ -382,7 +400,7 @@ impl App {
                 self.assets = Some(a);
             }
             Msg::Terminate => self.quit(true),
-            Msg::SavedGauntlet(m) => self.saved_gauntlet = Some(m),
+            Msg::SavedGauntlet(m, at) => self.saved_gauntlet = Some((m, at)),
             Msg::Warm(tier, what) => {
                 if let Some(t) = self.tiers.iter_mut().find(|t| t.name == tier) {
                     t.warm = what;
@@ -441,14 +459,18 @@ impl App {
         let finished = matches!(ev, crate::gauntlet::GauntletEvent::Finished(_));
         g.apply(ev);
         if finished {
-            let (done, total, bad) = (g.done(), g.total(), g.live_mismatches());
+            let (done, total, bad, stopped) = (g.done(), g.total(), g.live_mismatches(), g.cancelled_cells());
             let cancelled = g.state == GState::Cancelled;
-            let msg = format!(
-                "gauntlet {}: {done}/{total} cells, {}",
-                if cancelled { "cancelled" } else { "finished" },
-                if bad == 0 { "all as declared".to_string() } else { format!("{bad} differ from what they declare") }
-            );
-            self.say(if bad == 0 { Level::Info } else { Level::Warn }, msg);
+            let judged =
+                if bad == 0 { "all as declared".to_string() } else { format!("{bad} differ from what they declare") };
+            let msg = if cancelled {
+                format!(
+                    "gauntlet CANCELLED: {done} of {total} cells ran ({stopped} stopped without a verdict); of the rest {judged}"
+                )
+            } else {
+                format!("gauntlet finished: {done}/{total} cells, {judged}")
+            };
+            self.say(if bad == 0 && !cancelled { Level::Info } else { Level::Warn }, msg);
         }
     }
 
@@ -495,9 +517,6 @@ impl App {
         if !matches!(action, Some(Action::Quit)) {
             self.quit_armed = false;
         }
-        if !matches!(action, Some(Action::Rerun)) {
-            self.gauntlet_armed = false;
-        }
         let typed = match key.code {
             ratatui::crossterm::event::KeyCode::Char(c)
                 if !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) =>
@@ -508,13 +527,14 @@ impl App {
         };
         let k = Key { action, typed };
         let reply = match ctxs[0] {
-            Ctx::Help | Ctx::Samples | Ctx::Limits | Ctx::Prompt => {
-                let unsaved = self.editor.modified;
+            Ctx::Help | Ctx::Samples | Ctx::Limits | Ctx::Prompt | Ctx::GauntletSetup => {
+                let unsaved = self.editor.modified();
                 match self.overlay.as_mut() {
                     Some(Overlay::Help(h)) => h.key(k),
                     Some(Overlay::Samples(p)) => p.key(k, unsaved),
                     Some(Overlay::Limits(f)) => f.key(k),
                     Some(Overlay::Prompt(p)) => p.key(k),
+                    Some(Overlay::GauntletSetup(s)) => s.key(k),
                     None => Reply::Consumed,
                 }
             }
@@ -618,6 +638,10 @@ impl App {
                 }
             }
             Intent::AskGauntlet => self.ask_gauntlet(),
+            Intent::StartGauntlet { tiers, samples } => {
+                self.overlay = None;
+                self.start_gauntlet(tiers, samples);
+            }
             Intent::StartAgent => self.start_agent(),
             Intent::LoadRun => self.load_run(),
         }
@@ -784,7 +808,7 @@ impl App {
     }
 
     pub fn quit(&mut self, force: bool) {
-        if !force && self.editor.modified && !self.quit_armed {
+        if !force && self.editor.modified() && !self.quit_armed {
             self.quit_armed = true;
             self.say(Level::Warn, "unsaved changes: ^Q again quits without saving, ^S saves");
             return;
@@ -1005,29 +1029,54 @@ impl App {
         }
     }
 
-    /// The frontier's points: hostile cells of this session's gauntlet (or
-    /// the saved one), latencies of the compare and of the gauntlets.
-    pub fn frontier(&self) -> (Vec<sandbench_core::frontier::Point>, Vec<(String, String)>) {
+    /// The frontier: hostile cells of one gauntlet (this session's, else the
+    /// one kept in the state dir), each tier's latency from this session's
+    /// compare when it ran the tier, else from that gauntlet's benign
+    /// controls, and where each figure comes from. `None` before any gauntlet.
+    pub fn frontier(&self) -> Option<Frontier> {
         use sandbench_core::frontier;
-        let mut obs = vec![];
-        if let Some(c) = &self.compare_run {
-            obs.extend(frontier::obs_of_compare(&c.summary()));
-        }
         let live = self.gauntlet.as_ref().filter(|g| g.done() > 0);
-        if let Some(g) = live {
-            obs.extend(frontier::obs_of_gauntlet(&g.latency));
-        }
-        if let Some(m) = &self.saved_gauntlet {
-            obs.extend(frontier::obs_of_gauntlet(&m.latency));
-        }
-        match (live, &self.saved_gauntlet) {
+        let (mut tiers, gauntlet, latency) = match (live, &self.saved_gauntlet) {
             (Some(g), _) => {
-                let cells = g.cells.iter().flatten().flatten().map(|cv| &cv.cell);
-                frontier::points(&g.tiers, cells, &obs)
+                let state = match g.state {
+                    GState::Running | GState::Cancelling => ", running",
+                    GState::Cancelled => ", CANCELLED",
+                    GState::Failed => ", FAILED",
+                    GState::Finished => "",
+                };
+                let note = format!("this session's gauntlet: {} of {} cells{state}", g.done(), g.total());
+                (g.tiers.clone(), note, &g.latency)
             }
-            (None, Some(m)) => frontier::points(&m.tiers, &m.cells, &obs),
-            (None, None) => (vec![], vec![]),
+            (None, Some((m, at))) => {
+                let when = chrono::DateTime::from_timestamp(*at as i64, 0)
+                    .map(|t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M").to_string())
+                    .unwrap_or_else(|| "an earlier session".into());
+                let cancelled = if m.cancelled { ", CANCELLED" } else { "" };
+                let note = format!("the gauntlet kept from {when}: {} cells{cancelled}", m.cells.len());
+                (m.tiers.clone(), note, &m.latency)
+            }
+            (None, None) => return None,
+        };
+        let mut obs = vec![];
+        let mut program = None;
+        if let Some(c) = self.compare_run.as_ref().filter(|c| !c.reports.is_empty()) {
+            let s = c.summary();
+            obs.extend(frontier::obs_of_compare(&s, "compare"));
+            program = Some(s.program.clone());
+            // A tier the compare ran but the gauntlet did not gets a note, not silence.
+            for t in &c.tiers {
+                if !tiers.contains(t) {
+                    tiers.push(t.clone());
+                }
+            }
         }
+        obs.extend(frontier::obs_of_gauntlet(latency));
+        let (points, missing) = match (live, &self.saved_gauntlet) {
+            (Some(g), _) => frontier::points(&tiers, g.cells.iter().flatten().flatten().map(|cv| &cv.cell), &obs),
+            (None, Some((m, _))) => frontier::points(&tiers, &m.cells, &obs),
+            (None, None) => return None,
+        };
+        Some(Frontier { points, missing, gauntlet, compare_program: program })
     }
 
     /// Names of the tiers the tier pane shows as ready.
@@ -1076,52 +1125,27 @@ impl App {
         self.overlay = None;
         self.view = View::Gauntlet;
         if self.gauntlet.is_none() {
-            self.say(Level::Info, "r starts the gauntlet: every sample on every ready tier, one run at a time");
+            self.say(Level::Info, "r sets up a gauntlet: the samples and tiers to run, then Enter");
         }
     }
 
-    /// `r` in the gauntlet view: a gauntlet is many runs and minutes long,
-    /// so the first `r` says how many and the second starts it.
+    /// `r` in the gauntlet view: a gauntlet is many runs and minutes to hours
+    /// long, so it starts from a set-up where the tiers and samples are
+    /// chosen (the last choice again, or sandbench's own ready tiers and
+    /// every sample) and the number of runs is said.
     fn ask_gauntlet(&mut self) {
         if self.busy() {
             return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
         }
-        if self.gauntlet_armed {
-            self.gauntlet_armed = false;
-            return self.start_gauntlet();
-        }
-        let ready = self.ready_tiers();
-        let samples = self.samples_root().and_then(|d| samples::load_dir(&d).ok()).map_or(0, |v| v.len());
-        if ready.is_empty() || samples == 0 {
-            // Nothing to confirm: starting says what is missing.
-            return self.start_gauntlet();
-        }
-        self.gauntlet_armed = true;
-        self.say(
-            Level::Warn,
-            format!(
-                "r again starts {} runs ({samples} samples × {} tiers); any other key cancels",
-                samples * ready.len(),
-                ready.len()
-            ),
-        );
-    }
-
-    /// Every sample of the picker's directory on every ready tier.
-    pub fn start_gauntlet(&mut self) {
-        if self.busy() {
-            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
-        }
-        let probing: Vec<String> = self.tiers.iter().filter(|t| t.avail.is_none()).map(|t| t.name.clone()).collect();
-        let ready = self.ready_tiers();
-        if ready.is_empty() {
-            return if probing.is_empty() {
+        let probing = self.tiers.iter().any(|t| t.avail.is_none());
+        if self.ready_tiers().is_empty() {
+            return if probing {
+                self.say(Level::Warn, "the tiers are still being probed; press r in a moment")
+            } else {
                 self.say(
                     Level::Error,
                     "no tier is available for the gauntlet (see the tier list, or `sandbench doctor`)",
                 )
-            } else {
-                self.say(Level::Warn, "the tiers are still being probed; press r in a moment")
             };
         }
         let Some(dir) = self.samples_root() else {
@@ -1133,10 +1157,43 @@ impl App {
             Ok(v) => v,
             Err(e) => return self.say(Level::Error, format!("{e:#}")),
         };
+        let tiers = self
+            .tiers
+            .iter()
+            .map(|t| {
+                let why = match &t.avail {
+                    None => Some("still being probed".to_string()),
+                    Some(a) if !a.available => Some(a.summary.clone()),
+                    Some(_) => None,
+                };
+                (t.name.clone(), why)
+            })
+            .collect();
+        self.overlay = Some(Overlay::GauntletSetup(GauntletSetup::new(tiers, samples, self.gauntlet_choice.as_ref())));
+    }
+
+    /// Run `samples` on `tiers` (the ready ones), one cell at a time.
+    pub fn start_gauntlet(&mut self, tiers: Vec<String>, samples: Vec<Sample>) {
+        if self.busy() {
+            return self.say(Level::Warn, format!("{}: F8 cancels it", self.busy_with()));
+        }
+        let ready: Vec<String> = self.ready_tiers().into_iter().filter(|t| tiers.contains(t)).collect();
+        if ready.is_empty() || samples.is_empty() {
+            return self.say(Level::Warn, "choose at least one ready tier and one sample (r in the gauntlet view)");
+        }
+        let left_out = match samples::load_dir(&self.samples_root().unwrap_or_default()) {
+            Ok(all) => all.into_iter().filter(|a| !samples.iter().any(|s| s.name == a.name)).map(|a| a.name).collect(),
+            Err(_) => vec![],
+        };
+        self.gauntlet_choice = Some((ready.clone(), left_out));
+        let dir = self.samples_root().map(|d| d.display().to_string()).unwrap_or_default();
+        // Tiers that cannot run are listed under the matrix, with why; ready
+        // ones left out by choice are not in it at all.
+        let all_ready = self.ready_tiers();
         let skipped: Vec<(String, String)> = self
             .tiers
             .iter()
-            .filter(|t| !ready.contains(&t.name))
+            .filter(|t| !all_ready.contains(&t.name))
             .map(|t| {
                 let why = match &t.avail {
                     None => "still being probed".to_string(),
@@ -1157,10 +1214,7 @@ impl App {
         self.gauntlet = Some(g);
         self.view = View::Gauntlet;
         self.effects.push(Effect::Gauntlet { id, tiers: ready.clone(), skipped, samples, limits });
-        self.say(
-            Level::Info,
-            format!("gauntlet: {n} cells ({} on {}), one at a time…", dir.display(), ready.join(", ")),
-        );
+        self.say(Level::Info, format!("gauntlet: {n} cells ({dir} on {}), one at a time…", ready.join(", ")));
     }
 
     fn agent_rows(&self) -> usize {

@@ -60,7 +60,12 @@ pub struct Editor {
     last_edit: Option<EditKind>,
     /// Lowest row changed since the highlighter last looked.
     dirty_from: Option<usize>,
-    pub modified: bool,
+    /// The document and text last saved (or loaded): undo back to it is
+    /// not a modification.
+    saved: (u64, Vec<String>),
+    /// Bumped by every change, so `modified` compares texts once per change.
+    edits: u64,
+    modified_at: std::cell::Cell<Option<(u64, bool)>>,
     doc: u64,
 }
 
@@ -98,7 +103,6 @@ impl Editor {
             lines.push(String::new());
         }
         Editor {
-            lines,
             cursor: Pos::default(),
             anchor: None,
             scroll: (0, 0),
@@ -108,9 +112,25 @@ impl Editor {
             redo: vec![],
             last_edit: None,
             dirty_from: Some(0),
-            modified: false,
+            saved: (0, lines.clone()),
+            edits: 0,
+            modified_at: std::cell::Cell::new(None),
             doc: 0,
+            lines,
         }
+    }
+
+    /// The text differs from the one last saved (or loaded): `[+]`, and
+    /// quitting or loading a sample asks first.
+    pub fn modified(&self) -> bool {
+        if let Some((at, m)) = self.modified_at.get() {
+            if at == self.edits {
+                return m;
+            }
+        }
+        let m = self.saved.0 != self.doc || self.saved.1 != self.lines;
+        self.modified_at.set(Some((self.edits, m)));
+        m
     }
 
     pub fn lines(&self) -> &[String] {
@@ -152,7 +172,7 @@ impl Editor {
 
     fn mark_dirty(&mut self, row: usize) {
         self.dirty_from = Some(self.dirty_from.map_or(row, |d| min(d, row)));
-        self.modified = true;
+        self.edits += 1;
     }
 
     fn checkpoint(&mut self, kind: EditKind) {
@@ -533,7 +553,8 @@ impl Editor {
     }
 
     pub fn mark_saved(&mut self) {
-        self.modified = false;
+        self.saved = (self.doc, self.lines.clone());
+        self.edits += 1;
     }
 }
 
@@ -562,6 +583,28 @@ mod tests {
         assert!(e.redo());
         assert!(e.redo());
         assert_eq!(e.text(), "print(1)\n");
+    }
+
+    #[test]
+    fn undo_back_to_the_saved_text_is_not_a_modification() {
+        let mut e = Editor::new("print(1)");
+        assert!(!e.modified());
+        e.insert_char('x');
+        assert!(e.modified());
+        assert!(e.undo());
+        assert!(!e.modified(), "back to the text as loaded: no [+]");
+        assert!(e.redo());
+        assert!(e.modified());
+        // Saved with the edit: undoing it is a change from what is on disk.
+        e.mark_saved();
+        assert!(!e.modified());
+        assert!(e.undo());
+        assert!(e.modified());
+        // Another document with the same text is not the saved one.
+        e.redo();
+        let text = e.text();
+        e.set_document(&text, 7);
+        assert!(e.modified());
     }
 
     #[test]

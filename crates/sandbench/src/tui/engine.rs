@@ -136,7 +136,7 @@ impl Engine {
         let tx = self.ctl_tx.clone();
         tokio::task::spawn_blocking(move || match crate::state::load_gauntlet_in(&crate::config::state_dir()) {
             Ok(Some(saved)) => {
-                let _ = tx.send(Msg::SavedGauntlet(Box::new(saved.data)));
+                let _ = tx.send(Msg::SavedGauntlet(Box::new(saved.data), saved.saved_at));
             }
             Ok(None) => {}
             Err(e) => tracing::warn!("the last gauntlet is not shown: {e:#}"),

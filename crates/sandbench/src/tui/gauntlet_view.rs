@@ -88,10 +88,10 @@ pub struct CellView {
 }
 
 impl CellView {
-    /// Stopped by the user's cancel, and nothing got out: not a finding
-    /// about the tier (it is not counted as a mismatch here).
+    /// Stopped by the user's cancel, and nothing got out: no verdict about
+    /// the tier (not a mismatch, left out of the frontier's share).
     pub fn cancelled(&self) -> bool {
-        self.cell.report.outcome == crate::report::Outcome::Cancelled && self.cell.findings.escapes.is_empty()
+        self.cell.verdict == crate::gauntlet::Verdict::Cancelled
     }
 
     pub fn new(mut cell: Cell) -> CellView {
@@ -229,7 +229,12 @@ impl GauntletView {
     /// Finished cells that differ from what their sample declares (a
     /// cancelled cell where nothing got out is not one).
     pub fn live_mismatches(&self) -> usize {
-        self.cells.iter().flatten().flatten().filter(|c| !c.cell.as_expected && !c.cancelled()).count()
+        self.cells.iter().flatten().flatten().filter(|c| c.cell.is_mismatch()).count()
+    }
+
+    /// Cells the cancel stopped before their end (no verdict).
+    pub fn cancelled_cells(&self) -> usize {
+        self.cells.iter().flatten().flatten().filter(|c| c.cancelled()).count()
     }
 
     pub fn selected(&self) -> Option<&CellView> {

@@ -19,6 +19,7 @@ pub enum Ctx {
     Gauntlet,
     Agent,
     Runs,
+    GauntletSetup,
 }
 
 impl Ctx {
@@ -35,6 +36,7 @@ impl Ctx {
             Ctx::Gauntlet => "Gauntlet view",
             Ctx::Agent => "Agent view",
             Ctx::Runs => "Runs view",
+            Ctx::GauntletSetup => "Gauntlet set-up (r in the gauntlet view)",
         }
     }
 }
@@ -71,6 +73,10 @@ pub enum Action {
     FilterOutcome,
     FilterTier,
     LoadRun,
+    /// Gauntlet set-up: choose the item under the cursor, all of a list, the other list.
+    Toggle,
+    ToggleAll,
+    NextList,
     // editor
     Move(Move),
     Select(Move),
@@ -163,7 +169,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Global, K::F(6), NONE, A::Compare, "F6", "compare: run on every available tier, one at a time, in rounds", "compare"),
     b!(Global, K::F(7), NONE, A::ToggleView, "F7", "switch between the editor and the compare view", "view"),
     b!(Global, K::F(8), NONE, A::Cancel, "F8", "cancel the running run(s), gauntlet or agent", "cancel"),
-    b!(Global, K::F(9), NONE, A::Gauntlet, "F9", "gauntlet view; r r there runs every sample on every ready tier", "gauntlet"),
+    b!(Global, K::F(9), NONE, A::Gauntlet, "F9", "gauntlet view; r there sets one up: its tiers and samples", "gauntlet"),
     b!(Global, K::F(10), NONE, A::Agent, "F10", "agent view: a model writes code, runs it on the selected tier", "agent"),
     b!(Global, K::F(11), NONE, A::Runs, "F11", "runs view: every run of every front end and process, live", "runs"),
     b!(Global, K::Char('w'), CTRL, A::FocusNext, "^W", "move focus: editor ↔ output"),
@@ -241,7 +247,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Gauntlet, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
     b!(Gauntlet, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
     b!(Gauntlet, K::Enter, NONE, A::Accept, "Enter", "zoom the selected cell's details in and out", "details"),
-    b!(Gauntlet, K::Char('r'), NONE, A::Rerun, "r", "start the gauntlet (again): press twice, it is many runs", "run"),
+    b!(Gauntlet, K::Char('r'), NONE, A::Rerun, "r", "set up a gauntlet (again): choose its tiers and samples, then Enter", "run"),
     b!(Gauntlet, K::Esc, NONE, A::Close, "Esc", "unzoom; else back to the editor (a gauntlet keeps going)", "back"),
     // Agent
     b!(Agent, K::Enter, NONE, A::Accept, "Enter", "start the agent on the typed task", "start"),
@@ -265,6 +271,16 @@ pub static BINDINGS: &[Binding] = &[
     b!(Runs, K::Char('t'), NONE, A::FilterTier, "t", "filter by tier: all, then each tier in the log", "tier"),
     b!(Runs, K::Char('e'), NONE, A::LoadRun, "e", "load the run's code into the editor (then F4/F5/F6 re-run or compare it)", "edit"),
     b!(Runs, K::Esc, NONE, A::Close, "Esc", "close the details; else back to the editor", "back"),
+    // Gauntlet set-up
+    b!(GauntletSetup, K::Up, NONE, A::Up, "↑", "previous tier or sample"),
+    b!(GauntletSetup, K::Down, NONE, A::Down, "↓", "next tier or sample"),
+    b!(GauntletSetup, K::PageUp, NONE, A::PageUp, "PgUp", "page up"),
+    b!(GauntletSetup, K::PageDown, NONE, A::PageDown, "PgDn", "page down"),
+    b!(GauntletSetup, K::Char(' '), NONE, A::Toggle, "Space", "choose or leave out the tier or sample under the cursor", "toggle"),
+    b!(GauntletSetup, K::Char('a'), NONE, A::ToggleAll, "a", "all of the list (again: none)", "all"),
+    b!(GauntletSetup, K::Tab, NONE, A::NextList, "Tab", "switch between the tiers and the samples", "tiers/samples"),
+    b!(GauntletSetup, K::Enter, NONE, A::Accept, "Enter", "run the chosen samples on the chosen tiers", "run"),
+    b!(GauntletSetup, K::Esc, NONE, A::Close, "Esc", "close without running", "close"),
     // Help
     b!(Help, K::Esc, NONE, A::Close, "Esc", "close help", "close"),
     b!(Help, K::F(1), NONE, A::Close, "F1", "close help"),
@@ -341,6 +357,7 @@ pub fn help_sections() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)>
         Ctx::Runs,
         Ctx::Samples,
         Ctx::Limits,
+        Ctx::GauntletSetup,
         Ctx::Prompt,
         Ctx::Help,
     ];

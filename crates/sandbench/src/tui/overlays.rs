@@ -1,6 +1,7 @@
 //! The popups over the workbench — help, the samples picker, the limits
-//! form, the save-as and search prompts — each with its own state and keys
-//! (see `view` for the contract). Drawn by `widgets::overlays`.
+//! form, the gauntlet's set-up, the save-as and search prompts — each with
+//! its own state and keys (see `view` for the contract). Drawn by
+//! `widgets::overlays`.
 
 use std::path::PathBuf;
 
@@ -16,6 +17,7 @@ pub enum Overlay {
     Samples(SamplesPicker),
     Limits(LimitsForm),
     Prompt(Prompt),
+    GauntletSetup(GauntletSetup),
 }
 
 impl Overlay {
@@ -25,6 +27,7 @@ impl Overlay {
             Overlay::Samples(_) => keymap::Ctx::Samples,
             Overlay::Limits(_) => keymap::Ctx::Limits,
             Overlay::Prompt(_) => keymap::Ctx::Prompt,
+            Overlay::GauntletSetup(_) => keymap::Ctx::GauntletSetup,
         }
     }
 
@@ -34,7 +37,129 @@ impl Overlay {
         match self {
             Overlay::Limits(f) => f.fields[f.selected].1.push_str(line),
             Overlay::Prompt(p) => p.input.push_str(line),
-            Overlay::Help(_) | Overlay::Samples(_) => {}
+            Overlay::Help(_) | Overlay::Samples(_) | Overlay::GauntletSetup(_) => {}
+        }
+    }
+}
+
+/// Before a gauntlet: which tiers and which samples (a gauntlet is every
+/// chosen sample on every chosen tier, one run at a time: minutes to hours).
+pub struct GauntletSetup {
+    /// (tier, why it cannot run, chosen): only ready tiers can be chosen.
+    pub tiers: Vec<(String, Option<String>, bool)>,
+    /// (sample, chosen).
+    pub samples: Vec<(Sample, bool)>,
+    /// The list the keys move in: false = tiers, true = samples.
+    pub in_samples: bool,
+    pub cursor: [usize; 2],
+}
+
+impl GauntletSetup {
+    /// `chosen`: the tiers chosen for the last gauntlet and the samples left
+    /// out of it; without one, sandbench's own ready tiers (the peers are a
+    /// comparison one asks for) and every sample.
+    pub fn new(
+        tiers: Vec<(String, Option<String>)>,
+        samples: Vec<Sample>,
+        chosen: Option<&(Vec<String>, Vec<String>)>,
+    ) -> GauntletSetup {
+        let own = |t: &str| crate::tier::KNOWN.contains(&t);
+        let tiers = tiers
+            .into_iter()
+            .map(|(t, why)| {
+                let on = why.is_none() && chosen.map_or(own(&t), |(ts, _)| ts.contains(&t));
+                (t, why, on)
+            })
+            .collect();
+        let samples = samples
+            .into_iter()
+            .map(|s| {
+                let on = chosen.is_none_or(|(_, out)| !out.contains(&s.name));
+                (s, on)
+            })
+            .collect();
+        GauntletSetup { tiers, samples, in_samples: false, cursor: [0, 0] }
+    }
+
+    pub fn chosen_tiers(&self) -> Vec<String> {
+        self.tiers.iter().filter(|(_, why, on)| *on && why.is_none()).map(|(t, _, _)| t.clone()).collect()
+    }
+
+    pub fn chosen_samples(&self) -> Vec<Sample> {
+        self.samples.iter().filter(|(_, on)| *on).map(|(s, _)| s.clone()).collect()
+    }
+
+    /// Runs the gauntlet will make (each chosen sample once on each chosen tier).
+    pub fn runs(&self) -> usize {
+        self.chosen_tiers().len() * self.samples.iter().filter(|(_, on)| *on).count()
+    }
+
+    fn len(&self) -> usize {
+        if self.in_samples {
+            self.samples.len()
+        } else {
+            self.tiers.len()
+        }
+    }
+
+    fn toggle(&mut self, i: usize) {
+        if self.in_samples {
+            if let Some((_, on)) = self.samples.get_mut(i) {
+                *on = !*on;
+            }
+        } else if let Some((_, None, on)) = self.tiers.get_mut(i) {
+            *on = !*on;
+        }
+    }
+
+    pub fn key(&mut self, k: Key) -> Reply {
+        let list = usize::from(self.in_samples);
+        let n = self.len();
+        match k.action {
+            Some(Action::Close) => Reply::Do(Intent::Close(Some("no gauntlet started".into()))),
+            Some(Action::Up) => {
+                self.cursor[list] = self.cursor[list].saturating_sub(1);
+                Reply::Consumed
+            }
+            Some(Action::Down) => {
+                self.cursor[list] = (self.cursor[list] + 1).min(n.saturating_sub(1));
+                Reply::Consumed
+            }
+            Some(Action::PageUp) => {
+                self.cursor[list] = self.cursor[list].saturating_sub(10);
+                Reply::Consumed
+            }
+            Some(Action::PageDown) => {
+                self.cursor[list] = (self.cursor[list] + 10).min(n.saturating_sub(1));
+                Reply::Consumed
+            }
+            Some(Action::NextList) => {
+                self.in_samples = !self.in_samples;
+                Reply::Consumed
+            }
+            Some(Action::Toggle) => {
+                self.toggle(self.cursor[list]);
+                Reply::Consumed
+            }
+            Some(Action::ToggleAll) => {
+                // All on, unless all are on already: then all off.
+                if self.in_samples {
+                    let all = self.samples.iter().all(|(_, on)| *on);
+                    self.samples.iter_mut().for_each(|(_, on)| *on = !all);
+                } else {
+                    let all = self.tiers.iter().filter(|(_, why, _)| why.is_none()).all(|(_, _, on)| *on);
+                    self.tiers.iter_mut().filter(|(_, why, _)| why.is_none()).for_each(|(_, _, on)| *on = !all);
+                }
+                Reply::Consumed
+            }
+            Some(Action::Accept) if self.runs() == 0 => Reply::Say(
+                Level::Warn,
+                "choose at least one tier and one sample (Space toggles, Tab switches lists)".into(),
+            ),
+            Some(Action::Accept) => {
+                Reply::Do(Intent::StartGauntlet { tiers: self.chosen_tiers(), samples: self.chosen_samples() })
+            }
+            a => Reply::pass(a),
         }
     }
 }
@@ -387,6 +512,50 @@ mod tests {
         }
         assert_eq!(again.cpu_time, l.cpu_time);
         assert_eq!(again.memory_bytes, l.memory_bytes);
+    }
+
+    fn sample(name: &str, group: &str) -> Sample {
+        let text = format!("# name: {name}\n# tries: t\n# must: m\n# expect: *=ok\nprint(1)\n");
+        Sample::parse(std::path::Path::new(&format!("{group}/{name}.py")), text).unwrap()
+    }
+
+    #[test]
+    fn the_gauntlet_set_up_chooses_tiers_and_samples_and_counts_the_runs() {
+        let tiers = vec![
+            ("process".to_string(), None),
+            ("docker".to_string(), None),
+            ("e2b".to_string(), Some("no key".to_string())),
+            ("bwrap".to_string(), None),
+        ];
+        let samples = vec![sample("hello", "benign"), sample("fork-bomb", "hostile"), sample("mount", "hostile")];
+        // By default sandbench's own ready tiers and every sample.
+        let mut s = GauntletSetup::new(tiers.clone(), samples.clone(), None);
+        assert_eq!(s.chosen_tiers(), ["process", "docker"]);
+        assert_eq!(s.runs(), 6);
+        // A tier that cannot run cannot be chosen.
+        s.key(act(Action::Down));
+        s.key(act(Action::Down));
+        s.key(act(Action::Toggle));
+        assert_eq!(s.chosen_tiers(), ["process", "docker"]);
+        s.key(act(Action::Down));
+        s.key(act(Action::Toggle));
+        assert_eq!(s.chosen_tiers(), ["process", "docker", "bwrap"]);
+        // Tab to the samples: none, then one.
+        s.key(act(Action::NextList));
+        s.key(act(Action::ToggleAll));
+        assert_eq!(s.runs(), 0);
+        assert!(matches!(s.key(act(Action::Accept)), Reply::Say(Level::Warn, _)));
+        s.key(act(Action::Down));
+        s.key(act(Action::Toggle));
+        let Reply::Do(Intent::StartGauntlet { tiers: t, samples: chosen }) = s.key(act(Action::Accept)) else {
+            panic!("Enter starts it")
+        };
+        assert_eq!(t, ["process", "docker", "bwrap"]);
+        assert_eq!(chosen.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["fork-bomb"]);
+        // The next set-up starts from the last choice.
+        let last = (t, vec!["hello".to_string(), "mount".to_string()]);
+        let again = GauntletSetup::new(tiers, samples, Some(&last));
+        assert_eq!((again.chosen_tiers().len(), again.runs()), (3, 3));
     }
 
     #[test]

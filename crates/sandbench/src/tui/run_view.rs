@@ -11,6 +11,7 @@ use crate::runner::Update;
 use crate::sanitize::visible_controls;
 use crate::spec::{format_size, Limits};
 use crate::tui::sanitize::{LineRing, Sanitizer, StyledLine};
+use crate::units::duration_ms;
 
 /// Longest output line kept (columns); the rest is counted.
 pub const MAX_LINE_COLS: usize = 1024;
@@ -172,7 +173,7 @@ impl RunView {
 
     pub fn apply(&mut self, ev: RunEvent) {
         self.last_ms = self.last_ms.max(ev.at_ms);
-        let at = fmt_ms(ev.at_ms);
+        let at = duration_ms(ev.at_ms);
         match ev.kind {
             EventKind::Phase(p) => {
                 self.phases.push((p, ev.at_ms));
@@ -234,8 +235,10 @@ impl RunView {
             }
         }
         let line = match &r.error {
-            Some(e) => format!("══ error: {} ({})", visible_controls(e.as_bytes()), fmt_ms(r.timings_ms.total)),
-            None => format!("══ {} · {} · {} total", r.outcome.name(), r.exit.describe(), fmt_ms(r.timings_ms.total)),
+            Some(e) => format!("══ error: {} ({})", visible_controls(e.as_bytes()), duration_ms(r.timings_ms.total)),
+            None => {
+                format!("══ {} · {} · {} total", r.outcome.name(), r.exit.describe(), duration_ms(r.timings_ms.total))
+            }
         };
         let outcome = r.outcome;
         self.report = Some(r);
@@ -282,9 +285,11 @@ impl RunView {
     /// "running 1.42 s", "violation · 2.1 s", ...
     pub fn state_line(&self) -> String {
         match &self.report {
-            Some(r) => format!("{} · {}", r.outcome.name(), fmt_ms(r.timings_ms.total)),
-            None if self.cancelling => format!("cancelling · {}", fmt_ms(self.elapsed_ms())),
-            None => format!("{} · {}", self.phase().map(|p| p.name()).unwrap_or("starting"), fmt_ms(self.elapsed_ms())),
+            Some(r) => format!("{} · {}", r.outcome.name(), duration_ms(r.timings_ms.total)),
+            None if self.cancelling => format!("cancelling · {}", duration_ms(self.elapsed_ms())),
+            None => {
+                format!("{} · {}", self.phase().map(|p| p.name()).unwrap_or("starting"), duration_ms(self.elapsed_ms()))
+            }
         }
     }
 
@@ -375,15 +380,6 @@ fn push_capped(q: &mut VecDeque<u64>, v: u64) {
     q.push_back(v);
 }
 
-/// "12 ms", "1.42 s".
-pub fn fmt_ms(ms: f64) -> String {
-    if ms < 1000.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{:.2} s", ms / 1000.0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,7 +454,7 @@ mod tests {
             texts,
             [
                 "── preparing at 0 ms",
-                "── running at 10 ms",
+                "── running at 10.0 ms",
                 "oops",
                 "hello",
                 "part",

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use ratatui::style::{Color, Modifier, Style};
-use sandbench_core::sanitize::{is_invisible_format, visible_controls};
+use sandbench_core::sanitize::{is_hidden, push_shown, visible_controls};
 use unicode_width::UnicodeWidthChar;
 
 /// Tab stops every this many columns.
@@ -369,8 +369,10 @@ impl vte::Perform for Performer {
         if c == '\x7f' {
             return self.marker("^?");
         }
-        if is_invisible_format(c) {
-            return self.marker(&format!("<U+{:04X}>", c as u32));
+        if is_hidden(c) {
+            let mut shown = String::new();
+            push_shown(&mut shown, c);
+            return self.marker(&shown);
         }
         let w = c.width().unwrap_or(0);
         if self.line.width + w > self.max_cols {
@@ -634,6 +636,47 @@ mod tests {
         assert_eq!(r.dropped, 2);
     }
 
+    #[test]
+    fn invisible_and_reordering_characters_become_markers() {
+        let mut s = Sanitizer::new(200);
+        let mut out = vec![];
+        let forged =
+            "ok\u{2028}outcome   ok\u{2066}\u{202E}x\u{2069}\u{200B}\u{FEFF}\u{E0041}\u{FE0F}\u{00AD}\u{061C}\n";
+        // Split inside a four-byte tag character: the parser holds it whole.
+        let b = forged.as_bytes();
+        let cut = forged.find('\u{E0041}').unwrap() + 2;
+        s.feed(&b[..cut], &mut out);
+        s.feed(&b[cut..], &mut out);
+        assert_eq!(
+            out[0].text(),
+            "ok<U+2028>outcome   ok<U+2066><U+202E>x<U+2069><U+200B><U+FEFF><U+E0041><U+FE0F><U+00AD><U+061C>"
+        );
+    }
+
+    fn class_text() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let class = [
+            '\u{202E}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{200B}',
+            '\u{FEFF}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{E0041}',
+            '\u{FE0F}',
+            '\u{E0100}',
+            '\u{00AD}',
+            '\u{061C}',
+            '\u{3164}',
+            '\u{1B}',
+            '\u{85}',
+            '\u{9B}',
+        ];
+        let one = prop_oneof![any::<char>(), proptest::sample::select(class.to_vec()), proptest::char::range(' ', '~')];
+        proptest::collection::vec(one, 0..120).prop_map(|v| v.into_iter().collect::<String>().into_bytes())
+    }
+
     proptest::proptest! {
         #[test]
         fn nothing_control_ever_comes_out(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), split in 0usize..400) {
@@ -647,6 +690,21 @@ mod tests {
                 proptest::prop_assert!(l.width <= 50);
                 for c in l.text().chars() {
                     proptest::prop_assert!(!c.is_control());
+                }
+            }
+        }
+
+        #[test]
+        fn nothing_hidden_ever_comes_out(bytes in class_text(), split in 0usize..500) {
+            let mut s = Sanitizer::new(80);
+            let mut out = vec![];
+            let split = split.min(bytes.len());
+            s.feed(&bytes[..split], &mut out);
+            s.feed(&bytes[split..], &mut out);
+            out.extend(s.finish());
+            for l in &out {
+                for c in l.text().chars() {
+                    proptest::prop_assert!(!is_hidden(c), "U+{:04X} in {:?}", c as u32, l.text());
                 }
             }
         }

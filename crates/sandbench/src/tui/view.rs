@@ -66,8 +66,13 @@ pub enum Intent {
     ExportCompare(ExportFormat),
     /// `d` in the compare view: the histograms or the live columns.
     ToggleDist,
-    /// `r` in the gauntlet view (asks before a long gauntlet).
+    /// `r` in the gauntlet view: choose its tiers and samples first.
     AskGauntlet,
+    /// The gauntlet's set-up accepted: these samples on these tiers.
+    StartGauntlet {
+        tiers: Vec<String>,
+        samples: Vec<Sample>,
+    },
     /// Enter in the agent view: start a session with the typed task.
     StartAgent,
     /// Put the selected logged run's code in the editor.

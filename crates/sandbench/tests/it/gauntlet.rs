@@ -76,12 +76,32 @@ fn gauntlet_everywhere(repeat: &str) {
     eprintln!("{md}");
     assert_eq!(out.status.code(), Some(0), "{md}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(md.contains("all ") && md.contains("cells as declared"), "{md}");
-    assert!(!md.contains("ESCAPED"), "{md}");
+    // A peer may show a hole its sample declares (socket-families on bwrap);
+    // nothing ever escapes one of sandbench's own tiers.
+    let escaped = escaped_columns(&md);
+    let own: Vec<&String> = escaped.iter().filter(|t| sandbench::tier::KNOWN.contains(&t.as_str())).collect();
+    assert!(own.is_empty(), "escaped on {own:?}:\n{md}");
     assert!(eventually(10, || net.remaining().is_empty()), "processes left behind: {:?}", net.remaining());
     assert!(net.leftover_cgroups().is_empty(), "run cgroups left behind: {:?}", net.leftover_cgroups());
     if tier_available("docker").is_ok() {
         assert!(eventually(20, || containers_of(pid).is_empty()), "containers left: {:?}", containers_of(pid));
     }
+}
+
+/// The tiers (columns) of a markdown matrix that have an ESCAPED cell.
+fn escaped_columns(md: &str) -> Vec<String> {
+    let mut rows = md.lines().filter(|l| l.starts_with("| "));
+    let Some(head) = rows.next() else { return vec![] };
+    let tiers: Vec<String> = head.split('|').map(|c| c.trim().to_string()).collect();
+    let mut out = vec![];
+    for row in rows {
+        for (i, cell) in row.split('|').enumerate() {
+            if cell.contains("ESCAPED") && !out.contains(&tiers[i.min(tiers.len() - 1)]) {
+                out.push(tiers[i.min(tiers.len() - 1)].clone());
+            }
+        }
+    }
+    out
 }
 
 #[sandbench_testkit::test]

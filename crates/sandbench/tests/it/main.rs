@@ -12,6 +12,8 @@ mod support {
     pub mod harness;
     pub mod hidden;
     pub mod http;
+    pub mod mcp;
+    pub mod parity;
 }
 
 mod agent_cli;
@@ -25,9 +27,17 @@ mod e2b_dialect;
 mod e2b_lifecycle;
 mod egress;
 mod gauntlet;
+mod headless;
+mod host_inodes;
+mod mcp_bounds;
+mod mcp_files;
+mod mcp_http_auth;
 mod mcp_stdio;
+mod mcp_stream;
+mod mcp_ts;
 mod microvm_protocol;
 mod microvm_tier;
+mod peak_memory;
 mod peers;
 mod process_boundary;
 mod process_cli;
@@ -44,9 +54,11 @@ mod tui_agent;
 mod tui_app;
 mod tui_compare;
 mod tui_e2e;
+mod tui_figures;
 mod tui_gauntlet;
 mod tui_instrument;
 mod tui_runs;
+mod tui_screens;
 mod tui_snapshots;
 mod tui_views;
 

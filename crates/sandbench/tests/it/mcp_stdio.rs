@@ -6,94 +6,18 @@
 
 use crate::support::common;
 use crate::support::docker_common::{eventually, tier_available, tier_ready};
+use crate::support::mcp::{call, drive, Home, HttpServer, SECRET};
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{bin, OuterNet};
 use serde_json::{json, Value};
 
-const SECRET: &str = "sk-mcp-test-secret-4f1c9e";
-
 /// The Python that has the `mcp` SDK (the test names `mcp` in its needs).
-fn sdk_python() -> Option<PathBuf> {
-    Some(common::mcp_python().expect("cannot run although its needs hold: no Python with the MCP SDK"))
-}
-
-fn client_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_client.py")
-}
-
-/// A private config and state dir for one server.
-struct Home {
-    dir: tempfile::TempDir,
-}
-
-impl Home {
-    /// The user's config (where `sandbench setup docker` named the image it
-    /// built) with `extra`'s tables merged over it.
-    fn new(extra: &str) -> Home {
-        let dir = tempfile::tempdir().unwrap();
-        let mut base: toml::Table = sandbench::config::Config::path()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .and_then(|t| toml::from_str(&t).ok())
-            .unwrap_or_default();
-        let extra: toml::Table = toml::from_str(extra).unwrap();
-        for (k, v) in extra {
-            match (base.get_mut(&k), v) {
-                (Some(toml::Value::Table(b)), toml::Value::Table(e)) => b.extend(e),
-                (_, v) => {
-                    base.insert(k, v);
-                }
-            }
-        }
-        std::fs::write(dir.path().join("config.toml"), toml::to_string(&base).unwrap()).unwrap();
-        Home { dir }
-    }
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
-    }
-    fn command(&self, py: &Path, steps: &Value, server_args: &[&str]) -> Command {
-        let mut cmd = Command::new(py);
-        cmd.arg(client_script())
-            .arg(steps.to_string())
-            .arg(bin())
-            .arg("mcp")
-            .args(server_args)
-            .env("SANDBENCH_CONFIG", self.dir.path().join("config.toml"))
-            .env("SANDBENCH_STATE_DIR", self.state())
-            // sandbench's own environment holds a secret; no sandbox may see it.
-            .env("ANTHROPIC_API_KEY", SECRET)
-            .env("SANDBENCH_TEST_SECRET", SECRET);
-        cmd
-    }
-}
-
-/// Run the client to the end; its JSON lines without the "calling" markers.
-fn drive(home: &Home, py: &Path, steps: Value, server_args: &[&str]) -> Vec<Value> {
-    let net = OuterNet::new();
-    let out = net.output(&mut home.command(py, &steps, server_args), Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "client failed: {:?}\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("client printed non-JSON {l:?}: {e}")))
-        .filter(|v: &Value| v["op"] != "calling")
-        .collect();
-    assert_eq!(lines.len(), steps.as_array().unwrap().len(), "one result per step: {stdout}");
-    assert!(net.leftover_cgroups().is_empty(), "cgroups left: {:?}", net.leftover_cgroups());
-    lines
-}
-
-fn call(name: &str, args: Value) -> Value {
-    json!({"op": "call", "name": name, "args": args})
+fn sdk_python() -> Option<std::path::PathBuf> {
+    Some(crate::support::mcp::sdk_python())
 }
 
 #[sandbench_testkit::test(needs = ["mcp"])]
@@ -113,8 +37,8 @@ fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
         &[],
     );
     let names: Vec<&str> = out[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 4, "{names:?}");
-    for n in ["run_code", "list_tiers", "open_session", "close_session"] {
+    assert_eq!(names.len(), 7, "{names:?}");
+    for n in ["run_code", "list_tiers", "open_session", "close_session", "write_file", "read_file", "list_files"] {
         assert!(names.contains(&n), "{n} missing: {names:?}");
     }
     let schema = &out[0]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "run_code").unwrap()["input_schema"];
@@ -147,6 +71,32 @@ fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
     assert_eq!(entries[0]["code"], code);
     assert_eq!(entries[0]["report"]["outcome"], "ok");
     assert!(!log.contains(SECRET));
+}
+
+/// The gauntlet's invisible forgery through `run_code`: the reply's text and
+/// its structured output show every invisible, bidi and tag character by
+/// name, so neither a person nor a model reads a forged verdict or a hidden
+/// instruction in it.
+#[sandbench_testkit::test(needs = ["mcp"])]
+fn mcp_replies_show_invisible_and_bidi_characters_by_name() {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("");
+    let code = std::fs::read_to_string(common::samples_dir().join("hostile/invisible_forgery.py")).unwrap();
+    let out = drive(&home, &py, json!([call("run_code", json!({"language": "python", "code": code}))]), &[]);
+    let run = &out[0];
+    assert_eq!(run["structured"]["outcome"], "ok", "{run}");
+    let text = run["text"].as_str().unwrap();
+    assert!(text.starts_with("outcome: ok\n"), "{text}");
+    for shown in ["<U+2028>", "<U+2029>", "<U+202E>", "<U+2066>", "<U+200B>", "<U+FEFF>", "<U+E0020>", "<U+E0155>"] {
+        assert!(text.contains(shown), "{shown} is not in the reply's text: {text}");
+        assert!(run["structured"]["stdout"].as_str().unwrap().contains(shown), "{shown}: {run}");
+    }
+    assert!(run["structured"]["stderr"].as_str().unwrap().contains("<U+202E>"), "{run}");
+    // Nowhere in the whole reply (JSON escapes only C0 controls).
+    let all = run.to_string();
+    let raw: Vec<String> =
+        all.chars().filter(|c| sandbench::sanitize::is_hidden(*c)).map(|c| format!("U+{:04X}", c as u32)).collect();
+    assert!(raw.is_empty(), "raw hidden characters in the reply: {raw:?}");
 }
 
 #[sandbench_testkit::test(needs = ["mcp"])]
@@ -280,40 +230,16 @@ fn mcp_over_streamable_http_on_loopback() {
     let Some(py) = sdk_python() else { return };
     let home = Home::new("");
     let net = OuterNet::new();
-    let mut server = Command::new(bin());
-    server
-        .args(["mcp", "--http", "127.0.0.1:0"])
-        .env("SANDBENCH_CONFIG", home.dir.path().join("config.toml"))
-        .env("SANDBENCH_STATE_DIR", home.state())
-        .env("SANDBENCH_TEST_SECRET", SECRET)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = net.spawn(&mut server);
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).unwrap_or_else(|| panic!("{line}"));
+    let server = HttpServer::start(&home, &net, &[]);
     let steps = json!([call("run_code", json!({"language": "sh", "code": "echo via-http; env"}))]);
-    let mut client = Command::new(&py);
-    // The client talks to loopback directly, never through a proxy.
-    client
-        .arg(client_script())
-        .arg(steps.to_string())
-        .arg(url)
-        .env("NO_PROXY", "127.0.0.1")
-        .env("no_proxy", "127.0.0.1");
-    let out = net.output(&mut client, Duration::from_secs(60));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let result: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
-        panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
-    });
+    let out = server.drive(&net, &py, steps);
+    let result = out.last().unwrap();
     assert_eq!(result["structured"]["outcome"], "ok", "{result}");
     assert!(result["structured"]["stdout"].as_str().unwrap().starts_with("via-http\n"));
-    assert!(!stdout.contains(SECRET));
+    assert!(!result.to_string().contains(SECRET));
+    assert!(!result.to_string().contains(&server.token), "the bearer token reached the sandbox");
     // SIGTERM to the server we started: it ends and leaves no sandbox.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    child.wait().unwrap();
+    server.stop();
     assert!(eventually(20, || net.remaining().is_empty()), "left running: {:?}", net.remaining());
     assert!(eventually(5, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
 }
@@ -534,28 +460,8 @@ fn http_clients_see_only_their_own_sessions_which_close_when_they_go() {
     }
     let home = Home::new("[process]\nspare = false\n");
     let net = OuterNet::new();
-    let mut server = Command::new(bin());
-    server
-        .args(["mcp", "--http", "127.0.0.1:0"])
-        .env("SANDBENCH_CONFIG", home.dir.path().join("config.toml"))
-        .env("SANDBENCH_STATE_DIR", home.state())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = net.spawn(&mut server);
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).unwrap().to_string();
-    let client = |steps: Value| {
-        let mut c = Command::new(&py);
-        c.arg(client_script())
-            .arg(steps.to_string())
-            .arg(&url)
-            .env("NO_PROXY", "127.0.0.1")
-            .env("no_proxy", "127.0.0.1");
-        c
-    };
+    let server = HttpServer::start(&home, &net, &[]);
+    let client = |steps: Value| server.client(&py, &steps, Some(&server.token));
     // Client A opens a session and stays connected a while.
     let mut a = client(json!([
         call("open_session", json!({})),
@@ -585,7 +491,7 @@ fn http_clients_see_only_their_own_sessions_which_close_when_they_go() {
     // A ends its MCP session: its sandbox goes, the server stays.
     let _ = a.wait();
     assert!(eventually(30, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());
-    assert!(child.try_wait().unwrap().is_none(), "the server went with the client");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    child.wait().unwrap();
+    let mut server = server;
+    assert!(server.child.try_wait().unwrap().is_none(), "the server went with the client");
+    server.stop();
 }

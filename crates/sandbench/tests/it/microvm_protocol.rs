@@ -28,6 +28,7 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 memory_bytes: m.map(u64::from),
                 pids: p.map(u64::from),
                 oom_kills: Some(0),
+                memory_max_events: m.map(|_| 1),
                 pids_max_events: None,
             }
         )),

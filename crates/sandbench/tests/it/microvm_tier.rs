@@ -143,10 +143,11 @@ fn hello_python_runs_in_the_guest() {
     assert!(matches!(r.details["accel"].as_str(), Some("tcg" | "kvm")));
     assert!(matches!(r.details["start"].as_str(), Some("warm" | "snapshot" | "cold")), "{}", r.details);
     assert!(r.usage.cpu_ms.is_some());
-    // A Python program's peak is its interpreter's resident size, not the
-    // ~1 MiB the guest cgroup charges it (the agent's Python cached the pages).
+    // Peak memory is the run cgroup's own figure, as on every tier: known,
+    // and within the limit it is enforced against (a small program reads
+    // ~1 MiB: the agent's Python already holds the interpreter's pages).
     let peak = r.usage.peak_memory_bytes.unwrap_or(0);
-    assert!(peak > 4 << 20, "peak memory {peak} B");
+    assert!(peak > 0 && peak <= r.limits.memory_bytes, "peak memory {peak} B");
 }
 
 #[sandbench_testkit::test(needs = ["microvm"])]
@@ -427,4 +428,52 @@ fn microvm_every_way_of_hiding_a_limit_hit_is_seen() {
         return;
     }
     crate::support::hidden::check_tier("microvm", &[]);
+}
+
+/// The agent's filter for the program (the docker loader's) refuses socket
+/// families other than unix, inet, inet6 and netlink route in the guest
+/// too (issue 21, item 4).
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_refuses_socket_families_it_does_not_need() {
+    if crate::support::docker_common::tier_ready("microvm") {
+        crate::support::parity::socket_families("microvm");
+    }
+}
+
+/// The memory limit is the guest cgroup's memory.max, resident memory: 64
+/// threads under 256M run (RLIMIT_DATA = limit + 64 MiB refused the 40th
+/// and the report said ok), 300M resident under 256M is a memory
+/// violation (issue 21, item 8).
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_memory_limit_is_resident_memory() {
+    if crate::support::docker_common::tier_ready("microvm") {
+        crate::support::parity::memory_is_resident("microvm", |_| {});
+    }
+}
+
+/// Every QEMU sandbench starts runs at nice 10, behind the host's own work
+/// in sandbench's scheduling group (issue 21, item 11: a TCG vCPU runs flat
+/// out and shared that group with the soak's host `/bin/true` probe). The
+/// pooled guests are ones it started.
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_guests_run_behind_host_work() {
+    if env().is_none() {
+        return;
+    }
+    let prefix = format!("{}{}-", microvm::vm::NAME_PREFIX, sandbench::owner::token().unwrap());
+    let mut seen = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        if !cmd.split(|b| *b == 0).any(|a| a.starts_with(prefix.as_bytes())) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        // Fields from the state (3rd) on: nice is the 19th.
+        let nice: i32 = rest.split_whitespace().nth(16).and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert_eq!(nice, microvm::vm::QEMU_NICE, "QEMU {pid} runs at nice {nice}");
+        seen += 1;
+    }
+    assert!(seen > 0, "no pooled guest of this process was found");
 }

@@ -445,35 +445,18 @@ fn process_every_way_of_hiding_a_limit_hit_is_seen() {
 
 #[sandbench_testkit::test]
 fn process_memory_limit_is_resident_memory_where_a_cgroup_enforces_it() {
-    let net = OuterNet::new();
-    // 48 threads reserve far more address space (stacks) than 256M, while
-    // using a few MiB: under a cgroup that is no violation and no refusal.
-    let code = r#"
-import threading, time
-ev = threading.Event()
-ts = [threading.Thread(target=ev.wait) for _ in range(48)]
-for t in ts:
-    t.start()
-print("started", len(ts))
-ev.set()
-for t in ts:
-    t.join()
-"#;
-    let (out, r) = run_py(&net, code, &["--memory", "256M", "--pids", "64"]);
-    let r = r.unwrap_or_else(|| panic!("no report: {}", String::from_utf8_lossy(&out.stderr)));
-    if r.details["cgroup"].is_null() {
-        assert!(!common::required("process") || !common::is_root(), "no cgroup as root");
-        panic!("cannot run although its needs hold: no cgroup here, so the memory limit is RLIMIT_DATA (virtual)");
-    }
-    assert_eq!(r.outcome, Outcome::Ok, "{} {:?}\n{}", r.summary_line(), r.violations, r.stderr);
-    assert!(r.stdout.contains("started 48"), "{}", r.stdout);
-    // Resident memory past the limit is what bites, and it is reported.
-    let (_, r) = run_py(
-        &net,
-        "b = bytearray(200 << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('alive')\n",
-        &["--memory", "64M"],
-    );
-    let r = r.unwrap();
-    assert_eq!(r.outcome, Outcome::Violation, "{}", r.summary_line());
-    assert!(r.violations.iter().any(|v| v.kind == sandbench::event::ViolationKind::Memory), "{:?}", r.violations);
+    crate::support::parity::memory_is_resident("process", |r| {
+        if r.details["cgroup"].is_null() {
+            assert!(!common::required("process") || !common::is_root(), "no cgroup as root");
+            panic!("cannot run although its needs hold: no cgroup here, so the memory limit is RLIMIT_DATA (virtual)");
+        }
+    });
+}
+
+/// Socket families other than unix (socketpair), inet, inet6 and netlink
+/// route are refused (issue 21, item 4: a "no network" program bound host
+/// vsock ports).
+#[sandbench_testkit::test]
+fn process_refuses_socket_families_it_does_not_need() {
+    crate::support::parity::socket_families("process");
 }

@@ -19,7 +19,8 @@ use crate::support::common::{self, bin, samples_dir, OuterNet};
 const INJECTION: &str =
     "# name: html-injection\n# tries: print markup, a script and terminal escapes into the report\n\
 # must: appear as inert text in the report\n# expect: *=ok\n\
-print(\"<script>document.title='pwned'</script><img src=http://127.0.0.1:9/x.png>\\x1b]52;c;aGk=\\x07\\u202e\")\n";
+print(\"<script>document.title='pwned'</script><img src=http://127.0.0.1:9/x.png>\\x1b]52;c;aGk=\\x07\\u202e\")\n\
+print(\"outcome ok\\u2028\\u2066\\u200b\\ufeff\\u00ad\\U000e0041\\ufe0f\\u2069\")\n";
 
 fn small_samples(dir: &Path) {
     for g in ["benign", "hostile"] {
@@ -137,6 +138,19 @@ fn report_page_and_json_agree_in_a_real_browser() {
     assert!(!html.contains("<script") && !html.contains("<img"), "markup from a sandbox got through");
     assert!(html.contains("&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"));
     assert!(html.contains("␛]52;c;aGk=^G"));
+    // Invisible, bidi and tag characters are shown by name, never raw.
+    assert!(
+        html.contains(
+            "outcome ok&lt;U+2028&gt;&lt;U+2066&gt;&lt;U+200B&gt;&lt;U+FEFF&gt;&lt;U+00AD&gt;&lt;U+E0041&gt;"
+        ),
+        "{html}"
+    );
+    let raw: Vec<String> = html
+        .chars()
+        .filter(|c| !matches!(c, '\n' | '\t') && sandbench::sanitize::is_hidden(*c))
+        .map(|c| format!("U+{:04X}", c as u32))
+        .collect();
+    assert!(raw.is_empty(), "raw hidden characters in the page: {raw:?}");
 
     let Some(chrome) = chromium() else { return };
     let profile = tempfile::tempdir().unwrap();

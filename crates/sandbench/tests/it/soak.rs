@@ -1,6 +1,7 @@
 //! `sandbench bench --soak`: a short soak on the process tier completes runs,
-//! judges each against its sample's declaration, delivers every byte the
-//! output programs produced, measures the host, and leaves nothing behind.
+//! judges each against its sample's declaration under limits scaled by the
+//! tier's measured slowdown, delivers every byte the output programs
+//! produced, measures the host, and leaves nothing behind.
 
 use crate::support::common::{self, bin, samples_dir, OuterNet};
 
@@ -34,6 +35,19 @@ fn a_short_soak_on_the_process_tier_leaves_nothing_and_loses_no_output() {
     let runs = r["runs"].as_u64().unwrap();
     assert!(runs >= 1, "{r:#}");
     assert_eq!(r["per_tier"][0]["runs"].as_u64(), Some(runs), "{r:#}");
+    // The tier's slowdown against the host was measured and its limits
+    // follow from it: as written below 1.5x, multiplied from there on.
+    let d = &r["per_tier"][0]["slowdown"];
+    assert!(d["error"].is_null() && d["rounds"].as_u64() >= Some(3), "{r:#}");
+    assert!(d["factor"].as_f64().is_some_and(|f| f > 0.0) && d["host_cpu_ms"].as_f64() > Some(0.0), "{r:#}");
+    let declared = sandbench::gauntlet::default_limits();
+    let cpu = d["cpu_scale"].as_f64().unwrap();
+    let want = if cpu > 1.0 {
+        (declared.cpu_time.as_secs_f64() * cpu * 10.0).ceil() * 100.0
+    } else {
+        declared.cpu_time.as_millis() as f64
+    };
+    assert_eq!(r["per_tier"][0]["cpu_time_ms"][1].as_f64(), Some(want), "{r:#}");
     // The output programs come first in the mix, so a short soak has some.
     let o = &r["output"];
     assert!(o["runs"].as_u64().unwrap() >= 1, "{r:#}");

@@ -147,3 +147,28 @@ fn the_json_reports_single_line_fields_hold_no_raw_controls() {
         assert!(r.stdout.contains('\u{1b}'), "{tier}: stdout is captured as written");
     }
 }
+
+/// The gauntlet's invisible forgery through `sandbench run` on a pty: no
+/// invisible, bidi or tag character reaches the terminal raw (each is shown
+/// by name), and the only outcome line after the banner is sandbench's.
+#[sandbench_testkit::test]
+fn invisible_and_bidi_characters_reach_the_terminal_by_name() {
+    let sample = common::samples_dir().join("hostile/invisible_forgery.py");
+    let net = OuterNet::new();
+    let raw = run_on_pty(&net, &["run", "--tier", "process", "--timeout", "60s", sample.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&raw);
+    for c in text.chars() {
+        if !matches!(c, '\n' | '\r' | '\t') {
+            assert!(!sandbench::sanitize::is_hidden(c), "U+{:04X} reached the terminal raw:\n{text}", c as u32);
+        }
+    }
+    for shown in ["<U+2028>", "<U+2029>", "<U+202E>", "<U+2066>", "<U+200B>", "<U+FEFF>", "<U+E0020>", "<U+E0155>"] {
+        assert!(text.contains(shown), "{shown} is not shown:\n{text}");
+    }
+    let at = text.rfind("── sandbench · ").unwrap_or_else(|| panic!("no summary:\n{text}"));
+    let summary: Vec<&str> = text[at..].split(['\n', '\r']).filter(|l| !l.is_empty()).collect();
+    let outcome: Vec<&&str> = summary.iter().filter(|l| l.starts_with("outcome")).collect();
+    assert_eq!(outcome.len(), 1, "one outcome line, sandbench's:\n{}", &text[at..]);
+    // The forged banner sits on the program's own line, behind its marker.
+    assert!(text.contains("working...<U+2028>── sandbench · process"), "{text}");
+}

@@ -160,6 +160,35 @@ fn hostile_output_never_reaches_the_screen_buffer() {
     assert!(!s.contains("PWNED"), "the title payload is not shown: {s}");
 }
 
+/// The gauntlet's invisible forgery, its real output fed to the output pane:
+/// every invisible, bidi and tag character is a visible marker on screen.
+#[sandbench_testkit::test]
+fn invisible_and_bidi_characters_reach_the_pane_by_name() {
+    let sample = crate::support::common::samples_dir().join("hostile/invisible_forgery.py");
+    let printed = std::process::Command::new("/usr/bin/python3").arg(&sample).output().unwrap();
+    assert!(printed.status.success());
+    assert!(String::from_utf8_lossy(&printed.stdout).contains('\u{202E}'), "the sample prints what it should");
+    let mut app = app();
+    let id = start(&mut app);
+    app.update(Msg::Run(id, RunEvent { at_ms: 0.0, kind: EventKind::Phase(Phase::Running) }));
+    // Cut inside a multi-byte character: the pane holds it whole.
+    let (a, b) = printed.stdout.split_at(printed.stdout.len() / 2 + 1);
+    out(&mut app, id, a);
+    out(&mut app, id, b);
+    let buf = render(&mut app, 200, 40);
+    for cell in buf.content() {
+        for c in cell.symbol().chars() {
+            assert!(!sandbench::sanitize::is_hidden(c), "U+{:04X} in the screen buffer", c as u32);
+        }
+    }
+    let s = sandbench::tui::headless::text(&buf);
+    for shown in
+        ["<U+2028>", "<U+2029>", "<U+2066>", "<U+202E>", "<U+2069>", "<U+200B>", "<U+FEFF>", "<U+E0020>", "<U+E0155>"]
+    {
+        assert!(s.contains(shown), "{shown} is not on the screen:\n{s}");
+    }
+}
+
 #[sandbench_testkit::test]
 fn flood_is_bounded_and_scrolling_stops_following() {
     let mut app = app();
@@ -338,7 +367,7 @@ fn save_as_then_save() {
     type_text(&mut app, "x");
     app.update(ctrl('s'));
     assert!(std::fs::read_to_string(&target).unwrap().starts_with('x'));
-    assert!(!app.editor.modified);
+    assert!(!app.editor.modified());
 }
 
 #[sandbench_testkit::test]

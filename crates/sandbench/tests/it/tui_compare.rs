@@ -108,7 +108,9 @@ fn compare_runs_tiers_one_at_a_time_in_rounds_and_exports_the_summary() {
         let status = app.status.as_ref().unwrap().text.clone();
         assert_eq!(status, format!("exported {}", path.display()));
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.contains("260.0"), "{ext}: {text}");
+        // The files carry the figures: with their unit in markdown, raw in JSON and CSV.
+        let want = if ext == "md" { "260 ms" } else { "260.0" };
+        assert!(text.contains(want), "{ext}: {text}");
     }
     let back: sandbench::compare::Summary =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("sandbench-compare.json")).unwrap()).unwrap();
@@ -184,7 +186,7 @@ fn repeated_compare_shows_a_histogram_per_tier_and_d_toggles_the_columns() {
     assert!(s.contains("process · 5 runs · p50"), "{s}");
     assert!(s.contains("docker · 5 runs · p50"), "{s}");
     assert!(s.contains("■"), "bars are drawn:\n{s}");
-    assert!(s.contains("   20 ms ["), "bins start at the fastest run:\n{s}");
+    assert!(s.contains(" 20.0 ms ["), "bins start at the fastest run:\n{s}");
     // d: back to the live columns, and again to the histograms.
     app.update(key(KeyCode::Char('d')));
     let cols = screen(&mut app, 120, 40);

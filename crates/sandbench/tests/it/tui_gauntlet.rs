@@ -69,7 +69,7 @@ fn real_gauntlet_through_the_workbench() {
         app.update(key(KeyCode::F(9)));
         assert_eq!(app.view, View::Gauntlet);
         app.update(key(KeyCode::Char('r')));
-        app.update(key(KeyCode::Char('r')));
+        app.update(key(KeyCode::Enter));
         let mut saw_running = false;
         drive(&config, &mut app, |app| {
             let g = app.gauntlet.as_ref().expect("a gauntlet started");
@@ -109,7 +109,7 @@ fn real_gauntlet_through_the_workbench() {
         copy(&["hostile/sleep_forever.py", "hostile/stdin_forever.py"], dir2.path());
         app.samples_dirs = vec![dir2.path().to_path_buf()];
         app.update(key(KeyCode::Char('r')));
-        app.update(key(KeyCode::Char('r')));
+        app.update(key(KeyCode::Enter));
         let mut cancelled = false;
         drive(&config, &mut app, |app| {
             let g = app.gauntlet.as_ref().unwrap();
@@ -127,7 +127,7 @@ fn real_gauntlet_through_the_workbench() {
         assert_eq!(g.state, GState::Cancelled);
         assert_eq!(g.rows[0].name, "sleep-forever");
         let sleep = g.cells[0][0].as_ref().expect("the cancelled cell is judged");
-        assert_eq!(sleep.cell.verdict, Verdict::Error { why: "cancelled before the end".into() });
+        assert_eq!(sleep.cell.verdict, Verdict::Cancelled);
         assert_eq!(sleep.cell.report.outcome, sandbench::report::Outcome::Cancelled);
         // The canaries looked after the cancel: nothing of the run was left.
         assert!(sleep.cell.findings.escapes.is_empty(), "{:?}", sleep.cell.findings.escapes);
@@ -135,7 +135,7 @@ fn real_gauntlet_through_the_workbench() {
         assert!(!app.busy());
         app.status = None;
         let s = screen(&mut app, 100, 34);
-        assert!(s.contains("cancelled · 1/2 cells"), "{s}");
+        assert!(s.contains("CANCELLED · 1 of 2 cells ran"), "{s}");
         assert!(s.contains("– not run"), "{s}");
     });
 }

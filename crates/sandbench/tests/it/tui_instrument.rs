@@ -91,7 +91,7 @@ fn sparklines_scale_to_the_run_have_a_time_axis_or_say_there_is_too_little() {
     let id = started(&mut app);
     usage(&mut app, id, 5.0, 0, 4 << 20);
     let s = screen(&mut app, 120, 40);
-    assert!(s.contains("too few to draw: 1") && s.contains("in 5 ms"), "{s}");
+    assert!(s.contains("too few to draw: 1") && s.contains("in 5.00 ms"), "{s}");
     // A 50 ms program sampled every 10 ms: a curve, its scale and its time axis.
     for i in 1..6u64 {
         usage(&mut app, id, 5.0 + 10.0 * i as f64, 8 * i, (4 + 2 * i) << 20);
@@ -99,8 +99,8 @@ fn sparklines_scale_to_the_run_have_a_time_axis_or_say_there_is_too_little() {
     let s = screen(&mut app, 120, 40);
     assert!(!s.contains("too few"), "{s}");
     assert!(s.contains("▕80%"), "the cpu scale is the largest value shown:\n{s}");
-    assert!(s.contains("▕14M"), "the memory scale is the run's peak, not the 256M limit:\n{s}");
-    assert!(s.contains("5 ms ─") && s.contains("55 ms · 6 samples"), "the time axis:\n{s}");
+    assert!(s.contains("▕14.0M"), "the memory scale is the run's peak, not the 256M limit:\n{s}");
+    assert!(s.contains("5.00 ms ─") && s.contains("55.0 ms"), "the time axis:\n{s}");
     // CPU above what the sandbox has is sampling jitter: capped at its CPUs.
     usage(&mut app, id, 60.0, 8 * 5 + 50, 14 << 20);
     assert_eq!(app.runs[&id].cpu_pct(), Some(100));
@@ -180,7 +180,7 @@ fn output_search_highlights_the_matches_and_marks_the_current_one() {
 fn a_status_message_stays_with_its_view_and_the_save_prompt_names_the_directory() {
     let mut app = ready_app();
     app.update(key(KeyCode::F(9)));
-    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("r starts the gauntlet")));
+    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("r sets up a gauntlet")));
     app.update(key(KeyCode::Esc));
     assert!(app.status.is_none(), "the gauntlet's hint does not follow into the editor: {:?}", app.status);
     app.update(ctrl('s'));

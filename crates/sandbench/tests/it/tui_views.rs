@@ -145,11 +145,11 @@ fn feed_partial(app: &mut App, id: u64) {
     cell_started(app, id, "net-loopback", "process");
 }
 
-/// F9, then `r` twice: how a user starts a gauntlet.
+/// F9, `r` (the set-up: tiers and samples), Enter: how a user starts a gauntlet.
 fn start_gauntlet(app: &mut App) {
     app.update(key(KeyCode::F(9)));
     app.update(key(KeyCode::Char('r')));
-    app.update(key(KeyCode::Char('r')));
+    app.update(key(KeyCode::Enter));
 }
 
 #[sandbench_testkit::test]
@@ -158,15 +158,16 @@ fn gauntlet_fills_live_and_shows_the_selected_cell() {
     let mut app = app(dir.path());
     app.update(key(KeyCode::F(9)));
     assert_eq!(app.view, View::Gauntlet);
-    // Many runs start only when asked twice; any other key disarms.
+    // Many runs start only from the set-up, which says how many; Esc leaves it.
     assert!(app.take_effects().is_empty(), "F9 alone starts nothing");
     app.update(key(KeyCode::Char('r')));
-    assert!(app.take_effects().is_empty(), "a stray r starts nothing");
-    assert!(app.status.as_ref().unwrap().text.contains("r again starts"), "{:?}", app.status);
-    app.update(key(KeyCode::Down));
+    assert!(app.take_effects().is_empty(), "r opens the set-up, nothing runs yet");
+    let s = screen(&mut app, 100, 34);
+    assert!(s.contains("gauntlet: 2 tier(s) × 3 sample(s) = 6 runs"), "{s}");
+    app.update(key(KeyCode::Esc));
+    assert!(app.take_effects().is_empty() && app.overlay.is_none(), "Esc runs nothing");
     app.update(key(KeyCode::Char('r')));
-    assert!(app.take_effects().is_empty(), "disarmed by another key");
-    app.update(key(KeyCode::Char('r')));
+    app.update(key(KeyCode::Enter));
     let id = started_gauntlet(&mut app);
     feed_partial(&mut app, id);
     // The selection followed the cells as they finished: fork-bomb on docker.
@@ -194,7 +195,7 @@ fn gauntlet_fills_live_and_shows_the_selected_cell() {
     // Enter zooms the details, Esc unzooms, Esc again leaves.
     app.update(key(KeyCode::Enter));
     let z = screen(&mut app, 100, 34);
-    assert!(z.contains("host       p50 1.4 ms · max 3.9 ms"), "{z}");
+    assert!(z.contains("host       p50 1.40 ms · max 3.90 ms"), "{z}");
     assert!(!z.contains("program"), "zoomed: no matrix\n{z}");
     app.update(key(KeyCode::Esc));
     assert_eq!(app.view, View::Gauntlet);
@@ -227,6 +228,7 @@ fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
         cells: vec![],
         latency: vec![Latency { tier: "process".into(), start: "cold".into(), runs: 1, p50_ms: 104.0, p95_ms: 104.0 }],
         mismatches: 1,
+        cancelled: false,
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     let gv = app.gauntlet.as_ref().unwrap();
@@ -239,7 +241,7 @@ fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
     assert!(app.status.as_ref().unwrap().text.contains("1 differ"), "{:?}", app.status);
     // Rerun: a new id; events of the old one no longer land.
     app.update(key(KeyCode::Char('r')));
-    app.update(key(KeyCode::Char('r')));
+    app.update(key(KeyCode::Enter));
     let id2 = started_gauntlet(&mut app);
     assert_ne!(id, id2);
     cell_started(&mut app, id, "hello", "process");
@@ -264,20 +266,38 @@ fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
     assert!(app.quitting && !app.should_exit());
     // The cancelled cell is still judged (what the canaries saw), then the end.
     let hello = sample("benign/hello.py", HELLO);
-    let c = gauntlet::judge(&hello, "process", report("process", Outcome::Cancelled, vec![], ""), findings(&[]));
-    assert_eq!(c.verdict, gauntlet::Verdict::Error { why: "cancelled before the end".into() });
+    // It used its CPU past the limit before the cancel: the figure comes
+    // with its violation, and the cell still has no verdict.
+    let cpu =
+        Violation { kind: ViolationKind::CpuTime, at_ms: 90.0, detail: "CPU time limit 2s hit — killed".into() };
+    let mut r = report("process", Outcome::Cancelled, vec![cpu], "");
+    r.usage.cpu_ms = Some(4860);
+    let c = gauntlet::judge(&hello, "process", r, findings(&[]));
+    assert_eq!(c.verdict, gauntlet::Verdict::Cancelled);
     g(&mut app, id, GauntletEvent::CellDone(Box::new(c)));
-    let m =
-        Matrix { tiers: vec![], skipped_tiers: vec![], samples: vec![], cells: vec![], latency: vec![], mismatches: 1 };
+    let m = Matrix {
+        tiers: vec![],
+        skipped_tiers: vec![],
+        samples: vec![],
+        cells: vec![],
+        latency: vec![],
+        mismatches: 0,
+        cancelled: true,
+    };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     assert_eq!(app.gauntlet.as_ref().unwrap().state, GState::Cancelled);
     assert!(app.should_exit());
-    // A cancelled cell is no mismatch: it says cancelled, and the header agrees.
+    // Cancelled everywhere: the status line, the title, the cell, its details.
+    let status = app.status.as_ref().unwrap().text.clone();
+    assert!(status.contains("CANCELLED") && status.contains("1 stopped without a verdict"), "{status}");
     app.status = None;
     let s = screen(&mut app, 100, 30);
     let matrix: String = s.lines().take_while(|l| !l.contains("hello on process")).collect::<Vec<_>>().join("\n");
     assert!(matrix.contains("■ cancelled") && !matrix.contains("error"), "{s}");
-    assert!(s.contains("cancelled · 1/6 cells · 0 mismatches"), "{s}");
+    assert!(s.contains("CANCELLED · 1 of 6 cells ran · 1 stopped without a verdict · 0 mismatches"), "{s}");
+    assert!(s.contains("stopped by the cancel at") && s.contains("no verdict"), "{s}");
+    assert!(!s.contains("✗") && !s.contains("error"), "a cancel is no mismatch and no error:\n{s}");
+    assert!(s.contains("cpu_time at 90.0 ms") && s.contains("cpu 4.86 s"), "{s}");
 }
 
 #[sandbench_testkit::test]
@@ -306,6 +326,7 @@ fn gauntlet_cells_and_latency_are_readable_at_80_columns() {
             lat("process", "warm", 104.75),
         ],
         mismatches: 1,
+        cancelled: false,
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     app.status = None;
@@ -538,17 +559,20 @@ fn gauntlet_and_compare_views_draw_the_frontier() {
         cells: vec![],
         latency: vec![lat("process", 104.0), lat("docker", 420.0)],
         mismatches: 1,
+        cancelled: false,
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
-    let (points, _) = app.frontier();
+    let fr = app.frontier().expect("a gauntlet ran");
+    let points = fr.points;
     assert_eq!(points.len(), 2);
     // The fork bomb was contained on process and got out on docker.
     assert_eq!((points[0].tier.as_str(), points[0].contained, points[0].hostile), ("process", 1, 1));
     assert_eq!((points[1].tier.as_str(), points[1].contained, points[1].hostile), ("docker", 0, 1));
     let s = screen(&mut app, 160, 40);
     assert!(s.contains("safety × latency"), "{s}");
-    assert!(s.contains("process 104 ms cold · 1/1 contained"), "{s}");
-    assert!(s.contains("docker 420 ms cold · 0/1 contained"), "{s}");
+    assert!(s.contains("1 process  104 ms cold×1 gnt · 1/1"), "{s}");
+    assert!(s.contains("2 docker   420 ms cold×1 gnt · 0/1"), "{s}");
+    assert!(s.contains("y: hostile samples contained, this session's gauntlet: 4 of 6 cells"), "{s}");
     insta::assert_snapshot!("frontier_gauntlet_view", s);
 
     // A compare with warm runs moves the points to the warm latency.
@@ -565,7 +589,8 @@ fn gauntlet_and_compare_views_draw_the_frontier() {
         app.update(Msg::Finished(id, Box::new(r)));
     }
     let s = screen(&mut app, 160, 40);
-    assert!(s.contains("process 12 ms warm · 1/1 contained"), "{s}");
+    assert!(s.contains("1 process  12.0 ms warm×1 cmp · 1/1"), "{s}");
+    assert!(s.contains("2 docker   12.0 ms warm×1 cmp · 0/1"), "{s}");
     insta::assert_snapshot!("frontier_compare_view", s);
 }
 
@@ -584,11 +609,13 @@ fn the_gauntlet_view_draws_the_kept_gauntlets_frontier_before_any_run() {
         cells: vec![cell],
         latency: vec![lat],
         mismatches: 0,
+        cancelled: false,
     };
-    app.update(Msg::SavedGauntlet(Box::new(m)));
+    app.update(Msg::SavedGauntlet(Box::new(m), 1_764_657_000));
     app.update(key(KeyCode::F(9)));
     assert!(app.take_effects().is_empty(), "nothing starts");
     let s = screen(&mut app, 120, 36);
     assert!(s.contains("no gauntlet yet") && s.contains("last gauntlet kept in the state dir"), "{s}");
-    assert!(s.contains("safety × latency") && s.contains("process 48 ms warm · 1/1 contained"), "{s}");
+    assert!(s.contains("safety × latency") && s.contains("1 process  48.0 ms warm×3 gnt · 1/1"), "{s}");
+    assert!(s.contains("the gauntlet kept from 2025-12-02"), "it says which gauntlet: {s}");
 }

@@ -27,11 +27,12 @@ pub const TMPDIR: &str = "/tmp";
 pub const SHMDIR: &str = "/dev/shm";
 
 /// What sandbench's seccomp filter denies (installed by the loader in the
-/// program's process on runc and runsc alike; see guest/docker_loader.py).
+/// program's process on runc and runsc alike; see guest/program_filter.py).
 pub const SECCOMP_DENIES: &str = "io_uring_*, unshare, setns, clone with any CLONE_NEW* flag, mount family, \
      keyctl/add_key/request_key, bpf, perf_event_open, userfaultfd, module and kexec loading, \
      name_to_handle_at/open_by_handle_at, swapon/swapoff, reboot, syslog, quotactl, lookup_dcookie, \
-     fanotify_init, kcmp, chroot, pivot_root (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32)";
+     fanotify_init, kcmp, chroot, pivot_root (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32); \
+     socket families other than unix, inet, inet6 and netlink (route), socketpair other than unix (EAFNOSUPPORT)";
 
 /// Label keys. `sandbench` holds the run id (or `warm` for a pool container
 /// not yet given a program); `sandbench.owner` identifies the sandbench
@@ -41,10 +42,11 @@ pub const LABEL_PID: &str = "sandbench.pid";
 pub const LABEL_OWNER: &str = "sandbench.owner";
 pub const LABEL_TIER: &str = "sandbench.tier";
 
-/// The resident loader, after the scratch guard's filter and the egress
-/// relay it uses (which define names only). All must stay importable by any
-/// Python 3.8+.
+/// The resident loader, after the program's filter, the scratch guard's
+/// filter and the egress relay it uses (which define names only). All must
+/// stay importable by any Python 3.8+.
 pub const LOADER: &str = concat!(
+    include_str!("../../../../../guest/program_filter.py"),
     include_str!("../../../../../guest/scratch_guard.py"),
     include_str!("../../../../../guest/egress_relay.py"),
     include_str!("../../../../../guest/docker_loader.py")
@@ -582,6 +584,49 @@ pub fn split_exit(code: i64) -> (Option<i32>, Option<i32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// guest/program_filter.py, installed in a python3 of the host (the
+    /// loader's and the microVM agent's filter for the program): the socket
+    /// families outside the allow list and io_uring are refused, the rest
+    /// goes on.
+    #[test]
+    fn the_program_filter_allows_only_the_families_a_sandbox_needs() {
+        let script = concat!(
+            include_str!("../../../../../guest/program_filter.py"),
+            r#"
+import ctypes, socket
+libc = ctypes.CDLL(None, use_errno=True)
+install_program_filter(libc)
+def opens(*a):
+    try:
+        socket.socket(*a).close()
+        return "ok"
+    except OSError as e:
+        return str(e.errno)
+def pair(f):
+    try:
+        for s in socket.socketpair(f, socket.SOCK_STREAM):
+            s.close()
+        return "ok"
+    except OSError as e:
+        return str(e.errno)
+print(
+    opens(socket.AF_INET, socket.SOCK_STREAM), opens(socket.AF_INET6, socket.SOCK_DGRAM),
+    opens(socket.AF_UNIX, socket.SOCK_STREAM), opens(socket.AF_NETLINK, socket.SOCK_RAW, 0),
+    opens(socket.AF_NETLINK, socket.SOCK_RAW, 9), opens(40, socket.SOCK_STREAM),
+    opens(17, socket.SOCK_RAW), opens(38, socket.SOCK_SEQPACKET), pair(socket.AF_UNIX), pair(30),
+    libc.syscall(425, 8, ctypes.create_string_buffer(120)), ctypes.get_errno(),
+)
+"#
+        );
+        let out = std::process::Command::new("python3").args(["-c", script]).output().expect("python3 runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let af = libc::EAFNOSUPPORT;
+        // inet, inet6, unix, netlink route; audit, vsock, packet, alg;
+        // socketpair unix, tipc; io_uring_setup.
+        let want = format!("ok ok ok ok {af} {af} {af} {af} ok {af} -1 {}\n", libc::EPERM);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    }
 
     #[test]
     fn payload_is_header_then_code() {

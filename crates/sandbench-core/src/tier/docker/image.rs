@@ -155,7 +155,7 @@ async fn build(engine: &Engine, cfg: &DockerConfig, name: &str, progress: &dyn P
     std::fs::rename(&partial, &tar).context("cannot keep the rootfs tarball")?;
     progress.line(&format!(
         "rootfs built ({}); importing it as {name}",
-        crate::spec::format_size(std::fs::metadata(&tar)?.len())
+        crate::units::size(std::fs::metadata(&tar)?.len())
     ));
     let r = import(engine, &tar, name, progress).await;
     let _ = std::fs::remove_file(&tar);

@@ -126,8 +126,7 @@ impl DockerTier {
         };
         format!(
             "long-lived front ends keep {n} container(s) started ahead{}; [docker] pool_size bounds it",
-            each.map(|b| format!(", {} each while waiting (measured now)", crate::spec::format_size(b)))
-                .unwrap_or_default()
+            each.map(|b| format!(", {} each while waiting (measured now)", crate::units::size(b))).unwrap_or_default()
         )
     }
 
@@ -377,7 +376,7 @@ impl Tier for DockerTier {
         let ids = self.pool.get().map(|p| p.ready_ids()).unwrap_or_default();
         let bytes: u64 =
             ids.iter().filter_map(|id| Cgroup::find(id)).filter_map(|c| c.sample(true).usage.memory_bytes).sum();
-        let mem = if bytes > 0 { format!(" · {} resident", crate::spec::format_size(bytes)) } else { String::new() };
+        let mem = if bytes > 0 { format!(" · {} resident", crate::units::size(bytes)) } else { String::new() };
         Some(format!("{} of {} warm container(s) ready{mem}", ids.len(), self.cfg.pool_size))
     }
 
@@ -414,6 +413,10 @@ impl Tier for DockerTier {
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
     usage: UsageSample,
+    /// The cgroup's own high-water mark of charged memory (v1
+    /// `memory.max_usage_in_bytes`, v2 `memory.peak`): the run's peak memory,
+    /// which catches what happened between two samples.
+    peak: Option<u64>,
     /// Kernel counters of the container's cgroup (local engines only).
     counters: judge::Counters,
 }
@@ -507,7 +510,10 @@ impl DockerTier {
             if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
                 checks.push(Check::ok(
                     "container",
-                    format!("a hardened container ran a trivial program in {:.0} ms", report.timings_ms.total),
+                    format!(
+                        "a hardened container ran a trivial program in {}",
+                        crate::units::duration_ms(report.timings_ms.total)
+                    ),
                 ));
                 checks.push(Check::ok("warm", self.warm_check(engine).await));
             } else {
@@ -762,6 +768,9 @@ impl DockerTier {
 
         let (sample_tx, mut sample_rx) = mpsc::channel::<Sample>(4);
         let guest_pids = self.runtime.is_none();
+        // Under runc the cgroup also counts the loader (PID 1) and, with an
+        // allow list, its relay thread: not the program's processes.
+        let loader_tasks = 1 + u64::from(!limits.network.is_none());
         let cgroup = if engine.local { Cgroup::find(id) } else { None };
         let sampler = tokio::spawn(sample_loop(docker.clone(), id.to_string(), cgroup.clone(), guest_pids, sample_tx));
 
@@ -890,12 +899,13 @@ impl DockerTier {
                     killed = true;
                     kill(docker, id);
                 }
-                Some(s) = sample_rx.recv() => {
+                Some(mut s) = sample_rx.recv() => {
                     if exit_code.is_some() {
                         continue;
                     }
+                    s.usage.pids = s.usage.pids.map(|p| p.saturating_sub(loader_tasks));
                     last = s.usage;
-                    if let Some(m) = s.usage.memory_bytes {
+                    if let Some(m) = s.peak.or(s.usage.memory_bytes) {
                         peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
                     }
                     ctx.usage(s.usage).await;
@@ -909,6 +919,11 @@ impl DockerTier {
             }
         }
         sampler.abort();
+        // The cgroup's high-water mark once more, while it is still there: a
+        // bomb killed between two samples peaked after the last one.
+        if let Some(p) = cgroup.as_ref().and_then(|cg| cg.sample(guest_pids).peak) {
+            peak_mem = Some(peak_mem.map_or(p, |m| m.max(p)));
+        }
         // The writer goes on: it sends the loader's acknowledgement (see
         // run_inner, which waits for it in the background).
         if let Some(m) = mux.as_mut() {
@@ -1164,10 +1179,11 @@ impl Cgroup {
     /// Usage and the kernel's counters of the container's cgroup.
     fn sample(&self, count_pids: bool) -> Sample {
         match self {
+            // Memory as the kernel charges it (what the limit is enforced
+            // against), the same figure the process tier shows.
             Cgroup::V1 { cpu, memory, pids } => {
-                let mem = Self::num(memory.join("memory.usage_in_bytes")).map(|u| {
-                    u.saturating_sub(Self::field(memory.join("memory.stat"), "total_inactive_file").unwrap_or(0))
-                });
+                let mem = Self::num(memory.join("memory.usage_in_bytes"));
+                let peak = Self::num(memory.join("memory.max_usage_in_bytes"));
                 let cpu_ms = Self::num(cpu.join("cpuacct.usage")).map(|ns| ns / 1_000_000);
                 let usage = UsageSample {
                     cpu_ms,
@@ -1180,11 +1196,11 @@ impl Cgroup {
                     memory_limit_hits: Self::num(memory.join("memory.failcnt")),
                     pids_refused: if count_pids { Self::field(pids.join("pids.events"), "max") } else { None },
                 };
-                Sample { usage, counters }
+                Sample { usage, peak, counters }
             }
             Cgroup::V2(dir) => {
-                let mem = Self::num(dir.join("memory.current"))
-                    .map(|u| u.saturating_sub(Self::field(dir.join("memory.stat"), "inactive_file").unwrap_or(0)));
+                let mem = Self::num(dir.join("memory.current"));
+                let peak = Self::num(dir.join("memory.peak"));
                 let cpu_ms = Self::field(dir.join("cpu.stat"), "usage_usec").map(|us| us / 1000);
                 let usage = UsageSample {
                     cpu_ms,
@@ -1197,7 +1213,7 @@ impl Cgroup {
                     memory_limit_hits: Self::field(dir.join("memory.events"), "max"),
                     pids_refused: if count_pids { Self::field(dir.join("pids.events"), "max") } else { None },
                 };
-                Sample { usage, counters }
+                Sample { usage, peak, counters }
             }
         }
     }
@@ -1222,17 +1238,10 @@ async fn sample_loop(docker: Docker, id: String, cgroup: Option<Cgroup>, guest_p
     }
     let mut stream = docker.stats(&id, Some(StatsOptions { stream: true, one_shot: false }));
     while let Some(Ok(s)) = stream.next().await {
-        let mem = s.memory_stats.as_ref().and_then(|m| {
-            let usage = m.usage?;
-            // Like `docker stats`: page cache the kernel can drop is not
-            // the program's memory.
-            let cache = m
-                .stats
-                .as_ref()
-                .and_then(|st| st.get("total_inactive_file").or(st.get("inactive_file")).copied())
-                .unwrap_or(0);
-            Some(usage.saturating_sub(cache))
-        });
+        // The cgroup's charge as the engine reports it (its high-water mark
+        // only on cgroup v1 engines).
+        let mem = s.memory_stats.as_ref().and_then(|m| m.usage);
+        let peak = s.memory_stats.as_ref().and_then(|m| m.max_usage);
         let cpu_ms = s
             .cpu_stats
             .as_ref()
@@ -1242,7 +1251,7 @@ async fn sample_loop(docker: Docker, id: String, cgroup: Option<Cgroup>, guest_p
         let pids = if guest_pids { s.pids_stats.as_ref().and_then(|p| p.current) } else { None };
         // A remote engine's stats carry no refusal or OOM counters.
         let counters = judge::Counters { cpu_ms, ..Default::default() };
-        let sample = Sample { usage: UsageSample { cpu_ms, memory_bytes: mem, pids }, counters };
+        let sample = Sample { usage: UsageSample { cpu_ms, memory_bytes: mem, pids }, peak, counters };
         if tx.send(sample).await.is_err() {
             return;
         }

@@ -117,8 +117,11 @@ pub(crate) async fn open(
     // folder (gVisor's high-water watch) for a sandbox that outlives a run.
     let mut body = shape.body(reap::labels(&run_id, tier)?, None);
     body.entrypoint = Some(vec!["python3".into(), "-I".into(), "-u".into(), "-c".into(), KEEPER.into()]);
-    // The keeper reads nothing: calls come in through exec.
-    body.open_stdin = Some(false);
+    // The keeper reads nothing (calls come in through exec), but its stdin
+    // is open all the same: a container without one is given the host's
+    // /dev/null, and runsc chowns its sandbox's stdio to the sandbox user
+    // (nobody), which took the host's /dev/null from root.
+    body.open_stdin = Some(true);
     body.stdin_once = Some(false);
     body.attach_stdin = Some(false);
     body.attach_stdout = Some(false);

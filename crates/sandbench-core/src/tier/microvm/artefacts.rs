@@ -15,9 +15,10 @@ use crate::config::{self, MicrovmConfig};
 use crate::setup::{Progress, Step};
 
 pub const INIT: &str = include_str!("../../../../../guest/init");
-/// The guest agent, after the scratch guard's filter and the egress relay it
-/// uses (which define names only).
+/// The guest agent, after the program's filter, the scratch guard's filter
+/// and the egress relay it uses (which define names only).
 pub const AGENT: &str = concat!(
+    include_str!("../../../../../guest/program_filter.py"),
     include_str!("../../../../../guest/scratch_guard.py"),
     include_str!("../../../../../guest/egress_relay.py"),
     include_str!("../../../../../guest/agent.py")
@@ -294,7 +295,7 @@ pub fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
     let p = paths();
     let m = Manifest::load(&p);
     let w = wanted(cfg);
-    let size = |path: &Path| std::fs::metadata(path).map(|m| crate::spec::format_size(m.len())).unwrap_or_default();
+    let size = |path: &Path| std::fs::metadata(path).map(|m| crate::units::size(m.len())).unwrap_or_default();
     let state = |name: &'static str, path: &Path, have: &Option<String>, want: Option<&String>, what: String| {
         let exists = path.is_file();
         let fresh = exists && want.is_some() && have.as_ref() == want;
@@ -405,7 +406,7 @@ pub async fn setup(cfg: &MicrovmConfig, force: bool, progress: &dyn Progress) ->
         m.agent = Some(w.agent.clone());
         m.image = Some(w.image.clone());
         m.save(&p)?;
-        let size = std::fs::metadata(&p.rootfs).map(|x| crate::spec::format_size(x.len())).unwrap_or_default();
+        let size = std::fs::metadata(&p.rootfs).map(|x| crate::units::size(x.len())).unwrap_or_default();
         done(pb, &line, format!("✓ agent      {} → /{AGENT_IN_ROOT}/agent.pyc", p.agent.display()));
         line(format!("✓ root disk  Debian {} + python3 + agent, read-only ext4 {size}", cfg.suite));
     } else {

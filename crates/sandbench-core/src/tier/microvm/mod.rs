@@ -26,7 +26,7 @@ use serde_json::json;
 use crate::config::{Config, MicrovmConfig};
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
-use crate::spec::{format_size, Limits, RunSpec};
+use crate::spec::{Limits, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
 use artefacts::Paths;
 use proto::{Frame, Item};
@@ -159,7 +159,7 @@ impl Tier for MicrovmTier {
         }
         // The guest pool is the process's (one per sandbench).
         let (ready, bytes) = pool::Pool::current().map_or((0, 0), |p| p.held());
-        let mem = if bytes > 0 { format!(" · {} resident", crate::spec::format_size(bytes)) } else { String::new() };
+        let mem = if bytes > 0 { format!(" · {} resident", crate::units::size(bytes)) } else { String::new() };
         Some(format!("{ready} of {} warm guest(s) ready{mem}", self.cfg.pool_size))
     }
 
@@ -222,22 +222,34 @@ impl MicrovmTier {
         if ready {
             let c = accel::choose(&self.cfg, &p).await;
             accel_name = c.accel.name();
-            checks.push(Check::ok("accel", c.detail));
+            // Software emulation because KVM did not work is a fallback that
+            // works, many times slower: a warning with its reason. TCG asked
+            // for in the config is a choice.
+            if c.accel == Accel::Tcg && self.cfg.accel == crate::config::AccelSetting::Auto {
+                checks.push(Check::warn(
+                    "accel",
+                    c.detail,
+                    "runs work, seconds slower each: give the host working KVM (check /dev/kvm and nested \
+virtualization), or set [microvm] accel = \"tcg\" to make emulation the configured choice",
+                ));
+            } else {
+                checks.push(Check::ok("accel", c.detail));
+            }
             let shape = self.shape(&self.default_limits, c.accel);
             match snapshot::load(&self.cfg, &p, shape) {
                 Some((_, m)) => checks.push(Check::ok(
                     "snapshot",
                     format!(
-                        "{} MiB guest: restore {:.0} ms vs boot {:.0} ms — {} ({})",
-                        shape.mem_mib,
-                        m.restore_ms,
-                        m.boot_ms,
+                        "{} guest: restore {} vs boot {} — {} ({})",
+                        crate::units::size(shape.mem_mib << 20),
+                        crate::units::duration_ms(m.restore_ms),
+                        crate::units::duration_ms(m.boot_ms),
                         if m.faster_than_boot() && self.cfg.snapshot {
                             "used for refills and pool misses"
                         } else {
                             "not used (a boot is faster)"
                         },
-                        format_size(m.size_bytes)
+                        crate::units::size(m.size_bytes)
                     ),
                 )),
                 None => checks.push(Check::ok(
@@ -369,7 +381,11 @@ impl MicrovmTier {
         ctx.note(match (start, guest.boot_ms) {
             ("warm", _) => format!("microvm: warm guest from the pool (accel {})", choice.accel.name()),
             (how, Some(ms)) => {
-                format!("microvm: {how} start, guest ready in {ms:.0} ms (accel {})", choice.accel.name())
+                format!(
+                    "microvm: {how} start, guest ready in {} (accel {})",
+                    crate::units::duration_ms(ms),
+                    choice.accel.name()
+                )
             }
             (how, None) => format!("microvm: {how} start (accel {})", choice.accel.name()),
         })
@@ -508,7 +524,7 @@ impl MicrovmTier {
                     let counters = judge::Counters {
                         cpu_ms: u.cpu_ms,
                         oom_kills: u.oom_kills,
-                        memory_limit_hits: None,
+                        memory_limit_hits: u.memory_max_events,
                         pids_refused: u.pids_max_events,
                     };
                     judge.sample(ctx, &counters).await;
@@ -552,7 +568,7 @@ impl MicrovmTier {
                 // The agent kills at its CPU limit from this same counter.
                 cpu_ms,
                 oom_kills: x.oom_kills,
-                memory_limit_hits: None,
+                memory_limit_hits: x.memory_max_events,
                 pids_refused: x.pids_max_events,
             },
             rlimit_signals_trusted: false,

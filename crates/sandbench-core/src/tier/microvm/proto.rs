@@ -53,6 +53,8 @@ pub struct GuestUsage {
     pub memory_bytes: Option<u64>,
     pub pids: Option<u64>,
     pub oom_kills: Option<u64>,
+    /// Times usage reached the cgroup's memory.max (`memory.events` max).
+    pub memory_max_events: Option<u64>,
     pub pids_max_events: Option<u64>,
 }
 
@@ -66,6 +68,7 @@ pub struct GuestExit {
     pub memory_peak: Option<u64>,
     pub pids_peak: Option<u64>,
     pub oom_kills: Option<u64>,
+    pub memory_max_events: Option<u64>,
     pub pids_max_events: Option<u64>,
     pub cpu_killed: bool,
     /// A scratch file at the file-size limit (bounded guest-side scan).
@@ -371,9 +374,11 @@ mod tests {
         let mut d = Decoder::new();
         let mut out = vec![];
         d.push(&encode(K_READY, br#"{"agent": 1, "kernel": "6.1", "python": "3.11.2", "cgroup": true}"#), &mut out);
-        d.push(&encode(K_EXIT, br#"{"code": 0, "signal": null, "cpu_ms": 81, "memory_peak": 1048576, "pids_peak": 1, "oom_kills": 0, "pids_max_events": 0, "cpu_killed": false}"#), &mut out);
+        d.push(&encode(K_EXIT, br#"{"code": 0, "signal": null, "cpu_ms": 81, "memory_peak": 1048576, "pids_peak": 1, "oom_kills": 0, "memory_max_events": 3, "pids_max_events": 0, "cpu_killed": false}"#), &mut out);
         assert!(matches!(&out[0], Item::Frame(Frame::Ready(r)) if r.cgroup && r.python == "3.11.2"));
-        assert!(matches!(&out[1], Item::Frame(Frame::Exit(x)) if x.code == Some(0) && x.cpu_ms == Some(81)));
+        assert!(
+            matches!(&out[1], Item::Frame(Frame::Exit(x)) if x.code == Some(0) && x.cpu_ms == Some(81) && x.memory_max_events == Some(3))
+        );
     }
 
     #[test]

@@ -223,6 +223,26 @@ pub fn die_with_sandbench(cmd: &mut Command) {
     }
 }
 
+/// Nice value of every QEMU: a TCG vCPU runs flat out whenever its guest
+/// does, and it shares sandbench's scheduling group (its autogroup: QEMU
+/// keeps sandbench's session) with sandbench's own threads and whatever
+/// sandbench starts on the host. Behind them it gives way to that work
+/// (the soak's host `/bin/true` probe, the output pumps) and, with
+/// autogroups, still gets the group's whole share against other sessions.
+pub const QEMU_NICE: i32 = 10;
+
+/// QEMU runs at [`QEMU_NICE`].
+pub fn behind_host_work(cmd: &mut Command) {
+    // SAFETY: the hook makes one async-signal-safe system call
+    // (setpriority) between fork and exec and touches no parent memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpriority(libc::PRIO_PROCESS, 0, QEMU_NICE);
+            Ok(())
+        });
+    }
+}
+
 impl Guest {
     pub fn spawn(qemu: &str, paths: &Paths, shape: Shape, boot: Boot, with_qmp: bool) -> anyhow::Result<Guest> {
         let dir = RunDir::create(&paths.runs, with_qmp)?;
@@ -258,6 +278,7 @@ impl Guest {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         die_with_sandbench(&mut cmd);
+        behind_host_work(&mut cmd);
         let mut child =
             cmd.spawn().with_context(|| format!("cannot start {qemu} (apt-get install qemu-system-x86)"))?;
         drop(net_qemu);

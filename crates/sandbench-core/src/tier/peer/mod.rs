@@ -9,9 +9,12 @@
 //!   the run's limits plus the tool's own overhead): a bomb that gets past the
 //!   peer is still stopped there, and listed in `details.escapes`;
 //! - the scratch folder is a tmpfs of the run's disk size (as root);
-//! - the wrapper runs as the unprivileged `sandbench-peer` user (as root),
-//!   the way these tools are meant to be used, with sandbench's scrubbed
-//!   environment plus what the launcher holds (`RunSpec::launcher_env`);
+//! - the wrapper runs unprivileged, the way these tools are meant to be used:
+//!   as root, each run gets a uid of its own from the process tier's private
+//!   range (`process::uids`), so concurrent runs never share files or
+//!   per-uid quotas, and its folders are reachable by that uid alone
+//!   (`rundir`); with sandbench's scrubbed environment plus what the
+//!   launcher holds (`RunSpec::launcher_env`);
 //! - wall time and output are enforced by the runner, as for every tier.
 //!
 //! Verdicts come from the cgroup's counters, the scratch mount's free space
@@ -34,14 +37,10 @@ use crate::event::{EventKind, ExitStatus, Phase, UsageSample};
 use crate::judge::{Counters, ExitFacts, Judge};
 use crate::spec::{format_size, Language, Limits, RunSpec};
 use crate::tier::process::cgroup::{self, Layout, RunCgroup};
+use crate::tier::process::uids::{self, UidLease};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
 use profile::{Context, Profile};
 use rundir::RunDir;
-
-/// The unprivileged account peers run as when sandbench is root.
-pub const PEER_USER: &str = "sandbench-peer";
-/// Its home (firejail wants one that exists).
-pub const PEER_HOME: &str = "/var/lib/sandbench-peer";
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// How long processes may take to leave on their own once the wrapper exited.
@@ -100,9 +99,9 @@ pub fn entries() -> Result<&'static [Entry], String> {
 }
 
 /// The named peer, if there is one.
-pub fn by_name(name: &str, env: &crate::config::HostEnv) -> Result<Option<Arc<dyn Tier>>, String> {
+pub fn by_name(name: &str, config: &Config) -> Result<Option<Arc<dyn Tier>>, String> {
     let all = registry().as_ref().map_err(Clone::clone)?;
-    Ok(all.iter().find(|e| e.profile.name == name).map(|e| Arc::new(PeerTier::new(e, env)) as Arc<dyn Tier>))
+    Ok(all.iter().find(|e| e.profile.name == name).map(|e| Arc::new(PeerTier::new(e, config)) as Arc<dyn Tier>))
 }
 
 /// The cgroup layout of the outer cgroups, detected once.
@@ -118,9 +117,11 @@ fn outer_layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
 
 use crate::host::which;
 
-/// Who the wrapper runs as: the peer account as root, else the caller.
+/// Who the wrapper runs as: as root, a uid of the run's own (and the group
+/// of the same number); else the caller.
 #[derive(Debug, Clone)]
 pub struct RunAs {
+    /// The name the wrapper's passwd gives it (`sandbench-peer-UID`), or the caller's.
     pub user: String,
     pub uid: u32,
     pub gid: u32,
@@ -128,43 +129,31 @@ pub struct RunAs {
     pub switch: bool,
 }
 
-pub fn run_as() -> Result<RunAs, String> {
+/// The run's identity, and (as root) the lease that keeps its uid the
+/// run's alone until it is dropped. `range`: the process tier's uid range.
+pub fn run_as(range: (u32, u32)) -> Result<(RunAs, Option<UidLease>), String> {
     use nix::unistd::{getgid, getuid, User};
     if !nix::unistd::geteuid().is_root() {
         let uid = getuid().as_raw();
         let user = User::from_uid(getuid()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string());
-        return Ok(RunAs { user, uid, gid: getgid().as_raw(), switch: false });
+        return Ok((RunAs { user, uid, gid: getgid().as_raw(), switch: false }, None));
     }
-    match User::from_name(PEER_USER) {
-        Ok(Some(u)) => Ok(RunAs { user: u.name, uid: u.uid.as_raw(), gid: u.gid.as_raw(), switch: true }),
-        _ => Err(format!("there is no '{PEER_USER}' user to run peers as: run `sandbench setup peers`")),
-    }
+    let lease = uids::lease(range.0, range.1).map_err(|e| format!("cannot give the peer run a uid of its own: {e}"))?;
+    let uid = lease.uid;
+    Ok((RunAs { user: format!("sandbench-peer-{uid}"), uid, gid: uid, switch: true }, Some(lease)))
 }
 
-/// Make the peer account (and its home) if it is missing; true when made.
-/// Root only: `sandbench setup peers` calls it.
-pub fn ensure_user() -> Result<bool, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let made = match nix::unistd::User::from_name(PEER_USER) {
-        Ok(Some(_)) => false,
-        _ => {
-            let out = std::process::Command::new("useradd")
-                .args(["--system", "--no-create-home", "--home-dir", PEER_HOME, "--shell", "/usr/sbin/nologin"])
-                .args(["--user-group", PEER_USER])
-                .output()
-                .map_err(|e| format!("cannot run useradd: {e} (apt-get install passwd)"))?;
-            if !out.status.success() {
-                return Err(format!("useradd {PEER_USER} failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
-            }
-            true
-        }
-    };
-    let who = run_as()?;
-    std::fs::create_dir_all(PEER_HOME).map_err(|e| format!("cannot create {PEER_HOME}: {e}"))?;
-    std::os::unix::fs::chown(PEER_HOME, Some(who.uid), Some(who.gid)).map_err(|e| format!("chown {PEER_HOME}: {e}"))?;
-    std::fs::set_permissions(PEER_HOME, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("chmod {PEER_HOME}: {e}"))?;
-    Ok(made)
+/// What `doctor` says about who peer runs run as.
+fn run_as_policy(range: (u32, u32)) -> String {
+    if nix::unistd::geteuid().is_root() {
+        format!(
+            "each run gets its own uid from {}..{} (the process tier's range), its folders reachable by that uid alone",
+            range.0,
+            range.0.saturating_add(range.1).saturating_sub(1)
+        )
+    } else {
+        format!("runs as you (uid {}): runs of one user share it", nix::unistd::getuid())
+    }
 }
 
 /// The tool and the binaries it needs that are not on PATH.
@@ -177,18 +166,21 @@ pub struct PeerTier {
     source: &'static str,
     version: OnceLock<String>,
     try_user_cgroup: bool,
+    /// The process tier's uid range, which peer runs lease from too.
+    uid_range: (u32, u32),
     /// Where run folders go (`rundir::base`).
     runs: PathBuf,
 }
 
 impl PeerTier {
-    fn new(e: &'static Entry, env: &crate::config::HostEnv) -> PeerTier {
+    fn new(e: &'static Entry, config: &Config) -> PeerTier {
         PeerTier {
             profile: &e.profile,
             source: &e.source,
             version: OnceLock::new(),
-            try_user_cgroup: env.try_user_cgroup,
-            runs: rundir::base(env),
+            try_user_cgroup: config.host.try_user_cgroup,
+            uid_range: (config.process.uid_base, config.process.uid_count),
+            runs: rundir::base(&config.host),
         }
     }
 
@@ -281,9 +273,9 @@ impl PeerTier {
                 None => checks.push(Check::fail(n, "not installed (the tool needs it)", p.install.clone())),
             }
         }
-        match run_as() {
-            Ok(r) => checks.push(Check::ok("user", format!("runs as {} (uid {})", r.user, r.uid))),
-            Err(e) => checks.push(Check::fail("user", e, "sandbench setup peers")),
+        match uids::check_range(self.uid_range.0, self.uid_range.1) {
+            Ok(()) => checks.push(Check::ok("user", run_as_policy(self.uid_range))),
+            Err(e) => checks.push(Check::fail("user", e, "fix [process] uid_base / uid_count in the config")),
         }
         match outer_layout(self.try_user_cgroup) {
             Ok(l) => checks.push(Check::ok(
@@ -313,11 +305,15 @@ impl PeerTier {
                 source: self.source,
                 version: OnceLock::new(),
                 try_user_cgroup: self.try_user_cgroup,
+                uid_range: self.uid_range,
                 runs: self.runs.clone(),
             };
             let r = crate::runner::run(Arc::new(me), spec).await;
             if r.outcome == crate::report::Outcome::Ok && r.exit.code == Some(0) && r.stdout.contains("peer-probe-ok") {
-                checks.push(Check::ok("sandbox", format!("a trivial program ran ({:.0} ms)", r.timings_ms.total)));
+                checks.push(Check::ok(
+                    "sandbox",
+                    format!("a trivial program ran ({})", crate::units::duration_ms(r.timings_ms.total)),
+                ));
                 summary = format!("ready ({})", self.version().await);
             } else {
                 let why = r.error.clone().unwrap_or_else(|| {
@@ -349,7 +345,7 @@ impl PeerTier {
         let p = self.profile;
         let limits = spec.limits.clone();
         let tool = self.tool_path().ok_or_else(|| anyhow!("{} is not installed: {}", p.tool, p.install))?;
-        let who = run_as().map_err(|e| anyhow!(e))?;
+        let (who, lease) = run_as(self.uid_range).map_err(|e| anyhow!(e))?;
         let layout = outer_layout(self.try_user_cgroup)
             .as_ref()
             .map_err(|e| anyhow!("no outer cgroup for the {} peer ({e}); peers run only inside one", p.name))?;
@@ -360,7 +356,7 @@ impl PeerTier {
             interpreter(Language::Sh).ok_or_else(|| anyhow!("no /bin/sh on the host to start the program with"))?;
         let (launcher, marker) = started::launcher(&sh[0]).context("cannot make the start marker")?;
 
-        let dir = RunDir::create(&self.runs, &p.name, &spec, &who, limits.disk_bytes)
+        let dir = RunDir::create(&self.runs, &p.name, &spec, &who, lease, limits.disk_bytes)
             .context("cannot prepare the run's folders")?;
         let cx = Context {
             tool: tool.display().to_string(),
@@ -507,7 +503,7 @@ impl PeerTier {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        rundir::enter_outer_net(&mut cmd, cg.procs_files(), who.switch.then_some((who.uid, who.gid)))?;
+        rundir::enter_outer_net(&mut cmd, cg.procs_files(), who.switch.then_some((who.uid, who.gid)), dir.etc_files())?;
         let mut child = cmd.spawn().with_context(|| format!("cannot start {}", argv[0]))?;
         ctx.emit(EventKind::Phase(Phase::Running)).await;
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;

@@ -454,9 +454,9 @@ impl ProcessTier {
         };
         match built.await {
             Ok((bytes, took)) => format!(
-                "long-lived front ends keep 1 spare sandbox ready, its interpreter started: {} resident (PSS), built in {:.0} ms; [process] spare = false turns it off",
-                crate::spec::format_size(bytes),
-                took.as_secs_f64() * 1000.0
+                "long-lived front ends keep 1 spare sandbox ready, its interpreter started: {} resident (PSS), built in {}; [process] spare = false turns it off",
+                crate::units::size(bytes),
+                crate::units::duration_ms(took.as_secs_f64() * 1000.0)
             ),
             Err(e) => format!("a spare could not be built ({e:#}): runs start cold"),
         }
@@ -504,7 +504,7 @@ impl Tier for ProcessTier {
             l.alive().then(|| l.memory())
         });
         Some(match mem {
-            Some(b) => format!("1 spare sandbox ready · {} resident", crate::spec::format_size(b)),
+            Some(b) => format!("1 spare sandbox ready · {} resident", crate::units::size(b)),
             None => "no spare sandbox ready (one is made after a run)".into(),
         })
     }
@@ -570,7 +570,9 @@ impl ProcessTier {
                     cgroup::Version::V2 => "v2",
                 }),
             )),
-            Err(e) => checks.push(Check::fail(
+            // The sandbox still works (the probe below says whether): a
+            // weaker fallback, so a warning.
+            Err(e) => checks.push(Check::warn(
                 "cgroup",
                 format!("unavailable: {e}; fork and memory bombs are contained only by rlimits and the pid namespace"),
                 "run sandbench as root, or on cgroup v2 from a delegated cgroup (systemd-run --user --scope -p Delegate=yes sandbench ...)",
@@ -624,7 +626,11 @@ impl ProcessTier {
             }
             checks.push(Check::ok(
                 "seccomp",
-                format!("{} syscalls denied, namespace clones refused", seccomp::DENIED.len()),
+                format!(
+                    "{} syscalls denied, namespace clones refused, socket families other than {} refused",
+                    seccomp::DENIED.len(),
+                    seccomp::FAMILIES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                ),
             ));
             checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
             checks.push(Check::ok("warm", self.warm_check().await));
@@ -729,6 +735,12 @@ impl ProcessTier {
         };
         let mut out = result?;
         out.details["network"] = network;
+        // Which accounting the peak memory figure is (the README names it).
+        out.details["memory_accounting"] = json!(if final_stats.is_some() {
+            "cgroup peak"
+        } else {
+            "max RSS of the program's largest process (no cgroup)"
+        });
         if let Some(s) = final_stats {
             // A run stopped from outside (output limit, timeout, cancel) has
             // no exit report, but the cgroup still counted what it used: that,
@@ -737,12 +749,13 @@ impl ProcessTier {
             {
                 u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
                 u.pids = s.pids_peak.or(u.pids);
-                // The cgroup charges shared pages to whoever touched them
-                // first, rusage counts the biggest process: keep the larger.
-                u.memory_bytes = match (s.memory_peak, u.memory_bytes) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                };
+                // Peak memory is the sandbox's own accounting: the cgroup's
+                // high-water mark, the figure its limit is enforced against.
+                // Not the program's max RSS, which counts shared pages the
+                // cgroup charged to whoever touched them first and so read
+                // 24M under a 16M limit that held. Without a peak file (v2
+                // before 5.19) the samples of the same counter stand.
+                u.memory_bytes = s.memory_peak;
             }
         }
         if let Some(obj) = out.details.as_object_mut() {

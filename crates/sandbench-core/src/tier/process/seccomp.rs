@@ -1,7 +1,8 @@
 //! The seccomp filter of the process tier: a deny list of syscalls that an
 //! untrusted program has no business making and that widen the kernel's
 //! attack surface (ptrace, mount, kexec, bpf, keyctl, perf_event_open, ...),
-//! and unix sockets other than socketpair(2).
+//! unix sockets other than socketpair(2), and an allow list of socket
+//! address families ([`FAMILIES`]).
 
 use std::collections::BTreeMap;
 
@@ -63,6 +64,29 @@ pub const DENIED: &[(&str, i64)] = &[
     ("ioperm", libc::SYS_ioperm),
 ];
 
+/// The socket address families a program may use; every other family is
+/// refused with EAFNOSUPPORT, as by a kernel built without it (issue 21,
+/// item 4: a "no network" program opened `AF_VSOCK` sockets and bound vsock
+/// ports in the host's one global vsock port space). An allow list, so that
+/// a family added to the kernel later is refused too:
+/// - `AF_UNIX`: `socketpair(2)` only (pipes between a program's own
+///   processes: multiprocessing, asyncio); `socket(AF_UNIX)` is refused
+///   by the deny filter;
+/// - `AF_INET`, `AF_INET6`: the sandbox's own network namespace, loopback
+///   only, where a run with an allow list finds its egress relay;
+/// - `AF_NETLINK` with `NETLINK_ROUTE` only: what libc's `getifaddrs`,
+///   `if_nameindex` and `getaddrinfo(AI_ADDRCONFIG)` ask, answered about
+///   the sandbox's own namespace; changing anything there needs
+///   `CAP_NET_ADMIN`, which the program lacks. Other netlink protocols
+///   (audit, uevents, sock_diag, netfilter, xfrm, generic families such as
+///   taskstats) are refused.
+pub const FAMILIES: &[(&str, i32)] = &[
+    ("unix", libc::AF_UNIX),
+    ("inet", libc::AF_INET),
+    ("inet6", libc::AF_INET6),
+    ("netlink (route)", libc::AF_NETLINK),
+];
+
 /// clone(2) flags that create namespaces: refused so that a program cannot
 /// build itself a fresh user namespace with full capabilities.
 const NS_FLAGS: &[u64] = &[
@@ -79,9 +103,33 @@ fn arch() -> Result<TargetArch, String> {
     TargetArch::try_from(std::env::consts::ARCH).map_err(|e| format!("seccomp: {e:?}"))
 }
 
-/// The two filters: EPERM for the deny list and namespace clones; ENOSYS for
-/// clone3, whose flags live in memory a filter cannot read (libc then falls
-/// back to clone, which the first filter checks).
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(|e| format!("seccomp: {e}"))
+}
+
+fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conds).map_err(|e| format!("seccomp: {e}"))
+}
+
+/// The socket rules of [`FAMILIES`]: `socket` of a family not listed, or
+/// of netlink with a protocol other than `NETLINK_ROUTE`; `socketpair` of
+/// any family but `AF_UNIX`.
+fn family_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let others = FAMILIES.iter().map(|(_, f)| cond(0, SeccompCmpOp::Ne, *f as u64)).collect::<Result<Vec<_>, _>>()?;
+    let netlink = vec![
+        cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
+        cond(2, SeccompCmpOp::Ne, libc::NETLINK_ROUTE as u64)?,
+    ];
+    let pair = vec![cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?];
+    Ok([(libc::SYS_socket, vec![rule(others)?, rule(netlink)?]), (libc::SYS_socketpair, vec![rule(pair)?])]
+        .into_iter()
+        .collect())
+}
+
+/// The three filters: EPERM for the deny list and namespace clones; ENOSYS
+/// for clone3, whose flags live in memory a filter cannot read (libc then
+/// falls back to clone, which the first filter checks); EAFNOSUPPORT for
+/// socket families outside [`FAMILIES`].
 pub fn programs() -> Result<Vec<BpfProgram>, String> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|(_, n)| (*n, vec![])).collect();
@@ -109,9 +157,17 @@ pub fn programs() -> Result<Vec<BpfProgram>, String> {
         arch,
     )
     .map_err(|e| format!("seccomp: {e}"))?;
+    let families = SeccompFilter::new(
+        family_rules()?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EAFNOSUPPORT as u32),
+        arch,
+    )
+    .map_err(|e| format!("seccomp: {e}"))?;
     Ok(vec![
         deny.try_into().map_err(|e| format!("seccomp: {e}"))?,
         clone3.try_into().map_err(|e| format!("seccomp: {e}"))?,
+        families.try_into().map_err(|e| format!("seccomp: {e}"))?,
     ])
 }
 
@@ -120,7 +176,7 @@ mod tests {
     #[test]
     fn filters_compile() {
         let p = super::programs().unwrap();
-        assert_eq!(p.len(), 2);
+        assert_eq!(p.len(), 3);
         assert!(p[0].len() > super::DENIED.len());
     }
 }

@@ -1,16 +1,24 @@
-//! Compare view: one live column per tier (its latest run), then the
-//! engine's summary table of every run so far.
+//! Compare view: the engine's summary table of every run so far (a row per
+//! tier, always whole), and above it the live state of each tier's latest run
+//! — a column per tier when each gets room for its figures, else a row per
+//! tier — or, once a compare has repeated runs, a latency histogram per tier
+//! (panels when they fit, one line each when not).
 
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::Style;
+use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Cell, Paragraph, Row, Table};
+use ratatui::widgets::{Cell, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
 use super::side::draw_run_resources;
 use super::{bold, outcome_style, output, pane};
 use crate::tui::app::App;
 use crate::tui::run_view::{OutLine, RunView};
+use crate::units::{duration_ms, or_dash, size_short};
+
+/// Narrowest live column: its resources (`mem 12.0M/256M ───`) and a few
+/// words of output. Below it the tiers get a row each.
+pub const MIN_COLUMN: u16 = 24;
 
 pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let runs: Vec<&RunView> = app.compare.iter().filter_map(|id| app.runs.get(id)).collect();
@@ -25,13 +33,17 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         );
         return;
     }
-    let summary_h = (runs.len() as u16 + 3).min(area.height / 2);
-    let [cols_area, summary] = Layout::vertical([Constraint::Min(6), Constraint::Length(summary_h)]).areas(area);
+    // The summary is the result: a row for every tier, whole, whatever the
+    // height; the live area gets the rest.
+    let tiers = app.compare_run.as_ref().map_or(runs.len(), |c| c.tiers.len());
+    let summary_h = (tiers as u16 + 3).min(area.height.saturating_sub(3)).max(4.min(area.height));
+    let [cols_area, summary] = Layout::vertical([Constraint::Min(0), Constraint::Length(summary_h)]).areas(area);
     // The frontier right of the columns when there is one and room for it.
-    let (points, missing) = app.frontier();
-    let cols_area = if !points.is_empty() && cols_area.width >= 110 && cols_area.height >= 10 {
-        let [cols, chart] = Layout::horizontal([Constraint::Min(60), Constraint::Length(48)]).areas(cols_area);
-        super::frontier::draw(app, f, chart, &points, &missing);
+    let fr = app.frontier().filter(|fr| !fr.points.is_empty() && cols_area.width >= 110 && cols_area.height >= 10);
+    let cols_area = if let Some(fr) = fr {
+        let chart_w = (cols_area.width * 2 / 5).clamp(48, 90);
+        let [cols, chart] = Layout::horizontal([Constraint::Min(60), Constraint::Length(chart_w)]).areas(cols_area);
+        super::frontier::draw(app, f, chart, &fr);
         cols
     } else {
         cols_area
@@ -39,14 +51,88 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let live = runs.iter().any(|r| !r.finished()) || app.compare_run.as_ref().is_some_and(|c| !c.queue.is_empty());
     match app.compare_run.as_ref().filter(|c| c.show_dist(live)) {
         Some(c) => super::histogram::draw(app, f, cols_area, &c.summary().tiers),
-        None => {
+        None if cols_area.width / runs.len().max(1) as u16 >= MIN_COLUMN => {
             let cols = Layout::horizontal(vec![Constraint::Ratio(1, runs.len() as u32); runs.len()]).split(cols_area);
             for (run, col) in runs.iter().zip(cols.iter()) {
                 draw_column(app, run, f, *col);
             }
         }
+        None => draw_rows(app, &runs, f, cols_area),
     }
     draw_summary(app, &runs, f, summary);
+}
+
+/// A row per tier when columns would be too narrow to read: state and time,
+/// CPU, memory and pids against their limits, and the newest output line.
+fn draw_rows(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
+    if area.height < 3 {
+        return;
+    }
+    // Room left under the rows: the output of the run in progress (or the last).
+    let table_h = (runs.len() as u16 + 3).min(area.height);
+    let [area, below] = Layout::vertical([Constraint::Length(table_h), Constraint::Min(0)]).areas(area);
+    if below.height >= 4 {
+        if let Some(run) = app.current.and_then(|id| runs.iter().find(|r| r.id == id)) {
+            let block = pane(app, format!(" output · {} · {} ", run.tier, run.state_line()), false);
+            let inner = block.inner(below);
+            f.render_widget(block, below);
+            f.render_widget(Paragraph::new(tail(app, run, inner)), inner);
+        }
+    }
+    let t = &app.theme;
+    let header = Row::new(["tier", "state", "cpu", "mem", "pids", "output"]).style(bold(Style::new().fg(t.ui.title)));
+    let rows = runs.iter().map(|run| {
+        let (st, glyph) = match &run.report {
+            Some(r) => outcome_style(app, r.outcome),
+            None => (bold(Style::new().fg(t.ui.accent)), "·"),
+        };
+        let done = run.finished();
+        let mem = if done { Some(run.peak_memory).filter(|m| *m > 0) } else { run.usage.memory_bytes };
+        let pids = if done { Some(run.peak_pids).filter(|p| *p > 0) } else { run.usage.pids };
+        let cpu = match (&run.report, run.cpu_pct()) {
+            (Some(r), _) => or_dash(r.usage.cpu_ms, |c| duration_ms(c as f64)),
+            (None, pct) => or_dash(pct, |p| format!("{p}%")),
+        };
+        let newest = run
+            .lines
+            .iter()
+            .rev()
+            .find(|l| matches!(l.origin, crate::tui::run_view::Origin::Stdout | crate::tui::run_view::Origin::Stderr))
+            .map(|l| l.line.text().to_string())
+            .unwrap_or_default();
+        Row::new(vec![
+            Cell::from(Span::styled(run.tier.clone(), bold(Style::new().fg(t.ui.accent)))),
+            Cell::from(Span::styled(format!("{glyph} {}", run.state_line()), st)),
+            Cell::from(cpu),
+            Cell::from(format!("{}/{}", or_dash(mem, size_short), size_short(run.limits.memory_bytes))),
+            Cell::from(format!("{}/{}", or_dash(pids, |p| p.to_string()), run.limits.pids)),
+            Cell::from(Span::styled(newest, t.dim())),
+        ])
+        .style(Style::new().fg(t.ui.fg))
+    });
+    let widths = [
+        Constraint::Length(9),
+        Constraint::Length(20),
+        Constraint::Length(7),
+        Constraint::Length(11),
+        Constraint::Length(6),
+        Constraint::Min(4),
+    ];
+    let shown = area.height.saturating_sub(3) as usize;
+    let title = if runs.len() > shown {
+        format!(" live · a row per tier · {} of {} shown ", shown, runs.len())
+    } else {
+        " live · a row per tier (too narrow for a column each) ".to_string()
+    };
+    let current = runs.iter().position(|r| app.current == Some(r.id));
+    let table = Table::new(rows, widths)
+        .header(header)
+        .column_spacing(1)
+        .row_highlight_style(Style::new().add_modifier(Modifier::BOLD))
+        .highlight_symbol("▶ ")
+        .block(pane(app, title, false));
+    let mut state = TableState::default().with_selected(current);
+    f.render_stateful_widget(table, area, &mut state);
 }
 
 fn draw_column(app: &App, run: &RunView, f: &mut Frame, area: Rect) {
@@ -57,18 +143,20 @@ fn draw_column(app: &App, run: &RunView, f: &mut Frame, area: Rect) {
     let res_h = (7 + run.violations.len() as u16 + if run.finished() { 2 } else { 0 }).min(inner.height / 2 + 2);
     let [res, out] = Layout::vertical([Constraint::Length(res_h), Constraint::Min(0)]).areas(inner);
     draw_run_resources(app, run, f, res, false);
-    // The tail of the output.
+    f.render_widget(Paragraph::new(tail(app, run, out)), out);
+}
+
+/// The newest lines of a run's output that fit `area`.
+fn tail(app: &App, run: &RunView, area: Rect) -> Vec<Line<'static>> {
     let partials: Vec<OutLine> = run.partials().collect();
     let n = run.lines.len() + partials.len();
-    let rows = out.height as usize;
-    let lines: Vec<Line> = run
-        .lines
+    let rows = area.height as usize;
+    run.lines
         .iter()
         .chain(partials.iter())
         .skip(n.saturating_sub(rows))
-        .map(|l| output::render(app, l, 0, out.width as usize))
-        .collect();
-    f.render_widget(Paragraph::new(lines), out);
+        .map(|l| output::render(app, l, 0, area.width as usize))
+        .collect()
 }
 
 /// The engine's summary table (the one every export writes), the tier
@@ -115,7 +203,7 @@ fn draw_summary(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
         Row::new(shown.iter().map(|i| {
             let st = match *i {
                 0 => bold(Style::new().fg(t.ui.accent)),
-                12 => verdict_style,
+                compare::VERDICT_COLUMN => verdict_style,
                 _ => Style::new().fg(t.ui.fg),
             };
             Cell::from(Span::styled(r[*i].clone(), st))

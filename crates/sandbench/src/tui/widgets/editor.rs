@@ -20,7 +20,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
     let e = &app.editor;
     let focused = app.focus == Focus::Editor;
-    let title = format!(" code · {}{} · {} ", app.label, if e.modified { " [+]" } else { "" }, app.language.name());
+    let title = format!(" code · {}{} · {} ", app.label, if e.modified() { " [+]" } else { "" }, app.language.name());
     let block = pane(app, title, focused);
     let inner = block.inner(area);
     f.render_widget(block, area);

@@ -13,7 +13,7 @@ use crate::spec::format_duration;
 use crate::spec::format_size;
 use crate::tui::app::App;
 use crate::tui::gauntlet_view::{CellView, GState, GauntletView, Head};
-use crate::tui::run_view::fmt_ms;
+use crate::units::duration_ms;
 
 pub struct GLayout {
     pub matrix: Rect,
@@ -38,7 +38,13 @@ fn info(app: &App, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
                 vec![
                     Span::styled(format!("{} ", l.tier), bold(Style::new().fg(t.ui.accent))),
                     Span::styled(
-                        format!("{} p50 {} p95 {} ({} runs)", l.start, fmt_ms(l.p50_ms), fmt_ms(l.p95_ms), l.runs),
+                        format!(
+                            "{} p50 {} p95 {} ({} runs)",
+                            l.start,
+                            duration_ms(l.p50_ms),
+                            duration_ms(l.p95_ms),
+                            l.runs
+                        ),
                         Style::new().fg(t.ui.fg),
                     ),
                 ]
@@ -55,10 +61,37 @@ fn info(app: &App, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
         out.extend(wrap_units(Span::styled("not in the matrix: ", t.dim()), units, w));
     }
     if abbreviated(g, width) {
-        let units = ["a limit's name = contained by it", "blocked = refused", "Enter: the cell's details"]
-            .map(|u| vec![Span::styled(u, t.dim())])
-            .to_vec();
+        // Only the short names the cells use.
+        let (_, col, _) = columns(g, width);
+        let shown: Vec<String> = g.cells.iter().flatten().flatten().map(|cv| fitted_text(cv, col as usize)).collect();
+        let mut units = vec!["a limit's name = contained by it".to_string()];
+        for (short, long) in [
+            ("wall", "wall time"),
+            ("cpu", "CPU time"),
+            ("mem", "memory"),
+            ("fsize", "file size"),
+            ("out", "output"),
+            ("net", "network"),
+            ("blocked", "refused"),
+        ] {
+            let used = shown.iter().any(|c| c.split([' ', '+']).any(|w| w == short));
+            if used {
+                units.push(format!("{short} = {long}"));
+            }
+        }
+        units.push("Enter: details".into());
+        let units = units.into_iter().map(|u| vec![Span::styled(u, t.dim())]).collect();
         out.extend(wrap_units(Span::styled("short cells: ", t.dim()), units, w));
+    }
+    let (_, _, window) = columns(g, width);
+    if window.len() < g.tiers.len() {
+        let text = format!(
+            "tiers {}–{} of {} shown: ←→ moves along them (a wider window shows them all)",
+            window.start + 1,
+            window.end,
+            g.tiers.len()
+        );
+        out.push(Line::from(Span::styled(text, Style::new().fg(t.ui.warn))));
     }
     out
 }
@@ -92,18 +125,72 @@ fn info_lines(app: &App, g: &GauntletView, width: u16) -> u16 {
     info(app, g, width).len() as u16
 }
 
-/// Width of the name column and of each tier's column at `width`.
-fn columns(g: &GauntletView, width: u16) -> (u16, u16) {
-    let name_w = g.rows.iter().map(|r| r.name.chars().count() + 2).max().unwrap_or(8).clamp(10, 22) as u16;
+/// Narrowest tier column: `■ cancelled`, `▶ running…`, `✓ pids+wall`.
+pub const MIN_CELL: u16 = 11;
+
+/// Width of the name column and of each tier's column at `width`, and the
+/// tiers shown: all of them when each gets `MIN_CELL` columns (the names
+/// give way first, down to 16), else a window around the selected tier.
+pub fn columns(g: &GauntletView, width: u16) -> (u16, u16, std::ops::Range<usize>) {
+    let want = g.rows.iter().map(|r| r.name.chars().count() + 2).max().unwrap_or(8).clamp(10, 22) as u16;
     let n = g.tiers.len().max(1) as u16;
-    let inner = width.saturating_sub(2 + name_w + n);
-    (name_w, inner / n)
+    let fits = |name_w: u16| width.saturating_sub(2 + name_w) / (MIN_CELL + 1);
+    let name_w = if fits(want) >= n { want } else { want.min(16) };
+    let fit = fits(name_w).clamp(1, n) as usize;
+    let window = crate::tui::widgets::side::tier_window(g.tiers.len(), g.sel.1, fit);
+    let shown = window.len().max(1) as u16;
+    let col_w = width.saturating_sub(2 + name_w + shown) / shown;
+    (name_w, col_w, window)
 }
 
-/// Whether some cell shows its short form at `width` (its full text would not fit).
+/// Whether some cell shows a shortened form at `width` (its full text would not fit).
 fn abbreviated(g: &GauntletView, width: u16) -> bool {
-    let (_, col) = columns(g, width);
+    let (_, col, _) = columns(g, width);
     g.cells.iter().flatten().flatten().any(|cv| !cv.cancelled() && full_text(cv).chars().count() > col as usize)
+}
+
+/// A violation kind as short as a cell needs it.
+fn short_kind(k: &str) -> &str {
+    match k {
+        "wall_timeout" => "wall",
+        "cpu_time" => "cpu",
+        "memory" => "mem",
+        "file_size" => "fsize",
+        "output_limit" => "out",
+        "network" => "net",
+        k => k,
+    }
+}
+
+/// The longest form of a cell that fits `w` columns: the full words, the
+/// limits' names, their short names, the first one and a `+`; cut with `…`
+/// only when none fits.
+fn fitted_text(cv: &CellView, w: usize) -> String {
+    let fits = |s: &String| s.chars().count() <= w;
+    let full = full_text(cv);
+    if fits(&full) {
+        return full;
+    }
+    let short = short_text(cv);
+    if fits(&short) {
+        return short;
+    }
+    if let Verdict::Contained { by } = &cv.cell.verdict {
+        let mark = if cv.cell.as_expected { "✓" } else { "✗" };
+        let deg = if cv.cell.degraded { "⚠ " } else { "" };
+        let kinds: Vec<&str> = by.split('+').map(short_kind).collect();
+        let abbr = format!("{mark} {deg}{}", kinds.join("+"));
+        if fits(&abbr) {
+            return abbr;
+        }
+        let first = format!("{mark} {deg}{}+", kinds[0]);
+        if kinds.len() > 1 && fits(&first) {
+            return first;
+        }
+    }
+    let mut cut: String = short.chars().take(w.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 fn full_text(cv: &CellView) -> String {
@@ -123,6 +210,7 @@ fn short_text(cv: &CellView) -> String {
         Verdict::Contained { by } => by.clone(),
         Verdict::Escaped { .. } => "ESCAPED".into(),
         Verdict::Error { .. } => "error".into(),
+        Verdict::Cancelled => "cancelled".into(),
     };
     format!("{mark} {}{what}", if cv.cell.degraded { "⚠ " } else { "" })
 }
@@ -160,10 +248,8 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             ]),
         ];
         // The gauntlet kept from an earlier run still draws the frontier.
-        let (points, missing) = app.frontier();
-        if points.is_empty() || body.height < 14 {
-            f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
-        } else {
+        let fr = app.frontier().filter(|_| body.height >= 14);
+        if let Some(fr) = fr {
             let mut hint = hint;
             hint.push(Line::from(Span::styled(
                 "the frontier below is from the last gauntlet kept in the state dir (sandbench gauntlet or report)",
@@ -171,7 +257,9 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             )));
             let [top, chart] = Layout::vertical([Constraint::Length(5), Constraint::Min(8)]).areas(body);
             f.render_widget(Paragraph::new(hint).wrap(Wrap { trim: false }).block(pane(app, " gauntlet ", true)), top);
-            super::frontier::draw(app, f, chart, &points, &missing);
+            super::frontier::draw(app, f, chart, &fr);
+        } else {
+            f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
         }
         return;
     };
@@ -180,11 +268,12 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         draw_matrix(app, g, f, l.matrix);
     }
     // The frontier beside the details once the screen is wide enough for both.
-    let (points, missing) = app.frontier();
-    if !g.zoom && l.details.width >= 100 && l.details.height >= 8 && !points.is_empty() {
+    let fr =
+        app.frontier().filter(|fr| !g.zoom && l.details.width >= 100 && l.details.height >= 8 && !fr.points.is_empty());
+    if let Some(fr) = fr {
         let [details, chart] = Layout::horizontal([Constraint::Min(50), Constraint::Percentage(45)]).areas(l.details);
         draw_details(app, g, f, details);
-        super::frontier::draw(app, f, chart, &points, &missing);
+        super::frontier::draw(app, f, chart, &fr);
     } else {
         draw_details(app, g, f, l.details);
     }
@@ -194,6 +283,8 @@ fn state_text(g: &GauntletView) -> String {
     let (done, total) = (g.done(), g.total());
     let bad = g.live_mismatches();
     let bad = if bad == 0 { "0 mismatches".to_string() } else { format!("{bad} ✗ mismatch(es)") };
+    let stopped = g.cancelled_cells();
+    let bad = if stopped > 0 { format!("{stopped} stopped without a verdict · {bad} among the rest") } else { bad };
     match g.state {
         GState::Running => match g.running.and_then(|(r, c)| Some((g.rows.get(r)?, g.tiers.get(c)?))) {
             Some((row, tier)) => format!("{done}/{total} · running {} on {tier} · {bad}", row.name),
@@ -201,7 +292,7 @@ fn state_text(g: &GauntletView) -> String {
         },
         GState::Cancelling => format!("{done}/{total} · cancelling (cleaning up the cell in progress)…"),
         GState::Finished => format!("finished · {done}/{total} cells · {bad}"),
-        GState::Cancelled => format!("cancelled · {done}/{total} cells · {bad}"),
+        GState::Cancelled => format!("CANCELLED · {done} of {total} cells ran · {bad}"),
         GState::Failed => format!("failed · {done}/{total} cells"),
     }
 }
@@ -212,9 +303,8 @@ fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (St
     match &g.cells[r][c] {
         Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
         Some(cv) => {
-            let full = full_text(cv);
-            // The full words when they fit, else the short form (the legend says how to read it).
-            let text = if full.chars().count() <= col_w as usize { full } else { short_text(cv) };
+            // The full words when they fit, else a short form (the legend says how to read it).
+            let text = fitted_text(cv, col_w as usize);
             // A pass in a sandbox that lacked protections is no plain pass.
             let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(app, &cv.cell.verdict) };
             (text, st)
@@ -230,7 +320,7 @@ pub fn verdict_style(app: &App, v: &Verdict) -> Style {
     match v {
         Verdict::Ran | Verdict::Contained { .. } => Style::new().fg(t.ok),
         Verdict::Escaped { .. } => bold(Style::new().fg(t.violation)),
-        Verdict::Error { .. } => Style::new().fg(t.warn),
+        Verdict::Error { .. } | Verdict::Cancelled => Style::new().fg(t.warn),
     }
 }
 
@@ -241,12 +331,14 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     let inner = block.inner(area);
     f.render_widget(block, area);
     let info = info(app, g, area.width);
-    let info_h = (info.len() as u16).min(inner.height.saturating_sub(2));
+    // The matrix keeps three rows (and its header) before the notes get theirs.
+    let keep = 1 + (g.rows.len() as u16).min(3);
+    let info_h = (info.len() as u16).min(inner.height.saturating_sub(keep));
     let [table_area, info_area] = Layout::vertical([Constraint::Min(0), Constraint::Length(info_h)]).areas(inner);
 
-    let (name_w, col_w) = columns(g, area.width);
+    let (name_w, col_w, window) = columns(g, area.width);
     let mut header = vec![TCell::from("program")];
-    header.extend(g.tiers.iter().map(|n| TCell::from(n.clone())));
+    header.extend(g.tiers[window.clone()].iter().map(|n| TCell::from(n.clone())));
     let header = Row::new(header).style(bold(Style::new().fg(t.ui.title)));
     let rows = g.rows.iter().enumerate().map(|(r, row)| {
         let tag = if row.hostile {
@@ -254,9 +346,13 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
         } else {
             Span::styled("· ", Style::new().fg(t.ui.ok))
         };
-        let mut cells =
-            vec![TCell::from(Line::from(vec![tag, Span::styled(row.name.clone(), Style::new().fg(t.ui.fg))]))];
-        for c in 0..g.tiers.len() {
+        let name: String = if row.name.chars().count() + 2 > name_w as usize {
+            row.name.chars().take((name_w as usize).saturating_sub(3)).chain(['…']).collect()
+        } else {
+            row.name.clone()
+        };
+        let mut cells = vec![TCell::from(Line::from(vec![tag, Span::styled(name, Style::new().fg(t.ui.fg))]))];
+        for c in window.clone() {
             let (text, mut st) = cell_text(app, g, r, c, col_w);
             if g.sel == (r, c) {
                 st = st.bg(t.ui.selection_bg).add_modifier(Modifier::BOLD);
@@ -266,7 +362,7 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
         Row::new(cells)
     });
     let mut widths = vec![Constraint::Length(name_w)];
-    widths.extend(g.tiers.iter().map(|_| Constraint::Fill(1)));
+    widths.extend(window.clone().map(|_| Constraint::Fill(1)));
     let table = Table::new(rows, widths).header(header).column_spacing(1);
     let mut state = TableState::default().with_selected(Some(g.sel.0));
     f.render_stateful_widget(table, table_area, &mut state);
@@ -349,6 +445,11 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     }
     let (mark, mst) = if cell.as_expected {
         ("✓ as declared".to_string(), Style::new().fg(t.ui.ok))
+    } else if cv.cancelled() {
+        // Stopped by the user: no verdict, not a mismatch. What the program
+        // did until then (its violations, its usage) is below.
+        let at = rep.timings_ms.total;
+        (format!("■ stopped by the cancel at {}: no verdict", duration_ms(at)), bold(Style::new().fg(t.ui.warn)))
     } else {
         (format!("✗ {}", cell.mismatch.clone().unwrap_or_default()), bold(Style::new().fg(t.ui.violation)))
     };
@@ -361,7 +462,7 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             app,
             if i == 0 { "violations" } else { "" },
             Span::styled(
-                format!("{} at {}: {}", v.kind.name(), fmt_ms(v.at_ms), v.detail),
+                format!("{} at {}: {}", v.kind.name(), duration_ms(v.at_ms), v.detail),
                 Style::new().fg(t.ui.violation),
             ),
         ));
@@ -386,7 +487,9 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     };
     lines.push(field(app, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
     let latency = match (cell.findings.host_latency_ms_p50, cell.findings.host_latency_ms_max) {
-        (Some(p50), Some(max)) => format!("p50 {p50:.1} ms · max {max:.1} ms (spawning /bin/true during the run)"),
+        (Some(p50), Some(max)) => {
+            format!("p50 {} · max {} (spawning /bin/true during the run)", duration_ms(p50), duration_ms(max))
+        }
         _ => "not measured".into(),
     };
     lines.push(field(app, "host", plain(app, latency)));
@@ -403,16 +506,16 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             app,
             format!(
                 "setup {} · run {} · teardown {} · total {} · {} start",
-                fmt_ms(tm.setup),
-                fmt_ms(tm.run),
-                fmt_ms(tm.teardown),
-                fmt_ms(tm.total),
+                duration_ms(tm.setup),
+                duration_ms(tm.run),
+                duration_ms(tm.teardown),
+                duration_ms(tm.total),
                 cell.start
             ),
         ),
     ));
     let u = &rep.usage;
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
     lines.push(field(
         app,
         "usage",
@@ -420,8 +523,8 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             app,
             format!(
                 "cpu {} · peak memory {} · peak pids {}",
-                opt(u.cpu_ms.map(|ms| fmt_ms(ms as f64))),
-                opt(u.peak_memory_bytes.filter(|b| *b > 0).map(super::side::short_size)),
+                opt(u.cpu_ms.map(|ms| duration_ms(ms as f64))),
+                opt(u.peak_memory_bytes.filter(|b| *b > 0).map(crate::units::size)),
                 opt(u.peak_pids.map(|p| p.to_string()))
             ),
         ),

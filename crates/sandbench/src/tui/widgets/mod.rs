@@ -81,7 +81,9 @@ pub fn draw(app: &App, f: &mut Frame) {
     }
     draw_status(app, f, m.status);
     draw_keybar(app, f, m.keybar);
-    overlays::draw(app, f, area);
+    // Over the body only: the status line (an overlay's warning, e.g.
+    // "unsaved changes") and the key bar stay in view.
+    overlays::draw(app, f, m.body);
 }
 
 fn draw_status(app: &App, f: &mut Frame, area: Rect) {
@@ -125,7 +127,9 @@ fn draw_status(app: &App, f: &mut Frame, area: Rect) {
 fn draw_keybar(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
     let mut spans = vec![];
-    for (key, label) in keybar_entries(&keymap::bar(&app.contexts()), area.width as usize) {
+    // While something runs, F8 keeps its word: it is the key that stops it.
+    let keep: &[&str] = if app.busy() { &["F1", "^Q", "F8"] } else { &["F1", "^Q"] };
+    for (key, label) in keybar_entries(&keymap::bar(&app.contexts()), area.width as usize, keep) {
         spans.push(Span::styled(key.to_string(), t.key()));
         spans.push(Span::styled(
             if label.is_empty() { " ".into() } else { format!(" {label} ") },
@@ -137,10 +141,14 @@ fn draw_keybar(app: &App, f: &mut Frame, area: Rect) {
 
 /// The key bar's entries at `width` columns. Every key stays visible: when
 /// the labels do not all fit, the global keys lose theirs from the right
-/// (F1 help names them all), except help and quit, then the view's own keys
-/// do; only if the bare keys
+/// (F1 help names them all), except those in `keep` (help, quit, and cancel
+/// while something runs), then the view's own keys do; only if the bare keys
 /// still do not fit are the last ones dropped.
-pub fn keybar_entries(entries: &[(&'static str, &'static str)], width: usize) -> Vec<(&'static str, &'static str)> {
+pub fn keybar_entries(
+    entries: &[(&'static str, &'static str)],
+    width: usize,
+    keep: &[&str],
+) -> Vec<(&'static str, &'static str)> {
     let mut v: Vec<(&str, &str)> = entries.to_vec();
     let w = |v: &[(&str, &str)]| -> usize {
         v.iter().map(|(k, l)| k.chars().count() + if l.is_empty() { 1 } else { l.chars().count() + 2 }).sum()
@@ -149,7 +157,7 @@ pub fn keybar_entries(entries: &[(&'static str, &'static str)], width: usize) ->
     let mut i = v.len();
     while w(&v) > width && i > 0 {
         i -= 1;
-        if global(v[i].0) && !matches!(v[i].0, "F1" | "^Q") {
+        if global(v[i].0) && !keep.contains(&v[i].0) {
             v[i].1 = "";
         }
     }
@@ -208,7 +216,7 @@ mod tests {
     fn every_key_stays_in_the_key_bar_at_80_columns() {
         for ctx in [Ctx::Editor, Ctx::Compare, Ctx::Gauntlet, Ctx::Runs, Ctx::Output] {
             let all = bar(&[ctx, Ctx::Global]);
-            let shown = keybar_entries(&all, 80);
+            let shown = keybar_entries(&all, 80, &["F1", "^Q", "F8"]);
             assert_eq!(shown.len(), all.len(), "{ctx:?}: {shown:?}");
             let w: usize =
                 shown.iter().map(|(k, l)| k.chars().count() + if l.is_empty() { 1 } else { l.len() + 2 }).sum();
@@ -217,9 +225,10 @@ mod tests {
                 assert!(shown.iter().any(|(key, _)| *key == k), "{ctx:?} lost {k}");
             }
             assert!(shown.contains(&("^Q", "quit")) && shown.contains(&("F1", "help")), "{ctx:?}: {shown:?}");
+            assert!(shown.contains(&("F8", "cancel")), "while something runs F8 says cancel: {ctx:?}: {shown:?}");
         }
         // Wide enough: every label.
         let all = bar(&[Ctx::Editor, Ctx::Global]);
-        assert_eq!(keybar_entries(&all, 200), all);
+        assert_eq!(keybar_entries(&all, 200, &[]), all);
     }
 }

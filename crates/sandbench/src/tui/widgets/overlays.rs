@@ -1,4 +1,5 @@
-//! Popups: help (from the keymap), samples picker, limits form, save-as.
+//! Popups: help (from the keymap), samples picker, limits form, the
+//! gauntlet's set-up, save-as.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -9,7 +10,7 @@ use ratatui::Frame;
 use super::{bold, centered, pane};
 use crate::tui::app::App;
 use crate::tui::keymap;
-use crate::tui::overlays::{Help, LimitsForm, Overlay, Prompt, PromptKind, SamplesPicker};
+use crate::tui::overlays::{GauntletSetup, Help, LimitsForm, Overlay, Prompt, PromptKind, SamplesPicker};
 
 pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     match &app.overlay {
@@ -17,6 +18,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         Some(Overlay::Help(h)) => help(app, f, area, h),
         Some(Overlay::Samples(p)) => samples(app, f, area, p),
         Some(Overlay::Limits(form)) => limits(app, f, area, form),
+        Some(Overlay::GauntletSetup(s)) => gauntlet_setup(app, f, area, s),
         Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input })) => {
             // Where a relative name lands, so "saved" is never a surprise.
             let dir = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
@@ -65,6 +67,18 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &SamplesPicker) {
         format!(" samples · filter: {}_ · Bksp · Enter loads · Esc closes ", p.filter)
     };
     let inner = popup(app, f, rect, &title);
+    // Enter over unsaved edits asks first, here where the eyes are.
+    let inner = if p.confirm && inner.height > 2 {
+        let [ask, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(inner);
+        let text = "unsaved changes in the editor: Enter again replaces them (^Z brings them back), Esc keeps them";
+        f.render_widget(
+            Paragraph::new(Span::styled(text, bold(Style::new().fg(t.ui.warn)))).wrap(Wrap { trim: true }),
+            ask,
+        );
+        rest
+    } else {
+        inner
+    };
     let list_w = (inner.width / 3).clamp(18, 30);
     let [left, right] = Layout::horizontal([Constraint::Length(list_w), Constraint::Min(10)]).areas(inner);
     let visible = p.visible();
@@ -128,6 +142,65 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &SamplesPicker) {
     f.render_widget(
         Paragraph::new(lines).wrap(Wrap { trim: false }),
         right.inner(ratatui::layout::Margin { horizontal: 1, vertical: 0 }),
+    );
+}
+
+/// Two lists side by side, tiers and samples, each item checked or not; the
+/// run count in the title.
+fn gauntlet_setup(app: &App, f: &mut Frame, area: Rect, s: &GauntletSetup) {
+    let t = &app.theme;
+    let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
+    let (nt, ns) = (s.chosen_tiers().len(), s.samples.iter().filter(|(_, on)| *on).count());
+    let title =
+        format!(" gauntlet: {nt} tier(s) × {ns} sample(s) = {} runs, one at a time · Enter runs · Esc ", s.runs());
+    let inner = popup(app, f, rect, &title);
+    let tiers_w = (inner.width / 3).clamp(24, 44);
+    let [left, right] = Layout::horizontal([Constraint::Length(tiers_w), Constraint::Min(10)]).areas(inner);
+    let mark = |on: bool| if on { "[x] " } else { "[ ] " };
+    let head = |text: &str, focused: bool| {
+        let st = if focused { bold(Style::new().fg(t.ui.accent)) } else { t.dim() };
+        Line::from(Span::styled(text.to_string(), st))
+    };
+    let draw_list =
+        |f: &mut Frame, area: Rect, title: Line<'static>, items: Vec<ListItem<'static>>, sel: Option<usize>| {
+            let [h, l] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
+            f.render_widget(Paragraph::new(title), h);
+            let list = List::new(items)
+                .style(Style::new().fg(t.ui.fg))
+                .highlight_symbol("▶")
+                .highlight_style(Style::new().bg(t.ui.selection_bg).add_modifier(Modifier::BOLD));
+            let mut state = ListState::default().with_selected(sel);
+            f.render_stateful_widget(list, l, &mut state);
+        };
+    let tiers: Vec<ListItem> = s
+        .tiers
+        .iter()
+        .map(|(name, why, on)| match why {
+            None => ListItem::new(Line::from(format!("{}{name}", mark(*on)))),
+            Some(w) => ListItem::new(Line::from(Span::styled(
+                format!("    {name} ({})", crate::sanitize::inert_line(w, 60)),
+                t.dim(),
+            ))),
+        })
+        .collect();
+    draw_list(f, left, head("tiers (Tab: samples)", !s.in_samples), tiers, (!s.in_samples).then_some(s.cursor[0]));
+    let samples: Vec<ListItem> = s
+        .samples
+        .iter()
+        .map(|(sample, on)| {
+            let tag = if sample.is_hostile() { "☠" } else { "·" };
+            ListItem::new(Line::from(vec![
+                Span::raw(format!("{}{tag} {:<22} ", mark(*on), sample.name)),
+                Span::styled(sample.tries.clone(), t.dim()),
+            ]))
+        })
+        .collect();
+    draw_list(
+        f,
+        right.inner(ratatui::layout::Margin { horizontal: 1, vertical: 0 }),
+        head("samples (Space chooses, a: all or none)", s.in_samples),
+        samples,
+        s.in_samples.then_some(s.cursor[1]),
     );
 }
 

@@ -11,6 +11,7 @@ use super::{outcome_style, pane};
 use crate::runlog::Entry;
 use crate::sanitize::{inert_line, visible_controls};
 use crate::tui::app::App;
+use crate::units::duration_ms;
 
 /// Lines of code, stdout and stderr shown each in the details.
 const DETAIL_LINES: usize = 200;
@@ -30,11 +31,20 @@ pub fn rows(app: &App, body: Rect) -> (u16, u16) {
     (list.height.saturating_sub(3), detail.map_or(0, |d| d.height.saturating_sub(2)))
 }
 
-fn row_text(e: &Entry) -> String {
-    let who = match &e.client {
+fn who(e: &Entry) -> String {
+    match &e.client {
         Some(c) => format!("{}({})", e.front_end, c),
         None => e.front_end.clone(),
-    };
+    }
+}
+
+/// Width of the "front end" column: as wide as the widest shown (at most 22).
+fn who_width<'a>(entries: impl Iterator<Item = &'a Entry>) -> usize {
+    entries.map(|e| inert_line(&who(e), 22).chars().count()).max().unwrap_or(0).clamp(9, 22)
+}
+
+fn row_text(e: &Entry, who_w: usize) -> String {
+    let who = who(e);
     let kinds: Vec<&str> = e.report.violations.iter().map(|v| v.kind.name()).collect();
     let first = e.code.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     // A session's call says which: the session's short id and the call.
@@ -45,11 +55,11 @@ fn row_text(e: &Entry) -> String {
     // The clock part of an RFC 3339 time: 2026-12-01T10:00:00.123Z → 10:00:00.
     let clock = e.time.get(11..19).unwrap_or(&e.time);
     format!(
-        "{:<8}  {:<22} {:<9} {:>9.1} ms  {:<14} {}",
+        "{:<8}  {:<who_w$} {:<9} {:>9}  {:<14} {}",
         inert_line(clock, 8),
         inert_line(&who, 22),
         inert_line(&e.tier, 9),
-        e.report.timings_ms.total,
+        duration_ms(e.report.timings_ms.total),
         inert_line(&kinds.join(","), 14),
         inert_line(&first, 80),
     )
@@ -68,9 +78,10 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     );
     let rows = list.height.saturating_sub(3) as usize;
     let top = (v.selected + 1).saturating_sub(rows.max(1));
+    let who_w = who_width(visible.iter().skip(top).take(rows).map(|i| &v.entries[*i]));
     let mut lines = vec![Line::from(Span::styled(
         format!(
-            "  {:<8}  {:<22} {:<9} {:<10}{:>12}  {:<14} code",
+            "  {:<8}  {:<who_w$} {:<9} {:<10}{:>9}  {:<14} code",
             "time", "front end", "tier", "outcome", "total", "violations"
         ),
         t.dim(),
@@ -84,9 +95,10 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     for (pos, &i) in visible.iter().enumerate().skip(top).take(rows) {
         let e = &v.entries[i];
         let (ostyle, glyph) = outcome_style(app, e.report.outcome);
-        let text = row_text(e);
+        let text = row_text(e, who_w);
         // The outcome goes in coloured between the tier and the total.
-        let (head, rest) = text.split_at(text.char_indices().nth(43).map_or(text.len(), |(b, _)| b));
+        let at = 8 + 2 + who_w + 1 + 9 + 1;
+        let (head, rest) = text.split_at(text.char_indices().nth(at).map_or(text.len(), |(b, _)| b));
         let mut spans = vec![
             Span::raw(if pos == v.selected { "▶ " } else { "  " }),
             Span::raw(head.to_string()),
@@ -138,14 +150,14 @@ pub fn detail_lines(app: &App, e: &Entry) -> Vec<Line<'static>> {
     out.push(Line::from(vec![
         Span::styled(format!("{glyph} {}", r.outcome.name()), ostyle),
         Span::raw(format!(
-            "  {} · {} · {} · {} · total {:.1} ms (setup {:.1}, run {:.1})",
+            "  {} · {} · {} · {} · total {} (setup {}, run {})",
             inert_line(&e.tier, 20),
             inert_line(&e.language, 10),
             who,
             inert_line(&r.exit.describe(), 40),
-            r.timings_ms.total,
-            r.timings_ms.setup,
-            r.timings_ms.run
+            duration_ms(r.timings_ms.total),
+            duration_ms(r.timings_ms.setup),
+            duration_ms(r.timings_ms.run)
         )),
     ]));
     if let Some(s) = &r.session {
@@ -163,7 +175,7 @@ pub fn detail_lines(app: &App, e: &Entry) -> Vec<Line<'static>> {
     }
     for v in &r.violations {
         out.push(Line::from(Span::styled(
-            format!("violation {} at {:.0} ms: {}", v.kind.name(), v.at_ms, inert_line(&v.detail, 300)),
+            format!("violation {} at {}: {}", v.kind.name(), duration_ms(v.at_ms), inert_line(&v.detail, 300)),
             Style::new().fg(t.ui.violation),
         )));
     }

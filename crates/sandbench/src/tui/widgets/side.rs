@@ -10,7 +10,8 @@ use ratatui::Frame;
 use super::{bold, outcome_style, pane};
 use crate::event::Phase;
 use crate::tui::app::App;
-use crate::tui::run_view::{fmt_ms, RunView};
+use crate::tui::run_view::RunView;
+use crate::units::duration_ms;
 
 /// Rows the tier pane wants at `width` (borders included).
 pub fn tiers_height(app: &App, width: u16) -> u16 {
@@ -20,7 +21,7 @@ pub fn tiers_height(app: &App, width: u16) -> u16 {
 }
 
 /// Rows a greedy word wrap at `w` columns takes.
-fn wrapped_rows(text: &str, w: usize) -> usize {
+pub fn wrapped_rows(text: &str, w: usize) -> usize {
     let mut rows = 1;
     let mut col = 0;
     for word in text.split(' ') {
@@ -46,6 +47,10 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
         if let (true, Some(w)) = (a.available, &app.selected_tier().warm) {
             lines.push(Line::from(vec![Span::styled("warm: ", t.key()), Span::styled(w.clone(), t.dim())]));
         }
+        // A tier that works through a slower or weaker fallback says so.
+        for c in a.checks.iter().filter(|c| a.available && c.level == crate::tier::CheckLevel::Warn) {
+            lines.push(Line::from(Span::styled(format!("⚠ {}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
+        }
         if !a.available {
             if let Some(c) = a.checks.iter().find(|c| !c.ok) {
                 lines.push(Line::from(Span::styled(format!("{}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
@@ -61,13 +66,36 @@ fn detail_lines(app: &App) -> Vec<Line<'static>> {
     lines
 }
 
+/// The tiers the pane lists in `rows` rows: all of them, or a window that
+/// keeps the selected one in view.
+pub fn tier_window(n: usize, selected: usize, rows: usize) -> std::ops::Range<usize> {
+    if n <= rows {
+        return 0..n;
+    }
+    let rows = rows.max(1);
+    let top = selected.saturating_sub(rows / 2).min(n - rows);
+    top..top + rows
+}
+
 pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
-    let block = pane(app, " tiers ", false);
+    let n = app.tiers.len();
+    let h = area.height.saturating_sub(2) as usize;
+    // The list first (the selected tier always in view), then as much of the
+    // selected tier's details as fits; at least their first line when the
+    // list must scroll.
+    let rows = if n <= h { n } else { h.saturating_sub(usize::from(h >= 4)) };
+    let window = tier_window(n, app.tier, rows);
+    let title = if window.len() < n {
+        format!(" tiers · {}–{} of {n} (F4) ", window.start + 1, window.end)
+    } else {
+        " tiers ".to_string()
+    };
+    let block = pane(app, title, false);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let mut lines = vec![];
-    for (i, tier) in app.tiers.iter().enumerate() {
+    for (i, tier) in app.tiers.iter().enumerate().skip(window.start).take(window.len()) {
         let sel = i == app.tier;
         let (glyph, state, st) = match &tier.avail {
             None => ("…", "probing".to_string(), t.dim()),
@@ -134,7 +162,7 @@ pub fn phase_times(run: &RunView) -> (Option<f64>, Option<f64>, Option<f64>) {
 pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
     let t = &app.theme;
     let (setup, ran, down) = phase_times(run);
-    let opt = |v: Option<f64>| v.map(fmt_ms).unwrap_or_else(|| "–".into());
+    let opt = |v: Option<f64>| v.map(duration_ms).unwrap_or_else(|| "–".into());
     let state_style = match &run.report {
         Some(r) => outcome_style(app, r.outcome).0,
         None => bold(Style::new().fg(t.ui.accent)),
@@ -154,7 +182,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
         Line::from(vec![
             Span::styled("teardown ", t.dim()),
             Span::styled(opt(down), Style::new().fg(t.ui.fg)),
-            Span::styled(format!(" · {} out", short_size(run.bytes)), t.dim()),
+            Span::styled(format!(" · {} out", crate::units::size_short(run.bytes)), t.dim()),
         ]),
     ];
     if run.bytes == 0 {
@@ -176,27 +204,32 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     ])
     .areas(area);
     f.render_widget(Paragraph::new(top), head);
-    let label_w = 10u16;
+    // "peak 64.0M" and a space before the curve.
+    let label_w = 11u16;
     let cpu_txt = run.cpu_pct().map(|c| format!("cpu {c:>3}%")).unwrap_or_else(|| "cpu    –".into());
     // Once the run is over, the gauges and labels show peaks.
     let done = run.finished();
+    // Unknown is "—", never 0 (a guest still booting has no figure yet).
     let mem = if done { Some(run.peak_memory).filter(|m| *m > 0) } else { run.usage.memory_bytes };
-    let pids = if done { run.peak_pids } else { run.usage.pids.unwrap_or(0) };
+    let pids = if done { Some(run.peak_pids).filter(|p| *p > 0) } else { run.usage.pids };
     // A pids violation means the count reached the limit, whatever the
     // samples saw (gVisor's processes are not visible to the host's cgroup).
     let pids = if run.violations.iter().any(|v| v.kind == crate::event::ViolationKind::Pids) {
-        pids.max(run.limits.pids)
+        Some(pids.unwrap_or(0).max(run.limits.pids))
     } else {
         pids
     };
-    let mem_txt =
-        format!("{} {:>4}", if done { "peak" } else { "mem " }, mem.map(short_size).unwrap_or_else(|| "—".into()));
+    let mem_txt = format!(
+        "{} {:>4}",
+        if done { "peak" } else { "mem " },
+        mem.map(crate::units::size_short).unwrap_or_else(|| "—".into())
+    );
     // A curve needs a few points: a run shorter than the sampling interval
     // says so instead of drawing a lone bar.
     if run.samples < 3 {
         let why = match run.samples_span {
             None => "no usage sample yet".to_string(),
-            Some(_) => format!("too few to draw: {} sample(s) in {}", run.samples, fmt_ms(run.elapsed_ms())),
+            Some(_) => format!("too few to draw: {} sample(s) in {}", run.samples, duration_ms(run.elapsed_ms())),
         };
         label(f, cpu_l, label_w, &cpu_txt, Span::styled(why, t.dim()));
         label(f, mem_l, label_w, &mem_txt, Span::raw(""));
@@ -213,7 +246,10 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
             Style::new().fg(t.ui.cpu),
             t.dim(),
         );
-        let mem_max = run.mem_hist.iter().copied().max().unwrap_or(0).max(1);
+        // The scale's top is never below the figure in the label: a peak the
+        // cgroup counted between two samples is higher than every bar.
+        let shown = if done { mem.unwrap_or(0) } else { 0 };
+        let mem_max = run.mem_hist.iter().copied().max().unwrap_or(0).max(shown).max(1);
         sparkline(
             f,
             mem_l,
@@ -221,33 +257,44 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
             &mem_txt,
             &run.mem_hist,
             mem_max,
-            short_size(mem_max),
+            crate::units::size_short(mem_max),
             Style::new().fg(t.ui.memory),
             t.dim(),
         );
         if let Some((a, b)) = run.samples_span {
             // The time axis under both curves: first sample … latest.
             let [_, axis] = Layout::horizontal([Constraint::Length(label_w), Constraint::Min(1)]).areas(axis_l);
-            let l = fmt_ms(a);
-            let mut r = format!("{} · {} samples", fmt_ms(b), run.samples);
+            let l = duration_ms(a);
+            let mut r = format!("{} · {} samples", duration_ms(b), run.samples);
             if l.chars().count() + r.chars().count() + 2 > axis.width as usize {
-                r = fmt_ms(b);
+                r = duration_ms(b);
             }
             let gap = (axis.width as usize).saturating_sub(l.chars().count() + r.chars().count() + 2);
             let line = format!("{l} {} {r}", "─".repeat(gap));
             f.render_widget(Paragraph::new(Span::styled(line, t.dim())), axis);
         }
     }
-    let mem = mem.unwrap_or(0);
+    let of = |v: Option<u64>, limit: u64| v.map_or(0.0, |v| v as f64 / limit.max(1) as f64);
     gauge(
         app,
         f,
         mem_g,
         "mem",
-        mem as f64 / run.limits.memory_bytes.max(1) as f64,
-        format!("{}/{}", short_size(mem), short_size(run.limits.memory_bytes)),
+        of(mem, run.limits.memory_bytes),
+        format!(
+            "{}/{}",
+            crate::units::or_dash(mem, crate::units::size_short),
+            crate::units::size_short(run.limits.memory_bytes)
+        ),
     );
-    gauge(app, f, pid_g, "pids", pids as f64 / run.limits.pids.max(1) as f64, format!("{}/{}", pids, run.limits.pids));
+    gauge(
+        app,
+        f,
+        pid_g,
+        "pids",
+        of(pids, run.limits.pids),
+        format!("{}/{}", crate::units::or_dash(pids, |p| p.to_string()), run.limits.pids),
+    );
     f.render_widget(Paragraph::new(outcome_lines).wrap(Wrap { trim: true }), tail);
 }
 
@@ -257,7 +304,10 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
     for v in &run.violations {
         out.push(Line::from(vec![
             Span::styled("✖ ", bold(Style::new().fg(t.ui.violation))),
-            Span::styled(format!("{} at {}", v.kind.name(), fmt_ms(v.at_ms)), bold(Style::new().fg(t.ui.violation))),
+            Span::styled(
+                format!("{} at {}", v.kind.name(), duration_ms(v.at_ms)),
+                bold(Style::new().fg(t.ui.violation)),
+            ),
         ]));
     }
     if let Some(r) = &run.report {
@@ -275,29 +325,14 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
         let peak = format!(
             "peak mem {} · pids {} · cpu {}",
             // Unknown is "—": a zero would be a measurement.
-            r.usage.peak_memory_bytes.filter(|b| *b > 0).map(short_size).unwrap_or_else(|| "—".into()),
+            // The figure the label above shows (the report's, or a higher sample).
+            Some(run.peak_memory).filter(|b| *b > 0).map(crate::units::size_short).unwrap_or_else(|| "—".into()),
             r.usage.peak_pids.map(|p| p.to_string()).unwrap_or_else(|| "—".into()),
-            r.usage.cpu_ms.map(|c| fmt_ms(c as f64)).unwrap_or_else(|| "—".into())
+            r.usage.cpu_ms.map(|c| duration_ms(c as f64)).unwrap_or_else(|| "—".into())
         );
         out.push(Line::from(Span::styled(peak, t.dim())));
     }
     out
-}
-
-/// "12M", "512K", "1.5G" — compact for narrow panes.
-pub fn short_size(b: u64) -> String {
-    let f = b as f64;
-    if b >= 1 << 30 {
-        format!("{:.1}G", f / (1u64 << 30) as f64)
-    } else if b >= 10 << 20 {
-        format!("{:.0}M", f / (1u64 << 20) as f64)
-    } else if b >= 1 << 20 {
-        format!("{:.1}M", f / (1u64 << 20) as f64)
-    } else if b >= 1 << 10 {
-        format!("{:.0}K", f / 1024.0)
-    } else {
-        format!("{b}B")
-    }
 }
 
 fn label(f: &mut Frame, area: Rect, label_w: u16, text: &str, rest: Span<'static>) {

@@ -46,6 +46,17 @@ pub fn mcp_python() -> Option<PathBuf> {
     })
 }
 
+/// The directory where `.ci/setup-mcp.sh` installed the TypeScript MCP SDK
+/// (`$SANDBENCH_MCP_NODE`, else /opt/sandbench-mcp-node), when it and `node`
+/// are there.
+pub fn mcp_node() -> Option<PathBuf> {
+    let dir = std::env::var_os("SANDBENCH_MCP_NODE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/sandbench-mcp-node"));
+    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
+    (sdk.is_file() && sandbench::host::which("node").is_some()).then_some(dir)
+}
+
 /// Is `tier` required by CI (`SANDBENCH_REQUIRE_TIERS`)?
 pub fn required(tier: &str) -> bool {
     std::env::var("SANDBENCH_REQUIRE_TIERS").unwrap_or_default().split(',').any(|t| t.trim() == tier)

@@ -59,6 +59,25 @@ pub fn containers_of(pid: u32) -> Vec<String> {
     })
 }
 
+/// Session containers (any state) of sandbench process `pid` (its pool's
+/// containers left out).
+pub fn session_containers_of(pid: u32) -> Vec<String> {
+    block_on(async {
+        let at = sandbench::tier::docker::engine::Endpoint::of(&sandbench::config::HostEnv::from_process());
+        let engine = Engine::connect(&at).await.expect("docker answers");
+        let filters = HashMap::from([("label".to_string(), vec![format!("sandbench.pid={pid}")])]);
+        engine
+            .docker
+            .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
+            .await
+            .expect("list containers")
+            .into_iter()
+            .filter(|c| c.labels.as_ref().and_then(|l| l.get("sandbench")).is_some_and(|r| r.starts_with("session-")))
+            .filter_map(|c| c.id)
+            .collect()
+    })
+}
+
 /// Wait up to `secs` for `f` to hold.
 pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);

@@ -8,7 +8,9 @@
 //! Needs: a tier's name (`process`, `docker`, a peer such as `bwrap`: ready as
 //! `sandbench doctor` says), `root`, `mcp` (a Python with the MCP SDK),
 //! `pidns` (`unshare --pid --fork --mount-proc` works; required with
-//! `process`), `report` (Chromium for the report's page), `slow` (the slow
+//! `process`), `report` (Chromium for the report's page), `chromium` (the
+//! same browser, for the MCP server's web-page tests), `mcp-ts` (Node with
+//! the TypeScript MCP SDK), `slow` (the slow
 //! profile, `SANDBENCH_SLOW_TESTS=1`) and `cmd:NAME` (a command on PATH).
 
 use std::collections::BTreeMap;
@@ -84,7 +86,7 @@ fn check(need: &str) -> Result<(), String> {
         "pidns" => succeeds(Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]))
             .then_some(())
             .ok_or_else(|| "unshare --pid --fork --mount-proc does not work here".into()),
-        "report" => ["chromium", "chromium-browser"]
+        "report" | "chromium" => ["chromium", "chromium-browser"]
             .iter()
             .find_map(|c| sandbench::host::which(c))
             .map(|_| ())
@@ -95,6 +97,9 @@ fn check(need: &str) -> Result<(), String> {
         "mcp" => super::common::mcp_python()
             .map(|_| ())
             .ok_or_else(|| "no Python with the MCP SDK (run .ci/setup-mcp.sh or set SANDBENCH_MCP_PYTHON)".into()),
+        "mcp-ts" => super::common::mcp_node().map(|_| ()).ok_or_else(|| {
+            "no Node with the TypeScript MCP SDK (run .ci/setup-mcp.sh or set SANDBENCH_MCP_NODE)".into()
+        }),
         tier => match doctor().get(tier) {
             Some((true, _)) => Ok(()),
             Some((false, why)) => Err(format!("the {tier} tier is unavailable: {why} (sandbench doctor)")),

@@ -1,0 +1,223 @@
+//! How much slower a tier runs the same work than the host, measured, for
+//! the soak (issue 21, item 11): samples declare what they do under limits
+//! written for a native CPU on a quiet machine. A tier under software
+//! emulation (the microVM on TCG) does a fraction of that work per CPU
+//! second, so a benign sample met its CPU limit there; and on a loaded
+//! machine every program takes longer in wall time, so hostile ones met
+//! their wall limit before the violation they declare. Both are measured:
+//!
+//! - one fixed piece of CPU-bound Python runs under the host's own
+//!   interpreter (its CPU time: the work at native speed) and through the
+//!   tier (the tier's CPU counter, as every report has it, and the
+//!   program's running time), alternately;
+//! - the CPU factor is tier CPU / host CPU (emulation), the wall factor is
+//!   tier running time / host CPU (emulation and the machine's load);
+//! - a factor of at least [`SCALE_FROM`] multiplies the CPU limit (CPU
+//!   factor) or the wall limit (the larger of the two); below it the
+//!   limits stay as written.
+//!
+//! Medians of the last [`KEEP`] rounds, so one outlier moves nothing; the
+//! soak measures again now and then, as the machine's load changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::spec::{Language, Limits, RunSpec};
+use crate::tier::Tier;
+
+/// The work: ~0.2-0.4 s of CPU for CPython on one core here, long enough
+/// that interpreter start-up is a small part of it.
+const WORK: &str = "n = 0\nfor i in range(3000000):\n    n += i * i\nprint(n > 0)\n";
+/// Rounds of a first measure.
+pub const ROUNDS: usize = 3;
+/// Rounds the factors are the median of.
+pub const KEEP: usize = 5;
+/// Below this the difference is noise and a limit stays as written.
+pub const SCALE_FROM: f64 = 1.5;
+
+/// One host run and one tier run of the work.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Round {
+    pub host_cpu_ms: f64,
+    pub tier_cpu_ms: f64,
+    pub tier_wall_ms: f64,
+}
+
+/// One tier's measurement.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Slowdown {
+    /// Medians: CPU ms of the work on the host, through the tier, and the
+    /// tier's running time for it.
+    pub host_cpu_ms: f64,
+    pub tier_cpu_ms: f64,
+    pub tier_wall_ms: f64,
+    /// tier CPU / host CPU, and tier running time / host CPU.
+    pub factor: f64,
+    pub wall_factor: f64,
+    /// What the CPU and the wall limit are multiplied by (1: as written).
+    pub cpu_scale: f64,
+    pub wall_scale: f64,
+    /// Rounds measured in all.
+    pub rounds: usize,
+    /// Why there is no measurement, when there is none.
+    pub error: Option<String>,
+}
+
+impl Slowdown {
+    /// The limits a sample gets on this tier.
+    pub fn scaled(&self, limits: &Limits) -> Limits {
+        let mut l = limits.clone();
+        if self.cpu_scale > 1.0 {
+            l.cpu_time = scale(l.cpu_time, self.cpu_scale);
+        }
+        if self.wall_scale > 1.0 {
+            l.wall_time = scale(l.wall_time, self.wall_scale);
+        }
+        l
+    }
+
+    pub fn failed(why: String) -> Slowdown {
+        Slowdown {
+            factor: 1.0,
+            wall_factor: 1.0,
+            cpu_scale: 1.0,
+            wall_scale: 1.0,
+            error: Some(why),
+            ..Default::default()
+        }
+    }
+
+    /// From the last [`KEEP`] of `rounds` (`total` measured so far).
+    pub fn from_rounds(rounds: &[Round], total: usize) -> Slowdown {
+        let last = &rounds[rounds.len().saturating_sub(KEEP)..];
+        let median = |f: fn(&Round) -> f64| {
+            let mut v: Vec<f64> = last.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            if v.is_empty() {
+                0.0
+            } else {
+                crate::stats::percentile(&v, 0.5)
+            }
+        };
+        let (h, t, w) = (median(|r| r.host_cpu_ms), median(|r| r.tier_cpu_ms), median(|r| r.tier_wall_ms));
+        if h <= 0.0 || t <= 0.0 || w <= 0.0 {
+            return Slowdown::failed("no CPU time measured".into());
+        }
+        let two = |x: f64| (x * 100.0).round() / 100.0;
+        let (factor, wall_factor) = (two(t / h), two(w / h));
+        let wall = factor.max(wall_factor);
+        Slowdown {
+            host_cpu_ms: h.round(),
+            tier_cpu_ms: t.round(),
+            tier_wall_ms: w.round(),
+            factor,
+            wall_factor,
+            cpu_scale: if factor >= SCALE_FROM { factor } else { 1.0 },
+            wall_scale: if wall >= SCALE_FROM { wall } else { 1.0 },
+            rounds: total,
+            error: None,
+        }
+    }
+}
+
+fn scale(d: Duration, f: f64) -> Duration {
+    // Whole tenths of a second: limits read back as written.
+    Duration::from_millis(((d.as_secs_f64() * f * 10.0).ceil() * 100.0) as u64)
+}
+
+/// A first measure of `tier`: [`ROUNDS`] rounds. Never fails the caller: a
+/// tier that could not run the work keeps its limits, and the error says why.
+pub async fn measure(tier: Arc<dyn Tier>) -> (Slowdown, Vec<Round>) {
+    let mut rounds = vec![];
+    for _ in 0..ROUNDS {
+        match round(tier.clone()).await {
+            Ok(r) => rounds.push(r),
+            Err(e) => return (Slowdown::failed(e), rounds),
+        }
+    }
+    (Slowdown::from_rounds(&rounds, rounds.len()), rounds)
+}
+
+/// One round: the work on the host, then through the tier.
+pub async fn round(tier: Arc<dyn Tier>) -> Result<Round, String> {
+    let host_cpu_ms = match tokio::task::spawn_blocking(host_cpu_ms).await {
+        Ok(r) => r?,
+        Err(e) => return Err(format!("host run: {e}")),
+    };
+    let mut spec = RunSpec::new(Language::Python, WORK);
+    spec.label = "slowdown calibration".into();
+    // Generous: the measure must not be cut by the limits it sets.
+    spec.limits.cpu_time = Duration::from_secs(120);
+    spec.limits.wall_time = Duration::from_secs(300);
+    let r = crate::runner::run(tier, spec).await;
+    match (r.outcome, r.usage.cpu_ms) {
+        (crate::report::Outcome::Ok, Some(ms)) if r.stdout.trim() == "True" => {
+            Ok(Round { host_cpu_ms, tier_cpu_ms: ms as f64, tier_wall_ms: r.timings_ms.run })
+        }
+        _ => Err(format!(
+            "the calibration run did not complete: {}",
+            crate::sanitize::inert_line(&r.summary_line(), 200)
+        )),
+    }
+}
+
+/// The work under the host's own interpreter (sandbench's own process, not
+/// a sandbox): the CPU time (user + system) it took, as it reports it.
+fn host_cpu_ms() -> Result<f64, String> {
+    let py = crate::bench::host_python();
+    let code = format!("import time\nt0 = time.process_time()\n{WORK}print((time.process_time() - t0) * 1000)\n");
+    let out = std::process::Command::new(&py)
+        .args(["-I", "-S", "-c", &code])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {py}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match (out.status.success(), text.lines().last().map(|l| l.trim().parse::<f64>())) {
+        (true, Some(Ok(ms))) => Ok(ms),
+        _ => Err(format!("{py} did not run the calibration work: {}", crate::sanitize::inert_line(&text, 120))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(h: f64, t: f64, w: f64) -> Round {
+        Round { host_cpu_ms: h, tier_cpu_ms: t, tier_wall_ms: w }
+    }
+
+    #[test]
+    fn slow_tiers_get_their_factors_and_fast_ones_none() {
+        // Emulated: ten times the CPU, a little more wall.
+        let s =
+            Slowdown::from_rounds(&[r(200.0, 1900.0, 2300.0), r(210.0, 2100.0, 2400.0), r(190.0, 2000.0, 2200.0)], 3);
+        assert_eq!((s.factor, s.wall_factor, s.cpu_scale, s.wall_scale), (10.0, 11.5, 10.0, 11.5));
+        let l = s.scaled(&Limits::default());
+        assert_eq!((l.cpu_time, l.wall_time), (Duration::from_secs(50), Duration::from_secs(115)));
+        // Native but on a loaded machine: the wall limit only.
+        let s = Slowdown::from_rounds(&[r(200.0, 220.0, 900.0), r(200.0, 210.0, 800.0), r(200.0, 230.0, 1000.0)], 3);
+        assert_eq!((s.cpu_scale, s.wall_scale), (1.0, 4.5));
+        assert_eq!(s.scaled(&Limits::default()).cpu_time, Limits::default().cpu_time);
+        // Native and quiet: as written.
+        let s = Slowdown::from_rounds(&[r(200.0, 250.0, 260.0); 3], 3);
+        assert_eq!((s.factor, s.cpu_scale, s.wall_scale), (1.25, 1.0, 1.0));
+        assert!(Slowdown::from_rounds(&[r(0.0, 5.0, 5.0)], 1).error.is_some());
+        assert!(Slowdown::from_rounds(&[], 0).error.is_some());
+    }
+
+    #[test]
+    fn only_the_last_rounds_count() {
+        let mut rounds = vec![r(100.0, 3000.0, 3000.0); 10];
+        rounds.extend([r(100.0, 100.0, 100.0); KEEP]);
+        let s = Slowdown::from_rounds(&rounds, rounds.len());
+        assert_eq!((s.factor, s.rounds), (1.0, 10 + KEEP));
+    }
+
+    #[test]
+    fn the_host_measure_is_cpu_time() {
+        let ms = host_cpu_ms().expect("python3 runs the work");
+        assert!(ms > 10.0 && ms < 60_000.0, "{ms}");
+    }
+}
