@@ -553,6 +553,12 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
             }
         }
         let x = exit;
+        if let Some(why) = &x.refused {
+            anyhow::bail!(
+                "the guest agent did not start the program: {} (a session stays open: free space in /work and call again)",
+                crate::sanitize::inert_line(why, 200)
+            );
+        }
         if let Some(prior) = x.prior_full.as_deref().filter(|p| !p.is_empty()) {
             ctx.note(format!(
                 "scratch space already full when this call began (an earlier call filled it): {}",

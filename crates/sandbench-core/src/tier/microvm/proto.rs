@@ -84,6 +84,10 @@ pub struct GuestExit {
     /// Session mode: scratch mounts already full when the call began
     /// (space-separated), not counted as this call's.
     pub prior_full: Option<String>,
+    /// The agent could not write the call's program file into /work (full,
+    /// or what the previous call left at its name could not be removed):
+    /// nothing ran. Guest text: shown inert.
+    pub refused: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
