@@ -350,10 +350,7 @@ fn gvisor_session_plants_steer_no_privileged_step() {
     if !tier_ready("gvisor") {
         return;
     }
-    // A gVisor session hands the host's /dev/null to runsc's uid (issue 21,
-    // item 5, fixed elsewhere): not judged here, but put back afterwards.
-    let _dev_null = HostInodes::of(&["/dev/null"]);
-    exercise("gvisor", container_rows(), &["/dev/zero"]);
+    exercise("gvisor", container_rows(), &["/dev/null", "/dev/zero"]);
 }
 
 /// The microVM's rows, few (TCG): the agent is guest root and writes each
@@ -369,6 +366,13 @@ fn microvm_rows() -> Vec<Row> {
             &[],
         ),
         row("a FIFO at the program's name", "os.remove('/work/main.py')\nos.mkfifo('/work/main.py')", "print('ran')", "ran", &[]),
+        row(
+            "a locked folder holding a link at the program's name",
+            "os.remove('/work/main.py')\nos.makedirs('/work/main.py/d')\nos.symlink('/sys/fs/cgroup/run/pids.max', '/work/main.py/d/l')\nos.chmod('/work/main.py/d', 0)\nos.chmod('/work/main.py', 0)",
+            "import os\nprint('ran', os.stat('/sys/fs/cgroup/run/pids.max').st_uid)",
+            "ran 0",
+            &[],
+        ),
     ]
 }
 
