@@ -534,7 +534,7 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
                 }
                 Item::Frame(Frame::Exit(x)) => {
                     timeline.push(("program_exited", ctx.ms()));
-                    exit = x;
+                    exit = *x;
                     break;
                 }
                 Item::Frame(Frame::Ready(_)) | Item::Frame(Frame::Pong) => {}
