@@ -258,6 +258,11 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
                 )),
             }
             checks.push(Check::ok(
+                "holds",
+                "the guest agent is root of the guest's own kernel (the program runs as uid 65534); \
+QEMU runs as sandbench's user on the host",
+            ));
+            checks.push(Check::ok(
                 "pool",
                 if self.cfg.pool_size == 0 {
                     "off ([microvm] pool_size = 0): every run boots".to_string()

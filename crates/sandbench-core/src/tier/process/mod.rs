@@ -633,6 +633,7 @@ impl ProcessTier {
                 ),
             ));
             checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
+            checks.push(holds_check(&d["privileges"]));
             checks.push(Check::ok("warm", self.warm_check().await));
         } else {
             let why = report.error.clone().unwrap_or_else(|| report.summary_line());
@@ -974,6 +975,21 @@ impl ProcessTier {
 }
 
 /// Which uid programs run as, in words, for `doctor` and the report.
+/// What the sandbox's init (and its helper outside) held while the probe's
+/// program ran, as each read it back from the kernel: a warning when that
+/// was not reported (sandbench cannot say).
+fn holds_check(privileges: &serde_json::Value) -> Check {
+    let said = |who: &str| privileges.get(who).and_then(|v| v.as_str()).map(|h| format!("{who}: {h}"));
+    match (said("init"), said("helper")) {
+        (Some(i), h) => Check::ok("holds", [Some(i), h].into_iter().flatten().collect::<Vec<_>>().join("; ")),
+        _ => Check::warn(
+            "holds",
+            "the sandbox's init did not say what it holds",
+            "see the log (sandbench.log): the privilege drop may have failed",
+        ),
+    }
+}
+
 fn uid_policy(base: u32, count: u32, used: &serde_json::Value) -> String {
     if nix::unistd::geteuid().is_root() {
         format!(
