@@ -172,8 +172,8 @@ async fn row_in_a_session(t: &Arc<dyn Tier>, r: &Row, host: &HostInodes) -> Resu
         let r1 = call(&s, &r.plant, what, 1).await?;
         if r1.outcome != Outcome::Ok || !r1.stdout.contains("planted") {
             return Err(format!(
-                "{what}: the plant itself failed: {:?} error {:?} stdout {:?} stderr {:?}",
-                r1.outcome, r1.error, r1.stdout, r1.stderr
+                "{what}: the plant itself failed: {:?} {:?} error {:?} stdout {:?} stderr {:?} details {}",
+                r1.outcome, r1.violations, r1.error, r1.stdout, r1.stderr, r1.details["notes"]
             ));
         }
         let r2 = call(&s, &r.trigger, what, 2).await?;
