@@ -212,6 +212,10 @@ def write_program(name, code):
         view = memoryview(code)
         while view:
             view = view[os.write(fd, view):]
+    except OSError:
+        # A part-written file (a full /work) would pass for the program.
+        os.unlink(name, dir_fd=WORK_FD)
+        raise
     finally:
         os.close(fd)
 
@@ -724,10 +728,14 @@ def run(port, spec):
     try:
         write_program(name, spec["code"])
     except OSError as e:
-        # A full /work or a tree that cannot be removed: this call fails,
-        # the guest (and a session) stays for the next one.
-        port.send(T_EXIT, {"refused": "cannot write /work/%s: %s" % (name, e)})
-        return
+        if spec["language"] == "sh":
+            # /bin/sh reads the file: this call fails, the guest (and a
+            # session) stays for the next one.
+            port.send(T_EXIT, {"refused": "cannot write /work/%s: %s" % (name, e)})
+            return
+        # Python runs the code from memory: the call goes on (and can free
+        # the space a previous call of the session filled).
+        port.send(T_LOG, "the program file /work/%s could not be written (%s): the program runs without it" % (name, e))
     if spec.get("net_port"):
         start_egress(int(spec["net_port"]), port.fd)
     out_r, out_w = os.pipe()
