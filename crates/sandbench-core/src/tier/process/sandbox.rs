@@ -1117,8 +1117,20 @@ fn prepare_run(
     // A new file (not the waiter's, rewritten): the interpreter read its own
     // file by inode, and the program must not see a mix of both.
     let tmp = format!(".{}.sandbench", cfg.file_name);
-    scratch.write_work(&tmp, cfg.code.as_bytes(), owner).map_err(|e| format!("write the program: {e}"))?;
-    scratch.rename_work(&tmp, &cfg.file_name).map_err(|e| format!("write the program: {e}"))
+    let why = |e: String| {
+        if scratch.full_mounts().contains(&"/work") {
+            // The program file lives in /work: no code can run (and free
+            // the space) until there is room for it.
+            format!(
+                "cannot write the program: /work is full (an earlier call of this session filled it): {e}; \
+close the session and open a new one"
+            )
+        } else {
+            format!("write the program: {e}")
+        }
+    };
+    scratch.write_work(&tmp, cfg.code.as_bytes(), owner).map_err(why)?;
+    scratch.rename_work(&tmp, &cfg.file_name).map_err(why)
 }
 
 fn landlock(egress_port: Option<u16>) -> String {
