@@ -386,3 +386,102 @@ fn microvm_session_plants_steer_no_privileged_step() {
     }
     exercise("microvm", microvm_rows(), &[]);
 }
+
+/// Call 1 removes the program file and fills `/work` to the last page, so
+/// that the privileged step cannot write the next call's program there.
+const FILL_WORK: &str = "import os\ntry:\n    os.remove('/work/main.py')\nexcept OSError:\n    pass\ni = 0\nwhile True:\n    try:\n        with open('/work/fill%d' % i, 'wb') as f:\n            f.write(b'x' * (512 << 10))\n    except OSError:\n        break\n    i += 1\nprint('filled', i)\n";
+const FREE_WORK: &str = "import os\nfor n in os.listdir('/work'):\n    if n.startswith('fill'):\n        os.remove('/work/' + n)\nprint('freed')\n";
+
+/// A session whose `/work` a call filled: the next call runs, or fails
+/// with a message (never hangs, never ends the session), and once a call
+/// freed the space the session works as before.
+fn full_work_keeps_the_session(tier_name: &str) {
+    let t = tier(tier_name);
+    let out: Result<(), String> = block_on(async {
+        let what = "a full /work";
+        let s = tokio::time::timeout(Duration::from_secs(120), Session::open(t.clone(), SessionSpec::new(limits())))
+            .await
+            .map_err(|_| "the session did not open".to_string())?
+            .map_err(|e| format!("{e:#}"))?;
+        let out = async {
+            let r1 = call(&s, FILL_WORK, what, 1).await?;
+            if !r1.stdout.contains("filled") {
+                return Err(format!("the fill did not run: {:?} {:?} {:?}", r1.outcome, r1.error, r1.stderr));
+            }
+            // The call after: it may run (Python from memory) or fail with
+            // a message that says why; either way it ends.
+            let r2 = call(&s, "print('ran')", what, 2).await?;
+            if !r2.stdout.contains("ran") && r2.error.as_deref().is_none_or(str::is_empty) {
+                return Err(format!("call 2 neither ran nor said why: {:?} {:?} {:?}", r2.outcome, r2.exit, r2.stderr));
+            }
+            let r3 = call(&s, FREE_WORK, what, 3).await?;
+            if !r3.stdout.contains("freed") {
+                return Err(format!(
+                    "the session could not free its own space: {:?} error {:?} stderr {:?}",
+                    r3.outcome, r3.error, r3.stderr
+                ));
+            }
+            let r4 = call(&s, "print(open(__file__).read().count('MARK' + 'ER'))  # MARKER", what, 4).await?;
+            if r4.outcome != Outcome::Ok || r4.stdout.trim() != "1" {
+                return Err(format!(
+                    "the session did not work as before: {:?} error {:?} stdout {:?} stderr {:?}",
+                    r4.outcome, r4.error, r4.stdout, r4.stderr
+                ));
+            }
+            Ok(())
+        }
+        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(60), s.close()).await;
+        out
+    });
+    if let Err(e) = out {
+        panic!("{tier_name}: {e}");
+    }
+}
+
+/// The process tier's program file lives in `/work` (the interpreter is
+/// exec'd on it): a session whose `/work` is full runs nothing more, and
+/// each call says so and what to do, without hanging or ending the session.
+#[sandbench_testkit::test(needs = ["process", "root"])]
+fn process_session_with_a_full_work_says_so() {
+    let t = tier("process");
+    let out: Result<(), String> = block_on(async {
+        let what = "a full /work";
+        let s = tokio::time::timeout(Duration::from_secs(120), Session::open(t.clone(), SessionSpec::new(limits())))
+            .await
+            .map_err(|_| "the session did not open".to_string())?
+            .map_err(|e| format!("{e:#}"))?;
+        let out = async {
+            let r1 = call(&s, FILL_WORK, what, 1).await?;
+            if !r1.stdout.contains("filled") {
+                return Err(format!("the fill did not run: {:?} {:?} {:?}", r1.outcome, r1.error, r1.stderr));
+            }
+            for n in [2, 3] {
+                let r = call(&s, "print('ran')", what, n).await?;
+                let e = r.error.clone().unwrap_or_default();
+                let said_why = e.contains("/work is full") && e.contains("open a new one");
+                if !r.stdout.contains("ran") && !said_why {
+                    return Err(format!("call {n} neither ran nor said why: {:?} error {e:?}", r.outcome));
+                }
+            }
+            Ok(())
+        }
+        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(60), s.close()).await;
+        out
+    });
+    if let Err(e) = out {
+        panic!("process: {e}");
+    }
+}
+
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_session_survives_a_full_work() {
+    let t = tier("microvm");
+    let a = block_on(t.probe());
+    if !a.available {
+        assert!(!crate::support::common::required("microvm"), "microvm required: {}", a.summary);
+        panic!("cannot run although its needs hold: microvm unavailable: {}", a.summary);
+    }
+    full_work_keeps_the_session("microvm");
+}
