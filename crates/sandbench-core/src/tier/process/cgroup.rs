@@ -257,10 +257,11 @@ impl RunCgroup {
                 let _ = fs::write(m.join("memory.swappiness"), "0");
                 // The program's process joins after its interpreter started
                 // (see sandbox.rs): where the kernel still moves charges, its
-                // pages charged until then move along. Kernels since 6.x refuse
-                // this (EINVAL), and v2 never did: there the interpreter's
-                // start-up stays charged to sandbench's own cgroup, and the
-                // run's memory peak comes from [`RunCgroup::members_peak_rss`] too.
+                // pages charged until then move along. This kernel refuses it
+                // (EINVAL), and v2 never did: the interpreter's start-up then
+                // stays charged to sandbench's own cgroup, and the run's peak
+                // (its cgroup's high-water mark, by definition: see the
+                // README's `usage`) leaves it out.
                 let _ = fs::write(m.join("memory.move_charge_at_immigrate"), "3");
                 fs::write(p.join(&self.name).join("pids.max"), pids)?;
                 if let Some(c) = cpu {
@@ -330,28 +331,6 @@ impl RunCgroup {
     /// Processes in the run's cgroup now (read from its first hierarchy).
     pub fn members(&self) -> Vec<i32> {
         self.dirs().first().map(|d| pids_in(d)).unwrap_or_default()
-    }
-
-    /// The largest resident high-water mark (`VmHWM`) among the processes in
-    /// the run's cgroup now. Unlike the cgroup's own peak it counts pages a
-    /// process touched before it joined (a program's interpreter starts, and
-    /// a spare's waits, before the move; see `set_limits` on why those
-    /// charges stay behind). Bounded: the first 256 members.
-    pub fn members_peak_rss(&self) -> Option<u64> {
-        let members = self.members();
-        let mut peak = None;
-        for pid in members.into_iter().take(256) {
-            let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
-            let kb = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().strip_suffix("kB").and_then(|n| n.trim().parse::<u64>().ok()));
-            // Still a member after the read: not a recycled pid's numbers.
-            if kb.is_some() && self.members().contains(&pid) {
-                peak = peak.max(kb.map(|k| k * 1024));
-            }
-        }
-        peak
     }
 
     /// SIGKILL everything in the run's cgroups until they are empty.

@@ -801,10 +801,6 @@ impl ProcessTier {
         let (mut out_done, mut err_done) = (false, false);
         let mut line = Vec::new();
         let mut early = std::mem::take(&mut launched.early).into_iter();
-        // The largest resident high-water mark of the run's processes seen
-        // (sampled, and read once more before any kill): what a run stopped
-        // from outside used, interpreter included (see `members_peak_rss`).
-        let mut rss_peak: Option<u64> = None;
         // Where the run's time goes (ms from its start), for the report.
         let mut timeline: Vec<(&'static str, f64)> = std::mem::take(&mut launched.timeline);
         // The sandbox stamps its steps on CLOCK_MONOTONIC: this run's start on it.
@@ -839,7 +835,6 @@ impl ProcessTier {
                     }
                     _ = ctx.stop.cancelled(), if !killed => {
                         killed = true;
-                        rss_peak = rss_peak.max(cg.and_then(|c| c.members_peak_rss()));
                         let _ = child.start_kill();
                         if let Some(c) = cg { c.kill_all(); }
                         None
@@ -850,7 +845,6 @@ impl ProcessTier {
                         let (sample, counters) = match cg {
                             Some(c) => {
                                 let s = c.stats();
-                                rss_peak = rss_peak.max(c.members_peak_rss());
                                 (UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }, s.counters())
                             }
                             None => {
@@ -862,7 +856,6 @@ impl ProcessTier {
                         ctx.usage(sample).await;
                         if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !killed {
                             killed = true;
-                            rss_peak = rss_peak.max(cg.and_then(|c| c.members_peak_rss()));
                             let _ = child.start_kill();
                             if let Some(c) = cg { c.kill_all(); }
                         }
@@ -946,8 +939,7 @@ impl ProcessTier {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
                 let mut details = isolation_details(isolation, cg, &timeline);
                 details["privileges"] = json!(launched.privileges);
-                let usage = rss_peak.map(|m| UsageSample { cpu_ms: None, memory_bytes: Some(m), pids: None });
-                return Ok(TierExit { usage, details });
+                return Ok(TierExit { usage: None, details });
             }
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
@@ -969,8 +961,10 @@ impl ProcessTier {
         details["privileges"] = json!(launched.privileges);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
         details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
-        let memory = rss_peak.max(Some(max_rss_kb * 1024));
-        Ok(TierExit { usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: memory, pids: None }), details })
+        Ok(TierExit {
+            usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(max_rss_kb * 1024), pids: None }),
+            details,
+        })
     }
 }
 
