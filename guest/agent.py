@@ -28,6 +28,10 @@
 import os
 T0 = open("/proc/uptime").read().split()[0]
 import sys
+# Nothing of the program's is ever imported or run here (python3 -I -S: no
+# PYTHONPATH, no user site, no script folder but the agent's own, read-only
+# one), and no bytecode is written next to anything the agent imports late.
+sys.dont_write_bytecode = True
 import struct
 import select
 import _signal as signal  # not `signal`: it imports enum, slow to start
@@ -60,6 +64,16 @@ RUN_CG = CG + "/run"
 SAMPLE_EVERY = 0.1
 
 MS_NOSUID, MS_NODEV, MS_REMOUNT = 2, 4, 32
+
+# Descriptors of /work and of the run cgroup, taken at start-up before any
+# program exists. The program owns /work's contents and may plant links,
+# FIFOs, sockets or folders at any name there: as guest root the agent only
+# ever opens a name in it relative to WORK_FD without following a link. The
+# cgroup's files (limits the program must not raise) are opened relative to
+# CG_FD, never by a path.
+WORK_FD = None
+CG_FD = None
+O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 _LIBC = []
@@ -133,17 +147,77 @@ def decode_run(payload):
     return spec
 
 
+def _open(path, flags):
+    """A run cgroup file through CG_FD (its names are the agent's own, no
+    link followed); anything else (/proc) by path."""
+    if CG_FD is not None and path.startswith(RUN_CG + "/"):
+        return os.open(path[len(RUN_CG) + 1:], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=CG_FD)
+    return os.open(path, flags | os.O_CLOEXEC)
+
+
 def write_file(path, text):
-    with open(path, "w") as f:
-        f.write(text)
+    fd = _open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def read_file(path):
     try:
-        with open(path) as f:
+        fd = _open(path, os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        with open(fd, closefd=True) as f:
             return f.read()
     except OSError:
         return ""
+
+
+def remove_tree_at(dfd, name, depth=0):
+    """Remove the folder `name` in `dfd` and everything in it, through
+    descriptors: a link inside is removed, never followed (the program
+    planted the tree; this runs as guest root)."""
+    if depth > 64:
+        raise OSError("a folder nested too deep at %r" % name)
+    fd = os.open(name, O_DIR, dir_fd=dfd)
+    try:
+        for e in list(os.scandir(fd))[:20000]:
+            if e.is_dir(follow_symlinks=False):
+                remove_tree_at(fd, e.name, depth + 1)
+            else:
+                os.unlink(e.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dfd)
+
+
+def write_program(name, code):
+    """Write the call's program file `name` in /work, owned by the program's
+    uid. Whatever the previous call left at that name (a link to a device or
+    a cgroup file, a hard link, a FIFO, a socket, a folder) is removed, not
+    opened: the file is made new (O_EXCL, no link followed), and owner and
+    mode are set on its descriptor."""
+    try:
+        os.unlink(name, dir_fd=WORK_FD)
+    except FileNotFoundError:
+        pass
+    except (IsADirectoryError, PermissionError):
+        remove_tree_at(WORK_FD, name)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=WORK_FD)
+    try:
+        os.fchown(fd, UID, GID)
+        os.fchmod(fd, 0o644)
+        view = memoryview(code)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        # A part-written file (a full /work) would pass for the program.
+        os.unlink(name, dir_fd=WORK_FD)
+        raise
+    finally:
+        os.close(fd)
 
 
 def keyed(path, key):
@@ -668,17 +742,25 @@ def run(port, spec):
         notes.append("the guest cgroup does not hold the memory limit: RLIMIT_DATA (virtual size) stands in for it")
     for n in notes:
         port.send(T_LOG, n)
-    if spec.get("net_port"):
-        start_egress(int(spec["net_port"]), port.fd)
     session = spec.get("session") == "1"
     # Session mode: files changed before `since` (host clock) and scratch
     # space already full are earlier calls', not this one's.
     since = float(spec.get("since") or 0)
     prior_full = [d for d in ("/work", "/tmp") if session and scratch_full(d)]
-    name = "/work/main.sh" if spec["language"] == "sh" else "/work/main.py"
-    with open(name, "wb") as f:
-        f.write(spec["code"])
-    os.chown(name, UID, GID)
+    name = "main.sh" if spec["language"] == "sh" else "main.py"
+    try:
+        write_program(name, spec["code"])
+    except OSError as e:
+        if spec["language"] == "sh":
+            # /bin/sh reads the file: this call fails, the guest (and a
+            # session) stays for the next one.
+            port.send(T_EXIT, {"refused": "cannot write /work/%s: %s" % (name, e)})
+            return
+        # Python runs the code from memory: the call goes on (and can free
+        # the space a previous call of the session filled).
+        port.send(T_LOG, "the program file /work/%s could not be written (%s): the program runs without it" % (name, e))
+    if spec.get("net_port"):
+        start_egress(int(spec["net_port"]), port.fd)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     limit = int(spec["limits"].get("file_size_bytes", 16 << 20))
@@ -884,6 +966,13 @@ def idle():
 
 
 def main():
+    global WORK_FD, CG_FD
+    # Not /work: nothing is ever looked up relative to a folder the program
+    # can write.
+    os.chdir("/")
+    WORK_FD = os.open("/work", O_DIR)
+    if os.path.isdir(RUN_CG):
+        CG_FD = os.open(RUN_CG, O_DIR)
     notes = setup_guest()
     fd = os.open(find_port(), os.O_RDWR)
     port = Port(fd)

@@ -8,13 +8,29 @@
 # kills every process of that uid. This process only keeps the container up
 # and reaps the orphans that reach it. It reads nothing and writes nothing;
 # the program (another uid) cannot signal, ptrace or read it, and a signal
-# from inside the container never kills a namespace's PID 1.
+# from inside the container never kills a namespace's PID 1. Reaping needs
+# no privilege: it gives up the SETUID and SETGID capabilities the
+# container keeps for the loaders at once (`python3 -I`: nothing of the
+# scratch is on its sys.path, and it imports nothing once it has started).
 import ctypes
 import os
 import _signal
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: not ptrace-able, /proc/1/* root-only
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+# capset(2): effective, permitted and inheritable all empty.
+if _libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()) != 0:
+    raise OSError(ctypes.get_errno(), "the session keeper cannot drop its capabilities")
 
 
 def _scrub_environ():

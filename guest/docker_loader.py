@@ -17,7 +17,16 @@
 # - After the exit frame this process waits for the host's acknowledgement
 #   on stdin before it exits, so no output can be lost when the container
 #   ends (gVisor dropped the tail of a pipe at container exit).
+# - Nothing the program left in its scratch (a session's earlier calls) can
+#   steer it (issue 21): it runs `python3 -I` (no script directory, no
+#   PYTHON* variables, no user site on sys.path), keeps no path under the
+#   scratch on sys.path and its working directory at /, writes the
+#   program's file as the program's uid and without following anything
+#   planted at its name, and walks the scratch fd-relative.
 import sys, os, ctypes, _signal, select
+
+sys.path[:] = [p for p in sys.path if p.startswith("/") and not p.startswith(("/work", "/tmp", "/dev/shm"))]
+sys.dont_write_bytecode = True
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: not ptrace-able, /proc/1/* root-only
@@ -35,7 +44,59 @@ def _scrub_environ():
 
 
 _scrub_environ()
-os.chdir("/work")
+os.chdir("/")
+
+
+def _drop_caps():
+    # capset(2): effective, permitted and inheritable all empty.
+    class Hdr(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    if _libc.capset(ctypes.byref(Hdr(0x20080522, 0)), (Data * 2)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _remove(dfd, name):
+    # Whatever the program left at `name` in the directory `dfd` (a link, a
+    # FIFO, a socket, a directory tree), removed without following it. Run
+    # as the program's uid: it may have locked its directories; it owns them.
+    try:
+        os.unlink(name, dir_fd=dfd)
+        return
+    except FileNotFoundError:
+        return
+    except (IsADirectoryError, PermissionError):
+        pass
+    try:
+        os.chmod(name, 0o700, dir_fd=dfd)
+        for root, dirs, files, rfd in os.fwalk(name, topdown=False, dir_fd=dfd):
+            for f in files:
+                os.unlink(f, dir_fd=rfd)
+            for d in dirs:
+                try:
+                    os.rmdir(d, dir_fd=rfd)
+                except NotADirectoryError:
+                    os.unlink(d, dir_fd=rfd)  # a link to a directory
+        os.rmdir(name, dir_fd=dfd)
+    except OSError:
+        # Too locked or too odd to empty: out of the way under a hidden name.
+        os.rename(name, ".sandbench-removed-%d" % os.getpid(), src_dir_fd=dfd, dst_dir_fd=dfd)
+
+
+def _write_new(dfd, name, data):
+    # The program's file, made anew: never written through a link, a hard
+    # link or a FIFO the program planted at its name.
+    _remove(dfd, name)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644, dir_fd=dfd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 # Session mode (src/tier/docker/session.rs): sandbench starts this loader
 # for each call of a session with the Engine's exec API, in a container whose
@@ -216,8 +277,10 @@ if _pid == 0:
             os._exit(121)
         _libc.prctl(4, 1, 0, 0, 0)
         # Written as the program's uid: the program owns its own file.
-        with open(_path, "wb") as fh:
-            fh.write(_code)
+        os.chdir("/work")
+        _wd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        _write_new(_wd, _file, _code)
+        os.close(_wd)
         if _ca:
             _write_ca_bundle()
         env = dict(os.environ)
@@ -270,6 +333,14 @@ if os.read(_ok_r, 1) != b"1":
     os.read(0, 1)
     os._exit(0)
 os.close(_ok_r)
+if not _session:
+    # The program is its own uid now; a one-shot loader ends it by exiting
+    # (PID 1: the kernel kills the rest), so SETUID/SETGID have no use left.
+    # A session's loader keeps them to kill the call's processes at its end.
+    try:
+        _drop_caps()
+    except OSError:
+        pass
 _gfd = -1
 if _guarded:
     # Kept open (never read here) for the host to take with pidfd_getfd.
@@ -348,14 +419,15 @@ def _watch(final):
             if not final:
                 continue
             n = 0
-            for root, dirs, files in os.walk(d):
+            # fd-relative, no link followed: the program may swap a directory
+            # for a link while this (root) process walks.
+            for root, dirs, files, rfd in os.fwalk(d):
                 for f in files:
                     n += 1
-                    q = os.path.join(root, f)
                     try:
-                        st = os.lstat(q)
+                        st = os.stat(f, dir_fd=rfd, follow_symlinks=False)
                         if st.st_size >= _fsize and st.st_ctime >= _since:
-                            found.setdefault("fsize", []).append(q)
+                            found.setdefault("fsize", []).append(os.path.join(root, f))
                     except OSError:
                         pass
                 if n > 5000 or len(found.get("fsize", ())) > 5:

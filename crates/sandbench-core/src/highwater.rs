@@ -340,6 +340,14 @@ impl Watch {
     /// it: closing one waits for an SRCU grace period (~14 ms measured here,
     /// most of a warm run), so a caller closes it after the verdict is out.
     pub fn finish_keeping(mut self) -> (Found, Option<Fanotify>) {
+        let found = self.take();
+        (found, self.pin.take())
+    }
+
+    /// What was found since the watch was made or last taken (after a last
+    /// drain and mount check); then it starts afresh with the same fanotify
+    /// group: a session's calls share one, made while its init could.
+    pub fn take(&mut self) -> Found {
         self.drain();
         self.check_mounts();
         let mut gaps = vec![];
@@ -356,7 +364,10 @@ impl Watch {
             full: self.roots.iter().zip(&self.full).filter(|(_, f)| **f).map(|(r, _)| r.name.clone()).collect(),
             gaps,
         };
-        (found, self.pin.take())
+        self.capped.clear();
+        self.full.iter_mut().for_each(|f| *f = false);
+        self.lost = false;
+        found
     }
 }
 

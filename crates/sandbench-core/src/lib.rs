@@ -14,6 +14,7 @@ pub mod config;
 pub mod egress;
 pub mod event;
 pub mod frontier;
+pub mod fsafe;
 pub mod gauntlet;
 pub mod highwater;
 pub mod host;

@@ -17,14 +17,21 @@
 //! The pid is only there for people reading `docker ps`; the random nonce
 //! makes tokens unique when two pid namespaces reuse a pid in the same tick
 //! (a start time would not).
+//!
+//! A lock is proof only if nobody else can hold or replace it: `flock` needs
+//! no more than a read descriptor, so another local user who could open a
+//! dead owner's lock could hold it for ever and keep its leftovers from
+//! being reaped. The folder is this user's alone (0700, checked on its
+//! descriptor, never through a link), each lock file is 0600 and made with
+//! `O_CREAT | O_EXCL | O_NOFOLLOW` below it, and a reaper trusts a lock file
+//! only if it is a regular file of this user that nobody else may read.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use nix::fcntl::{Flock, FlockArg};
 
 const ID_LEN: usize = 12;
@@ -82,15 +89,22 @@ pub fn dir() -> PathBuf {
     }
 }
 
-/// The folder, made if missing, and only if nobody else can write to it:
-/// whoever can replace a lock file could make a live run look dead.
-fn checked_dir(dir: &Path) -> anyhow::Result<()> {
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let m = fs::symlink_metadata(dir)?;
-    if !m.is_dir() || m.uid() != nix::unistd::geteuid().as_raw() || m.permissions().mode() & 0o022 != 0 {
-        bail!("{} is not a directory of this user that only it can write", dir.display());
+/// The folder, made if missing, this user's alone (0700): whoever could
+/// replace a lock file could make a live run look dead, and whoever could
+/// open one could keep a dead one's leftovers for ever.
+fn checked_dir(dir: &Path) -> anyhow::Result<crate::fsafe::Dir> {
+    if let Some(parent) = dir.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
     }
-    Ok(())
+    crate::fsafe::private_dir(dir, 0o700).map_err(|e| anyhow::anyhow!("owner locks: {e}"))
+}
+
+/// Open an existing lock file for `flock` and check it is one a reaper may
+/// trust: a regular file of this user that nobody else may open.
+fn open_lock(dir: &crate::fsafe::Dir, name: &str) -> Option<File> {
+    let f = dir.open_read(Path::new(name)).ok()?;
+    let st = nix::sys::stat::fstat(&f).ok()?;
+    (st.st_uid == nix::unistd::geteuid().as_raw() && st.st_mode & 0o077 == 0).then_some(f)
 }
 
 fn nonce() -> anyhow::Result<String> {
@@ -109,15 +123,17 @@ impl Owner {
     /// make more to stand in for other (live or, dropped, dead) processes.
     pub fn acquire_in(dir: &Path) -> anyhow::Result<Owner> {
         let m = machine()?;
-        checked_dir(dir)?;
+        let d = checked_dir(dir)?;
         let token = format!("{}-{}-{}-{}", m.host, m.boot, std::process::id(), nonce()?);
         let path = dir.join(format!("{token}.lock"));
-        let f = OpenOptions::new()
-            .create_new(true)
-            .write(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
+        use nix::fcntl::OFlag;
+        let f = d
+            .open_beneath(
+                Path::new(&format!("{token}.lock")),
+                OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+            )
+            .map(File::from)
             .with_context(|| format!("cannot create the owner lock {}", path.display()))?;
         let lock = Flock::lock(f, FlockArg::LockExclusiveNonblock)
             .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))?;
@@ -321,12 +337,19 @@ impl Sweep {
         j
     }
 
+    /// The sweep's folder, if it is this user's alone.
+    fn trusted_dir(&self) -> Option<crate::fsafe::Dir> {
+        let d = crate::fsafe::Dir::open(&self.dir).ok()?;
+        let st = d.stat_self().ok()?;
+        (st.uid == nix::unistd::geteuid().as_raw() && st.mode & 0o077 == 0).then_some(d)
+    }
+
     fn try_lock(&self, token: &str) -> (Judgement, Option<Flock<File>>) {
         if this().is_ok_and(|o| o.token == token) {
             return (Judgement::Alive, None);
         }
-        let path = self.dir.join(format!("{token}.lock"));
-        let Ok(f) = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) else {
+        // A folder or a lock file anyone else could reach proves nothing.
+        let Some(f) = self.trusted_dir().and_then(|d| open_lock(&d, &format!("{token}.lock"))) else {
             return (Judgement::Unknown, None);
         };
         match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
@@ -411,9 +434,26 @@ mod tests {
     }
 
     #[test]
-    fn a_folder_others_can_write_is_refused() {
+    fn the_lock_folder_and_files_are_this_users_alone() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let dir = tempfile::tempdir().unwrap();
+        // Ours but open to others (an older sandbench's 0755, or worse): made
+        // ours alone, on its descriptor.
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(Owner::acquire_in(dir.path()).is_err());
+        let o = Owner::acquire_in(dir.path()).unwrap();
+        assert_eq!(fs::metadata(dir.path()).unwrap().mode() & 0o7777, 0o700);
+        assert_eq!(fs::metadata(o.lock_path()).unwrap().mode() & 0o7777, 0o600);
+        // A link in its place is refused.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert!(Owner::acquire_in(&link).is_err());
+        // A lock file others may read proves nothing, dead or alive.
+        let dead = Owner::acquire_in(dir.path()).unwrap();
+        let (token, path) = (dead.token().to_string(), dead.lock_path().to_path_buf());
+        drop(dead);
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(Sweep::in_dir(dir.path().to_path_buf()).judge(&token), Judgement::Unknown);
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(Sweep::in_dir(dir.path().to_path_buf()).judge(&token), Judgement::Dead);
     }
 }

@@ -32,11 +32,11 @@ fn arb_frame() -> impl Strategy<Value = Frame> {
                 pids_max_events: None,
             }
         )),
-        (0i32..=255, any::<bool>()).prop_map(|(c, k)| Frame::Exit(GuestExit {
+        (0i32..=255, any::<bool>()).prop_map(|(c, k)| Frame::Exit(Box::new(GuestExit {
             code: Some(c),
             cpu_killed: k,
             ..Default::default()
-        })),
+        }))),
     ]
 }
 

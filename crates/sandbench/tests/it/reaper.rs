@@ -218,3 +218,78 @@ fn reap_docker_spares_live_runs_and_other_hosts_and_takes_the_dead() {
     remove_test_containers(&test_label);
     forget_lock(&dead);
 }
+
+/// Tries, as `nobody`, to open every lock file in `dir` for reading and take
+/// a shared lock on it (all `flock` needs), to list the folder and to plant a
+/// lock file and a link in it; then holds whatever it got for 30 s.
+const ANOTHER_USER: &str = r#"import fcntl, os, sys, time
+d = sys.argv[1]
+held = []
+got = []
+try:
+    names = os.listdir(d)
+    got.append('listed')
+except OSError:
+    names = sys.argv[2:]
+for n in names:
+    try:
+        f = open(os.path.join(d, n), 'rb')
+        fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        held.append(f)
+        got.append('locked ' + n)
+    except OSError:
+        pass
+for n, how in (('planted.lock', 'file'), ('linked.lock', 'link')):
+    try:
+        if how == 'file':
+            open(os.path.join(d, n), 'w').close()
+        else:
+            os.symlink('/etc/passwd', os.path.join(d, n))
+        got.append('planted ' + n)
+    except OSError:
+        pass
+print('got', got, flush=True)
+time.sleep(30)
+"#;
+
+#[sandbench_testkit::test(needs = ["root", "cmd:setpriv"])]
+fn owner_locks_are_out_of_another_users_reach() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    // Laid out as /run/sandbench/owners is: a traversable parent.
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = base.path().join("owners");
+    let live = owner::Owner::acquire_in(&dir).unwrap();
+    let dead = owner::Owner::acquire_in(&dir).unwrap();
+    let dead_token = dead.token().to_string();
+    drop(dead);
+    let names = [format!("{}.lock", live.token()), format!("{dead_token}.lock")];
+    let mut nobody = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", ANOTHER_USER])
+        .arg(&dir)
+        .args(&names)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(nobody.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    // While it holds whatever it could get, the reaper judges.
+    let mut sweep = owner::Sweep::in_dir(dir.clone());
+    let dead_judged = sweep.judge(&dead_token);
+    let live_judged = sweep.judge(live.token());
+    let _ = nobody.kill();
+    let _ = nobody.wait();
+    assert_eq!(line.trim(), "got []", "another user reached the owner locks");
+    assert_eq!(dead_judged, owner::Judgement::Dead, "another user kept a dead owner's leftovers from being reaped");
+    assert_eq!(live_judged, owner::Judgement::Alive);
+    // A lock file another uid owns proves nothing, whoever put it there.
+    let m = owner::machine().unwrap();
+    let planted = format!("{}-{}-1-0badf00d", m.host, m.boot);
+    let p = dir.join(format!("{planted}.lock"));
+    std::fs::write(&p, "").unwrap();
+    std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(owner::Sweep::in_dir(dir.clone()).judge(&planted), owner::Judgement::Unknown);
+}

@@ -520,6 +520,11 @@ impl DockerTier {
                         crate::units::duration_ms(report.timings_ms.total)
                     ),
                 ));
+                checks.push(Check::ok(
+                    "holds",
+                    "no capability but SETUID/SETGID in the container's bounding set; the keeper drops both at start, \
+a one-shot loader once the program is its own uid; a session's loader keeps them (as root) to end each call's processes",
+                ));
                 checks.push(Check::ok("warm", self.warm_check(engine).await));
             } else {
                 ok = false;

@@ -74,7 +74,7 @@ async fn start_loader(docker: &bollard::Docker, id: &str) -> anyhow::Result<Load
                 privileged: Some(false),
                 user: Some("0:0".into()),
                 env: Some(vec!["SANDBENCH_SESSION=1".into(), format!("SANDBENCH_CALL_SINCE={since:.3}")]),
-                cmd: Some(vec!["python3".into(), "-u".into(), "-c".into(), container::LOADER.into()]),
+                cmd: Some(vec!["python3".into(), "-I".into(), "-u".into(), "-c".into(), container::LOADER.into()]),
                 ..Default::default()
             },
         )
@@ -116,7 +116,7 @@ pub(crate) async fn open(
     // A session's scratch stays inside the container: no host scratch
     // folder (gVisor's high-water watch) for a sandbox that outlives a run.
     let mut body = shape.body(reap::labels(&run_id, tier)?, None);
-    body.entrypoint = Some(vec!["python3".into(), "-u".into(), "-c".into(), KEEPER.into()]);
+    body.entrypoint = Some(vec!["python3".into(), "-I".into(), "-u".into(), "-c".into(), KEEPER.into()]);
     // The keeper reads nothing (calls come in through exec), but its stdin
     // is open all the same: a container without one is given the host's
     // /dev/null, and runsc chowns its sandbox's stdio to the sandbox user
@@ -171,7 +171,7 @@ impl TierSession for DockerSession {
             details["engine"] = json!({ "host": self.engine.host, "api_version": self.engine.api_version,
                 "server_version": self.engine.server_version });
             let mut hardening = self.shape.hardening();
-            hardening["init"] = json!("sandbench's session keeper as PID 1 (reaps orphans; not ptrace-able or signalable by the program); each call's loader runs through exec with the container's capabilities, seccomp and no-new-privileges");
+            hardening["init"] = json!("sandbench's session keeper as PID 1, uid 0 with no capabilities (reaps orphans; not ptrace-able or signalable by the program); each call's loader runs through exec as uid 0 with SETUID/SETGID only, kept to kill the call's processes at its end, no-new-privileges, python3 -I (nothing of the scratch on its path), writing the program's file as the program's uid without following what is at its name");
             details["hardening"] = hardening;
             Ok(TierExit { usage: Some(usage), details })
         })

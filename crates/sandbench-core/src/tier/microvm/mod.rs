@@ -263,6 +263,11 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
                 )),
             }
             checks.push(Check::ok(
+                "holds",
+                "the guest agent is root of the guest's own kernel (the program runs as uid 65534); \
+QEMU runs as sandbench's user on the host",
+            ));
+            checks.push(Check::ok(
                 "pool",
                 if self.cfg.pool_size == 0 {
                     "off ([microvm] pool_size = 0): every run boots".to_string()
@@ -540,7 +545,7 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
                 }
                 Item::Frame(Frame::Exit(x)) => {
                     timeline.push(("program_exited", ctx.ms()));
-                    exit = x;
+                    exit = *x;
                     break;
                 }
                 Item::Frame(Frame::Ready(_)) | Item::Frame(Frame::Pong) => {}
@@ -559,6 +564,12 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
             }
         }
         let x = exit;
+        if let Some(why) = &x.refused {
+            anyhow::bail!(
+                "the guest agent did not start the program: {} (a session stays open: free space in /work and call again)",
+                crate::sanitize::inert_line(why, 200)
+            );
+        }
         if let Some(prior) = x.prior_full.as_deref().filter(|p| !p.is_empty()) {
             ctx.note(format!(
                 "scratch space already full when this call began (an earlier call filled it): {}",

@@ -84,6 +84,10 @@ pub struct GuestExit {
     /// Session mode: scratch mounts already full when the call began
     /// (space-separated), not counted as this call's.
     pub prior_full: Option<String>,
+    /// The agent could not write the call's program file into /work (full,
+    /// or what the previous call left at its name could not be removed):
+    /// nothing ran. Guest text: shown inert.
+    pub refused: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -93,7 +97,7 @@ pub enum Frame {
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     Usage(GuestUsage),
-    Exit(GuestExit),
+    Exit(Box<GuestExit>),
     Log(String),
     Pong,
 }
@@ -320,7 +324,7 @@ fn parse(kind: u8, payload: &[u8]) -> Item {
         K_STDOUT => Item::Frame(Frame::Stdout(payload.to_vec())),
         K_STDERR => Item::Frame(Frame::Stderr(payload.to_vec())),
         K_USAGE => json(kind, payload, Frame::Usage),
-        K_EXIT => json(kind, payload, |x: GuestExit| Frame::Exit(sanitize_exit(x))),
+        K_EXIT => json(kind, payload, |x: GuestExit| Frame::Exit(Box::new(sanitize_exit(x)))),
         K_LOG => {
             let cut = &payload[..payload.len().min(MAX_LOG)];
             Item::Frame(Frame::Log(String::from_utf8_lossy(cut).into_owned()))

@@ -253,38 +253,15 @@ impl RunDir {
     /// files is looked at in part.
     pub fn scan(&self, limit: u64) -> (Option<String>, bool) {
         let Ok(top) = open_dir(&self.dir, Path::new(SCRATCH)) else { return (None, false) };
+        let Ok(top) = crate::fsafe::Dir::from_fd(top) else { return (None, false) };
         let mut capped = None;
-        let mut budget = 20_000usize;
-        let mut stack: Vec<(OwnedFd, PathBuf, u32)> = vec![];
-        if let Ok(fd) = top.try_clone() {
-            stack.push((fd, PathBuf::new(), 0));
-        }
-        while let Some((fd, rel, depth)) = stack.pop() {
-            let Ok(mut d) = nix::dir::Dir::from_fd(fd) else { continue };
-            let names: Vec<std::ffi::CString> = d
-                .iter()
-                .flatten()
-                .map(|e| e.file_name().to_owned())
-                .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
-                .take(budget)
-                .collect();
-            for n in names {
-                if budget == 0 || capped.is_some() {
-                    break;
-                }
-                budget -= 1;
-                let name = Path::new(std::ffi::OsStr::from_bytes(n.as_bytes()));
-                let Ok(st) = fstatat(&d, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) else { continue };
-                let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-                if kind == SFlag::S_IFREG && st.st_size as u64 >= limit {
-                    capped = Some(rel.join(name).display().to_string());
-                } else if kind == SFlag::S_IFDIR && depth < 32 {
-                    if let Ok(sub) = open_dir(&d, name) {
-                        stack.push((sub, rel.join(name), depth + 1));
-                    }
-                }
+        top.walk(crate::fsafe::Walk { max_entries: 20_000, max_depth: 32 }, |rel, e| {
+            if e.is_file() && e.size >= limit {
+                capped = Some(rel.display().to_string());
+                return false;
             }
-        }
+            true
+        });
         // "Full" is within 1/32 of the size or 1/64 of the inodes: a program
         // that hit ENOSPC may have freed a little before the next look, and so
         // may the tool (srt removes its mount-point files when it exits).

@@ -256,8 +256,12 @@ impl RunCgroup {
                 let _ = fs::write(m.join("memory.memsw.limit_in_bytes"), &mem);
                 let _ = fs::write(m.join("memory.swappiness"), "0");
                 // The program's process joins after its interpreter started
-                // (see sandbox.rs): its pages charged until then move along,
-                // so the run's memory counters (and limit) include them.
+                // (see sandbox.rs): where the kernel still moves charges, its
+                // pages charged until then move along. This kernel refuses it
+                // (EINVAL), and v2 never did: the interpreter's start-up then
+                // stays charged to sandbench's own cgroup, and the run's peak
+                // (its cgroup's high-water mark, by definition: see the
+                // README's `usage`) leaves it out.
                 let _ = fs::write(m.join("memory.move_charge_at_immigrate"), "3");
                 fs::write(p.join(&self.name).join("pids.max"), pids)?;
                 if let Some(c) = cpu {

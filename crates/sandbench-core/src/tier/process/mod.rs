@@ -113,6 +113,9 @@ struct Launched {
     /// The host end of the channel init hands the egress listener over
     /// (see `netns`); every helper gets one, a run without network drops it.
     net: Option<OwnedFd>,
+    /// What the sandbox's helper and init hold once it is built, as they
+    /// read it back from the kernel (`Status::Privileges`).
+    privileges: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Launched {
@@ -132,6 +135,9 @@ impl Launched {
             match sandbox::parse_status(&line) {
                 Status::Ready => self.ready = true,
                 Status::Mark { .. } => {}
+                Status::Privileges { who, held } => {
+                    self.privileges.insert(who, json!(held));
+                }
                 Status::Error { msg } => anyhow::bail!("{msg}"),
                 s => self.early.push(s),
             }
@@ -358,6 +364,7 @@ impl ProcessTier {
             timeline,
             final_stats: None,
             net: Some(net_host),
+            privileges: Default::default(),
         })
     }
 
@@ -640,6 +647,7 @@ impl ProcessTier {
                 ),
             ));
             checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
+            checks.push(holds_check(&d["privileges"]));
             checks.push(Check::ok("warm", self.warm_check().await));
         } else {
             let why = report.error.clone().unwrap_or_else(|| report.summary_line());
@@ -888,6 +896,9 @@ impl ProcessTier {
             }
             match next {
                 None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
+                Some(Status::Privileges { who, held }) => {
+                    launched.privileges.insert(who, json!(held));
+                }
                 Some(Status::Started) => {
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     // The program exists from now on: count it even
@@ -911,6 +922,15 @@ impl ProcessTier {
             }
         }
         timeline.push(("output_drained", ctx.ms()));
+        // A verdict is final only once no process of the run can exist: init
+        // reaps every one before it reports the exit; a run stopped from here
+        // (its helper killed, the namespace going down) is confirmed empty.
+        if let Some(c) = cg.filter(|c| !c.members().is_empty()) {
+            c.kill_all();
+            if !c.members().is_empty() {
+                ctx.note("processes of the run were still being torn down when it was judged").await;
+            }
+        }
         let _ = writer.await;
         let stats = cg.map(|c| c.stats());
         launched.final_stats = stats;
@@ -930,7 +950,9 @@ impl ProcessTier {
         else {
             if killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                return Ok(TierExit { usage: None, details: isolation_details(isolation, cg, &timeline) });
+                let mut details = isolation_details(isolation, cg, &timeline);
+                details["privileges"] = json!(launched.privileges);
+                return Ok(TierExit { usage: None, details });
             }
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
@@ -949,6 +971,7 @@ impl ProcessTier {
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(x)).await;
         let mut details = isolation_details(isolation, cg, &timeline);
+        details["privileges"] = json!(launched.privileges);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
         details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
         Ok(TierExit {
@@ -959,6 +982,21 @@ impl ProcessTier {
 }
 
 /// Which uid programs run as, in words, for `doctor` and the report.
+/// What the sandbox's init (and its helper outside) held while the probe's
+/// program ran, as each read it back from the kernel: a warning when that
+/// was not reported (sandbench cannot say).
+fn holds_check(privileges: &serde_json::Value) -> Check {
+    let said = |who: &str| privileges.get(who).and_then(|v| v.as_str()).map(|h| format!("{who}: {h}"));
+    match (said("init"), said("helper")) {
+        (Some(i), h) => Check::ok("holds", [Some(i), h].into_iter().flatten().collect::<Vec<_>>().join("; ")),
+        _ => Check::warn(
+            "holds",
+            "the sandbox's init did not say what it holds",
+            "see the log (sandbench.log): the privilege drop may have failed",
+        ),
+    }
+}
+
 fn uid_policy(base: u32, count: u32, used: &serde_json::Value) -> String {
     if nix::unistd::geteuid().is_root() {
         format!(

@@ -41,7 +41,10 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 
+mod privs;
+mod scratch;
 mod session;
+use scratch::{Scratch, SCRATCH};
 pub use session::{frame_call, KILL_FRAME};
 
 pub const STATUS_FD: i32 = 3;
@@ -146,6 +149,12 @@ pub enum Status {
     },
     /// The sandbox is built, in its cgroup, and its interpreter is waiting.
     Ready,
+    /// What a process of the sandbox holds once it is built (`who`: init
+    /// or helper), read back from the kernel after dropping the rest.
+    Privileges {
+        who: String,
+        held: String,
+    },
     /// The program is about to start.
     Started,
     Warning {
@@ -286,21 +295,33 @@ pub fn helper_main() -> ! {
         }
     }
     mark("namespaces_made");
+    // Held open by the helper for its whole life: init, which loses its
+    // parent-death signal when it changes uid, learns from its EOF whether
+    // the helper died before the signal was set again.
+    let (alive_r, alive_w) = pipe();
     // SAFETY: single-threaded (exec'd fresh), so fork is safe.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
+            drop(alive_w);
             let owner = if prep.user_ns { (uid.as_raw(), gid.as_raw()) } else { (prep.run_uid, prep.run_gid) };
-            init_main(&prep, owner, procs)
+            init_main(&prep, owner, procs, alive_r)
         }
         Ok(ForkResult::Parent { child }) => {
             drop(procs);
+            drop(alive_r);
             // init alone holds the egress channel.
             let _ = nix::unistd::close(super::netns::NET_FD);
             // Only the status pipe matters now; the program's output reaches
             // the host through its own copies of stdout and stderr, so the
             // host sees EOF when the program side is gone.
             release_output();
+            // From here the helper only waits for init: it needs nothing.
+            match privs::drop_helper() {
+                Ok(held) => send(&Status::Privileges { who: "helper".into(), held }),
+                Err(e) => fail(format!("the sandbox helper cannot drop its privileges: {e}")),
+            }
             let st = waitpid(child, None);
+            drop(alive_w);
             if let Ok(WaitStatus::Signaled(_, sig, _)) = st {
                 send(&Status::Warning { msg: format!("sandbox init killed by {sig}") });
             }
@@ -502,7 +523,7 @@ fn trust_run_ca(etc: &Path, pem: &str) -> Result<(), String> {
 /// into it: the interpreters' directories read-only, a generated `/etc`,
 /// /work and /tmp private tmpfs, a minimal /dev, a /proc of the new pid
 /// namespace. Nothing else of the host.
-fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>, run_ca: Option<&str>) -> Result<(), String> {
+fn build_root(disk_bytes: u64, owner: (u32, u32), run_ca: Option<&str>) -> Result<(), String> {
     let r = |e: nix::Error, what: &str| format!("{what}: {e}");
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(|e| r(e, "make mounts private"))?;
@@ -556,9 +577,6 @@ fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>, run_c
     tmpfs(&dev.join("shm"), &format!("size=8m,nr_inodes=64,mode=1777,uid={uid},gid={gid}"), MsFlags::MS_NOEXEC)?;
     tmpfs(&root.join("work"), &scratch_opts("work", disk_bytes, owner), MsFlags::empty())?;
     tmpfs(&root.join("tmp"), &scratch_opts("tmp", disk_bytes, owner), MsFlags::empty())?;
-    if let Some(w) = waiter {
-        write_owned(&root.join("work").join(&w.file_name), WAITER_PY.as_bytes(), owner)?;
-    }
 
     nix::unistd::chdir(root).map_err(|e| r(e, "chdir new root"))?;
     nix::unistd::pivot_root(".", ".").map_err(|e| r(e, "pivot_root"))?;
@@ -584,16 +602,6 @@ fn scratch_opts(which: &str, size: u64, (uid, gid): (u32, u32)) -> String {
         _ => format!("size={size},nr_inodes=4096,mode=1777"),
     }
 }
-
-/// Write a file the program's uid owns (mode 0644), replacing any old one.
-fn write_owned(path: &Path, bytes: &[u8], (uid, gid): (u32, u32)) -> Result<(), String> {
-    fs::write(path, bytes).map_err(|e| format!("write {}: {e}", path.display()))?;
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| format!("chown {}: {e}", path.display()))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod {}: {e}", path.display()))
-}
-
-/// The scratch mounts: the only places the program can write.
-const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
 
 /// The scratch mounts as the watch names them.
 fn scratch_mounts() -> Vec<crate::highwater::Scratch> {
@@ -770,7 +778,43 @@ fn parse_exec(m: &[u8]) -> Option<(CString, Vec<CString>, Vec<CString>)> {
     Some((exe, argv, env))
 }
 
-fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
+/// init, once the sandbox is built for what it will run: nothing it does
+/// from here on needs a privilege (see `privs.rs`). It becomes the
+/// sandbox's uid with no capability, and says so on the status pipe.
+fn drop_privileges(prep: &Prepare, owner: (u32, u32), alive: &OwnedFd) {
+    let ids = (!prep.user_ns).then_some(owner);
+    match privs::drop_init(ids) {
+        Ok(held) => send(&Status::Privileges { who: "init".into(), held }),
+        Err(e) => fail(format!("sandbox init cannot drop its privileges: {e}")),
+    }
+    // A new uid clears the parent-death signal: set it again, then make
+    // sure the helper did not die in between (its pipe's EOF).
+    set_pdeathsig();
+    let mut fds = [nix::poll::PollFd::new(alive.as_fd(), nix::poll::PollFlags::POLLIN)];
+    let gone = nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO)
+        .map(|n| n > 0 && fds[0].revents().is_some_and(|r| !r.is_empty()))
+        .unwrap_or(true);
+    if gone {
+        // SAFETY: plain exit; the kernel ends the namespace with us.
+        unsafe { libc::_exit(122) }
+    }
+}
+
+/// Kill every other process of the namespace and reap them all (until
+/// ECHILD: none is left, whatever it forked meanwhile — each round's kill
+/// reaches what the last one missed). Only then may a verdict be final.
+fn end_the_rest() {
+    loop {
+        let _ = nix::sys::signal::kill(Pid::from_raw(-1), nix::sys::signal::Signal::SIGKILL);
+        match waitpid(None::<Pid>, None) {
+            Err(nix::errno::Errno::ECHILD) => return,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => fail(format!("init cannot reap the run's processes: {e}")),
+        }
+    }
+}
+
+fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, alive: OwnedFd) -> ! {
     set_pdeathsig();
     // The waiter only where its interpreter exists (/usr is the host's, bound
     // as is: the host's view answers for the sandbox's).
@@ -778,16 +822,25 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         let exe = find_in_path(w.interpreter.first()?, &w.env)?;
         Some((w, exe))
     });
-    if let Err(e) = build_root(prep.disk_bytes, owner, waiter.as_ref().map(|(w, _)| *w), prep.run_ca.as_deref()) {
+    if let Err(e) = build_root(prep.disk_bytes, owner, prep.run_ca.as_deref()) {
         fail(format!("sandbox file system: {e}"));
     }
     // Before anything else opens a descriptor: the channel is fd 4.
     if let Err(e) = super::netns::serve_port(prep.network_port) {
         fail(format!("sandbox network: {e}"));
     }
+    let scratch = match Scratch::open() {
+        Ok(s) => s,
+        Err(e) => fail(format!("sandbox file system: {e}")),
+    };
+    if let Some((w, _)) = &waiter {
+        if let Err(e) = scratch.write_work(&w.file_name, WAITER_PY.as_bytes(), owner) {
+            fail(format!("sandbox file system: {e}"));
+        }
+    }
     mark("root_built");
     if prep.session {
-        session::init_session(prep, owner, procs, waiter)
+        session::init_session(prep, owner, procs, waiter, scratch, alive)
     }
     // Watching starts before the program's process exists: no write goes
     // unseen. Its file-size limit is the run's, set when the run arrives.
@@ -860,7 +913,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         Err(e) => fail(format!("sandbox init: bad config: {e}")),
     };
     drop(buf);
-    if let Err(e) = prepare_run(prep, owner, waiter.as_ref().map(|(w, _)| *w), &cfg) {
+    if let Err(e) = prepare_run(prep, owner, waiter.as_ref().map(|(w, _)| *w), &cfg, &scratch) {
         fail(e);
     }
     let ids = (!prep.user_ns).then_some(owner);
@@ -883,6 +936,8 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
     if let Some(w) = &mut watch {
         w.set_file_size(cfg.file_size_bytes);
     }
+    // The sandbox is built for this run; nothing below needs a privilege.
+    drop_privileges(prep, owner, &alive);
     send(&Status::Started);
     if let Err(e) = write_all(&go_w, &go_message(inline, &exe, &cfg)) {
         fail(format!("the sandbox's interpreter exited before its program started: {e}"));
@@ -905,6 +960,9 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         if reaped.pid != main_pid.as_raw() {
             continue; // an orphan reparented to us
         }
+        // Nothing of the run outlives the verdict: whatever the program left
+        // (a daemon in a session of its own) goes, and is reaped, first.
+        end_the_rest();
         mark("program_reaped");
         let Reaped { code, signal, cpu_ms, max_rss_kb, .. } = reaped;
         let guarded = guard.as_ref().map(|g| g.served());
@@ -916,7 +974,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
         for gap in &found.gaps {
             send(&Status::Warning { msg: gap.clone() });
         }
-        found.merge(scan_scratch(cfg.file_size_bytes));
+        found.merge(scratch.judge(cfg.file_size_bytes));
         mark("scratch_judged");
         send(&Status::Exit {
             code,
@@ -928,7 +986,6 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>) -> ! {
             guarded,
             files_watched,
         });
-        // pid 1 exiting makes the kernel kill everything else in the namespace.
         // SAFETY: plain exit.
         unsafe { libc::_exit(0) }
     }
@@ -1062,8 +1119,15 @@ fn wait_ready(
 }
 
 /// Make the scratch space the run's: its size, its program file in /work,
-/// and no waiter file left that the run does not use.
-fn prepare_run(prep: &Prepare, owner: (u32, u32), waiter: Option<&Waiter>, cfg: &SandboxConfig) -> Result<(), String> {
+/// and no waiter file left that the run does not use. Through `scratch`'s
+/// descriptors only: in a session the program had these names before.
+fn prepare_run(
+    prep: &Prepare,
+    owner: (u32, u32),
+    waiter: Option<&Waiter>,
+    cfg: &SandboxConfig,
+    scratch: &Scratch,
+) -> Result<(), String> {
     if cfg.disk_bytes != prep.disk_bytes {
         for which in ["work", "tmp"] {
             let dst = Path::new("/").join(which);
@@ -1077,55 +1141,26 @@ fn prepare_run(prep: &Prepare, owner: (u32, u32), waiter: Option<&Waiter>, cfg: 
             .map_err(|e| format!("resize /{which} to the run's disk limit: {e}"))?;
         }
     }
-    let work = Path::new("/work");
     if let Some(w) = waiter.filter(|w| w.file_name != cfg.file_name) {
-        fs::remove_file(work.join(&w.file_name)).map_err(|e| format!("remove the unused waiter: {e}"))?;
+        scratch.remove_work(&w.file_name).map_err(|e| format!("remove the unused waiter: {e}"))?;
     }
     // A new file (not the waiter's, rewritten): the interpreter read its own
     // file by inode, and the program must not see a mix of both.
-    let tmp = work.join(format!(".{}.sandbench", cfg.file_name));
-    write_owned(&tmp, cfg.code.as_bytes(), owner).map_err(|e| format!("write the program: {e}"))?;
-    fs::rename(&tmp, work.join(&cfg.file_name)).map_err(|e| format!("write the program: {e}"))
-}
-
-/// After the program: did it hit the file-size limit or fill its scratch
-/// space? Host-side evidence, not the program's word. Bounded, no symlinks.
-fn scan_scratch(file_size: u64) -> crate::highwater::Found {
-    let mut hit = None;
-    let mut full = vec![];
-    for dir in SCRATCH {
-        if let Ok(s) = nix::sys::statvfs::statvfs(dir) {
-            if s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0) {
-                full.push(dir.to_string());
-            }
+    let tmp = format!(".{}.sandbench", cfg.file_name);
+    let why = |e: String| {
+        if scratch.full_mounts().contains(&"/work") {
+            // The program file lives in /work: no code can run (and free
+            // the space) until there is room for it.
+            format!(
+                "cannot write the program: /work is full (an earlier call of this session filled it): {e}; \
+close the session and open a new one"
+            )
+        } else {
+            format!("write the program: {e}")
         }
-        if hit.is_some() {
-            continue;
-        }
-        let mut stack = vec![(Path::new(dir).to_path_buf(), 0)];
-        let mut budget = 20_000;
-        while let Some((d, depth)) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&d) else { continue };
-            for e in rd.flatten() {
-                budget -= 1;
-                if budget == 0 {
-                    break;
-                }
-                let Ok(m) = e.metadata() else { continue };
-                if m.is_file() && m.len() >= file_size {
-                    hit = Some(e.path().to_string_lossy().chars().take(200).collect());
-                    break;
-                }
-                if m.is_dir() && depth < 16 {
-                    stack.push((e.path(), depth + 1));
-                }
-            }
-            if hit.is_some() || budget == 0 {
-                break;
-            }
-        }
-    }
-    crate::highwater::Found { capped: hit.into_iter().collect(), full, gaps: vec![] }
+    };
+    scratch.write_work(&tmp, cfg.code.as_bytes(), owner).map_err(why)?;
+    scratch.rename_work(&tmp, &cfg.file_name).map_err(why)
 }
 
 fn landlock(egress_port: Option<u16>) -> String {
@@ -1235,17 +1270,37 @@ fn program_main(
     if let Err(e) = fixed() {
         fail(e);
     }
-    if !prep.user_ns {
+    // Forked from an init that already dropped everything (a session's
+    // calls): nothing is left to drop, and no privilege to drop it with.
+    let nothing = privs::holds_nothing();
+    let dropped = nothing
+        && {
+            let (r, e, s) = (nix::unistd::getresuid(), nix::unistd::getresgid(), nix::unistd::getgroups());
+            matches!((r, e, s), (Ok(u), Ok(g), Ok(groups)) if [u.real, u.effective, u.saved].iter().all(|x| x.as_raw() == uid)
+            && [g.real, g.effective, g.saved].iter().all(|x| x.as_raw() == gid) && groups.is_empty())
+        };
+    if !prep.user_ns && !dropped {
         if uid == 0 || gid == 0 {
             fail("refusing to run the program as root: the run has no uid of its own".into());
         }
-        let drop = || -> nix::Result<()> {
-            nix::unistd::setgroups(&[])?;
-            nix::unistd::setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))?;
+        let drop = || -> Result<(), String> {
+            nix::unistd::setgroups(&[]).map_err(|e| e.to_string())?;
+            // Nothing the program could regain later, even through an exec.
+            privs::drop_bounding()?;
+            nix::unistd::setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid))
+                .map_err(|e| e.to_string())?;
             nix::unistd::setresuid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid))
+                .map_err(|e| e.to_string())?;
+            privs::clear_caps()
         };
         if let Err(e) = drop() {
             fail(format!("cannot drop to uid {uid}: {e}"));
+        }
+    } else if prep.user_ns && !nothing {
+        // The user namespace's capabilities go at exec (the uid is not 0);
+        // its bounding set goes now.
+        if let Err(e) = privs::drop_bounding() {
+            fail(format!("cannot drop the bounding set: {e}"));
         }
     }
     // SAFETY: prctl with integer arguments only.

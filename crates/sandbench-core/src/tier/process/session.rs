@@ -259,6 +259,9 @@ impl ProcessSession {
             };
             match next {
                 None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
+                Some(Status::Privileges { who, held }) => {
+                    launched.privileges.insert(who, json!(held));
+                }
                 Some(Status::Started) => {
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
@@ -315,6 +318,7 @@ impl ProcessSession {
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(x)).await;
         let mut details = isolation_details(isolation, cg, &[]);
+        details["privileges"] = json!(launched.privileges);
         details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
         details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
         details["start"] = json!("session");

@@ -19,6 +19,13 @@
 //! The next call's program process is made right after a call ends (and
 //! the first one at the opening), as a spare is for one-shot runs: its
 //! interpreter starts and it joins the cgroup while nothing waits for it.
+//!
+//! Everything privileged happens before the first call's process exists:
+//! the scratch watch's fanotify group is made once (and reused by every
+//! call), then init drops to the session's uid with no capability (see
+//! `privs.rs`). Between calls it writes the next files in `/work` — a tree
+//! the previous calls' programs owned — through the scratch mounts'
+//! descriptors only (`scratch.rs`), as that uid.
 #![allow(unsafe_code)] // fork and raw descriptors of the sandbox init, as in the rest of sandbox.rs
 
 use super::*;
@@ -75,53 +82,6 @@ pub fn frame_call(cfg: &SandboxConfig) -> Vec<u8> {
     out
 }
 
-/// Scratch mounts out of space or inodes right now.
-fn full_mounts() -> Vec<&'static str> {
-    SCRATCH
-        .iter()
-        .copied()
-        .filter(|m| {
-            nix::sys::statvfs::statvfs(*m)
-                .map(|s| s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0))
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
-/// A file at the size limit changed during this call (its ctime, which no
-/// program can set back, is not older than `since`). Bounded, no symlinks.
-fn capped_since(file_size: u64, since: SystemTime) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    for dir in SCRATCH {
-        let mut stack = vec![(Path::new(dir).to_path_buf(), 0)];
-        let mut budget = 20_000;
-        while let Some((d, depth)) = stack.pop() {
-            let Ok(rd) = fs::read_dir(&d) else { continue };
-            for e in rd.flatten() {
-                budget -= 1;
-                if budget == 0 {
-                    return None;
-                }
-                let Ok(m) = e.metadata() else { continue };
-                if m.is_file() && m.len() >= file_size {
-                    let ctime = SystemTime::UNIX_EPOCH
-                        + std::time::Duration::new(
-                            m.ctime().max(0) as u64,
-                            m.ctime_nsec().clamp(0, 999_999_999) as u32,
-                        );
-                    if ctime >= since {
-                        return Some(e.path().to_string_lossy().chars().take(200).collect());
-                    }
-                }
-                if m.is_dir() && depth < 16 {
-                    stack.push((e.path(), depth + 1));
-                }
-            }
-        }
-    }
-    None
-}
-
 /// A program process made ahead: in the run's cgroup, its interpreter
 /// waiting for init's word (or, without one, waiting before its exec).
 struct Next {
@@ -129,9 +89,9 @@ struct Next {
     go: OwnedFd,
     /// False when it died while starting (said on the status pipe).
     ready: bool,
-    /// The scratch watch, from before the process existed, as for a
-    /// one-shot run; and the process's guard (None: it installed none).
-    watch: Option<crate::highwater::Watch>,
+    /// Started as the waiting interpreter (not waiting before its exec).
+    waiting: bool,
+    /// The process's scratch guard (None: it installed none).
     guard: Option<crate::highwater::Guard>,
 }
 
@@ -141,17 +101,24 @@ struct Init<'a> {
     procs: Vec<OwnedFd>,
     waiter: Option<(&'a Waiter, CString)>,
     mask: SigSet,
+    scratch: Scratch,
 }
 
 impl Init<'_> {
     /// Fork the next call's program process and move it into the cgroup.
-    fn prestart(&self) -> Next {
-        if let Some((w, _)) = &self.waiter {
-            if let Err(e) = write_owned(&Path::new("/work").join(&w.file_name), WAITER_PY.as_bytes(), self.owner) {
-                fail(format!("session init: {e}"));
+    fn prestart(&self, watch: &mut Option<crate::highwater::Watch>) -> Next {
+        // The previous call's program had this name: whatever it left there
+        // is replaced, never written through. Should even that fail, the
+        // process waits before its exec instead of in the interpreter.
+        let waiter = self.waiter.as_ref().filter(|(w, _)| {
+            match self.scratch.write_work(&w.file_name, WAITER_PY.as_bytes(), self.owner) {
+                Ok(()) => true,
+                Err(e) => {
+                    send(&Status::Warning { msg: format!("the next call starts without a waiting interpreter: {e}") });
+                    false
+                }
             }
-        }
-        let mut watch = watch_scratch();
+        });
         let (guard_init, guard_prog) = guard_socket();
         let (go_r, go_w) = pipe();
         let (ready_r, ready_w) = pipe();
@@ -165,7 +132,7 @@ impl Init<'_> {
                 drop(go_w);
                 drop(ready_r);
                 drop(guard_init);
-                let waiter = self.waiter.as_ref().map(|(w, e)| (*w, e.clone()));
+                let waiter = waiter.map(|(w, e)| (*w, e.clone()));
                 program_main(self.prep, self.owner, waiter, go_r, ready_w, guard_prog)
             }
             Ok(ForkResult::Parent { child }) => child,
@@ -185,8 +152,8 @@ impl Init<'_> {
                 fail(format!("cannot move the program's process into the run's cgroup: {e}"));
             }
         }
-        let ready = wait_ready(&ready_r, &mut guard, &mut watch);
-        Next { pid, go: go_w, ready, watch, guard }
+        let ready = wait_ready(&ready_r, &mut guard, watch);
+        Next { pid, go: go_w, ready, waiting: waiter.is_some(), guard }
     }
 
     /// The call's program file, limits and word; false (said on the status
@@ -199,18 +166,17 @@ impl Init<'_> {
             });
             return false;
         }
-        let inline = self
-            .waiter
-            .as_ref()
+        let waiter = self.waiter.as_ref().filter(|_| next.waiting);
+        let inline = waiter
             .is_some_and(|(w, _)| w.interpreter == cfg.interpreter && w.file_name == cfg.file_name && w.env == cfg.env);
         // The waiter's file stays only when it is about to become the program.
-        let waiter = self.waiter.as_ref().map(|(w, _)| *w);
+        let waiter = waiter.map(|(w, _)| *w);
         // The scratch space is the session's: its size fixed at the opening.
         let fixed = Prepare { disk_bytes: cfg.disk_bytes, ..self.prep.clone() };
-        let ids = (!self.prep.user_ns).then_some(self.owner);
         let steps = || -> Result<CString, String> {
-            prepare_run(&fixed, self.owner, waiter, cfg)?;
-            apply_rlimits_as(next.pid, cfg, ids)?;
+            prepare_run(&fixed, self.owner, waiter, cfg, &self.scratch)?;
+            // init is the process's uid by now: no privilege needed.
+            apply_rlimits(next.pid, cfg)?;
             cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)).ok_or_else(|| {
                 format!(
                     "{} is not installed where the sandbox can see it (PATH /usr/local/bin:/usr/bin:/bin)",
@@ -223,7 +189,7 @@ impl Init<'_> {
                 send(&Status::Started);
                 // Without a waiter the process waits before its exec, so
                 // every word is an exec; with one, "run" or "exec".
-                let word = go_message(inline && self.waiter.is_some(), &exe, cfg);
+                let word = go_message(inline, &exe, cfg);
                 if let Err(e) = write_all(&next.go, &word) {
                     send(&Status::Error {
                         msg: format!("the sandbox's interpreter exited before its program started: {e}"),
@@ -245,6 +211,8 @@ pub(super) fn init_session(
     owner: (u32, u32),
     procs: Vec<OwnedFd>,
     waiter: Option<(&Waiter, CString)>,
+    scratch: Scratch,
+    alive: OwnedFd,
 ) -> ! {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
@@ -255,10 +223,14 @@ pub(super) fn init_session(
         Ok(s) => s,
         Err(e) => fail(format!("init cannot watch its children: {e}")),
     };
-    let init = Init { prep, owner, procs, waiter, mask };
+    let init = Init { prep, owner, procs, waiter, mask, scratch };
+    // One watch for the whole session, made while init may (fanotify needs
+    // CAP_SYS_ADMIN); each call takes what it found.
+    let mut watch = watch_scratch();
+    drop_privileges(prep, owner, &alive);
     // init keeps the session's stdout and stderr for its program processes
     // (it writes nothing to them itself).
-    let mut next = Some(init.prestart());
+    let mut next = Some(init.prestart(&mut watch));
     send(&Status::Ready);
     loop {
         let Some(cfg) = recv_call() else {
@@ -267,23 +239,24 @@ pub(super) fn init_session(
             unsafe { libc::_exit(0) }
         };
         // Mounts full already were filled (and reported) by earlier calls.
-        let prior = full_mounts();
+        let prior = init.scratch.full_mounts();
         let since = SystemTime::now() - std::time::Duration::from_millis(20);
-        let mut n = next.take().unwrap_or_else(|| init.prestart());
-        if let Some(w) = &mut n.watch {
+        let n = next.take().unwrap_or_else(|| init.prestart(&mut watch));
+        if let Some(w) = &mut watch {
+            // What the watch saw between calls (the prestarted interpreter)
+            // is not this call's.
+            let _ = w.take();
             w.set_file_size(cfg.file_size_bytes);
         }
         let started = init.start_call(&cfg, &n);
-        let Next { pid: main_pid, go, mut watch, mut guard, .. } = n;
+        let Next { pid: main_pid, go, mut guard, .. } = n;
         drop(go);
         // Follow the program to its exit (a program process that failed to
         // start has said why on the status pipe and exits 121).
         let (code, signal, cpu_ms, max_rss_kb) = wait_main(main_pid, &sfd, &mut watch, &mut guard);
         // Nothing the call started outlives it: pid 1's kill(-1) reaches
         // every other process of the namespace, and init reaps them all.
-        let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
-        // Until ECHILD: none left.
-        while let Ok(_) | Err(nix::errno::Errno::EINTR) = waitpid(None::<Pid>, None) {}
+        end_the_rest();
         while let Ok(Some(_)) = sfd.read_signal() {}
         let guarded = guard.as_ref().map(|g| g.served());
         drop(guard);
@@ -299,17 +272,16 @@ pub(super) fn init_session(
                 files_watched: false,
             };
             send(&exit);
-            next = Some(init.prestart());
+            next = Some(init.prestart(&mut watch));
             continue;
         }
         let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
-        // Closed after the call's exit is out (closing waits for an SRCU grace period).
-        let (found, pin) = watch.map(|w| w.finish_keeping()).unwrap_or_default();
+        let found = watch.as_mut().map(|w| w.take()).unwrap_or_default();
         for gap in &found.gaps {
             send(&Status::Warning { msg: gap.clone() });
         }
         let mut full: Vec<String> = found.full.into_iter().filter(|m| !prior.contains(&m.as_str())).collect();
-        for m in full_mounts() {
+        for m in init.scratch.full_mounts() {
             if !prior.contains(&m) && !full.iter().any(|f| f == m) {
                 full.push(m.to_string());
             }
@@ -324,11 +296,11 @@ pub(super) fn init_session(
         }
         // The watch saw this call's writes; a file capped by an earlier
         // call and untouched since is not this call's.
-        let fsize_hit = found.capped.into_iter().next().or_else(|| capped_since(cfg.file_size_bytes, since));
+        let fsize_hit =
+            found.capped.into_iter().next().or_else(|| init.scratch.capped(cfg.file_size_bytes, Some(since)));
         send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts: full, guarded, files_watched });
-        drop(pin);
         // The next call's process, made while nobody waits for it.
-        next = Some(init.prestart());
+        next = Some(init.prestart(&mut watch));
     }
 }
 
