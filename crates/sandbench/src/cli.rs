@@ -128,8 +128,8 @@ pub struct RunArgs {
     /// Isolation tier.
     #[arg(long, short, value_name = "TIER")]
     pub tier: Option<String>,
-    /// Language (python, sh); default from the file extension.
-    #[arg(long, value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
+    /// Language (python, sh, javascript; aliases js, node); default from the file extension (.py, .sh, .js/.mjs).
+    #[arg(long, visible_alias = "language", value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
     pub lang: Option<spec::Language>,
     #[command(flatten)]
     pub limits: LimitArgs,
@@ -255,8 +255,8 @@ pub struct CompareArgs {
     /// workbench; unavailable ones are skipped and said).
     #[arg(long, value_name = "TIERS")]
     pub tiers: Option<String>,
-    /// Language (python, sh); default from the file extension.
-    #[arg(long, value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
+    /// Language (python, sh, javascript; aliases js, node); default from the file extension (.py, .sh, .js/.mjs).
+    #[arg(long, visible_alias = "language", value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
     pub lang: Option<spec::Language>,
     #[command(flatten)]
     pub limits: LimitArgs,

@@ -776,11 +776,10 @@ impl App {
             None => {
                 let input = format!(
                     "{}.{}",
-                    self.label.trim_end_matches(".py").trim_end_matches(".sh"),
-                    match self.language {
-                        Language::Python => "py",
-                        Language::Sh => "sh",
-                    }
+                    Language::ALL
+                        .iter()
+                        .fold(self.label.as_str(), |l, x| l.trim_end_matches(&format!(".{}", x.extension()))),
+                    self.language.extension()
                 );
                 self.overlay = Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input }));
             }

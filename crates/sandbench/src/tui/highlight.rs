@@ -95,10 +95,7 @@ impl Highlighter {
     }
 
     fn syntax(&self) -> &SyntaxReference {
-        let ext = match self.language {
-            Language::Python => "py",
-            Language::Sh => "sh",
-        };
+        let ext = self.language.extension();
         self.assets
             .syntaxes
             .find_syntax_by_extension(ext)

@@ -530,7 +530,7 @@ pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, egress: Option<u
         u8::from(guard).to_string(),
         egress.unwrap_or(0).to_string(),
         spec.language.name().into(),
-        spec.language.file_name().into(),
+        spec.language.program_file(&spec.code).into(),
         spec.language.interpreter().len().to_string(),
     ];
     fields.extend(spec.language.interpreter().iter().map(|a| a.to_string()));

@@ -366,7 +366,7 @@ impl PeerTier {
             home: dir.home.clone(),
             inside_program_dir: p.inside.program_dir.clone().unwrap_or_else(|| dir.program_dir.display().to_string()),
             inside_scratch: p.inside.scratch.clone().unwrap_or_else(|| dir.scratch.display().to_string()),
-            program_file: spec.language.file_name().into(),
+            program_file: spec.language.program_file(&spec.code).into(),
             launcher,
             interpreter: interp,
             uid: who.uid,

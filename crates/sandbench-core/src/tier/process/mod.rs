@@ -201,7 +201,7 @@ pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path
 fn python_waiter(spec: &RunSpec) -> sandbox::Waiter {
     sandbox::Waiter {
         interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
-        file_name: spec.language.file_name().into(),
+        file_name: spec.language.program_file(&spec.code).into(),
         env: spec.sandbox_env("/work", "/tmp"),
     }
 }
@@ -552,6 +552,23 @@ fn interpreter_on_host(lang: Language) -> Option<String> {
         .find(|p| std::path::Path::new(p).exists())
 }
 
+/// What doctor shows for an interpreter found on the host: Node's version
+/// too (`node --version`, bounded), since Debian's and NodeSource's differ.
+fn node_detail(lang: Language, path: String) -> String {
+    if lang != Language::Javascript {
+        return path;
+    }
+    let out = std::process::Command::new(&path).arg("--version").stdin(std::process::Stdio::null()).output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let v: String =
+                String::from_utf8_lossy(&o.stdout).trim().chars().filter(char::is_ascii_graphic).take(40).collect();
+            format!("{path} {v}")
+        }
+        _ => path,
+    }
+}
+
 impl ProcessTier {
     async fn probe_inner(&self) -> Availability {
         let mut checks = vec![];
@@ -572,13 +589,16 @@ impl ProcessTier {
             )),
         }
         for lang in Language::ALL {
+            let missing = format!("{} not found in /usr/local/bin:/usr/bin:/bin", lang.interpreter()[0]);
+            let fix = format!("apt-get install {}", lang.debian_package());
             match interpreter_on_host(lang) {
-                Some(p) => checks.push(Check::ok(lang.name(), p)),
-                None => checks.push(Check::fail(
-                    lang.name(),
-                    format!("{} not found in /usr/local/bin:/usr/bin:/bin", lang.interpreter()[0]),
-                    "apt-get install python3",
-                )),
+                Some(p) => checks.push(Check::ok(lang.name(), node_detail(lang, p))),
+                // Python and sh are the tier's own (spares, probes); without
+                // Node only JavaScript programs fail.
+                None if lang == Language::Javascript => {
+                    checks.push(Check::warn(lang.name(), format!("{missing}: JavaScript programs cannot run"), fix))
+                }
+                None => checks.push(Check::fail(lang.name(), missing, fix)),
             }
         }
         // The honest test: build a real sandbox and run a trivial program.
@@ -703,7 +723,7 @@ impl ProcessTier {
         launched.net = None;
         let config = SandboxConfig {
             code: spec.code.clone(),
-            file_name: spec.language.file_name().into(),
+            file_name: spec.language.program_file(&spec.code).into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env,
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,

@@ -157,7 +157,7 @@ impl ProcessSession {
         let nproc = cg.is_none().then(|| count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids);
         let config = SandboxConfig {
             code: spec.code.clone(),
-            file_name: spec.language.file_name().into(),
+            file_name: spec.language.program_file(&spec.code).into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env: spec.sandbox_env("/work", "/tmp"),
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
