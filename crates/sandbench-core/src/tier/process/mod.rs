@@ -197,13 +197,22 @@ pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path
     }
 }
 
-/// The interpreter a Python run starts, ahead of its program.
-fn python_waiter(spec: &RunSpec) -> sandbox::Waiter {
+/// The interpreter a run starts ahead of its program (Python's in spares and
+/// sessions, which can exec another interpreter; the run's own when cold).
+fn waiter_for(spec: &RunSpec) -> sandbox::Waiter {
     sandbox::Waiter {
         interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
         file_name: spec.language.program_file(&spec.code).into(),
         env: spec.sandbox_env("/work", "/tmp"),
     }
+}
+
+/// Node started ahead of a JavaScript run built for itself (`waiter.js`).
+/// A CommonJS program only: an ES module (`main.mjs`) is loaded by a
+/// different loader, so its process waits before its exec instead. Never
+/// in a spare: Node cannot exec another interpreter when the run differs.
+fn node_waiter(spec: &RunSpec) -> Option<sandbox::Waiter> {
+    (spec.language.program_file(&spec.code) == spec.language.file_name()).then(|| waiter_for(spec))
 }
 
 impl ProcessTier {
@@ -381,7 +390,7 @@ impl ProcessTier {
             let made = async {
                 let t0 = std::time::Instant::now();
                 // Spares have no network: a run with an allow list is built for itself.
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), None, false, &shape, t0).await?;
+                let mut l = Self::launch(&limits, Some(waiter_for(&spec)), None, false, &shape, t0).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -441,7 +450,7 @@ impl ProcessTier {
         let shape = self.shape();
         let built = async {
             let t0 = std::time::Instant::now();
-            let mut l = Self::launch(&self.spare_limits, Some(python_waiter(&spec)), None, false, &shape, t0).await?;
+            let mut l = Self::launch(&self.spare_limits, Some(waiter_for(&spec)), None, false, &shape, t0).await?;
             l.wait_ready().await?;
             anyhow::Ok((l.memory(), t0.elapsed()))
         };
@@ -689,7 +698,11 @@ impl ProcessTier {
             None => {
                 // Built for this run: its interpreter (Python) starts ahead of
                 // the program as in a spare, while init joins the cgroup.
-                let waiter = (spec.language == Language::Python).then(|| python_waiter(&spec));
+                let waiter = match spec.language {
+                    Language::Python => Some(waiter_for(&spec)),
+                    Language::Javascript => node_waiter(&spec),
+                    Language::Sh => None,
+                };
                 let mut l = Self::launch(&limits, waiter, port, false, &self.shape(), ctx.started).await?;
                 l.timeline.push(("helper_prepared", ctx.ms()));
                 (l, "cold")

@@ -57,6 +57,8 @@ const READY_FD: RawFd = 4;
 /// The pre-started interpreter (see `waiter.py`): sandbench's code, run as
 /// `<interpreter> <file_name>` from /work, replaced by the program's file.
 pub const WAITER_PY: &str = include_str!("waiter.py");
+/// Node's waiter (see `waiter.js`): it can only run its program inline.
+pub const WAITER_JS: &str = include_str!("waiter.js");
 
 /// What the helper needs before any run: the sandbox's shape. Everything in
 /// it is the same for every run of a tier (a spare is made from it alone).
@@ -97,6 +99,16 @@ pub struct Waiter {
     pub interpreter: Vec<String>,
     pub file_name: String,
     pub env: Vec<(String, String)>,
+}
+
+impl Waiter {
+    /// The waiter's own source, in its interpreter's language.
+    pub fn source(&self) -> &'static str {
+        match self.interpreter.first().map(|c| c.rsplit('/').next().unwrap_or(c)) {
+            Some("node" | "nodejs") => WAITER_JS,
+            _ => WAITER_PY,
+        }
+    }
 }
 
 /// What a run brings: the program and the limits init applies before it starts.
@@ -527,7 +539,7 @@ fn build_root(disk_bytes: u64, owner: (u32, u32), waiter: Option<&Waiter>) -> Re
     tmpfs(&root.join("work"), &scratch_opts("work", disk_bytes, owner), MsFlags::empty())?;
     tmpfs(&root.join("tmp"), &scratch_opts("tmp", disk_bytes, owner), MsFlags::empty())?;
     if let Some(w) = waiter {
-        write_owned(&root.join("work").join(&w.file_name), WAITER_PY.as_bytes(), owner)?;
+        write_owned(&root.join("work").join(&w.file_name), w.source().as_bytes(), owner)?;
     }
 
     nix::unistd::chdir(root).map_err(|e| r(e, "chdir new root"))?;

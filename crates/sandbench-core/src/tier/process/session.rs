@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe::Receiver;
 
 use super::sandbox::{self, SandboxConfig, Status};
-use super::{count_user_processes, isolation_details, python_waiter, read_line_bounded, uid_policy};
+use super::{count_user_processes, isolation_details, read_line_bounded, uid_policy, waiter_for};
 use super::{Launched, ProcessTier, SAMPLE_EVERY};
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
@@ -47,7 +47,7 @@ struct Kept {
 pub(crate) async fn open(tier: &ProcessTier, spec: SessionSpec) -> anyhow::Result<Arc<dyn TierSession>> {
     // Python calls start in a pre-started interpreter, as one-shot runs do;
     // other calls exec from it.
-    let waiter = python_waiter(&RunSpec::new(Language::Python, ""));
+    let waiter = waiter_for(&RunSpec::new(Language::Python, ""));
     let range = (tier.uid_base, tier.uid_count);
     // Sessions keep no egress proxy: `Session::open` refused an allow list.
     let mut sandbox =

@@ -147,7 +147,7 @@ impl Init<'_> {
     /// Fork the next call's program process and move it into the cgroup.
     fn prestart(&self) -> Next {
         if let Some((w, _)) = &self.waiter {
-            if let Err(e) = write_owned(&Path::new("/work").join(&w.file_name), WAITER_PY.as_bytes(), self.owner) {
+            if let Err(e) = write_owned(&Path::new("/work").join(&w.file_name), w.source().as_bytes(), self.owner) {
                 fail(format!("session init: {e}"));
             }
         }
