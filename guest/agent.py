@@ -124,7 +124,7 @@ def decode_run(payload):
         if k == "env":
             name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
             spec["env"].append((name, val))
-        elif k in ("language", "seed", "now", "net_port", "session", "since"):
+        elif k in ("language", "file", "seed", "now", "net_port", "session", "since"):
             spec[k] = v.decode()
         elif k == "code":
             spec["code"] = v
@@ -546,9 +546,12 @@ def child(spec, out_w, err_w, guard_w):
         guard_w.sendmsg([b"g"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, g.to_bytes(4, sys.byteorder))])
         os.close(g)
         guard_w.close()
-        if spec["language"] == "sh":
+        if spec["language"] in INTERPRETERS:
+            # Its own process image (exec), never this interpreter: a Node
+            # program shares nothing of the agent's address space.
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            os.execve("/bin/sh", ["/bin/sh", "/work/main.sh"], env)
+            argv = INTERPRETERS[spec["language"]] + [program_path(spec)]
+            os.execve(argv[0], argv, env)
         os.environ.clear()
         os.environ.update(env)
         run_python(spec["code"])
@@ -558,6 +561,20 @@ def child(spec, out_w, err_w, guard_w):
         except OSError:
             pass
         os._exit(127)
+
+
+# Languages that run as their own process (exec'd after every limit and
+# filter is applied); Python runs in a fork of this interpreter instead.
+INTERPRETERS = {"sh": ["/bin/sh"], "javascript": ["/usr/bin/node"]}
+DEFAULT_FILE = {"sh": "main.sh", "javascript": "main.js"}
+
+
+def program_path(spec):
+    """/work/<file>: the host's name for it (main.mjs for an ES module), never a path."""
+    f = spec.get("file") or DEFAULT_FILE.get(spec["language"], "main.py")
+    if "/" in f or f.startswith(".") or len(f) > 64:
+        raise ValueError("bad program file name")
+    return "/work/" + f
 
 
 def run_python(src):
@@ -652,7 +669,7 @@ def run(port, spec):
     # space already full are earlier calls', not this one's.
     since = float(spec.get("since") or 0)
     prior_full = [d for d in ("/work", "/tmp") if session and scratch_full(d)]
-    name = "/work/main.sh" if spec["language"] == "sh" else "/work/main.py"
+    name = program_path(spec)
     with open(name, "wb") as f:
         f.write(spec["code"])
     os.chown(name, UID, GID)

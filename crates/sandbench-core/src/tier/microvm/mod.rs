@@ -453,6 +453,7 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
         }
         let req = proto::RunRequest {
             language: spec.language.name().into(),
+            file: spec.language.program_file(&spec.code).into(),
             code: spec.code.clone(),
             env,
             net_port: egress.then_some(crate::egress::SANDBOX_PORT),

@@ -118,6 +118,10 @@ pub enum Item {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunRequest {
     pub language: String,
+    /// The program's file name in /work (`Language::program_file`: an ES
+    /// module is `main.mjs`); the agent refuses anything with a slash.
+    #[serde(default)]
+    pub file: String,
     pub code: String,
     pub env: Vec<(String, String)>,
     pub limits: GuestLimits,
@@ -181,6 +185,9 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
         p.extend_from_slice(v);
     };
     field("language", req.language.as_bytes());
+    if !req.file.is_empty() {
+        field("file", req.file.as_bytes());
+    }
     field("code", req.code.as_bytes());
     field("seed", req.seed.as_bytes());
     field("now", format!("{:.6}", req.now).as_bytes());
@@ -385,6 +392,7 @@ mod tests {
     fn run_frame_is_length_prefixed_pairs() {
         let req = RunRequest {
             language: "python".into(),
+            file: "main.py".into(),
             code: "print('a=b')\n".into(),
             env: vec![("A".into(), "x=y\tz".into())],
             limits: GuestLimits {
