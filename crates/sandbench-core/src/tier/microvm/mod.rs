@@ -218,10 +218,26 @@ impl MicrovmTier {
             }
         }
         let ready = qemu.is_some() && arts.iter().all(|a| a.fresh);
+        let has_node = p.tree.join("usr/bin/node").is_file();
         let mut accel_name = "?";
         if ready {
             let c = accel::choose(&self.cfg, &p).await;
             accel_name = c.accel.name();
+            // Node is a big program to start on an emulated CPU (V8 builds
+            // its heap from a snapshot): seconds of the run's CPU time.
+            checks.push(match (has_node, c.accel) {
+                (false, _) => Check::warn(
+                    "javascript",
+                    "no node in the guest's root tree: JavaScript programs cannot run",
+                    "sandbench setup microvm (the root tree is Debian + nodejs)",
+                ),
+                (true, Accel::Tcg) => Check::warn(
+                    "javascript",
+                    "node in the guest, but its start-up alone takes seconds of CPU under TCG",
+                    "give JavaScript runs a larger --cpu and --timeout, or the host working KVM",
+                ),
+                (true, _) => Check::ok("javascript", "node (Debian's nodejs) in the guest's root disk"),
+            });
             // Software emulation because KVM did not work is a fallback that
             // works, many times slower: a warning with its reason. TCG asked
             // for in the config is a choice.
