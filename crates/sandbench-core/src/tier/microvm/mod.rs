@@ -140,6 +140,24 @@ impl Tier for MicrovmTier {
 
     /// Any allow list: the guest's relay carries the egress port over a
     /// serial port to the host proxy (the guest still has no network device).
+    /// Node in the guest, and a guest that can start it within a run's
+    /// limits: under TCG, V8 building its heap alone takes seconds of CPU.
+    fn language_support(&self, lang: crate::spec::Language) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            if lang != crate::spec::Language::Javascript {
+                return Ok(());
+            }
+            let p = artefacts::paths();
+            if !p.tree.join("usr/bin/node").is_file() {
+                return Err("no node in the guest (sandbench setup microvm builds it with nodejs)".into());
+            }
+            if accel::choose(&self.cfg, &p).await.accel == Accel::Tcg {
+                return Err("node under TCG (software emulation) needs seconds of CPU just to start: not judged".into());
+            }
+            Ok(())
+        })
+    }
+
     fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
         Ok(())
     }

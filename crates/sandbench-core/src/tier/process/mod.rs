@@ -516,6 +516,15 @@ impl Tier for ProcessTier {
     }
 
     /// Any allow list: the egress listener in the empty namespace is the way out.
+    /// The sandbox sees the host's /usr: the host's interpreter is the one.
+    fn language_support(&self, lang: Language) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            interpreter_on_host(lang).map(|_| ()).ok_or_else(|| {
+                format!("no {} on this host (apt-get install {})", lang.interpreter()[0], lang.debian_package())
+            })
+        })
+    }
+
     fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
         Ok(())
     }
