@@ -839,6 +839,11 @@ impl ProcessTier {
         let mut timeline: Vec<(&'static str, f64)> = std::mem::take(&mut launched.timeline);
         // The sandbox stamps its steps on CLOCK_MONOTONIC: this run's start on it.
         let start_ns = sandbox::mono_ns().saturating_sub((ctx.ms() * 1e6) as u64);
+        // A pre-started interpreter is the program's own (node starting its
+        // threads under a tight pids limit can hang there): its start counts
+        // against the wall time, which the runner only starts at Running.
+        let start_by = tokio::time::Instant::now() + limits.wall_time;
+        let mut started = false;
 
         // Done once the program has exited and both its output pipes are
         // drained (EOF: every process holding them is gone), or the sandbox
@@ -865,6 +870,18 @@ impl ProcessTier {
                         // Stragglers (a daemon the program left) die with their
                         // namespace; the cgroup kill makes sure of it.
                         if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = tokio::time::sleep_until(start_by), if !started && !killed => {
+                        killed = true;
+                        let _ = child.start_kill();
+                        if let Some(c) = cg { c.kill_all(); }
+                        let detail = format!(
+                            "wall time limit {} hit before the program started — its interpreter never got ready; killed",
+                            crate::spec::format_duration(limits.wall_time)
+                        );
+                        let v = crate::event::Violation { kind: crate::event::ViolationKind::WallTimeout, at_ms: ctx.ms(), detail };
+                        ctx.emit(EventKind::Violation(v)).await;
                         None
                     }
                     _ = ctx.stop.cancelled(), if !killed => {
@@ -918,6 +935,7 @@ impl ProcessTier {
             match next {
                 None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
                 Some(Status::Started) => {
+                    started = true;
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     // The program exists from now on: count it even
                     // if it exits before the first tick.
