@@ -160,6 +160,11 @@ pub struct BenchArgs {
     /// Measured runs per contender (after one warm-up each).
     #[arg(long, default_value_t = 30)]
     pub runs: usize,
+    /// Language of the programs timed: python (print(1), against bare
+    /// python3 and bwrap) or javascript (console.log(1), against bare
+    /// `node -e`).
+    #[arg(long, visible_alias = "lang", value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
+    pub language: Option<spec::Language>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Soak instead: benign and hostile samples on every selected tier, N in

@@ -152,7 +152,7 @@ impl Tier for MicrovmTier {
                 return Err("no node in the guest (sandbench setup microvm builds it with nodejs)".into());
             }
             if accel::choose(&self.cfg, &p).await.accel == Accel::Tcg {
-                return Err("node under TCG (software emulation) needs seconds of CPU just to start: not judged".into());
+                return Err("node under TCG (software emulation) needs seconds of CPU just to start, more than a run's CPU limit allows by default".into());
             }
             Ok(())
         })
