@@ -417,7 +417,7 @@ mod tests {
             fields.push(String::from_utf8(p[4..4 + n].to_vec()).unwrap());
             p = &p[4 + n..];
         }
-        assert_eq!(fields[0..4], ["language", "python", "code", "print('a=b')\n"]);
+        assert_eq!(fields[0..6], ["language", "python", "file", "main.py", "code", "print('a=b')\n"]);
         assert!(fields.windows(2).any(|w| w == ["env", "A=x=y\tz"]));
         assert!(fields.windows(2).any(|w| w == ["cpu_ms", "5000"]));
         assert!(fields.windows(2).any(|w| w == ["now", "1.500000"]));
