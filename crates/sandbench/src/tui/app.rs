@@ -686,6 +686,12 @@ impl App {
                 self.tier = (self.tier + self.tiers.len().max(1) - 1) % self.tiers.len().max(1);
                 self.prewarm_selected();
             }
+            Action::NextLanguage => {
+                let all = Language::ALL;
+                let next = all[(all.iter().position(|l| *l == self.language).unwrap_or(0) + 1) % all.len()];
+                self.set_language(next);
+                self.say(Level::Info, format!("language: {next} (the next run starts the code with it)"));
+            }
             Action::Save => self.save(),
             Action::SaveScreen => self.screenshot_wanted = true,
             Action::FocusNext => {
