@@ -138,7 +138,7 @@ def decode_run(payload):
         if k == "env":
             name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
             spec["env"].append((name, val))
-        elif k in ("language", "seed", "now", "net_port", "session", "since"):
+        elif k in ("language", "file", "seed", "now", "net_port", "session", "since"):
             spec[k] = v.decode()
         elif k in ("code", "ca"):
             spec[k] = v
@@ -622,9 +622,12 @@ def child(spec, out_w, err_w, guard_w):
         guard_w.sendmsg([b"g"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, g.to_bytes(4, sys.byteorder))])
         os.close(g)
         guard_w.close()
-        if spec["language"] == "sh":
+        if spec["language"] in INTERPRETERS:
+            # Its own process image (exec), never this interpreter: a Node
+            # program shares nothing of the agent's address space.
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            os.execve("/bin/sh", ["/bin/sh", "/work/main.sh"], env)
+            argv = INTERPRETERS[spec["language"]] + [program_path(spec)]
+            os.execve(argv[0], argv, env)
         os.environ.clear()
         os.environ.update(env)
         run_python(spec["code"])
@@ -655,6 +658,20 @@ def write_ca_bundle(ca):
     fd = os.open(CA_BUNDLE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(system + b"\n# sandbench: this run's CA (secrets)\n" + ca)
+
+
+# Languages that run as their own process (exec'd after every limit and
+# filter is applied); Python runs in a fork of this interpreter instead.
+INTERPRETERS = {"sh": ["/bin/sh"], "javascript": ["/usr/bin/node"]}
+DEFAULT_FILE = {"sh": "main.sh", "javascript": "main.js"}
+
+
+def program_path(spec):
+    """/work/<file>: the host's name for it (main.mjs for an ES module), never a path."""
+    f = spec.get("file") or DEFAULT_FILE.get(spec["language"], "main.py")
+    if "/" in f or f.startswith(".") or len(f) > 64:
+        raise ValueError("bad program file name")
+    return "/work/" + f
 
 
 def run_python(src):
@@ -747,12 +764,12 @@ def run(port, spec):
     # space already full are earlier calls', not this one's.
     since = float(spec.get("since") or 0)
     prior_full = [d for d in ("/work", "/tmp") if session and scratch_full(d)]
-    name = "main.sh" if spec["language"] == "sh" else "main.py"
+    name = program_path(spec)[len("/work/"):]
     try:
         write_program(name, spec["code"])
     except OSError as e:
-        if spec["language"] == "sh":
-            # /bin/sh reads the file: this call fails, the guest (and a
+        if spec["language"] in INTERPRETERS:
+            # /bin/sh and node read the file: this call fails, the guest (and a
             # session) stays for the next one.
             port.send(T_EXIT, {"refused": "cannot write /work/%s: %s" % (name, e)})
             return

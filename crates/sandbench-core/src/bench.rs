@@ -24,6 +24,10 @@ pub const PRINT1: &str = "print(1)\n";
 /// The control: a few stdlib imports before the print, where an interpreter
 /// started ahead should win most.
 pub const STDLIB: &str = "import json, re, collections, dataclasses\nprint(1)\n";
+/// JavaScript's print(1), run with `bench --language javascript`.
+pub const PRINT1_JS: &str = "console.log(1)\n";
+/// JavaScript's control: a few built-in modules loaded before the print.
+pub const STDLIB_JS: &str = "require('util'); require('crypto'); require('zlib'); require('url');\nconsole.log(1)\n";
 /// In a command's argv, replaced by the program's code.
 pub const CODE: &str = "{code}";
 
@@ -73,10 +77,10 @@ impl Contender {
         Contender::Tier { name: name.into(), tier, settle: Some(settle_background()) }
     }
 
-    async fn once(&self, code: &str) -> anyhow::Result<Sample> {
+    async fn once_in(&self, language: Language, code: &str) -> anyhow::Result<Sample> {
         match self {
             Contender::Tier { tier, settle, .. } => {
-                let mut spec = RunSpec::new(Language::Python, code);
+                let mut spec = RunSpec::new(language, code);
                 spec.label = "bench".into();
                 let t0 = Instant::now();
                 let r = runner::run(tier.clone(), spec).await;
@@ -367,6 +371,69 @@ pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
     Ok((c, targets, skipped))
 }
 
+/// The host's node (the one the process tier and the peers run).
+pub fn host_node() -> Option<String> {
+    ["/usr/bin/node", "/usr/local/bin/node", "/usr/bin/nodejs"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .map(String::from)
+}
+
+/// `bench --language javascript`: the tier (cold and warm where it has
+/// both) against bare `node -e 'console.log(1)'` (under `env -i`), the
+/// floor of starting Node here. No target ratios yet: the figures are
+/// what they are.
+pub async fn plan_javascript(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
+    let node = host_node()
+        .ok_or_else(|| anyhow::anyhow!("no node on this host to measure against: apt-get install nodejs"))?;
+    let tier = tier::by_name(tier_name, config)?;
+    tier.language_support(Language::Javascript).await.map_err(|why| anyhow::anyhow!("{tier_name}: {why}"))?;
+    let mut c = vec![];
+    let mut targets = vec![];
+    let bare = "bare node -e".to_string();
+    if tier_name == "process" {
+        let mut cold_cfg = config.clone();
+        cold_cfg.process.spare = false;
+        c.push(Contender::tier("sandbench process (cold)", tier::by_name(tier_name, &cold_cfg)?));
+        c.push(process_warm(config)?);
+        targets.push(("sandbench process (cold)".to_string(), bare.clone(), None));
+        targets.push(("sandbench process (warm)".to_string(), bare.clone(), None));
+    } else {
+        // A long-lived tier object: its own warm path (a container pool,
+        // a guest pool) as users of the workbench and MCP get it.
+        let me = format!("sandbench {tier_name}");
+        let t = tier.clone();
+        let settle: Settle = Arc::new(move || {
+            let t = t.clone();
+            Box::pin(async move {
+                tier::background::drain(Duration::from_secs(30)).await;
+                t.prewarm().await;
+                Ok(())
+            })
+        });
+        c.push(Contender::Tier { name: me.clone(), tier, settle: Some(settle) });
+        targets.push((me, bare.clone(), None));
+    }
+    // With an empty environment, as the sandboxes start it: a host variable
+    // such as NODE_EXTRA_CA_CERTS (node then parses a CA bundle at start,
+    // ~120 ms here) would make the floor slower than the sandboxes.
+    let env =
+        crate::host::which("env").map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| "/usr/bin/env".into());
+    c.push(Contender::Command { name: bare, argv: vec![env, "-i".into(), node, "-e".into(), CODE.into()] });
+    Ok((c, targets, vec![]))
+}
+
+/// [`measure`] with JavaScript programs: `console.log(1)` and a control
+/// that loads a few built-in modules.
+pub async fn measure_javascript(
+    tier: &str,
+    plan: Plan,
+    runs: usize,
+    round_done: &mut (dyn FnMut(usize) + Send),
+) -> anyhow::Result<BenchReport> {
+    measure_in(tier, plan, runs, Language::Javascript, round_done).await
+}
+
 /// The microVM tier: cold boots against a plain QEMU boot of the same
 /// kernel, initramfs and disk running print(1) (benches/microvm-plain-boot.sh),
 /// snapshot restores, and warm (pooled) guests.
@@ -449,17 +516,32 @@ pub async fn measure(
     runs: usize,
     round_done: &mut (dyn FnMut(usize) + Send),
 ) -> anyhow::Result<BenchReport> {
+    measure_in(tier, plan, runs, Language::Python, round_done).await
+}
+
+async fn measure_in(
+    tier: &str,
+    plan: Plan,
+    runs: usize,
+    language: Language,
+    round_done: &mut (dyn FnMut(usize) + Send),
+) -> anyhow::Result<BenchReport> {
     let (contenders, targets, skipped) = plan;
-    let programs = [PRINT1, STDLIB];
+    let (programs, shown) = match language {
+        Language::Javascript => {
+            ([PRINT1_JS, STDLIB_JS], ["console.log(1)", "require('util'), 'crypto', 'zlib', 'url'; console.log(1)"])
+        }
+        _ => ([PRINT1, STDLIB], ["print(1)", "import json, re, collections, dataclasses; print(1)"]),
+    };
     let load_before = load_average();
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![vec![]; contenders.len()]; programs.len()];
     for c in &contenders {
-        c.once(PRINT1).await?;
+        c.once_in(language, programs[0]).await?;
     }
     for round in 0..runs {
         for (p, code) in programs.iter().enumerate() {
             for (i, c) in contenders.iter().enumerate() {
-                samples[p][i].push(c.once(code).await?);
+                samples[p][i].push(c.once_in(language, code).await?);
             }
         }
         round_done(round + 1);
@@ -469,14 +551,11 @@ pub async fn measure(
     let r0 = ratios(&all[0], &targets);
     // The control has no targets of its own: the same pairs, for a look.
     let untargeted: Vec<_> = targets.iter().map(|(a, b, _)| (a.clone(), b.clone(), None)).collect();
-    let controls = vec![Control {
-        program: "import json, re, collections, dataclasses; print(1)".into(),
-        ratios: ratios(&all[1], &untargeted),
-        contenders: all[1].clone(),
-    }];
+    let controls =
+        vec![Control { program: shown[1].into(), ratios: ratios(&all[1], &untargeted), contenders: all[1].clone() }];
     Ok(BenchReport {
         tier: tier.to_string(),
-        program: "print(1)".into(),
+        program: shown[0].into(),
         contenders: all[0].clone(),
         ratios: r0,
         skipped,
@@ -880,11 +959,11 @@ mod tests {
             name: "sh".into(),
             argv: vec!["/bin/sh".into(), "-c".into(), "echo 1; sleep 0.05".into(), CODE.into()],
         };
-        let smp = c.once(PRINT1).await.unwrap();
+        let smp = c.once_in(Language::Python, PRINT1).await.unwrap();
         let first = smp.first_byte_ms.unwrap();
         assert!(first < smp.exit_ms, "{smp:?}");
         assert!(smp.exit_ms - first >= 40.0, "the exit comes after the sleep: {smp:?}");
         let bad = Contender::Command { name: "f".into(), argv: vec!["/bin/false".into()] };
-        assert!(bad.once(PRINT1).await.is_err());
+        assert!(bad.once_in(Language::Python, PRINT1).await.is_err());
     }
 }

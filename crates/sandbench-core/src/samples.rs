@@ -8,6 +8,7 @@
 //! # expect: *=violation:pids microvm=violation:pids|wall_timeout
 //! # escaped-if: "ATTACHED"
 //! ```
+//! (in a JavaScript sample the same lines start with `//`).
 //! `expect` lists `tier=outcome[:kind|kind...]`; `*` is every tier not named;
 //! the kinds mean "at least one of these violations". A trailing `?`
 //! (`gvisor=violation:disk?`) says the tier does not guarantee it: the
@@ -146,7 +147,9 @@ impl Sample {
 
     pub fn parse(path: &Path, code: String) -> anyhow::Result<Sample> {
         let language = Language::from_path(path)
-            .with_context(|| format!("{}: unknown language (use .py or .sh)", path.display()))?;
+            .with_context(|| format!("{}: unknown language (use .py, .sh or .js)", path.display()))?;
+        // The header is in the language's own line comments.
+        let comment = if language == Language::Javascript { "//" } else { "#" };
         let mut s = Sample {
             path: path.to_path_buf(),
             name: path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
@@ -165,7 +168,7 @@ impl Sample {
             code: String::new(),
         };
         for line in code.lines() {
-            let Some(rest) = line.strip_prefix('#') else { break };
+            let Some(rest) = line.strip_prefix(comment) else { break };
             let Some((key, value)) = rest.trim().split_once(':') else { continue };
             let value = value.trim();
             match key.trim() {
@@ -276,6 +279,22 @@ mod tests {
         .unwrap();
         assert_eq!(n.network.as_deref(), Some("allow=allowed.gauntlet.test:{http_port}"));
         assert!(Sample::parse(Path::new("a.py"), "# expect: *=ok\n# network: everything\n".into()).is_err());
+    }
+
+    #[test]
+    fn javascript_headers_are_line_comments() {
+        let code = "// name: js-x\n// tries: a\n// expect: *=violation:memory\nconst a = [];\n// not header\n";
+        let s = Sample::parse(Path::new("samples/hostile/x.js"), code.into()).unwrap();
+        assert_eq!((s.name.as_str(), s.language), ("js-x", Language::Javascript));
+        assert_eq!(s.expect_for("docker").unwrap().kinds, vec![ViolationKind::Memory]);
+        // A '#' header is not JavaScript (and would not parse as a program).
+        assert!(Sample::parse(Path::new("x.js"), "# expect: *=ok\n".into()).is_err());
+    }
+
+    #[test]
+    fn shipped_samples_include_javascript() {
+        let all = load_dir(&shipped_dir()).unwrap();
+        assert!(all.iter().any(|s| s.language == Language::Javascript && s.is_hostile()));
     }
 
     #[test]

@@ -548,7 +548,7 @@ failed to judge is left out, and counted). Up and to the left is better.</p>\n",
 fn verdict_class(c: &Cell) -> &'static str {
     match c.verdict {
         Verdict::Escaped { .. } => "bad",
-        Verdict::Error { .. } | Verdict::Cancelled => "err",
+        Verdict::Error { .. } | Verdict::Cancelled | Verdict::NotAvailable { .. } => "err",
         _ if !c.as_expected => "bad",
         _ => "ok",
     }

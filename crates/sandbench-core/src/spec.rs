@@ -16,10 +16,12 @@ use serde::{Deserialize, Serialize};
 pub enum Language {
     Python,
     Sh,
+    /// Node.js (`node`): Debian's `nodejs` or any `node` on the tier's PATH.
+    Javascript,
 }
 
 impl Language {
-    pub const ALL: [Language; 2] = [Language::Python, Language::Sh];
+    pub const ALL: [Language; 3] = [Language::Python, Language::Sh, Language::Javascript];
 
     pub fn name(self) -> &'static str {
         self.into()
@@ -30,6 +32,38 @@ impl Language {
         match self {
             Language::Python => "main.py",
             Language::Sh => "main.sh",
+            Language::Javascript => "main.js",
+        }
+    }
+
+    /// File name for this program: [`Language::file_name`], except that
+    /// JavaScript written as an ES module (`import`/`export` statements)
+    /// becomes `main.mjs`, since Node treats a `.js` file as CommonJS and
+    /// would reject the syntax.
+    pub fn program_file(self, code: &str) -> &'static str {
+        if self == Language::Javascript && looks_like_es_module(code) {
+            return "main.mjs";
+        }
+        self.file_name()
+    }
+
+    /// The usual file extension (what the workbench saves a new file as and
+    /// what its highlighter is chosen by).
+    pub fn extension(self) -> &'static str {
+        match self {
+            Language::Python => "py",
+            Language::Sh => "sh",
+            Language::Javascript => "js",
+        }
+    }
+
+    /// The Debian package that installs [`Language::interpreter`] (what
+    /// `doctor` tells a user to install).
+    pub fn debian_package(self) -> &'static str {
+        match self {
+            Language::Python => "python3",
+            Language::Sh => "dash",
+            Language::Javascript => "nodejs",
         }
     }
 
@@ -39,6 +73,8 @@ impl Language {
         match self {
             Language::Python => &["python3", "-u"],
             Language::Sh => &["/bin/sh"],
+            // Node writes to pipes synchronously on Linux: output streams live.
+            Language::Javascript => &["node"],
         }
     }
 
@@ -47,9 +83,22 @@ impl Language {
         match path.extension()?.to_str()? {
             "py" => Some(Language::Python),
             "sh" => Some(Language::Sh),
+            "js" | "mjs" | "cjs" => Some(Language::Javascript),
             _ => None,
         }
     }
+}
+
+/// A statement-level `import x from`/`import {..}`/`import "m"` or `export`
+/// at the start of a line: ES module syntax (a dynamic `import(` is not).
+fn looks_like_es_module(code: &str) -> bool {
+    let statement = |l: &str, kw: &str| {
+        l.strip_prefix(kw).is_some_and(|r| {
+            r.starts_with(|c: char| c.is_whitespace() || matches!(c, '{' | '*' | '"' | '\''))
+                && !r.trim_start().starts_with('(')
+        })
+    };
+    code.lines().map(str::trim_start).any(|l| statement(l, "import") || statement(l, "export"))
 }
 
 impl fmt::Display for Language {
@@ -64,6 +113,7 @@ impl FromStr for Language {
         match s.to_ascii_lowercase().as_str() {
             "python" | "python3" | "py" => Ok(Language::Python),
             "sh" | "shell" => Ok(Language::Sh),
+            "javascript" | "js" | "node" | "nodejs" => Ok(Language::Javascript),
             other => Err(format!("unknown language '{other}' (known: {})", Language::ALL.map(|l| l.name()).join(", "))),
         }
     }
@@ -285,6 +335,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn javascript_names_extensions_and_module_files() {
+        for n in ["javascript", "js", "JS", "node", "nodejs"] {
+            assert_eq!(n.parse::<Language>(), Ok(Language::Javascript), "{n}");
+        }
+        for f in ["a.js", "a.mjs", "a.cjs"] {
+            assert_eq!(Language::from_path(Path::new(f)), Some(Language::Javascript), "{f}");
+        }
+        assert_eq!(Language::Javascript.name(), "javascript");
+        let err = "ruby".parse::<Language>().unwrap_err();
+        assert!(err.contains("javascript") && !err.contains('\n'), "{err}");
+        let js = Language::Javascript;
+        assert_eq!(js.program_file("console.log(1)\n"), "main.js");
+        assert_eq!(js.program_file("const m = await import('fs')\n"), "main.js");
+        assert_eq!(js.program_file("const fs = require('fs')\nimportant()\n"), "main.js");
+        assert_eq!(js.program_file("import fs from 'node:fs'\nconsole.log(1)\n"), "main.mjs");
+        assert_eq!(js.program_file("import { readFileSync } from 'fs'\n"), "main.mjs");
+        assert_eq!(js.program_file("  export const x = 1\n"), "main.mjs");
+        assert_eq!(js.program_file("import('fs')\n"), "main.js");
+        assert_eq!(Language::Python.program_file("import os\n"), "main.py");
+    }
+
+    #[test]
     fn durations_format_to_what_parses_back() {
         for ms in [1u64, 250, 999, 1000, 1500, 5000, 60_000, 86_400_000] {
             let d = Duration::from_millis(ms);
@@ -334,7 +406,7 @@ mod tests {
         assert_eq!(Language::from_path(Path::new("a/b.py")), Some(Language::Python));
         assert_eq!(Language::from_path(Path::new("x.sh")), Some(Language::Sh));
         assert_eq!(Language::from_path(Path::new("x.rb")), None);
-        assert!("ruby".parse::<Language>().unwrap_err().contains("python, sh"));
+        assert!("ruby".parse::<Language>().unwrap_err().contains("python, sh, javascript"));
     }
 
     #[test]

@@ -128,8 +128,8 @@ pub struct RunArgs {
     /// Isolation tier.
     #[arg(long, short, value_name = "TIER")]
     pub tier: Option<String>,
-    /// Language (python, sh); default from the file extension.
-    #[arg(long, value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
+    /// Language (python, sh, javascript; aliases js, node); default from the file extension (.py, .sh, .js/.mjs).
+    #[arg(long, visible_alias = "language", value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
     pub lang: Option<spec::Language>,
     #[command(flatten)]
     pub limits: LimitArgs,
@@ -169,6 +169,11 @@ pub struct BenchArgs {
     /// Measured runs per contender (after one warm-up each).
     #[arg(long, default_value_t = 30)]
     pub runs: usize,
+    /// Language of the programs timed: python (print(1), against bare
+    /// python3 and bwrap) or javascript (console.log(1), against bare
+    /// `node -e`).
+    #[arg(long, visible_alias = "lang", value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
+    pub language: Option<spec::Language>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Soak instead: benign and hostile samples on every selected tier, N in
@@ -264,8 +269,8 @@ pub struct CompareArgs {
     /// workbench; unavailable ones are skipped and said).
     #[arg(long, value_name = "TIERS")]
     pub tiers: Option<String>,
-    /// Language (python, sh); default from the file extension.
-    #[arg(long, value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
+    /// Language (python, sh, javascript; aliases js, node); default from the file extension (.py, .sh, .js/.mjs).
+    #[arg(long, visible_alias = "language", value_name = "LANG", value_parser = clap::value_parser!(spec::Language))]
     pub lang: Option<spec::Language>,
     #[command(flatten)]
     pub limits: LimitArgs,

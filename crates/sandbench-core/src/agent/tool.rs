@@ -28,7 +28,7 @@ pub fn definition(persistent: bool) -> Value {
         "input_schema": {
             "type": "object",
             "properties": {
-                "language": { "type": "string", "enum": Language::ALL.map(|l| l.name()), "description": "python (python3) or sh (POSIX shell)" },
+                "language": { "type": "string", "enum": Language::ALL.map(|l| l.name()), "description": "python (python3), sh (POSIX shell) or javascript (Node.js; ES module syntax runs as main.mjs)" },
                 "code": { "type": "string", "description": "The complete program" }
             },
             "required": ["language", "code"]
@@ -70,8 +70,10 @@ fn network(limits: &Limits) -> String {
 
 /// `{language, code}` from the model's tool input, or what is wrong with it.
 pub fn parse_input(input: &Value) -> Result<(Language, String), String> {
-    let lang =
-        input.get("language").and_then(|v| v.as_str()).ok_or("missing string field 'language' (python or sh)")?;
+    let lang = input
+        .get("language")
+        .and_then(|v| v.as_str())
+        .ok_or("missing string field 'language' (python, sh or javascript)")?;
     let language: Language = lang.parse()?;
     let code = input.get("code").and_then(|v| v.as_str()).ok_or("missing string field 'code'")?;
     if code.trim().is_empty() {

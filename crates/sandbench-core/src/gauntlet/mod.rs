@@ -34,9 +34,17 @@ pub enum Verdict {
     /// about the tier, left out of the counts (the violations seen until
     /// then are still in the report).
     Cancelled,
+    /// The tier cannot start the sample's language here (no node in its
+    /// image, say): not run, no verdict, left out of the counts — never a pass.
+    NotAvailable { why: String },
 }
 
 impl Verdict {
+    /// Cancelled or not available: says nothing about the tier.
+    pub fn is_no_verdict(&self) -> bool {
+        matches!(self, Verdict::Cancelled | Verdict::NotAvailable { .. })
+    }
+
     pub fn short(&self) -> String {
         match self {
             Verdict::Ran => "ran".into(),
@@ -44,6 +52,7 @@ impl Verdict {
             Verdict::Escaped { what } => format!("ESCAPED ({})", what.first().map(String::as_str).unwrap_or("?")),
             Verdict::Error { why } => format!("error ({})", why.chars().take(60).collect::<String>()),
             Verdict::Cancelled => "cancelled (no verdict)".into(),
+            Verdict::NotAvailable { why } => format!("n/a ({})", why.chars().take(60).collect::<String>()),
         }
     }
 }
@@ -75,7 +84,7 @@ impl Cell {
     /// Differs from what its sample declares. A cancelled cell has no
     /// verdict: it is neither as declared nor a mismatch.
     pub fn is_mismatch(&self) -> bool {
-        !self.as_expected && self.verdict != Verdict::Cancelled
+        !self.as_expected && !self.verdict.is_no_verdict()
     }
 }
 
@@ -137,6 +146,13 @@ pub async fn run_cell(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits) -> 
 /// judged on what got out before the cancel.
 pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limits, stop: &CancellationToken) -> Cell {
     let tier_name = tier.name().to_string();
+    if let Err(why) = tier.language_support(sample.language).await {
+        let report = RunReport { error: Some(why.clone()), ..error_report(&tier_name, sample) };
+        return Cell {
+            verdict: Verdict::NotAvailable { why },
+            ..judge(sample, &tier_name, report, Findings::default())
+        };
+    }
     // Every cell plants its own fake secrets, whatever the user's environment
     // holds: a gauntlet always tests what it claims.
     let mut canaries = match tokio::task::spawn_blocking(|| Canaries::plant(None)).await {
@@ -257,6 +273,7 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
         (Verdict::Escaped { what }, _) => Some(format!("escaped: {}", what.join("; "))),
         (Verdict::Error { why }, _) => Some(format!("error: {why}")),
         (Verdict::Cancelled, _) => Some("cancelled before the end: no verdict".into()),
+        (Verdict::NotAvailable { why }, _) => Some(format!("not run: {why}")),
         (_, None) => Some(format!("the sample declares no expectation for {tier}")),
         (_, Some(e)) => e.check(&report).err(),
     };

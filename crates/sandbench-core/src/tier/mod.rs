@@ -224,6 +224,12 @@ pub trait Tier: Send + Sync {
     fn check_secrets(&self, secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
         refuse_secrets(self.name(), secrets)
     }
+    /// Whether this tier can start programs of `lang` here: `Err` says why
+    /// not (the gauntlet shows such a cell as not available, never as a
+    /// pass). The default: the tier's run reports a missing interpreter.
+    fn language_support(&self, _lang: crate::spec::Language) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
     /// Run one program. Must return only once every process, container, VM
     /// and temp file of the run is gone, also when `ctx.stop` fires.
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;

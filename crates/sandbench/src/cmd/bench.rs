@@ -8,6 +8,14 @@ use sandbench_core::bench::{self, BenchReport};
 use super::usage;
 
 pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
+    let js = match args.language {
+        None | Some(crate::spec::Language::Python) => false,
+        Some(crate::spec::Language::Javascript) => true,
+        Some(other) => return Err(usage(format!("bench times python or javascript programs, not {other}"))),
+    };
+    if js && (args.soak || args.duration.is_some() || args.concurrency.is_some()) {
+        return Err(usage("--language javascript times single runs: leave out --soak, --duration and --concurrency"));
+    }
     if args.soak {
         return soak(args, config).await;
     }
@@ -18,14 +26,22 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         return Err(usage("--runs must be at least 1"));
     }
     crate::tier::parse_list(&args.tier).map_err(usage)?;
-    let plan = bench::plan(&args.tier, config).await?;
+    let plan =
+        if js { bench::plan_javascript(&args.tier, config).await? } else { bench::plan(&args.tier, config).await? };
     let text = args.format == Format::Text;
     let mut bar = super::progress::Progress::new(Some(args.runs as u64), text, std::time::Duration::from_secs(5));
     let mut progress = |round: usize| bar.set(round as u64, "bench: rounds");
-    let report = bench::measure(&args.tier, plan, args.runs, &mut progress).await?;
+    let report = if js {
+        bench::measure_javascript(&args.tier, plan, args.runs, &mut progress).await?
+    } else {
+        bench::measure(&args.tier, plan, args.runs, &mut progress).await?
+    };
     bar.finish();
-    if let Err(e) = crate::state::save_bench_in(&crate::config::state_dir(), &report) {
-        tracing::warn!("could not keep the benchmark: {e:#}");
+    // The saved figures are Python's (the frontier and the workbench read them).
+    if !js {
+        if let Err(e) = crate::state::save_bench_in(&crate::config::state_dir(), &report) {
+            tracing::warn!("could not keep the benchmark: {e:#}");
+        }
     }
     match args.format {
         Format::Json => super::emit_json(&report)?,

@@ -146,7 +146,18 @@ fn footer(m: &Matrix, md: bool) -> String {
             m.cancelled_cells()
         ));
     }
-    let judged = m.cells.len() - m.cancelled_cells();
+    let na: Vec<&crate::gauntlet::Cell> =
+        m.cells.iter().filter(|c| matches!(c.verdict, crate::gauntlet::Verdict::NotAvailable { .. })).collect();
+    if let Some(first) = na.first() {
+        out.push_str(&format!(
+            "{} cell(s) not run: the tier cannot start the sample's language here (e.g. {} on {}: {})\n",
+            na.len(),
+            first.sample,
+            first.tier,
+            first.verdict.short()
+        ));
+    }
+    let judged = m.cells.len() - m.cancelled_cells() - na.len();
     out.push_str(&if m.mismatches == 0 {
         format!("all {judged} cells as declared\n")
     } else {

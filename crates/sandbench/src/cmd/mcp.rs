@@ -72,7 +72,7 @@ pub const MAX_REPLY_OUTPUT: usize = 32 << 10;
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCodeArgs {
-    /// "python" or "sh".
+    /// "python", "sh" or "javascript" (aliases: python3, py, shell, js, node).
     pub language: String,
     /// The program's source text.
     pub code: String,
@@ -456,14 +456,16 @@ impl Sandbench {
     }
 
     /// Run a program in a sandbox and return its output and verdict.
-    #[tool(description = "Run a program (python or sh) in one of sandbench's isolation tiers and return its output \
+    #[tool(
+        description = "Run a program (python, sh or javascript) in one of sandbench's isolation tiers and return its output \
         (stdout and stderr, head and tail kept when long), the verdict (outcome ok | violation | error | cancelled, \
         each violation with the time it happened, the exit code or signal) and timings in ms. Nothing of the host's \
         environment or files is visible to the program. It has no network unless the server allows hosts \
         (max_limits.network in list_tiers, e.g. allow=pypi.org): then HTTP(S) to those hosts only, through the \
         egress proxy the HTTP_PROXY/HTTPS_PROXY variables point at; limits.network may narrow that list (not in a \
         session, which is always offline). Limits default to the server's and may only be lowered up to the \
-        ceilings list_tiers shows.")]
+        ceilings list_tiers shows."
+    )]
     async fn run_code(
         &self,
         Parameters(args): Parameters<RunCodeArgs>,

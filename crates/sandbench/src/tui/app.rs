@@ -686,6 +686,12 @@ impl App {
                 self.tier = (self.tier + self.tiers.len().max(1) - 1) % self.tiers.len().max(1);
                 self.prewarm_selected();
             }
+            Action::NextLanguage => {
+                let all = Language::ALL;
+                let next = all[(all.iter().position(|l| *l == self.language).unwrap_or(0) + 1) % all.len()];
+                self.set_language(next);
+                self.say(Level::Info, format!("language: {next} (the next run starts the code with it)"));
+            }
             Action::Save => self.save(),
             Action::SaveScreen => self.screenshot_wanted = true,
             Action::FocusNext => {
@@ -776,11 +782,10 @@ impl App {
             None => {
                 let input = format!(
                     "{}.{}",
-                    self.label.trim_end_matches(".py").trim_end_matches(".sh"),
-                    match self.language {
-                        Language::Python => "py",
-                        Language::Sh => "sh",
-                    }
+                    Language::ALL
+                        .iter()
+                        .fold(self.label.as_str(), |l, x| l.trim_end_matches(&format!(".{}", x.extension()))),
+                    self.language.extension()
                 );
                 self.overlay = Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input }));
             }

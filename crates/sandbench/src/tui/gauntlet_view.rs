@@ -91,7 +91,7 @@ impl CellView {
     /// Stopped by the user's cancel, and nothing got out: no verdict about
     /// the tier (not a mismatch, left out of the frontier's share).
     pub fn cancelled(&self) -> bool {
-        self.cell.verdict == crate::gauntlet::Verdict::Cancelled
+        self.cell.verdict.is_no_verdict()
     }
 
     pub fn new(mut cell: Cell) -> CellView {

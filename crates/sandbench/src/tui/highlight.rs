@@ -95,10 +95,7 @@ impl Highlighter {
     }
 
     fn syntax(&self) -> &SyntaxReference {
-        let ext = match self.language {
-            Language::Python => "py",
-            Language::Sh => "sh",
-        };
+        let ext = self.language.extension();
         self.assets
             .syntaxes
             .find_syntax_by_extension(ext)
@@ -203,5 +200,16 @@ mod tests {
         assert!(!h.update(&lines, 1, Duration::from_secs(5)));
         assert!(h.update(&lines, 3, Duration::from_secs(5)));
         assert!(h.line(2).is_some());
+    }
+
+    #[test]
+    fn javascript_has_its_own_syntax() {
+        let assets = Arc::new(SyntaxAssets::load());
+        let mut h = Highlighter::new(assets, "base16-ocean.dark", Language::Javascript);
+        assert_eq!(h.syntax().name, "JavaScript");
+        let lines: Vec<String> = vec!["const s = require('fs'); // x".into()];
+        assert!(h.update(&lines, 1, Duration::from_secs(5)));
+        let styles: std::collections::HashSet<_> = h.line(0).unwrap().iter().map(|(s, _)| s.fg).collect();
+        assert!(styles.len() >= 3, "keyword, string and comment are told apart");
     }
 }

@@ -55,6 +55,8 @@ pub enum Action {
     PrevTier,
     Save,
     FocusNext,
+    /// Cycle the code's language (what the next run starts it with).
+    NextLanguage,
     ThemeNext,
     Gauntlet,
     Agent,
@@ -175,6 +177,7 @@ pub static BINDINGS: &[Binding] = &[
     b!(Global, K::Char('w'), CTRL, A::FocusNext, "^W", "move focus: editor ↔ output"),
     b!(Global, K::Char('s'), CTRL, A::Save, "^S", "save the code (asks for a name the first time)"),
     b!(Global, K::Char('t'), CTRL, A::ThemeNext, "^T", "next built-in theme"),
+    b!(Global, K::Char('l'), CTRL, A::NextLanguage, "^L", "next language for the code: python, sh, javascript"),
     b!(Global, K::Char('p'), CTRL, A::SaveScreen, "^P", "save the screen as an SVG picture in the current directory (docs, slides)"),
     b!(Global, K::Char('q'), CTRL, A::Quit, "^Q", "quit (cancels and cleans up running runs)", "quit"),
     b!(Global, K::Char('c'), CTRL, A::Cancel, "^C", "copy the selection; else cancel a run; else quit"),

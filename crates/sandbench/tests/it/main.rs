@@ -29,6 +29,7 @@ mod egress;
 mod gauntlet;
 mod headless;
 mod host_inodes;
+mod javascript;
 mod mcp_bounds;
 mod mcp_files;
 mod mcp_http_auth;

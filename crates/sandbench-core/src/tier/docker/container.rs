@@ -545,7 +545,7 @@ pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, net: Option<&Net
         net.map_or(0, |n| n.port).to_string(),
         net.and_then(|n| n.ca.as_ref()).map_or(0, |c| c.len()).to_string(),
         spec.language.name().into(),
-        spec.language.file_name().into(),
+        spec.language.program_file(&spec.code).into(),
         spec.language.interpreter().len().to_string(),
     ];
     fields.extend(spec.language.interpreter().iter().map(|a| a.to_string()));

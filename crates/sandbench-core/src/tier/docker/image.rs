@@ -18,10 +18,19 @@ use crate::config::{Config, DockerConfig};
 /// How long a pull may stay silent before it counts as failed (no registry).
 const PULL_SILENCE: Duration = Duration::from_secs(20);
 
-/// Name of the image built from Debian packages.
+/// Name of the image built from Debian packages (python3 and nodejs).
 pub fn local_image_name(cfg: &DockerConfig) -> String {
+    format!("sandbench/runtime:{}", cfg.debian_suite)
+}
+
+/// The name earlier versions built their image under, with python3 only:
+/// a config that still names it is moved to [`local_image_name`].
+pub fn legacy_image_name(cfg: &DockerConfig) -> String {
     format!("sandbench/python:{}", cfg.debian_suite)
 }
+
+/// Debian packages the local image is built with, besides the essential set.
+pub const PACKAGES: &str = "python3,nodejs";
 
 /// What `ensure` did.
 #[derive(Debug, PartialEq)]
@@ -47,6 +56,17 @@ pub async fn ensure(
     image: &str,
     progress: &dyn Progress,
 ) -> anyhow::Result<Ensured> {
+    let local = local_image_name(cfg);
+    if image == legacy_image_name(cfg) {
+        // Built by an earlier sandbench without Node.js: JavaScript needs the new one.
+        progress.line(&format!("{image} (built by an earlier sandbench) has no Node.js; moving to {local}"));
+        if engine.has_image(&local).await? {
+            return Ok(Ensured::Switched(local));
+        }
+        progress.line(&format!("building {local} from Debian {} packages ({PACKAGES})", cfg.debian_suite));
+        build(engine, cfg, &local, progress).await?;
+        return Ok(Ensured::Built(local));
+    }
     if engine.has_image(image).await? {
         return Ok(Ensured::Present(image.to_string()));
     }
@@ -55,12 +75,11 @@ pub async fn ensure(
         Ok(()) => return Ok(Ensured::Pulled(image.to_string())),
         Err(e) => progress.line(&format!("pull failed: {e:#}")),
     }
-    let local = local_image_name(cfg);
     if local != image && engine.has_image(&local).await? {
         progress.line(&format!("using {local}, built earlier from Debian packages"));
         return Ok(Ensured::Switched(local));
     }
-    progress.line(&format!("building {local} from Debian {} packages (python3, essential tools)", cfg.debian_suite));
+    progress.line(&format!("building {local} from Debian {} packages ({PACKAGES}, essential tools)", cfg.debian_suite));
     build(engine, cfg, &local, progress).await?;
     Ok(Ensured::Built(local))
 }
@@ -119,7 +138,7 @@ async fn build(engine: &Engine, cfg: &DockerConfig, name: &str, progress: &dyn P
     let mut child = tokio::process::Command::new(mm)
         .args([
             "--variant=essential",
-            "--include=python3",
+            &format!("--include={PACKAGES}"),
             "--format=tar",
             "--dpkgopt=path-exclude=/usr/share/man/*",
             "--dpkgopt=path-exclude=/usr/share/doc/*",

@@ -54,6 +54,21 @@ const OOM_FLAG_WAIT: Duration = Duration::from_secs(3);
 /// After the container exited, how long the output stream may take to end.
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
+/// Whether the image has Node, from the probe's `command -v node` (the
+/// image is the user's choice: its answer is bounded and made inert).
+fn node_check(stdout: &str, image: &str, tier: &str) -> Check {
+    let line = stdout.lines().next().unwrap_or("").trim();
+    if line.starts_with('/') && line.len() <= 200 {
+        Check::ok("javascript", format!("node at {} in the image", crate::sanitize::inert_line(line, 200)))
+    } else {
+        Check::warn(
+            "javascript",
+            format!("no node in {image}: JavaScript programs cannot run"),
+            format!("sandbench setup {tier} (builds the sandbench/runtime image with nodejs), or set [docker] image to one with node"),
+        )
+    }
+}
+
 /// The image a run uses: `$SANDBENCH_DOCKER_IMAGE`, else `[docker] image`.
 pub fn configured_image(config: &Config) -> String {
     config.host.docker_image.clone().unwrap_or_else(|| config.docker.image.clone())
@@ -495,8 +510,10 @@ impl DockerTier {
             }
         }
         if ok {
-            // The honest test: a real container runs a trivial program.
-            let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
+            // The honest test: a real container runs a trivial program,
+            // which also says whether the image has Node (a shell builtin:
+            // nothing more is started).
+            let mut spec = RunSpec::new(Language::Sh, "command -v node || true\n");
             spec.label = "doctor probe".into();
             let probe = DockerTier {
                 name: self.name,
@@ -525,6 +542,7 @@ impl DockerTier {
                     "no capability but SETUID/SETGID in the container's bounding set; the keeper drops both at start, \
 a one-shot loader once the program is its own uid; a session's loader keeps them (as root) to end each call's processes",
                 ));
+                checks.push(node_check(&report.stdout, &self.image, self.name));
                 checks.push(Check::ok("warm", self.warm_check(engine).await));
             } else {
                 ok = false;
@@ -1282,5 +1300,19 @@ mod tests {
         assert_eq!(configured_image(&config), "python:3.12-slim");
         config.host.docker_image = Some("local/python".into());
         assert_eq!(configured_image(&config), "local/python");
+    }
+
+    #[test]
+    fn node_check_reads_only_a_path_and_keeps_it_inert() {
+        use crate::tier::CheckLevel;
+        let c = node_check("/usr/bin/node\n", "img", "docker");
+        assert_eq!((c.level, c.detail.as_str()), (CheckLevel::Ok, "node at /usr/bin/node in the image"));
+        for out in ["", "sh: node: not found\n", "v20\n"] {
+            let c = node_check(out, "img", "gvisor");
+            assert_eq!(c.level, CheckLevel::Warn, "{out:?}");
+            assert!(c.fix.unwrap().contains("sandbench setup gvisor"));
+        }
+        let c = node_check("/x\x1b]52;c;AAAA\x07\n", "img", "docker");
+        assert!(!c.detail.contains('\x1b') && !c.detail.contains('\x07'), "{}", c.detail);
     }
 }

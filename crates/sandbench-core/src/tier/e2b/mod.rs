@@ -373,7 +373,7 @@ pub fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
 /// `/bin/sh`, the interpreter it gets on every other tier, after the limits.
 pub fn command(spec: &RunSpec) -> (String, Vec<String>) {
     let l = &spec.limits;
-    let file = format!("{WORK_DIR}/{}", spec.language.file_name());
+    let file = format!("{WORK_DIR}/{}", spec.language.program_file(&spec.code));
     let interp = spec.language.interpreter().join(" ");
     // The CPU hard limit sits one second above the soft one: at the soft
     // limit the kernel sends SIGXCPU (reported as a cpu_time violation); with
@@ -531,7 +531,7 @@ struct Usage {
 
 /// Upload, start, stream; returns once the program ended or was stopped.
 async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext, timeout_margin: Duration) -> anyhow::Result<Usage> {
-    let file = format!("{WORK_DIR}/{}", spec.language.file_name());
+    let file = format!("{WORK_DIR}/{}", spec.language.program_file(&spec.code));
     tokio::select! {
         r = envd.upload(&file, spec.code.as_bytes()) => r?,
         _ = ctx.stop.cancelled() => {

@@ -266,12 +266,16 @@ fn busybox() -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("busybox is not installed: apt-get install busybox-static"))
 }
 
+/// Debian packages the guest's root tree has besides the essential set:
+/// the agent's python3 and the programs' interpreters.
+pub const GUEST_PACKAGES: &str = "python3,nodejs";
+
 fn wanted(cfg: &MicrovmConfig) -> anyhow::Result<Wanted> {
     let source = kernel_source(cfg)?;
     let (modules, built_in) = module_plan(&source.modules, MODULES)?;
     let bb = busybox()?;
     let agent = fnv(AGENT);
-    let rootfs = fnv(&format!("{ROOTFS_RECIPE}|{}|python3", cfg.suite));
+    let rootfs = fnv(&format!("{ROOTFS_RECIPE}|{}|{GUEST_PACKAGES}", cfg.suite));
     let mut ik = format!("{INITRD_FORMAT}|{}|{}|{}", source.version, stamp(&bb), fnv(INIT));
     for m in &modules {
         ik.push_str(&format!("|{}", stamp(&m.path)));
@@ -331,7 +335,7 @@ pub fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
             &p.rootfs,
             &m.rootfs,
             w_ok.map(|w| &w.rootfs),
-            format!("Debian {} + python3, read-only ext4", cfg.suite),
+            format!("Debian {} + {GUEST_PACKAGES}, read-only ext4", cfg.suite),
         ),
         state("agent", &p.agent, &m.agent, w_ok.map(|w| &w.agent), "guest/agent.py on the guest's python3".into()),
     ];
@@ -387,13 +391,18 @@ pub async fn setup(cfg: &MicrovmConfig, force: bool, progress: &dyn Progress) ->
     }
 
     // The debootstrapped tree (slow: minutes on a slow mirror, so it is kept).
-    if force || m.rootfs.as_ref() != Some(&w.rootfs) || !p.tree.join("usr/bin/python3").is_file() {
-        let pb = progress.step(&format!("root tree: mmdebstrap {} + python3 from {}", cfg.suite, mirror(cfg)), None);
+    if force
+        || m.rootfs.as_ref() != Some(&w.rootfs)
+        || !p.tree.join("usr/bin/python3").is_file()
+        || !p.tree.join("usr/bin/node").is_file()
+    {
+        let pb = progress
+            .step(&format!("root tree: mmdebstrap {} + {GUEST_PACKAGES} from {}", cfg.suite, mirror(cfg)), None);
         build_tree(cfg, &p, pb.as_ref()).await?;
         m.rootfs = Some(w.rootfs.clone());
         m.image = None;
         m.save(&p)?;
-        done(pb, &line, format!("✓ root tree  Debian {} + python3 in {}", cfg.suite, p.tree.display()));
+        done(pb, &line, format!("✓ root tree  Debian {} + {GUEST_PACKAGES} in {}", cfg.suite, p.tree.display()));
     } else {
         line("✓ root tree  up to date".into());
     }
@@ -408,7 +417,7 @@ pub async fn setup(cfg: &MicrovmConfig, force: bool, progress: &dyn Progress) ->
         m.save(&p)?;
         let size = std::fs::metadata(&p.rootfs).map(|x| crate::units::size(x.len())).unwrap_or_default();
         done(pb, &line, format!("✓ agent      {} → /{AGENT_IN_ROOT}/agent.pyc", p.agent.display()));
-        line(format!("✓ root disk  Debian {} + python3 + agent, read-only ext4 {size}", cfg.suite));
+        line(format!("✓ root disk  Debian {} + {GUEST_PACKAGES} + agent, read-only ext4 {size}", cfg.suite));
     } else {
         line("✓ agent      up to date".into());
         line("✓ root disk  up to date".into());
@@ -564,7 +573,7 @@ async fn build_tree(cfg: &MicrovmConfig, p: &Paths, pb: &dyn Step) -> anyhow::Re
         .args([
             "--mode=root",
             "--variant=essential",
-            "--include=python3",
+            &format!("--include={GUEST_PACKAGES}"),
             "--aptopt=Acquire::Check-Valid-Until \"false\"",
             "--dpkgopt=path-exclude=/usr/share/doc/*",
             "--dpkgopt=path-exclude=/usr/share/man/*",

@@ -140,6 +140,24 @@ impl Tier for MicrovmTier {
 
     /// Any allow list: the guest's relay carries the egress port over a
     /// serial port to the host proxy (the guest still has no network device).
+    /// Node in the guest, and a guest that can start it within a run's
+    /// limits: under TCG, V8 building its heap alone takes seconds of CPU.
+    fn language_support(&self, lang: crate::spec::Language) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            if lang != crate::spec::Language::Javascript {
+                return Ok(());
+            }
+            let p = artefacts::paths();
+            if !p.tree.join("usr/bin/node").is_file() {
+                return Err("no node in the guest (sandbench setup microvm builds it with nodejs)".into());
+            }
+            if accel::choose(&self.cfg, &p).await.accel == Accel::Tcg {
+                return Err("node under TCG (software emulation) needs seconds of CPU just to start, more than a run's CPU limit allows by default".into());
+            }
+            Ok(())
+        })
+    }
+
     fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
         Ok(())
     }
@@ -223,10 +241,26 @@ impl MicrovmTier {
             }
         }
         let ready = qemu.is_some() && arts.iter().all(|a| a.fresh);
+        let has_node = p.tree.join("usr/bin/node").is_file();
         let mut accel_name = "?";
         if ready {
             let c = accel::choose(&self.cfg, &p).await;
             accel_name = c.accel.name();
+            // Node is a big program to start on an emulated CPU (V8 builds
+            // its heap from a snapshot): seconds of the run's CPU time.
+            checks.push(match (has_node, c.accel) {
+                (false, _) => Check::warn(
+                    "javascript",
+                    "no node in the guest's root tree: JavaScript programs cannot run",
+                    "sandbench setup microvm (the root tree is Debian + nodejs)",
+                ),
+                (true, Accel::Tcg) => Check::warn(
+                    "javascript",
+                    "node in the guest, but its start-up alone takes seconds of CPU under TCG",
+                    "give JavaScript runs a larger --cpu and --timeout, or the host working KVM",
+                ),
+                (true, _) => Check::ok("javascript", "node (Debian's nodejs) in the guest's root disk"),
+            });
             // Software emulation because KVM did not work is a fallback that
             // works, many times slower: a warning with its reason. TCG asked
             // for in the config is a choice.
@@ -463,6 +497,7 @@ QEMU runs as sandbench's user on the host",
         }
         let req = proto::RunRequest {
             language: spec.language.name().into(),
+            file: spec.language.program_file(&spec.code).into(),
             code: spec.code.clone(),
             env,
             net_port: egress.map(|_| crate::egress::SANDBOX_PORT),

@@ -122,6 +122,10 @@ pub enum Item {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunRequest {
     pub language: String,
+    /// The program's file name in /work (`Language::program_file`: an ES
+    /// module is `main.mjs`); the agent refuses anything with a slash.
+    #[serde(default)]
+    pub file: String,
     pub code: String,
     pub env: Vec<(String, String)>,
     pub limits: GuestLimits,
@@ -189,6 +193,9 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
         p.extend_from_slice(v);
     };
     field("language", req.language.as_bytes());
+    if !req.file.is_empty() {
+        field("file", req.file.as_bytes());
+    }
     field("code", req.code.as_bytes());
     field("seed", req.seed.as_bytes());
     field("now", format!("{:.6}", req.now).as_bytes());
@@ -396,6 +403,7 @@ mod tests {
     fn run_frame_is_length_prefixed_pairs() {
         let req = RunRequest {
             language: "python".into(),
+            file: "main.py".into(),
             code: "print('a=b')\n".into(),
             env: vec![("A".into(), "x=y\tz".into())],
             limits: GuestLimits {
@@ -421,7 +429,7 @@ mod tests {
             fields.push(String::from_utf8(p[4..4 + n].to_vec()).unwrap());
             p = &p[4 + n..];
         }
-        assert_eq!(fields[0..4], ["language", "python", "code", "print('a=b')\n"]);
+        assert_eq!(fields[0..6], ["language", "python", "file", "main.py", "code", "print('a=b')\n"]);
         assert!(fields.windows(2).any(|w| w == ["env", "A=x=y\tz"]));
         assert!(fields.windows(2).any(|w| w == ["cpu_ms", "5000"]));
         assert!(fields.windows(2).any(|w| w == ["now", "1.500000"]));

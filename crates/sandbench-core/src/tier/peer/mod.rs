@@ -245,6 +245,25 @@ impl Tier for PeerTier {
         &self.profile.name
     }
 
+    /// Peers run the host's interpreters. A profile whose memory limit is
+    /// RLIMIT_AS (a virtual-size limit) cannot start Node at all: V8
+    /// reserves far more address space than any memory limit, so such a
+    /// cell would only measure that, not the sandbox.
+    fn language_support(&self, lang: Language) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            interpreter(lang).ok_or_else(|| format!("no {} on this host", lang.interpreter()[0]))?;
+            let virtual_size =
+                self.profile.limits.memory.iter().flatten().any(|a| a.contains("rlimit_as") || a.contains("rlimit-as"));
+            if lang == Language::Javascript && virtual_size {
+                return Err(format!(
+                    "{}'s memory limit is RLIMIT_AS (virtual size), which stops V8 from reserving its heap",
+                    self.profile.name
+                ));
+            }
+            Ok(())
+        })
+    }
+
     fn describe(&self) -> &'static str {
         &self.profile.describe
     }
@@ -366,7 +385,7 @@ impl PeerTier {
             home: dir.home.clone(),
             inside_program_dir: p.inside.program_dir.clone().unwrap_or_else(|| dir.program_dir.display().to_string()),
             inside_scratch: p.inside.scratch.clone().unwrap_or_else(|| dir.scratch.display().to_string()),
-            program_file: spec.language.file_name().into(),
+            program_file: spec.language.program_file(&spec.code).into(),
             launcher,
             interpreter: interp,
             uid: who.uid,

@@ -206,7 +206,7 @@ impl RunDir {
             fchown(&program, None, Some(Gid::from_raw(g))).context("chown the program folder")?;
             fchmod(&program, Mode::from_bits_truncate(0o750)).context("chmod the program folder")?;
         }
-        fresh_file(&program, spec.language.file_name(), spec.code.as_bytes(), gid, readable)?;
+        fresh_file(&program, spec.language.program_file(&spec.code), spec.code.as_bytes(), gid, readable)?;
         let scratch = fresh_dir(&rd.dir, SCRATCH, &rd.scratch)?;
         let home = fresh_dir(&rd.dir, HOME, &rd.home)?;
         if who.switch {

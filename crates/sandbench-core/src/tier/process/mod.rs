@@ -203,19 +203,28 @@ pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path
     }
 }
 
-/// The interpreter a Python run starts, ahead of its program.
-fn python_waiter(spec: &RunSpec) -> sandbox::Waiter {
-    python_waiter_with(spec, spec.sandbox_env("/work", "/tmp"))
+/// The interpreter a run starts ahead of its program (Python's in spares and
+/// sessions, which can exec another interpreter; the run's own when cold).
+fn waiter_for(spec: &RunSpec) -> sandbox::Waiter {
+    waiter_with(spec, spec.sandbox_env("/work", "/tmp"))
 }
 
 /// The same with the run's whole environment (its egress variables too), so
 /// that the interpreter started ahead can run the program itself.
-fn python_waiter_with(spec: &RunSpec, env: Vec<(String, String)>) -> sandbox::Waiter {
+fn waiter_with(spec: &RunSpec, env: Vec<(String, String)>) -> sandbox::Waiter {
     sandbox::Waiter {
         interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
-        file_name: spec.language.file_name().into(),
+        file_name: spec.language.program_file(&spec.code).into(),
         env,
     }
+}
+
+/// Node started ahead of a JavaScript run built for itself (`waiter.js`).
+/// A CommonJS program only: an ES module (`main.mjs`) is loaded by a
+/// different loader, so its process waits before its exec instead. Never
+/// in a spare: Node cannot exec another interpreter when the run differs.
+fn node_waiter(spec: &RunSpec, env: Vec<(String, String)>) -> Option<sandbox::Waiter> {
+    (spec.language.program_file(&spec.code) == spec.language.file_name()).then(|| waiter_with(spec, env))
 }
 
 impl ProcessTier {
@@ -396,7 +405,7 @@ impl ProcessTier {
             let made = async {
                 let t0 = std::time::Instant::now();
                 // Spares have no network: a run with an allow list is built for itself.
-                let mut l = Self::launch(&limits, Some(python_waiter(&spec)), None, None, false, &shape, t0).await?;
+                let mut l = Self::launch(&limits, Some(waiter_for(&spec)), None, None, false, &shape, t0).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -457,7 +466,7 @@ impl ProcessTier {
         let built = async {
             let t0 = std::time::Instant::now();
             let mut l =
-                Self::launch(&self.spare_limits, Some(python_waiter(&spec)), None, None, false, &shape, t0).await?;
+                Self::launch(&self.spare_limits, Some(waiter_for(&spec)), None, None, false, &shape, t0).await?;
             l.wait_ready().await?;
             anyhow::Ok((l.memory(), t0.elapsed()))
         };
@@ -523,6 +532,15 @@ impl Tier for ProcessTier {
     }
 
     /// Any allow list: the egress listener in the empty namespace is the way out.
+    /// The sandbox sees the host's /usr: the host's interpreter is the one.
+    fn language_support(&self, lang: Language) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            interpreter_on_host(lang).map(|_| ()).ok_or_else(|| {
+                format!("no {} on this host (apt-get install {})", lang.interpreter()[0], lang.debian_package())
+            })
+        })
+    }
+
     fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
         Ok(())
     }
@@ -573,6 +591,23 @@ fn interpreter_on_host(lang: Language) -> Option<String> {
         .find(|p| std::path::Path::new(p).exists())
 }
 
+/// What doctor shows for an interpreter found on the host: Node's version
+/// too (`node --version`, bounded), since Debian's and NodeSource's differ.
+fn node_detail(lang: Language, path: String) -> String {
+    if lang != Language::Javascript {
+        return path;
+    }
+    let out = std::process::Command::new(&path).arg("--version").stdin(std::process::Stdio::null()).output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let v: String =
+                String::from_utf8_lossy(&o.stdout).trim().chars().filter(char::is_ascii_graphic).take(40).collect();
+            format!("{path} {v}")
+        }
+        _ => path,
+    }
+}
+
 impl ProcessTier {
     async fn probe_inner(&self) -> Availability {
         let mut checks = vec![];
@@ -593,13 +628,16 @@ impl ProcessTier {
             )),
         }
         for lang in Language::ALL {
+            let missing = format!("{} not found in /usr/local/bin:/usr/bin:/bin", lang.interpreter()[0]);
+            let fix = format!("apt-get install {}", lang.debian_package());
             match interpreter_on_host(lang) {
-                Some(p) => checks.push(Check::ok(lang.name(), p)),
-                None => checks.push(Check::fail(
-                    lang.name(),
-                    format!("{} not found in /usr/local/bin:/usr/bin:/bin", lang.interpreter()[0]),
-                    "apt-get install python3",
-                )),
+                Some(p) => checks.push(Check::ok(lang.name(), node_detail(lang, p))),
+                // Python and sh are the tier's own (spares, probes); without
+                // Node only JavaScript programs fail.
+                None if lang == Language::Javascript => {
+                    checks.push(Check::warn(lang.name(), format!("{missing}: JavaScript programs cannot run"), fix))
+                }
+                None => checks.push(Check::fail(lang.name(), missing, fix)),
             }
         }
         // The honest test: build a real sandbox and run a trivial program.
@@ -696,7 +734,11 @@ impl ProcessTier {
             None => {
                 // Built for this run: its interpreter (Python) starts ahead of
                 // the program as in a spare, while init joins the cgroup.
-                let waiter = (spec.language == Language::Python).then(|| python_waiter_with(&spec, env.clone()));
+                let waiter = match spec.language {
+                    Language::Python => Some(waiter_with(&spec, env.clone())),
+                    Language::Javascript => node_waiter(&spec, env.clone()),
+                    Language::Sh => None,
+                };
                 let mut l = Self::launch(&limits, waiter, port, run_ca, false, &self.shape(), ctx.started).await?;
                 l.timeline.push(("helper_prepared", ctx.ms()));
                 (l, "cold")
@@ -724,7 +766,7 @@ impl ProcessTier {
         launched.net = None;
         let config = SandboxConfig {
             code: spec.code.clone(),
-            file_name: spec.language.file_name().into(),
+            file_name: spec.language.program_file(&spec.code).into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env,
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
@@ -818,6 +860,11 @@ impl ProcessTier {
         let mut timeline: Vec<(&'static str, f64)> = std::mem::take(&mut launched.timeline);
         // The sandbox stamps its steps on CLOCK_MONOTONIC: this run's start on it.
         let start_ns = sandbox::mono_ns().saturating_sub((ctx.ms() * 1e6) as u64);
+        // A pre-started interpreter is the program's own (node starting its
+        // threads under a tight pids limit can hang there): its start counts
+        // against the wall time, which the runner only starts at Running.
+        let start_by = tokio::time::Instant::now() + limits.wall_time;
+        let mut started = false;
 
         // Done once the program has exited and both its output pipes are
         // drained (EOF: every process holding them is gone), or the sandbox
@@ -844,6 +891,18 @@ impl ProcessTier {
                         // Stragglers (a daemon the program left) die with their
                         // namespace; the cgroup kill makes sure of it.
                         if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = tokio::time::sleep_until(start_by), if !started && !killed => {
+                        killed = true;
+                        let _ = child.start_kill();
+                        if let Some(c) = cg { c.kill_all(); }
+                        let detail = format!(
+                            "wall time limit {} hit before the program started — its interpreter never got ready; killed",
+                            crate::spec::format_duration(limits.wall_time)
+                        );
+                        let v = crate::event::Violation { kind: crate::event::ViolationKind::WallTimeout, at_ms: ctx.ms(), detail };
+                        ctx.emit(EventKind::Violation(v)).await;
                         None
                     }
                     _ = ctx.stop.cancelled(), if !killed => {
@@ -900,6 +959,7 @@ impl ProcessTier {
                     launched.privileges.insert(who, json!(held));
                 }
                 Some(Status::Started) => {
+                    started = true;
                     ctx.emit(EventKind::Phase(Phase::Running)).await;
                     // The program exists from now on: count it even
                     // if it exits before the first tick.

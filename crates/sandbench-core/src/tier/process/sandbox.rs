@@ -60,6 +60,8 @@ const READY_FD: RawFd = 4;
 /// The pre-started interpreter (see `waiter.py`): sandbench's code, run as
 /// `<interpreter> <file_name>` from /work, replaced by the program's file.
 pub const WAITER_PY: &str = include_str!("waiter.py");
+/// Node's waiter (see `waiter.js`): it can only run its program inline.
+pub const WAITER_JS: &str = include_str!("waiter.js");
 
 /// What the helper needs before any run: the sandbox's shape. Everything in
 /// it is the same for every run of a tier (a spare is made from it alone).
@@ -104,6 +106,16 @@ pub struct Waiter {
     pub interpreter: Vec<String>,
     pub file_name: String,
     pub env: Vec<(String, String)>,
+}
+
+impl Waiter {
+    /// The waiter's own source, in its interpreter's language.
+    pub fn source(&self) -> &'static str {
+        match self.interpreter.first().map(|c| c.rsplit('/').next().unwrap_or(c)) {
+            Some("node" | "nodejs") => WAITER_JS,
+            _ => WAITER_PY,
+        }
+    }
 }
 
 /// What a run brings: the program and the limits init applies before it starts.
@@ -834,7 +846,7 @@ fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, alive: Owne
         Err(e) => fail(format!("sandbox file system: {e}")),
     };
     if let Some((w, _)) = &waiter {
-        if let Err(e) = scratch.write_work(&w.file_name, WAITER_PY.as_bytes(), owner) {
+        if let Err(e) = scratch.write_work(&w.file_name, w.source().as_bytes(), owner) {
             fail(format!("sandbox file system: {e}"));
         }
     }

@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe::Receiver;
 
 use super::sandbox::{self, SandboxConfig, Status};
-use super::{count_user_processes, isolation_details, python_waiter, read_line_bounded, uid_policy};
+use super::{count_user_processes, isolation_details, read_line_bounded, uid_policy, waiter_for};
 use super::{Launched, ProcessTier, SAMPLE_EVERY};
 use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
@@ -51,7 +51,7 @@ struct Kept {
 pub(crate) async fn open(tier: &ProcessTier, spec: SessionSpec) -> anyhow::Result<Arc<dyn TierSession>> {
     // Python calls start in a pre-started interpreter, as one-shot runs do;
     // other calls exec from it.
-    let waiter = python_waiter(&RunSpec::new(Language::Python, ""));
+    let waiter = waiter_for(&RunSpec::new(Language::Python, ""));
     let range = (tier.uid_base, tier.uid_count);
     // Sessions keep no egress proxy: `Session::open` refused an allow list.
     let mut sandbox =
@@ -173,7 +173,7 @@ impl ProcessSession {
         let nproc = cg.is_none().then(|| count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids);
         let config = SandboxConfig {
             code: spec.code.clone(),
-            file_name: spec.language.file_name().into(),
+            file_name: spec.language.program_file(&spec.code).into(),
             interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
             env: spec.sandbox_env("/work", "/tmp"),
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,

@@ -111,7 +111,7 @@ impl Init<'_> {
         // is replaced, never written through. Should even that fail, the
         // process waits before its exec instead of in the interpreter.
         let waiter = self.waiter.as_ref().filter(|(w, _)| {
-            match self.scratch.write_work(&w.file_name, WAITER_PY.as_bytes(), self.owner) {
+            match self.scratch.write_work(&w.file_name, w.source().as_bytes(), self.owner) {
                 Ok(()) => true,
                 Err(e) => {
                     send(&Status::Warning { msg: format!("the next call starts without a waiting interpreter: {e}") });
