@@ -17,6 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::report::RunReport;
 
+/// How long processes a run's teardown killed get to disappear before
+/// any left counts as a survivor.
+const SURVIVOR_SETTLE: Duration = Duration::from_secs(3);
+
 /// The variable name of the fake API key in the launcher's environment.
 pub const SECRET_VAR: &str = "ANTHROPIC_API_KEY";
 
@@ -372,7 +376,16 @@ impl Canaries {
                 let _ = std::fs::remove_file(&p);
             }
         }
-        let survivors = processes_with(&self.marker);
+        // A process the run's teardown has already killed may still be on
+        // its way out (a container's pid namespace is emptied by the kernel
+        // after its init is gone): only one still there after a short
+        // settle is a survivor. A real daemon stays for good.
+        let mut survivors = processes_with(&self.marker);
+        let settle = Instant::now();
+        while !survivors.is_empty() && settle.elapsed() < SURVIVOR_SETTLE {
+            std::thread::sleep(Duration::from_millis(100));
+            survivors = processes_with(&self.marker);
+        }
         if !survivors.is_empty() {
             f.escapes.push(format!("{} process(es) of the run still alive: {:?}", survivors.len(), survivors));
             for p in survivors {
