@@ -3,7 +3,7 @@
 # must: give the program a placeholder only: the value is in no process, file or memory the sandbox can read
 # network: allow=bound.gauntlet.test:{bound_port}
 # secret: GAUNTLET_KEY@bound.gauntlet.test:{bound_port}
-# expect: *=ok
+# expect: *=ok bwrap=escaped firejail=escaped codex=escaped
 import os
 import socket
 import ssl
