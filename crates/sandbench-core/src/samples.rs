@@ -22,7 +22,12 @@
 //! `network: allow=...` (optional) runs the sample under that network limit,
 //! against the gauntlet's own loopback internet (`gauntlet::internet`;
 //! `{http_port}` and `{tls_port}` stand for its ports); a tier that cannot
-//! enforce it runs it with none.
+//! enforce it runs it with none (`{bound_port}` is the bound host's).
+//! `secret: NAME@HOST` (with `network:`) gives the run a secret `NAME`
+//! bound to `HOST` (the gauntlet's bound host), its value fresh per cell
+//! and known only to sandbench: the cell escapes if the value shows up
+//! anywhere the program or another host could see it. A tier that takes no
+//! secrets runs the sample without one (and the program finds no `NAME`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -133,6 +138,8 @@ pub struct Sample {
     pub delivers: Vec<String>,
     /// The network limit it runs under (with the internet's placeholders).
     pub network: Option<String>,
+    /// `NAME@HOST` of its `secret:` line (with the internet's placeholders).
+    pub secret: Option<String>,
     pub code: String,
 }
 
@@ -165,6 +172,7 @@ impl Sample {
             escaped_if: vec![],
             delivers: vec![],
             network: None,
+            secret: None,
             code: String::new(),
         };
         for line in code.lines() {
@@ -193,14 +201,27 @@ impl Sample {
                 "escaped-if" => s.escaped_if.push(value.trim_matches('"').to_string()),
                 "delivers" => s.delivers.push(value.trim_matches('"').to_string()),
                 "network" => {
-                    let filled = value.replace("{http_port}", "1").replace("{tls_port}", "1");
+                    let filled =
+                        value.replace("{http_port}", "1").replace("{tls_port}", "1").replace("{bound_port}", "1");
                     filled
                         .parse::<crate::egress::Network>()
                         .map_err(|e| anyhow::anyhow!("{}: network: {e}", path.display()))?;
                     s.network = Some(value.to_string());
                 }
+                "secret" => {
+                    let (name, host) = value
+                        .split_once('@')
+                        .with_context(|| format!("{}: secret: NAME@HOST, got '{value}'", path.display()))?;
+                    let filled = host.replace("{bound_port}", "1");
+                    crate::egress::secrets::Declared::parse(&format!("{name}=env:GAUNTLET_SECRET@{filled}"))
+                        .map_err(|e| anyhow::anyhow!("{}: secret: {e}", path.display()))?;
+                    s.secret = Some(value.to_string());
+                }
                 _ => {}
             }
+        }
+        if s.secret.is_some() && s.network.is_none() {
+            bail!("{}: a 'secret:' line needs a 'network:' line that allows its host", path.display());
         }
         if s.expect.is_empty() {
             bail!("{}: the header has no 'expect:' line", path.display());

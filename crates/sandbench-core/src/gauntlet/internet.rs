@@ -10,6 +10,10 @@
 //! (an IP literal, a mismatched Host or SNI, a second request riding on an
 //! allowed connection, a direct connection that skipped the proxy) is seen
 //! even though the host itself is allowed.
+//!
+//! A bound host (`bound::Bound`, HTTPS beside the allowed host) is what a
+//! sample's secret goes to: it echoes and logs, and `secret_escapes` says
+//! where the secret's value showed up that it must not.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, UdpSocket};
@@ -129,6 +133,7 @@ pub struct Internet {
     tls: Arc<Seen>,
     canary_seen: Arc<Seen>,
     dns_hits: Arc<AtomicU64>,
+    pub bound: super::bound::Bound,
     _hosts: Vec<Host>,
 }
 
@@ -148,6 +153,7 @@ impl Internet {
         let d = random(2)?;
         let udp = UdpSocket::bind((Ipv4Addr::new(127, 79, d[0], d[1].max(1)), 0))?;
         let dns = udp.local_addr()?;
+        let bound = super::bound::Bound::plant(a)?;
         udp.set_read_timeout(Some(Duration::from_millis(20)))?;
         let dns_hits = Arc::new(AtomicU64::new(0));
         let (h, s) = (dns_hits.clone(), stop.clone());
@@ -169,13 +175,18 @@ impl Internet {
             tls,
             canary_seen,
             dns_hits,
+            bound,
             _hosts: vec![Host { stop, threads }],
         })
     }
 
-    /// `{http_port}` and `{tls_port}` of a sample's `network:` line.
+    /// `{http_port}`, `{tls_port}` and `{bound_port}` of a sample's
+    /// `network:` and `secret:` lines.
     pub fn fill(&self, template: &str) -> String {
-        template.replace("{http_port}", &self.http_port.to_string()).replace("{tls_port}", &self.tls_port.to_string())
+        template
+            .replace("{http_port}", &self.http_port.to_string())
+            .replace("{tls_port}", &self.tls_port.to_string())
+            .replace("{bound_port}", &self.bound.port.to_string())
     }
 
     /// The names the run's proxy resolves (the rebinding name answers the
@@ -185,6 +196,7 @@ impl Internet {
         h.insert(ALLOWED, vec![IpAddr::V4(self.allowed)]);
         h.insert(REBIND, vec![IpAddr::V4(self.allowed), IpAddr::V4(self.canary)]);
         h.insert(EVIL, vec![IpAddr::V4(self.canary)]);
+        h.insert(super::bound::BOUND, vec![IpAddr::V4(self.allowed)]);
         h
     }
 
@@ -200,6 +212,7 @@ impl Internet {
             ("GAUNTLET_HTTP_PORT".into(), self.http_port.to_string()),
             ("GAUNTLET_TLS_PORT".into(), self.tls_port.to_string()),
             ("GAUNTLET_DNS".into(), self.dns.to_string()),
+            ("GAUNTLET_BOUND".into(), format!("{}:{}", super::bound::BOUND, self.bound.port)),
         ]
     }
 
@@ -254,6 +267,55 @@ impl Internet {
             }
         }
         out
+    }
+}
+
+impl Internet {
+    /// Where a secret's `value` (bound to the bound host, headers only) got
+    /// that it must not: any byte any other host or the canary resolver
+    /// received, a name the proxy looked up, and a place in a request to the
+    /// bound host other than its header values. Notes say what the bound
+    /// host did get, for the verdict.
+    pub fn secret_escapes(&self, value: &str, lookups: &[String]) -> (Vec<String>, Vec<String>) {
+        let v = value.as_bytes();
+        let holds = |b: &[u8]| b.windows(v.len()).any(|w| w == v);
+        let mut out = vec![];
+        for (what, seen) in [
+            ("the allowed (unbound) host's HTTP port", &self.http),
+            ("the allowed (unbound) host's TLS port", &self.tls),
+            ("the canary host", &self.canary_seen),
+        ] {
+            let n = seen.firsts.lock().map(|f| f.iter().filter(|b| holds(b)).count()).unwrap_or(0);
+            if n > 0 {
+                out.push(format!("the secret's value reached {what} ({n} connection(s))"));
+            }
+        }
+        if lookups.iter().any(|l| l.contains(value)) {
+            out.push("the egress proxy asked DNS for a name holding the secret's value".into());
+        }
+        let requests = self.bound.requests();
+        let mut carried = 0;
+        for r in &requests {
+            let head_end = r.windows(4).position(|w| w == b"\r\n\r\n").map_or(r.len(), |i| i + 4);
+            let line_end = r.iter().position(|b| *b == b'\n').unwrap_or(r.len()).min(head_end);
+            if holds(&r[..line_end]) {
+                out.push("the secret's value went to its host in a request line (headers only were allowed)".into());
+            }
+            if holds(&r[head_end..]) {
+                out.push("the secret's value went to its host in a request body (headers only were allowed)".into());
+            }
+            let head = String::from_utf8_lossy(&r[line_end..head_end]);
+            if head.lines().any(|l| l.split_once(':').is_some_and(|(k, _)| k.contains(value))) {
+                out.push("the secret's value went to its host in a header name".into());
+            }
+            carried += usize::from(holds(&r[..head_end]));
+        }
+        out.dedup();
+        let notes = vec![format!(
+            "the bound host got {} request(s), {carried} carrying the secret's value in a header",
+            requests.len()
+        )];
+        (out, notes)
     }
 }
 

@@ -3,6 +3,7 @@
 //! contained / escaped / error, plus each tier's benign latency. Compare mode
 //! and the gauntlet share this engine (`run_cell`).
 
+pub mod bound;
 pub mod canary;
 pub mod internet;
 
@@ -171,6 +172,7 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
     spec.launcher_env.insert(canary::SECRET_VAR.to_string(), canaries.api_key.clone());
     // A sample with a network limit meets the gauntlet's own internet.
     let mut notes = vec![];
+    let mut secret_value: Option<String> = None;
     let internet = match &sample.network {
         None => None,
         Some(template) => {
@@ -189,6 +191,12 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
                 Ok(()) => {
                     spec.limits.network = limit;
                     spec.hosts = net.hosts();
+                    if let Some(line) = &sample.secret {
+                        match plant_secret(tier.as_ref(), &net, line, &mut spec) {
+                            Ok(v) => secret_value = Some(v),
+                            Err(why) => notes.push(why),
+                        }
+                    }
                 }
                 // Never widened: such a tier gets no network at all, and
                 // every bypass still has to fail there.
@@ -227,6 +235,22 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
                 .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
                 .unwrap_or_default();
             f.escapes.extend(net.escapes(&lookups, &c.marker));
+            if let Some(v) = &secret_value {
+                let (escapes, said) = net.secret_escapes(v, &lookups);
+                f.escapes.extend(escapes);
+                notes.extend(said);
+                // The runner redacts the value from everything it passes
+                // on: a count here means the program got hold of it.
+                let redacted: u64 = seen.secrets.iter().map(|s| s.redacted).sum();
+                if redacted > 0 {
+                    f.escapes.push(format!(
+                        "the secret's value reached the sandbox ({redacted} form(s) redacted from its output)"
+                    ));
+                }
+                if serde_json::to_string(&seen).is_ok_and(|j| j.contains(v.as_str())) {
+                    f.escapes.push("the secret's value is in the run's report".into());
+                }
+            }
         }
         f.notes = notes;
         f
@@ -234,6 +258,29 @@ pub async fn run_cell_until(tier: Arc<dyn Tier>, sample: &Sample, limits: &Limit
     .await
     .unwrap_or_else(|e| Findings { escapes: vec![format!("the canary check failed: {e}")], ..Default::default() });
     judge(sample, &tier_name, report, findings)
+}
+
+/// Give the run the sample's secret (`NAME@HOST`): a fresh random value,
+/// known only to sandbench, bound to the internet's host (whose CA the
+/// proxy trusts for this run). `Err` (a note) when the tier takes no
+/// secrets: the sample runs without one.
+fn plant_secret(tier: &dyn Tier, net: &internet::Internet, line: &str, spec: &mut RunSpec) -> Result<String, String> {
+    use crate::egress::secrets::{Declared, Secrets};
+    let (name, host) = line.split_once('@').ok_or_else(|| format!("the sample's secret line '{line}'"))?;
+    let mut r = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut r))
+        .map_err(|e| format!("cannot make the secret's value: {e}"))?;
+    let value = format!("gauntlet-value-{}", r.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let decl = Declared::parse(&format!("{name}=env:GAUNTLET_SECRET@{}", net.fill(host)))?;
+    let secret = decl.resolve(&|v| (v == "GAUNTLET_SECRET").then(|| value.clone().into()))?;
+    let secrets = Secrets::new(vec![secret])?;
+    if let Err(why) = tier.check_secrets(&secrets) {
+        return Err(format!("ran without the secret: {why}"));
+    }
+    spec.secrets = secrets;
+    spec.upstream_ca.push(net.bound.ca_pem.clone());
+    Ok(value)
 }
 
 fn error_report(tier: &str, s: &Sample) -> RunReport {

@@ -233,6 +233,11 @@ pub struct App {
     /// ANTHROPIC_API_KEY is in sandbench's environment (from the config,
     /// which read it at start): the agent needs it.
     pub api_key_set: bool,
+    /// The operator's `[secrets.NAME]` declarations (the config's); the
+    /// limits form (F3) picks among them by name.
+    pub offered_secrets: BTreeMap<String, crate::egress::secrets::SecretConfig>,
+    /// The secrets the next run gets (names; values read when it starts).
+    pub secrets: Vec<String>,
 }
 
 impl App {
@@ -281,6 +286,8 @@ impl App {
             agent: AgentView::new(),
             runs_log: RunsView::default(),
             api_key_set: false,
+            offered_secrets: Default::default(),
+            secrets: vec![],
         }
     }
 
@@ -594,8 +601,9 @@ impl App {
                     self.say(Level::Info, m);
                 }
             }
-            Intent::ApplyLimits(l) => {
+            Intent::ApplyLimits(l, secrets) => {
                 self.limits = l;
+                self.secrets = secrets;
                 self.overlay = None;
                 self.say(Level::Info, "limits set for the next run");
             }
@@ -676,7 +684,9 @@ impl App {
             Action::Samples => self.open_samples(),
             Action::Limits => {
                 let tier = self.tiers.get(self.tier).map_or("", |t| t.name.as_str());
-                self.overlay = Some(Overlay::Limits(LimitsForm::new(&self.limits, tier)));
+                let offered: Vec<String> = self.offered_secrets.keys().cloned().collect();
+                self.overlay =
+                    Some(Overlay::Limits(LimitsForm::new(&self.limits, tier).with_secrets(&self.secrets, offered)));
             }
             Action::NextTier => {
                 self.tier = (self.tier + 1) % self.tiers.len().max(1);
@@ -866,21 +876,30 @@ impl App {
         !active.is_empty()
     }
 
-    fn spec(&self) -> Option<RunSpec> {
+    /// The next run, or why there is none (said as a warning).
+    fn spec(&self) -> Result<RunSpec, String> {
         let code = self.editor.text();
         if code.trim().is_empty() {
-            return None;
+            return Err("nothing to run: the editor is empty".into());
         }
         let mut s = RunSpec::new(self.language, code);
         s.limits = self.limits.clone();
         s.label = self.label.clone();
-        Some(s)
+        if !self.secrets.is_empty() {
+            // Read now, as `run --secret NAME` reads them: a value changed
+            // since the form was filled is the one used.
+            use crate::egress::secrets;
+            let decls = secrets::declarations(&self.offered_secrets, &self.secrets, &[])?;
+            s.secrets = secrets::resolve_all(&decls, &|v| std::env::var_os(v))?;
+        }
+        Ok(s)
     }
 
     fn start(&mut self, tier: &str, spec: RunSpec) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         let mut view = RunView::new(id, tier, &spec.label, spec.limits.clone());
+        view.secrets = spec.secrets.names();
         view.live_clock = self.live_clock;
         self.runs.insert(id, view);
         self.effects.push(Effect::Start { id, tier: tier.to_string(), spec });
@@ -912,8 +931,9 @@ impl App {
             }
             Some(_) => {}
         }
-        let Some(spec) = self.spec() else {
-            return self.say(Level::Warn, "nothing to run: the editor is empty");
+        let spec = match self.spec() {
+            Ok(s) => s,
+            Err(why) => return self.say(Level::Warn, why),
         };
         self.view = View::Single;
         self.output.show_new_run();
@@ -931,8 +951,9 @@ impl App {
             return self
                 .say(Level::Error, "no tier is available to compare (see the tier list, or `sandbench doctor`)");
         }
-        let Some(spec) = self.spec() else {
-            return self.say(Level::Warn, "nothing to run: the editor is empty");
+        let spec = match self.spec() {
+            Ok(s) => s,
+            Err(why) => return self.say(Level::Warn, why),
         };
         let skipped: Vec<(String, String)> = self
             .tiers

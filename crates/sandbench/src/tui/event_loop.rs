@@ -230,6 +230,7 @@ pub async fn run(config: &Config, file: Option<PathBuf>, theme: Option<String>) 
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut app = App::new(theme, &refs, &config.default_tier, config.limits.clone());
     app.api_key_set = config.env.anthropic_api_key.is_some();
+    app.offered_secrets = config.secrets.clone();
     app.samples_dirs = super::app::default_samples_dirs(config.host.samples_dir.as_deref());
     if let Some(f) = &file {
         app.open(f).map_err(|e| usage(format!("{e:#}")))?;

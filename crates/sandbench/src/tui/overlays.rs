@@ -287,10 +287,12 @@ pub enum LimitField {
     Disk,
     Output,
     Network,
+    /// Not a limit: the operator's `[secrets.NAME]` the run gets, by name.
+    Secrets,
 }
 
 impl LimitField {
-    pub const ALL: [LimitField; 8] = [
+    pub const ALL: [LimitField; 9] = [
         LimitField::CpuTime,
         LimitField::WallTime,
         LimitField::Memory,
@@ -299,6 +301,7 @@ impl LimitField {
         LimitField::Disk,
         LimitField::Output,
         LimitField::Network,
+        LimitField::Secrets,
     ];
 
     pub fn label(self) -> &'static str {
@@ -311,13 +314,14 @@ impl LimitField {
             LimitField::Disk => "disk",
             LimitField::Output => "output",
             LimitField::Network => "network",
+            LimitField::Secrets => "secrets",
         }
     }
 
     /// Longest text the field takes (an allow list is long).
     pub fn max_len(self) -> usize {
         match self {
-            LimitField::Network => 400,
+            LimitField::Network | LimitField::Secrets => 400,
             _ => 24,
         }
     }
@@ -327,6 +331,7 @@ impl LimitField {
             LimitField::CpuTime | LimitField::WallTime => "e.g. 5s, 500ms, 2m",
             LimitField::Pids => "a whole number",
             LimitField::Network => "none or allow=pypi.org,…",
+            LimitField::Secrets => "names from [secrets]",
             _ => "e.g. 256M, 1G, 512K",
         }
     }
@@ -341,6 +346,7 @@ impl LimitField {
             LimitField::Disk => format_size(l.disk_bytes),
             LimitField::Output => format_size(l.output_bytes),
             LimitField::Network => l.network.to_string(),
+            LimitField::Secrets => String::new(),
         }
     }
 
@@ -354,6 +360,8 @@ impl LimitField {
             LimitField::Disk => l.disk_bytes = spec::parse_size(s)?,
             LimitField::Output => l.output_bytes = spec::parse_size(s)?,
             LimitField::Network => l.network = s.parse()?,
+            // Checked by the form against what the config offers.
+            LimitField::Secrets => {}
         }
         Ok(())
     }
@@ -369,12 +377,50 @@ pub struct LimitsForm {
     base: Limits,
     /// The tier the next run goes to: its maxima bound the values.
     tier: String,
+    /// The names of the config's `[secrets]` (what the field may name).
+    offered: Vec<String>,
 }
 
 impl LimitsForm {
     pub fn new(limits: &Limits, tier: &str) -> LimitsForm {
         let fields = LimitField::ALL.iter().map(|f| (*f, f.get(limits))).collect();
-        LimitsForm { fields, selected: 0, error: None, base: limits.clone(), tier: tier.to_string() }
+        LimitsForm { fields, selected: 0, error: None, base: limits.clone(), tier: tier.to_string(), offered: vec![] }
+    }
+
+    /// The secrets field filled with `chosen`, checked against `offered`.
+    pub fn with_secrets(mut self, chosen: &[String], offered: Vec<String>) -> LimitsForm {
+        if let Some(f) = self.fields.iter_mut().find(|(f, _)| *f == LimitField::Secrets) {
+            f.1 = chosen.join(",");
+        }
+        self.offered = offered;
+        self
+    }
+
+    /// The names in the secrets field: each one the config declares, and
+    /// only on a tier that takes secrets.
+    fn secrets(&self) -> Result<Vec<String>, String> {
+        let text = self.fields.iter().find(|(f, _)| *f == LimitField::Secrets).map_or("", |(_, t)| t.as_str());
+        let mut names: Vec<String> = vec![];
+        for n in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if !self.offered.iter().any(|o| o == n) {
+                let n = crate::sanitize::inert_line(n, 40);
+                return Err(if self.offered.is_empty() {
+                    format!("no [secrets.{n}] in the config (it declares none)")
+                } else {
+                    format!("no [secrets.{n}] in the config (it declares {})", self.offered.join(", "))
+                });
+            }
+            if !names.iter().any(|m| m == n) {
+                names.push(n.to_string());
+            }
+        }
+        if !names.is_empty() && !matches!(self.tier.as_str(), "process" | "docker" | "gvisor" | "microvm") {
+            return Err(format!(
+                "the {} tier takes no secrets (sandbench's egress proxy does not carry its traffic); use process, docker, gvisor or microvm",
+                self.tier
+            ));
+        }
+        Ok(names)
     }
 
     pub fn key(&mut self, k: Key) -> Reply {
@@ -395,7 +441,7 @@ impl LimitsForm {
                 Reply::Consumed
             }
             (Some(Action::Accept), _) => match self.check() {
-                Ok(l) => Reply::Do(Intent::ApplyLimits(l)),
+                Ok((l, secrets)) => Reply::Do(Intent::ApplyLimits(l, secrets)),
                 Err(()) => Reply::Consumed,
             },
             (Some(a), _) => Reply::Pass(a),
@@ -412,7 +458,7 @@ impl LimitsForm {
     }
 
     /// The values as limits, or the first problem shown in the form.
-    fn check(&mut self) -> Result<Limits, ()> {
+    fn check(&mut self) -> Result<(Limits, Vec<String>), ()> {
         let mut l = self.base.clone();
         for (i, (field, text)) in self.fields.iter().enumerate() {
             if let Err(e) = field.set(&mut l, text) {
@@ -430,7 +476,14 @@ impl LimitsForm {
             self.error = Some(e);
             return Err(());
         }
-        Ok(l)
+        match self.secrets() {
+            Ok(names) => Ok((l, names)),
+            Err(e) => {
+                self.error = Some(format!("secrets: {e}"));
+                self.selected = self.fields.iter().position(|(f, _)| *f == LimitField::Secrets).unwrap_or(0);
+                Err(())
+            }
+        }
     }
 }
 
@@ -497,9 +550,37 @@ mod tests {
         assert!(f.error.as_deref().is_some_and(|e| e.starts_with("memory:")), "{:?}", f.error);
         f.key(act(Action::Backspace));
         f.key(typed('M'));
-        let Reply::Do(Intent::ApplyLimits(l)) = f.key(act(Action::Accept)) else { panic!("accepted") };
+        let Reply::Do(Intent::ApplyLimits(l, secrets)) = f.key(act(Action::Accept)) else { panic!("accepted") };
         assert_eq!(l.memory_bytes, 256 << 20);
         assert_eq!(l.pids, Limits::default().pids);
+        assert!(secrets.is_empty());
+    }
+
+    #[test]
+    fn the_form_picks_secrets_the_config_declares_by_name_only() {
+        let offered = vec!["API_KEY".to_string(), "GH_TOKEN".to_string()];
+        let at = LimitField::ALL.iter().position(|f| *f == LimitField::Secrets).unwrap();
+        let mut f = LimitsForm::new(&Limits::default(), "process").with_secrets(&["API_KEY".into()], offered.clone());
+        assert_eq!(f.fields[at].1, "API_KEY");
+        f.selected = at;
+        for c in ", NOPE".chars() {
+            f.key(typed(c));
+        }
+        assert!(matches!(f.key(act(Action::Accept)), Reply::Consumed));
+        let e = f.error.clone().unwrap_or_default();
+        assert!(e.contains("no [secrets.NOPE]") && e.contains("API_KEY, GH_TOKEN"), "{e}");
+        for _ in 0..4 {
+            f.key(act(Action::Backspace));
+        }
+        for c in "GH_TOKEN,API_KEY".chars() {
+            f.key(typed(c));
+        }
+        let Reply::Do(Intent::ApplyLimits(_, secrets)) = f.key(act(Action::Accept)) else { panic!("accepted") };
+        assert_eq!(secrets, ["API_KEY", "GH_TOKEN"]);
+        // A tier without sandbench's egress proxy takes none.
+        let mut f = LimitsForm::new(&Limits::default(), "bwrap").with_secrets(&["API_KEY".into()], offered);
+        assert!(matches!(f.key(act(Action::Accept)), Reply::Consumed));
+        assert!(f.error.as_deref().is_some_and(|e| e.contains("takes no secrets")), "{:?}", f.error);
     }
 
     #[test]

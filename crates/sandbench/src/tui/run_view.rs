@@ -43,6 +43,8 @@ pub struct RunView {
     pub tier: String,
     pub label: String,
     pub limits: Limits,
+    /// The run's secrets, by name (never a value).
+    pub secrets: Vec<String>,
     pub lines: LineRing<OutLine>,
     stdout: Sanitizer,
     stderr: Sanitizer,
@@ -80,6 +82,7 @@ impl RunView {
             tier: tier.to_string(),
             label: label.to_string(),
             limits,
+            secrets: vec![],
             lines: LineRing::new(MAX_LINES),
             stdout: Sanitizer::new(MAX_LINE_COLS),
             stderr: Sanitizer::new(MAX_LINE_COLS),
@@ -303,6 +306,9 @@ impl RunView {
         );
         if !self.limits.network.is_none() {
             s.push_str(&format!(" · net {}", self.limits.network));
+        }
+        if !self.secrets.is_empty() {
+            s.push_str(&format!(" · secrets {}", self.secrets.join(",")));
         }
         s
     }

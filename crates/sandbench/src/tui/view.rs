@@ -51,7 +51,8 @@ pub enum Intent {
     /// status line to show.
     Close(Option<String>),
     /// The limits form's values, already checked against the tier.
-    ApplyLimits(Limits),
+    /// The limits and the secrets (names) of the next run.
+    ApplyLimits(Limits, Vec<String>),
     /// Put the sample in the editor (the picker has asked about unsaved edits).
     LoadSample(Box<Sample>),
     SaveTo(PathBuf),

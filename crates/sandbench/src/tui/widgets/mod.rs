@@ -118,6 +118,14 @@ fn draw_status(app: &App, f: &mut Frame, area: Rect) {
                     ),
                     t.dim(),
                 ),
+                Span::styled(
+                    if app.secrets.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" · secrets {}", app.secrets.join(","))
+                    },
+                    t.dim(),
+                ),
             ])
         }
     };

@@ -27,6 +27,10 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     };
     let mut title =
         format!(" output · {} · {} ", run.tier, if app.output.scroll.follows() { "following" } else { "scrolled" });
+    if !run.secrets.is_empty() {
+        // Names only: a run's header never holds a value.
+        title.push_str(&format!("· secrets {} ", run.secrets.join(",")));
+    }
     if run.lines.dropped > 0 {
         title.push_str(&format!("· {} dropped ", run.lines.dropped));
     }

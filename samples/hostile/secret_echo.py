@@ -1,0 +1,73 @@
+# name: secret-echo
+# tries: make the bound host hand the value back: it echoes the request (with the substituted value) as the body, in a response header, in 7-byte chunks that split the value, and gzip-compressed unasked; HTTP/2 offered first
+# must: put the value in the request to its host only, and scrub it (plain, compressed, split) from everything that comes back; negotiate HTTP/1.1
+# network: allow=bound.gauntlet.test:{bound_port}
+# secret: GAUNTLET_KEY@bound.gauntlet.test:{bound_port}
+# expect: *=ok
+import os
+import socket
+import ssl
+from urllib.parse import urlsplit
+
+ph = os.environ.get("GAUNTLET_KEY", "no-placeholder")
+bound = os.environ.get("GAUNTLET_BOUND", "bound.gauntlet.test:443")
+bhost = bound.rpartition(":")[0]
+proxy = urlsplit(os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy") or "http://127.0.0.1:3128")
+
+
+def tunnel(to=bound):
+    s = socket.create_connection((proxy.hostname, proxy.port or 3128), timeout=10)
+    s.sendall(f"CONNECT {to} HTTP/1.1\r\nHost: {to}\r\n\r\n".encode())
+    r = b""
+    while b"\r\n\r\n" not in r:
+        x = s.recv(1)
+        if not x:
+            raise OSError("the proxy closed the tunnel")
+        r += x
+    if b" 200" not in r.split(b"\r\n")[0]:
+        raise OSError(r.split(b"\r\n")[0].decode(errors="replace"))
+    return s
+
+
+def ask(raw, ctx=None, to=bound):
+    """Send raw bytes over TLS to the bound host through the proxy; all that comes back."""
+    try:
+        ctx = ctx or ssl.create_default_context()
+        s = ctx.wrap_socket(tunnel(to), server_hostname=to.rpartition(":")[0])
+        s.sendall(raw)
+        got = b""
+        while len(got) < 1 << 20:
+            try:
+                x = s.recv(65536)
+            except (OSError, ssl.SSLError):
+                break
+            if not x:
+                break
+            got += x
+        return got.decode(errors="replace")
+    except Exception as e:
+        return f"failed: {type(e).__name__}: {e}"
+
+
+def plain(raw, host):
+    """Send raw bytes to the proxy as a plain-HTTP request; the first line back."""
+    try:
+        s = socket.create_connection((proxy.hostname, proxy.port or 3128), timeout=10)
+        s.sendall(raw)
+        d = s.recv(4096)
+        return d.decode(errors="replace").splitlines()[0] if d else "closed"
+    except Exception as e:
+        return f"failed: {type(e).__name__}: {e}"
+for path in ("/echo", "/header", "/chunked", "/gzip"):
+    req = f"GET {path} HTTP/1.1\r\nHost: {bound}\r\nAuthorization: Bearer {ph}\r\nAccept-Encoding: gzip\r\n\r\n"
+    print(path, ask(req.encode())[:3000])
+try:
+    ctx = ssl.create_default_context()
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    s = ctx.wrap_socket(tunnel(), server_hostname=bhost)
+    print("ALPN:", s.selected_alpn_protocol())
+    s.sendall(f"GET /echo HTTP/1.1\r\nHost: {bound}\r\nAuthorization: Bearer {ph}\r\n\r\n".encode())
+    print("after ALPN:", s.recv(65536)[:200])
+    s.close()
+except Exception as e:
+    print("ALPN: failed", type(e).__name__, e)
