@@ -50,7 +50,12 @@ fn a_long_call_streams_its_output_to_a_client_that_asked() {
     let messages: String = progress.iter().map(|p| p["message"].as_str().unwrap_or("")).collect();
     let text: String =
         progress.iter().map(|p| p["message"].as_str().unwrap_or("").trim_start_matches("stdout: ")).collect();
-    assert!(messages.starts_with("stdout: tick 0") && text.contains("tick 7"), "{messages}");
+    // The program's writes may arrive split at any byte (its stdout is
+    // unbuffered): what matters is the text, in order, as it came.
+    assert!(
+        messages.starts_with("stdout: tick") && text.starts_with("tick 0") && text.contains("tick 7"),
+        "{messages}"
+    );
     assert!(!messages.contains('\x1b') && !messages.contains('\u{202e}'), "raw controls streamed: {messages:?}");
     assert!(messages.contains("␛]52") && messages.contains("<U+202E>"), "{messages:?}");
     let first = progress[0]["t"].as_f64().unwrap();
