@@ -246,7 +246,8 @@ fn limits_form_applies_valid_values() {
 fn the_network_limit_is_set_in_the_form_and_decisions_show_live() {
     let mut app = app();
     app.update(key(KeyCode::F(3)));
-    // The last field: the network.
+    // The field before the last (secrets): the network.
+    app.update(key(KeyCode::Up));
     app.update(key(KeyCode::Up));
     for _ in 0.."none".len() {
         app.update(key(KeyCode::Backspace));

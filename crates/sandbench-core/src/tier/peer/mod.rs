@@ -596,11 +596,16 @@ impl PeerTier {
             use std::os::unix::process::ExitStatusExt;
             ExitStatus { code: status.code(), signal: status.signal() }
         };
-        let stderr_tail = tail.lock().map(|t| String::from_utf8_lossy(&t).into_owned()).unwrap_or_default();
         if !killed && !*started_rx.borrow() {
             // The tool exited before it started the program: not a verdict.
             let said = String::from_utf8_lossy(&held);
-            let line = said.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("nothing on stderr");
+            // The tool's own failure line if it wrote one, else its first.
+            let line = said
+                .lines()
+                .map(str::trim)
+                .find(|l| p.failure_prefixes.iter().any(|pre| l.starts_with(pre.as_str())))
+                .or_else(|| said.lines().map(str::trim).find(|l| !l.is_empty()))
+                .unwrap_or("nothing on stderr");
             let line: String = line.chars().take(200).collect();
             return Err(anyhow::Error::new(NotStarted(format!(
                 "{} exited ({}) before it started the program: {}",
@@ -609,18 +614,10 @@ impl PeerTier {
                 crate::sanitize::visible_controls(line.as_bytes())
             ))));
         }
-        if !killed && exit.code != Some(0) {
-            if let Some(line) =
-                stderr_tail.lines().find(|l| p.failure_prefixes.iter().any(|pre| l.starts_with(pre.as_str())))
-            {
-                let line: String = line.chars().take(200).collect();
-                return Err(anyhow!(
-                    "{} could not build its sandbox: {}",
-                    p.name,
-                    crate::sanitize::visible_controls(line.as_bytes())
-                ));
-            }
-        }
+        // Once the program has started, stderr is the program's too: a line
+        // that looks like the tool's failure may be the program's forgery
+        // (the js-forged-verdict sample made codex's run an "error"), so
+        // failure lines are read only before the start (above).
         // What got past the peer, in the outer net's own counters.
         if s.oom_kills > 0 || s.memory_max_events > 0 {
             escapes.push(format!(
