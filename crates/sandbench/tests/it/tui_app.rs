@@ -289,6 +289,7 @@ fn the_network_limit_is_set_in_the_form_and_decisions_show_live() {
     let mut app = App::new(Theme::dark(), &["bwrap"], "bwrap", Limits::default());
     app.update(key(KeyCode::F(3)));
     app.update(key(KeyCode::Up));
+    app.update(key(KeyCode::Up));
     for _ in 0.."none".len() {
         app.update(key(KeyCode::Backspace));
     }
