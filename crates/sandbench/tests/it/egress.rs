@@ -10,6 +10,7 @@
 //! tier runs them in the full gauntlet). Nothing listens off loopback.
 
 use crate::support::common;
+use crate::support::loopback_web::{bind_80_and_443, test_ca, TestCa};
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
@@ -62,61 +63,30 @@ impl Internet {
     /// Ports 80 and 443 (what a bare allow entry means) need root.
     fn start() -> Internet {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
-        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        // Distinct names: OpenSSL takes a certificate whose subject is its
-        // issuer for self-signed (rcgen gives both the same default name).
-        p.distinguished_name.push(rcgen::DnType::CommonName, "sandbench egress test CA");
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let ca = p.self_signed(&ca_key).unwrap();
-        let leaf_key = rcgen::KeyPair::generate().unwrap();
-        let mut lp = rcgen::CertificateParams::new(vec!["pypi.test".into()]).unwrap();
-        lp.distinguished_name.push(rcgen::DnType::CommonName, "pypi.test");
-        let leaf = lp.signed_by(&leaf_key, &ca, &ca_key).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![leaf.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-            )
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let TestCa { pem: ca_pem, acceptor } = test_ca("sandbench egress test CA", "pypi.test");
         let (http, https) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
         let ip = rt.block_on(async {
-            let mut rnd = [0u8; 2];
-            std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut rnd).unwrap();
-            for i in 0..64u8 {
-                let ip = Ipv4Addr::new(127, 66, rnd[0].wrapping_add(i), rnd[1].max(1));
-                let (Ok(h), Ok(t)) =
-                    (tokio::net::TcpListener::bind((ip, 80)).await, tokio::net::TcpListener::bind((ip, 443)).await)
-                else {
-                    continue;
-                };
-                let seen = http.clone();
-                tokio::spawn(async move {
-                    while let Ok((c, _)) = h.accept().await {
-                        tokio::spawn(answer(c, seen.clone(), "simple index of pypi.test over http\n"));
-                    }
-                });
-                let (seen, acceptor) = (https.clone(), acceptor.clone());
-                tokio::spawn(async move {
-                    while let Ok((c, _)) = t.accept().await {
-                        let (seen, acceptor) = (seen.clone(), acceptor.clone());
-                        tokio::spawn(async move {
-                            if let Ok(tls) = acceptor.accept(c).await {
-                                answer(tls, seen, "simple index of pypi.test over https\n").await;
-                            }
-                        });
-                    }
-                });
-                return ip;
-            }
-            panic!("no free loopback address for ports 80 and 443");
+            let (ip, h, t) = bind_80_and_443(66).await;
+            let seen = http.clone();
+            tokio::spawn(async move {
+                while let Ok((c, _)) = h.accept().await {
+                    tokio::spawn(answer(c, seen.clone(), "simple index of pypi.test over http\n"));
+                }
+            });
+            let (seen, acceptor) = (https.clone(), acceptor.clone());
+            tokio::spawn(async move {
+                while let Ok((c, _)) = t.accept().await {
+                    let (seen, acceptor) = (seen.clone(), acceptor.clone());
+                    tokio::spawn(async move {
+                        if let Ok(tls) = acceptor.accept(c).await {
+                            answer(tls, seen, "simple index of pypi.test over https\n").await;
+                        }
+                    });
+                }
+            });
+            ip
         });
-        Internet { ip, ca_pem: ca.pem(), http, https, _rt: rt }
+        Internet { ip, ca_pem, http, https, _rt: rt }
     }
 
     /// A config that is the user's (image, microVM paths) plus the name.

@@ -12,6 +12,7 @@ mod support {
     pub mod harness;
     pub mod hidden;
     pub mod http;
+    pub mod loopback_web;
     pub mod mcp;
     pub mod parity;
 }

@@ -9,6 +9,7 @@
 //! before it leaves. Nothing listens off loopback.
 
 use crate::support::common;
+use crate::support::loopback_web::{bind_80_and_443, test_ca, TestCa};
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
@@ -127,59 +128,30 @@ async fn echo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S,
 impl Internet {
     fn start() -> Internet {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
-        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        p.distinguished_name.push(rcgen::DnType::CommonName, "sandbench secrets test CA");
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let ca = p.self_signed(&ca_key).unwrap();
-        let leaf_key = rcgen::KeyPair::generate().unwrap();
-        let mut lp = rcgen::CertificateParams::new(vec!["api.test".into()]).unwrap();
-        lp.distinguished_name.push(rcgen::DnType::CommonName, "api.test");
-        let leaf = lp.signed_by(&leaf_key, &ca, &ca_key).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![leaf.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-            )
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let TestCa { pem: ca_pem, acceptor } = test_ca("sandbench secrets test CA", "api.test");
         let (api, other) = (Arc::new(Log::default()), Arc::new(Log::default()));
         let ip = rt.block_on(async {
-            let mut rnd = [0u8; 2];
-            std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut rnd).unwrap();
-            for i in 0..64u8 {
-                let ip = Ipv4Addr::new(127, 67, rnd[0].wrapping_add(i), rnd[1].max(1));
-                let (Ok(h), Ok(t)) =
-                    (tokio::net::TcpListener::bind((ip, 80)).await, tokio::net::TcpListener::bind((ip, 443)).await)
-                else {
-                    continue;
-                };
-                let log = other.clone();
-                tokio::spawn(async move {
-                    while let Ok((c, _)) = h.accept().await {
-                        tokio::spawn(echo(c, log.clone()));
-                    }
-                });
-                let (log, acceptor) = (api.clone(), acceptor.clone());
-                tokio::spawn(async move {
-                    while let Ok((c, _)) = t.accept().await {
-                        let (log, acceptor) = (log.clone(), acceptor.clone());
-                        tokio::spawn(async move {
-                            if let Ok(tls) = acceptor.accept(c).await {
-                                echo(tls, log).await;
-                            }
-                        });
-                    }
-                });
-                return ip;
-            }
-            panic!("no free loopback address for ports 80 and 443");
+            let (ip, h, t) = bind_80_and_443(67).await;
+            let log = other.clone();
+            tokio::spawn(async move {
+                while let Ok((c, _)) = h.accept().await {
+                    tokio::spawn(echo(c, log.clone()));
+                }
+            });
+            let (log, acceptor) = (api.clone(), acceptor.clone());
+            tokio::spawn(async move {
+                while let Ok((c, _)) = t.accept().await {
+                    let (log, acceptor) = (log.clone(), acceptor.clone());
+                    tokio::spawn(async move {
+                        if let Ok(tls) = acceptor.accept(c).await {
+                            echo(tls, log).await;
+                        }
+                    });
+                }
+            });
+            ip
         });
-        Internet { ip, ca_pem: ca.pem(), api, other, _rt: rt }
+        Internet { ip, ca_pem, api, other, _rt: rt }
     }
 
     /// The user's config plus both names and the test CA as the operator's
