@@ -48,7 +48,6 @@ const DRAIN_GRACE: Duration = Duration::from_millis(300);
 /// Extra processes the outer net allows past the peer's own pids limit, so
 /// that only a limit the peer did not hold fires it.
 const PIDS_SLACK: u64 = 2;
-const STDERR_TAIL: usize = 4096;
 /// Tries of a wrapper that exits before it started the program (srt's
 /// proxy bridge, for one, fails now and then on a loaded machine).
 const START_TRIES: u32 = 5;
@@ -526,17 +525,10 @@ impl PeerTier {
         let mut child = cmd.spawn().with_context(|| format!("cannot start {}", argv[0]))?;
         ctx.emit(EventKind::Phase(Phase::Running)).await;
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
-        let tail = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
         let (started_tx, started_rx) = tokio::sync::watch::channel(false);
         let out_task =
             tokio::spawn(started::pump_stdout(child.stdout.take(), marker.to_string(), ctx.clone(), started_tx));
-        let mut err_task = tokio::spawn(started::pump_stderr(
-            child.stderr.take(),
-            ctx.clone(),
-            started_rx.clone(),
-            tail.clone(),
-            STDERR_TAIL,
-        ));
+        let mut err_task = tokio::spawn(started::pump_stderr(child.stderr.take(), ctx.clone(), started_rx.clone()));
 
         let mut ticker = tokio::time::interval(SAMPLE_EVERY);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

@@ -75,14 +75,11 @@ pub async fn pump_stdout<R: AsyncRead + Unpin>(
 
 /// Read the tool's stderr: held back until the program started, then passed
 /// on in order. Returns what was held if it never started (the tool's
-/// complaint), and keeps the last `tail_max` bytes in `tail` (for the
-/// tool's failure lines).
+/// complaint).
 pub async fn pump_stderr<R: AsyncRead + Unpin>(
     src: Option<R>,
     ctx: RunContext,
     mut started: watch::Receiver<bool>,
-    tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    tail_max: usize,
 ) -> Vec<u8> {
     let Some(mut src) = src else { return vec![] };
     let mut held: Vec<u8> = vec![];
@@ -101,11 +98,6 @@ pub async fn pump_stderr<R: AsyncRead + Unpin>(
             r = src.read(&mut buf) => match r {
                 Ok(0) | Err(_) => open = false,
                 Ok(n) => {
-                    if let Ok(mut t) = tail.lock() {
-                        t.extend_from_slice(&buf[..n]);
-                        let excess = t.len().saturating_sub(tail_max);
-                        t.drain(..excess);
-                    }
                     if *started.borrow() {
                         if !held.is_empty() {
                             ctx.emit(EventKind::Output(Stream::Stderr, std::mem::take(&mut held))).await;
@@ -156,12 +148,11 @@ mod tests {
     async fn the_marker_is_dropped_and_held_stderr_follows_the_start() {
         let (c, mut rx) = ctx();
         let (tx, srx) = watch::channel(false);
-        let tail = Default::default();
         let out: &[u8] = b"sandbench-started-ab\nhello\nsandbench-started-ab\n";
         let err: &[u8] = b"early\n";
         let (_, held) = tokio::join!(
             pump_stdout(Some(out), "sandbench-started-ab".into(), c.clone(), tx),
-            pump_stderr(Some(err), c.clone(), srx, tail, 100)
+            pump_stderr(Some(err), c.clone(), srx)
         );
         assert!(held.is_empty());
         let (o, e) = outputs(&mut rx);
@@ -173,12 +164,11 @@ mod tests {
     async fn without_the_marker_stderr_is_the_tools_complaint() {
         let (c, mut rx) = ctx();
         let (tx, srx) = watch::channel(false);
-        let tail = Default::default();
         let out: &[u8] = b"";
         let err: &[u8] = b"Error: Failed to create bridge sockets\n";
         let (_, held) = tokio::join!(
             pump_stdout(Some(out), "sandbench-started-cd".into(), c.clone(), tx),
-            pump_stderr(Some(err), c.clone(), srx, tail, 100)
+            pump_stderr(Some(err), c.clone(), srx)
         );
         assert_eq!(held, b"Error: Failed to create bridge sockets\n");
         assert_eq!(outputs(&mut rx), (vec![], vec![]), "nothing of the tool's reaches the program's output");
