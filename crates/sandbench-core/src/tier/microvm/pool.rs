@@ -37,6 +37,26 @@ struct State {
     last_error: Option<String>,
 }
 
+/// The runtime pool guests are booted on. A guest's channel and console
+/// readers are tasks of the runtime that spawned it, and a pooled guest
+/// outlives the call that asked for a refill: booted on that caller's
+/// runtime, it would lose its channel when that runtime ends (a program sent
+/// to it would meet "the guest died" at once). One process-wide runtime that
+/// lives as long as the pool does.
+fn pool_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("sandbench-microvm-pool")
+            .enable_all()
+            .build()
+            .map_err(|e| tracing::warn!("microvm pool: no runtime of its own ({e}); no warm guests"))
+            .ok()
+    })
+    .as_ref()
+}
+
 fn registry() -> &'static Mutex<Option<Arc<Pool>>> {
     static P: OnceLock<Mutex<Option<Arc<Pool>>>> = OnceLock::new();
     P.get_or_init(Default::default)
@@ -83,7 +103,7 @@ impl Pool {
             let mut st = self.state.lock().ok()?;
             let mut got = None;
             while let Some((mut g, how)) = st.ready.pop() {
-                if g.alive() {
+                if g.alive() && g.channel_open() {
                     got = Some((g, how));
                     break;
                 }
@@ -122,8 +142,16 @@ impl Pool {
             }
             st.booting = true;
         }
+        let Some(rt) = pool_runtime() else {
+            if let Ok(mut st) = self.state.lock() {
+                st.booting = false;
+                st.failures = MAX_FAILURES;
+                st.last_error = Some("cannot start the pool's runtime".into());
+            }
+            return;
+        };
         let me = self.clone();
-        let task = tokio::spawn(async move {
+        let task = rt.spawn(async move {
             loop {
                 let r = boot_ready(&me.cfg, &me.paths, me.shape).await;
                 let done = {

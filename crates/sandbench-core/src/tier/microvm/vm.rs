@@ -356,6 +356,12 @@ impl Guest {
         crate::sanitize::visible_controls(s.as_bytes())
     }
 
+    /// Whether the guest's channel reader still runs (it is a task of the
+    /// runtime that spawned the guest, and ends with it).
+    pub fn channel_open(&self) -> bool {
+        !self.items.is_closed()
+    }
+
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
