@@ -236,3 +236,65 @@ atexit.register(lambda: print("atexit", "__file__" in g))
         assert_eq!(inline.stderr, fresh.stderr, "{code}");
     }
 }
+
+/// After a JavaScript run the spare is a started Node: the next CommonJS run
+/// takes it (warm) and sees what a run built for itself sees; a Python or an
+/// ES module run meeting that spare is built cold and still right, and the
+/// spare after a Python run is Python's again.
+#[sandbench_testkit::test(needs = ["process", "cmd:node"], flavor = "multi_thread")]
+async fn a_javascript_run_leaves_a_started_node_for_the_next() {
+    let tier: Arc<dyn Tier> = Arc::new(ProcessTier::new(&common::config()));
+    if !tier.probe().await.available {
+        assert!(!common::required("process"));
+        panic!("cannot run although its needs hold: process tier unavailable");
+    }
+    const SEES: &str = "console.log(process.argv.slice(1).join(' '), __filename, require.main === module, \
+                        typeof require('fs').readFileSync, process.execArgv.length, require('fs').readdirSync('/work').join(','))";
+    let js = |code: &str| RunSpec::new(Language::Javascript, code);
+    let started = |tier: &Arc<dyn Tier>, lang: &str| tier.warm().is_some_and(|w| w.contains(&format!("{lang} started")));
+    let wait_for = |lang: &'static str| {
+        let tier = tier.clone();
+        async move {
+            let t = std::time::Instant::now();
+            while !started(&tier, lang) {
+                assert!(t.elapsed() < Duration::from_secs(20), "no {lang} spare became ready: {:?}", tier.warm());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    // A run built for itself (no spare yet): the reference.
+    let first = runner::run(tier.clone(), js(SEES)).await;
+    assert_eq!(first.outcome, Outcome::Ok, "{}", first.summary_line());
+    wait_for("javascript").await;
+    let warm = runner::run(tier.clone(), js(SEES)).await;
+    assert_eq!(warm.outcome, Outcome::Ok, "{}", warm.summary_line());
+    assert_eq!(warm.details["start"], "warm", "{}", warm.summary_line());
+    assert_eq!(warm.stdout, first.stdout, "a started Node runs the program as a fresh one does");
+    wait_for("javascript").await;
+    // Variables of its own: not the environment that Node started with.
+    let mut own = js("console.log(process.env.SANDBENCH_TEST_OWN)");
+    own.env.insert("SANDBENCH_TEST_OWN".into(), "mine".into());
+    let own = runner::run(tier.clone(), own).await;
+    assert_eq!(own.outcome, Outcome::Ok, "{}", own.summary_line());
+    assert_eq!(own.details["start"], "cold", "{}", own.summary_line());
+    assert_eq!(own.stdout.trim(), "mine");
+    wait_for("javascript").await;
+    // An ES module cannot run in it: built cold, right.
+    let esm = runner::run(tier.clone(), js("import fs from 'fs';\nconsole.log(typeof fs.readFileSync)")).await;
+    assert_eq!(esm.outcome, Outcome::Ok, "{}", esm.summary_line());
+    assert_eq!(esm.details["start"], "cold", "{}", esm.summary_line());
+    assert_eq!(esm.stdout.trim(), "function");
+    // Python takes the Python spare; a JavaScript run takes it too (its
+    // waiter execs node), and leaves a Node spare behind.
+    wait_for("python").await;
+    let py = runner::run(tier.clone(), RunSpec::new(Language::Python, "print(6 * 7)")).await;
+    assert_eq!(py.details["start"], "warm", "{}", py.summary_line());
+    assert_eq!(py.stdout.trim(), "42");
+    runner::run(tier.clone(), js("console.log(1)")).await;
+    wait_for("javascript").await;
+    let py = runner::run(tier.clone(), RunSpec::new(Language::Python, "print(6 * 7)")).await;
+    assert_eq!(py.outcome, Outcome::Ok, "{}", py.summary_line());
+    assert_eq!(py.details["start"], "cold", "a Node spare cannot run Python: {}", py.summary_line());
+    assert_eq!(py.stdout.trim(), "42");
+    wait_for("python").await;
+}

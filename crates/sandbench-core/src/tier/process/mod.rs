@@ -59,7 +59,11 @@ pub struct ProcessTier {
     /// The limits a spare is built with (the config's): a run with others
     /// has them applied before its program starts.
     spare_limits: Limits,
-    spare: Arc<Mutex<Option<Launched>>>,
+    /// The spare and the language its interpreter is (see [`spare_fits`]).
+    spare: Arc<Mutex<Option<(Launched, Language)>>>,
+    /// The language the next spare is made for: the last run's (agents and
+    /// the workbench mostly run one language in a row).
+    spare_language: Arc<Mutex<Language>>,
     filling: Arc<AtomicBool>,
     /// `[network]`: the egress proxy's resolver and upstream CAs.
     egress: crate::egress::Operator,
@@ -219,12 +223,44 @@ fn waiter_with(spec: &RunSpec, env: Vec<(String, String)>) -> sandbox::Waiter {
     }
 }
 
-/// Node started ahead of a JavaScript run built for itself (`waiter.js`).
-/// A CommonJS program only: an ES module (`main.mjs`) is loaded by a
-/// different loader, so its process waits before its exec instead. Never
-/// in a spare: Node cannot exec another interpreter when the run differs.
+/// Node started ahead of a JavaScript run (`waiter.js`), in a run built for
+/// itself or in a spare. A CommonJS program only: an ES module (`main.mjs`)
+/// is loaded by a different loader, so its process waits before its exec
+/// instead.
 fn node_waiter(spec: &RunSpec, env: Vec<(String, String)>) -> Option<sandbox::Waiter> {
-    (spec.language.program_file(&spec.code) == spec.language.file_name()).then(|| waiter_with(spec, env))
+    node_inline(spec).then(|| waiter_with(spec, env))
+}
+
+fn node_inline(spec: &RunSpec) -> bool {
+    spec.language.program_file(&spec.code) == spec.language.file_name()
+}
+
+/// Whether a spare whose interpreter is `spare` can run `spec`. Python's
+/// waiter runs Python inline and execs any other interpreter; Node's can
+/// only run inline (it cannot exec another interpreter over itself): a
+/// CommonJS program in exactly the environment the spare's Node was started
+/// with. A Python, sh or ES module run, or one with variables of its own,
+/// meeting a Node spare is built cold.
+fn spare_fits(spare: Language, spec: &RunSpec) -> bool {
+    match spare {
+        Language::Python => true,
+        Language::Javascript => {
+            spec.language == Language::Javascript
+                && node_inline(spec)
+                && waiter_for(spec).env == waiter_for(&RunSpec::new(Language::Javascript, "")).env
+        }
+        Language::Sh => false,
+    }
+}
+
+/// The language a spare is made in after a run of `spec`: Node after a
+/// CommonJS JavaScript run, else Python (which serves every language).
+fn spare_language_after(spec: &RunSpec) -> Language {
+    if spec.language == Language::Javascript && node_inline(spec) {
+        Language::Javascript
+    } else {
+        Language::Python
+    }
 }
 
 impl ProcessTier {
@@ -238,6 +274,7 @@ impl ProcessTier {
             allow_degraded: config.process.allow_degraded,
             spare_limits: config.limits.clone(),
             spare: Arc::new(Mutex::new(None)),
+            spare_language: Arc::new(Mutex::new(Language::Python)),
             filling: Arc::new(AtomicBool::new(false)),
             egress: crate::egress::Operator::from_config(config),
         }
@@ -396,11 +433,12 @@ impl ProcessTier {
         let filling = self.filling.clone();
         let limits = self.spare_limits.clone();
         let shape = self.shape();
+        let language = self.spare_language.lock().map(|l| *l).unwrap_or(Language::Python);
         tokio::spawn(async move {
             if !after.is_zero() {
                 tokio::time::sleep(after).await;
             }
-            let mut spec = RunSpec::new(Language::Python, "");
+            let mut spec = RunSpec::new(language, "");
             spec.limits = limits.clone();
             let made = async {
                 let t0 = std::time::Instant::now();
@@ -413,7 +451,7 @@ impl ProcessTier {
                 Ok(l) => {
                     if let Ok(mut s) = slot.lock() {
                         if s.is_none() {
-                            *s = Some(l);
+                            *s = Some((l, language));
                         }
                     }
                 }
@@ -428,12 +466,34 @@ impl ProcessTier {
     /// process share its cgroups' name prefix).
     pub fn spare_cgroups(&self) -> Vec<std::path::PathBuf> {
         let Ok(s) = self.spare.lock() else { return vec![] };
-        s.as_ref().and_then(|l| l.cg.as_ref()).map(|c| c.dirs()).unwrap_or_default()
+        s.as_ref().and_then(|(l, _)| l.cg.as_ref()).map(|c| c.dirs()).unwrap_or_default()
     }
 
-    fn take_spare(&self) -> Option<Launched> {
-        let mut l = self.spare.lock().ok()?.take()?;
-        (l.ready && l.alive()).then_some(l)
+    /// The spare, if it can run `spec`; the next one is made for `spec`'s
+    /// language. A spare that cannot run it is torn down in the background
+    /// (off this run's path), so the refill after this run makes one that can.
+    fn take_spare(&self, spec: &RunSpec) -> Option<Launched> {
+        let next = spare_language_after(spec);
+        if let Ok(mut l) = self.spare_language.lock() {
+            *l = next;
+        }
+        let mut slot = self.spare.lock().ok()?;
+        let (mut l, language) = slot.take()?;
+        let usable = l.ready && l.alive();
+        if usable && spare_fits(language, spec) {
+            return Some(l);
+        }
+        if usable && language == next {
+            // Still the right one for the run after this (a JavaScript run
+            // with variables of its own meeting a Node spare): it stays.
+            *slot = Some((l, language));
+            return None;
+        }
+        drop(slot);
+        // An idle spare's helper waits for a program that never comes.
+        let _ = l.child.start_kill();
+        super::background::spawn(l.teardown());
+        None
     }
 
     /// Wait until a spare is ready (or making one failed), at most 30 s.
@@ -518,11 +578,14 @@ impl Tier for ProcessTier {
             return None;
         }
         let mem = self.spare.lock().ok().and_then(|mut s| {
-            let l = s.as_mut().filter(|l| l.ready)?;
-            l.alive().then(|| l.memory())
+            let (l, language) = s.as_mut().filter(|(l, _)| l.ready)?;
+            let language = *language;
+            l.alive().then(|| (l.memory(), language))
         });
         Some(match mem {
-            Some(b) => format!("1 spare sandbox ready · {} resident", crate::units::size(b)),
+            Some((b, language)) => {
+                format!("1 spare sandbox ready · {} started · {} resident", language.name(), crate::units::size(b))
+            }
             None => "no spare sandbox ready (one is made after a run)".into(),
         })
     }
@@ -653,6 +716,7 @@ impl ProcessTier {
             keep_spare: false,
             spare_limits: self.spare_limits.clone(),
             spare: Default::default(),
+            spare_language: Arc::new(Mutex::new(Language::Python)),
             filling: Default::default(),
         };
         let report = crate::runner::run(Arc::new(probe), spec).await;
@@ -722,7 +786,7 @@ impl ProcessTier {
             env.extend(eg.sandbox_env(&spec.env, sandbox::SYSTEM_BUNDLE));
         }
         let run_ca = egress.as_ref().and_then(|e| e.ca_pem());
-        let spare = if port.is_none() { self.take_spare() } else { None };
+        let spare = if port.is_none() { self.take_spare(&spec) } else { None };
         let (mut launched, start) = match spare {
             Some(mut l) => {
                 if let Some(c) = &l.cg {
