@@ -55,7 +55,7 @@ use crate::policy::{Bounds, LimitRequest, Policy, SessionRequest};
 use crate::report::{Outcome, RunReport};
 use crate::runner::{RunHandle, Update};
 use crate::sanitize::head_tail;
-use crate::session::{CallError, Session};
+use crate::session::{CallError, Session, SessionInfo};
 use crate::session_files::{FileOp, FileReply};
 use crate::spec::RunSpec;
 use crate::tier::{self, Tier};
@@ -571,6 +571,13 @@ impl Sandbench {
                 return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]));
             }
         };
+        // The cancel arrived as the build finished: the client will never
+        // read this session's id, so it is not kept (a cancel that arrives
+        // after the answer finds it in list_sessions).
+        if ctx.ct.is_cancelled() || http::call_gone(&ctx).is_some_and(|g| g.is_cancelled()) {
+            s.close().await;
+            return Err(ErrorData::internal_error("the client cancelled the call; no session was kept", None));
+        }
         let info = s.info();
         if let Ok(mut m) = sh.sessions.lock() {
             m.insert(s.id().to_string(), (self.conn.id, s.clone()));
@@ -615,6 +622,30 @@ impl Sandbench {
         };
         let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
         r.structured_content = Some(value);
+        Ok(r)
+    }
+
+    /// This client's open sessions.
+    #[tool(description = "List this client's open sessions (a client sees only its own): for each, its id, tier, \
+        calls so far, age and idle time in ms, when it closes (idle_timeout_ms, max_life_ms) and its limits. Use it to \
+        find a session whose open_session answer was lost (a call cancelled just as the session was made) and \
+        close it.")]
+    async fn list_sessions(&self) -> Result<CallToolResult, ErrorData> {
+        let mut mine: Vec<SessionInfo> = match self.shared.sessions.lock() {
+            Ok(m) => m.values().filter(|(c, s)| *c == self.conn.id && !s.is_closed()).map(|(_, s)| s.info()).collect(),
+            Err(_) => return Err(ErrorData::internal_error("session table poisoned", None)),
+        };
+        mine.sort_by(|a, b| a.age_ms.cmp(&b.age_ms).reverse());
+        let text = if mine.is_empty() {
+            "no open sessions".to_string()
+        } else {
+            mine.iter()
+                .map(|i| format!("{} on {}: {} call(s), idle {} ms", i.id, i.tier, i.calls, i.idle_ms))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+        r.structured_content = Some(json!({ "sessions": mine }));
         Ok(r)
     }
 

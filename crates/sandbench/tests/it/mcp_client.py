@@ -14,6 +14,7 @@ STEPS_JSON is a list of steps:
   {"op": "set_level", "level": "info"}: logging/setLevel
   {"op": "logs"}: the log messages received so far (and forget them)
   {"op": "sleep", "seconds": N}
+  {"op": "close_listed"}: list_sessions, then close_session each one listed; {"closed": [ids]}
 In a call's args the string "$session" stands for the id the last
 open_session returned, and {"$repeat": [text, n]} for text repeated n times. For each step one JSON line goes to stdout:
 {"op": "calling"} just before a call is sent, then the result (or the MCP
@@ -131,6 +132,12 @@ async def main():
                 if step["op"] == "list_tools":
                     res = await client.list_tools()
                     emit({"tools": [{"name": t.name, "input_schema": t.input_schema} for t in res.tools]})
+                elif step["op"] == "close_listed":
+                    listed = await client.call_tool("list_sessions", {})
+                    ids = [x["id"] for x in (listed.structured_content or {}).get("sessions", [])]
+                    for i in ids:
+                        await client.call_tool("close_session", {"session": i})
+                    emit({"closed": ids, "t": time.monotonic()})
                 elif step["op"] == "call":
                     emit({"op": "calling", "t": time.monotonic()})
                     emit(await call_or_cancel(step))

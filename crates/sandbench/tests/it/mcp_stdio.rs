@@ -37,8 +37,17 @@ fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
         &[],
     );
     let names: Vec<&str> = out[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 7, "{names:?}");
-    for n in ["run_code", "list_tiers", "open_session", "close_session", "write_file", "read_file", "list_files"] {
+    assert_eq!(names.len(), 8, "{names:?}");
+    for n in [
+        "run_code",
+        "list_tiers",
+        "open_session",
+        "close_session",
+        "list_sessions",
+        "write_file",
+        "read_file",
+        "list_files",
+    ] {
         assert!(names.contains(&n), "{n} missing: {names:?}");
     }
     let schema = &out[0]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "run_code").unwrap()["input_schema"];
@@ -269,6 +278,9 @@ fn session_round_trip(tier: &str, server_args: &[&str]) {
         call("close_session", json!({"session": "$session"})),
         run(read, json!({"session": "$session"})),
         call("open_session", json!({"tier": tier, "max_life": "2h"})),
+        call("list_sessions", json!({})),
+        call("open_session", json!({"tier": tier})),
+        call("list_sessions", json!({})),
     ]);
     let out = drive(&home, &py, steps, server_args);
     let opened = &out[0]["structured"];
@@ -303,6 +315,12 @@ fn session_round_trip(tier: &str, server_args: &[&str]) {
     assert_eq!(out[7]["structured"]["calls"], 2, "{}", out[7]);
     refused(8, "unknown session");
     refused(9, "max_life 7200s is above this server's ceiling");
+    // list_sessions: none once closed; then the one this client opened.
+    assert_eq!(out[10]["structured"]["sessions"], json!([]), "{}", out[10]);
+    let listed = out[12]["structured"]["sessions"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{}", out[12]);
+    assert_eq!(listed[0]["id"], out[11]["structured"]["session"], "{}", out[12]);
+    assert_eq!((listed[0]["tier"].as_str(), listed[0]["calls"].as_u64()), (Some(tier), Some(0)), "{}", out[12]);
     // The log names the session of each call in it.
     let log = std::fs::read_to_string(home.state().join("runs.jsonl")).unwrap();
     let entries: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

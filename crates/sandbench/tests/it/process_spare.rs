@@ -251,7 +251,8 @@ async fn a_javascript_run_leaves_a_started_node_for_the_next() {
     const SEES: &str = "console.log(process.argv.slice(1).join(' '), __filename, require.main === module, \
                         typeof require('fs').readFileSync, process.execArgv.length, require('fs').readdirSync('/work').join(','))";
     let js = |code: &str| RunSpec::new(Language::Javascript, code);
-    let started = |tier: &Arc<dyn Tier>, lang: &str| tier.warm().is_some_and(|w| w.contains(&format!("{lang} started")));
+    let started =
+        |tier: &Arc<dyn Tier>, lang: &str| tier.warm().is_some_and(|w| w.contains(&format!("{lang} started")));
     let wait_for = |lang: &'static str| {
         let tier = tier.clone();
         async move {
