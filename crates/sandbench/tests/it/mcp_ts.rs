@@ -153,7 +153,7 @@ fn the_mcp_inspector_cli_lists_and_calls_headless() {
         serde_json::from_str::<Value>(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
     };
     let tools = inspector(&["--method", "tools/list"]);
-    assert_eq!(tools["tools"].as_array().unwrap().len(), 7, "{tools}");
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 8, "{tools}");
     let r = inspector(&[
         "--method",
         "tools/call",
