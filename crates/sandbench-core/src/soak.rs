@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use crate::gauntlet;
 use crate::samples::Sample;
 use crate::spec::Limits;
-use crate::tier::Tier;
+use crate::tier::contract::Tier;
 
 /// How long leftovers may take to go after the last run and the pools' drain.
 const SETTLE: Duration = Duration::from_secs(10);
@@ -334,7 +334,7 @@ pub async fn run(
     // be gone. A spare being made in the background as the last run ended
     // goes a moment later, hence the short settle.
     let tier_names = tiers.iter().map(|t| t.name().to_string()).collect();
-    let _ = crate::tier::shutdown().await;
+    let _ = crate::tier::registry::shutdown().await;
     drop(tiers);
     let settle = Instant::now();
     let leftovers = loop {

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{EventKind, RunEvent, Stream};
 use crate::runner::{self, Update};
 use crate::spec::{Limits, RunSpec};
-use crate::tier::Tier;
+use crate::tier::contract::Tier;
 use anthropic::{Block, Message};
 
 /// Everything one agent session needs.
