@@ -20,6 +20,8 @@ pub mod highwater;
 pub mod host;
 pub mod http;
 pub mod judge;
+#[cfg(test)]
+mod layers;
 pub mod owner;
 pub mod policy;
 pub mod report;
