@@ -41,8 +41,9 @@ const LAYERS: &[(&str, &[&str])] = &[
             "egress::ca",
         ],
     ),
-    // What every tier implements: the `Tier` trait and its answers.
-    ("contract", &["tier::contract"]),
+    // What every tier implements (the `Tier` trait and its answers), and
+    // the table of the own tiers (plain data every list of tiers reads).
+    ("contract", &["tier::contract", "tier::kinds"]),
     // What drives any `dyn Tier` and what tiers use while they run: the
     // runner, sessions, the judge, the egress proxy, background teardowns.
     ("engine", &["runner", "session", "judge", "egress", "tier::background"]),

@@ -183,7 +183,8 @@ pub fn refuse_allow_list(tier: &str, network: &crate::egress::policy::Network) -
         return Ok(());
     }
     Err(format!(
-        "the {tier} tier cannot enforce a network allow list (it runs with no network at all); use --network none, or a tier with egress: process, docker, gvisor, microvm"
+        "the {tier} tier cannot enforce a network allow list (it runs with no network at all); use --network none, or a tier with egress: {}",
+        super::kinds::with_proxy()
     ))
 }
 
@@ -194,7 +195,8 @@ pub fn refuse_secrets(tier: &str, secrets: &crate::egress::secrets::Secrets) -> 
         return Ok(());
     }
     Err(format!(
-        "the {tier} tier cannot keep a secret out of its sandbox (sandbench's egress proxy does not carry its traffic); use a tier with egress: process, docker, gvisor, microvm"
+        "the {tier} tier cannot keep a secret out of its sandbox (sandbench's egress proxy does not carry its traffic); use a tier with egress: {}",
+        super::kinds::with_proxy()
     ))
 }
 

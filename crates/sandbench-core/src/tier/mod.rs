@@ -2,7 +2,9 @@
 //! to run one program and stream `RunEvent`s; it knows nothing of front ends.
 //!
 //! - [`contract`]: the trait every tier implements, and what it answers.
-//! - [`registry`]: the tiers by name (the one place that names them).
+//! - [`kinds`]: the table of sandbench's own tiers (name, boundary, needs,
+//!   limits, network, setup), which every list of tiers iterates.
+//! - [`registry`]: the tiers by name (the one place that builds them).
 //! - [`process`], [`docker`] (docker and gvisor), [`microvm`], [`e2b`]:
 //!   sandbench's own tiers; [`peer`]: other tools' sandboxes, from profiles.
 //! - [`background`]: teardowns that outlive the run that started them.
@@ -15,6 +17,7 @@ pub mod background;
 pub mod contract;
 pub mod docker;
 pub mod e2b;
+pub mod kinds;
 pub mod microvm;
 pub mod peer;
 pub mod process;

@@ -5,63 +5,68 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
-
 use super::contract::{refuse_allow_list, refuse_secrets, LimitMaxima, Tier};
+use super::kinds::{Egress, KINDS};
+pub use super::kinds::{TierKind, KNOWN};
 use super::{background, docker, e2b, microvm, peer, process};
 use crate::config::Config;
 
-/// sandbench's own tiers, in order of isolation strength. Peers (other
-/// tools' sandboxes, `peer::names()`) are tiers too, named by their profiles.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    serde::Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantNames,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum TierKind {
-    Process,
-    Docker,
-    Gvisor,
-    Microvm,
-    E2b,
-}
-
-impl TierKind {
-    pub fn name(self) -> &'static str {
-        self.into()
+/// Build one of sandbench's own tiers: the registry's one match on the
+/// kinds (a row added to `kinds::KINDS` needs its variant, and the compiler
+/// then asks for its arm here).
+fn build(kind: TierKind, config: &Config) -> Arc<dyn Tier> {
+    match kind {
+        TierKind::Process => Arc::new(process::ProcessTier::new(config)),
+        TierKind::Docker => Arc::new(docker::DockerTier::docker(config)),
+        TierKind::Gvisor => Arc::new(docker::DockerTier::gvisor(config)),
+        TierKind::Microvm => Arc::new(microvm::MicrovmTier::new(config)),
+        TierKind::E2b => Arc::new(e2b::E2bTier::new(config)),
     }
 }
 
-/// The names of sandbench's own tiers, in order of isolation strength.
-pub const KNOWN: &[&str] = <TierKind as strum::VariantNames>::VARIANTS;
+/// Who removes a kind's leftovers (docker and gvisor share the engine's).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reaper {
+    Process,
+    Docker,
+    Microvm,
+    /// Remote sandboxes end with their runs (and `shutdown`).
+    Nothing,
+}
+
+fn reaper(kind: TierKind) -> Reaper {
+    match kind {
+        TierKind::Process => Reaper::Process,
+        TierKind::Docker | TierKind::Gvisor => Reaper::Docker,
+        TierKind::Microvm => Reaper::Microvm,
+        TierKind::E2b => Reaper::Nothing,
+    }
+}
+
+async fn reap(r: Reaper, config: &Config) {
+    match r {
+        Reaper::Process => process::reap_leftovers(&config.host),
+        Reaper::Docker => docker::reap_leftovers(&config.host).await,
+        Reaper::Microvm => microvm::reap_leftovers(),
+        Reaper::Nothing => {}
+    }
+}
 
 /// Whether the named tier can take secrets, without building it (the
 /// workbench's limits form; the runner asks the tier itself).
 pub fn check_secrets(name: &str, secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
-    match name {
-        "process" | "docker" | "gvisor" | "microvm" => Ok(()),
-        "e2b" => e2b::refuse_secrets(secrets),
-        other => refuse_secrets(other, secrets),
+    match super::kinds::of(name).map(|k| k.egress) {
+        Some(Egress::Proxy) => Ok(()),
+        // The one provider filter is E2B's, with its own wording.
+        Some(Egress::Provider) => e2b::refuse_secrets(secrets),
+        None => refuse_secrets(name, secrets),
     }
 }
 
 /// Build the named tier.
 pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
     match name.parse::<TierKind>() {
-        Ok(TierKind::Process) => Ok(Arc::new(process::ProcessTier::new(config))),
-        Ok(TierKind::Docker) => Ok(Arc::new(docker::DockerTier::docker(config))),
-        Ok(TierKind::Gvisor) => Ok(Arc::new(docker::DockerTier::gvisor(config))),
-        Ok(TierKind::E2b) => Ok(Arc::new(e2b::E2bTier::new(config))),
-        Ok(TierKind::Microvm) => Ok(Arc::new(microvm::MicrovmTier::new(config))),
+        Ok(kind) => Ok(build(kind, config)),
         Err(_) => match peer::by_name(name, config).map_err(|e| anyhow::anyhow!(e))? {
             Some(t) => Ok(t),
             None => anyhow::bail!("unknown tier '{name}' (known: {})", known_names().join(", ")),
@@ -72,8 +77,9 @@ pub fn by_name(name: &str, config: &Config) -> anyhow::Result<Arc<dyn Tier>> {
 /// The maxima of the named tier, without building it (the workbench's limits
 /// form checks against the tier the next run goes to).
 pub fn max_limits(name: &str) -> LimitMaxima {
-    match name {
-        "process" => process::host_maxima(),
+    match name.parse::<TierKind>() {
+        // The only tier whose maxima are the host's, known without a probe.
+        Ok(TierKind::Process) => process::host_maxima(),
         _ => LimitMaxima::default(),
     }
 }
@@ -81,10 +87,10 @@ pub fn max_limits(name: &str) -> LimitMaxima {
 /// Whether the named tier can enforce `network`, without building it (the
 /// workbench's limits form; the runner asks the tier itself).
 pub fn check_network(name: &str, network: &crate::egress::Network) -> Result<(), String> {
-    match name {
-        "process" | "docker" | "gvisor" | "microvm" => Ok(()),
-        "e2b" => e2b::check_allow_list(network),
-        other => refuse_allow_list(other, network),
+    match super::kinds::of(name).map(|k| k.egress) {
+        Some(Egress::Proxy) => Ok(()),
+        Some(Egress::Provider) => e2b::check_allow_list(network),
+        None => refuse_allow_list(name, network),
     }
 }
 
@@ -131,9 +137,7 @@ pub async fn probe_selected(
 
 /// Reap what earlier, dead sandbench processes left behind, for every tier.
 pub async fn reap_leftovers(config: &Config) {
-    process::reap_leftovers(&config.host);
-    docker::reap_leftovers(&config.host).await;
-    microvm::reap_leftovers();
+    reap_kinds(KINDS.iter().map(|k| k.kind), config).await;
     peer::reap_leftovers(&config.host);
 }
 
@@ -142,18 +146,21 @@ pub async fn reap_leftovers(config: &Config) {
 /// of `sandbench run --tier process`); other tiers' leftovers go at their
 /// next use or the next command that uses every tier (workbench, doctor).
 pub async fn reap_leftovers_of(names: &[String], config: &Config) {
-    let has = |n: &str| names.iter().any(|t| t == n);
-    if has("process") {
-        process::reap_leftovers(&config.host);
-    }
-    if has("docker") || has("gvisor") {
-        docker::reap_leftovers(&config.host).await;
-    }
-    if has("microvm") {
-        microvm::reap_leftovers();
-    }
+    let named = KINDS.iter().map(|k| k.kind).filter(|k| names.iter().any(|n| n == k.name()));
+    reap_kinds(named, config).await;
     if names.iter().any(|n| !KNOWN.contains(&n.as_str())) {
         peer::reap_leftovers(&config.host);
+    }
+}
+
+/// Each reaper once, in table order.
+async fn reap_kinds(kinds: impl Iterator<Item = TierKind>, config: &Config) {
+    let mut done: Vec<Reaper> = vec![];
+    for r in kinds.map(reaper) {
+        if !done.contains(&r) {
+            reap(r, config).await;
+            done.push(r);
+        }
     }
 }
 

@@ -318,7 +318,10 @@ pub fn refuse_secrets(secrets: &crate::egress::secrets::Secrets) -> Result<(), S
     if secrets.is_empty() {
         return Ok(());
     }
-    Err("the e2b tier's sandbox uses E2B's own network, which sandbench's egress proxy never sees: a secret could only be handed to the program; run it on process, docker, gvisor or microvm".into())
+    Err(format!(
+        "the e2b tier's sandbox uses E2B's own network, which sandbench's egress proxy never sees: a secret could only be handed to the program; run it on {}",
+        crate::tier::kinds::with_proxy_or()
+    ))
 }
 
 /// The allow list as E2B's `allowOut`: names and `*.` wildcards only.
