@@ -19,7 +19,7 @@ pub mod gauntlet;
 pub mod highwater;
 pub mod host;
 pub mod http;
-pub mod judge;
+mod judge;
 #[cfg(test)]
 mod layers;
 pub mod owner;
@@ -33,7 +33,7 @@ pub mod session;
 pub mod session_files;
 pub mod setup;
 pub mod share;
-pub mod slowdown;
+mod slowdown;
 pub mod soak;
 pub mod spec;
 pub mod state;

@@ -21,7 +21,7 @@
 //! tool's description and the system prompt say which.
 
 pub mod anthropic;
-pub mod tool;
+pub(crate) mod tool;
 
 use std::sync::Arc;
 

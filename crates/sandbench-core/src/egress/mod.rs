@@ -21,11 +21,11 @@
 //! `network` list; a denial is also a `network` violation (worded by the judge).
 
 pub mod ca;
-pub mod framing;
-pub mod intercept;
-pub mod mux;
+pub(crate) mod framing;
+pub(crate) mod intercept;
+pub(crate) mod mux;
 pub mod policy;
-pub mod proxy;
+pub(crate) mod proxy;
 pub mod resolve;
 pub mod scrub;
 pub mod secrets;

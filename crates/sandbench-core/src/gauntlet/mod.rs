@@ -3,9 +3,9 @@
 //! contained / escaped / error, plus each tier's benign latency. Compare mode
 //! and the gauntlet share this engine (`run_cell`).
 
-pub mod bound;
+pub(crate) mod bound;
 pub mod canary;
-pub mod internet;
+pub(crate) mod internet;
 
 use std::sync::Arc;
 use std::time::Duration;
