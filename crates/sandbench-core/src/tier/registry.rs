@@ -183,3 +183,55 @@ pub async fn shutdown() -> Vec<String> {
     }
     warnings
 }
+
+/// Resources carrying this process's owner token, after every run and the
+/// warm pools are gone. `None`: could not be looked at (e.g. no daemon).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, Default)]
+pub struct Leftovers {
+    pub cgroups: usize,
+    pub containers: Option<usize>,
+    pub qemu: usize,
+    pub rundirs: usize,
+    pub total: usize,
+}
+
+/// Everything on this machine (and its Docker engine) that carries this
+/// process's owner token.
+pub async fn leftovers(env: &crate::config::HostEnv) -> Leftovers {
+    let Ok(token) = crate::owner::token() else {
+        return Leftovers::default();
+    };
+    let prefix = format!("{token}-");
+    // One run's cgroup is a directory per hierarchy (v1): count runs.
+    let cgroups: std::collections::BTreeSet<_> =
+        process::owned_cgroups(token, env).into_iter().filter_map(|p| p.file_name().map(|n| n.to_owned())).collect();
+    let mut l = Leftovers { cgroups: cgroups.len(), ..Default::default() };
+    l.containers = docker::owned_containers(token, env).await.map(|v| v.len());
+    l.qemu = microvm::vm::owned_qemu(token).len();
+    let mut dirs = vec![microvm::artefacts::paths().runs, peer::rundir::base(env), docker::scratch::base()];
+    dirs.dedup();
+    for d in dirs {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            l.rundirs += rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).count();
+        }
+    }
+    l.total = l.cgroups + l.containers.unwrap_or(0) + l.qemu + l.rundirs;
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn leftovers_count_what_carries_our_token() {
+        let env = crate::config::HostEnv::default();
+        let base = peer::rundir::base(&env);
+        std::fs::create_dir_all(&base).unwrap();
+        let d = base.join(format!("{}-999999-soaktest", crate::owner::token().unwrap()));
+        std::fs::create_dir(&d).unwrap();
+        let l = leftovers(&env).await;
+        std::fs::remove_dir(&d).unwrap();
+        assert!(l.rundirs >= 1 && l.total >= 1, "{l:?}");
+    }
+}
