@@ -6,6 +6,8 @@
 //! set time, against as many concurrent bare equivalents). Front ends render
 //! the reports.
 
+pub mod docker;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -260,14 +262,9 @@ pub fn stats(name: &str, samples: &[Sample]) -> Stats {
 /// Contenders and targets for a tier: (contenders, [(what, against, target p50 ratio)], skipped).
 pub type Plan = (Vec<Contender>, Vec<(String, String, Option<f64>)>, Vec<String>);
 
-/// The interpreter the sandboxes use, on the host (never a pyenv shim).
-pub fn host_python() -> String {
-    ["/usr/bin/python3", "/usr/local/bin/python3"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .unwrap_or("python3")
-        .to_string()
-}
+// The host interpreter lives with the host facts (slowdown uses it too,
+// and bench reaches soak: one place below both).
+pub use crate::host::host_python;
 
 /// `bwrap --unshare-all` around the host's python3, as people run it.
 pub fn bwrap_argv(py: &str) -> Option<Vec<String>> {
@@ -345,7 +342,7 @@ pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
         }
         "docker" | "gvisor" => {
             c.clear();
-            targets = crate::tier::docker::bench_plan(tier_name, config, &mut c, &mut skipped);
+            targets = docker::bench_plan(tier_name, config, &mut c, &mut skipped);
         }
         "e2b" => {
             // Network-bound: measured against the local process tier to show
@@ -719,7 +716,7 @@ pub fn throughput_plan(tier_name: &str, config: &Config) -> anyhow::Result<Throu
             (b, Some(0.8), vec![])
         }
         "docker" | "gvisor" => {
-            let b = crate::tier::docker::cli_argv(tier_name, config);
+            let b = docker::cli_argv(tier_name, config);
             if b.is_none() {
                 skipped.push("the docker CLI is not installed (apt-get install docker.io): no bare equivalent".into());
             }

@@ -16,7 +16,7 @@ use crate::report::{Outcome, RunReport};
 use crate::runner;
 use crate::spec::RunSpec;
 use crate::stats::percentile;
-use crate::tier::Tier;
+use crate::tier::contract::Tier;
 
 /// How the tiers of one round run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -156,7 +156,7 @@ pub struct NetworkConfig {
     /// Names resolved without DNS, like /etc/hosts: `"mirror.corp" =
     /// "10.0.0.5"` or a list. These addresses are the operator's word and
     /// pass the proxy's address check even when private or loopback.
-    pub hosts: crate::egress::Hosts,
+    pub hosts: crate::egress::resolve::Hosts,
     /// A PEM file of CAs the proxy trusts, besides the system's, when it
     /// re-originates TLS to a secret's host (a local service, tests).
     pub upstream_ca: Option<PathBuf>,
@@ -285,9 +285,15 @@ pub struct AgentConfig {
     pub max_tokens: u32,
 }
 
+/// The model the agent uses unless `[agent] model` or `--model` says
+/// otherwise: a current model of the official SDK's model list (`anthropic`
+/// 2.14, `types/model.py`), not in its deprecation table. The one place the
+/// default is written; `sandbench agent --list-models` shows what a key offers.
+pub const DEFAULT_AGENT_MODEL: &str = "claude-sonnet-5-5";
+
 impl Default for AgentConfig {
     fn default() -> Self {
-        AgentConfig { model: crate::agent::anthropic::DEFAULT_MODEL.into(), max_turns: 10, max_tokens: 4096 }
+        AgentConfig { model: DEFAULT_AGENT_MODEL.into(), max_turns: 10, max_tokens: 4096 }
     }
 }
 

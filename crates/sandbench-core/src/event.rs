@@ -1,8 +1,17 @@
 //! The stream a tier emits while a run goes on. Front ends receive these
 //! same events through the runner (`runner::Update`), followed by the report
 //! that only the runner makes.
+//!
+//! The bottom layer of the engine: besides the events, the sink a run
+//! emits them through ([`RunContext`]) and the egress proxy's records
+//! ([`NetRecord`]) live here, so that the judge, the proxy and every tier
+//! can speak of them without knowing of each other (docs/architecture.md).
+
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
@@ -138,7 +147,7 @@ pub enum EventKind {
     Exit(ExitStatus),
     /// A decision of the run's egress proxy (and, later, the same
     /// connection's end with its bytes).
-    Network(crate::egress::NetRecord),
+    Network(NetRecord),
 }
 
 #[derive(Debug, Clone)]
@@ -146,4 +155,116 @@ pub struct RunEvent {
     /// Milliseconds since the run started.
     pub at_ms: f64,
     pub kind: EventKind,
+}
+
+/// Longest violation detail or note (characters).
+pub const MAX_DETAIL: usize = 400;
+
+/// What a run needs from the runner: a clock, a place to send events and a
+/// token that says "stop now" (cancel, wall timeout, output limit).
+#[derive(Clone)]
+pub struct RunContext {
+    pub started: Instant,
+    pub tx: mpsc::Sender<RunEvent>,
+    pub stop: CancellationToken,
+}
+
+impl RunContext {
+    pub fn ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    pub async fn emit(&self, kind: EventKind) {
+        // The runner outlives every tier future; a send error means it was
+        // torn down, and the tier's own cleanup still runs.
+        let _ = self.tx.send(RunEvent { at_ms: self.ms(), kind }).await;
+    }
+
+    /// Report a violation. The detail may quote what the program chose (a
+    /// file name): it is made inert here, once, for every front end.
+    pub async fn violation(&self, kind: ViolationKind, detail: impl Into<String>) {
+        let detail = crate::sanitize::inert_line(&detail.into(), MAX_DETAIL);
+        let v = Violation { kind, at_ms: self.ms(), detail };
+        self.emit(EventKind::Violation(v)).await;
+    }
+
+    /// A status line for the run's notes, made inert like a violation's detail.
+    pub async fn note(&self, text: impl Into<String>) {
+        self.emit(EventKind::Note(crate::sanitize::inert_line(&text.into(), MAX_DETAIL))).await;
+    }
+
+    pub async fn usage(&self, u: UsageSample) {
+        self.emit(EventKind::Usage(u)).await;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allowed,
+    Denied,
+}
+
+impl Decision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+        }
+    }
+}
+
+/// One connection the proxy decided on. Sent when decided (`open` while an
+/// allowed connection goes on) and again when it ends, with its bytes.
+/// Everything in it the program chose (host, method) is already inert.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetRecord {
+    /// The connection's number in its run.
+    pub id: u64,
+    /// When it was decided, ms since the run started.
+    pub at_ms: f64,
+    pub decision: Decision,
+    /// CONNECT, GET, ... ("?" when the request was unreadable).
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    /// The address the proxy connected to.
+    pub address: Option<String>,
+    /// Why denied, or where it went.
+    pub detail: String,
+    /// Bytes from the program, and to it.
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: f64,
+    /// Still going (allowed, not yet closed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open: bool,
+    /// The run's secrets bound to this host (its TLS intercepted, their
+    /// placeholders substituted, the response scrubbed). Names only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Refused because this secret's placeholder was where it may not go
+    /// (another host, or a part of the request it may not be put in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misdirected: Option<String>,
+}
+
+impl NetRecord {
+    /// "denied CONNECT evil.test:443 — not in the allow list".
+    pub fn line(&self) -> String {
+        let what = format!("{} {} {}:{}", self.decision.name(), self.method, self.host, self.port);
+        match (self.decision, self.open) {
+            (Decision::Allowed, true) => format!("{what} — {}", self.detail),
+            (Decision::Allowed, false) => format!(
+                "closed {} {}:{} — {} up, {} down, {}",
+                self.method,
+                self.host,
+                self.port,
+                crate::units::size(self.bytes_up),
+                crate::units::size(self.bytes_down),
+                crate::units::duration_ms(self.duration_ms)
+            ),
+            (Decision::Denied, _) => format!("{what} — {}", self.detail),
+        }
+    }
 }

@@ -79,6 +79,15 @@ pub fn pss_bytes(pids: &[i32]) -> u64 {
         * 1024
 }
 
+/// The interpreter the sandboxes use, on the host (never a pyenv shim).
+pub fn host_python() -> String {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("python3")
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,10 +15,9 @@
 //!   itself SIGXCPU has not used its CPU time unless the CPU counter says so.
 //! - One entry per kind; the wording is the same on every tier.
 
-use crate::event::{ExitStatus, ViolationKind};
+use crate::event::{ExitStatus, RunContext, ViolationKind};
 use crate::sanitize::inert_line;
 use crate::spec::{format_duration, format_size, Limits};
-use crate::tier::RunContext;
 
 /// Longest file or mount name quoted in a violation.
 const MAX_NAME: usize = 160;
@@ -228,7 +227,7 @@ impl Judge {
 /// A connection the run's egress proxy refused: the proxy's own record (the
 /// program never writes it). The runner keeps the first as the run's
 /// `network` violation; every refusal is in the report's `network` list.
-pub async fn network_denied(ctx: &RunContext, rec: &crate::egress::NetRecord) {
+pub async fn network_denied(ctx: &RunContext, rec: &crate::event::NetRecord) {
     let target = if rec.port == 0 { rec.host.clone() } else { format!("{}:{}", rec.host, rec.port) };
     if rec.misdirected.is_some() {
         // The record names the secret and where it was; never its value.

@@ -100,11 +100,11 @@ pub struct RunReport {
     /// Every decision of the run's egress proxy (bounded: the first
     /// [`MAX_NETWORK_RECORDS`] connections; `details.network` has the totals).
     #[serde(default)]
-    pub network: Vec<crate::egress::NetRecord>,
+    pub network: Vec<crate::event::NetRecord>,
     /// The session and call this run was, when it ran in a session's kept
     /// sandbox; absent for a run in a fresh sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<crate::session::SessionRef>,
+    pub session: Option<SessionRef>,
     /// The secrets the run was given (names and hosts, never a value), what
     /// its egress proxy did with each, and how often a form of a value had
     /// to be taken out of what the run produced.
@@ -204,6 +204,13 @@ impl RunReport {
         }
         s
     }
+}
+
+/// Which session, and which call of it (1, 2, …), a report belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRef {
+    pub id: String,
+    pub call: u32,
 }
 
 #[cfg(test)]

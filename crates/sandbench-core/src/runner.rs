@@ -17,11 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::egress::scrub::{Needles, Scrubber};
 use crate::egress::secrets::Secrets;
-use crate::event::{EventKind, ExitStatus, Phase, RunEvent, Stream, UsageSample, Violation, ViolationKind};
-use crate::report::{Outcome, RunReport, SecretUse, Timings, Usage};
-use crate::session::SessionRef;
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, RunEvent, Stream, UsageSample, Violation, ViolationKind};
+use crate::report::{Outcome, RunReport, SecretUse, SessionRef, Timings, Usage};
 use crate::spec::{format_duration, format_size, Limits, RunSpec};
-use crate::tier::{BoxFuture, RunContext, Tier, TierExit};
+use crate::tier::contract::{BoxFuture, Tier, TierExit};
 
 /// Extra time a tier gets for setup and boot before the runner gives up on it.
 const SETUP_GRACE: Duration = Duration::from_secs(300);
@@ -164,7 +163,7 @@ struct Fold {
     peak: UsageSample,
     last: UsageSample,
     exit: Option<ExitStatus>,
-    network: Vec<crate::egress::NetRecord>,
+    network: Vec<crate::event::NetRecord>,
 }
 
 impl Fold {
@@ -637,7 +636,7 @@ fn round(ms: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::{Availability, BoxFuture, TierExit};
+    use crate::tier::contract::{Availability, BoxFuture, TierExit};
 
     /// Prints `n` chunks of 10 KB and exits 0.
     struct Chatty(usize);

@@ -189,7 +189,7 @@ impl Sample {
                             .split_once('=')
                             .with_context(|| format!("{}: bad expect item '{item}'", path.display()))?;
                         let e = Expect::parse(e).map_err(|m| anyhow::anyhow!("{}: {m}", path.display()))?;
-                        if e.escapes && (tier == "*" || crate::tier::KNOWN.contains(&tier)) {
+                        if e.escapes && (tier == "*" || crate::tier::kinds::KNOWN.contains(&tier)) {
                             bail!(
                                 "{}: '{tier}=escaped': only a third-party peer's known hole may be declared",
                                 path.display()

@@ -25,64 +25,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::report::SessionRef;
 use crate::runner::{self, RunHandle};
 use crate::spec::{format_duration, format_size, Limits, RunSpec};
-use crate::tier::{BoxFuture, RunContext, Tier, TierExit};
+// The tier's side of a session is part of the tier contract; re-exported
+// here, where front ends look for sessions.
+use crate::event::RunContext;
+use crate::tier::contract::{BoxFuture, Tier, TierExit};
+pub use crate::tier::contract::{SessionSpec, TierSession, DEFAULT_IDLE, DEFAULT_MAX_LIFE};
 
-/// Default wall-clock cap of a session, from its opening.
-pub const DEFAULT_MAX_LIFE: Duration = Duration::from_secs(30 * 60);
-/// Default idle timeout: a session no call used for this long is closed.
-pub const DEFAULT_IDLE: Duration = Duration::from_secs(5 * 60);
 /// How long a call that runs into the session's cap may take to end on its
 /// own (its wall time was cut to the cap) before it is cancelled.
 const CAP_GRACE: Duration = Duration::from_secs(10);
-
-/// What a session asks of its tier.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionSpec {
-    /// The sandbox's own limits (memory, disk, pids, file size, open files,
-    /// cpus, network) and the most each call may have of the per-call ones
-    /// (CPU time, wall time, output).
-    pub limits: Limits,
-    /// Wall-clock cap from the opening.
-    pub max_life: Duration,
-    /// Closed when no call ran for this long.
-    pub idle_timeout: Duration,
-}
-
-impl SessionSpec {
-    pub fn new(limits: Limits) -> SessionSpec {
-        SessionSpec { limits, max_life: DEFAULT_MAX_LIFE, idle_timeout: DEFAULT_IDLE }
-    }
-}
-
-/// Which session, and which call of it (1, 2, …), a report belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionRef {
-    pub id: String,
-    pub call: u32,
-}
-
-/// A tier's side of a session: the kept sandbox.
-pub trait TierSession: Send + Sync {
-    /// Run one call: a fresh process as the session's uid under the call's
-    /// limits (`spec.limits`, already merged by [`call_limits`]). Returns
-    /// once that process and everything it started are gone; the sandbox and
-    /// its files stay. Same event contract as [`Tier::run`].
-    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;
-    /// Tear the sandbox down; returns once everything of it is gone.
-    /// Called once, never while a call runs.
-    fn close(&self) -> BoxFuture<'_, ()>;
-    /// Whether the kept sandbox is still usable. A session whose sandbox died
-    /// (its container or guest is gone) closes after the call that saw it.
-    fn alive(&self) -> bool {
-        true
-    }
-}
 
 /// Per-call limits: what a call may lower (each tier enforces them per
 /// process or from the host). The rest belong to the sandbox and are set
@@ -543,7 +501,7 @@ mod tests {
     use crate::event::{EventKind, ExitStatus, Phase, Stream};
     use crate::report::Outcome;
     use crate::spec::Language;
-    use crate::tier::{Availability, BoxFuture};
+    use crate::tier::contract::{Availability, BoxFuture};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A tier whose "sandbox" is a map of files, to test the session

@@ -21,7 +21,7 @@ use crate::frontier::{self, Point};
 use crate::gauntlet::{canary::HostProbe, Cell, Matrix, Verdict};
 use crate::spec::{Language, RunSpec};
 use crate::stats::{histogram, percentile, Bin};
-use crate::tier::{Availability, Tier};
+use crate::tier::contract::{Availability, Tier};
 
 /// Bytes of each output stream a cell's evidence shows.
 pub const OUTPUT_SHOWN: usize = 2048;

@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::spec::{Language, Limits, RunSpec};
-use crate::tier::Tier;
+use crate::tier::contract::Tier;
 
 /// The work: ~0.2-0.4 s of CPU for CPython on one core here, long enough
 /// that interpreter start-up is a small part of it.
@@ -166,7 +166,7 @@ pub async fn round(tier: Arc<dyn Tier>) -> Result<Round, String> {
 /// The work under the host's own interpreter (sandbench's own process, not
 /// a sandbox): the CPU time (user + system) it took, as it reports it.
 fn host_cpu_ms() -> Result<f64, String> {
-    let py = crate::bench::host_python();
+    let py = crate::host::host_python();
     let code = format!("import time\nt0 = time.process_time()\n{WORK}print((time.process_time() - t0) * 1000)\n");
     let out = std::process::Command::new(&py)
         .args(["-I", "-S", "-c", &code])

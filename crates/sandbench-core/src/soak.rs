@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use crate::gauntlet;
 use crate::samples::Sample;
 use crate::spec::Limits;
-use crate::tier::Tier;
+use crate::tier::contract::Tier;
 
 /// How long leftovers may take to go after the last run and the pools' drain.
 const SETTLE: Duration = Duration::from_secs(10);
@@ -84,16 +84,8 @@ pub struct HostLatency {
     pub max_ms: Option<f64>,
 }
 
-/// Resources carrying this process's owner token, after every run and the
-/// warm pools are gone. `None`: could not be looked at (e.g. no daemon).
-#[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
-pub struct Leftovers {
-    pub cgroups: usize,
-    pub containers: Option<usize>,
-    pub qemu: usize,
-    pub rundirs: usize,
-    pub total: usize,
-}
+// What the tiers leave behind is counted where the tiers are named.
+pub use crate::tier::registry::{leftovers, Leftovers};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SoakReport {
@@ -334,7 +326,7 @@ pub async fn run(
     // be gone. A spare being made in the background as the last run ended
     // goes a moment later, hence the short settle.
     let tier_names = tiers.iter().map(|t| t.name().to_string()).collect();
-    let _ = crate::tier::shutdown().await;
+    let _ = crate::tier::registry::shutdown().await;
     drop(tiers);
     let settle = Instant::now();
     let leftovers = loop {
@@ -359,36 +351,6 @@ pub async fn run(
     }
 }
 
-/// Everything on this machine (and its Docker engine) that carries this
-/// process's owner token.
-pub async fn leftovers(env: &crate::config::HostEnv) -> Leftovers {
-    let Ok(token) = crate::owner::token() else {
-        return Leftovers::default();
-    };
-    let prefix = format!("{token}-");
-    // One run's cgroup is a directory per hierarchy (v1): count runs.
-    let cgroups: std::collections::BTreeSet<_> = crate::tier::process::owned_cgroups(token, env)
-        .into_iter()
-        .filter_map(|p| p.file_name().map(|n| n.to_owned()))
-        .collect();
-    let mut l = Leftovers { cgroups: cgroups.len(), ..Default::default() };
-    l.containers = crate::tier::docker::owned_containers(token, env).await.map(|v| v.len());
-    l.qemu = crate::tier::microvm::vm::owned_qemu(token).len();
-    let mut dirs = vec![
-        crate::tier::microvm::artefacts::paths().runs,
-        crate::tier::peer::rundir::base(env),
-        crate::tier::docker::scratch::base(),
-    ];
-    dirs.dedup();
-    for d in dirs {
-        if let Ok(rd) = std::fs::read_dir(&d) {
-            l.rundirs += rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).count();
-        }
-    }
-    l.total = l.cgroups + l.containers.unwrap_or(0) + l.qemu + l.rundirs;
-    l
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,17 +362,5 @@ mod tests {
             assert!(p.sample.expect_for("process").is_some(), "{}", p.sample.name);
             assert!(p.stdout + p.stderr > 0);
         }
-    }
-
-    #[tokio::test]
-    async fn leftovers_count_what_carries_our_token() {
-        let env = crate::config::HostEnv::default();
-        let base = crate::tier::peer::rundir::base(&env);
-        std::fs::create_dir_all(&base).unwrap();
-        let d = base.join(format!("{}-999999-soaktest", crate::owner::token().unwrap()));
-        std::fs::create_dir(&d).unwrap();
-        let l = leftovers(&env).await;
-        std::fs::remove_dir(&d).unwrap();
-        assert!(l.rundirs >= 1 && l.total >= 1, "{l:?}");
     }
 }

@@ -147,7 +147,7 @@ pub struct Limits {
     /// Network access: `none`, or `allow=HOST[:PORT],...` through the run's
     /// egress proxy (see `egress`). A tier that cannot enforce an allow list
     /// refuses the run.
-    pub network: crate::egress::Network,
+    pub network: crate::egress::policy::Network,
 }
 
 impl Default for Limits {
@@ -162,7 +162,7 @@ impl Default for Limits {
             output_bytes: 1 << 20,
             open_files: 256,
             cpus: 1.0,
-            network: crate::egress::Network::None,
+            network: crate::egress::policy::Network::None,
         }
     }
 }
@@ -197,8 +197,8 @@ pub struct RunSpec {
     pub launcher_env: BTreeMap<String, String>,
     /// Names the egress proxy resolves for this run on top of `[network]
     /// hosts` (the gauntlet's own loopback "internet"). Never the program's.
-    #[serde(default, skip_serializing_if = "crate::egress::Hosts::is_empty")]
-    pub hosts: crate::egress::Hosts,
+    #[serde(default, skip_serializing_if = "crate::egress::resolve::Hosts::is_empty")]
+    pub hosts: crate::egress::resolve::Hosts,
     /// Secrets the program uses but never holds (`egress::secrets`): it
     /// gets placeholders, the run's egress proxy puts the values in requests
     /// to their hosts. Written as names only; never read back.

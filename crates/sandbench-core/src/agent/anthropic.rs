@@ -43,10 +43,9 @@ use tokio_util::sync::CancellationToken;
 pub const API_VERSION: &str = "2026-10-21";
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// The model the agent uses unless `[agent] model` or `--model` says
-/// otherwise: a current model of the official SDK's model list (`anthropic`
-/// 2.14, `types/model.py`), not in its deprecation table. The one place the
-/// default is written; `sandbench agent --list-models` shows what a key offers.
-pub const DEFAULT_MODEL: &str = "claude-sonnet-5-5";
+/// otherwise (written once, in the config's defaults, which sit below the
+/// agent: `config::DEFAULT_AGENT_MODEL`).
+pub const DEFAULT_MODEL: &str = crate::config::DEFAULT_AGENT_MODEL;
 /// Models per page of `GET /v1/models` (the API's maximum).
 const MODELS_PAGE: u32 = 1000;
 /// Pages read at most.

@@ -21,7 +21,7 @@
 //! tool's description and the system prompt say which.
 
 pub mod anthropic;
-pub mod tool;
+pub(crate) mod tool;
 
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{EventKind, RunEvent, Stream};
 use crate::runner::{self, Update};
 use crate::spec::{Limits, RunSpec};
-use crate::tier::Tier;
+use crate::tier::contract::Tier;
 use anthropic::{Block, Message};
 
 /// Everything one agent session needs.

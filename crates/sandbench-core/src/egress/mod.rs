@@ -21,11 +21,11 @@
 //! `network` list; a denial is also a `network` violation (worded by the judge).
 
 pub mod ca;
-pub mod framing;
-pub mod intercept;
-pub mod mux;
+pub(crate) mod framing;
+pub(crate) mod intercept;
+pub(crate) mod mux;
 pub mod policy;
-pub mod proxy;
+pub(crate) mod proxy;
 pub mod resolve;
 pub mod scrub;
 pub mod secrets;
@@ -34,14 +34,16 @@ mod tests;
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::task::TaskTracker;
 
 pub use policy::{AllowEntry, Host, Network};
 pub use resolve::Hosts;
 
-use crate::tier::RunContext;
+// The run records live with the other run events (the bottom layer: the
+// report and the judge read them without the proxy).
+use crate::event::RunContext;
+pub use crate::event::{Decision, NetRecord};
 
 /// Where the proxy is inside every sandbox that has one.
 pub const SANDBOX_PORT: u16 = 3128;
@@ -57,77 +59,6 @@ pub fn proxy_url() -> String {
 pub fn proxy_env() -> Vec<(String, String)> {
     let url = proxy_url();
     ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"].iter().map(|k| (k.to_string(), url.clone())).collect()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Decision {
-    Allowed,
-    Denied,
-}
-
-impl Decision {
-    pub fn name(self) -> &'static str {
-        match self {
-            Decision::Allowed => "allowed",
-            Decision::Denied => "denied",
-        }
-    }
-}
-
-/// One connection the proxy decided on. Sent when decided (`open` while an
-/// allowed connection goes on) and again when it ends, with its bytes.
-/// Everything in it the program chose (host, method) is already inert.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NetRecord {
-    /// The connection's number in its run.
-    pub id: u64,
-    /// When it was decided, ms since the run started.
-    pub at_ms: f64,
-    pub decision: Decision,
-    /// CONNECT, GET, ... ("?" when the request was unreadable).
-    pub method: String,
-    pub host: String,
-    pub port: u16,
-    /// The address the proxy connected to.
-    pub address: Option<String>,
-    /// Why denied, or where it went.
-    pub detail: String,
-    /// Bytes from the program, and to it.
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-    pub duration_ms: f64,
-    /// Still going (allowed, not yet closed).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub open: bool,
-    /// The run's secrets bound to this host (its TLS intercepted, their
-    /// placeholders substituted, the response scrubbed). Names only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub secrets: Vec<String>,
-    /// Refused because this secret's placeholder was where it may not go
-    /// (another host, or a part of the request it may not be put in).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub misdirected: Option<String>,
-}
-
-impl NetRecord {
-    /// "denied CONNECT evil.test:443 — not in the allow list".
-    pub fn line(&self) -> String {
-        let what = format!("{} {} {}:{}", self.decision.name(), self.method, self.host, self.port);
-        match (self.decision, self.open) {
-            (Decision::Allowed, true) => format!("{what} — {}", self.detail),
-            (Decision::Allowed, false) => format!(
-                "closed {} {}:{} — {} up, {} down, {}",
-                self.method,
-                self.host,
-                self.port,
-                crate::units::size(self.bytes_up),
-                crate::units::size(self.bytes_down),
-                crate::units::duration_ms(self.duration_ms)
-            ),
-            (Decision::Denied, _) => format!("{what} — {}", self.detail),
-        }
-    }
 }
 
 /// What the operator's config gives every run's proxy: the names it

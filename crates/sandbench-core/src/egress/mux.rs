@@ -252,7 +252,7 @@ where
 mod tests {
     use super::*;
     use crate::egress::{Egress, Hosts};
-    use crate::tier::RunContext;
+    use crate::event::RunContext;
     use tokio_util::sync::CancellationToken;
 
     #[tokio::test]

@@ -30,8 +30,7 @@ use super::intercept::{self, RunSecrets};
 use super::policy::{not_public, parse_authority, Host, Network};
 use super::resolve::Resolver;
 use super::{Decision, NetRecord};
-use crate::event::EventKind;
-use crate::tier::RunContext;
+use crate::event::{EventKind, RunContext};
 
 /// Largest request head (request line and headers).
 pub const MAX_HEAD: usize = 16 << 10;

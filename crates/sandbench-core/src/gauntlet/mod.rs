@@ -3,9 +3,9 @@
 //! contained / escaped / error, plus each tier's benign latency. Compare mode
 //! and the gauntlet share this engine (`run_cell`).
 
-pub mod bound;
+pub(crate) mod bound;
 pub mod canary;
-pub mod internet;
+pub(crate) mod internet;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::report::{Outcome, RunReport, StartKind};
 use crate::samples::Sample;
 use crate::spec::{Limits, RunSpec};
-use crate::tier::Tier;
+use crate::tier::contract::Tier;
 use canary::{Canaries, Findings};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -439,8 +439,8 @@ pub async fn run_until(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{EventKind, ExitStatus, Stream};
-    use crate::tier::{Availability, BoxFuture, RunContext, TierExit};
+    use crate::event::{EventKind, ExitStatus, RunContext, Stream};
+    use crate::tier::contract::{Availability, BoxFuture, TierExit};
 
     /// A deliberately broken sandbox: the program runs on the host with the
     /// launcher's environment passed through (what a wrapper without `env -i`

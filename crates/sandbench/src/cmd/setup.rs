@@ -1,6 +1,7 @@
 //! `sandbench setup TARGET`: build what a tier needs on this machine (images,
 //! guest kernels, ...). Idempotent: quick when nothing is missing. One arm per
-//! target.
+//! kind of set-up (`tier::kinds::Setup`); which tier needs which is the
+//! kinds table's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use crate::cli::SetupArgs;
 use crate::config::Config;
 use crate::setup::{Progress, Step};
+use crate::tier::kinds::{self, Setup};
 use crate::tier::microvm::{self, MicrovmTier};
 
 use super::usage;
@@ -85,16 +87,20 @@ impl Step for Bar {
     }
 }
 
-/// Targets `setup` knows, for the error message.
-pub const TARGETS: &[&str] = &["docker", "gvisor", "microvm", "peers"];
+/// Targets `setup` knows, for the error message: the tiers with something
+/// to build (the kinds table's `setup` column), then the peers.
+pub fn targets() -> Vec<&'static str> {
+    kinds::setup_targets().map(|(name, _)| name).chain(["peers"]).collect()
+}
 
 pub async fn run(args: SetupArgs, config: &Config) -> anyhow::Result<i32> {
-    match args.target.as_str() {
-        "docker" => docker(config, None).await,
-        "gvisor" => docker(config, Some("runsc")).await,
-        "microvm" => setup_microvm(&args, config).await,
-        "peers" => setup_peers().await,
-        other => Err(usage(format!("nothing to set up for '{other}' (known: {})", TARGETS.join(", ")))),
+    if args.target == "peers" {
+        return setup_peers().await;
+    }
+    match kinds::setup_targets().find(|(name, _)| *name == args.target).map(|(_, s)| s) {
+        Some(Setup::Image { runtime }) => docker(config, runtime).await,
+        Some(Setup::Guest) => setup_microvm(&args, config).await,
+        None => Err(usage(format!("nothing to set up for '{}' (known: {})", args.target, targets().join(", ")))),
     }
 }
 

@@ -414,10 +414,12 @@ impl LimitsForm {
                 names.push(n.to_string());
             }
         }
-        if !names.is_empty() && !matches!(self.tier.as_str(), "process" | "docker" | "gvisor" | "microvm") {
+        let proxied = crate::tier::kinds::of(&self.tier).is_some_and(|k| k.egress == crate::tier::kinds::Egress::Proxy);
+        if !names.is_empty() && !proxied {
             return Err(format!(
-                "the {} tier takes no secrets (sandbench's egress proxy does not carry its traffic); use process, docker, gvisor or microvm",
-                self.tier
+                "the {} tier takes no secrets (sandbench's egress proxy does not carry its traffic); use {}",
+                self.tier,
+                crate::tier::kinds::with_proxy_or()
             ));
         }
         Ok(names)

@@ -9,7 +9,6 @@
 //! - `reap.rs`: owner labels; removing what provably dead sandbench processes left.
 //! - `image.rs`: `sandbench setup docker` — use, pull, or build the image.
 
-pub mod bench;
 pub mod container;
 pub mod engine;
 pub mod image;
@@ -36,12 +35,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use crate::config::{Config, DockerConfig};
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
 use crate::highwater;
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, RunSpec};
-use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
-pub use bench::{bench_plan, cli_argv};
+use crate::tier::contract::{Availability, BoxFuture, Check, Tier, TierExit};
 use container::Shape;
 use engine::Engine;
 use pool::Pool;
@@ -417,14 +415,14 @@ impl Tier for DockerTier {
 
     fn open_session(
         &self,
-        spec: crate::session::SessionSpec,
-    ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::session::TierSession>>> {
+        spec: crate::tier::contract::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::tier::contract::TierSession>>> {
         Box::pin(async move {
             let engine = self.engine().await?;
             self.check_ready(engine).await?;
             let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, &spec.limits);
             let s = session::open(engine, shape, &self.cfg.user, self.name).await?;
-            Ok(Arc::new(s) as Arc<dyn crate::session::TierSession>)
+            Ok(Arc::new(s) as Arc<dyn crate::tier::contract::TierSession>)
         })
     }
 }
@@ -1304,7 +1302,7 @@ mod tests {
 
     #[test]
     fn node_check_reads_only_a_path_and_keeps_it_inert() {
-        use crate::tier::CheckLevel;
+        use crate::tier::contract::CheckLevel;
         let c = node_check("/usr/bin/node\n", "img", "docker");
         assert_eq!((c.level, c.detail.as_str()), (CheckLevel::Ok, "node at /usr/bin/node in the image"));
         for out in ["", "sh: node: not found\n", "v20\n"] {

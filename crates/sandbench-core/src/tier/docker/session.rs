@@ -30,11 +30,11 @@ use tokio::sync::mpsc;
 use super::container::{self, Shape};
 use super::engine::{self, Engine};
 use super::{reap, remove, sample_loop, short, Cgroup, LoaderFacts, Sample};
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
-use crate::session::{counters_since, TierSession};
+use crate::session::counters_since;
 use crate::spec::RunSpec;
-use crate::tier::{BoxFuture, RunContext, TierExit};
+use crate::tier::contract::{BoxFuture, TierExit, TierSession};
 
 /// PID 1 of a session container.
 pub const KEEPER: &str = include_str!("../../../../../guest/docker_keeper.py");

@@ -36,9 +36,9 @@ use anyhow::anyhow;
 use serde_json::json;
 
 use crate::config::Config;
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample, ViolationKind};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample, ViolationKind};
 use crate::spec::{format_size, RunSpec};
-use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+use crate::tier::contract::{Availability, BoxFuture, Check, Tier, TierExit};
 use api::Api;
 use envd::{Envd, ProcEvent};
 
@@ -300,8 +300,8 @@ impl Tier for E2bTier {
 
     fn open_session(
         &self,
-        spec: crate::session::SessionSpec,
-    ) -> BoxFuture<'_, anyhow::Result<std::sync::Arc<dyn crate::session::TierSession>>> {
+        spec: crate::tier::contract::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<std::sync::Arc<dyn crate::tier::contract::TierSession>>> {
         let key = self.key().map(str::to_string);
         let settings = self.settings.clone();
         Box::pin(async move { session::open(settings, key?, spec).await })
@@ -318,7 +318,10 @@ pub fn refuse_secrets(secrets: &crate::egress::secrets::Secrets) -> Result<(), S
     if secrets.is_empty() {
         return Ok(());
     }
-    Err("the e2b tier's sandbox uses E2B's own network, which sandbench's egress proxy never sees: a secret could only be handed to the program; run it on process, docker, gvisor or microvm".into())
+    Err(format!(
+        "the e2b tier's sandbox uses E2B's own network, which sandbench's egress proxy never sees: a secret could only be handed to the program; run it on {}",
+        crate::tier::kinds::with_proxy_or()
+    ))
 }
 
 /// The allow list as E2B's `allowOut`: names and `*.` wildcards only.
@@ -463,7 +466,7 @@ impl E2bTier {
                 // Live (the callback cannot await; a full channel only loses the note).
                 let _ = ctx.tx.try_send(crate::event::RunEvent {
                     at_ms: ctx.ms(),
-                    kind: EventKind::Note(crate::sanitize::inert_line(&m, crate::tier::MAX_DETAIL)),
+                    kind: EventKind::Note(crate::sanitize::inert_line(&m, crate::event::MAX_DETAIL)),
                 });
             })
             .await;

@@ -20,10 +20,9 @@ use serde_json::json;
 use super::api::Api;
 use super::envd::{Envd, EnvdError, ProcEvent};
 use super::{execute, limit_enforcement, LiveGuard, Settings, WORK_DIR};
-use crate::event::{EventKind, Phase, UsageSample};
-use crate::session::{SessionSpec, TierSession};
+use crate::event::{EventKind, Phase, RunContext, UsageSample};
 use crate::spec::RunSpec;
-use crate::tier::{BoxFuture, RunContext, TierExit};
+use crate::tier::contract::{BoxFuture, SessionSpec, TierExit, TierSession};
 
 /// Run as `user` after every call: kill(-1) reaches every process of that
 /// user but the shell itself. Never run anywhere else (as root it would

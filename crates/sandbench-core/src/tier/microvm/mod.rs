@@ -24,10 +24,10 @@ use anyhow::anyhow;
 use serde_json::json;
 
 use crate::config::{Config, MicrovmConfig};
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Limits, RunSpec};
-use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
+use crate::tier::contract::{Availability, BoxFuture, Check, Tier, TierExit};
 use artefacts::Paths;
 use proto::{Frame, Item};
 use vm::{Accel, Boot, Guest, Shape, WaitEnd};
@@ -201,8 +201,8 @@ impl Tier for MicrovmTier {
 
     fn open_session(
         &self,
-        spec: crate::session::SessionSpec,
-    ) -> BoxFuture<'_, anyhow::Result<std::sync::Arc<dyn crate::session::TierSession>>> {
+        spec: crate::tier::contract::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<std::sync::Arc<dyn crate::tier::contract::TierSession>>> {
         Box::pin(session::open(self, spec))
     }
 }

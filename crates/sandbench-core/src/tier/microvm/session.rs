@@ -20,10 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::vm::Guest;
 use super::{accel, artefacts, MicrovmTier};
-use crate::event::{EventKind, Phase};
-use crate::session::{SessionSpec, TierSession};
+use crate::event::{EventKind, Phase, RunContext};
 use crate::spec::RunSpec;
-use crate::tier::{BoxFuture, RunContext, TierExit};
+use crate::tier::contract::{BoxFuture, SessionSpec, TierExit, TierSession};
 
 /// How long the agent may take to end a call's program after KILL.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(15);

@@ -33,12 +33,12 @@ use serde_json::json;
 use tokio::process::Command;
 
 use crate::config::Config;
-use crate::event::{EventKind, ExitStatus, Phase, UsageSample};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, UsageSample};
 use crate::judge::{Counters, ExitFacts, Judge};
 use crate::spec::{format_size, Language, Limits, RunSpec};
+use crate::tier::contract::{Availability, BoxFuture, Check, Tier, TierExit};
 use crate::tier::process::cgroup::{self, Layout, RunCgroup};
 use crate::tier::process::uids::{self, UidLease};
-use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
 use profile::{Context, Profile};
 use rundir::RunDir;
 

@@ -259,9 +259,6 @@ pub fn build_argv(p: &Profile, cx: &Context, program_env: &[(String, String)]) -
     Ok(out)
 }
 
-/// Tier names sandbench itself owns; a profile may not take one.
-const RESERVED: &[&str] = &["process", "docker", "gvisor", "microvm", "e2b", "all"];
-
 impl Profile {
     /// Parse one profile; the error is one line naming the file, line and key.
     pub fn parse(text: &str, file: &str) -> Result<Profile, String> {
@@ -276,7 +273,8 @@ impl Profile {
         {
             return Err(format!("key `name`: '{n}' must be 1-24 lowercase letters, digits or '-'"));
         }
-        if RESERVED.contains(&n.as_str()) {
+        // Tier names sandbench itself owns (and `all`).
+        if crate::tier::kinds::reserved(n) {
             return Err(format!("key `name`: '{n}' is one of sandbench's own tiers; pick another name"));
         }
         if self.tool.trim().is_empty() {

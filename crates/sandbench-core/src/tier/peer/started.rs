@@ -15,8 +15,7 @@
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
 
-use crate::event::{EventKind, Stream};
-use crate::tier::RunContext;
+use crate::event::{EventKind, RunContext, Stream};
 
 /// Bytes of stdout searched for the marker; bytes of stderr held until it.
 const BEFORE_START: usize = 64 * 1024;

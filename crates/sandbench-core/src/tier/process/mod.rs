@@ -24,10 +24,10 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 use tokio::process::Command;
 
 use crate::config::Config;
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, Limits, RunSpec};
-use crate::tier::{Availability, BoxFuture, Check, LimitMaxima, RunContext, Tier, TierExit};
+use crate::tier::contract::{Availability, BoxFuture, Check, LimitMaxima, Tier, TierExit};
 use cgroup::{Layout, RunCgroup};
 use sandbox::{SandboxConfig, Status};
 
@@ -637,8 +637,8 @@ impl Tier for ProcessTier {
 
     fn open_session(
         &self,
-        spec: crate::session::SessionSpec,
-    ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::session::TierSession>>> {
+        spec: crate::tier::contract::SessionSpec,
+    ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::tier::contract::TierSession>>> {
         Box::pin(session::open(self, spec))
     }
 }

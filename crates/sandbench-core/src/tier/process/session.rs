@@ -23,11 +23,11 @@ use tokio::net::unix::pipe::Receiver;
 use super::sandbox::{self, SandboxConfig, Status};
 use super::{count_user_processes, isolation_details, read_line_bounded, uid_policy, waiter_for};
 use super::{Launched, ProcessTier, SAMPLE_EVERY};
-use crate::event::{EventKind, ExitStatus, Phase, Stream, UsageSample};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
-use crate::session::{counters_since, SessionSpec, TierSession};
+use crate::session::counters_since;
 use crate::spec::{Language, RunSpec};
-use crate::tier::{BoxFuture, RunContext, TierExit};
+use crate::tier::contract::{BoxFuture, SessionSpec, TierExit, TierSession};
 
 /// The longest a session's sandbox may take to be built (a few hundred
 /// milliseconds normally, seconds on a loaded machine).

@@ -28,7 +28,19 @@
 //! descriptors only (`scratch.rs`), as that uid.
 #![allow(unsafe_code)] // fork and raw descriptors of the sandbox init, as in the rest of sandbox.rs
 
-use super::*;
+use std::ffi::CString;
+use std::fs;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use nix::unistd::{fork, ForkResult, Pid};
+
+use super::base::*;
+use super::guard::*;
+use super::init::*;
+use super::limits::*;
+use super::program::*;
+use super::scratch::Scratch;
 
 use std::time::SystemTime;
 

@@ -1,15 +1,15 @@
 //! `sandbench bench --tier docker|gvisor`: cold and warm runs of `print(1)`
 //! against `docker run --rm` with the same hardening flags (the baseline may
-//! shell out to the docker CLI; the tier never does).
+//! shell out to the docker CLI; the tier never does). Bench code, above the
+//! tier: it builds the tier's contenders, the tier knows nothing of benches.
 
 use std::sync::Arc;
 
-use crate::bench::{Contender, Settle, CODE};
+use super::{Contender, Settle, CODE};
 use crate::config::{Config, DockerConfig};
 use crate::spec::Limits;
-
-use super::container::Shape;
-use super::{configured_image, DockerTier};
+use crate::tier::docker::container::Shape;
+use crate::tier::docker::{configured_image, DockerTier};
 
 /// `docker run --rm` with the tier's hardening flags (and `--runtime=runsc`
 /// for gvisor) running `python3 -c {code}`: the bare equivalent. `None`

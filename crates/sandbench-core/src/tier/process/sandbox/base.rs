@@ -1,0 +1,284 @@
+//! What every part of the sandbox helper shares: the protocol with the host
+//! (what it is sent, [`Status`] lines on fd 3), the status channel's
+//! `send`/`mark`/`fail`, and the descriptors' plumbing (pipes, close-on-exec,
+//! parent-death signal). The bottom of the helper's files: it uses none of them.
+
+use std::fs;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use serde::{Deserialize, Serialize};
+
+pub const STATUS_FD: i32 = 3;
+pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
+pub(super) const MAX_PREPARE_BYTES: usize = 1 << 20;
+
+/// In the program's process, between its set-up and the program: init's word
+/// ("run" or "exec ...") arrives on this descriptor...
+pub(super) const GO_FD: RawFd = 3;
+/// ...after the waiting interpreter said it is ready on this one.
+pub(super) const READY_FD: RawFd = 4;
+
+/// The pre-started interpreter (see `waiter.py`): sandbench's code, run as
+/// `<interpreter> <file_name>` from /work, replaced by the program's file.
+pub const WAITER_PY: &str = include_str!("../waiter.py");
+/// Node's waiter (see `waiter.js`): it can only run its program inline.
+pub const WAITER_JS: &str = include_str!("../waiter.js");
+
+/// What the helper needs before any run: the sandbox's shape. Everything in
+/// it is the same for every run of a tier (a spare is made from it alone).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Prepare {
+    pub host_pid: i32,
+    /// The run cgroup's `cgroup.procs` files (opened by the helper before it
+    /// unshares; init writes itself and the program's process into them).
+    pub cgroup_procs: Vec<String>,
+    /// Unprivileged: map our own uid into a new user namespace.
+    pub user_ns: bool,
+    /// Root: the uid/gid the program drops to (unused in a user namespace).
+    pub run_uid: u32,
+    pub run_gid: u32,
+    /// Run even when Landlock or the seccomp filter cannot be enforced
+    /// (the run is then marked degraded); otherwise such a run is refused.
+    pub allow_degraded: bool,
+    /// Size of /work and /tmp as first mounted (a run with another size
+    /// remounts them before its program starts).
+    pub disk_bytes: u64,
+    /// Start this interpreter ahead and let it run the program itself when
+    /// the run asks for exactly it; `None`: the program's process waits
+    /// before its exec instead.
+    pub waiter: Option<Waiter>,
+    /// The egress port on the sandbox's loopback (`netns`), when the run's
+    /// network is an allow list (its Landlock rules allow connecting to it).
+    #[serde(default)]
+    pub network_port: Option<u16>,
+    /// The run CA's certificate (PEM) when a secret of the run goes over
+    /// TLS: added to the sandbox's copy of the system bundle.
+    #[serde(default)]
+    pub run_ca: Option<String>,
+    /// A session's sandbox (`sandbox/session.rs`): init runs one program per
+    /// call framed on stdin, until stdin closes.
+    #[serde(default)]
+    pub session: bool,
+}
+
+/// An interpreter started before its program, and what it can run inline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiter {
+    pub interpreter: Vec<String>,
+    pub file_name: String,
+    pub env: Vec<(String, String)>,
+}
+
+impl Waiter {
+    /// The waiter's own source, in its interpreter's language.
+    pub fn source(&self) -> &'static str {
+        match self.interpreter.first().map(|c| c.rsplit('/').next().unwrap_or(c)) {
+            Some("node" | "nodejs") => WAITER_JS,
+            _ => WAITER_PY,
+        }
+    }
+}
+
+/// What a run brings: the program and the limits init applies before it starts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxConfig {
+    pub code: String,
+    pub file_name: String,
+    pub interpreter: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cpu_secs: u64,
+    /// RLIMIT_DATA, only when no cgroup contains the run: a cgroup limits
+    /// resident memory, which is what the memory limit means; a virtual-size
+    /// limit would refuse thread stacks and mappings long before that.
+    pub data_limit: Option<u64>,
+    pub file_size_bytes: u64,
+    pub disk_bytes: u64,
+    pub open_files: u64,
+    /// RLIMIT_NPROC, only when no cgroup contains the run.
+    pub nproc: Option<u64>,
+}
+
+/// Status lines from the sandbox to the host.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Status {
+    /// What was actually applied.
+    Isolation {
+        landlock: String,
+        seccomp: bool,
+        uid: u32,
+        user_ns: bool,
+        /// Protections that could not be enforced (only with allow_degraded).
+        #[serde(default)]
+        degraded: Vec<String>,
+    },
+    /// The program's process is in the run's cgroup.
+    Joined,
+    /// A step of the sandbox's set-up done, at this CLOCK_MONOTONIC time
+    /// (shared by every pid namespace): where a cold start's time goes.
+    Mark {
+        what: String,
+        mono_ns: u64,
+    },
+    /// The sandbox is built, in its cgroup, and its interpreter is waiting.
+    Ready,
+    /// What a process of the sandbox holds once it is built (`who`: init
+    /// or helper), read back from the kernel after dropping the rest.
+    Privileges {
+        who: String,
+        held: String,
+    },
+    /// The program is about to start.
+    Started,
+    Warning {
+        msg: String,
+    },
+    Error {
+        msg: String,
+    },
+    Exit {
+        code: Option<i32>,
+        signal: Option<i32>,
+        cpu_ms: u64,
+        max_rss_kb: u64,
+        /// A file at the file-size limit, if one was found.
+        fsize_hit: Option<String>,
+        /// Scratch mounts that were full at some moment.
+        full_mounts: Vec<String>,
+        /// Calls that waited for the scratch watch (None: no guard).
+        guarded: Option<u64>,
+        /// Did the watch see file events (or only mount states)?
+        files_watched: bool,
+    },
+}
+
+/// Where [`send`] writes: fd 3, or (in the program's process, once fd 3 is
+/// the waiter's) a close-on-exec copy above it.
+pub(super) static STATUS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(STATUS_FD);
+
+pub(super) fn send(status: &Status) {
+    // fd 3 is the status pipe; write(2) of a small line is atomic.
+    let mut line = serde_json::to_string(status).unwrap_or_default();
+    line.push('\n');
+    let fd = STATUS.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: the status descriptor stays open in the helper and init for
+    // their whole life, and in the program's process until its exec.
+    let _ = nix::unistd::write(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, line.as_bytes());
+}
+
+/// CLOCK_MONOTONIC in ns (the clock the host's `Instant` reads).
+pub fn mono_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only into `t`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+pub(super) fn mark(what: &str) {
+    send(&Status::Mark { what: what.into(), mono_ns: mono_ns() });
+}
+
+pub(super) fn fail(msg: String) -> ! {
+    send(&Status::Error { msg });
+    // SAFETY: ends the process at once; nothing to unwind in a forked child.
+    unsafe { libc::_exit(121) }
+}
+
+/// The helper's stdin starts with an 8-byte little-endian length and that
+/// many bytes of JSON; read exactly that (init reads the rest).
+pub(super) fn read_prepare() -> Result<Prepare, String> {
+    // SAFETY: fd 0 is the host's pipe; ManuallyDrop keeps it open for init.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { fs::File::from_raw_fd(0) });
+    let mut len = [0u8; 8];
+    stdin.read_exact(&mut len).map_err(|e| format!("cannot read its first message: {e}"))?;
+    let n = u64::from_le_bytes(len) as usize;
+    if n > MAX_PREPARE_BYTES {
+        return Err(format!("first message too long ({n} bytes)"));
+    }
+    let mut buf = vec![0u8; n];
+    stdin.read_exact(&mut buf).map_err(|e| format!("cannot read its first message: {e}"))?;
+    serde_json::from_slice(&buf).map_err(|e| format!("bad first message: {e}"))
+}
+
+/// Frame a [`Prepare`] as the helper reads it.
+pub fn frame_prepare(p: &Prepare) -> Vec<u8> {
+    let json = serde_json::to_vec(p).unwrap_or_default();
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    out
+}
+
+/// Die with the parent. Unchecked, a sandbox could outlive a killed sandbench.
+pub(super) fn set_pdeathsig() {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+        fail(format!("PR_SET_PDEATHSIG: {}", std::io::Error::last_os_error()));
+    }
+}
+
+/// Point stdout and stderr at /dev/null: the host sees EOF on the program's
+/// output as soon as the program side is gone, not when the supervisors are.
+pub(super) fn release_output() {
+    let r = fs::OpenOptions::new().write(true).open("/dev/null").map_err(|e| e.to_string()).and_then(|null| {
+        nix::unistd::dup2_stdout(&null).and_then(|_| nix::unistd::dup2_stderr(&null)).map_err(|e| e.to_string())
+    });
+    if let Err(e) = r {
+        fail(format!("cannot release the program's output pipes: {e}"));
+    }
+}
+
+/// Mark every descriptor past stderr close-on-exec (the status pipe above
+/// all): the program must start with 0, 1 and 2 only.
+pub(super) fn cloexec_all() -> Result<(), String> {
+    // SAFETY: close_range with integer arguments only; it changes flags, not
+    // ownership, of descriptors.
+    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } == 0 {
+        return Ok(());
+    }
+    let why = std::io::Error::last_os_error();
+    // Kernels before 5.11 lack CLOSE_RANGE_CLOEXEC: mark each open one.
+    let fds: Vec<i32> = fs::read_dir("/proc/self/fd")
+        .map_err(|e| format!("close_range: {why}; /proc/self/fd: {e}"))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on a descriptor number; a stale number (the
+        // directory's own, closed by now) fails with EBADF, which is fine.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0
+            && nix::errno::Errno::last() != nix::errno::Errno::EBADF
+        {
+            return Err(format!("close_range: {why}; FD_CLOEXEC on {fd}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn pipe() -> (OwnedFd, OwnedFd) {
+    match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => fail(format!("pipe: {e}")),
+    }
+}
+
+/// Write a whole buffer to a raw descriptor (pipes and cgroup files).
+pub(super) fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> nix::Result<()> {
+    while !bytes.is_empty() {
+        match nix::unistd::write(fd, bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Decode one status line; anything malformed is an error line, never a panic.
+pub fn parse_status(line: &[u8]) -> Status {
+    serde_json::from_slice(line)
+        .unwrap_or_else(|e| Status::Error { msg: format!("malformed status from the sandbox: {e}") })
+}

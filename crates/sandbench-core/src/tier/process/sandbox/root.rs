@@ -1,0 +1,235 @@
+//! The sandbox's root file system, built by init in its mount namespace:
+//! the host's binaries bound read-only, a fresh `/etc` with copied files
+//! (and the run's CA when it has egress), and the size-capped scratch
+//! mounts. One step of `init_main` (see the table of contents in
+//! `sandbox.rs`).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
+pub(super) fn bind_ro(src: &Path, dst: &Path) -> Result<(), String> {
+    mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+        .map_err(|e| format!("bind {}: {e}", src.display()))?;
+    // A remount must keep the flags the host mount had (nosuid, nodev, ...):
+    // the kernel refuses to clear them inside a user namespace.
+    let keep = nix::sys::statvfs::statvfs(dst)
+        .map(|s| {
+            use nix::sys::statvfs::FsFlags;
+            let f = s.flags();
+            let mut m = MsFlags::empty();
+            for (a, b) in [
+                (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+                (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+                (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+                (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+                (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+                (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+            ] {
+                if f.contains(a) {
+                    m |= b;
+                }
+            }
+            m
+        })
+        .unwrap_or(MsFlags::empty());
+    mount(
+        None::<&str>,
+        dst,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | keep,
+        None::<&str>,
+    )
+    .map_err(|e| format!("remount {} read-only: {e}", dst.display()))
+}
+
+pub(super) fn tmpfs(dst: &Path, opts: &str, extra: MsFlags) -> Result<(), String> {
+    mount(Some("tmpfs"), dst, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV | extra, Some(opts))
+        .map_err(|e| format!("mount tmpfs on {}: {e}", dst.display()))
+}
+
+/// Host directories bound read-only, whole, into the sandbox: the
+/// interpreters and their libraries. Nothing else of the host is bound; a
+/// host unix socket planted in one of them is still unreachable because the
+/// seccomp filter refuses `socket(AF_UNIX)` (Landlock cannot yet confine
+/// pathname sockets).
+pub const HOST_BINDS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Files copied (not bound) from the host's `/etc` into the sandbox's own:
+/// the loader's cache, certificates and OpenSSL's config. The interpreters'
+/// config files are [`PYTHON_ETC`]; passwd, group and nsswitch.conf are
+/// generated. Nothing else of the host's `/etc` exists in the sandbox.
+pub const ETC_COPIED: &[&str] = &["ld.so.cache", "ssl/certs/ca-certificates.crt", "ssl/openssl.cnf"];
+
+/// Python's own config under `/etc/python3*/` (Debian ships them there).
+pub const PYTHON_ETC: &[&str] = &["debian_config", "sitecustomize.py"];
+
+/// Largest host file copied into the sandbox's `/etc`.
+pub(super) const MAX_ETC_FILE: u64 = 4 << 20;
+
+pub(super) fn copy_host_file(src: &Path, dst: &Path) -> Result<(), String> {
+    let Ok(meta) = fs::metadata(src) else { return Ok(()) }; // absent on this host: nothing to copy
+    if !meta.is_file() || meta.len() > MAX_ETC_FILE {
+        return Ok(());
+    }
+    if let Some(dir) = dst.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    }
+    fs::copy(src, dst).map_err(|e| format!("copy {}: {e}", src.display()))?;
+    fs::set_permissions(dst, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod {}: {e}", dst.display()))
+}
+
+/// The sandbox's `/etc`, built fresh: generated account files holding only
+/// the sandbox's users, and the few host files the interpreters read.
+pub(super) fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
+    fs::create_dir(etc).map_err(|e| format!("mkdir /etc: {e}"))?;
+    let (uid, gid) = owner;
+    let mut passwd = String::from("root:x:0:0:root:/root:/usr/sbin/nologin\n");
+    let mut group = String::from("root:x:0:\n");
+    if uid != 0 {
+        passwd.push_str(&format!("sandbox:x:{uid}:{gid}:sandbench sandbox:/work:/usr/sbin/nologin\n"));
+    }
+    if gid != 0 {
+        group.push_str(&format!("sandbox:x:{gid}:\n"));
+    }
+    let generated = [
+        ("passwd", passwd),
+        ("group", group),
+        ("nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\n".to_string()),
+    ];
+    for (name, text) in generated {
+        fs::write(etc.join(name), text).map_err(|e| format!("write /etc/{name}: {e}"))?;
+    }
+    let host = Path::new("/etc");
+    for f in ETC_COPIED {
+        copy_host_file(&host.join(f), &etc.join(f))?;
+    }
+    if let Ok(rd) = fs::read_dir(host) {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let n = name.to_string_lossy();
+            if n == "python3" || (n.starts_with("python3.") && n[8..].bytes().all(|b| b.is_ascii_digit())) {
+                for f in PYTHON_ETC {
+                    copy_host_file(&e.path().join(f), &etc.join(&*n).join(f))?;
+                }
+            }
+        }
+    }
+    // localtime: the host's zone, by link into /usr (visible) or by copy.
+    match fs::read_link(host.join("localtime")) {
+        Ok(t) if t.starts_with("/usr/share/zoneinfo") => {
+            std::os::unix::fs::symlink(&t, etc.join("localtime")).map_err(|e| format!("symlink /etc/localtime: {e}"))?
+        }
+        _ => copy_host_file(&host.join("localtime"), &etc.join("localtime"))?,
+    }
+    Ok(())
+}
+
+/// The system bundle as the sandbox sees it (its own copy, in its `/etc`).
+pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Add the run's CA (a run with a secret over TLS) to the sandbox's copy of
+/// the system bundle: clients that read the system store trust it, and the
+/// trust variables point at the same file. The host's bundle is untouched
+/// (this is the copy in the sandbox's fresh `/etc`, still ours alone: no
+/// program exists yet).
+pub(super) fn trust_run_ca(etc: &Path, pem: &str) -> Result<(), String> {
+    let bundle = etc.join(SYSTEM_BUNDLE.trim_start_matches("/etc/"));
+    if let Some(dir) = bundle.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    }
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&bundle)
+        .map_err(|e| format!("open the sandbox's CA bundle: {e}"))?;
+    std::io::Write::write_all(&mut f, format!("\n# sandbench: this run's CA (secrets)\n{pem}").as_bytes())
+        .map_err(|e| format!("write the sandbox's CA bundle: {e}"))?;
+    fs::set_permissions(&bundle, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod the CA bundle: {e}"))
+}
+
+/// Build the sandbox's file system view under a fresh tmpfs root and pivot
+/// into it: the interpreters' directories read-only, a generated `/etc`,
+/// /work and /tmp private tmpfs, a minimal /dev, a /proc of the new pid
+/// namespace. Nothing else of the host.
+pub(super) fn build_root(disk_bytes: u64, owner: (u32, u32), run_ca: Option<&str>) -> Result<(), String> {
+    let r = |e: nix::Error, what: &str| format!("{what}: {e}");
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(|e| r(e, "make mounts private"))?;
+    let root = Path::new("/tmp");
+    tmpfs(root, "size=4m,nr_inodes=512,mode=0755", MsFlags::empty())?;
+    for d in HOST_BINDS {
+        let src = Path::new("/").join(d);
+        let dst = root.join(d);
+        let Ok(meta) = fs::symlink_metadata(&src) else { continue };
+        if meta.file_type().is_symlink() {
+            let target = fs::read_link(&src).map_err(|e| format!("readlink {}: {e}", src.display()))?;
+            std::os::unix::fs::symlink(target, &dst).map_err(|e| format!("symlink {d}: {e}"))?;
+        } else if meta.is_dir() {
+            fs::create_dir(&dst).map_err(|e| format!("mkdir {d}: {e}"))?;
+            bind_ro(&src, &dst)?;
+        }
+    }
+    build_etc(&root.join("etc"), owner)?;
+    if let Some(pem) = run_ca {
+        trust_run_ca(&root.join("etc"), pem)?;
+    }
+    for d in ["proc", "dev", "work", "tmp"] {
+        fs::create_dir(root.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
+    }
+    mount(
+        Some("proc"),
+        &root.join("proc"),
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| r(e, "mount /proc"))?;
+    let dev = root.join("dev");
+    tmpfs(&dev, "size=64k,nr_inodes=64,mode=0755", MsFlags::MS_NOEXEC)?;
+    for n in ["null", "zero", "full", "random", "urandom"] {
+        let dst = dev.join(n);
+        fs::File::create(&dst).map_err(|e| format!("create /dev/{n}: {e}"))?;
+        mount(Some(&Path::new("/dev").join(n)), &dst, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .map_err(|e| r(e, &format!("bind /dev/{n}")))?;
+    }
+    for (l, t) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(t, dev.join(l)).map_err(|e| format!("symlink /dev/{l}: {e}"))?;
+    }
+    fs::create_dir(dev.join("shm")).map_err(|e| format!("mkdir /dev/shm: {e}"))?;
+    let (uid, gid) = owner;
+    tmpfs(&dev.join("shm"), &format!("size=8m,nr_inodes=64,mode=1777,uid={uid},gid={gid}"), MsFlags::MS_NOEXEC)?;
+    tmpfs(&root.join("work"), &scratch_opts("work", disk_bytes, owner), MsFlags::empty())?;
+    tmpfs(&root.join("tmp"), &scratch_opts("tmp", disk_bytes, owner), MsFlags::empty())?;
+
+    nix::unistd::chdir(root).map_err(|e| r(e, "chdir new root"))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| r(e, "pivot_root"))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| r(e, "detach the old root"))?;
+    nix::unistd::chdir("/").map_err(|e| r(e, "chdir /"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .map_err(|e| r(e, "make the root read-only"))?;
+    nix::unistd::sethostname("sandbench").map_err(|e| r(e, "sethostname"))?;
+    Ok(())
+}
+
+/// Mount options of a scratch space (`work` or `tmp`) of `size` bytes.
+pub(super) fn scratch_opts(which: &str, size: u64, (uid, gid): (u32, u32)) -> String {
+    let size = size.max(4096);
+    match which {
+        "work" => format!("size={size},nr_inodes=4096,mode=0700,uid={uid},gid={gid}"),
+        _ => format!("size={size},nr_inodes=4096,mode=1777"),
+    }
+}
