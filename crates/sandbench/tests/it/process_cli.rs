@@ -320,5 +320,9 @@ fn a_run_stopped_at_the_output_limit_reports_what_it_used_not_zeros() {
     let r = common::report(&out);
     assert_eq!(r.outcome, Outcome::Violation, "{r:?}");
     assert!(r.usage.cpu_ms.is_some_and(|c| c > 0), "cpu {:?}: python cannot start in 0 ms", r.usage.cpu_ms);
-    assert!(r.usage.peak_memory_bytes.is_some_and(|m| m > 1 << 20), "peak memory {:?}", r.usage.peak_memory_bytes);
+    // Not a zero, but not Python's whole footprint either: the interpreter
+    // starts before the program's process joins the run cgroup, and this
+    // kernel does not move charges on a join (tier/process/cgroup.rs), so
+    // the cgroup's high-water mark holds what came after (0.4-2 MiB here).
+    assert!(r.usage.peak_memory_bytes.is_some_and(|m| m > 100 << 10), "peak memory {:?}", r.usage.peak_memory_bytes);
 }
