@@ -41,7 +41,7 @@ use crate::highwater;
 use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, RunSpec};
 use crate::tier::{Availability, BoxFuture, Check, RunContext, Tier, TierExit};
-pub use bench::{bench_plan, cli_argv};
+pub use bench::{bench_plan, cli_argv, warm_contender};
 use container::Shape;
 use engine::Engine;
 use pool::Pool;
