@@ -50,6 +50,7 @@ mod reaper;
 mod report;
 mod runlog_cli;
 mod secrets;
+mod session_agent;
 mod session_plants;
 mod sessions;
 mod soak;
