@@ -125,3 +125,70 @@ fn a_hostile_call_cannot_reach_the_gvisor_session_agent_or_its_stream() {
     }
     block_on(hostile_calls_on("gvisor"));
 }
+
+/// Ways a Python program ends, each with what the interpreter does at its
+/// exit: a session's call must end them exactly as a one-shot run does.
+const ENDINGS: [&str; 4] = [
+    r#"
+import atexit, sys, threading, time
+class Witness:
+    def __del__(self):
+        print("del", flush=True)
+w = Witness()
+atexit.register(lambda: print("atexit", flush=True))
+def late():
+    time.sleep(0.2)
+    print("thread", flush=True)
+threading.Thread(target=late).start()
+print("main", flush=True)
+sys.exit("bye")
+"#,
+    "import sys\nprint('three')\nsys.exit(3)\n",
+    "print('before')\nraise ValueError('boom')\n",
+    "import sys\nsys.stdout.write('no newline, never flushed by hand')\nsys.exit(None)\n",
+];
+
+async fn endings_on(name: &str) {
+    let t = sandbench::tier::by_name(name, &Config::load().unwrap()).unwrap();
+    let limits = Limits { wall_time: Duration::from_secs(30), ..Limits::default() };
+    let s = Session::open(t.clone(), SessionSpec::new(limits.clone())).await.unwrap();
+    for (i, code) in ENDINGS.iter().enumerate() {
+        let mut spec = py(code);
+        spec.limits = limits.clone();
+        let run = sandbench::runner::run(t.clone(), spec.clone()).await;
+        let call = s.run(spec).await.unwrap();
+        assert_eq!(run.outcome, Outcome::Ok, "{run:#?}");
+        if i == 0 {
+            // What is compared: every step of the interpreter's exit, in order.
+            assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("main\nthread\natexit\ndel\n", "bye\n"));
+        }
+        assert_eq!(
+            (&call.stdout, &call.stderr, call.exit.code, call.exit.signal),
+            (&run.stdout, &run.stderr, run.exit.code, run.exit.signal),
+            "{name}: a session's call ended otherwise than a run of\n{code}"
+        );
+    }
+    // A file left open at the end of one call was flushed and closed by it.
+    let r = s.run(py("f = open('/work/left-open.txt', 'w')\nf.write('kept')\n")).await.unwrap();
+    clean(&r);
+    let r = s.run(py("print(open('/work/left-open.txt').read())\n")).await.unwrap();
+    clean(&r);
+    assert_eq!(r.stdout, "kept\n");
+    s.close().await;
+}
+
+#[sandbench_testkit::test(needs = ["docker"])]
+fn a_session_call_ends_as_a_run_does_on_docker() {
+    if !tier_ready("docker") {
+        return;
+    }
+    block_on(endings_on("docker"));
+}
+
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn a_session_call_ends_as_a_run_does_on_gvisor() {
+    if !tier_ready("gvisor") {
+        return;
+    }
+    block_on(endings_on("gvisor"));
+}
