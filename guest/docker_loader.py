@@ -1,4 +1,6 @@
-# sandbench's container loader: PID 1 of every docker/gvisor container.
+# sandbench's container loader: PID 1 of every docker/gvisor run's container,
+# and in a session container the child the session agent (PID 1,
+# guest/docker_keeper.py) forks for each call.
 # Embedded into the binary (src/tier/docker/container.rs, include_str!) and
 # passed as `python3 -u -c`; it must stay importable by any Python 3.8+.
 #
@@ -103,8 +105,8 @@ def _write_new(dfd, name, data):
 # and sets _keeper_child in the child it forks), started before its call
 # exists. It reads the call's payload from the container's stdin, which
 # sandbench keeps attached for the whole session. Files whose ctime (which
-# no program can set back) is older than _since, when the payload began to
-# arrive, belong to earlier calls.
+# no program can set back) is older than _since, when this loader started,
+# belong to earlier calls.
 _session = globals().get("_keeper_child", False)
 _since = 0.0
 
@@ -381,6 +383,10 @@ if _session:
     # is written; the call runs only after both.
     import time
 
+    # No process of the session's uid is left from earlier calls (the last
+    # loader killed them all before it exited, and this one was forked
+    # after): every change they made is older than this.
+    _since = time.time()
     _uid, _gid = _keeper_ids
     _call_r, _call_w = os.pipe()
     # The loader's objects stay out of the program's collections: its
@@ -408,9 +414,17 @@ if _session:
     os.close(_err_w)
     os.close(_ok_w)
     _ready = os.read(_ok_r, 1) == b"1"
+    # tmpfs may stamp a change with the coarse clock, which lags by up to a
+    # tick: the call's program starts only once that clock has passed
+    # _since, so whatever it changes is stamped at or after it (off the
+    # call's path unless calls come back to back; 5 is CLOCK_REALTIME_COARSE).
+    try:
+        while time.clock_gettime(5) <= _since:
+            time.sleep(0.001)
+    except OSError:
+        time.sleep(0.01)
     # Idle until the call: stdin readable (its payload, or its end).
     select.select([0], [], [])
-    _since = time.time() - 0.05
     _rd = _Reader(0, keep=True)
     try:
         _fsize, _pids, _puid, _pgid, _guarded, _net, _lang, _file, _argv, _env, _code, _ca = _read_payload(_rd)

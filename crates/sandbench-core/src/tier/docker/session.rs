@@ -49,6 +49,12 @@ pub const AGENT: &str = concat!(
     include_str!("../../../../../guest/docker_loader.py")
 );
 
+/// The agent's resident memory, added to a session container's memory
+/// limit (measured: a session container idles at ~37 MiB on gVisor against
+/// ~27 MiB for the keeper and a loader before the agent; a fork there copies
+/// the interpreter's written pages).
+const AGENT_MEMORY: u64 = 10 << 20;
+
 /// How long the loader may take to end after sandbench asked it to kill the
 /// program; longer, and the container is judged broken.
 const KILL_GRACE: Duration = Duration::from_secs(15);
@@ -64,6 +70,10 @@ struct Channel {
     /// The frame decoder, kept across calls: a call's frames must end with
     /// its exit frame, with nothing left over.
     frames: container::Frames,
+    /// A call is under way on the stream: set when its payload goes out,
+    /// cleared once it was acknowledged. Still set at the next call, the
+    /// last one was dropped midway and the stream is in no known state.
+    in_call: bool,
 }
 
 pub(crate) struct DockerSession {
@@ -112,6 +122,12 @@ pub(crate) async fn open(
     body.env.get_or_insert_with(Vec::new).push(format!("SANDBENCH_SESSION_IDS={uid}:{gid}"));
     let gvisor = shape.runtime.as_deref() == Some("runsc");
     if let Some(h) = body.host_config.as_mut() {
+        // The agent is one resident interpreter more than a one-shot run's
+        // container holds (there the loader is PID 1): its share is added,
+        // so a call's program has what a run's has under the same limit.
+        let memory = shape.memory_bytes.saturating_add(AGENT_MEMORY).min(i64::MAX as u64) as i64;
+        h.memory = Some(memory);
+        h.memory_swap = Some(memory);
         if !gvisor {
             // The agent and the call's loader are the two processes that
             // are not the program's.
@@ -180,6 +196,7 @@ pub(crate) async fn open(
             output: attached.output,
             input: attached.input,
             frames: Default::default(),
+            in_call: false,
         })),
         ended,
         watch,
@@ -253,7 +270,9 @@ impl DockerSession {
         timeline: &mut Vec<(&'static str, f64)>,
     ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
         let mut slot = self.stream.lock().await;
-        let Some(ch) = slot.as_mut() else {
+        let Some(ch) = slot.as_mut().filter(|ch| !ch.in_call) else {
+            self.alive.store(false, Ordering::Relaxed);
+            *slot = None;
             anyhow::bail!("the session's stream to its container broke in an earlier call; the session closes");
         };
         let r = self.call_on(ch, spec, ctx, timeline).await;
@@ -287,6 +306,7 @@ impl DockerSession {
         // whole payload before it writes a frame, so writing it first
         // cannot deadlock against unread output.
         let payload = container::payload(&payload_spec, self.uid, self.gid, false, None);
+        ch.in_call = true;
         if let Err(e) = async {
             ch.input.write_all(&payload).await?;
             ch.input.flush().await
@@ -444,6 +464,8 @@ impl DockerSession {
             .await
             {
                 broken = Some(format!("cannot acknowledge the call to the session's container: {e}"));
+            } else {
+                ch.in_call = false;
             }
         }
         // No exit report: did the memory limit end the whole sandbox? (gVisor's
