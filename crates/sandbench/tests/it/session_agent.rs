@@ -115,6 +115,8 @@ fn a_hostile_call_cannot_reach_the_docker_session_agent_or_its_stream() {
     if !tier_ready("docker") {
         return;
     }
+    // sessions.rs counts this process's docker containers.
+    let _one = crate::sessions::DOCKER.lock().unwrap_or_else(|e| e.into_inner());
     block_on(hostile_calls_on("docker"));
 }
 
@@ -123,6 +125,8 @@ fn a_hostile_call_cannot_reach_the_gvisor_session_agent_or_its_stream() {
     if !tier_ready("gvisor") {
         return;
     }
+    // sessions.rs counts this process's gvisor containers.
+    let _one = crate::sessions::GVISOR.lock().unwrap_or_else(|e| e.into_inner());
     block_on(hostile_calls_on("gvisor"));
 }
 
@@ -149,7 +153,11 @@ sys.exit("bye")
 ];
 
 async fn endings_on(name: &str) {
-    let t = sandbench::tier::by_name(name, &Config::load().unwrap()).unwrap();
+    // No warm pool: its containers would outlive this test (they are
+    // drained only at shutdown) and count as sessions.rs's leftovers.
+    let mut config = Config::load().unwrap();
+    config.docker.pool_size = 0;
+    let t = sandbench::tier::by_name(name, &config).unwrap();
     let limits = Limits { wall_time: Duration::from_secs(30), ..Limits::default() };
     let s = Session::open(t.clone(), SessionSpec::new(limits.clone())).await.unwrap();
     for (i, code) in ENDINGS.iter().enumerate() {
@@ -182,6 +190,8 @@ fn a_session_call_ends_as_a_run_does_on_docker() {
     if !tier_ready("docker") {
         return;
     }
+    // sessions.rs counts this process's docker containers.
+    let _one = crate::sessions::DOCKER.lock().unwrap_or_else(|e| e.into_inner());
     block_on(endings_on("docker"));
 }
 
@@ -190,5 +200,7 @@ fn a_session_call_ends_as_a_run_does_on_gvisor() {
     if !tier_ready("gvisor") {
         return;
     }
+    // sessions.rs counts this process's gvisor containers.
+    let _one = crate::sessions::GVISOR.lock().unwrap_or_else(|e| e.into_inner());
     block_on(endings_on("gvisor"));
 }
