@@ -1,4 +1,6 @@
-# sandbench's container loader: PID 1 of every docker/gvisor container.
+# sandbench's container loader: PID 1 of every docker/gvisor run's container,
+# and in a session container the child the session agent (PID 1,
+# guest/docker_keeper.py) forks for each call.
 # Embedded into the binary (src/tier/docker/container.rs, include_str!) and
 # passed as `python3 -u -c`; it must stay importable by any Python 3.8+.
 #
@@ -98,13 +100,15 @@ def _write_new(dfd, name, data):
     finally:
         os.close(fd)
 
-# Session mode (src/tier/docker/session.rs): sandbench starts this loader
-# for each call of a session with the Engine's exec API, in a container whose
-# PID 1 is the session keeper (guest/docker_keeper.py). Popped: the
-# program's environment is built from this one. Files whose ctime (which no
-# program can set back) is older than _since belong to earlier calls.
-_session = os.environ.pop("SANDBENCH_SESSION", "") == "1"
-_since = float(os.environ.pop("SANDBENCH_CALL_SINCE", "") or 0)
+# Session mode (src/tier/docker/session.rs): this loader is a child of the
+# session agent (guest/docker_keeper.py, PID 1, which runs before this file
+# and sets _keeper_child in the child it forks), started before its call
+# exists. It reads the call's payload from the container's stdin, which
+# sandbench keeps attached for the whole session. Files whose ctime (which
+# no program can set back) is older than _since, when this loader started,
+# belong to earlier calls.
+_session = globals().get("_keeper_child", False)
+_since = 0.0
 
 # sandbench's seccomp filter for the program (io_uring, namespaces, mounts,
 # ...; an allow list of socket families) is guest/program_filter.py's
@@ -155,45 +159,69 @@ def _frame(kind, data):
             _out_lock.release()
 
 
-def _read_exactly(n):
-    out = b""
-    while len(out) < n:
-        x = os.read(0, n - len(out))
-        if not x:
-            raise EOFError("stdin ended inside the payload")
-        out += x
-    return out
+class _Reader:
+    # Exact reads from `fd`; with `keep`, the bytes read are kept (a
+    # session's loader hands the call, as received, to the program's process).
+    def __init__(self, fd, keep=False):
+        self.fd = fd
+        self.raw = [] if keep else None
+
+    def exactly(self, n):
+        out = b""
+        while len(out) < n:
+            x = os.read(self.fd, n - len(out))
+            if not x:
+                raise EOFError("the payload ended early")
+            out += x
+        if self.raw is not None:
+            self.raw.append(out)
+        return out
+
+    def line(self):
+        out = b""
+        while not out.endswith(b"\n"):
+            out += self.exactly(1)
+            if len(out) > 32:
+                raise ValueError("bad payload header")
+        return out
 
 
-def _read_line():
-    out = b""
-    while not out.endswith(b"\n"):
+def _read_payload(rd):
+    # Header: its length on one line, then NUL-separated fields (no json:
+    # importing it costs ~35 ms on gVisor), then exactly code_len bytes of
+    # code and ca_len bytes of the run CA's certificate (a run with a secret
+    # over TLS).
+    n = int(rd.line())
+    f = rd.exactly(n).split(b"\0")
+    code_len, fsize, pids, uid, gid, guarded, net, ca_len = (int(x) for x in f[:8])
+    lang, file, argc = f[8].decode(), f[9].decode(), int(f[10])
+    argv = [os.fsdecode(a) for a in f[11:11 + argc]]
+    env = f[11 + argc:]
+    code = rd.exactly(code_len)
+    ca = rd.exactly(ca_len) if ca_len else b""
+    if uid == 0 or gid == 0 or "/" in file or not file:
+        raise ValueError("refusing to run the program as root or outside /work")
+    return fsize, pids, uid, gid, guarded, net, lang, file, argv, env, code, ca
+
+
+def _read_ack():
+    # Session mode: bytes up to sandbench's acknowledgement (a newline) are
+    # kills it sent before it saw this call end; the next call's payload
+    # starts after it. Stdin ended: sandbench is gone, and so is the session.
+    while True:
         x = os.read(0, 1)
         if not x:
-            raise EOFError("stdin ended before the payload")
-        out += x
-        if len(out) > 32:
-            raise ValueError("bad payload header")
-    return out
+            os._exit(3)
+        if x == b"\n":
+            return
 
 
-# Header: its length on one line, then NUL-separated fields (no json:
-# importing it costs ~35 ms on gVisor), then exactly code_len bytes of code
-# and ca_len bytes of the run CA's certificate (a run with a secret over TLS).
-_n = int(_read_line())
-_f = _read_exactly(_n).split(b"\0")
-_code_len, _fsize, _pids, _uid, _gid, _guarded, _net, _ca_len = (int(x) for x in _f[:8])
-_lang, _file, _argc = _f[8].decode(), _f[9].decode(), int(_f[10])
-_argv = [os.fsdecode(a) for a in _f[11:11 + _argc]]
-_env = _f[11 + _argc:]
-_code = _read_exactly(_code_len)
-_ca = _read_exactly(_ca_len) if _ca_len else b""
 # Where the program's trust variables point (src/tier/docker/container.rs).
 _CA_BUNDLE = "/tmp/sandbench-ca-bundle.pem"
 _SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
 
-def _write_ca_bundle():
+def _write_ca_bundle(ca):
     # As the program's uid, in its fresh /tmp, never through a link: the
     # image's own bundle (if it has one) and the run's CA.
     system = b""
@@ -206,36 +234,267 @@ def _write_ca_bundle():
             pass
     fd = os.open(_CA_BUNDLE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(system + b"\n# sandbench: this run's CA (secrets)\n" + _ca)
-if _uid == 0 or _gid == 0 or "/" in _file:
-    raise ValueError("refusing to run the program as root or outside /work")
-_path = "/work/" + _file
-
-# A run with an allow list: the egress listener exists before the program
-# does (the child closes its fd); the relay thread starts once it runs.
-_egress = EgressRelay.listen(_net) if _net else None
-
-_out_r, _out_w = os.pipe()
-_err_r, _err_w = os.pipe()
-_ok_r, _ok_w = os.pipe()
-_wake_r, _wake_w = os.pipe()
-os.set_blocking(_wake_w, False)
-if _guarded:
-    import _socket
-    # The child hands the guard's listener to this process over it.
-    _gs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-# A SIGCHLD handler so that the wakeup fd ends select() the moment the
-# program exits (the default disposition would not wake it).
-_signal.signal(_signal.SIGCHLD, lambda *a: None)
-_signal.set_wakeup_fd(_wake_w)
+        fh.write(system + b"\n# sandbench: this run's CA (secrets)\n" + ca)
 
 
+def _become_program(uid, gid, keep):
+    # In the program's process, before any of its code exists here: stdin
+    # /dev/null, stdout and stderr the pipes to the loader, no other fd but
+    # `keep`, the program's uid and gid, working directory /work.
+    _signal.set_wakeup_fd(-1)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(_out_w, 1)
+    os.dup2(_err_w, 2)
+    lo = 3
+    for k in sorted(keep):
+        os.closerange(lo, k)
+        lo = k + 1
+    os.closerange(lo, 1 << 16)
+    try:
+        # The OOM killer takes the program, never the loader.
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("1000")
+    except OSError:
+        pass
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid:
+        os._exit(121)
+    _libc.prctl(4, 1, 0, 0, 0)
+    os.chdir("/work")
+
+
+def _write_program(file, code):
+    # Written as the program's uid: the program owns its own file.
+    wd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    _write_new(wd, file, code)
+    os.close(wd)
+
+
+def _program_environ(fields):
+    env = dict(os.environ)
+    for i in range(0, len(fields) - 1, 2):
+        env[os.fsdecode(fields[i])] = os.fsdecode(fields[i + 1])
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def _run_program(lang, argv, path, code):
+    # Never returns: the program's interpreter, or its code in this one.
+    if lang != "python":
+        argv = argv + [path]
+        try:
+            os.execvpe(argv[0], argv, dict(os.environ))
+        finally:
+            os._exit(127)
+    import types
+    m = types.ModuleType("__main__")
+    m.__file__ = path
+    sys.modules["__main__"] = m
+    sys.argv = [path]
+    sys.path[0] = "/work"
+    sys.stdin = open(0, "r", closefd=False)
+    before = set(sys.modules)
+    status = 0
+    try:
+        exec(compile(code, path, "exec"), m.__dict__)
+    except SystemExit as e:
+        if not _session:
+            raise
+        status = e.code
+    except BaseException as e:
+        import traceback
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        status = 1
+    if not _session:
+        sys.exit(status)
+    _program_exit(status, m, before)
+
+
+def _program_exit(status, main, before):
+    # A session's call ends as the interpreter ends a program, step by step
+    # (Py_FinalizeEx's order), except that the loader's own modules, which
+    # this process inherited through fork, are not torn down: that teardown
+    # touched, and so copied, every page of the loader's heap (~4 ms of CPU
+    # a call here, several times that under gVisor) for nothing of the
+    # program's. What the program made is finalized: its threads joined, its
+    # atexit functions run, the globals of __main__ and of the modules it
+    # brought from its scratch cleared (files it left open are flushed and
+    # closed, __del__ runs), cycles collected, stdout and stderr flushed.
+    try:
+        if status is None:
+            code = 0
+        elif isinstance(status, int):
+            code = status & 0xFF
+        else:
+            # sys.exit("message"): the message on stderr, exit 1.
+            try:
+                sys.stderr.write(str(status) + "\n")
+            except Exception:
+                pass
+            code = 1
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+        atexit._run_exitfuncs()
+        mine = [mod for name, mod in list(sys.modules.items()) if name not in before
+                and str(getattr(mod, "__file__", "") or "").startswith(("/work/", "/tmp/", "/dev/shm/"))]
+        for mod in reversed(mine):
+            mod.__dict__.clear()
+        main.__dict__.clear()
+        import gc
+        gc.collect()
+        try:
+            sys.stdout.flush()
+        except Exception:
+            code = 120
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
+    except BaseException:
+        code = 1
+    os._exit(code)
 
 
 def _full(d):
     st = os.statvfs(d)
     return st.f_bavail * st.f_frsize < 1 << 20 or (st.f_files > 0 and st.f_favail == 0)
 
+
+_out_r, _out_w = os.pipe()
+_err_r, _err_w = os.pipe()
+_ok_r, _ok_w = os.pipe()
+_wake_r, _wake_w = os.pipe()
+os.set_blocking(_wake_w, False)
+# A SIGCHLD handler so that the wakeup fd ends select() the moment the
+# program exits (the default disposition would not wake it).
+_signal.signal(_signal.SIGCHLD, lambda *a: None)
+_signal.set_wakeup_fd(_wake_w)
+_failed = None
+_egress = None
+if _session:
+    # The program's process is made before its call exists: isolated (its
+    # uid, no other fd, seccomp) and waiting on a pipe for the call as this
+    # loader received it. It says "1" once isolated and "2" once its file
+    # is written; the call runs only after both.
+    import time
+
+    # No process of the session's uid is left from earlier calls (the last
+    # loader killed them all before it exited, and this one was forked
+    # after): every change they made is older than this.
+    _since = time.time()
+    _uid, _gid = _keeper_ids
+    _call_r, _call_w = os.pipe()
+    # The loader's objects stay out of the program's collections: its
+    # collector never walks (and so never copies) their pages.
+    import gc
+
+    gc.freeze()
+    _pid = os.fork()
+    if _pid == 0:
+        try:
+            _become_program(_uid, _gid, [_ok_w, _call_r])
+            _seccomp()
+            os.write(_ok_w, b"1")
+            _, _, _, _, _, _, _lang, _file, _argv, _env, _code, _ = _read_payload(_Reader(_call_r))
+            os.close(_call_r)
+            _write_program(_file, _code)
+            _program_environ(_env)
+            os.write(_ok_w, b"2")
+            os.close(_ok_w)
+        except BaseException:
+            os._exit(121)
+        _run_program(_lang, _argv, "/work/" + _file, _code)
+    os.close(_call_r)
+    os.close(_out_w)
+    os.close(_err_w)
+    os.close(_ok_w)
+    _ready = os.read(_ok_r, 1) == b"1"
+    # tmpfs may stamp a change with the coarse clock, which lags by up to a
+    # tick: the call's program starts only once that clock has passed
+    # _since, so whatever it changes is stamped at or after it (off the
+    # call's path unless calls come back to back; 5 is CLOCK_REALTIME_COARSE).
+    try:
+        while time.clock_gettime(5) <= _since:
+            time.sleep(0.001)
+    except OSError:
+        time.sleep(0.01)
+    # Idle until the call: stdin readable (its payload, or its end).
+    select.select([0], [], [])
+    _rd = _Reader(0, keep=True)
+    try:
+        _fsize, _pids, _puid, _pgid, _guarded, _net, _lang, _file, _argv, _env, _code, _ca = _read_payload(_rd)
+    except EOFError:
+        # Sandbench's attach ended while the session was idle.
+        os._exit(3)
+    if (_puid, _pgid) != (_uid, _gid) or _guarded or _net or _ca:
+        _failed = b"a session's call asked for another uid, a scratch guard or a network"
+    elif _ready:
+        try:
+            _view = memoryview(b"".join(_rd.raw))
+            while _view:
+                _view = _view[os.write(_call_w, _view):]
+        except OSError:
+            _ready = False
+    os.close(_call_w)
+    _rd = None
+    if _failed is None and (not _ready or os.read(_ok_r, 1) != b"2"):
+        _failed = b"the program's process could not drop to uid %d, install its seccomp filters or write its file" % _uid
+else:
+    _fsize, _pids, _uid, _gid, _guarded, _net, _lang, _file, _argv, _env, _code, _ca = _read_payload(_Reader(0))
+    # A run with an allow list: the egress listener exists before the
+    # program does (the child closes its fd); the relay thread starts once
+    # it runs.
+    _egress = EgressRelay.listen(_net) if _net else None
+    if _guarded:
+        import _socket
+        # The child hands the guard's listener to this process over it.
+        _gs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    _pid = os.fork()
+    if _pid == 0:
+        try:
+            if _guarded:
+                _gs[0].detach()  # closed below with the rest; never closed again by its object
+            _become_program(_uid, _gid, [_ok_w] + ([_gs[1].fileno()] if _guarded else []))
+            _write_program(_file, _code)
+            if _ca:
+                _write_ca_bundle(_ca)
+            _program_environ(_env)
+            _seccomp()
+            if _guarded:
+                _g = _guard()
+                _gs[1].sendmsg([b"g"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _g.to_bytes(4, sys.byteorder))])
+                os.close(_g)
+                _gs[1].close()
+            # Only now is the program's sandbox complete: say so, and keep no
+            # fd of the loader's.
+            os.write(_ok_w, b"1")
+            os.close(_ok_w)
+        except BaseException:
+            os._exit(121)
+        _run_program(_lang, _argv, "/work/" + _file, _code)
+    os.close(_out_w)
+    os.close(_err_w)
+    os.close(_ok_w)
+    if os.read(_ok_r, 1) != b"1":
+        _failed = b"the program's process could not drop to uid %d or install its seccomp filters" % _uid
+if _failed is not None:
+    # The run must not happen: its process is ended (a session's waits on
+    # a pipe that has closed, and exits).
+    try:
+        os.kill(_pid, 9)
+    except OSError:
+        pass
+    _frame(b"f", _failed)
+    if _session:
+        _read_ack()
+    else:
+        os.read(0, 1)
+    os._exit(0)
 
 # Session mode: a scratch mount already full before the program starts was
 # filled by an earlier call (and reported there); said once, not counted again.
@@ -247,91 +506,6 @@ for _d in ("/work", "/tmp", "/dev/shm") if _session else ():
     except OSError:
         pass
 
-_pid = os.fork()
-if _pid == 0:
-    try:
-        _signal.set_wakeup_fd(-1)
-        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-        _null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(_null, 0)
-        os.dup2(_out_w, 1)
-        os.dup2(_err_w, 2)
-        if _guarded:
-            _gs[0].detach()  # closed below with the rest; never closed again by its object
-        _keep = [_ok_w] + ([_gs[1].fileno()] if _guarded else [])
-        _lo = 3
-        for _k in sorted(_keep):
-            os.closerange(_lo, _k)
-            _lo = _k + 1
-        os.closerange(_lo, 1 << 16)
-        try:
-            # The OOM killer takes the program, never the loader.
-            with open("/proc/self/oom_score_adj", "w") as _fh:
-                _fh.write("1000")
-        except OSError:
-            pass
-        os.setgroups([])
-        os.setresgid(_gid, _gid, _gid)
-        os.setresuid(_uid, _uid, _uid)
-        if os.getuid() != _uid or os.geteuid() != _uid or os.getgid() != _gid:
-            os._exit(121)
-        _libc.prctl(4, 1, 0, 0, 0)
-        # Written as the program's uid: the program owns its own file.
-        os.chdir("/work")
-        _wd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        _write_new(_wd, _file, _code)
-        os.close(_wd)
-        if _ca:
-            _write_ca_bundle()
-        env = dict(os.environ)
-        for i in range(0, len(_env) - 1, 2):
-            env[os.fsdecode(_env[i])] = os.fsdecode(_env[i + 1])
-        os.environ.clear()
-        os.environ.update(env)
-        _seccomp()
-        if _guarded:
-            _g = _guard()
-            _gs[1].sendmsg([b"g"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _g.to_bytes(4, sys.byteorder))])
-            os.close(_g)
-            _gs[1].close()
-        # Only now is the program's sandbox complete: say so, and keep no
-        # fd of the loader's.
-        os.write(_ok_w, b"1")
-        os.close(_ok_w)
-    except BaseException:
-        os._exit(121)
-    if _lang != "python":
-        _argv = _argv + [_path]
-        try:
-            os.execvpe(_argv[0], _argv, dict(os.environ))
-        finally:
-            os._exit(127)
-    import types
-    _m = types.ModuleType("__main__")
-    _m.__file__ = _path
-    sys.modules["__main__"] = _m
-    sys.argv = [_path]
-    sys.path[0] = "/work"
-    sys.stdin = open(0, "r", closefd=False)
-    try:
-        exec(compile(_code, _path, "exec"), _m.__dict__)
-    except SystemExit:
-        raise
-    except BaseException as e:
-        import traceback
-        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
-        sys.exit(1)
-    sys.exit(0)
-
-os.close(_out_w)
-os.close(_err_w)
-os.close(_ok_w)
-if os.read(_ok_r, 1) != b"1":
-    # The child could not become the program's uid (or install its filters):
-    # the run must not happen.
-    _frame(b"f", b"the program's process could not drop to uid %d or install its seccomp filters" % _uid)
-    os.read(0, 1)
-    os._exit(0)
 os.close(_ok_r)
 if not _session:
     # The program is its own uid now; a one-shot loader ends it by exiting
@@ -491,13 +665,14 @@ def _kill_program():
 # Session mode: a byte (or EOF) on stdin while the program runs is the
 # host's kill (cancel, CPU limit); the container stays.
 _host = [0] if _session else []
+_host_gone = False
 while _st is None:
     ready, _, _ = select.select(list(_streams) + [_wake_r] + _host, [], [], 0.1)
     for fd in ready:
         if fd == _wake_r:
             os.read(_wake_r, 512)
         elif fd == 0:
-            os.read(0, 1)
+            _host_gone = not os.read(0, 1)
             _host = []
             _kill_program()
         else:
@@ -521,6 +696,10 @@ _frame(b"x", how + b" out=%d err=%d" % (_counts[b"o"], _counts[b"e"]))
 # Stay up until the host has taken everything (it acknowledges on stdin).
 if _acked is not None:
     _acked.wait()
+elif _session:
+    if _host_gone:
+        os._exit(3)
+    _read_ack()
 else:
     try:
         os.read(0, 1)

@@ -3,8 +3,10 @@
 //! output byte and to its exit, for `print(1)` and a stdlib-import control,
 //! in interleaved rounds so that machine noise hits every contender alike;
 //! the ratios against the targets; and the throughput run (N in flight for a
-//! set time, against as many concurrent bare equivalents). Front ends render
-//! the reports.
+//! set time, against as many concurrent bare equivalents); and the agent's
+//! hot path (`--path session`: a call in one kept session against the
+//! tier's fresh warm run and the bare interpreter). Front ends render the
+//! reports.
 
 pub mod docker;
 
@@ -18,6 +20,7 @@ use tokio::io::AsyncReadExt;
 use crate::config::Config;
 use crate::report::{Outcome, RunReport};
 use crate::runner;
+use crate::session::{Session, SessionSpec};
 use crate::spec::{Language, RunSpec};
 use crate::stats::percentile;
 use crate::tier::{self, Tier};
@@ -45,6 +48,9 @@ pub enum Contender {
     /// A baseline command, spawned and waited for; `{code}` in its argv is
     /// the program.
     Command { name: String, argv: Vec<String> },
+    /// A call in one session kept open for the whole bench (the agent's hot
+    /// path): every measured run is the next call in the same sandbox.
+    Session { name: String, session: Session },
 }
 
 /// One measured run.
@@ -70,7 +76,15 @@ pub fn settle_background() -> Settle {
 impl Contender {
     pub fn name(&self) -> &str {
         match self {
-            Contender::Tier { name, .. } | Contender::Command { name, .. } => name,
+            Contender::Tier { name, .. } | Contender::Command { name, .. } | Contender::Session { name, .. } => name,
+        }
+    }
+
+    /// Close what the contender keeps open (a session's sandbox); returns
+    /// once it is gone.
+    pub async fn close(&self) {
+        if let Contender::Session { session, .. } = self {
+            session.close().await;
         }
     }
 
@@ -96,6 +110,20 @@ impl Contender {
             Contender::Command { argv, .. } => {
                 let (exit, first) = command_once(argv, code).await?;
                 Ok(Sample { exit_ms: ms(exit), first_byte_ms: first.map(ms), phases: vec![] })
+            }
+            Contender::Session { session, .. } => {
+                let mut spec = RunSpec::new(language, code);
+                spec.label = "bench".into();
+                let t0 = Instant::now();
+                let r = session.run(spec).await.map_err(|e| anyhow::anyhow!("{} session call: {e}", session.tier()))?;
+                let exit_ms = ms(t0.elapsed());
+                check(session.tier(), &r)?;
+                // What the session does between calls (the next call's
+                // process or loader made ahead) is off the call's path, as
+                // for an agent that thinks between calls; the reports of a
+                // session's calls have no background teardown.
+                tier::background::drain(Duration::from_secs(30)).await;
+                Ok(Sample { exit_ms, first_byte_ms: r.timings_ms.first_output, phases: phases(&r) })
             }
         }
     }
@@ -170,6 +198,8 @@ pub struct Stats {
     pub runs: usize,
     /// Start to exit (the report, for a tier).
     pub p50_ms: f64,
+    #[serde(default)]
+    pub p90_ms: f64,
     pub p95_ms: f64,
     pub mean_ms: f64,
     /// Start to the first byte of output.
@@ -188,6 +218,8 @@ pub struct Ratio {
     pub what: String,
     pub against: String,
     pub p50_ratio: f64,
+    #[serde(default)]
+    pub p90_ratio: f64,
     pub p95_ratio: f64,
     pub target: Option<String>,
     pub met: Option<bool>,
@@ -207,6 +239,11 @@ pub struct Control {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct BenchReport {
     pub tier: String,
+    /// What was timed: `run` (one-shot runs, cold and warm, against the
+    /// baselines) or `session` (a call in a kept session against a fresh
+    /// warm run and the bare interpreter).
+    #[serde(default = "run_path")]
+    pub path: String,
     pub program: String,
     pub contenders: Vec<Stats>,
     pub ratios: Vec<Ratio>,
@@ -218,6 +255,10 @@ pub struct BenchReport {
     pub load_before: Option<[f64; 3]>,
     #[serde(default)]
     pub load_after: Option<[f64; 3]>,
+}
+
+fn run_path() -> String {
+    "run".into()
 }
 
 /// `/proc/loadavg`'s three averages.
@@ -251,6 +292,7 @@ pub fn stats(name: &str, samples: &[Sample]) -> Stats {
         name: name.into(),
         runs: ms.len(),
         p50_ms: percentile(&ms, 0.5),
+        p90_ms: percentile(&ms, 0.9),
         p95_ms: percentile(&ms, 0.95),
         mean_ms: ms.iter().sum::<f64>() / ms.len().max(1) as f64,
         first_byte_p50_ms: (!first.is_empty()).then(|| percentile(&first, 0.5)),
@@ -493,6 +535,7 @@ fn ratios(stats: &[Stats], targets: &[(String, String, Option<f64>)]) -> Vec<Rat
             };
             Some(Ratio {
                 p50_ratio: p50,
+                p90_ratio: a.p90_ms / b.p90_ms,
                 p95_ratio: a.p95_ms / b.p95_ms,
                 target: target.map(|t| format!("p50 ≤ {t}×")),
                 met: target.map(|t| p50 <= t),
@@ -523,7 +566,55 @@ async fn measure_in(
     language: Language,
     round_done: &mut (dyn FnMut(usize) + Send),
 ) -> anyhow::Result<BenchReport> {
+    measure_path(tier, "run", plan, runs, language, round_done).await
+}
+
+/// Time the contenders of a plan; whatever they keep open (a session) is
+/// closed before this returns, measured or failed.
+async fn measure_path(
+    tier: &str,
+    path: &str,
+    plan: Plan,
+    runs: usize,
+    language: Language,
+    round_done: &mut (dyn FnMut(usize) + Send),
+) -> anyhow::Result<BenchReport> {
     let (contenders, targets, skipped) = plan;
+    let r = rounds(&contenders, runs, language, round_done).await;
+    for c in &contenders {
+        c.close().await;
+    }
+    let (all, shown, load_before) = r?;
+    let r0 = ratios(&all[0], &targets);
+    // The control has no targets of its own: the same pairs, for a look.
+    let untargeted: Vec<_> = targets.iter().map(|(a, b, _)| (a.clone(), b.clone(), None)).collect();
+    let controls =
+        vec![Control { program: shown[1].into(), ratios: ratios(&all[1], &untargeted), contenders: all[1].clone() }];
+    Ok(BenchReport {
+        tier: tier.to_string(),
+        path: path.to_string(),
+        program: shown[0].into(),
+        contenders: all[0].clone(),
+        ratios: r0,
+        skipped,
+        controls,
+        load_before,
+        load_after: load_average(),
+    })
+}
+
+type Rounds = (Vec<Vec<Stats>>, [&'static str; 2], Option<[f64; 3]>);
+
+/// One warm-up each (page cache, first cgroup), then `runs` interleaved
+/// rounds of `print(1)` and, in the same rounds, of the stdlib control:
+/// each program's stats per contender, the programs as shown, the load
+/// before.
+async fn rounds(
+    contenders: &[Contender],
+    runs: usize,
+    language: Language,
+    round_done: &mut (dyn FnMut(usize) + Send),
+) -> anyhow::Result<Rounds> {
     let (programs, shown) = match language {
         Language::Javascript => {
             ([PRINT1_JS, STDLIB_JS], ["console.log(1)", "require('util'), 'crypto', 'zlib', 'url'; console.log(1)"])
@@ -532,7 +623,7 @@ async fn measure_in(
     };
     let load_before = load_average();
     let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![vec![]; contenders.len()]; programs.len()];
-    for c in &contenders {
+    for c in contenders {
         c.once_in(language, programs[0]).await?;
     }
     for round in 0..runs {
@@ -545,21 +636,95 @@ async fn measure_in(
     }
     let all: Vec<Vec<Stats>> =
         samples.iter().map(|per| contenders.iter().zip(per).map(|(c, s)| stats(c.name(), s)).collect()).collect();
-    let r0 = ratios(&all[0], &targets);
-    // The control has no targets of its own: the same pairs, for a look.
-    let untargeted: Vec<_> = targets.iter().map(|(a, b, _)| (a.clone(), b.clone(), None)).collect();
-    let controls =
-        vec![Control { program: shown[1].into(), ratios: ratios(&all[1], &untargeted), contenders: all[1].clone() }];
-    Ok(BenchReport {
-        tier: tier.to_string(),
-        program: shown[0].into(),
-        contenders: all[0].clone(),
-        ratios: r0,
-        skipped,
-        controls,
-        load_before,
-        load_after: load_average(),
+    Ok((all, shown, load_before))
+}
+
+/// The session's contender names for `tier_name`: (fresh warm, session call).
+pub fn session_names(tier_name: &str) -> (String, String) {
+    (format!("sandbench {tier_name} fresh warm"), format!("sandbench {tier_name} session call"))
+}
+
+/// The tier's normal warm path, for the session bench: what a one-shot run
+/// gets from a long-lived sandbench (a spare, a pooled container or guest).
+async fn fresh_warm(tier_name: &str, config: &Config, name: String) -> anyhow::Result<Contender> {
+    Ok(match tier_name {
+        "process" => match process_warm(config)? {
+            Contender::Tier { tier, settle, .. } => Contender::Tier { name, tier, settle },
+            other => other,
+        },
+        "docker" | "gvisor" => docker::warm_contender(tier_name, config, name),
+        "microvm" => {
+            use crate::tier::microvm::{MicrovmTier, Policy};
+            let warm = Arc::new(MicrovmTier::with_policy(config, Policy::Auto));
+            warm.prewarm()
+                .await
+                .map_err(|e| anyhow::anyhow!("microvm: no warm guest for the fresh warm run: {e:#}"))?;
+            let w = warm.clone();
+            let settle: Settle = Arc::new(move || {
+                let w = w.clone();
+                Box::pin(async move { w.prewarm().await.map(|_| ()) })
+            });
+            Contender::Tier { name, tier: warm, settle: Some(settle) }
+        }
+        // No warm path of its own (e2b): a fresh run as it is.
+        _ => Contender::tier(name, tier::by_name(tier_name, config)?),
     })
+}
+
+/// `bench --path session`: on `tier_name`, a fresh warm run of the
+/// program, a call in one session kept open for the whole bench, and the
+/// bare interpreter (`python3 -c`, or `node -e` under `env -i`), in
+/// interleaved rounds. Targets: a docker or gVisor session call at most
+/// half a fresh warm run (issue 24); elsewhere the ratios are shown.
+pub async fn plan_session(tier_name: &str, config: &Config, language: Language) -> anyhow::Result<Plan> {
+    let tier = tier::by_name(tier_name, config)?;
+    tier.sessions().map_err(|why| anyhow::anyhow!("the {tier_name} tier cannot keep a session: {why}"))?;
+    let bare = match language {
+        Language::Python => {
+            Contender::Command { name: "bare python3".into(), argv: vec![host_python(), "-c".into(), CODE.into()] }
+        }
+        Language::Javascript => {
+            let node = host_node()
+                .ok_or_else(|| anyhow::anyhow!("no node on this host to measure against: apt-get install nodejs"))?;
+            tier.language_support(Language::Javascript).await.map_err(|why| anyhow::anyhow!("{tier_name}: {why}"))?;
+            let env = crate::host::which("env")
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "/usr/bin/env".into());
+            Contender::Command {
+                name: "bare node -e".into(),
+                argv: vec![env, "-i".into(), node, "-e".into(), CODE.into()],
+            }
+        }
+        other => anyhow::bail!("bench times python or javascript programs, not {other}"),
+    };
+    let (warm_name, session_name) = session_names(tier_name);
+    let warm = fresh_warm(tier_name, config, warm_name.clone()).await?;
+    // The limits a fresh run of the bench has; a lifetime long enough for
+    // any number of rounds (the bench closes it).
+    let limits = RunSpec::new(language, PRINT1).limits;
+    let spec = SessionSpec { max_life: Duration::from_secs(24 * 3600), ..SessionSpec::new(limits) };
+    let session =
+        Session::open(tier, spec).await.map_err(|e| anyhow::anyhow!("cannot open a {tier_name} session: {e:#}"))?;
+    let bare_name = bare.name().to_string();
+    let target = matches!(tier_name, "docker" | "gvisor").then_some(0.5);
+    let targets = vec![
+        (session_name.clone(), warm_name.clone(), target),
+        (session_name.clone(), bare_name.clone(), None),
+        (warm_name, bare_name, None),
+    ];
+    let c = vec![warm, Contender::Session { name: session_name, session }, bare];
+    Ok((c, targets, vec![]))
+}
+
+/// [`measure`] for `--path session` (a plan from [`plan_session`]).
+pub async fn measure_session(
+    tier: &str,
+    plan: Plan,
+    runs: usize,
+    language: Language,
+    round_done: &mut (dyn FnMut(usize) + Send),
+) -> anyhow::Result<BenchReport> {
+    measure_path(tier, "session", plan, runs, language, round_done).await
 }
 
 /// One side of a throughput run: sandbench's tier, or the bare equivalent.

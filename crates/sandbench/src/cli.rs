@@ -169,6 +169,11 @@ pub struct BenchArgs {
     /// Measured runs per contender (after one warm-up each).
     #[arg(long, default_value_t = 30)]
     pub runs: usize,
+    /// What to time: run (one-shot runs, cold and warm, against the tier's
+    /// baselines) or session (a call in one kept session against a fresh
+    /// warm run and the bare interpreter: the agent's hot path).
+    #[arg(long, value_enum, default_value_t = BenchPath::Run)]
+    pub path: BenchPath,
     /// Language of the programs timed: python (print(1), against bare
     /// python3 and bwrap) or javascript (console.log(1), against bare
     /// `node -e`).
@@ -196,6 +201,12 @@ pub struct BenchArgs {
     /// Soak: samples folder (with benign/ and hostile/).
     #[arg(long, value_name = "DIR", requires = "soak")]
     pub samples: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchPath {
+    Run,
+    Session,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

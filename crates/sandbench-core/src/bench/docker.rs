@@ -34,26 +34,34 @@ pub fn bench_plan(
 ) -> Vec<(String, String, Option<f64>)> {
     let runtime = (tier_name == "gvisor").then_some("runsc");
     let cold_cfg = Config { docker: DockerConfig { pool_size: 0, ..config.docker.clone() }, ..config.clone() };
-    let warm_cfg = Config {
-        docker: DockerConfig { pool_size: config.docker.pool_size.max(1), ..config.docker.clone() },
-        ..config.clone()
-    };
-    let build = |cfg: &Config| {
-        if runtime.is_some() {
-            DockerTier::gvisor(cfg)
-        } else {
-            DockerTier::docker(cfg)
-        }
-    };
     let cold_name = format!("sandbench {tier_name} cold");
     let warm_name = format!("sandbench {tier_name} warm");
     let cli_name = if runtime.is_some() { "docker run --rm --runtime=runsc" } else { "docker run --rm" }.to_string();
-    c.push(Contender::tier(cold_name.clone(), Arc::new(build(&cold_cfg))));
+    c.push(Contender::tier(cold_name.clone(), Arc::new(build(tier_name, &cold_cfg))));
     match cli_argv(tier_name, config) {
         Some((_, argv)) => c.push(Contender::Command { name: cli_name.clone(), argv }),
         None => skipped.push("the docker CLI is not installed (apt-get install docker.io): no baseline".into()),
     }
-    let warm = Arc::new(build(&warm_cfg));
+    c.push(warm_contender(tier_name, config, warm_name.clone()));
+    vec![(cold_name, cli_name.clone(), Some(1.0)), (warm_name, cli_name, Some(0.1))]
+}
+
+fn build(tier_name: &str, cfg: &Config) -> DockerTier {
+    if tier_name == "gvisor" {
+        DockerTier::gvisor(cfg)
+    } else {
+        DockerTier::docker(cfg)
+    }
+}
+
+/// The warm path (a pool of at least one container, refilled untimed
+/// between runs) as a contender named `name`.
+pub fn warm_contender(tier_name: &str, config: &Config, name: String) -> Contender {
+    let warm_cfg = Config {
+        docker: DockerConfig { pool_size: config.docker.pool_size.max(1), ..config.docker.clone() },
+        ..config.clone()
+    };
+    let warm = Arc::new(build(tier_name, &warm_cfg));
     let w = warm.clone();
     let settle: Settle = Arc::new(move || {
         let w = w.clone();
@@ -62,6 +70,5 @@ pub fn bench_plan(
             w.prewarm_for(&Limits::default()).await.map(|_| ())
         })
     });
-    c.push(Contender::Tier { name: warm_name.clone(), tier: warm, settle: Some(settle) });
-    vec![(cold_name, cli_name.clone(), Some(1.0)), (warm_name, cli_name, Some(0.1))]
+    Contender::Tier { name, tier: warm, settle: Some(settle) }
 }

@@ -1,7 +1,7 @@
 //! `sandbench bench`: the command line around the engine's benchmark
 //! (`sandbench_core::bench`): arguments, progress, and the rendering.
 
-use crate::cli::{BenchArgs, Format};
+use crate::cli::{BenchArgs, BenchPath, Format};
 use crate::config::Config;
 use sandbench_core::bench::{self, BenchReport};
 
@@ -16,6 +16,10 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     if js && (args.soak || args.duration.is_some() || args.concurrency.is_some()) {
         return Err(usage("--language javascript times single runs: leave out --soak, --duration and --concurrency"));
     }
+    let session = args.path == BenchPath::Session;
+    if session && (args.soak || args.duration.is_some() || args.concurrency.is_some()) {
+        return Err(usage("--path session times single calls: leave out --soak, --duration and --concurrency"));
+    }
     if args.soak {
         return soak(args, config).await;
     }
@@ -26,19 +30,28 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         return Err(usage("--runs must be at least 1"));
     }
     crate::tier::parse_list(&args.tier).map_err(usage)?;
-    let plan =
-        if js { bench::plan_javascript(&args.tier, config).await? } else { bench::plan(&args.tier, config).await? };
+    let language = if js { crate::spec::Language::Javascript } else { crate::spec::Language::Python };
+    let plan = if session {
+        bench::plan_session(&args.tier, config, language).await?
+    } else if js {
+        bench::plan_javascript(&args.tier, config).await?
+    } else {
+        bench::plan(&args.tier, config).await?
+    };
     let text = args.format == Format::Text;
     let mut bar = super::progress::Progress::new(Some(args.runs as u64), text, std::time::Duration::from_secs(5));
     let mut progress = |round: usize| bar.set(round as u64, "bench: rounds");
-    let report = if js {
+    let report = if session {
+        bench::measure_session(&args.tier, plan, args.runs, language, &mut progress).await?
+    } else if js {
         bench::measure_javascript(&args.tier, plan, args.runs, &mut progress).await?
     } else {
         bench::measure(&args.tier, plan, args.runs, &mut progress).await?
     };
     bar.finish();
-    // The saved figures are Python's (the frontier and the workbench read them).
-    if !js {
+    // The saved figures are Python's one-shot runs (the frontier and the
+    // workbench read them).
+    if !js && !session {
         if let Err(e) = crate::state::save_bench_in(&crate::config::state_dir(), &report) {
             tracing::warn!("could not keep the benchmark: {e:#}");
         }
@@ -60,14 +73,15 @@ fn opt_ms(v: Option<f64>) -> String {
 
 fn table(s: &mut String, contenders: &[bench::Stats]) {
     s.push_str(&format!(
-        "{:<28} {:>9} {:>9} {:>9} {:>12}\n",
-        "contender (ms)", "exit p50", "exit p95", "mean", "1st byte p50"
+        "{:<34} {:>9} {:>9} {:>9} {:>9} {:>12}\n",
+        "contender (ms)", "exit p50", "exit p90", "exit p95", "mean", "1st byte p50"
     ));
     for c in contenders {
         s.push_str(&format!(
-            "{:<28} {:>9.2} {:>9.2} {:>9.2} {:>12}\n",
+            "{:<34} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>12}\n",
             c.name,
             c.p50_ms,
+            c.p90_ms,
             c.p95_ms,
             c.mean_ms,
             opt_ms(c.first_byte_p50_ms)
@@ -78,10 +92,11 @@ fn table(s: &mut String, contenders: &[bench::Stats]) {
 fn ratio_lines(s: &mut String, ratios: &[bench::Ratio]) {
     for x in ratios {
         s.push_str(&format!(
-            "{} / {}: exit p50 {:.2}× · p95 {:.2}×{}{}\n",
+            "{} / {}: exit p50 {:.2}× · p90 {:.2}× · p95 {:.2}×{}{}\n",
             x.what,
             x.against,
             x.p50_ratio,
+            x.p90_ratio,
             x.p95_ratio,
             x.first_byte_p50_ratio.map(|f| format!(" · first byte p50 {f:.2}×")).unwrap_or_default(),
             match (&x.target, x.met) {
@@ -95,8 +110,9 @@ fn ratio_lines(s: &mut String, ratios: &[bench::Ratio]) {
 
 pub fn render(r: &BenchReport) -> String {
     let mut s = format!(
-        "bench {} · start→first byte and start→exit · {} runs each, interleaved · load {} → {}\n\n{}\n",
+        "bench {}{} · start→first byte and start→exit · {} runs each, interleaved · load {} → {}\n\n{}\n",
         r.tier,
+        if r.path == "session" { " --path session" } else { "" },
         r.contenders.first().map(|c| c.runs).unwrap_or(0),
         load(r.load_before),
         load(r.load_after),

@@ -20,6 +20,7 @@ mod support {
 mod agent_cli;
 mod agent_dialect;
 mod agent_loop;
+mod bench_session;
 mod docker_lifecycle;
 mod docker_output;
 mod docker_verdicts;
@@ -49,6 +50,7 @@ mod reaper;
 mod report;
 mod runlog_cli;
 mod secrets;
+mod session_agent;
 mod session_plants;
 mod sessions;
 mod soak;

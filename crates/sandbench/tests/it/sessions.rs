@@ -178,8 +178,12 @@ fn containers(tier: &str) -> Vec<String> {
     })
 }
 
-/// The docker tests here count this process's docker containers: one at a time.
-static DOCKER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The docker tests here count this process's docker containers: one at a
+/// time, and not while another module's docker sessions run
+/// (`session_agent`).
+pub(crate) static DOCKER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The same for gVisor's containers.
+pub(crate) static GVISOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[sandbench_testkit::test(needs = ["docker"])]
 fn docker_sessions_keep_files_and_nothing_else() {
@@ -196,6 +200,7 @@ fn gvisor_sessions_keep_files_and_nothing_else() {
     if !tier_ready("gvisor") {
         return;
     }
+    let _one = GVISOR.lock().unwrap_or_else(|e| e.into_inner());
     block_on(exercise("gvisor"));
     assert!(eventually(20, || containers("gvisor").is_empty()), "containers left: {:?}", containers("gvisor"));
 }

@@ -537,8 +537,9 @@ impl DockerTier {
                 ));
                 checks.push(Check::ok(
                     "holds",
-                    "no capability but SETUID/SETGID in the container's bounding set; the keeper drops both at start, \
-a one-shot loader once the program is its own uid; a session's loader keeps them (as root) to end each call's processes",
+                    "no capability but SETUID/SETGID in the container's bounding set; a one-shot loader drops both once \
+the program is its own uid; a session's agent (PID 1, not dumpable, another uid than the program's) and its loaders keep them \
+(as root) to make each call's program the session's uid and end the call's processes",
                 ));
                 checks.push(node_check(&report.stdout, &self.image, self.name));
                 checks.push(Check::ok("warm", self.warm_check(engine).await));

@@ -3,29 +3,32 @@
 //! A session container has the hardened shape of a one-shot run (no
 //! network, read-only root, tmpfs scratch, no capabilities but SETUID/SETGID,
 //! no-new-privileges, memory/pids/CPU limits, the owner labels the reapers
-//! read), with the session keeper (`guest/docker_keeper.py`) as PID 1. Each
-//! call gets a fresh loader (`guest/docker_loader.py`, the same one a run
-//! uses), started with the Engine's exec API while the session is idle and
-//! waiting for its payload, in session mode: it drops the program to
-//! the session's uid (one per session, so the files of earlier calls stay
-//! the program's), frames its output, status and exit on the exec's stdout,
-//! and when the program exits — or sandbench sends a byte on the exec's
-//! stdin (cancel, CPU limit) — kills every process of that uid, so nothing a
-//! call started outlives it. Each call is judged on its own share of the
-//! container's cgroup counters, on files changed during the call and on
-//! scratch mounts that filled during the call.
+//! read), with the session agent (`guest/docker_keeper.py`) as PID 1.
+//! sandbench attaches to the container's stdin and stdout once, when it
+//! starts, and every call goes over that one stream: the agent forks each
+//! call's loader (`guest/docker_loader.py`, the one a run uses, in session
+//! mode) as soon as the previous call has ended, so a call costs no Engine
+//! exec (create, start, attach: 50–130 ms) and no interpreter start. The
+//! loader reads the call's payload, drops the program to the session's uid
+//! (one per session, so the files of earlier calls stay the program's),
+//! frames its output, status and exit, and when the program exits — or
+//! sandbench sends a `k` (cancel, CPU limit) — kills every process of that
+//! uid, so nothing a call started outlives it; it ends once sandbench has
+//! acknowledged the exit frame (a newline). Each call is judged on its own
+//! share of the container's cgroup counters, on files changed during the
+//! call and on scratch mounts that filled during the call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::anyhow;
 use bollard::container::LogOutput;
-use bollard::exec::StartExecResults;
-use bollard::models::ExecConfig;
+use bollard::query_parameters::AttachContainerOptions;
 use futures_util::StreamExt;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::container::{self, Shape};
 use super::engine::{self, Engine};
@@ -36,58 +39,41 @@ use crate::session::counters_since;
 use crate::spec::RunSpec;
 use crate::tier::contract::{BoxFuture, TierExit, TierSession};
 
-/// PID 1 of a session container.
-pub const KEEPER: &str = include_str!("../../../../../guest/docker_keeper.py");
+/// PID 1 of a session container: the agent, then the loader its children
+/// run (after the filters and the relay the loader's code refers to).
+pub const AGENT: &str = concat!(
+    include_str!("../../../../../guest/program_filter.py"),
+    include_str!("../../../../../guest/scratch_guard.py"),
+    include_str!("../../../../../guest/egress_relay.py"),
+    include_str!("../../../../../guest/docker_keeper.py"),
+    include_str!("../../../../../guest/docker_loader.py")
+);
+
+/// The agent's resident memory, added to a session container's memory
+/// limit (measured: a session container idles at ~37 MiB on gVisor against
+/// ~27 MiB for the keeper and a loader before the agent; a fork there copies
+/// the interpreter's written pages).
+const AGENT_MEMORY: u64 = 10 << 20;
 
 /// How long the loader may take to end after sandbench asked it to kill the
 /// program; longer, and the container is judged broken.
 const KILL_GRACE: Duration = Duration::from_secs(15);
-/// Files changed this long before a call began still count as the call's
-/// (tmpfs timestamps come from a coarse clock).
-const CTIME_SLACK_S: f64 = 0.05;
 
 type Output = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 type Input = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
-/// A call's loader, started through exec and waiting for its payload.
-struct Loader {
+/// The session's one attached stream: the agent's loaders read calls from
+/// `input` and write frames on `output`. Held by one call at a time.
+struct Channel {
     output: Output,
     input: Input,
-}
-
-/// Start a loader in session mode. Files changed before now belong to
-/// earlier calls: no process of the session runs between a call's end and
-/// the next call, so a loader made ahead may say so at its start.
-async fn start_loader(docker: &bollard::Docker, id: &str) -> anyhow::Result<Loader> {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64() - CTIME_SLACK_S)
-        .unwrap_or(0.0);
-    let exec = docker
-        .create_exec(
-            id,
-            ExecConfig {
-                attach_stdin: Some(true),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                tty: Some(false),
-                privileged: Some(false),
-                user: Some("0:0".into()),
-                env: Some(vec!["SANDBENCH_SESSION=1".into(), format!("SANDBENCH_CALL_SINCE={since:.3}")]),
-                cmd: Some(vec!["python3".into(), "-I".into(), "-u".into(), "-c".into(), container::LOADER.into()]),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| anyhow!("cannot start the call in the session's container: {}", engine::cause(&e)))?;
-    let started = docker
-        .start_exec(&exec.id, None)
-        .await
-        .map_err(|e| anyhow!("cannot start the call in the session's container: {}", engine::cause(&e)))?;
-    let StartExecResults::Attached { output, input } = started else {
-        anyhow::bail!("the engine started the call detached");
-    };
-    Ok(Loader { output, input })
+    /// The frame decoder, kept across calls: a call's frames must end with
+    /// its exit frame, with nothing left over.
+    frames: container::Frames,
+    /// A call is under way on the stream: set when its payload goes out,
+    /// cleared once it was acknowledged. Still set at the next call, the
+    /// last one was dropped midway and the stream is in no known state.
+    in_call: bool,
 }
 
 pub(crate) struct DockerSession {
@@ -100,11 +86,19 @@ pub(crate) struct DockerSession {
     image: String,
     user_policy: String,
     alive: AtomicBool,
-    /// The next call's loader, started while the session is idle.
-    next: std::sync::Arc<tokio::sync::Mutex<Option<Loader>>>,
+    /// The container's cgroup on a local engine, found once.
+    cgroup: Option<Cgroup>,
+    /// None once the stream broke (the session is then over).
+    stream: tokio::sync::Mutex<Option<Channel>>,
+    /// Fires when the engine says the container stopped (gVisor: a memory
+    /// limit hit ends the whole sandbox; the stream may not end on its own).
+    ended: CancellationToken,
+    /// Ends the watch of the container when the session closes.
+    watch: tokio::task::AbortHandle,
 }
 
-/// Create and start a session's container; nothing is left behind on failure.
+/// Create and start a session's container and attach to it; nothing is left
+/// behind on failure.
 pub(crate) async fn open(
     engine: &Engine,
     shape: Shape,
@@ -116,27 +110,80 @@ pub(crate) async fn open(
     // A session's scratch stays inside the container: no host scratch
     // folder (gVisor's high-water watch) for a sandbox that outlives a run.
     let mut body = shape.body(reap::labels(&run_id, tier)?, None);
-    body.entrypoint = Some(vec!["python3".into(), "-I".into(), "-u".into(), "-c".into(), KEEPER.into()]);
-    // The keeper reads nothing (calls come in through exec), but its stdin
-    // is open all the same: a container without one is given the host's
-    // /dev/null, and runsc chowns its sandbox's stdio to the sandbox user
-    // (nobody), which took the host's /dev/null from root.
+    body.entrypoint = Some(vec!["python3".into(), "-I".into(), "-u".into(), "-c".into(), AGENT.into()]);
+    // Calls come in on stdin, which is open (so the engine never hands
+    // runsc the host's /dev/null to chown to the sandbox user) and closes
+    // when sandbench's one attach ends: the agent then ends the container.
     body.open_stdin = Some(true);
-    body.stdin_once = Some(false);
-    body.attach_stdin = Some(false);
-    body.attach_stdout = Some(false);
-    body.attach_stderr = Some(false);
+    body.stdin_once = Some(true);
+    // The agent's loaders make each call's program process ahead, as the
+    // session's uid (popped from its environment before anything else runs;
+    // every payload must name the same ids).
+    body.env.get_or_insert_with(Vec::new).push(format!("SANDBENCH_SESSION_IDS={uid}:{gid}"));
     let gvisor = shape.runtime.as_deref() == Some("runsc");
     if let Some(h) = body.host_config.as_mut() {
+        // The agent is one resident interpreter more than a one-shot run's
+        // container holds (there the loader is PID 1): its share is added,
+        // so a call's program has what a run's has under the same limit.
+        let memory = shape.memory_bytes.saturating_add(AGENT_MEMORY).min(i64::MAX as u64) as i64;
+        h.memory = Some(memory);
+        h.memory_swap = Some(memory);
         if !gvisor {
-            // The keeper and the call's loader are the two processes that
+            // The agent and the call's loader are the two processes that
             // are not the program's.
             h.pids_limit = Some(shape.pids.saturating_add(2) as i64);
         }
     }
     let id = super::create_and_start(engine, body, &shape, &format!("sandbench-{tier}-{run_id}"), tier, None).await?;
-    let s = DockerSession {
+    let attached = engine
+        .docker
+        .attach_container(
+            &id,
+            Some(AttachContainerOptions {
+                stdin: true,
+                stdout: true,
+                stderr: true,
+                stream: true,
+                logs: false,
+                ..Default::default()
+            }),
+        )
+        .await;
+    let attached = match attached {
+        Ok(a) => a,
+        Err(e) => {
+            remove(&engine.docker, &id).await;
+            anyhow::bail!("cannot attach to the session's container: {}", engine::cause(&e));
+        }
+    };
+    let ended = CancellationToken::new();
+    let (docker, cid, fire) = (engine.docker.clone(), id.clone(), ended.clone());
+    let watch = tokio::spawn(async move {
+        loop {
+            let mut wait = docker.wait_container(
+                &cid,
+                Some(bollard::query_parameters::WaitContainerOptions { condition: "not-running".into() }),
+            );
+            let _ = wait.next().await;
+            // The wait also ends when the engine's connection drops: only a
+            // container the engine no longer runs ends the session.
+            let running = docker
+                .inspect_container(&cid, None::<bollard::query_parameters::InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+                .and_then(|s| s.running);
+            if running != Some(true) {
+                fire.cancel();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .abort_handle();
+    Ok(DockerSession {
         engine: engine.clone(),
+        cgroup: if engine.local { Cgroup::find(&id) } else { None },
         id,
         gvisor,
         image: shape.image.clone(),
@@ -145,25 +192,33 @@ pub(crate) async fn open(
         uid,
         gid,
         alive: AtomicBool::new(true),
-        next: Default::default(),
-    };
-    s.prestart();
-    Ok(s)
+        stream: tokio::sync::Mutex::new(Some(Channel {
+            output: attached.output,
+            input: attached.input,
+            frames: Default::default(),
+            in_call: false,
+        })),
+        ended,
+        watch,
+    })
 }
 
 impl TierSession for DockerSession {
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
         Box::pin(async move {
             ctx.emit(EventKind::Phase(Phase::Preparing)).await;
-            let result = self.call(&spec, &ctx).await;
+            let mut timeline: Vec<(&'static str, f64)> = vec![];
+            let result = self.call(&spec, &ctx, &mut timeline).await;
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
             if result.is_err() && !self.container_running().await {
                 self.alive.store(false, Ordering::Relaxed);
             }
-            if self.alive() {
-                self.prestart();
-            }
             let (usage, mut details) = result?;
+            let mut t = serde_json::Map::new();
+            for (k, v) in &timeline {
+                t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+            }
+            details["timeline_ms"] = serde_json::Value::Object(t);
             details["runtime"] = json!(if self.gvisor { "runsc" } else { "runc" });
             details["start"] = json!("session");
             details["image"] = json!(self.image);
@@ -171,7 +226,8 @@ impl TierSession for DockerSession {
             details["engine"] = json!({ "host": self.engine.host, "api_version": self.engine.api_version,
                 "server_version": self.engine.server_version });
             let mut hardening = self.shape.hardening();
-            hardening["init"] = json!("sandbench's session keeper as PID 1, uid 0 with no capabilities (reaps orphans; not ptrace-able or signalable by the program); each call's loader runs through exec as uid 0 with SETUID/SETGID only, kept to kill the call's processes at its end, no-new-privileges, python3 -I (nothing of the scratch on its path), writing the program's file as the program's uid without following what is at its name");
+            hardening["init"] = json!("sandbench's session agent as PID 1, uid 0 with SETUID/SETGID only (for its loaders), not dumpable, environment blanked, python3 -I with its working directory /, opening no path; it forks each call's loader ahead of the call; the loader drops the program to the session's uid and kills that uid's processes at the call's end, writing the program's file as the program's uid without following what is at its name");
+            hardening["status_channel"] = json!("the container's stdin and stdout, attached once for the session: only the call's loader reads and writes them (the program's output arrives framed by it)");
             details["hardening"] = hardening;
             Ok(TierExit { usage: Some(usage), details })
         })
@@ -180,33 +236,20 @@ impl TierSession for DockerSession {
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.alive.store(false, Ordering::Relaxed);
-            // A loader made ahead waits for a payload that never comes.
-            drop(self.next.lock().await.take());
+            self.watch.abort();
+            // The attach goes with the container (its stdin closing would
+            // end the agent anyway).
+            drop(self.stream.lock().await.take());
             remove(&self.engine.docker, &self.id).await;
         })
     }
 
     fn alive(&self) -> bool {
-        self.alive.load(Ordering::Relaxed)
+        self.alive.load(Ordering::Relaxed) && !self.ended.is_cancelled()
     }
 }
 
 impl DockerSession {
-    /// Start the next call's loader in the background (its interpreter's
-    /// start-up is then off the next call's path).
-    fn prestart(&self) {
-        let (next, docker, id) = (self.next.clone(), self.engine.docker.clone(), self.id.clone());
-        tokio::spawn(async move {
-            let mut slot = next.lock().await;
-            if slot.is_none() {
-                match start_loader(&docker, &id).await {
-                    Ok(l) => *slot = Some(l),
-                    Err(e) => tracing::debug!("session loader not made ahead: {e:#}"),
-                }
-            }
-        });
-    }
-
     async fn container_running(&self) -> bool {
         self.engine
             .docker
@@ -218,45 +261,67 @@ impl DockerSession {
             .unwrap_or(false)
     }
 
-    /// One call: a fresh loader through exec, followed to its end.
-    async fn call(&self, spec: &RunSpec, ctx: &RunContext) -> anyhow::Result<(UsageSample, serde_json::Value)> {
+    /// One call over the session's stream: the payload to the loader that
+    /// waits for it, its frames followed to the exit frame.
+    async fn call(
+        &self,
+        spec: &RunSpec,
+        ctx: &RunContext,
+        timeline: &mut Vec<(&'static str, f64)>,
+    ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
+        let mut slot = self.stream.lock().await;
+        let Some(ch) = slot.as_mut().filter(|ch| !ch.in_call) else {
+            self.alive.store(false, Ordering::Relaxed);
+            *slot = None;
+            anyhow::bail!("the session's stream to its container broke in an earlier call; the session closes");
+        };
+        let r = self.call_on(ch, spec, ctx, timeline).await;
+        if !self.alive() {
+            // A call that broke the stream (or outlived the container)
+            // leaves it in no known state.
+            *slot = None;
+        }
+        r
+    }
+
+    async fn call_on(
+        &self,
+        ch: &mut Channel,
+        spec: &RunSpec,
+        ctx: &RunContext,
+        timeline: &mut Vec<(&'static str, f64)>,
+    ) -> anyhow::Result<(UsageSample, serde_json::Value)> {
         let docker = &self.engine.docker;
         let limits = &spec.limits;
         let guest_pids = !self.gvisor;
-        let cgroup = if self.engine.local { Cgroup::find(&self.id) } else { None };
+        let cgroup = self.cgroup.clone();
         // The container's counters run for the whole session: this call is
         // judged on what they gained from here.
         let base = cgroup.as_ref().map(|c| c.sample(guest_pids).counters).unwrap_or_default();
-        let taken = self.next.lock().await.take();
-        let Loader { mut output, mut input } = match taken {
-            Some(l) => l,
-            None => start_loader(docker, &self.id).await?,
-        };
-        ctx.emit(EventKind::Phase(Phase::Running)).await;
-        ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
-
-        // The loader's stdin: the payload, then a byte that means "kill the
-        // program" (cancel, CPU limit) or "all frames arrived" (the ack).
-        let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        // The loader counts every process but itself; the keeper is not the program's.
+        // The loader counts every process but itself; the agent is not the program's.
         let mut payload_spec = spec.clone();
         payload_spec.limits.pids = limits.pids.saturating_add(1);
         // No host-side scratch guard here (the loader's own watch judges a
-        // call) and no network: a session is offline.
-        let _ = in_tx.send(container::payload(&payload_spec, self.uid, self.gid, false, None));
-        let writer = tokio::spawn(async move {
-            while let Some(b) = in_rx.recv().await {
-                if input.write_all(&b).await.is_err() || input.flush().await.is_err() {
-                    return;
-                }
-            }
-            let _ = input.shutdown().await;
-        });
-        let mut in_tx = Some(in_tx);
+        // call) and no network: a session is offline. The loader reads the
+        // whole payload before it writes a frame, so writing it first
+        // cannot deadlock against unread output.
+        let payload = container::payload(&payload_spec, self.uid, self.gid, false, None);
+        ch.in_call = true;
+        if let Err(e) = async {
+            ch.input.write_all(&payload).await?;
+            ch.input.flush().await
+        }
+        .await
+        {
+            self.alive.store(false, Ordering::Relaxed);
+            anyhow::bail!("cannot send the call to the session's container ({e}); the session closes");
+        }
+        timeline.push(("payload_sent", ctx.ms()));
+        ctx.emit(EventKind::Phase(Phase::Running)).await;
+        ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
 
         let (sample_tx, mut sample_rx) = mpsc::channel::<Sample>(4);
         let sampler = tokio::spawn(sample_loop(docker.clone(), self.id.clone(), cgroup.clone(), guest_pids, sample_tx));
-        let mut frames = container::Frames::default();
         let mut judge = Judge::new(limits);
         let mut loader = LoaderFacts::default();
         let mut cg_counters = base;
@@ -270,33 +335,40 @@ impl DockerSession {
         let mut loader_err: Vec<u8> = vec![];
         let kill_deadline = tokio::time::sleep(Duration::from_secs(86_400 * 365));
         tokio::pin!(kill_deadline);
-        let ask_kill = |killed: &mut bool, tx: &Option<mpsc::UnboundedSender<Vec<u8>>>| {
-            if !*killed {
-                *killed = true;
-                if let Some(tx) = tx {
-                    let _ = tx.send(b"k".to_vec());
-                }
-            }
-        };
         let mut broken: Option<String> = None;
-        // The container ending mid-call (gVisor: a memory limit hit takes the
-        // whole sandbox) ends the call and the session; the exec stream may
-        // never end on its own then.
-        let mut wait = Box::pin(docker.wait_container(
-            &self.id,
-            Some(bollard::query_parameters::WaitContainerOptions { condition: "not-running".into() }),
-        ));
         let mut container_ended = false;
+        // A kill asked for (cancel, CPU limit) and not yet written.
+        let mut kill_now = false;
         loop {
+            if kill_now {
+                kill_now = false;
+                // One byte; the loader reads it while the program runs, or
+                // (sent as the call ended) before its acknowledgement.
+                if let Err(e) = async {
+                    ch.input.write_all(b"k").await?;
+                    ch.input.flush().await
+                }
+                .await
+                {
+                    broken = Some(format!("cannot send the kill to the session's container: {e}"));
+                    break;
+                }
+                kill_deadline.as_mut().reset(tokio::time::Instant::now() + KILL_GRACE);
+            }
             tokio::select! {
-                _ = wait.next(), if !container_ended => {
+                _ = self.ended.cancelled(), if !container_ended => {
                     container_ended = true;
                     self.alive.store(false, Ordering::Relaxed);
                     break;
                 }
-                item = output.next() => match item {
+                item = ch.output.next() => match item {
                     Some(Ok(LogOutput::StdOut { message })) => {
-                        for frame in frames.feed(&message) {
+                        for frame in ch.frames.feed(&message) {
+                            if reported.is_some() || failed.is_some() {
+                                // Nothing comes after a call's last frame.
+                                broken = Some("frames after the call's end".into());
+                                break;
+                            }
                             match frame {
                                 container::Frame::Stdout(b) => {
                                     delivered[0] += b.len() as u64;
@@ -315,26 +387,32 @@ impl DockerSession {
                                     loader.absorb(&found);
                                     judge.sample(ctx, &loader.counters(counters_since(cg_counters, base))).await;
                                 }
+                                container::Frame::Started { .. } => timeline.push(("program_started", ctx.ms())),
                                 // No relay in a session (it is offline): a relay
                                 // frame is the loader's mistake, dropped.
-                                container::Frame::Started { .. } | container::Frame::Net(_) => {}
-                                container::Frame::Failed(why) => {
-                                    failed = Some(why);
-                                    in_tx.take().map(|tx| tx.send(b"\n".to_vec()));
-                                }
+                                container::Frame::Net(_) => {}
+                                container::Frame::Failed(why) => failed = Some(why),
                                 container::Frame::Exit { status, stdout_bytes, stderr_bytes } => {
+                                    timeline.push(("program_exited", ctx.ms()));
                                     reported = Some((status, stdout_bytes, stderr_bytes));
                                     // Every process of the call is gone (the loader
                                     // killed them): the counters are this call's.
                                     if let Some(cg) = &cgroup {
                                         cg_counters = cg_counters.max(cg.sample(guest_pids).counters);
                                     }
-                                    in_tx.take().map(|tx| tx.send(b"\n".to_vec()));
                                 }
                             }
                         }
-                        if let Some(why) = frames.broken.clone() {
+                        if let Some(why) = ch.frames.broken.clone() {
                             broken = Some(why);
+                        }
+                        if broken.is_some() {
+                            break;
+                        }
+                        if reported.is_some() || failed.is_some() {
+                            if ch.frames.pending() != 0 {
+                                broken = Some("bytes after the call's last frame".into());
+                            }
                             break;
                         }
                     }
@@ -344,23 +422,21 @@ impl DockerSession {
                     }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
-                        tracing::debug!("exec stream: {e}");
+                        tracing::debug!("session stream: {e}");
+                        broken = Some(format!("the stream from the session's container failed: {e}"));
                         break;
                     }
                     None => break,
                 },
                 _ = ctx.stop.cancelled(), if !killed => {
-                    ask_kill(&mut killed, &in_tx);
-                    kill_deadline.as_mut().reset(tokio::time::Instant::now() + KILL_GRACE);
+                    killed = true;
+                    kill_now = true;
                 }
                 _ = &mut kill_deadline => {
                     broken = Some("the call's loader did not end after sandbench asked it to kill the program".into());
                     break;
                 }
                 Some(s) = sample_rx.recv() => {
-                    if reported.is_some() {
-                        continue;
-                    }
                     let mut u = s.usage;
                     u.cpu_ms = u.cpu_ms.map(|c| c.saturating_sub(base.cpu_ms.unwrap_or(0)));
                     last = u;
@@ -371,19 +447,31 @@ impl DockerSession {
                     cg_counters = cg_counters.max(s.counters);
                     let mine = loader.counters(counters_since(cg_counters, base));
                     if judge.sample(ctx, &mine).await == judge::Action::KillForCpu && !killed {
-                        ask_kill(&mut killed, &in_tx);
-                        kill_deadline.as_mut().reset(tokio::time::Instant::now() + KILL_GRACE);
+                        killed = true;
+                        kill_now = true;
                     }
                 }
             }
         }
         sampler.abort();
-        drop(in_tx);
-        writer.abort();
+        if (reported.is_some() || failed.is_some()) && broken.is_none() {
+            // The acknowledgement: the loader ends, and the agent starts the
+            // next call's loader while this call's report goes out.
+            if let Err(e) = async {
+                ch.input.write_all(b"\n").await?;
+                ch.input.flush().await
+            }
+            .await
+            {
+                broken = Some(format!("cannot acknowledge the call to the session's container: {e}"));
+            } else {
+                ch.in_call = false;
+            }
+        }
         // No exit report: did the memory limit end the whole sandbox? (gVisor's
-        // sandbox is one host process.) The exec's stream can end before the
-        // engine has marked the container stopped and OOM-killed: wait for
-        // that as the one-shot run does.
+        // sandbox is one host process.) The stream can end before the engine
+        // has marked the container stopped and OOM-killed: wait for that as
+        // the one-shot run does.
         let oom_ended = if reported.is_none() && broken.is_none() && failed.is_none() {
             let deadline = tokio::time::Instant::now() + super::OOM_FLAG_WAIT;
             loop {
