@@ -1,5 +1,6 @@
 //! The command line: `sandbench` (the workbench) and its headless subcommands.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -398,7 +399,7 @@ pub struct McpArgs {
     #[arg(long, value_name = "TIERS")]
     pub tiers: Option<String>,
     /// Serve streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio.
-    #[arg(long, value_name = "IP:PORT", value_parser = crate::cmd::mcp::loopback_addr)]
+    #[arg(long, value_name = "IP:PORT", value_parser = loopback_addr)]
     pub http: Option<std::net::SocketAddr>,
     /// Default limits of a run whose client asks for none.
     #[command(flatten)]
@@ -483,4 +484,35 @@ pub struct LogArgs {
     /// text: one line per run; json: one log entry (JSON) per line.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+/// Parse `--http`: an IP address and port on the loopback interface only.
+/// The server runs code for whoever reaches it; anything wider than this
+/// machine needs a proxy that authenticates, in front of it.
+pub fn loopback_addr(s: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = s
+        .parse()
+        .map_err(|_| format!("invalid --http address '{s}': expected IP:PORT on loopback, e.g. 127.0.0.1:8765"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "refusing --http {addr}: sandbench mcp listens on loopback only (127.0.0.1 or [::1]), because \
+             whoever reaches it can run code; put an authenticating proxy in front to serve other machines"
+        ));
+    }
+    Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_addr;
+
+    #[test]
+    fn http_is_loopback_only() {
+        assert!(loopback_addr("127.0.0.1:8765").is_ok());
+        assert!(loopback_addr("[::1]:8765").is_ok());
+        let e = loopback_addr("0.0.0.0:8765").unwrap_err();
+        assert!(e.contains("loopback only"), "{e}");
+        assert!(loopback_addr("192.168.1.5:80").unwrap_err().contains("refusing"));
+        assert!(loopback_addr("localhost").unwrap_err().contains("expected IP:PORT"));
+    }
 }

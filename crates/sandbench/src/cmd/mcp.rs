@@ -31,7 +31,6 @@ mod stream;
 mod token;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -1015,22 +1014,6 @@ pub fn policy(args: &McpArgs, config: &Config) -> anyhow::Result<Policy> {
     Policy::new(tiers, base, ceiling).map_err(usage)?.with_sessions(max, idle, life).with_bounds(bounds).map_err(usage)
 }
 
-/// Parse `--http`: an IP address and port on the loopback interface only.
-/// The server runs code for whoever reaches it; anything wider than this
-/// machine needs a proxy that authenticates, in front of it.
-pub fn loopback_addr(s: &str) -> Result<SocketAddr, String> {
-    let addr: SocketAddr = s
-        .parse()
-        .map_err(|_| format!("invalid --http address '{s}': expected IP:PORT on loopback, e.g. 127.0.0.1:8765"))?;
-    if !addr.ip().is_loopback() {
-        return Err(format!(
-            "refusing --http {addr}: sandbench mcp listens on loopback only (127.0.0.1 or [::1]), because \
-             whoever reaches it can run code; put an authenticating proxy in front to serve other machines"
-        ));
-    }
-    Ok(addr)
-}
-
 pub async fn run(args: McpArgs, config: &Config) -> anyhow::Result<i32> {
     let policy = policy(&args, config)?;
     // HTTP's listener and token first: a port in use or an unusable token
@@ -1106,19 +1089,4 @@ async fn serve_stdio(server: Sandbench) -> anyhow::Result<()> {
     // Returns when the client closes stdin (or the connection breaks).
     let _ = running.waiting().await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn http_is_loopback_only() {
-        assert!(loopback_addr("127.0.0.1:8765").is_ok());
-        assert!(loopback_addr("[::1]:8765").is_ok());
-        let e = loopback_addr("0.0.0.0:8765").unwrap_err();
-        assert!(e.contains("loopback only"), "{e}");
-        assert!(loopback_addr("192.168.1.5:80").unwrap_err().contains("refusing"));
-        assert!(loopback_addr("localhost").unwrap_err().contains("expected IP:PORT"));
-    }
 }

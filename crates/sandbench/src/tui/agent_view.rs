@@ -5,9 +5,9 @@
 
 use std::collections::VecDeque;
 
-use super::app::Level;
 use super::keymap::Action;
 use super::scroll::Scroll;
+use super::types::Level;
 use super::view::{Intent, Key, Reply};
 use crate::agent::{EndReason, TranscriptEvent};
 use crate::event::Stream;

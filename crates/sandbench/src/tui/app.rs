@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ratatui::crossterm::event::{KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::Rect;
@@ -16,92 +16,18 @@ use super::editor::Editor;
 use super::gauntlet_view::{GState, GauntletView};
 use super::highlight::{Highlighter, SyntaxAssets};
 use super::keymap::{self, Action, Ctx, ExportFormat};
+pub use super::msg::{Effect, Msg};
 use super::output_pane::OutputPane;
 pub use super::overlays::Overlay;
 use super::overlays::{GauntletSetup, Help, LimitsForm, Prompt, PromptKind, SamplesPicker};
 use super::run_view::RunView;
 use super::runs_view::RunsView;
 use super::theme::Theme;
+pub use super::types::Level;
 use super::view::{Intent, Key, Reply};
-use super::widgets;
-use crate::event::RunEvent;
 use crate::samples::{self, Sample};
 use crate::spec::{Language, Limits, RunSpec};
 use crate::tier::Availability;
-
-/// Everything that reaches the app.
-#[derive(Debug)]
-pub enum Msg {
-    Key(KeyEvent),
-    Paste(String),
-    Run(u64, RunEvent),
-    /// A run's report: the last message about it.
-    Finished(u64, Box<crate::report::RunReport>),
-    /// Output of a run, already sanitized off the UI thread.
-    Lines {
-        id: u64,
-        at_ms: f64,
-        stream: crate::event::Stream,
-        lines: Vec<crate::tui::sanitize::StyledLine>,
-        partial: crate::tui::sanitize::StyledLine,
-        bytes: u64,
-    },
-    Probed(Availability),
-    Assets(Arc<SyntaxAssets>),
-    /// An event of the gauntlet with this id.
-    Gauntlet(u64, crate::gauntlet::GauntletEvent),
-    /// A finished cell of the gauntlet with this id, its output already cut
-    /// to bounded heads off the UI thread (the event loop's form of `CellDone`).
-    GauntletCell(u64, Box<super::gauntlet_view::CellView>),
-    /// The gauntlet with this id ended without its `Finished` (the engine failed).
-    GauntletFailed(u64, String),
-    /// An event of the agent session with this id.
-    Agent(u64, crate::agent::TranscriptEvent),
-    /// The gauntlet kept from an earlier session (the frontier shows it),
-    /// and when it was saved (seconds since 1970).
-    SavedGauntlet(Box<crate::gauntlet::Matrix>, u64),
-    /// What a tier holds warm now (its spare sandbox or pool), when it changed.
-    Warm(String, Option<String>),
-    /// New entries of the run log (from any sandbench process).
-    LogEntries(Vec<crate::runlog::Entry>),
-    /// SIGTERM / SIGHUP / SIGINT: quit now (runs are cancelled and cleaned up).
-    Terminate,
-}
-
-impl std::fmt::Debug for SyntaxAssets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SyntaxAssets")
-    }
-}
-
-/// What the app asks the event loop to do.
-#[derive(Debug, Clone)]
-pub enum Effect {
-    Start {
-        id: u64,
-        tier: String,
-        spec: RunSpec,
-    },
-    /// Cancel the run, gauntlet or agent session with this id.
-    Cancel(u64),
-    /// Run the gauntlet: `samples` on `tiers` (ready ones), one cell at a time.
-    Gauntlet {
-        id: u64,
-        tiers: Vec<String>,
-        skipped: Vec<(String, String)>,
-        samples: Vec<Sample>,
-        limits: Limits,
-    },
-    /// Warm this tier (a spare, a pool, a guest) for the runs to come.
-    Prewarm(String),
-    /// Start an agent session on `tier` with `limits`.
-    Agent {
-        id: u64,
-        tier: String,
-        limits: Limits,
-        task: String,
-    },
-}
 
 /// The safety × latency chart's data and where it comes from.
 #[derive(Debug, Clone)]
@@ -137,13 +63,6 @@ pub enum View {
     Gauntlet,
     Agent,
     Runs,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Info,
-    Warn,
-    Error,
 }
 
 #[derive(Debug, Clone)]
@@ -1361,32 +1280,6 @@ impl App {
             self.path = d.path;
             self.label = d.label;
             self.set_language(d.language);
-        }
-    }
-
-    /// Work between frames, never in draw: layout sizes, editor scroll,
-    /// highlighting of the visible lines (within `budget`).
-    pub fn prepare(&mut self, area: Rect, budget: Duration) {
-        self.areas = widgets::areas(self, area);
-        let e = self.areas.editor;
-        let gutter = widgets::gutter_width(self.editor.lines().len()) as usize;
-        let rows = e.height.saturating_sub(2) as usize;
-        let cols = (e.width.saturating_sub(2) as usize).saturating_sub(gutter);
-        self.editor.scroll_to_cursor(rows, cols, widgets::EDITOR_TAB);
-        if let Some(h) = &mut self.highlighter {
-            if let Some(row) = self.editor.take_dirty() {
-                h.invalidate(row);
-            }
-            let upto = self.editor.scroll.0 + rows + 1;
-            if h.update(self.editor.lines(), upto, budget) {
-                self.dirty = true;
-            }
-        }
-        if let Some(s) = &self.status {
-            if s.at.elapsed() > Duration::from_secs(8) && s.level == Level::Info {
-                self.status = None;
-                self.dirty = true;
-            }
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::app::{App, Msg};
 use super::engine::failed;
-use super::event_loop::{new_loop, percentile, Input, FRAME};
+use super::event_loop::{new_loop, peak_rss, percentile, Input, FRAME};
 use super::highlight::SyntaxAssets;
 use super::run_view::PreSanitizer;
 use super::theme::Theme;
@@ -27,14 +27,6 @@ pub enum FloodSource {
     Synthetic,
     /// A real flood program on the process tier (end to end, includes the runner).
     Process,
-}
-
-/// Peak resident set size of this process (VmHWM), in bytes.
-pub fn peak_rss() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 /// The flood program for the process source: 64 KiB writes of mixed lines,

@@ -17,7 +17,6 @@ use ratatui::Terminal;
 use tokio::sync::mpsc;
 
 use super::app::{App, Msg};
-use super::bench_ui::peak_rss;
 use super::engine::Engine;
 use super::theme::Theme;
 use super::widgets;
@@ -289,4 +288,12 @@ fn spawn_signals(tx: mpsc::UnboundedSender<Msg>) {
             Err(e) => tracing::warn!("cannot watch signal {kind:?}: {e}"),
         }
     }
+}
+
+/// Peak resident set size of this process (VmHWM), in bytes.
+pub fn peak_rss() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

@@ -333,7 +333,13 @@ mod tests {
             "# name: x\n# tries: t\n# must: m\n# expect: *=ok\n".into(),
         )
         .unwrap();
-        let mut r = crate::tui::headless::report("process", crate::report::Outcome::Ok);
+        // The report `headless::report` makes, built here so the view's tests
+        // don't reach up to the app's test driver.
+        let mut r = crate::report::RunReport {
+            outcome: crate::report::Outcome::Ok,
+            error: None,
+            ..crate::report::RunReport::failed("process", "python", "-", "")
+        };
         r.stdout = "found: sk-secret-1 twice sk-secret-1".into();
         let cell = crate::gauntlet::judge(&sample, "process", r, Default::default());
         let mut ev = GauntletEvent::CellDone(Box::new(cell));

@@ -13,6 +13,10 @@
 //! - `widgets`: drawing only; `keymap`: the one table of keys (help and key
 //!   bar come from it); `editor`, `highlight`, `run_view`, `theme`;
 //!   `screenshot`: the screen as SVG (^P).
+//! - `types` (plain types such as `Level`) and `msg` (`Msg`, `Effect`) sit
+//!   below the views, so views and `run_view` never import `app`; the
+//!   widgets read `&App` and sit above it (`App::prepare`, which needs the
+//!   layout, lives in `widgets`), and `event_loop` / `headless` are the top.
 
 pub mod agent_view;
 pub mod app;
@@ -25,6 +29,7 @@ pub mod gauntlet_view;
 pub mod headless;
 pub mod highlight;
 pub mod keymap;
+pub mod msg;
 pub mod output_pane;
 pub mod overlays;
 pub mod run_view;
@@ -33,6 +38,7 @@ pub mod sanitize;
 pub mod screenshot;
 pub mod scroll;
 pub mod theme;
+pub mod types;
 pub mod view;
 pub mod widgets;
 

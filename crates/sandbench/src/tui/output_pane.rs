@@ -2,10 +2,10 @@
 //! the end while a run writes), how far right, and the search through the
 //! run's lines. The lines themselves belong to the run (`RunView`).
 
-use super::app::Level;
 use super::keymap::Action;
 use super::run_view::RunView;
 use super::scroll::Scroll;
+use super::types::Level;
 use super::view::{Intent, Key, Reply};
 
 pub struct OutputPane {

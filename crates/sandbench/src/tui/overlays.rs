@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use super::app::Level;
 use super::keymap::{self, Action};
 use super::scroll::Scroll;
+use super::types::Level;
 use super::view::{Intent, Key, Reply};
 use crate::samples::Sample;
 use crate::spec::{self, format_duration, format_size, Limits};

@@ -342,8 +342,8 @@ impl Default for PreSanitizer {
 }
 
 impl PreSanitizer {
-    pub fn convert(&mut self, id: u64, update: Update) -> crate::tui::app::Msg {
-        use crate::tui::app::Msg;
+    pub fn convert(&mut self, id: u64, update: Update) -> crate::tui::msg::Msg {
+        use crate::tui::msg::Msg;
         let ev = match update {
             Update::Event(ev) => ev,
             Update::Finished(r) => {
@@ -414,10 +414,10 @@ mod tests {
         for e in events {
             raw.apply(e.clone());
             match pre.convert(1, Update::Event(e)) {
-                crate::tui::app::Msg::Lines { at_ms, stream, lines, partial, bytes, .. } => {
+                crate::tui::msg::Msg::Lines { at_ms, stream, lines, partial, bytes, .. } => {
                     pre_view.apply_lines(at_ms, stream, lines, partial, bytes)
                 }
-                crate::tui::app::Msg::Run(_, e) => pre_view.apply(e),
+                crate::tui::msg::Msg::Run(_, e) => pre_view.apply(e),
                 _ => unreachable!(),
             }
         }

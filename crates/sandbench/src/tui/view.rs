@@ -8,8 +8,8 @@
 
 use std::path::PathBuf;
 
-use super::app::Level;
 use super::keymap::{Action, ExportFormat};
+use super::types::Level;
 use crate::samples::Sample;
 use crate::spec::Limits;
 

@@ -7,7 +7,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 use unicode_width::UnicodeWidthChar;
 
-use super::{bold, pane};
+use super::common::{bold, pane};
 use crate::agent::EndReason;
 use crate::tui::agent_view::{ALine, Kind, VerdictKind};
 use crate::tui::app::App;

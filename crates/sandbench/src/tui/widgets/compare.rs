@@ -10,8 +10,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
+use super::common::{bold, outcome_style, pane};
+use super::output;
 use super::side::draw_run_resources;
-use super::{bold, outcome_style, output, pane};
 use crate::tui::app::App;
 use crate::tui::run_view::{OutLine, RunView};
 use crate::units::{duration_ms, or_dash, size_short};

@@ -7,7 +7,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 use unicode_width::UnicodeWidthChar;
 
-use super::{pane, EDITOR_TAB};
+use super::common::{pane, EDITOR_TAB};
 use crate::tui::app::{App, Focus};
 use crate::tui::editor::{display_col, Pos};
 

@@ -15,7 +15,7 @@ use ratatui::Frame;
 
 use sandbench_core::frontier::{self, Point};
 
-use super::{bold, pane};
+use super::common::{bold, pane};
 use crate::sanitize::inert_line;
 use crate::tui::app::{App, Frontier};
 use crate::units::duration_ms;

@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell as TCell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
-use super::{bold, pane};
+use super::common::{bold, pane};
 use crate::gauntlet::Verdict;
 use crate::spec::format_duration;
 use crate::spec::format_size;

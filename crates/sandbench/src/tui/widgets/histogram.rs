@@ -11,7 +11,7 @@ use ratatui::Frame;
 
 use sandbench_core::compare::TierSummary;
 
-use super::{bold, pane};
+use super::common::{bold, pane};
 use crate::tui::app::App;
 use crate::units::duration_ms;
 

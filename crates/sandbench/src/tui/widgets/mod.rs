@@ -2,6 +2,7 @@
 //! no parsing, no I/O — that happens in `App::prepare` and the event loop.
 
 mod agent;
+mod common;
 mod compare;
 mod editor;
 pub mod frontier;
@@ -12,8 +13,10 @@ mod overlays;
 pub mod runs;
 mod side;
 
+use std::time::Duration;
+
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Modifier, Style};
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
@@ -21,8 +24,7 @@ use ratatui::Frame;
 use super::app::{App, Areas, Level, View};
 use super::keymap;
 
-/// Tab stops in the editor (the file keeps its tabs).
-pub const EDITOR_TAB: usize = 4;
+pub use common::EDITOR_TAB;
 
 pub use editor::gutter_width;
 
@@ -184,34 +186,33 @@ pub fn keybar_entries(
     v
 }
 
-/// A bordered block in the theme's colours.
-fn pane<'a>(app: &App, title: impl Into<Line<'a>>, focused: bool) -> Block<'a> {
-    Block::bordered()
-        .border_style(app.theme.border(focused))
-        .title(title.into().style(app.theme.title(focused)))
-        .style(app.theme.base())
-}
-
-fn bold(s: Style) -> Style {
-    s.add_modifier(Modifier::BOLD)
-}
-
-/// A centred rectangle of at most `w` × `h` inside `area`.
-fn centered(area: Rect, w: u16, h: u16) -> Rect {
-    let w = w.min(area.width);
-    let h = h.min(area.height);
-    Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
-}
-
-/// Style and glyph of an outcome.
-fn outcome_style(app: &App, o: crate::report::Outcome) -> (Style, &'static str) {
-    use crate::report::Outcome::*;
-    let t = &app.theme;
-    match o {
-        Ok => (bold(Style::new().fg(t.ui.ok)), "✔"),
-        Violation => (bold(Style::new().fg(t.ui.violation)), "✖"),
-        Error => (bold(Style::new().fg(t.ui.error)), "‼"),
-        Cancelled => (bold(Style::new().fg(t.ui.warn)), "■"),
+/// `App::prepare` lives with the layout it reads (`areas`, the editor's
+/// gutter and tab width), so the app never imports the widgets that draw it.
+impl App {
+    /// Work between frames, never in draw: layout sizes, editor scroll,
+    /// highlighting of the visible lines (within `budget`).
+    pub fn prepare(&mut self, area: Rect, budget: Duration) {
+        self.areas = areas(self, area);
+        let e = self.areas.editor;
+        let gutter = gutter_width(self.editor.lines().len()) as usize;
+        let rows = e.height.saturating_sub(2) as usize;
+        let cols = (e.width.saturating_sub(2) as usize).saturating_sub(gutter);
+        self.editor.scroll_to_cursor(rows, cols, EDITOR_TAB);
+        if let Some(h) = &mut self.highlighter {
+            if let Some(row) = self.editor.take_dirty() {
+                h.invalidate(row);
+            }
+            let upto = self.editor.scroll.0 + rows + 1;
+            if h.update(self.editor.lines(), upto, budget) {
+                self.dirty = true;
+            }
+        }
+        if let Some(s) = &self.status {
+            if s.at.elapsed() > Duration::from_secs(8) && s.level == Level::Info {
+                self.status = None;
+                self.dirty = true;
+            }
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 use unicode_width::UnicodeWidthChar;
 
-use super::{bold, outcome_style, pane};
+use super::common::{bold, outcome_style, pane};
 use crate::tui::app::{App, Focus};
 use crate::tui::run_view::{Origin, OutLine};
 

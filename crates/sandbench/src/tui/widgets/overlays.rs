@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, List, ListItem, ListState, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::{bold, centered, pane};
+use super::common::{bold, centered, pane};
 use crate::tui::app::App;
 use crate::tui::keymap;
 use crate::tui::overlays::{GauntletSetup, Help, LimitsForm, Overlay, Prompt, PromptKind, SamplesPicker};

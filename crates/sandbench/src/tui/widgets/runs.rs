@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::{outcome_style, pane};
+use super::common::{outcome_style, pane};
 use crate::runlog::Entry;
 use crate::sanitize::{inert_line, visible_controls};
 use crate::tui::app::App;

@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{LineGauge, Paragraph, Sparkline, Wrap};
 use ratatui::Frame;
 
-use super::{bold, outcome_style, pane};
+use super::common::{bold, outcome_style, pane};
 use crate::event::Phase;
 use crate::tui::app::App;
 use crate::tui::run_view::RunView;
