@@ -498,12 +498,23 @@ fn http_clients_see_only_their_own_sessions_which_close_when_they_go() {
     }
     let id = id.unwrap();
     assert!(eventually(30, || !net.leftover_cgroups().is_empty()), "no session sandbox");
-    // Client B knows the id, but the session is not its own.
+    // Client B knows the id, but the session is not its own: list_sessions
+    // does not show it, and a call naming it is refused.
     let out = net.output(
-        &mut client(json!([call("run_code", json!({"language": "sh", "code": "cat /work/f", "session": id}))])),
+        &mut client(json!([
+            call("list_sessions", json!({})),
+            call("run_code", json!({"language": "sh", "code": "cat /work/f", "session": id}))
+        ])),
         Duration::from_secs(60),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let listed: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["structured"].get("sessions").is_some())
+        .collect();
+    assert_eq!(listed.len(), 1, "{stdout}");
+    assert_eq!(listed[0]["structured"]["sessions"], json!([]), "another client's session was listed: {stdout}");
     let b: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_default();
     assert!(b["mcp_error"]["message"].as_str().unwrap_or("").contains("unknown session"), "{stdout}");
     // A ends its MCP session: its sandbox goes, the server stays.
