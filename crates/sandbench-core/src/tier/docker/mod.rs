@@ -44,6 +44,23 @@ use container::Shape;
 use engine::Engine;
 use pool::Pool;
 
+/// The container's stdin, stdout and stderr as one live stream (no logs
+/// replayed): how sandbench talks to a run's loader and a session's agent.
+async fn attach(
+    docker: &Docker,
+    id: &str,
+) -> Result<bollard::container::AttachContainerResults, bollard::errors::Error> {
+    let opts = AttachContainerOptions {
+        stdin: true,
+        stdout: true,
+        stderr: true,
+        stream: true,
+        logs: false,
+        ..Default::default()
+    };
+    docker.attach_container(id, Some(opts)).await
+}
+
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 /// How long a container killed without its loader's report may take to be
 /// marked OOMKilled by the engine (gVisor's whole sandbox is killed at the
@@ -711,20 +728,8 @@ the program is its own uid; a session's agent (PID 1, not dumpable, another uid 
         let docker = &engine.docker;
         let limits = &spec.limits;
         let (uid, gid) = container::choose_ids(&self.cfg.user, engine.local)?;
-        let attach = docker
-            .attach_container(
-                id,
-                Some(AttachContainerOptions {
-                    stdin: true,
-                    stdout: true,
-                    stderr: true,
-                    stream: true,
-                    logs: false,
-                    ..Default::default()
-                }),
-            )
-            .await
-            .map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
+        let attach =
+            attach(docker, id).await.map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
         timeline.push(("attached", ctx.ms()));
         let mut output = attach.output;
         let mut input = attach.input;

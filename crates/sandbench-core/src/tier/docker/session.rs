@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use bollard::container::LogOutput;
-use bollard::query_parameters::AttachContainerOptions;
 use futures_util::StreamExt;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -135,20 +134,7 @@ pub(crate) async fn open(
         }
     }
     let id = super::create_and_start(engine, body, &shape, &format!("sandbench-{tier}-{run_id}"), tier, None).await?;
-    let attached = engine
-        .docker
-        .attach_container(
-            &id,
-            Some(AttachContainerOptions {
-                stdin: true,
-                stdout: true,
-                stderr: true,
-                stream: true,
-                logs: false,
-                ..Default::default()
-            }),
-        )
-        .await;
+    let attached = super::attach(&engine.docker, &id).await;
     let attached = match attached {
         Ok(a) => a,
         Err(e) => {
