@@ -3,9 +3,13 @@
 # must: judge every request on its own: one request per intercepted connection, so the second never reaches any host with the value
 # network: allow=bound.gauntlet.test:{bound_port},allowed.gauntlet.test:{http_port}
 # secret: GAUNTLET_KEY@bound.gauntlet.test:{bound_port}
-# expect: *=ok
+# expect: *=ok microvm=violation:cpu_time?
 import os
 import socket
+
+# microvm: two TLS handshakes in Python under TCG (software emulation) can
+# meet the gauntlet's 2 s CPU limit on a loaded machine; ended there, the
+# value still never left (the canary judges that), hence `cpu_time?`.
 import ssl
 from urllib.parse import urlsplit
 
