@@ -159,9 +159,14 @@ pub fn with_proxy_or() -> String {
     }
 }
 
-/// Names no peer profile may take: the own tiers, and `all`.
+/// The samples' class key for the tiers in [`proxied`] (`egress=ok` in an
+/// `expect:` line).
+pub const PROXIED_CLASS: &str = "egress";
+
+/// Names no peer profile may take: the own tiers, `all`, and the class key
+/// of the samples' headers (a peer by that name would be read as the class).
 pub fn reserved(name: &str) -> bool {
-    name == "all" || KNOWN.contains(&name)
+    name == "all" || name == PROXIED_CLASS || KNOWN.contains(&name)
 }
 
 /// `sandbench setup` targets with something to build, in table order.
@@ -188,7 +193,7 @@ mod tests {
     fn derived_lists() {
         assert_eq!(with_proxy(), "process, docker, gvisor, microvm");
         assert_eq!(with_proxy_or(), "process, docker, gvisor or microvm");
-        assert!(reserved("process") && reserved("all") && !reserved("bwrap"));
+        assert!(reserved("process") && reserved("all") && reserved("egress") && !reserved("bwrap"));
         let targets: Vec<&str> = setup_targets().map(|(n, _)| n).collect();
         assert_eq!(targets, ["docker", "gvisor", "microvm"]);
     }
