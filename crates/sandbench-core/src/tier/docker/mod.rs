@@ -115,6 +115,13 @@ impl DockerTier {
         Self::build("gvisor", Some("runsc"), config)
     }
 
+    /// The tier `name` on `runtime` (`None`: the daemon's default): a kinds
+    /// row with `Bench::Container`, built by the benchmarks with their own
+    /// pool sizes.
+    pub fn on_runtime(name: &'static str, runtime: Option<&'static str>, config: &Config) -> DockerTier {
+        Self::build(name, runtime, config)
+    }
+
     fn build(name: &'static str, runtime: Option<&'static str>, config: &Config) -> DockerTier {
         DockerTier {
             name,
