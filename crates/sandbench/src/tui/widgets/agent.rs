@@ -44,7 +44,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     let w = prompt.width.saturating_sub(2) as usize;
     let len: usize = line.spans.iter().map(|s| s.content.chars().count()).sum();
     let skip = len.saturating_sub(w) as u16;
-    f.render_widget(Paragraph::new(line).scroll((0, skip)).block(pane(app, title, !a.running)), prompt);
+    f.render_widget(Paragraph::new(line).scroll((0, skip)).block(pane(&app.theme, title, !a.running)), prompt);
 
     let state = match (a.running, a.cancelling, a.end) {
         (true, true, _) => "cancelling…".to_string(),
@@ -62,7 +62,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     if a.dropped > 0 {
         title.push_str(&format!("· {} dropped ", a.dropped));
     }
-    let block = pane(app, title, a.running);
+    let block = pane(&app.theme, title, a.running);
     let inner = block.inner(transcript);
     f.render_widget(block, transcript);
     if a.lines.is_empty() {

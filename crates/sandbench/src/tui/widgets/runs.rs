@@ -94,7 +94,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     }
     for (pos, &i) in visible.iter().enumerate().skip(top).take(rows) {
         let e = &v.entries[i];
-        let (ostyle, glyph) = outcome_style(app, e.report.outcome);
+        let (ostyle, glyph) = outcome_style(&app.theme, e.report.outcome);
         let text = row_text(e, who_w);
         // The outcome goes in coloured between the tier and the total.
         let at = 8 + 2 + who_w + 1 + 9 + 1;
@@ -112,7 +112,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         }
         lines.push(Line::from(spans));
     }
-    f.render_widget(Paragraph::new(lines).block(pane(app, title, !v.open)), list);
+    f.render_widget(Paragraph::new(lines).block(pane(&app.theme, title, !v.open)), list);
 
     if let (Some(area), Some(e)) = (detail, v.selected_entry()) {
         let lines = detail_lines(app, e);
@@ -120,7 +120,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             format!(" {} · {} · PgUp/PgDn scroll · Esc closes ", inert_line(&e.label, 40), inert_line(&e.time, 30));
         let top = v.detail.fit(0, lines.len() as u64, area.height.saturating_sub(2) as u64);
         f.render_widget(
-            Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)).block(pane(app, title, true)),
+            Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)).block(pane(&app.theme, title, true)),
             area,
         );
     }
@@ -141,7 +141,7 @@ fn block(out: &mut Vec<Line<'static>>, heading: String, text: &str, style: Style
 pub fn detail_lines(app: &App, e: &Entry) -> Vec<Line<'static>> {
     let t = &app.theme;
     let r = &e.report;
-    let (ostyle, glyph) = outcome_style(app, r.outcome);
+    let (ostyle, glyph) = outcome_style(&app.theme, r.outcome);
     let mut out = vec![];
     let who = match &e.client {
         Some(c) => format!("{} (client {})", e.front_end, inert_line(c, 40)),
