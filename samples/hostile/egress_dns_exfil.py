@@ -2,7 +2,7 @@
 # tries: leak a secret through DNS: a query for a name that carries it, sent to a resolver directly and handed to the egress proxy to resolve
 # must: run no resolver the program can reach, and resolve only names the allow list allows (so the proxy never asks DNS for a name the program made up)
 # network: allow=allowed.gauntlet.test:{http_port}
-# expect: *=ok process=violation:network docker=violation:network gvisor=violation:network microvm=violation:network
+# expect: *=ok egress=violation:network
 import os
 import socket
 import struct

@@ -2,7 +2,7 @@
 # tries: ask the egress proxy for the allowed host by its IP address instead of its name (plain HTTP and CONNECT)
 # must: refuse every address the allow list does not name: an allowed name does not allow its address
 # network: allow=allowed.gauntlet.test:{http_port},allowed.gauntlet.test:{tls_port}
-# expect: *=ok process=violation:network docker=violation:network gvisor=violation:network microvm=violation:network
+# expect: *=ok egress=violation:network
 import os
 import socket
 

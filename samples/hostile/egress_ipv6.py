@@ -2,7 +2,7 @@
 # tries: reach hosts through IPv6 literals: the host's ::1, and IPv4-mapped forms (::ffff:a.b.c.d) of the allowed and the canary addresses, via the proxy and directly
 # must: treat a mapped address as the IPv4 address it is, and refuse every literal the allow list does not name
 # network: allow=allowed.gauntlet.test:{http_port}
-# expect: *=ok process=violation:network docker=violation:network gvisor=violation:network microvm=violation:network
+# expect: *=ok egress=violation:network
 import os
 import socket
 

@@ -2,7 +2,7 @@
 # tries: ride on an allowed connection to reach another host: a second request pipelined behind an allowed one, and a CONNECT tunnel to the allowed host that speaks plain HTTP for another
 # must: end a plain HTTP connection with its one response, and open tunnels for TLS to the CONNECT host only
 # network: allow=allowed.gauntlet.test:{http_port}
-# expect: *=ok process=violation:network docker=violation:network gvisor=violation:network microvm=violation:network
+# expect: *=ok egress=violation:network
 import os
 import socket
 

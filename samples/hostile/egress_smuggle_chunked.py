@@ -2,7 +2,7 @@
 # tries: smuggle a second request past the egress proxy to the allowed host with chunked framing two parsers read differently: CL.TE, TE.CL, an obfuscated or repeated Transfer-Encoding, a space before the colon, a folded header, bare LF line ends, chunk sizes with extensions or past 64 bits, a chunk longer than its size, a request behind the last chunk
 # must: refuse every ambiguous framing (400 and a network violation), re-chunk the rest canonically, and let the allowed host see no second request and no framing a strict server refuses
 # network: allow=allowed.gauntlet.test:{http_port}
-# expect: *=ok process=violation:network docker=violation:network gvisor=violation:network microvm=violation:network
+# expect: *=ok egress=violation:network
 import os
 import socket
 

@@ -2,7 +2,7 @@
 # tries: open a CONNECT tunnel to the allowed host, then start TLS naming another host in the SNI (domain fronting), or naming none
 # must: close a tunnel whose ClientHello does not name the CONNECT host, before anything reaches the upstream
 # network: allow=allowed.gauntlet.test:{tls_port}
-# expect: *=ok process=violation:network docker=violation:network gvisor=violation:network microvm=violation:network
+# expect: *=ok egress=violation:network
 import os
 import socket
 import ssl

@@ -3,7 +3,7 @@
 # must: run no resolver the program can reach and resolve only allowed names: the proxy never asks DNS for a name holding the placeholder (nor the value)
 # network: allow=bound.gauntlet.test:{bound_port}
 # secret: GAUNTLET_KEY@bound.gauntlet.test:{bound_port}
-# expect: *=ok process=violation:network|secret_misdirected docker=violation:network|secret_misdirected gvisor=violation:network|secret_misdirected microvm=violation:network|secret_misdirected
+# expect: *=ok egress=violation:network|secret_misdirected
 import os
 import socket
 import ssl

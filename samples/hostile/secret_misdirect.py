@@ -3,7 +3,7 @@
 # must: refuse each such request before it leaves (secret_misdirected, naming the secret, never the value); the unbound host gets nothing
 # network: allow=bound.gauntlet.test:{bound_port},allowed.gauntlet.test:{http_port}
 # secret: GAUNTLET_KEY@bound.gauntlet.test:{bound_port}
-# expect: *=ok process=violation:secret_misdirected docker=violation:secret_misdirected gvisor=violation:secret_misdirected microvm=violation:secret_misdirected
+# expect: *=ok egress=violation:secret_misdirected
 import os
 import socket
 import ssl

@@ -3,7 +3,7 @@
 # must: never fall back to an unintercepted tunnel for a secret's host: a pinned client cannot talk to it; an unverifying one still gets the placeholder substituted and scrubbed
 # network: allow=bound.gauntlet.test:{bound_port}
 # secret: GAUNTLET_KEY@bound.gauntlet.test:{bound_port}
-# expect: *=ok process=violation:network docker=violation:network gvisor=violation:network microvm=violation:network
+# expect: *=ok egress=violation:network
 import os
 import socket
 import ssl

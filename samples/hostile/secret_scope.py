@@ -3,7 +3,7 @@
 # must: refuse each before the placeholder (or the value) leaves (secret_misdirected); the bound host never gets the value outside a header
 # network: allow=bound.gauntlet.test:{bound_port}
 # secret: GAUNTLET_KEY@bound.gauntlet.test:{bound_port}
-# expect: *=ok process=violation:secret_misdirected docker=violation:secret_misdirected gvisor=violation:secret_misdirected microvm=violation:secret_misdirected
+# expect: *=ok egress=violation:secret_misdirected
 import os
 import socket
 import ssl

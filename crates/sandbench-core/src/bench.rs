@@ -23,6 +23,7 @@ use crate::runner;
 use crate::session::{Session, SessionSpec};
 use crate::spec::{Language, RunSpec};
 use crate::stats::percentile;
+use crate::tier::kinds::{self, Bench, TierKind};
 use crate::tier::{self, Tier};
 
 pub const PRINT1: &str = "print(1)\n";
@@ -332,11 +333,20 @@ pub fn bwrap_argv(py: &str) -> Option<Vec<String>> {
     )
 }
 
+/// How the named tier is benched, from its kinds row: (its name, the
+/// shape). `None`: a peer, or no tier.
+fn shape(tier_name: &str) -> Option<(&'static str, Bench)> {
+    kinds::of(tier_name).map(|k| (k.name(), k.bench))
+}
+
+/// The local floor sandbench's remote tiers and the peers are held to.
+const LOCAL: TierKind = TierKind::Process;
+
 /// The process tier's spare-keeping tier, ready for a warm run after each.
 fn process_warm(config: &Config) -> anyhow::Result<Contender> {
     let mut warm_cfg = config.clone();
     warm_cfg.process.spare = true;
-    let warm = tier::by_name("process", &warm_cfg)?;
+    let warm = tier::by_name(TierKind::Process.name(), &warm_cfg)?;
     let w = warm.clone();
     let settle: Settle = Arc::new(move || {
         let w = w.clone();
@@ -356,8 +366,8 @@ pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
     let mut c = vec![Contender::tier(format!("sandbench {tier_name}"), tier)];
     let mut targets = vec![];
     let py = host_python();
-    match tier_name {
-        "process" => {
+    match shape(tier_name) {
+        Some((_, Bench::Spare)) => {
             // Cold: every run builds its sandbox from nothing (no spare).
             let mut cold_cfg = config.clone();
             cold_cfg.process.spare = false;
@@ -382,30 +392,31 @@ pub async fn plan(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
                 None => skipped.push("bwrap is not installed (apt-get install bubblewrap)".into()),
             }
         }
-        "docker" | "gvisor" => {
+        Some((name, Bench::Container { runtime })) => {
             c.clear();
-            targets = docker::bench_plan(tier_name, config, &mut c, &mut skipped);
+            targets = docker::bench_plan(name, runtime, config, &mut c, &mut skipped);
         }
-        "e2b" => {
+        Some((_, Bench::Remote)) => {
             // Network-bound: measured against the local process tier to show
             // what leaving the machine costs. No target ratio: it depends on
-            // the distance to E2B's region more than on sandbench.
-            let local = tier::by_name("process", config)?;
-            c.push(Contender::tier("sandbench process", local));
-            targets.push((format!("sandbench {tier_name}"), "sandbench process".into(), None));
+            // the distance to the provider's region more than on sandbench.
+            let local = format!("sandbench {}", LOCAL.name());
+            c.push(Contender::tier(local.clone(), tier::by_name(LOCAL.name(), config)?));
+            targets.push((format!("sandbench {tier_name}"), local, None));
         }
-        "microvm" => microvm_plan(config, &mut c, &mut targets, &mut skipped).await?,
-        peer if tier::peer::names().unwrap_or_default().contains(&peer) => {
+        Some((_, Bench::Guest)) => microvm_plan(config, &mut c, &mut targets, &mut skipped).await?,
+        None if tier::peer::names().unwrap_or_default().contains(&tier_name) => {
             // Another tool's sandbox, against the same floor and sandbench's
             // own process tier, in one interleaved run. No target: it is
             // what the tool costs, not what sandbench promises.
-            let me = format!("sandbench {peer}");
-            c.push(Contender::tier("sandbench process", tier::by_name("process", config)?));
+            let me = format!("sandbench {tier_name}");
+            let local = format!("sandbench {}", LOCAL.name());
+            c.push(Contender::tier(local.clone(), tier::by_name(LOCAL.name(), config)?));
             c.push(Contender::Command { name: "bare python3".into(), argv: vec![py, "-c".into(), CODE.into()] });
             targets.push((me.clone(), "bare python3".into(), None));
-            targets.push((me, "sandbench process".into(), None));
+            targets.push((me, local, None));
         }
-        other => anyhow::bail!("no benchmark is defined for the {other} tier yet"),
+        None => anyhow::bail!("no benchmark is defined for the {tier_name} tier yet"),
     }
     Ok((c, targets, skipped))
 }
@@ -430,7 +441,7 @@ pub async fn plan_javascript(tier_name: &str, config: &Config) -> anyhow::Result
     let mut c = vec![];
     let mut targets = vec![];
     let bare = "bare node -e".to_string();
-    if tier_name == "process" {
+    if matches!(shape(tier_name), Some((_, Bench::Spare))) {
         let mut cold_cfg = config.clone();
         cold_cfg.process.spare = false;
         c.push(Contender::tier("sandbench process (cold)", tier::by_name(tier_name, &cold_cfg)?));
@@ -647,13 +658,13 @@ pub fn session_names(tier_name: &str) -> (String, String) {
 /// The tier's normal warm path, for the session bench: what a one-shot run
 /// gets from a long-lived sandbench (a spare, a pooled container or guest).
 async fn fresh_warm(tier_name: &str, config: &Config, name: String) -> anyhow::Result<Contender> {
-    Ok(match tier_name {
-        "process" => match process_warm(config)? {
+    Ok(match shape(tier_name) {
+        Some((_, Bench::Spare)) => match process_warm(config)? {
             Contender::Tier { tier, settle, .. } => Contender::Tier { name, tier, settle },
             other => other,
         },
-        "docker" | "gvisor" => docker::warm_contender(tier_name, config, name),
-        "microvm" => {
+        Some((kind, Bench::Container { runtime })) => docker::warm_contender(kind, runtime, config, name),
+        Some((_, Bench::Guest)) => {
             use crate::tier::microvm::{MicrovmTier, Policy};
             let warm = Arc::new(MicrovmTier::with_policy(config, Policy::Auto));
             warm.prewarm()
@@ -666,8 +677,8 @@ async fn fresh_warm(tier_name: &str, config: &Config, name: String) -> anyhow::R
             });
             Contender::Tier { name, tier: warm, settle: Some(settle) }
         }
-        // No warm path of its own (e2b): a fresh run as it is.
-        _ => Contender::tier(name, tier::by_name(tier_name, config)?),
+        // No warm path of its own (a remote tier, a peer): a fresh run as it is.
+        Some((_, Bench::Remote)) | None => Contender::tier(name, tier::by_name(tier_name, config)?),
     })
 }
 
@@ -706,7 +717,7 @@ pub async fn plan_session(tier_name: &str, config: &Config, language: Language) 
     let session =
         Session::open(tier, spec).await.map_err(|e| anyhow::anyhow!("cannot open a {tier_name} session: {e:#}"))?;
     let bare_name = bare.name().to_string();
-    let target = matches!(tier_name, "docker" | "gvisor").then_some(0.5);
+    let target = matches!(shape(tier_name), Some((_, Bench::Container { .. }))).then_some(0.5);
     let targets = vec![
         (session_name.clone(), warm_name.clone(), target),
         (session_name.clone(), bare_name.clone(), None),
@@ -872,16 +883,16 @@ pub fn throughput_plan(tier_name: &str, config: &Config) -> anyhow::Result<Throu
     let py = host_python();
     let mut skipped = vec![];
     let tier = tier::by_name(tier_name, config)?;
-    let (bare, target, daemons) = match tier_name {
-        "process" => {
+    let (bare, target, daemons) = match shape(tier_name) {
+        Some((_, Bench::Spare)) => {
             let b = bwrap_argv(&py).map(|a| ("bwrap --unshare-all python3 -c".to_string(), a));
             if b.is_none() {
                 skipped.push("bwrap is not installed (apt-get install bubblewrap): no bare equivalent".into());
             }
             (b, Some(0.8), vec![])
         }
-        "docker" | "gvisor" => {
-            let b = docker::cli_argv(tier_name, config);
+        Some((_, Bench::Container { runtime })) => {
+            let b = docker::cli_argv(runtime, config);
             if b.is_none() {
                 skipped.push("the docker CLI is not installed (apt-get install docker.io): no bare equivalent".into());
             }
@@ -976,7 +987,8 @@ pub async fn throughput(
     let _ = runner::run(tier.clone(), warm).await;
     tier::background::drain(Duration::from_secs(60)).await;
     let engine = !daemons.is_empty();
-    let process = tier_name == "process";
+    // A spare-kept sandbox runs its program in a cgroup of its own.
+    let process = matches!(shape(tier_name), Some((_, Bench::Spare)));
     let mut meters = vec![];
     for round in 0..2 {
         progress(&format!("round {}/2: sandbench {tier_name}", round + 1));

@@ -9,8 +9,11 @@
 //! # escaped-if: "ATTACHED"
 //! ```
 //! (in a JavaScript sample the same lines start with `//`).
-//! `expect` lists `tier=outcome[:kind|kind...]`; `*` is every tier not named;
-//! the kinds mean "at least one of these violations". A trailing `?`
+//! `expect` lists `tier=outcome[:kind|kind...]`; `egress` is every tier
+//! whose traffic sandbench's egress proxy carries (`tier::kinds::proxied`:
+//! process, docker, gvisor, microvm) and `*` every tier not otherwise
+//! named, a tier's own name first, then `egress`, then `*`; the kinds mean
+//! "at least one of these violations". A trailing `?`
 //! (`gvisor=violation:disk?`) says the tier does not guarantee it: the
 //! violation is what should be seen, but `ok` is no mismatch there (the
 //! README's tier section says why). `escaped` (`bwrap=escaped`) declares a
@@ -37,6 +40,7 @@ use anyhow::{bail, Context};
 use crate::event::ViolationKind;
 use crate::report::{Outcome, RunReport};
 use crate::spec::Language;
+use crate::tier::kinds;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expect {
@@ -144,8 +148,13 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// What `tier` must do: its own item, else the `egress` class's if the
+    /// proxy carries its traffic, else `*`'s.
     pub fn expect_for(&self, tier: &str) -> Option<&Expect> {
-        self.expect.get(tier).or_else(|| self.expect.get("*"))
+        self.expect
+            .get(tier)
+            .or_else(|| kinds::proxied().any(|t| t == tier).then(|| self.expect.get(kinds::PROXIED_CLASS)).flatten())
+            .or_else(|| self.expect.get("*"))
     }
 
     pub fn is_hostile(&self) -> bool {
@@ -189,7 +198,7 @@ impl Sample {
                             .split_once('=')
                             .with_context(|| format!("{}: bad expect item '{item}'", path.display()))?;
                         let e = Expect::parse(e).map_err(|m| anyhow::anyhow!("{}: {m}", path.display()))?;
-                        if e.escapes && (tier == "*" || crate::tier::kinds::KNOWN.contains(&tier)) {
+                        if e.escapes && (tier == "*" || kinds::reserved(tier)) {
                             bail!(
                                 "{}: '{tier}=escaped': only a third-party peer's known hole may be declared",
                                 path.display()
@@ -348,6 +357,28 @@ mod tests {
         for bad in ["*=escaped", "process=escaped", "docker=escaped", "microvm=escaped"] {
             assert!(Sample::parse(Path::new("h/a.py"), format!("# expect: {bad}\n")).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_tier_s_own_item_beats_the_egress_class_which_beats_the_rest() {
+        let s = Sample::parse(
+            Path::new("h/a.py"),
+            "# expect: *=ok egress=violation:network docker=violation:network|secret_misdirected\n".into(),
+        )
+        .unwrap();
+        let got = |t: &str| s.expect_for(t).unwrap().to_string();
+        assert_eq!(got("docker"), "violation:network|secret_misdirected", "the tier's own item first");
+        for t in kinds::proxied().filter(|t| *t != "docker") {
+            assert_eq!(got(t), "violation:network", "{t} carries its traffic through the proxy");
+        }
+        // Not proxied: its provider filters (e2b), or a peer.
+        assert_eq!(got("e2b"), "ok");
+        assert_eq!(got("bwrap"), "ok");
+        // Without `*`, a tier outside the class has no expectation.
+        let only = Sample::parse(Path::new("h/b.py"), "# expect: egress=ok\n".into()).unwrap();
+        assert!(only.expect_for("process").is_some() && only.expect_for("e2b").is_none());
+        // The class holds only sandbench's own tiers: it never escapes.
+        assert!(Sample::parse(Path::new("h/c.py"), "# expect: *=ok egress=escaped\n".into()).is_err());
     }
 
     #[test]

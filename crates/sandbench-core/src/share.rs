@@ -180,12 +180,9 @@ impl Machine {
                 .ok()?;
             Some(kb * 1024)
         });
-        let accelerator = tiers
-            .iter()
-            .filter(|t| t.tier == "microvm")
-            .flat_map(|t| &t.checks)
-            .find(|c| c.name == "accel")
-            .map(|c| c.detail.clone());
+        // The VM tier's probe names its accelerator (KVM or TCG) in a check
+        // of that name; no other tier has one.
+        let accelerator = tiers.iter().flat_map(|t| &t.checks).find(|c| c.name == "accel").map(|c| c.detail.clone());
         let mut engines = vec![];
         for t in tiers {
             for c in &t.checks {

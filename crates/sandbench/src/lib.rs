@@ -11,4 +11,6 @@ pub use sandbench_core::{
 pub mod cli;
 pub mod cmd;
 pub mod error;
+#[cfg(test)]
+mod layers;
 pub mod tui;

@@ -14,8 +14,7 @@ use crate::tier::docker::{configured_image, DockerTier};
 /// `docker run --rm` with the tier's hardening flags (and `--runtime=runsc`
 /// for gvisor) running `python3 -c {code}`: the bare equivalent. `None`
 /// without a docker CLI.
-pub fn cli_argv(tier_name: &str, config: &Config) -> Option<(String, Vec<String>)> {
-    let runtime = (tier_name == "gvisor").then_some("runsc");
+pub fn cli_argv(runtime: Option<&str>, config: &Config) -> Option<(String, Vec<String>)> {
     let docker = crate::host::which("docker")?.to_string_lossy().into_owned();
     let shape = Shape::new(&configured_image(config), runtime, &config.docker.user, &Limits::default());
     let mut argv = vec![docker, "run".into(), "--rm".into()];
@@ -27,41 +26,38 @@ pub fn cli_argv(tier_name: &str, config: &Config) -> Option<(String, Vec<String>
 
 /// Fill `c` with the contenders; returns the targets (what, against, p50 ratio).
 pub fn bench_plan(
-    tier_name: &str,
+    tier_name: &'static str,
+    runtime: Option<&'static str>,
     config: &Config,
     c: &mut Vec<Contender>,
     skipped: &mut Vec<String>,
 ) -> Vec<(String, String, Option<f64>)> {
-    let runtime = (tier_name == "gvisor").then_some("runsc");
     let cold_cfg = Config { docker: DockerConfig { pool_size: 0, ..config.docker.clone() }, ..config.clone() };
     let cold_name = format!("sandbench {tier_name} cold");
     let warm_name = format!("sandbench {tier_name} warm");
     let cli_name = if runtime.is_some() { "docker run --rm --runtime=runsc" } else { "docker run --rm" }.to_string();
-    c.push(Contender::tier(cold_name.clone(), Arc::new(build(tier_name, &cold_cfg))));
-    match cli_argv(tier_name, config) {
+    c.push(Contender::tier(cold_name.clone(), Arc::new(DockerTier::on_runtime(tier_name, runtime, &cold_cfg))));
+    match cli_argv(runtime, config) {
         Some((_, argv)) => c.push(Contender::Command { name: cli_name.clone(), argv }),
         None => skipped.push("the docker CLI is not installed (apt-get install docker.io): no baseline".into()),
     }
-    c.push(warm_contender(tier_name, config, warm_name.clone()));
+    c.push(warm_contender(tier_name, runtime, config, warm_name.clone()));
     vec![(cold_name, cli_name.clone(), Some(1.0)), (warm_name, cli_name, Some(0.1))]
-}
-
-fn build(tier_name: &str, cfg: &Config) -> DockerTier {
-    if tier_name == "gvisor" {
-        DockerTier::gvisor(cfg)
-    } else {
-        DockerTier::docker(cfg)
-    }
 }
 
 /// The warm path (a pool of at least one container, refilled untimed
 /// between runs) as a contender named `name`.
-pub fn warm_contender(tier_name: &str, config: &Config, name: String) -> Contender {
+pub fn warm_contender(
+    tier_name: &'static str,
+    runtime: Option<&'static str>,
+    config: &Config,
+    name: String,
+) -> Contender {
     let warm_cfg = Config {
         docker: DockerConfig { pool_size: config.docker.pool_size.max(1), ..config.docker.clone() },
         ..config.clone()
     };
-    let warm = Arc::new(build(tier_name, &warm_cfg));
+    let warm = Arc::new(DockerTier::on_runtime(tier_name, runtime, &warm_cfg));
     let w = warm.clone();
     let settle: Settle = Arc::new(move || {
         let w = w.clone();

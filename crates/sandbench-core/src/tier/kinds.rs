@@ -66,6 +66,26 @@ pub enum Setup {
     Guest,
 }
 
+/// How `sandbench bench` measures a tier: which of its start paths it times
+/// and the floor each is held against (`bench.rs` has one plan per shape;
+/// a new tier of a known shape needs no bench code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bench {
+    /// A sandbox built on the host, cold and from a spare made ahead:
+    /// against the bare interpreter and `bwrap --unshare-all`.
+    Spare,
+    /// A container on a Docker runtime (`None`: the daemon's default), cold
+    /// and from the pool: against `docker run --rm` with the same flags.
+    Container { runtime: Option<&'static str> },
+    /// A VM with its own kernel: a cold boot against a plain QEMU boot, a
+    /// snapshot restore, a pooled guest.
+    Guest,
+    /// Someone else's machines: against the local process tier (what leaving
+    /// the machine costs), no target.
+    Remote,
+}
+
 /// One row of [`KINDS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Kind {
@@ -80,6 +100,7 @@ pub struct Kind {
     pub egress: Egress,
     /// `sandbench setup NAME`, when it has something to build.
     pub setup: Option<Setup>,
+    pub bench: Bench,
 }
 
 impl Kind {
@@ -97,6 +118,7 @@ pub const KINDS: &[Kind] = &[
         enforces: "cpu time, memory, pids, file size, open files, disk, cpus, network",
         egress: Egress::Proxy,
         setup: None,
+        bench: Bench::Spare,
     },
     Kind {
         kind: TierKind::Docker,
@@ -105,6 +127,7 @@ pub const KINDS: &[Kind] = &[
         enforces: "cpu time, memory, pids, file size, open files, disk, cpus, network",
         egress: Egress::Proxy,
         setup: Some(Setup::Image { runtime: None }),
+        bench: Bench::Container { runtime: None },
     },
     Kind {
         kind: TierKind::Gvisor,
@@ -113,6 +136,7 @@ pub const KINDS: &[Kind] = &[
         enforces: "cpu time, memory, pids, file size, open files, disk, cpus, network",
         egress: Egress::Proxy,
         setup: Some(Setup::Image { runtime: Some("runsc") }),
+        bench: Bench::Container { runtime: Some("runsc") },
     },
     Kind {
         kind: TierKind::Microvm,
@@ -121,6 +145,7 @@ pub const KINDS: &[Kind] = &[
         enforces: "cpu time, memory, pids, file size, open files, disk, cpus, network",
         egress: Egress::Proxy,
         setup: Some(Setup::Guest),
+        bench: Bench::Guest,
     },
     Kind {
         kind: TierKind::E2b,
@@ -129,6 +154,7 @@ pub const KINDS: &[Kind] = &[
         enforces: "cpu time, memory, network (names on ports 80 and 443)",
         egress: Egress::Provider,
         setup: None,
+        bench: Bench::Remote,
     },
 ];
 
@@ -159,9 +185,14 @@ pub fn with_proxy_or() -> String {
     }
 }
 
-/// Names no peer profile may take: the own tiers, and `all`.
+/// The samples' class key for the tiers in [`proxied`] (`egress=ok` in an
+/// `expect:` line).
+pub const PROXIED_CLASS: &str = "egress";
+
+/// Names no peer profile may take: the own tiers, `all`, and the class key
+/// of the samples' headers (a peer by that name would be read as the class).
 pub fn reserved(name: &str) -> bool {
-    name == "all" || KNOWN.contains(&name)
+    name == "all" || name == PROXIED_CLASS || KNOWN.contains(&name)
 }
 
 /// `sandbench setup` targets with something to build, in table order.
@@ -188,8 +219,17 @@ mod tests {
     fn derived_lists() {
         assert_eq!(with_proxy(), "process, docker, gvisor, microvm");
         assert_eq!(with_proxy_or(), "process, docker, gvisor or microvm");
-        assert!(reserved("process") && reserved("all") && !reserved("bwrap"));
+        assert!(reserved("process") && reserved("all") && reserved("egress") && !reserved("bwrap"));
         let targets: Vec<&str> = setup_targets().map(|(n, _)| n).collect();
         assert_eq!(targets, ["docker", "gvisor", "microvm"]);
+    }
+
+    #[test]
+    fn a_container_is_benched_on_the_runtime_its_image_is_set_up_for() {
+        for k in KINDS {
+            if let Bench::Container { runtime } = k.bench {
+                assert_eq!(k.setup, Some(Setup::Image { runtime }), "{}", k.name());
+            }
+        }
     }
 }

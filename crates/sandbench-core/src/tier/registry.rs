@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::contract::{refuse_allow_list, refuse_secrets, LimitMaxima, Tier};
-use super::kinds::{Egress, KINDS};
+use super::kinds::{self, Egress, Setup, KINDS};
 pub use super::kinds::{TierKind, KNOWN};
 use super::{background, docker, e2b, microvm, peer, process};
 use crate::config::Config;
@@ -49,6 +49,48 @@ async fn reap(r: Reaper, config: &Config) {
         Reaper::Docker => docker::reap_leftovers(&config.host).await,
         Reaper::Microvm => microvm::reap_leftovers(),
         Reaper::Nothing => {}
+    }
+}
+
+/// What `sandbench setup TARGET` builds: one of the own tiers' `Setup`
+/// (its kinds row), or every peer's tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetupTarget {
+    Tier(Setup),
+    Peers,
+}
+
+/// The setup targets for people: the own tiers with something to build, in
+/// table order, then `peers`.
+pub fn setup_targets() -> Vec<&'static str> {
+    kinds::setup_targets().map(|(name, _)| name).chain(["peers"]).collect()
+}
+
+/// The named setup target. `Err` is the user's to fix (an unknown target,
+/// or a peer profile that does not load), worded for them.
+pub fn setup_target(name: &str) -> Result<SetupTarget, String> {
+    if name == "peers" {
+        peer::entries()?;
+        return Ok(SetupTarget::Peers);
+    }
+    match kinds::of(name).and_then(|k| k.setup).map(SetupTarget::Tier) {
+        Some(t) => Ok(t),
+        None => Err(format!("nothing to set up for '{name}' (known: {})", setup_targets().join(", "))),
+    }
+}
+
+/// Build what `target` needs on this machine, each step told to `progress`.
+/// Idempotent: quick when nothing is missing; `force` rebuilds the guest.
+pub async fn setup(
+    target: SetupTarget,
+    config: &Config,
+    force: bool,
+    progress: &dyn crate::setup::Progress,
+) -> anyhow::Result<()> {
+    match target {
+        SetupTarget::Tier(Setup::Image { runtime }) => docker::setup(config, runtime, progress).await,
+        SetupTarget::Tier(Setup::Guest) => microvm::setup(config, force, progress).await,
+        SetupTarget::Peers => peer::setup(progress).await,
     }
 }
 

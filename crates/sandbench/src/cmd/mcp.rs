@@ -59,6 +59,7 @@ use crate::session_files::{FileOp, FileReply};
 use crate::spec::RunSpec;
 use crate::tier::{self, Tier};
 use crate::{runlog, runner, sanitize};
+pub use stream::inert_text;
 
 use super::usage;
 
@@ -258,14 +259,6 @@ pub struct Sandbench {
     shared: Arc<Shared>,
     conn: Arc<Conn>,
     tool_router: ToolRouter<Self>,
-}
-
-/// The program's bytes as multi-line text for a reply's text block or a
-/// notification: every hidden character (controls, and the ones that reorder
-/// or hide text) shown by name, newlines and tabs kept — the one shared
-/// inert-text function.
-pub fn inert_text(bytes: &[u8]) -> String {
-    sanitize::visible_controls(bytes)
 }
 
 fn bad(msg: impl Into<String>) -> ErrorData {
@@ -1048,7 +1041,13 @@ pub async fn run(args: McpArgs, config: &Config) -> anyhow::Result<i32> {
                 .map(|n| n as usize)
                 .or(config.mcp.max_http_sessions)
                 .unwrap_or(http::DEFAULT_MAX_HTTP_SESSIONS);
-            let opts = http::Options { tokens, token_note: note, allowed_origins: origins, max_sessions };
+            let opts = http::Options {
+                tokens,
+                token_note: note,
+                allowed_origins: origins,
+                max_sessions,
+                max_message_bytes: MAX_MESSAGE_BYTES,
+            };
             Some((listener, opts, made))
         }
     };
@@ -1059,7 +1058,8 @@ pub async fn run(args: McpArgs, config: &Config) -> anyhow::Result<i32> {
     let result = match http {
         None => serve_stdio(server).await,
         Some((listener, opts, made)) => {
-            let r = http::serve(server, listener, opts).await;
+            let cancel = server.shared.shutdown.clone();
+            let r = http::serve(move || server.connection(), cancel, listener, opts).await;
             drop(made);
             r
         }

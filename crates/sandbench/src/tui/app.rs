@@ -29,17 +29,8 @@ use crate::samples::{self, Sample};
 use crate::spec::{Language, Limits, RunSpec};
 use crate::tier::Availability;
 
-/// The safety × latency chart's data and where it comes from.
-#[derive(Debug, Clone)]
-pub struct Frontier {
-    pub points: Vec<sandbench_core::frontier::Point>,
-    /// Tiers without a point, and why.
-    pub missing: Vec<(String, String)>,
-    /// Which gauntlet the shares come from, its size and state.
-    pub gauntlet: String,
-    /// What the compare ran, when points take their latency from it.
-    pub compare_program: Option<String>,
-}
+// Plain data the widgets draw; named here as before.
+pub use super::types::Frontier;
 
 #[derive(Debug, Clone)]
 pub struct TierEntry {

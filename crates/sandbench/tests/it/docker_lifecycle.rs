@@ -236,6 +236,37 @@ fn killed_sandbench_on(tier: &str) {
     );
 }
 
+/// `setup` through the engine's entry point: on a machine where the tier is
+/// ready it says each step (the engine, the image, the runtime) and that it
+/// is ready.
+fn setup_again_on(tier: &str, runtime_line: Option<&str>) {
+    if !tier_ready(tier) {
+        return;
+    }
+    let out = bin().args(["setup", tier]).stdin(Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("setup: Docker engine "), "{err}");
+    // Present here after the first setup; pulled, built or switched on a
+    // machine whose image moved meanwhile.
+    let image = ["is present", "setup: pulled ", "setup: built ", "now says [docker] image"];
+    assert!(image.iter().any(|l| err.contains(l)), "{err}");
+    if let Some(line) = runtime_line {
+        assert!(err.contains(line), "{err}");
+    }
+    assert!(err.trim_end().ends_with("setup: ready (check with: sandbench doctor)"), "{err}");
+}
+
+#[sandbench_testkit::test(needs = ["docker"])]
+fn setup_docker_again_finds_the_image_present() {
+    setup_again_on("docker", None);
+}
+
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn setup_gvisor_again_finds_the_image_and_the_runtime() {
+    setup_again_on("gvisor", Some("setup: runtime runsc is registered"));
+}
+
 #[sandbench_testkit::test(needs = ["docker"])]
 fn a_killed_sandbench_is_reaped_at_the_next_start_on_docker() {
     killed_sandbench_on("docker");

@@ -44,6 +44,19 @@ fn bad_input_is_one_line_and_exit_2() {
     }
 }
 
+/// `setup`'s targets are the kinds table's tiers with something to build,
+/// then the peers: a tier with nothing to build is bad input, named so.
+#[sandbench_testkit::test]
+fn setup_of_a_tier_with_nothing_to_build_is_bad_input() {
+    for target in ["process", "e2b", "nope"] {
+        let (code, err) = run_err(&["setup", target]);
+        assert_eq!(code, 2, "{target}: {err}");
+        let want = format!("nothing to set up for '{target}' (known: docker, gvisor, microvm, peers)");
+        assert!(err.contains(&want), "{target}: wanted {want:?} in {err:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{target}: not one line: {err:?}");
+    }
+}
+
 #[sandbench_testkit::test]
 fn program_from_stdin_with_user_env_only() {
     let net = OuterNet::new();

@@ -115,6 +115,13 @@ impl DockerTier {
         Self::build("gvisor", Some("runsc"), config)
     }
 
+    /// The tier `name` on `runtime` (`None`: the daemon's default): a kinds
+    /// row with `Bench::Container`, built by the benchmarks with their own
+    /// pool sizes.
+    pub fn on_runtime(name: &'static str, runtime: Option<&'static str>, config: &Config) -> DockerTier {
+        Self::build(name, runtime, config)
+    }
+
     fn build(name: &'static str, runtime: Option<&'static str>, config: &Config) -> DockerTier {
         DockerTier {
             name,
@@ -221,6 +228,46 @@ impl DockerTier {
         }
         Ok(())
     }
+}
+
+/// `sandbench setup docker|gvisor`: the image present (used, pulled or
+/// built, and then recorded in the config), and for gVisor the runtime
+/// registered with the daemon. Idempotent: quick when nothing is missing.
+pub async fn setup(
+    config: &Config,
+    runtime: Option<&str>,
+    progress: &dyn crate::setup::Progress,
+) -> anyhow::Result<()> {
+    let engine = Engine::connect(&engine::Endpoint::of(&config.host)).await?;
+    progress.line(&format!(
+        "setup: Docker engine {} at {} (API {})",
+        engine.server_version, engine.host, engine.api_version
+    ));
+    let wanted = configured_image(config);
+    let done = image::ensure(&engine, &config.docker, &wanted, progress).await?;
+    match &done {
+        image::Ensured::Present(i) => progress.line(&format!("setup: image {i} is present")),
+        image::Ensured::Pulled(i) => progress.line(&format!("setup: pulled {i}")),
+        image::Ensured::Switched(i) | image::Ensured::Built(i) => {
+            let path = Config::path().ok_or_else(|| anyhow!("no config directory; set SANDBENCH_CONFIG"))?;
+            image::record_image(&path, i)?;
+            if matches!(done, image::Ensured::Built(_)) {
+                progress.line(&format!("setup: built {i}"));
+            }
+            progress.line(&format!("setup: {} now says [docker] image = \"{i}\"", path.display()));
+            if config.host.docker_image.is_some() {
+                progress.line(&format!("setup: note: SANDBENCH_DOCKER_IMAGE={wanted} still overrides the config"));
+            }
+        }
+    }
+    if let Some(rt) = runtime {
+        if !engine.runtimes.contains(rt) {
+            anyhow::bail!("the image is ready, but the daemon has no '{rt}' runtime: {}", runsc_fix());
+        }
+        progress.line(&format!("setup: runtime {rt} is registered"));
+    }
+    progress.line("setup: ready (check with: sandbench doctor)");
+    Ok(())
 }
 
 pub fn runsc_fix() -> String {

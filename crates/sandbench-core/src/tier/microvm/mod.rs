@@ -60,6 +60,56 @@ pub fn reap_leftovers() {
     }
 }
 
+/// `sandbench setup microvm`: the guest's kernel, root disk and agent
+/// (`force` rebuilds them), the accelerator probed, and a snapshot saved for
+/// the default limits when `[microvm] snapshot` is on. Idempotent.
+pub async fn setup(config: &Config, force: bool, progress: &dyn crate::setup::Progress) -> anyhow::Result<()> {
+    let cfg = &config.microvm;
+    artefacts::setup(cfg, force, progress).await?;
+    let p = artefacts::paths();
+    if accel::cached(cfg, &p).is_none() {
+        progress.line(&format!(
+            "… accel      probing (a KVM guest must reach user space within {} s)",
+            accel::KVM_PROBE_TIMEOUT.as_secs()
+        ));
+    }
+    let choice = accel::choose(cfg, &p).await;
+    progress.line(&format!("✓ accel      {}", choice.detail));
+    let tier = MicrovmTier::new(config);
+    if cfg.snapshot {
+        let shape = tier.shape(&config.limits, choice.accel);
+        match snapshot::load(cfg, &p, shape) {
+            Some((_, m)) if !force => progress.line(&format!(
+                "✓ snapshot   up to date ({} guest: restore {} vs boot {})",
+                crate::units::size(shape.mem_mib << 20),
+                crate::units::duration_ms(m.restore_ms),
+                crate::units::duration_ms(m.boot_ms)
+            )),
+            _ => {
+                progress.line(&format!(
+                    "… snapshot   booting a {} MiB guest to save it (takes a boot or two)",
+                    shape.mem_mib
+                ));
+                match tier.make_snapshot().await {
+                    Ok(m) => progress.line(&format!(
+                        "✓ snapshot   restore {} vs boot {} — {}",
+                        crate::units::duration_ms(m.restore_ms),
+                        crate::units::duration_ms(m.boot_ms),
+                        if m.faster_than_boot() {
+                            "restores will be used"
+                        } else {
+                            "boots are faster; snapshots stay unused"
+                        }
+                    )),
+                    Err(e) => progress.line(&format!("! snapshot   not available ({e:#}); runs boot cold")),
+                }
+            }
+        }
+    }
+    progress.line("microvm is ready: try `sandbench run --tier microvm hello.py`");
+    Ok(())
+}
+
 impl MicrovmTier {
     pub fn new(config: &Config) -> Self {
         MicrovmTier {

@@ -97,6 +97,64 @@ pub fn entries() -> Result<&'static [Entry], String> {
     registry().as_ref().map(|v| v.as_slice()).map_err(Clone::clone)
 }
 
+/// `sandbench setup peers`: install every peer's tool (apt, pip, npm: the
+/// profile's `install` line); installed tools are left alone. No account is
+/// made: as root, each peer run gets a uid of its own from the process
+/// tier's range. `Err` names the tools still missing.
+pub async fn setup(progress: &dyn crate::setup::Progress) -> anyhow::Result<()> {
+    let entries = entries().map_err(|e| anyhow!(e))?;
+    let root = nix::unistd::geteuid().is_root();
+    let mut apt_updated = false;
+    let mut failed = vec![];
+    for e in entries {
+        let p = &e.profile;
+        if missing(p).is_empty() {
+            progress.line(&format!("✓ {:<9} installed ({})", p.name, tool_version(p).await));
+            continue;
+        }
+        if !root {
+            progress.line(&format!("✗ {:<9} not installed; as root run: {}", p.name, p.install));
+            failed.push(p.name.clone());
+            continue;
+        }
+        if p.install.contains("apt-get") && !apt_updated {
+            apt_updated = true;
+            let _ = Command::new("apt-get").args(["update", "-qq"]).status().await;
+        }
+        progress.line(&format!("… {:<9} installing: {}", p.name, p.install));
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(&p.install)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .status()
+            .await;
+        let still = missing(p);
+        match (st, still.is_empty()) {
+            (Ok(s), true) if s.success() => {
+                progress.line(&format!("✓ {:<9} installed ({})", p.name, tool_version(p).await))
+            }
+            (st, _) => {
+                let why = match st {
+                    Ok(s) if !s.success() => format!("the install command exited with {s}"),
+                    Err(e) => format!("cannot run sh: {e}"),
+                    _ => format!("still missing: {}", still.join(", ")),
+                };
+                progress.line(&format!("✗ {:<9} {why}", p.name));
+                failed.push(p.name.clone());
+            }
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("not installed: {} (see above; `sandbench doctor` shows each peer)", failed.join(", "));
+    }
+    progress.line(&format!(
+        "peers are ready: try `sandbench gauntlet --tiers process,{}`",
+        entries.iter().map(|e| e.profile.name.as_str()).collect::<Vec<_>>().join(",")
+    ));
+    Ok(())
+}
+
 /// The named peer, if there is one.
 pub fn by_name(name: &str, config: &Config) -> Result<Option<Arc<dyn Tier>>, String> {
     let all = registry().as_ref().map_err(Clone::clone)?;

@@ -273,9 +273,11 @@ impl Profile {
         {
             return Err(format!("key `name`: '{n}' must be 1-24 lowercase letters, digits or '-'"));
         }
-        // Tier names sandbench itself owns (and `all`).
+        // Tier names sandbench itself owns (and `all`, `egress`).
         if crate::tier::kinds::reserved(n) {
-            return Err(format!("key `name`: '{n}' is one of sandbench's own tiers; pick another name"));
+            return Err(format!(
+                "key `name`: '{n}' is one of sandbench's own tiers or tier classes (all, egress); pick another name"
+            ));
         }
         if self.tool.trim().is_empty() {
             return Err("key `tool`: empty".into());

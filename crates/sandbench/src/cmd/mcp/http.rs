@@ -17,12 +17,15 @@
 //! - Everything a client can make the server hold is bounded: TCP
 //!   connections ([`MAX_CONNECTIONS`]), the time to send a request's headers
 //!   and their size, the time to send its body and its size
-//!   ([`BODY_TIMEOUT`], [`super::MAX_MESSAGE_BYTES`]),
+//!   ([`BODY_TIMEOUT`], `Options::max_message_bytes`),
 //!   MCP sessions (`--max-http-sessions`; each ends after rmcp's idle
 //!   keep-alive), and each stream's queue (rmcp's channel capacity).
 //! - A call whose response stream is dropped (the client went away, or
 //!   aborted the request as the 2026-07-28 transport cancels) is cancelled,
 //!   so its sandbox does not run on to its wall limit for no one.
+//!
+//! It serves any MCP server handler (`serve` takes a factory of them): the
+//! tools are the server's, this file is only the HTTP front.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -39,7 +42,6 @@ use rmcp::RoleServer;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::token::Tokens;
-use super::Sandbench;
 
 /// TCP connections served at once; one more is answered 503 and closed.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -77,10 +79,12 @@ pub struct Options {
     pub token_note: String,
     pub allowed_origins: Vec<String>,
     pub max_sessions: usize,
+    /// The largest request body (one MCP message) taken.
+    pub max_message_bytes: usize,
 }
 
-struct Front {
-    mcp: StreamableHttpService<Sandbench, LocalSessionManager>,
+struct Front<S: rmcp::ServerHandler + Send + 'static> {
+    mcp: StreamableHttpService<S, LocalSessionManager>,
     manager: Arc<LocalSessionManager>,
     tokens: Tokens,
     /// MCP session id → the principal that opened it.
@@ -88,13 +92,20 @@ struct Front {
     /// Serializes `initialize`, so the session count cannot be overrun.
     opening: tokio::sync::Mutex<()>,
     max_sessions: usize,
+    max_message_bytes: usize,
 }
 
-pub async fn serve(server: Sandbench, listener: tokio::net::TcpListener, opts: Options) -> anyhow::Result<()> {
+/// Serve MCP on `listener` until `cancel`: `connect` makes the server
+/// handler of each MCP session.
+pub async fn serve<S: rmcp::ServerHandler + Send + 'static>(
+    connect: impl Fn() -> S + Send + Sync + 'static,
+    cancel: CancellationToken,
+    listener: tokio::net::TcpListener,
+    opts: Options,
+) -> anyhow::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
 
     let local = listener.local_addr()?;
-    let cancel = server.shared.shutdown.clone();
     let mut allowed_hosts = vec![format!("localhost:{}", local.port())];
     allowed_hosts.push(match local.ip() {
         std::net::IpAddr::V6(ip) => format!("[{ip}]:{}", local.port()),
@@ -104,11 +115,10 @@ pub async fn serve(server: Sandbench, listener: tokio::net::TcpListener, opts: O
         .with_allowed_hosts(allowed_hosts)
         .with_allowed_origins(opts.allowed_origins.clone())
         .enforce_origin_validation()
-        .with_max_request_body_bytes(super::MAX_MESSAGE_BYTES)
+        .with_max_request_body_bytes(opts.max_message_bytes)
         .with_cancellation_token(cancel.child_token());
     let manager = Arc::new(LocalSessionManager::default());
-    let conn_server = server.clone();
-    let mcp = StreamableHttpService::new(move || Ok(conn_server.connection()), manager.clone(), cfg);
+    let mcp = StreamableHttpService::new(move || Ok(connect()), manager.clone(), cfg);
     let front = Arc::new(Front {
         mcp,
         manager,
@@ -116,6 +126,7 @@ pub async fn serve(server: Sandbench, listener: tokio::net::TcpListener, opts: O
         owners: Mutex::default(),
         opening: tokio::sync::Mutex::new(()),
         max_sessions: opts.max_sessions,
+        max_message_bytes: opts.max_message_bytes,
     });
     // The one line a wrapper script waits for (stderr: stdout is not ours to use).
     eprintln!("sandbench: MCP over streamable HTTP at http://{local}/mcp ({})", opts.token_note);
@@ -163,7 +174,7 @@ pub async fn serve(server: Sandbench, listener: tokio::net::TcpListener, opts: O
 
 type Reply = Response<Out>;
 
-impl Front {
+impl<S: rmcp::ServerHandler + Send + 'static> Front<S> {
     async fn handle(&self, req: Request<Incoming>) -> Reply {
         if req.uri().path() != "/mcp" {
             return text(StatusCode::NOT_FOUND, "Not Found: this server's MCP endpoint is /mcp");
@@ -195,7 +206,7 @@ impl Front {
         // The body, whole, within its time and size: a client that sends it
         // slowly, or without end, holds a connection only so long.
         let (parts, body) = req.into_parts();
-        let limited = http_body_util::Limited::new(body, super::MAX_MESSAGE_BYTES);
+        let limited = http_body_util::Limited::new(body, self.max_message_bytes);
         let bytes = match tokio::time::timeout(BODY_TIMEOUT, http_body_util::BodyExt::collect(limited)).await {
             Err(_) => {
                 return text(
@@ -206,7 +217,7 @@ impl Front {
             Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
                 return text(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("Payload Too Large: a message may be at most {} bytes", super::MAX_MESSAGE_BYTES),
+                    &format!("Payload Too Large: a message may be at most {} bytes", self.max_message_bytes),
                 )
             }
             Ok(Err(_)) => return text(StatusCode::BAD_REQUEST, "Bad Request: the request's body could not be read"),

@@ -25,6 +25,14 @@ use tokio::sync::Notify;
 use crate::event::{EventKind, RunEvent, Stream};
 use crate::sanitize;
 
+/// The program's bytes as multi-line text for a reply's text block or a
+/// notification: every hidden character (controls, and the ones that reorder
+/// or hide text) shown by name, newlines and tabs kept — the one shared
+/// inert-text function (here, below the server that uses it too).
+pub fn inert_text(bytes: &[u8]) -> String {
+    sanitize::visible_controls(bytes)
+}
+
 /// Least time between two notifications of one call.
 pub const EVERY: Duration = Duration::from_millis(100);
 /// Most text in one notification (bytes).
@@ -102,7 +110,7 @@ impl Streamer {
                 data.extend_from_slice(bytes);
                 let keep = incomplete_tail(&data);
                 p.carry[i] = data.split_off(data.len() - keep);
-                add(&mut p, name, super::inert_text(&data));
+                add(&mut p, name, inert_text(&data));
             }
             EventKind::Violation(v) => {
                 let text = format!(

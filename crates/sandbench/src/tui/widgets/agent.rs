@@ -9,8 +9,8 @@ use unicode_width::UnicodeWidthChar;
 
 use super::common::{bold, pane};
 use crate::agent::EndReason;
-use crate::tui::agent_view::{ALine, Kind, VerdictKind};
-use crate::tui::app::App;
+use crate::tui::agent_view::{ALine, AgentView, Kind, VerdictKind};
+use crate::tui::theme::Theme;
 
 pub fn layout(body: Rect) -> (Rect, Rect) {
     let [prompt, transcript] = Layout::vertical([Constraint::Length(3), Constraint::Min(0)]).areas(body);
@@ -22,11 +22,11 @@ pub fn rows(body: Rect) -> u16 {
     layout(body).1.height.saturating_sub(2)
 }
 
-pub fn draw(app: &App, f: &mut Frame, body: Rect) {
-    let t = &app.theme;
-    let a = &app.agent;
+/// The agent view `a`, whose runs go to `tier`; `api_key_set` says whether
+/// the model can be reached at all.
+pub fn draw(theme: &Theme, a: &AgentView, tier: &str, api_key_set: bool, f: &mut Frame, body: Rect) {
+    let t = theme;
     let (prompt, transcript) = layout(body);
-    let tier = &app.selected_tier().name;
     let title = if a.running {
         format!(" task · the agent is working on {} · F8 cancels ", a.tier)
     } else {
@@ -44,7 +44,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     let w = prompt.width.saturating_sub(2) as usize;
     let len: usize = line.spans.iter().map(|s| s.content.chars().count()).sum();
     let skip = len.saturating_sub(w) as u16;
-    f.render_widget(Paragraph::new(line).scroll((0, skip)).block(pane(app, title, !a.running)), prompt);
+    f.render_widget(Paragraph::new(line).scroll((0, skip)).block(pane(theme, title, !a.running)), prompt);
 
     let state = match (a.running, a.cancelling, a.end) {
         (true, true, _) => "cancelling…".to_string(),
@@ -62,7 +62,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     if a.dropped > 0 {
         title.push_str(&format!("· {} dropped ", a.dropped));
     }
-    let block = pane(app, title, a.running);
+    let block = pane(theme, title, a.running);
     let inner = block.inner(transcript);
     f.render_widget(block, transcript);
     if a.lines.is_empty() {
@@ -70,7 +70,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             "Type a task; the model gets one tool, run_code, executed on the selected tier with the current limits.",
             t.dim(),
         ))];
-        if !app.api_key_set {
+        if !api_key_set {
             hint.push(Line::from(Span::styled(
                 "ANTHROPIC_API_KEY is not set: export it (and optionally ANTHROPIC_BASE_URL) before starting sandbench.",
                 Style::new().fg(t.ui.warn),
@@ -87,7 +87,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     let top = (a.fit(rows) - a.dropped) as usize;
     if a.scroll.follows() {
         for l in a.lines.iter().rev() {
-            for row in wrap(app, l, width).into_iter().rev() {
+            for row in wrap(theme, l, width).into_iter().rev() {
                 shown.push_front(row);
             }
             if shown.len() >= rows {
@@ -99,7 +99,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         }
     } else {
         for l in a.lines.iter().skip(top) {
-            shown.extend(wrap(app, l, width));
+            shown.extend(wrap(theme, l, width));
             if shown.len() >= rows {
                 break;
             }
@@ -114,8 +114,8 @@ fn clean_input(s: &str) -> String {
     crate::sanitize::visible_controls(s.as_bytes()).replace(['\n', '\t'], " ")
 }
 
-fn style(app: &App, k: Kind) -> Style {
-    let t = &app.theme.ui;
+fn style(theme: &Theme, k: Kind) -> Style {
+    let t = &theme.ui;
     match k {
         Kind::Header => bold(Style::new().fg(t.title)),
         Kind::Task => Style::new().fg(t.accent),
@@ -138,10 +138,10 @@ fn style(app: &App, k: Kind) -> Style {
 /// One transcript line wrapped to `width` columns; output lines get a
 /// gutter on every row (stderr marked like in the output pane); a cut line
 /// says how much was cut.
-fn wrap(app: &App, l: &ALine, width: usize) -> Vec<Line<'static>> {
-    let st = style(app, l.kind);
+fn wrap(theme: &Theme, l: &ALine, width: usize) -> Vec<Line<'static>> {
+    let st = style(theme, l.kind);
     let gutter = || match l.kind {
-        Kind::Stderr => Span::styled("▍ ", Style::new().fg(app.theme.ui.stderr)),
+        Kind::Stderr => Span::styled("▍ ", Style::new().fg(theme.ui.stderr)),
         Kind::Stdout | Kind::Code | Kind::Verdict(_) => Span::raw("  "),
         _ => Span::raw(""),
     };
@@ -173,7 +173,7 @@ fn wrap(app: &App, l: &ALine, width: usize) -> Vec<Line<'static>> {
         .map(|(i, (s, _))| {
             let mut spans = vec![gutter(), Span::styled(s, st)];
             if i + 1 == n && l.cut > 0 {
-                spans.push(Span::styled(format!(" …+{}", l.cut), Style::new().fg(app.theme.ui.dim)));
+                spans.push(Span::styled(format!(" …+{}", l.cut), Style::new().fg(theme.ui.dim)));
             }
             Line::from(spans)
         })

@@ -7,17 +7,17 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::Block;
 
-use crate::tui::app::App;
+use crate::tui::theme::Theme;
 
 /// Tab stops in the editor (the file keeps its tabs).
 pub const EDITOR_TAB: usize = 4;
 
 /// A bordered block in the theme's colours.
-pub(super) fn pane<'a>(app: &App, title: impl Into<Line<'a>>, focused: bool) -> Block<'a> {
+pub(super) fn pane<'a>(theme: &Theme, title: impl Into<Line<'a>>, focused: bool) -> Block<'a> {
     Block::bordered()
-        .border_style(app.theme.border(focused))
-        .title(title.into().style(app.theme.title(focused)))
-        .style(app.theme.base())
+        .border_style(theme.border(focused))
+        .title(title.into().style(theme.title(focused)))
+        .style(theme.base())
 }
 
 pub(super) fn bold(s: Style) -> Style {
@@ -32,9 +32,9 @@ pub(super) fn centered(area: Rect, w: u16, h: u16) -> Rect {
 }
 
 /// Style and glyph of an outcome.
-pub(super) fn outcome_style(app: &App, o: crate::report::Outcome) -> (Style, &'static str) {
+pub(super) fn outcome_style(theme: &Theme, o: crate::report::Outcome) -> (Style, &'static str) {
     use crate::report::Outcome::*;
-    let t = &app.theme;
+    let t = theme;
     match o {
         Ok => (bold(Style::new().fg(t.ui.ok)), "✔"),
         Violation => (bold(Style::new().fg(t.ui.violation)), "✖"),

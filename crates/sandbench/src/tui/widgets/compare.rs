@@ -26,7 +26,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     if runs.is_empty() {
         f.render_widget(
             Paragraph::new("no compare yet: F6 runs the code on every available tier").block(pane(
-                app,
+                &app.theme,
                 " compare ",
                 true,
             )),
@@ -44,14 +44,14 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let cols_area = if let Some(fr) = fr {
         let chart_w = (cols_area.width * 2 / 5).clamp(48, 90);
         let [cols, chart] = Layout::horizontal([Constraint::Min(60), Constraint::Length(chart_w)]).areas(cols_area);
-        super::frontier::draw(app, f, chart, &fr);
+        super::frontier::draw(&app.theme, f, chart, &fr);
         cols
     } else {
         cols_area
     };
     let live = runs.iter().any(|r| !r.finished()) || app.compare_run.as_ref().is_some_and(|c| !c.queue.is_empty());
     match app.compare_run.as_ref().filter(|c| c.show_dist(live)) {
-        Some(c) => super::histogram::draw(app, f, cols_area, &c.summary().tiers),
+        Some(c) => super::histogram::draw(&app.theme, f, cols_area, &c.summary().tiers),
         None if cols_area.width / runs.len().max(1) as u16 >= MIN_COLUMN => {
             let cols = Layout::horizontal(vec![Constraint::Ratio(1, runs.len() as u32); runs.len()]).split(cols_area);
             for (run, col) in runs.iter().zip(cols.iter()) {
@@ -74,7 +74,7 @@ fn draw_rows(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
     let [area, below] = Layout::vertical([Constraint::Length(table_h), Constraint::Min(0)]).areas(area);
     if below.height >= 4 {
         if let Some(run) = app.current.and_then(|id| runs.iter().find(|r| r.id == id)) {
-            let block = pane(app, format!(" output · {} · {} ", run.tier, run.state_line()), false);
+            let block = pane(&app.theme, format!(" output · {} · {} ", run.tier, run.state_line()), false);
             let inner = block.inner(below);
             f.render_widget(block, below);
             f.render_widget(Paragraph::new(tail(app, run, inner)), inner);
@@ -84,7 +84,7 @@ fn draw_rows(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
     let header = Row::new(["tier", "state", "cpu", "mem", "pids", "output"]).style(bold(Style::new().fg(t.ui.title)));
     let rows = runs.iter().map(|run| {
         let (st, glyph) = match &run.report {
-            Some(r) => outcome_style(app, r.outcome),
+            Some(r) => outcome_style(&app.theme, r.outcome),
             None => (bold(Style::new().fg(t.ui.accent)), "·"),
         };
         let done = run.finished();
@@ -131,14 +131,14 @@ fn draw_rows(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
         .column_spacing(1)
         .row_highlight_style(Style::new().add_modifier(Modifier::BOLD))
         .highlight_symbol("▶ ")
-        .block(pane(app, title, false));
+        .block(pane(&app.theme, title, false));
     let mut state = TableState::default().with_selected(current);
     f.render_stateful_widget(table, area, &mut state);
 }
 
 fn draw_column(app: &App, run: &RunView, f: &mut Frame, area: Rect) {
     let focused = app.current == Some(run.id);
-    let block = pane(app, format!(" {} · {} ", run.tier, run.state_line()), focused);
+    let block = pane(&app.theme, format!(" {} · {} ", run.tier, run.state_line()), focused);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let res_h = (7 + run.violations.len() as u16 + if run.finished() { 2 } else { 0 }).min(inner.height / 2 + 2);
@@ -197,7 +197,7 @@ fn draw_summary(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
     let header = Row::new(shown.iter().map(|i| COLUMNS[*i])).style(bold(Style::new().fg(t.ui.title)));
     let body = rows.iter().zip(&s.tiers).map(|(r, ts)| {
         let verdict_style = if ts.outcomes.keys().all(|k| k == "ok") {
-            outcome_style(app, crate::report::Outcome::Ok).0
+            outcome_style(&app.theme, crate::report::Outcome::Ok).0
         } else {
             Style::new().fg(t.ui.violation)
         };
@@ -211,6 +211,7 @@ fn draw_summary(app: &App, runs: &[&RunView], f: &mut Frame, area: Rect) {
         }))
     });
     let widths: Vec<Constraint> = shown.iter().map(|i| Constraint::Length(width(*i))).collect();
-    let table = Table::new(body, widths).header(header).block(pane(app, Line::from(title), false)).column_spacing(2);
+    let table =
+        Table::new(body, widths).header(header).block(pane(&app.theme, Line::from(title), false)).column_spacing(2);
     f.render_widget(table, area);
 }

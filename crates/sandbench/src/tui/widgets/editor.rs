@@ -21,7 +21,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let e = &app.editor;
     let focused = app.focus == Focus::Editor;
     let title = format!(" code · {}{} · {} ", app.label, if e.modified() { " [+]" } else { "" }, app.language.name());
-    let block = pane(app, title, focused);
+    let block = pane(&app.theme, title, focused);
     let inner = block.inner(area);
     f.render_widget(block, area);
     if inner.height == 0 || inner.width == 0 {

@@ -17,7 +17,8 @@ use sandbench_core::frontier::{self, Point};
 
 use super::common::{bold, pane};
 use crate::sanitize::inert_line;
-use crate::tui::app::{App, Frontier};
+use crate::tui::theme::Theme;
+use crate::tui::types::Frontier;
 use crate::units::duration_ms;
 
 /// The key of the `i`th point.
@@ -26,8 +27,8 @@ pub fn key(i: usize) -> char {
     KEYS.get(i).map_or('+', |k| *k as char)
 }
 
-fn palette(app: &App) -> [Color; 8] {
-    let t = &app.theme.ui;
+fn palette(theme: &Theme) -> [Color; 8] {
+    let t = &theme.ui;
     [t.accent, t.ok, t.warn, t.cpu, t.memory, t.violation, t.stdout, Color::Magenta]
 }
 
@@ -66,9 +67,9 @@ fn entry(p: &Point) -> String {
     )
 }
 
-pub fn draw(app: &App, f: &mut Frame, area: Rect, fr: &Frontier) {
-    let t = &app.theme;
-    let block = pane(app, " safety × latency ", false);
+pub fn draw(theme: &Theme, f: &mut Frame, area: Rect, fr: &Frontier) {
+    let t = theme;
+    let block = pane(theme, " safety × latency ", false);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let mut head = vec![
@@ -103,8 +104,8 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect, fr: &Frontier) {
     ])
     .areas(inner);
     f.render_widget(Paragraph::new(head).wrap(Wrap { trim: false }), head_a);
-    plot(app, f, plot_a, &fr.points);
-    legend(app, f, legend_a, &fr.points);
+    plot(theme, f, plot_a, &fr.points);
+    legend(theme, f, legend_a, &fr.points);
     if !fr.missing.is_empty() {
         let list: Vec<String> =
             fr.missing.iter().map(|(t, w)| format!("{} ({})", inert_line(t, 24), inert_line(w, 60))).collect();
@@ -113,9 +114,9 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect, fr: &Frontier) {
     }
 }
 
-fn legend(app: &App, f: &mut Frame, area: Rect, points: &[Point]) {
-    let t = &app.theme;
-    let pal = palette(app);
+fn legend(theme: &Theme, f: &mut Frame, area: Rect, points: &[Point]) {
+    let t = theme;
+    let pal = palette(theme);
     let rows = area.height as usize;
     let w = area.width as usize;
     let shown = if points.len() > rows { rows.saturating_sub(1) } else { points.len() };
@@ -143,9 +144,9 @@ fn legend(app: &App, f: &mut Frame, area: Rect, points: &[Point]) {
 }
 
 /// The plot: y labels, the axes, the points as keys, decade labels under x.
-fn plot(app: &App, f: &mut Frame, area: Rect, points: &[Point]) {
-    let t = &app.theme;
-    let pal = palette(app);
+fn plot(theme: &Theme, f: &mut Frame, area: Rect, points: &[Point]) {
+    let t = theme;
+    let pal = palette(theme);
     let label_w = 5usize;
     let (w, h) = (area.width as usize, area.height as usize);
     if w < label_w + 4 || h < 3 {

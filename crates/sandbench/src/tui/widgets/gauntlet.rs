@@ -257,10 +257,13 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
                 t.dim(),
             )));
             let [top, chart] = Layout::vertical([Constraint::Length(5), Constraint::Min(8)]).areas(body);
-            f.render_widget(Paragraph::new(hint).wrap(Wrap { trim: false }).block(pane(app, " gauntlet ", true)), top);
-            super::frontier::draw(app, f, chart, &fr);
+            f.render_widget(
+                Paragraph::new(hint).wrap(Wrap { trim: false }).block(pane(&app.theme, " gauntlet ", true)),
+                top,
+            );
+            super::frontier::draw(&app.theme, f, chart, &fr);
         } else {
-            f.render_widget(Paragraph::new(hint).block(pane(app, " gauntlet ", true)), body);
+            f.render_widget(Paragraph::new(hint).block(pane(&app.theme, " gauntlet ", true)), body);
         }
         return;
     };
@@ -274,7 +277,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     if let Some(fr) = fr {
         let [details, chart] = Layout::horizontal([Constraint::Min(50), Constraint::Percentage(45)]).areas(l.details);
         draw_details(app, g, f, details);
-        super::frontier::draw(app, f, chart, &fr);
+        super::frontier::draw(&app.theme, f, chart, &fr);
     } else {
         draw_details(app, g, f, l.details);
     }
@@ -328,7 +331,7 @@ pub fn verdict_style(app: &App, v: &Verdict) -> Style {
 fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     let t = &app.theme;
     let title = format!(" gauntlet · {} ", state_text(g));
-    let block = pane(app, title, !g.zoom);
+    let block = pane(&app.theme, title, !g.zoom);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let info = info(app, g, area.width);
@@ -377,12 +380,12 @@ fn draw_details(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     }
     let (r, c) = g.sel;
     let (Some(row), Some(tier)) = (g.rows.get(r), g.tiers.get(c)) else {
-        f.render_widget(Paragraph::new("no cell").block(pane(app, " details ", g.zoom)), area);
+        f.render_widget(Paragraph::new("no cell").block(pane(&app.theme, " details ", g.zoom)), area);
         return;
     };
     let hint = if g.zoom { "Enter/Esc back · ↑↓ scroll" } else { "Enter zooms" };
     let title = format!(" {} on {tier} · {hint} ", row.name);
-    let block = pane(app, title, g.zoom);
+    let block = pane(&app.theme, title, g.zoom);
     let lines = detail_lines(app, g, r, c);
     let inner = block.inner(area);
     // Rows the wrapped lines take (word wrapping may take a few more).

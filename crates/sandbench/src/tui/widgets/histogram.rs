@@ -12,7 +12,7 @@ use ratatui::Frame;
 use sandbench_core::compare::TierSummary;
 
 use super::common::{bold, pane};
-use crate::tui::app::App;
+use crate::tui::theme::Theme;
 use crate::units::duration_ms;
 
 /// Text lines of `samples` as a histogram (the engine's, shared with
@@ -23,7 +23,7 @@ pub fn lines(samples: &[f64], rows: usize, width: usize) -> Vec<String> {
 
 /// One panel per tier, as many side by side as fit at 30 columns each, when
 /// every panel gets at least two bins; else one line per tier.
-pub fn draw(app: &App, f: &mut Frame, area: Rect, tiers: &[TierSummary]) {
+pub fn draw(theme: &Theme, f: &mut Frame, area: Rect, tiers: &[TierSummary]) {
     let tiers: Vec<&TierSummary> = tiers.iter().filter(|s| s.runs > 0).collect();
     if tiers.is_empty() || area.height < 3 {
         return;
@@ -31,15 +31,15 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect, tiers: &[TierSummary]) {
     let per_row = ((area.width / 30).max(1) as usize).min(tiers.len());
     let rows = tiers.len().div_ceil(per_row);
     if (area.height as usize) < rows * 4 {
-        return compact(app, f, area, &tiers);
+        return compact(theme, f, area, &tiers);
     }
-    let t = &app.theme;
+    let t = theme;
     let row_areas = Layout::vertical(vec![Constraint::Ratio(1, rows as u32); rows]).split(area);
     for (r, chunk) in tiers.chunks(per_row).enumerate() {
         let cols = Layout::horizontal(vec![Constraint::Ratio(1, per_row as u32); per_row]).split(row_areas[r]);
         for (s, a) in chunk.iter().zip(cols.iter()) {
             let p50 = s.exit_ms.as_ref().map(|d| format!(" · p50 {}", duration_ms(d.p50))).unwrap_or_default();
-            let block = pane(app, format!(" {} · {} runs{p50} ", s.tier, s.exit_samples_ms.len()), false);
+            let block = pane(theme, format!(" {} · {} runs{p50} ", s.tier, s.exit_samples_ms.len()), false);
             let inner = block.inner(*a);
             f.render_widget(block, *a);
             let body: Vec<Line> = lines(&s.exit_samples_ms, inner.height as usize, inner.width as usize)
@@ -59,10 +59,10 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect, tiers: &[TierSummary]) {
 
 /// A line per tier: the fastest run, the distribution as bars (one per bin,
 /// as tall as its count), the slowest run, the p50 and the runs.
-fn compact(app: &App, f: &mut Frame, area: Rect, tiers: &[&TierSummary]) {
+fn compact(theme: &Theme, f: &mut Frame, area: Rect, tiers: &[&TierSummary]) {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-    let t = &app.theme;
-    let block = pane(app, " time to exit per tier (each bar a bin, as tall as its runs) ", false);
+    let t = theme;
+    let block = pane(theme, " time to exit per tier (each bar a bin, as tall as its runs) ", false);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let rows = inner.height as usize;

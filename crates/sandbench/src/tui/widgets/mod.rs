@@ -56,7 +56,7 @@ pub fn areas(app: &App, area: Rect) -> Areas {
     let (list_rows, detail_rows) = match app.view {
         View::Gauntlet => gauntlet::rows(app, m.body),
         View::Agent => (0, agent::rows(m.body)),
-        View::Runs => runs::rows(app, m.body),
+        View::Runs => runs::rows(&app.runs_log, m.body),
         _ => (0, 0),
     };
     Areas { editor: m.editor, output: m.output, list_rows, detail_rows }
@@ -78,8 +78,8 @@ pub fn draw(app: &App, f: &mut Frame) {
             compare::draw(app, f, m.body);
         }
         View::Gauntlet => gauntlet::draw(app, f, m.body),
-        View::Agent => agent::draw(app, f, m.body),
-        View::Runs => runs::draw(app, f, m.body),
+        View::Agent => agent::draw(&app.theme, &app.agent, &app.selected_tier().name, app.api_key_set, f, m.body),
+        View::Runs => runs::draw(&app.theme, &app.runs_log, f, m.body),
     }
     draw_status(app, f, m.status);
     draw_keybar(app, f, m.keybar);

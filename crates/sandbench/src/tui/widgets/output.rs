@@ -15,7 +15,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
     let focused = app.focus == Focus::Output;
     let Some(run) = app.current_run() else {
-        let block = pane(app, " output ", focused);
+        let block = pane(&app.theme, " output ", focused);
         let hint = Line::from(vec![
             Span::styled("F5", t.key()),
             Span::styled(" runs the code on the selected tier, ", t.dim()),
@@ -34,7 +34,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     if run.lines.dropped > 0 {
         title.push_str(&format!("· {} dropped ", run.lines.dropped));
     }
-    let block = pane(app, title, focused);
+    let block = pane(&app.theme, title, focused);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let rows = inner.height as usize;
@@ -83,7 +83,7 @@ pub fn origin_style(app: &App, o: Origin) -> Style {
         Origin::Phase | Origin::Exit => Style::new().fg(t.phase),
         Origin::Note => Style::new().fg(t.note),
         Origin::Violation => bold(Style::new().fg(t.violation)),
-        Origin::Outcome(o) => outcome_style(app, o).0,
+        Origin::Outcome(o) => outcome_style(&app.theme, o).0,
     }
 }
 

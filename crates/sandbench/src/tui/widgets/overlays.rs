@@ -33,7 +33,8 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
 
 fn popup(app: &App, f: &mut Frame, rect: Rect, title: &str) -> Rect {
     f.render_widget(Clear, rect);
-    let block = pane(app, title.to_string(), true).style(Style::new().fg(app.theme.ui.fg).bg(app.theme.ui.popup_bg));
+    let block =
+        pane(&app.theme, title.to_string(), true).style(Style::new().fg(app.theme.ui.fg).bg(app.theme.ui.popup_bg));
     let inner = block.inner(rect);
     f.render_widget(block, rect);
     inner

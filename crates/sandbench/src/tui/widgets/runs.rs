@@ -10,14 +10,15 @@ use ratatui::Frame;
 use super::common::{outcome_style, pane};
 use crate::runlog::Entry;
 use crate::sanitize::{inert_line, visible_controls};
-use crate::tui::app::App;
+use crate::tui::runs_view::RunsView;
+use crate::tui::theme::Theme;
 use crate::units::duration_ms;
 
 /// Lines of code, stdout and stderr shown each in the details.
 const DETAIL_LINES: usize = 200;
 
-pub fn layout(app: &App, body: Rect) -> (Rect, Option<Rect>) {
-    if app.runs_log.open {
+pub fn layout(v: &RunsView, body: Rect) -> (Rect, Option<Rect>) {
+    if v.open {
         let [list, detail] = Layout::vertical([Constraint::Percentage(40), Constraint::Min(4)]).areas(body);
         (list, Some(detail))
     } else {
@@ -26,8 +27,8 @@ pub fn layout(app: &App, body: Rect) -> (Rect, Option<Rect>) {
 }
 
 /// (table rows, detail rows) for paging.
-pub fn rows(app: &App, body: Rect) -> (u16, u16) {
-    let (list, detail) = layout(app, body);
+pub fn rows(v: &RunsView, body: Rect) -> (u16, u16) {
+    let (list, detail) = layout(v, body);
     (list.height.saturating_sub(3), detail.map_or(0, |d| d.height.saturating_sub(2)))
 }
 
@@ -65,10 +66,9 @@ fn row_text(e: &Entry, who_w: usize) -> String {
     )
 }
 
-pub fn draw(app: &App, f: &mut Frame, body: Rect) {
-    let t = &app.theme;
-    let v = &app.runs_log;
-    let (list, detail) = layout(app, body);
+pub fn draw(theme: &Theme, v: &RunsView, f: &mut Frame, body: Rect) {
+    let t = theme;
+    let (list, detail) = layout(v, body);
     let visible = v.visible();
     let title = format!(
         " runs · {} of {} · {} · o/t filter · Enter opens · e loads into the editor ",
@@ -94,7 +94,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
     }
     for (pos, &i) in visible.iter().enumerate().skip(top).take(rows) {
         let e = &v.entries[i];
-        let (ostyle, glyph) = outcome_style(app, e.report.outcome);
+        let (ostyle, glyph) = outcome_style(theme, e.report.outcome);
         let text = row_text(e, who_w);
         // The outcome goes in coloured between the tier and the total.
         let at = 8 + 2 + who_w + 1 + 9 + 1;
@@ -112,15 +112,15 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
         }
         lines.push(Line::from(spans));
     }
-    f.render_widget(Paragraph::new(lines).block(pane(app, title, !v.open)), list);
+    f.render_widget(Paragraph::new(lines).block(pane(theme, title, !v.open)), list);
 
     if let (Some(area), Some(e)) = (detail, v.selected_entry()) {
-        let lines = detail_lines(app, e);
+        let lines = detail_lines(theme, e);
         let title =
             format!(" {} · {} · PgUp/PgDn scroll · Esc closes ", inert_line(&e.label, 40), inert_line(&e.time, 30));
         let top = v.detail.fit(0, lines.len() as u64, area.height.saturating_sub(2) as u64);
         f.render_widget(
-            Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)).block(pane(app, title, true)),
+            Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)).block(pane(theme, title, true)),
             area,
         );
     }
@@ -138,10 +138,10 @@ fn block(out: &mut Vec<Line<'static>>, heading: String, text: &str, style: Style
     }
 }
 
-pub fn detail_lines(app: &App, e: &Entry) -> Vec<Line<'static>> {
-    let t = &app.theme;
+pub fn detail_lines(theme: &Theme, e: &Entry) -> Vec<Line<'static>> {
+    let t = theme;
     let r = &e.report;
-    let (ostyle, glyph) = outcome_style(app, r.outcome);
+    let (ostyle, glyph) = outcome_style(theme, r.outcome);
     let mut out = vec![];
     let who = match &e.client {
         Some(c) => format!("{} (client {})", e.front_end, inert_line(c, 40)),

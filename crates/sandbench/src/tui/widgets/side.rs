@@ -91,7 +91,7 @@ pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
     } else {
         " tiers ".to_string()
     };
-    let block = pane(app, title, false);
+    let block = pane(&app.theme, title, false);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let mut lines = vec![];
@@ -116,7 +116,7 @@ pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
 pub fn draw_resources(app: &App, f: &mut Frame, area: Rect) {
     let t = &app.theme;
     let Some(run) = app.current_run() else {
-        let block = pane(app, " resources ", false);
+        let block = pane(&app.theme, " resources ", false);
         let text = vec![
             Line::from(Span::styled("next run:", t.dim())),
             Line::from(Span::styled(
@@ -136,7 +136,7 @@ pub fn draw_resources(app: &App, f: &mut Frame, area: Rect) {
         f.render_widget(Paragraph::new(text).block(block), area);
         return;
     };
-    let block = pane(app, format!(" resources · {} ", run.tier), false);
+    let block = pane(&app.theme, format!(" resources · {} ", run.tier), false);
     let inner = block.inner(area);
     f.render_widget(block, area);
     draw_run_resources(app, run, f, inner, true);
@@ -164,7 +164,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     let (setup, ran, down) = phase_times(run);
     let opt = |v: Option<f64>| v.map(duration_ms).unwrap_or_else(|| "–".into());
     let state_style = match &run.report {
-        Some(r) => outcome_style(app, r.outcome).0,
+        Some(r) => outcome_style(&app.theme, r.outcome).0,
         None => bold(Style::new().fg(t.ui.accent)),
     };
     let mut top = vec![
@@ -311,7 +311,7 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
         ]));
     }
     if let Some(r) = &run.report {
-        let (st, glyph) = outcome_style(app, r.outcome);
+        let (st, glyph) = outcome_style(&app.theme, r.outcome);
         out.push(Line::from(vec![
             Span::styled(format!("{glyph} {}", r.outcome.name()), st),
             Span::styled(format!(" · {}", r.exit.describe()), Style::new().fg(t.ui.fg)),
