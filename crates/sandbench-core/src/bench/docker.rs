@@ -17,7 +17,11 @@ use crate::tier::docker::{configured_image, DockerTier};
 pub fn cli_argv(runtime: Option<&str>, config: &Config) -> Option<(String, Vec<String>)> {
     let docker = crate::host::which("docker")?.to_string_lossy().into_owned();
     let shape = Shape::new(&configured_image(config), runtime, &config.docker.user, &Limits::default());
-    let mut argv = vec![docker, "run".into(), "--rm".into()];
+    // `-i`: the container's stdin is a pipe from the CLI. Without it the
+    // shim hands the container the host's /dev/null, and runsc chowns its
+    // standard streams to the container's user: the host's /dev/null became
+    // nobody's after a gVisor bench (runc 1.1.5+ skips /dev/null; runsc not).
+    let mut argv = vec![docker, "run".into(), "-i".into(), "--rm".into()];
     argv.extend(shape.cli_flags());
     argv.extend([shape.image.clone(), "python3".into(), "-c".into(), CODE.into()]);
     let name = if runtime.is_some() { "docker run --rm --runtime=runsc" } else { "docker run --rm" };

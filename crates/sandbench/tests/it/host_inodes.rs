@@ -241,6 +241,28 @@ fn gvisor_runs_and_sessions_leave_host_inodes_as_found() {
     }
 }
 
+/// The gVisor bench's baseline, `docker run --rm --runtime=runsc`, as
+/// `sandbench bench` runs it (stdin from nowhere, output captured): run
+/// without `-i`, runsc made the host's /dev/null nobody's.
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn gvisor_bench_baseline_leaves_host_inodes_as_found() {
+    if !ready("gvisor") {
+        return;
+    }
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let config = Config::load().unwrap();
+    let (_, argv) = sandbench::bench::docker::cli_argv(Some("runsc"), &config).expect("the docker CLI");
+    let argv: Vec<String> =
+        argv.into_iter().map(|a| if a == sandbench::bench::CODE { "print(1)".into() } else { a }).collect();
+    let before = snapshot();
+    let out =
+        std::process::Command::new(&argv[0]).args(&argv[1..]).stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    let diff = changed(&before, &snapshot());
+    assert!(diff.is_empty(), "the gVisor baseline changed host inodes:\n{}", diff.join("\n"));
+}
+
 #[sandbench_testkit::test(needs = ["microvm"])]
 fn microvm_runs_and_sessions_leave_host_inodes_as_found() {
     if ready("microvm") {
