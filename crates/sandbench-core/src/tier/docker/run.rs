@@ -116,7 +116,7 @@ impl DockerTier {
             attach(docker, id).await.map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
         timeline.push(("attached", ctx.ms()));
         let mut output = attach.output;
-        let mut input = attach.input;
+        let input = attach.input;
         let wait = Box::pin(docker.wait_container(id, Some(WaitContainerOptions { condition: "not-running".into() })));
 
         ctx.emit(EventKind::Phase(Phase::Running)).await;
@@ -135,7 +135,7 @@ impl DockerTier {
             ca: eg.ca_pem(),
         });
         let payload = container::payload(spec, uid, gid, guard_wanted, net.as_ref());
-        let (mux, mut mux_out) = match &egress {
+        let (mux, mux_out) = match &egress {
             Some(eg) => {
                 let (m, out) = crate::egress::mux::Mux::new(eg.server());
                 (Some(m), Some(out))
@@ -147,37 +147,7 @@ impl DockerTier {
         // the container. With egress it carries the relay's messages first,
         // and the acknowledgement is a frame.
         let (ack_tx, ack_rx) = tokio::sync::oneshot::channel::<()>();
-        let writer = tokio::spawn(async move {
-            let r = async {
-                input.write_all(&payload).await?;
-                input.flush().await?;
-                match mux_out.as_mut() {
-                    None => {
-                        let _ = ack_rx.await;
-                        input.write_all(b"\n").await?;
-                    }
-                    Some(out) => {
-                        tokio::pin!(ack_rx);
-                        loop {
-                            tokio::select! {
-                                m = out.recv() => match m {
-                                    Some(m) => input.write_all(&container::host_frame(b'n', &m)).await?,
-                                    None => { let _ = (&mut ack_rx).await; break }
-                                },
-                                _ = &mut ack_rx => break,
-                            }
-                        }
-                        input.write_all(&container::host_frame(b'k', b"")).await?;
-                    }
-                }
-                input.flush().await?;
-                input.shutdown().await
-            }
-            .await;
-            if let Err(e) = r {
-                tracing::debug!("writing to the container's stdin: {e}");
-            }
-        });
+        let writer = spawn_writer(input, payload, mux_out, ack_rx);
 
         let guest_pids = self.runtime.is_none();
         // Under runc the cgroup also counts the loader (PID 1) and, with an
@@ -247,26 +217,8 @@ impl DockerTier {
             None if pump.killed => ExitStatus { code: None, signal: Some(libc::SIGKILL) },
             None => {
                 let (code, signal) = container::split_exit(raw);
-                // The engine records the OOM event after the exit, later
-                // still on a loaded machine: ask again for a while.
-                let deadline = tokio::time::Instant::now() + OOM_FLAG_WAIT;
-                while signal == Some(libc::SIGKILL) && !oom && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    oom = docker
-                        .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
-                        .await
-                        .ok()
-                        .and_then(|i| i.state)
-                        .and_then(|s| s.oom_killed)
-                        .unwrap_or(false);
-                }
-                if !oom && signal == Some(libc::SIGKILL) {
-                    // No flag (gVisor's sandbox, one host process, can die at
-                    // the limit before the engine notes it): the container's
-                    // own cgroup is the fact, if it saw the limit bite.
-                    pump.final_counters();
-                    let c = pump.cg_counters;
-                    oom = c.oom_kills.unwrap_or(0) > 0 || c.memory_limit_hits.unwrap_or(0) > 0;
+                if signal == Some(libc::SIGKILL) && !oom {
+                    oom = oom_killed(docker, id, &mut pump).await;
                 }
                 if !oom {
                     // Nothing the program can do ends the loader; a container
@@ -315,6 +267,73 @@ impl DockerTier {
         });
         Ok((usage, details, writer))
     }
+}
+
+/// Write the payload, then (with egress) the relay's messages, then the
+/// acknowledgement once `ack` fires; the container's stdin closes after it.
+fn spawn_writer(
+    mut input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    payload: Vec<u8>,
+    mut mux_out: Option<tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>>,
+    ack_rx: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let r = async {
+            input.write_all(&payload).await?;
+            input.flush().await?;
+            match mux_out.as_mut() {
+                None => {
+                    let _ = ack_rx.await;
+                    input.write_all(b"\n").await?;
+                }
+                Some(out) => {
+                    tokio::pin!(ack_rx);
+                    loop {
+                        tokio::select! {
+                            m = out.recv() => match m {
+                                Some(m) => input.write_all(&container::host_frame(b'n', &m)).await?,
+                                None => { let _ = (&mut ack_rx).await; break }
+                            },
+                            _ = &mut ack_rx => break,
+                        }
+                    }
+                    input.write_all(&container::host_frame(b'k', b"")).await?;
+                }
+            }
+            input.flush().await?;
+            input.shutdown().await
+        }
+        .await;
+        if let Err(e) = r {
+            tracing::debug!("writing to the container's stdin: {e}");
+        }
+    })
+}
+
+/// Whether the memory limit killed a container that was SIGKILLed without
+/// its loader's report. The engine records the OOM event after the exit,
+/// later still on a loaded machine: it is asked again for a while. Without
+/// its flag (gVisor's sandbox, one host process, can die at the limit before
+/// the engine notes it) the container's own cgroup is the fact, if it saw
+/// the limit bite.
+async fn oom_killed(docker: &Docker, id: &str, pump: &mut Pump<'_>) -> bool {
+    let deadline = tokio::time::Instant::now() + OOM_FLAG_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let oom = docker
+            .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.oom_killed)
+            .unwrap_or(false);
+        if oom {
+            return true;
+        }
+    }
+    pump.final_counters();
+    let c = pump.cg_counters;
+    c.oom_kills.unwrap_or(0) > 0 || c.memory_limit_hits.unwrap_or(0) > 0
 }
 
 type Wait<'a> = Pin<
