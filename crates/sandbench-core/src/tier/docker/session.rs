@@ -22,19 +22,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use bollard::container::LogOutput;
 use futures_util::StreamExt;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::cgroup::Cgroup;
 use super::container::{self, Shape};
 use super::engine::{self, Engine};
-use super::{reap, remove, sample_loop, short, Cgroup, LoaderFacts, Sample};
-use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
-use crate::judge::{self, ExitFacts, Judge};
-use crate::session::counters_since;
+use super::lifecycle::short;
+use super::pump::{Beside, LoaderFacts, Output, Pump, Scope, Side};
+use super::{reap, remove};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, UsageSample};
 use crate::spec::RunSpec;
 use crate::tier::contract::{BoxFuture, TierExit, TierSession};
 
@@ -58,7 +57,6 @@ const AGENT_MEMORY: u64 = 10 << 20;
 /// program; longer, and the container is judged broken.
 const KILL_GRACE: Duration = Duration::from_secs(15);
 
-type Output = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 type Input = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
 /// The session's one attached stream: the agent's loaders read calls from
@@ -134,7 +132,7 @@ pub(crate) async fn open(
         }
     }
     let id = super::create_and_start(engine, body, &shape, &format!("sandbench-{tier}-{run_id}"), tier, None).await?;
-    let attached = super::attach(&engine.docker, &id).await;
+    let attached = super::lifecycle::attach(&engine.docker, &id).await;
     let attached = match attached {
         Ok(a) => a,
         Err(e) => {
@@ -280,10 +278,9 @@ impl DockerSession {
         let docker = &self.engine.docker;
         let limits = &spec.limits;
         let guest_pids = !self.gvisor;
-        let cgroup = self.cgroup.clone();
         // The container's counters run for the whole session: this call is
         // judged on what they gained from here.
-        let base = cgroup.as_ref().map(|c| c.sample(guest_pids).counters).unwrap_or_default();
+        let base = self.cgroup.as_ref().map(|c| c.sample(guest_pids).counters).unwrap_or_default();
         // The loader counts every process but itself; the agent is not the program's.
         let mut payload_spec = spec.clone();
         payload_spec.limits.pids = limits.pids.saturating_add(1);
@@ -306,159 +303,31 @@ impl DockerSession {
         ctx.emit(EventKind::Phase(Phase::Running)).await;
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
 
-        let (sample_tx, mut sample_rx) = mpsc::channel::<Sample>(4);
-        let sampler = tokio::spawn(sample_loop(docker.clone(), self.id.clone(), cgroup.clone(), guest_pids, sample_tx));
-        let mut judge = Judge::new(limits);
-        let mut loader = LoaderFacts::default();
-        let mut cg_counters = base;
-        let mut last = UsageSample::default();
-        let mut peak_mem: Option<u64> = None;
-        let mut reported: Option<(ExitStatus, u64, u64)> = None;
-        let mut failed: Option<String> = None;
-        let mut killed = false;
-        let mut delivered = [0u64; 2];
-        let mut prior_full: Vec<String> = vec![];
-        let mut loader_err: Vec<u8> = vec![];
-        let kill_deadline = tokio::time::sleep(Duration::from_secs(86_400 * 365));
-        tokio::pin!(kill_deadline);
-        let mut broken: Option<String> = None;
-        let mut container_ended = false;
-        // A kill asked for (cancel, CPU limit) and not yet written.
-        let mut kill_now = false;
-        loop {
-            if kill_now {
-                kill_now = false;
-                // One byte; the loader reads it while the program runs, or
-                // (sent as the call ended) before its acknowledgement.
-                if let Err(e) = async {
-                    ch.input.write_all(b"k").await?;
-                    ch.input.flush().await
-                }
-                .await
-                {
-                    broken = Some(format!("cannot send the kill to the session's container: {e}"));
-                    break;
-                }
-                kill_deadline.as_mut().reset(tokio::time::Instant::now() + KILL_GRACE);
-            }
-            tokio::select! {
-                _ = self.ended.cancelled(), if !container_ended => {
-                    container_ended = true;
-                    self.alive.store(false, Ordering::Relaxed);
-                    break;
-                }
-                item = ch.output.next() => match item {
-                    Some(Ok(LogOutput::StdOut { message })) => {
-                        for frame in ch.frames.feed(&message) {
-                            if reported.is_some() || failed.is_some() {
-                                // Nothing comes after a call's last frame.
-                                broken = Some("frames after the call's end".into());
-                                break;
-                            }
-                            match frame {
-                                container::Frame::Stdout(b) => {
-                                    delivered[0] += b.len() as u64;
-                                    ctx.emit(EventKind::Output(Stream::Stdout, b)).await
-                                }
-                                container::Frame::Stderr(b) => {
-                                    delivered[1] += b.len() as u64;
-                                    ctx.emit(EventKind::Output(Stream::Stderr, b)).await
-                                }
-                                container::Frame::Status(found) => {
-                                    for m in found.get("prior").and_then(|v| v.as_array()).into_iter().flatten() {
-                                        if let Some(m) = m.as_str() {
-                                            prior_full.push(crate::sanitize::inert_line(m, 80));
-                                        }
-                                    }
-                                    loader.absorb(&found);
-                                    judge.sample(ctx, &loader.counters(counters_since(cg_counters, base))).await;
-                                }
-                                container::Frame::Started { .. } => timeline.push(("program_started", ctx.ms())),
-                                // No relay in a session (it is offline): a relay
-                                // frame is the loader's mistake, dropped.
-                                container::Frame::Net(_) => {}
-                                container::Frame::Failed(why) => failed = Some(why),
-                                container::Frame::Exit { status, stdout_bytes, stderr_bytes } => {
-                                    timeline.push(("program_exited", ctx.ms()));
-                                    reported = Some((status, stdout_bytes, stderr_bytes));
-                                    // Every process of the call is gone (the loader
-                                    // killed them): the counters are this call's.
-                                    if let Some(cg) = &cgroup {
-                                        cg_counters = cg_counters.max(cg.sample(guest_pids).counters);
-                                    }
-                                }
-                            }
-                        }
-                        if let Some(why) = ch.frames.broken.clone() {
-                            broken = Some(why);
-                        }
-                        if broken.is_some() {
-                            break;
-                        }
-                        if reported.is_some() || failed.is_some() {
-                            if ch.frames.pending() != 0 {
-                                broken = Some("bytes after the call's last frame".into());
-                            }
-                            break;
-                        }
-                    }
-                    Some(Ok(LogOutput::StdErr { message })) => {
-                        let room = 4096usize.saturating_sub(loader_err.len());
-                        loader_err.extend_from_slice(&message[..message.len().min(room)]);
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
-                        tracing::debug!("session stream: {e}");
-                        broken = Some(format!("the stream from the session's container failed: {e}"));
-                        break;
-                    }
-                    None => break,
-                },
-                _ = ctx.stop.cancelled(), if !killed => {
-                    killed = true;
-                    kill_now = true;
-                }
-                _ = &mut kill_deadline => {
-                    broken = Some("the call's loader did not end after sandbench asked it to kill the program".into());
-                    break;
-                }
-                Some(s) = sample_rx.recv() => {
-                    let mut u = s.usage;
-                    u.cpu_ms = u.cpu_ms.map(|c| c.saturating_sub(base.cpu_ms.unwrap_or(0)));
-                    last = u;
-                    if let Some(m) = u.memory_bytes {
-                        peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
-                    }
-                    ctx.usage(u).await;
-                    cg_counters = cg_counters.max(s.counters);
-                    let mine = loader.counters(counters_since(cg_counters, base));
-                    if judge.sample(ctx, &mine).await == judge::Action::KillForCpu && !killed {
-                        killed = true;
-                        kill_now = true;
-                    }
-                }
-            }
+        let mut side = CallSide {
+            input: &mut ch.input,
+            ended: &self.ended,
+            kill_deadline: Box::pin(tokio::time::sleep(Duration::from_secs(86_400 * 365))),
+            acked: false,
+        };
+        let mut pump =
+            Pump::new(ctx, limits, timeline, docker, &self.id, self.cgroup.clone(), guest_pids, Scope::Call { base });
+        pump.drive(&mut ch.output, &mut ch.frames, &mut side).await;
+        if side.acked {
+            ch.in_call = false;
         }
-        sampler.abort();
-        if (reported.is_some() || failed.is_some()) && broken.is_none() {
-            // The acknowledgement: the loader ends, and the agent starts the
-            // next call's loader while this call's report goes out.
-            if let Err(e) = async {
-                ch.input.write_all(b"\n").await?;
-                ch.input.flush().await
-            }
-            .await
-            {
-                broken = Some(format!("cannot acknowledge the call to the session's container: {e}"));
-            } else {
-                ch.in_call = false;
-            }
+        if let Some(e) = pump.stream_error.take() {
+            pump.broken.get_or_insert(format!("the stream from the session's container failed: {e}"));
+        }
+        let (reported, failed) = (pump.reported, pump.failed.take());
+        let mut container_ended = pump.gone;
+        if container_ended {
+            self.alive.store(false, Ordering::Relaxed);
         }
         // No exit report: did the memory limit end the whole sandbox? (gVisor's
         // sandbox is one host process.) The stream can end before the engine
         // has marked the container stopped and OOM-killed: wait for that as
         // the one-shot run does.
-        let oom_ended = if reported.is_none() && broken.is_none() && failed.is_none() {
+        let oom_ended = if reported.is_none() && pump.broken.is_none() && failed.is_none() {
             let deadline = tokio::time::Instant::now() + super::OOM_FLAG_WAIT;
             loop {
                 let state = docker
@@ -489,16 +358,16 @@ impl DockerSession {
             // stopped by it, and the session is over.
             self.alive.store(false, Ordering::Relaxed);
             ctx.note("the memory limit ended the session's whole sandbox; the session closes").await;
-            let mut counters = loader.counters(counters_since(cg_counters, base));
+            let mut counters = pump.counters();
             counters.oom_kills = Some(counters.oom_kills.unwrap_or(0).max(1));
             let status = ExitStatus { code: None, signal: Some(libc::SIGKILL) };
-            let facts = ExitFacts { status, counters, ..Default::default() };
-            judge.exit(ctx, &facts).await;
+            let facts = crate::judge::ExitFacts { status, counters, ..Default::default() };
+            pump.judge.exit(ctx, &facts).await;
             ctx.emit(EventKind::Exit(status)).await;
-            let usage = UsageSample { cpu_ms: last.cpu_ms, memory_bytes: peak_mem, pids: None };
+            let usage = UsageSample { cpu_ms: pump.last.cpu_ms, memory_bytes: pump.peak_mem, pids: None };
             return Ok((usage, json!({ "program_uid": self.uid, "oom_killed": true, "session_ended": true })));
         }
-        if let Some(why) = broken {
+        if let Some(why) = pump.broken.take() {
             // The loader cannot be trusted to have cleaned up: the container goes.
             self.alive.store(false, Ordering::Relaxed);
             return Err(anyhow!("the session's container is no longer usable ({why}); the session closes"));
@@ -507,7 +376,7 @@ impl DockerSession {
             return Err(anyhow!("the container could not set up the program: {why}"));
         }
         let Some((status, out_bytes, err_bytes)) = reported else {
-            let why = crate::sanitize::inert_line(&String::from_utf8_lossy(&loader_err), 300);
+            let why = crate::sanitize::inert_line(&String::from_utf8_lossy(&pump.loader_err), 300);
             // No exit report: the loader died (the container may have too).
             self.alive.store(false, Ordering::Relaxed);
             return Err(anyhow!(
@@ -515,34 +384,86 @@ impl DockerSession {
                 if why.is_empty() { String::new() } else { format!(": {why}") }
             ));
         };
-        if !prior_full.is_empty() {
+        if !pump.prior_full.is_empty() {
             ctx.note(format!(
                 "scratch space already full when this call began (an earlier call filled it): {}",
-                prior_full.join(", ")
+                pump.prior_full.join(", ")
             ))
             .await;
         }
-        let counters = loader.counters(counters_since(cg_counters, base));
-        let facts = ExitFacts {
-            status,
-            counters,
-            rlimit_signals_trusted: false,
-            capped_files: loader.fsize.clone(),
-            full_mounts: loader.disk.clone(),
-        };
-        judge.exit(ctx, &facts).await;
+        let counters = pump.counters();
+        let facts = pump.facts(status, counters);
+        pump.judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(status)).await;
-        let usage = UsageSample { cpu_ms: last.cpu_ms.or(counters.cpu_ms), memory_bytes: peak_mem, pids: None };
+        let usage =
+            UsageSample { cpu_ms: pump.last.cpu_ms.or(counters.cpu_ms), memory_bytes: pump.peak_mem, pids: None };
         let details = json!({
             "program_uid": self.uid,
             "program_uid_policy": format!("{} — one uid for the whole session", self.user_policy),
             "output": {
-                "stdout_bytes": delivered[0],
-                "stderr_bytes": delivered[1],
-                "complete": ([out_bytes, err_bytes] == delivered),
+                "stdout_bytes": pump.delivered[0],
+                "stderr_bytes": pump.delivered[1],
+                "complete": ([out_bytes, err_bytes] == pump.delivered),
             },
-            "prior_full_mounts": prior_full,
+            "prior_full_mounts": pump.prior_full,
         });
         Ok((usage, details))
+    }
+}
+
+/// A session call's side of the pump: a stop is a `k` to the call's loader
+/// (which kills every process of the session's uid) with a deadline, the
+/// container's end ends the call, and the acknowledgement is a newline.
+struct CallSide<'a> {
+    input: &'a mut Input,
+    ended: &'a CancellationToken,
+    kill_deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    acked: bool,
+}
+
+impl Side for CallSide<'_> {
+    async fn kill(&mut self) -> Result<(), String> {
+        // One byte; the loader reads it while the program runs, or (sent as
+        // the call ended) before its acknowledgement.
+        let sent = async {
+            self.input.write_all(b"k").await?;
+            self.input.flush().await
+        };
+        sent.await.map_err(|e| format!("cannot send the kill to the session's container: {e}"))?;
+        self.kill_deadline.as_mut().reset(tokio::time::Instant::now() + KILL_GRACE);
+        Ok(())
+    }
+
+    async fn beside(&mut self) -> Beside {
+        tokio::select! {
+            _ = self.ended.cancelled() => Beside::Gone,
+            _ = &mut self.kill_deadline => {
+                Beside::Broken("the call's loader did not end after sandbench asked it to kill the program".into())
+            }
+        }
+    }
+
+    fn started(&mut self, _guard: Option<i32>) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// No relay in a session (it is offline): a relay frame is the loader's
+    /// mistake, dropped.
+    async fn relay(&mut self, _message: Vec<u8>) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn exited(&mut self, _ctx: &RunContext, _loader: &mut LoaderFacts) {}
+
+    /// The acknowledgement: the loader ends, and the agent starts the next
+    /// call's loader while this call's report goes out.
+    async fn acknowledge(&mut self) -> Result<(), String> {
+        let sent = async {
+            self.input.write_all(b"\n").await?;
+            self.input.flush().await
+        };
+        sent.await.map_err(|e| format!("cannot acknowledge the call to the session's container: {e}"))?;
+        self.acked = true;
+        Ok(())
     }
 }

@@ -2,11 +2,15 @@
 //! kernel, inside new pid/net/mount/ipc/uts (and, unprivileged, user)
 //! namespaces, a per-run cgroup, Landlock, seccomp and rlimits, as an
 //! unprivileged uid, with a scrubbed environment. See `sandbox.rs` for the
-//! inside; this file is the host side: spawn, stream, sample, judge, clean up.
+//! inside; this file is the host side: spawn (and keep a spare), hand the
+//! program over, conclude, clean up. `pump.rs` follows the program to its
+//! exit (stream, sample, judge) for a run and a session call alike;
+//! `session.rs` keeps a sandbox between calls.
 #![allow(unsafe_code)] // pre_exec hooks of the helper (async-signal-safe calls only)
 
 pub mod cgroup;
 pub mod netns;
+mod pump;
 pub mod sandbox;
 pub mod seccomp;
 pub mod session;
@@ -25,17 +29,13 @@ use tokio::process::Command;
 
 use crate::config::Config;
 use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
-use crate::judge::{self, ExitFacts, Judge};
 use crate::spec::{Language, Limits, RunSpec};
 use crate::tier::contract::{Availability, BoxFuture, Check, LimitMaxima, Tier, TierExit};
 use cgroup::{Layout, RunCgroup};
+use pump::{Pump, Scope};
 use sandbox::{SandboxConfig, Status};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
-/// Sampling is ten times denser for the first half second, so that a 50 ms
-/// program still shows a curve (reading the cgroup files takes microseconds).
-const SAMPLE_EARLY: Duration = Duration::from_millis(10);
-const EARLY_FOR: Duration = Duration::from_millis(500);
 
 /// The set-up steps the sandbox stamps (`Status::Mark`), kept in the
 /// report's timeline; any other name is not trusted into it.
@@ -887,6 +887,7 @@ impl ProcessTier {
         Ok(out)
     }
 
+    /// Hand the sandbox the program and follow it to its exit.
     async fn execute(
         &self,
         spec: &RunSpec,
@@ -895,157 +896,27 @@ impl ProcessTier {
         launched: &mut Launched,
     ) -> anyhow::Result<TierExit> {
         let limits = &spec.limits;
-        let cg = launched.cg.as_ref();
-        let child = &mut launched.child;
-        let helper_pid = child.id().unwrap_or(0) as i32;
         let mut stdin = launched.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
-        let mut status = launched.status.take().ok_or_else(|| anyhow!("helper has no status pipe"))?;
         let payload = serde_json::to_vec(&config)?;
         // Dropped after the write: init reads the config up to EOF.
         let writer = tokio::spawn(async move {
             let _ = stdin.write_all(&payload).await;
         });
-        let mut out_task = tokio::spawn(pump(child.stdout.take(), Stream::Stdout, ctx.clone()));
-        let mut err_task = tokio::spawn(pump(child.stderr.take(), Stream::Stderr, ctx.clone()));
-
-        let sampling_from = tokio::time::Instant::now();
-        let mut next_sample = sampling_from;
-        let mut judge = Judge::new(limits);
-        let mut isolation = json!({});
-        let mut exit: Option<Status> = None;
-        let mut error: Option<String> = None;
-        let mut killed = false;
-        let mut helper_done = false;
-        let mut status_eof = false;
-        let (mut out_done, mut err_done) = (false, false);
-        let mut line = Vec::new();
-        let mut early = std::mem::take(&mut launched.early).into_iter();
-        // Where the run's time goes (ms from its start), for the report.
-        let mut timeline: Vec<(&'static str, f64)> = std::mem::take(&mut launched.timeline);
-        // The sandbox stamps its steps on CLOCK_MONOTONIC: this run's start on it.
-        let start_ns = sandbox::mono_ns().saturating_sub((ctx.ms() * 1e6) as u64);
-        // A pre-started interpreter is the program's own (node starting its
-        // threads under a tight pids limit can hang there): its start counts
-        // against the wall time, which the runner only starts at Running.
+        let mut side = RunSide {
+            out: tokio::spawn(read_output(launched.child.stdout.take(), Stream::Stdout, ctx.clone())),
+            err: tokio::spawn(read_output(launched.child.stderr.take(), Stream::Stderr, ctx.clone())),
+            out_done: false,
+            err_done: false,
+        };
         let start_by = tokio::time::Instant::now() + limits.wall_time;
-        let mut started = false;
-
+        let mut pump = Pump::new(ctx, limits, Scope::Run { start_by });
         // Done once the program has exited and both its output pipes are
         // drained (EOF: every process holding them is gone), or the sandbox
         // is gone without saying so.
-        while !((exit.is_some() || status_eof) && out_done && err_done) {
-            let mut from_early = false;
-            let next = if let Some(s) = early.next() {
-                // Read before this run (a spare's set-up): not its time.
-                from_early = true;
-                Some(s)
-            } else {
-                tokio::select! {
-                    r = read_line_bounded(&mut status, &mut line), if !status_eof && exit.is_none() => {
-                        match r {
-                            Ok(0) | Err(_) => { status_eof = true; None }
-                            Ok(_) => Some(sandbox::parse_status(&line)),
-                        }
-                    }
-                    _ = &mut out_task, if !out_done => { out_done = true; None }
-                    _ = &mut err_task, if !err_done => { err_done = true; None }
-                    st = child.wait(), if !helper_done => {
-                        helper_done = true;
-                        if let Err(e) = st { error.get_or_insert(format!("lost the sandbox helper: {e}")); }
-                        // Stragglers (a daemon the program left) die with their
-                        // namespace; the cgroup kill makes sure of it.
-                        if let Some(c) = cg { c.kill_all(); }
-                        None
-                    }
-                    _ = tokio::time::sleep_until(start_by), if !started && !killed => {
-                        killed = true;
-                        let _ = child.start_kill();
-                        if let Some(c) = cg { c.kill_all(); }
-                        let detail = format!(
-                            "wall time limit {} hit before the program started — its interpreter never got ready; killed",
-                            crate::spec::format_duration(limits.wall_time)
-                        );
-                        let v = crate::event::Violation { kind: crate::event::ViolationKind::WallTimeout, at_ms: ctx.ms(), detail };
-                        ctx.emit(EventKind::Violation(v)).await;
-                        None
-                    }
-                    _ = ctx.stop.cancelled(), if !killed => {
-                        killed = true;
-                        let _ = child.start_kill();
-                        if let Some(c) = cg { c.kill_all(); }
-                        None
-                    }
-                    _ = tokio::time::sleep_until(next_sample), if exit.is_none() && !status_eof => {
-                        let every = if sampling_from.elapsed() < EARLY_FOR { SAMPLE_EARLY } else { SAMPLE_EVERY };
-                        next_sample = tokio::time::Instant::now() + every;
-                        let (sample, counters) = match cg {
-                            Some(c) => {
-                                let s = c.stats();
-                                (UsageSample { cpu_ms: s.cpu_ns.map(|n| n / 1_000_000), memory_bytes: s.memory, pids: s.pids }, s.counters())
-                            }
-                            None => {
-                                // Without a cgroup only the CPU of the tree is known.
-                                let u = proc_tree_sample(helper_pid);
-                                (u, judge::Counters { cpu_ms: u.cpu_ms, ..Default::default() })
-                            }
-                        };
-                        ctx.usage(sample).await;
-                        if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !killed {
-                            killed = true;
-                            let _ = child.start_kill();
-                            if let Some(c) = cg { c.kill_all(); }
-                        }
-                        None
-                    }
-                }
-            };
-            if let Some(s) = &next {
-                let what = match s {
-                    Status::Joined => Some("cgroup_joined"),
-                    Status::Ready => Some("interpreter_ready"),
-                    Status::Started => Some("program_started"),
-                    Status::Exit { .. } => Some("program_exited"),
-                    _ => None,
-                };
-                if let Some(w) = what.filter(|_| !from_early) {
-                    timeline.push((w, ctx.ms()));
-                }
-                if let (Status::Mark { what, mono_ns }, false) = (s, from_early) {
-                    let at = mono_ns.saturating_sub(start_ns) as f64 / 1e6;
-                    if let Some(k) = MARKS.iter().find(|m| **m == what.as_str()) {
-                        timeline.push((k, at));
-                    }
-                }
-            }
-            match next {
-                None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
-                Some(Status::Privileges { who, held }) => {
-                    launched.privileges.insert(who, json!(held));
-                }
-                Some(Status::Started) => {
-                    started = true;
-                    ctx.emit(EventKind::Phase(Phase::Running)).await;
-                    // The program exists from now on: count it even
-                    // if it exits before the first tick.
-                    ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
-                }
-                Some(Status::Isolation { landlock, seccomp, uid, user_ns, degraded }) => {
-                    for d in &degraded {
-                        ctx.note(format!("degraded: {d}")).await;
-                    }
-                    isolation = json!({
-                        "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
-                        "degraded": degraded,
-                    });
-                }
-                Some(Status::Warning { msg }) => ctx.note(msg).await,
-                Some(Status::Error { msg }) => {
-                    error.get_or_insert(msg);
-                }
-                Some(s @ Status::Exit { .. }) => exit = Some(s),
-            }
-        }
-        timeline.push(("output_drained", ctx.ms()));
+        pump.drive(launched, &mut side).await?;
+        drop(launched.status.take());
+        pump.timeline.push(("output_drained", ctx.ms()));
+        let cg = launched.cg.as_ref();
         // A verdict is final only once no process of the run can exist: init
         // reaps every one before it reports the exit; a run stopped from here
         // (its helper killed, the namespace going down) is confirmed empty.
@@ -1058,50 +929,58 @@ impl ProcessTier {
         let _ = writer.await;
         let stats = cg.map(|c| c.stats());
         launched.final_stats = stats;
-        let final_counters = stats.map(|s| s.counters());
-        if let Some(c) = &final_counters {
-            judge.sample(ctx, c).await;
-        }
+        let final_counters = pump.final_sample(stats).await;
         // Only sandbench's own code writes the status pipe (the program never
         // holds it): an error there means the sandbox was not built as
         // promised, whatever exit status followed (a failed setup step exits
         // 121 from the program's process).
-        if let Some(msg) = error {
+        if let Some(msg) = pump.error.take() {
             return Err(anyhow!("{msg}"));
         }
-        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
-            exit
-        else {
-            if killed || ctx.stop.is_cancelled() {
+        let Some(e) = pump.exited() else {
+            if pump.killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
-                let mut details = isolation_details(isolation, cg, &timeline);
+                let mut details = isolation_details(std::mem::take(&mut pump.isolation), cg, &pump.timeline);
                 details["privileges"] = json!(launched.privileges);
                 return Ok(TierExit { usage: None, details });
             }
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
-        let x = ExitStatus { code, signal };
-        // Whole-sandbox CPU from the cgroup; without one, init's rusage of
-        // the program (kernel-kept, after its exit).
-        let mut counters = final_counters.unwrap_or_default();
-        counters.cpu_ms = counters.cpu_ms.or(Some(cpu_ms));
-        let facts = ExitFacts {
-            status: x,
-            counters,
-            rlimit_signals_trusted: false,
-            capped_files: fsize_hit.into_iter().collect(),
-            full_mounts,
-        };
-        judge.exit(ctx, &facts).await;
-        ctx.emit(EventKind::Exit(x)).await;
-        let mut details = isolation_details(isolation, cg, &timeline);
-        details["privileges"] = json!(launched.privileges);
-        details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
-        details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
-        Ok(TierExit {
-            usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(max_rss_kb * 1024), pids: None }),
-            details,
-        })
+        let (cpu_ms, rss, status) = (e.cpu_ms, e.max_rss_kb * 1024, e.status);
+        let (details, _) = pump.conclude(e, status, final_counters, cg, launched, true).await;
+        Ok(TierExit { usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(rss), pids: None }), details })
+    }
+}
+
+/// A one-shot run's side of the pump: the program's pipes are its own, read
+/// to EOF by two tasks; a stop kills the helper and the run's cgroup.
+struct RunSide {
+    out: tokio::task::JoinHandle<()>,
+    err: tokio::task::JoinHandle<()>,
+    out_done: bool,
+    err_done: bool,
+}
+
+impl pump::Side for RunSide {
+    async fn output_ready(&mut self) -> Stream {
+        tokio::select! {
+            _ = &mut self.out, if !self.out_done => { self.out_done = true; Stream::Stdout }
+            _ = &mut self.err, if !self.err_done => { self.err_done = true; Stream::Stderr }
+            else => std::future::pending().await,
+        }
+    }
+
+    async fn take(&mut self, _: Stream, _: &RunContext) {}
+
+    fn drained(&self) -> bool {
+        self.out_done && self.err_done
+    }
+
+    async fn kill(&mut self, child: &mut tokio::process::Child, cg: Option<&RunCgroup>) {
+        let _ = child.start_kill();
+        if let Some(c) = cg {
+            c.kill_all();
+        }
     }
 }
 
@@ -1170,7 +1049,8 @@ async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
     Ok(n)
 }
 
-async fn pump<R: AsyncRead + Unpin>(src: Option<R>, stream: Stream, ctx: RunContext) {
+/// Read one of the program's pipes to EOF as output events.
+async fn read_output<R: AsyncRead + Unpin>(src: Option<R>, stream: Stream, ctx: RunContext) {
     let Some(mut src) = src else { return };
     let mut buf = vec![0u8; 64 * 1024];
     loop {

@@ -20,12 +20,11 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe::Receiver;
 
-use super::sandbox::{self, SandboxConfig, Status};
-use super::{count_user_processes, isolation_details, read_line_bounded, uid_policy, waiter_for};
-use super::{Launched, ProcessTier, SAMPLE_EVERY};
+use super::pump::{self, Pump, Scope};
+use super::sandbox::{self, SandboxConfig};
+use super::{count_user_processes, uid_policy, waiter_for};
+use super::{Launched, ProcessTier};
 use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
-use crate::judge::{self, ExitFacts, Judge};
-use crate::session::counters_since;
 use crate::spec::{Language, RunSpec};
 use crate::tier::contract::{BoxFuture, SessionSpec, TierExit, TierSession};
 
@@ -189,145 +188,96 @@ impl ProcessSession {
         let frame = sandbox::frame_call(&config);
         kept.stdin.write_all(&frame).await.context("cannot hand the call to the session's sandbox")?;
         kept.stdin.flush().await.context("cannot hand the call to the session's sandbox")?;
-        let (out, err, stdin) = (&kept.out, &kept.err, &mut kept.stdin);
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut side = CallSide {
+            out: &kept.out,
+            err: &kept.err,
+            stdin: &mut kept.stdin,
+            out_open: true,
+            err_open: true,
+            buf: vec![0u8; 64 * 1024],
+        };
         let launched = &mut kept.sandbox;
-        let cg = launched.cg.as_ref();
-        let status = launched.status.as_mut().ok_or_else(|| anyhow!("the session has no status pipe"))?;
-        let child = &mut launched.child;
-
-        let mut ticker = tokio::time::interval(SAMPLE_EVERY);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut judge = Judge::new(limits);
-        let mut isolation = json!({});
-        let mut exit: Option<Status> = None;
-        let mut error: Option<String> = None;
-        let mut killed = false;
-        let mut status_eof = false;
-        let mut helper_done = false;
-        let (mut out_open, mut err_open) = (true, true);
-        let mut peak_mem: Option<u64> = None;
-        let mut line = Vec::new();
-        // What the call's process said while it was made ahead (its isolation).
-        let mut early = std::mem::take(&mut launched.early).into_iter();
+        let mut pump = Pump::new(ctx, limits, Scope::Call { base });
         // The call is over when init says the program exited: by then every
         // process of the call is gone, and what they wrote is in the pipes.
-        while exit.is_none() && !status_eof {
-            let next = if let Some(s) = early.next() {
-                Some(s)
-            } else {
-                tokio::select! {
-                    r = read_line_bounded(status, &mut line) => match r {
-                        Ok(0) | Err(_) => { status_eof = true; None }
-                        Ok(_) => Some(sandbox::parse_status(&line)),
-                    },
-                    r = out.readable(), if out_open => {
-                        out_open = r.is_ok() && take_ready(out, Stream::Stdout, ctx, &mut buf).await;
-                        None
-                    }
-                    r = err.readable(), if err_open => {
-                        err_open = r.is_ok() && take_ready(err, Stream::Stderr, ctx, &mut buf).await;
-                        None
-                    }
-                    _ = child.wait(), if !helper_done => {
-                        helper_done = true;
-                        error.get_or_insert("the session's sandbox ended during the call".into());
-                        if let Some(c) = cg { c.kill_all(); }
-                        None
-                    }
-                    _ = ctx.stop.cancelled(), if !killed => {
-                        killed = true;
-                        ask_kill(stdin, cg).await;
-                        None
-                    }
-                    _ = ticker.tick() => {
-                        if let Some(c) = cg {
-                            let s = c.stats();
-                            let mine = counters_since(s.counters(), base);
-                            if let Some(m) = s.memory {
-                                peak_mem = Some(peak_mem.map_or(m, |p| p.max(m)));
-                            }
-                            ctx.usage(UsageSample { cpu_ms: mine.cpu_ms, memory_bytes: s.memory, pids: s.pids }).await;
-                            if judge.sample(ctx, &mine).await == judge::Action::KillForCpu && !killed {
-                                killed = true;
-                                ask_kill(stdin, cg).await;
-                            }
-                        }
-                        None
-                    }
-                }
-            };
-            match next {
-                None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
-                Some(Status::Privileges { who, held }) => {
-                    launched.privileges.insert(who, json!(held));
-                }
-                Some(Status::Started) => {
-                    ctx.emit(EventKind::Phase(Phase::Running)).await;
-                    ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
-                }
-                Some(Status::Isolation { landlock, seccomp, uid, user_ns, degraded }) => {
-                    for d in &degraded {
-                        ctx.note(format!("degraded: {d}")).await;
-                    }
-                    isolation = json!({
-                        "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns, "degraded": degraded,
-                    });
-                }
-                Some(Status::Warning { msg }) => ctx.note(msg).await,
-                Some(Status::Error { msg }) => {
-                    error.get_or_insert(msg);
-                }
-                Some(s @ Status::Exit { .. }) => exit = Some(s),
-            }
+        pump.drive(launched, &mut side).await?;
+        drain_now(side.out, Stream::Stdout, ctx).await;
+        drain_now(side.err, Stream::Stderr, ctx).await;
+        let cg = launched.cg.as_ref();
+        if pump.status_eof && !pump.has_exit() {
+            pump.error.get_or_insert("the session's sandbox ended during the call".into());
         }
-        drain_now(out, Stream::Stdout, ctx).await;
-        drain_now(err, Stream::Stderr, ctx).await;
-        if status_eof && exit.is_none() {
-            error.get_or_insert("the session's sandbox ended during the call".into());
-        }
-        let final_counters = cg.map(|c| counters_since(c.stats().counters(), base));
-        if let Some(c) = &final_counters {
-            judge.sample(ctx, c).await;
-        }
-        if let Some(msg) = error {
-            if status_eof || helper_done {
+        let final_counters = pump.final_sample(cg.map(|c| c.stats())).await;
+        if let Some(msg) = pump.error.take() {
+            if pump.status_eof || pump.helper_done {
                 self.alive.store(false, Ordering::Relaxed);
             }
             return Err(anyhow!("{msg}"));
         }
-        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
-            exit
-        else {
+        let Some(e) = pump.exited() else {
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
-        let x = if killed && !judge.cpu_exhausted() {
+        let shown = if pump.killed && !pump.judge.cpu_exhausted() {
             ExitStatus { code: None, signal: Some(libc::SIGKILL) }
         } else {
-            ExitStatus { code, signal }
+            e.status
         };
-        let mut counters = final_counters.unwrap_or_default();
-        counters.cpu_ms = counters.cpu_ms.or(Some(cpu_ms));
-        let facts = ExitFacts {
-            status: x,
-            counters,
-            rlimit_signals_trusted: false,
-            capped_files: fsize_hit.into_iter().collect(),
-            full_mounts,
-        };
-        judge.exit(ctx, &facts).await;
-        ctx.emit(EventKind::Exit(x)).await;
-        let mut details = isolation_details(isolation, cg, &[]);
-        details["privileges"] = json!(launched.privileges);
-        details["exit_rusage"] = json!({ "cpu_ms": cpu_ms, "max_rss_bytes": max_rss_kb * 1024 });
-        details["scratch_watch"] = json!({ "file_events": files_watched, "guarded_calls": guarded });
+        let rss = e.max_rss_kb * 1024;
+        let (mut details, counters) = pump.conclude(e, shown, final_counters, cg, launched, false).await;
         details["start"] = json!("session");
         let used = details.get("uid").cloned().unwrap_or(serde_json::Value::Null);
         let policy = uid_policy(self.uid_range.0, self.uid_range.1, &used);
         details["uid_policy"] = json!(format!("{policy} — one uid for the whole session"));
         details["warnings"] = json!(launched.warnings);
-        let rss = max_rss_kb * 1024;
-        let memory = Some(peak_mem.map_or(rss, |p| p.max(rss)));
+        let memory = Some(pump.peak_mem.map_or(rss, |p| p.max(rss)));
         Ok(TierExit { usage: Some(UsageSample { cpu_ms: counters.cpu_ms, memory_bytes: memory, pids: None }), details })
+    }
+}
+
+/// A session call's side of the pump: every call's program writes to the
+/// session's pipes, taken as they become readable (they never reach EOF
+/// while the session lives); a stop asks init to end the call's processes.
+struct CallSide<'a> {
+    out: &'a Receiver,
+    err: &'a Receiver,
+    stdin: &'a mut tokio::process::ChildStdin,
+    out_open: bool,
+    err_open: bool,
+    buf: Vec<u8>,
+}
+
+impl pump::Side for CallSide<'_> {
+    async fn output_ready(&mut self) -> Stream {
+        tokio::select! {
+            r = self.out.readable(), if self.out_open => {
+                self.out_open = r.is_ok();
+                Stream::Stdout
+            }
+            r = self.err.readable(), if self.err_open => {
+                self.err_open = r.is_ok();
+                Stream::Stderr
+            }
+            else => std::future::pending().await,
+        }
+    }
+
+    async fn take(&mut self, stream: Stream, ctx: &RunContext) {
+        let (rx, open) = match stream {
+            Stream::Stdout => (self.out, &mut self.out_open),
+            Stream::Stderr => (self.err, &mut self.err_open),
+        };
+        if *open {
+            *open = take_ready(rx, stream, ctx, &mut self.buf).await;
+        }
+    }
+
+    /// What the call's processes wrote is in the pipes once init reports
+    /// the exit (taken then by `drain_now`).
+    fn drained(&self) -> bool {
+        true
+    }
+
+    async fn kill(&mut self, _: &mut tokio::process::Child, cg: Option<&super::cgroup::RunCgroup>) {
+        ask_kill(self.stdin, cg).await;
     }
 }

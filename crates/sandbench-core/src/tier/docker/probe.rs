@@ -1,0 +1,205 @@
+//! `doctor` for the docker and gvisor tiers: the daemon, the program's uid,
+//! the runtime, the image, then the honest test — a real hardened container
+//! runs a trivial program through the runner — and what the warm pool costs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::cgroup::Cgroup;
+use super::container::{self, Shape};
+use super::engine::{self, Engine};
+use super::{launch, remove, runsc_fix, DockerTier};
+use crate::config::DockerConfig;
+use crate::spec::{Language, RunSpec};
+use crate::tier::contract::{Availability, Check};
+
+/// Whether the image has Node, from the probe's `command -v node` (the
+/// image is the user's choice: its answer is bounded and made inert).
+fn node_check(stdout: &str, image: &str, tier: &str) -> Check {
+    let line = stdout.lines().next().unwrap_or("").trim();
+    if line.starts_with('/') && line.len() <= 200 {
+        Check::ok("javascript", format!("node at {} in the image", crate::sanitize::inert_line(line, 200)))
+    } else {
+        Check::warn(
+            "javascript",
+            format!("no node in {image}: JavaScript programs cannot run"),
+            format!("sandbench setup {tier} (builds the sandbench/runtime image with nodejs), or set [docker] image to one with node"),
+        )
+    }
+}
+
+impl DockerTier {
+    /// What the warm pool costs while it waits, measured on one container
+    /// started now (as the pool starts them) and removed.
+    pub(super) async fn warm_check(&self, engine: &Engine) -> String {
+        let n = self.cfg.pool_size;
+        if n == 0 {
+            return "no warm pool ([docker] pool_size = 0): every run starts cold".into();
+        }
+        let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, &self.limits);
+        let each = match launch(engine, &shape, &format!("doctor-{}", container::new_run_id()), self.name).await {
+            Ok(id) => {
+                // The loader needs a moment to be resident and waiting.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let m = Cgroup::find(&id).and_then(|c| c.sample(true).usage.memory_bytes);
+                remove(&engine.docker, &id).await;
+                m
+            }
+            Err(_) => None,
+        };
+        format!(
+            "long-lived front ends keep {n} container(s) started ahead{}; [docker] pool_size bounds it",
+            each.map(|b| format!(", {} each while waiting (measured now)", crate::units::size(b))).unwrap_or_default()
+        )
+    }
+
+    pub(super) async fn probe_inner(&self) -> Availability {
+        let mut checks = vec![];
+        let name = self.name.to_string();
+        let engine = match self.engine().await {
+            Ok(e) => e,
+            Err(e) => {
+                checks.push(Check::fail("daemon", format!("{e:#}"), engine::start_daemon_hint(&self.endpoint.host)));
+                return Availability {
+                    tier: name,
+                    available: false,
+                    summary: "unavailable: no Docker daemon answers".into(),
+                    checks,
+                };
+            }
+        };
+        checks.push(Check::ok(
+            "daemon",
+            format!("{} — engine {}, API {} (negotiated)", engine.host, engine.server_version, engine.api_version),
+        ));
+        let mut ok = true;
+        match container::choose_ids(&self.cfg.user, engine.local) {
+            Ok(_) => {
+                let mut detail = container::describe_user(&self.cfg.user);
+                if engine.local && self.cfg.user.trim() != container::AUTO_USER {
+                    if let Ok((uid, _)) = container::program_ids(&self.cfg.user) {
+                        if host_has_uid(uid) {
+                            detail.push_str(&format!(" — a host process has uid {uid} too: it shares per-uid quotas"));
+                        }
+                    }
+                }
+                checks.push(Check::ok("uid", detail));
+            }
+            Err(e) => {
+                ok = false;
+                checks.push(Check::fail("uid", format!("{e:#}"), "set [docker] user = \"auto\" in the config"));
+            }
+        }
+        if let Some(rt) = self.runtime {
+            if engine.runtimes.contains(rt) {
+                checks.push(Check::ok("runtime", format!("{rt} registered")));
+            } else {
+                ok = false;
+                checks.push(Check::fail(
+                    "runtime",
+                    format!(
+                        "the daemon has no '{rt}' runtime (it has: {})",
+                        engine.runtimes.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                    runsc_fix(),
+                ));
+            }
+        }
+        match engine.has_image(&self.image).await {
+            Ok(true) => checks.push(Check::ok("image", self.image.clone())),
+            Ok(false) => {
+                ok = false;
+                checks.push(Check::fail(
+                    "image",
+                    format!("{} is not present", self.image),
+                    format!("sandbench setup {}", self.name),
+                ));
+            }
+            Err(e) => {
+                ok = false;
+                checks.push(Check::fail("image", format!("{e:#}"), format!("sandbench setup {}", self.name)));
+            }
+        }
+        if ok {
+            // The honest test: a real container runs a trivial program,
+            // which also says whether the image has Node (a shell builtin:
+            // nothing more is started).
+            let mut spec = RunSpec::new(Language::Sh, "command -v node || true\n");
+            spec.label = "doctor probe".into();
+            let probe = DockerTier {
+                name: self.name,
+                runtime: self.runtime,
+                cfg: DockerConfig { pool_size: 0, ..self.cfg.clone() },
+                image: self.image.clone(),
+                endpoint: self.endpoint.clone(),
+                engine: self.engine.clone(),
+                pool: OnceLock::new(),
+                runs: AtomicU64::new(0),
+                prewarmed: AtomicBool::new(false),
+                limits: self.limits.clone(),
+                egress: Default::default(),
+            };
+            let report = crate::runner::run(Arc::new(probe), spec).await;
+            if report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0) {
+                checks.push(Check::ok(
+                    "container",
+                    format!(
+                        "a hardened container ran a trivial program in {}",
+                        crate::units::duration_ms(report.timings_ms.total)
+                    ),
+                ));
+                checks.push(Check::ok(
+                    "holds",
+                    "no capability but SETUID/SETGID in the container's bounding set; a one-shot loader drops both once \
+the program is its own uid; a session's agent (PID 1, not dumpable, another uid than the program's) and its loaders keep them \
+(as root) to make each call's program the session's uid and end the call's processes",
+                ));
+                checks.push(node_check(&report.stdout, &self.image, self.name));
+                checks.push(Check::ok("warm", self.warm_check(engine).await));
+            } else {
+                ok = false;
+                let why = report.error.clone().unwrap_or_else(|| report.summary_line());
+                checks.push(Check::fail(
+                    "container",
+                    format!("a trivial program failed: {why}"),
+                    "see the log (sandbench.log) and the daemon's log",
+                ));
+            }
+        }
+        let summary = if ok {
+            format!("ready ({}, image {}, engine API {})", self.runtime_name(), self.image, engine.api_version)
+        } else {
+            "unavailable: see the failed checks".into()
+        };
+        Availability { tier: name, available: ok, summary, checks }
+    }
+}
+
+/// Does any host process run as `uid` now?
+fn host_has_uid(uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+        e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())
+            && e.metadata().is_ok_and(|m| m.uid() == uid)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_check_reads_only_a_path_and_keeps_it_inert() {
+        use crate::tier::contract::CheckLevel;
+        let c = node_check("/usr/bin/node\n", "img", "docker");
+        assert_eq!((c.level, c.detail.as_str()), (CheckLevel::Ok, "node at /usr/bin/node in the image"));
+        for out in ["", "sh: node: not found\n", "v20\n"] {
+            let c = node_check(out, "img", "gvisor");
+            assert_eq!(c.level, CheckLevel::Warn, "{out:?}");
+            assert!(c.fix.unwrap().contains("sandbench setup gvisor"));
+        }
+        let c = node_check("/x\x1b]52;c;AAAA\x07\n", "img", "docker");
+        assert!(!c.detail.contains('\x1b') && !c.detail.contains('\x07'), "{}", c.detail);
+    }
+}

@@ -1,0 +1,424 @@
+//! A one-shot run in a container: take a warm one or start one, attach,
+//! hand its loader the program (and, with an allow list, carry the egress
+//! relay on the same stream), follow it with the pump, conclude — the exit
+//! as the loader reported it, or as the engine saw the container end — and
+//! remove the container in the background.
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use bollard::query_parameters::WaitContainerOptions;
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+
+use super::cgroup::Cgroup;
+use super::container;
+use super::engine::{self, Engine};
+use super::lifecycle::{attach, kill, short};
+use super::pump::{Beside, LoaderFacts, Pump, Scope, Side};
+use super::watch::start_watch;
+use super::{launch, remove, runsc_fix, scratch, DockerTier, OOM_FLAG_WAIT};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, UsageSample};
+use crate::highwater;
+use crate::spec::RunSpec;
+use crate::tier::contract::TierExit;
+
+impl DockerTier {
+    pub(super) async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
+        ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+        let engine = self.engine().await?;
+        if let Some(rt) = self.runtime {
+            if !engine.runtimes.contains(rt) {
+                anyhow::bail!("the Docker daemon at {} has no '{rt}' runtime: {}", engine.host, runsc_fix());
+            }
+        }
+        let shape = self.shape(&spec);
+        let nth = self.runs.fetch_add(1, Ordering::Relaxed);
+        let pool = self.pool(engine);
+        let use_pool = pool.filter(|_| self.prewarmed.load(Ordering::Relaxed) || nth >= 1);
+        let warm = use_pool.and_then(|p| p.take(&shape));
+        let run_id = container::new_run_id();
+        let (id, start) = match warm {
+            Some(id) => {
+                ctx.note(format!("warm container {}", short(&id))).await;
+                (id, "warm")
+            }
+            None => {
+                ctx.note(format!("creating a {} container", self.runtime_name())).await;
+                (launch(engine, &shape, &run_id, self.name).await?, "cold")
+            }
+        };
+        let mut timeline: Vec<(&'static str, f64)> =
+            vec![(if start == "warm" { "container_taken" } else { "container_started" }, ctx.ms())];
+        let host_binds = scratch::of(&id).map(|d| scratch::binds(&d));
+        let result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
+        ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+        // The program has exited and its output is in (the loader's exit
+        // frame comes after every output frame): the report is final now.
+        // The single-use container goes in the background, awaited at
+        // shutdown and by the benchmarks; a killed sandbench leaves it to
+        // the next start's reaper (its owner label).
+        let (docker, gone) = (engine.docker.clone(), id.clone());
+        let ack = result.as_ref().ok().map(|r| r.2.abort_handle());
+        crate::tier::background::spawn(async move {
+            if let Some(w) = ack {
+                // The loader's acknowledgement first, so that it ends as it
+                // would: everything was received.
+                let t = tokio::time::Instant::now();
+                while !w.is_finished() && t.elapsed() < Duration::from_secs(2) {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            remove(&docker, &gone).await;
+        });
+        // Refill (and retarget to this run's shape) only now, off this run's path.
+        if let Some(p) = use_pool {
+            p.want(&shape);
+        }
+        let (usage, mut details, _) = result?;
+        let mut t = serde_json::Map::new();
+        for (k, v) in &timeline {
+            t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+        }
+        details["timeline_ms"] = serde_json::Value::Object(t);
+        details["runtime"] = json!(self.runtime_name());
+        details["start"] = json!(start);
+        details["image"] = json!(self.image);
+        details["container"] = json!(short(&id));
+        details["engine"] =
+            json!({ "host": engine.host, "api_version": engine.api_version, "server_version": engine.server_version });
+        details["hardening"] = shape.hardening();
+        if let Some(binds) = host_binds {
+            details["hardening"]["mounts"] = json!(binds);
+            details["hardening"]["scratch"] =
+                json!("host tmpfs mounts (size and inode limits as above), watched from the host");
+        }
+        Ok(TierExit { usage: Some(usage), details })
+    }
+
+    /// Hand the loader the program and follow it to its end.
+    async fn execute(
+        &self,
+        engine: &Engine,
+        id: &str,
+        spec: &RunSpec,
+        ctx: &RunContext,
+        timeline: &mut Vec<(&'static str, f64)>,
+    ) -> anyhow::Result<(UsageSample, serde_json::Value, tokio::task::JoinHandle<()>)> {
+        let docker = &engine.docker;
+        let limits = &spec.limits;
+        let (uid, gid) = container::choose_ids(&self.cfg.user, engine.local)?;
+        let attach =
+            attach(docker, id).await.map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
+        timeline.push(("attached", ctx.ms()));
+        let mut output = attach.output;
+        let input = attach.input;
+        let wait = Box::pin(docker.wait_container(id, Some(WaitContainerOptions { condition: "not-running".into() })));
+
+        ctx.emit(EventKind::Phase(Phase::Running)).await;
+        // The program exists from now on: count it even if it exits before
+        // the first sample.
+        ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
+        // High-water marks of the scratch space, from the host where it can
+        // (see host_watch); the loader's own checks stay as the fallback.
+        let (watch, loader_pid) = self.host_watch(engine, id, limits, ctx).await;
+        let guard_wanted = watch.as_ref().is_some_and(|w| w.sees_files()) && loader_pid.is_some();
+        let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
+        let egress = crate::egress::Egress::start(spec, &self.egress, ctx)?;
+        let net = egress.as_ref().map(|eg| container::Net {
+            port: crate::egress::SANDBOX_PORT,
+            env: eg.sandbox_env(&spec.env, container::CA_BUNDLE),
+            ca: eg.ca_pem(),
+        });
+        let payload = container::payload(spec, uid, gid, guard_wanted, net.as_ref());
+        let (mux, mux_out) = match &egress {
+            Some(eg) => {
+                let (m, out) = crate::egress::mux::Mux::new(eg.server());
+                (Some(m), Some(out))
+            }
+            None => (None, None),
+        };
+        // Stdin stays open after the payload: the loader waits for one more
+        // byte (the acknowledgement that every frame arrived) before it ends
+        // the container. With egress it carries the relay's messages first,
+        // and the acknowledgement is a frame.
+        let (ack_tx, ack_rx) = tokio::sync::oneshot::channel::<()>();
+        let writer = spawn_writer(input, payload, mux_out, ack_rx);
+
+        let guest_pids = self.runtime.is_none();
+        // Under runc the cgroup also counts the loader (PID 1) and, with an
+        // allow list, its relay thread: not the program's processes.
+        let loader_tasks = 1 + u64::from(!limits.network.is_none());
+        let cgroup = if engine.local { Cgroup::find(id) } else { None };
+        let mut side = RunSide {
+            docker,
+            id,
+            wait,
+            exit_code: None,
+            wait_error: None,
+            watch,
+            guard_wanted,
+            loader_pid,
+            running: None,
+            guarded: None,
+            mux,
+            ack: Some(ack_tx),
+        };
+        let mut frames = container::Frames::default();
+        let mut pump =
+            Pump::new(ctx, limits, &mut *timeline, docker, id, cgroup.clone(), guest_pids, Scope::Run { loader_tasks });
+        pump.drive(&mut output, &mut frames, &mut side).await;
+        if pump.broken.is_some() && !pump.killed {
+            pump.killed = true;
+            kill(docker, id);
+        }
+        // The writer goes on: it sends the loader's acknowledgement (see
+        // run_inner, which waits for it in the background).
+        if let Some(m) = side.mux.as_mut() {
+            m.close_all();
+        }
+        let network = match egress {
+            Some(eg) => {
+                let mut n = eg.finish().await;
+                n["relay_protocol_violations"] = json!(side.mux.as_ref().map_or(0, |m| m.violations));
+                n
+            }
+            None => json!("none (network_mode none)"),
+        };
+        if let Some(why) = pump.broken.take() {
+            return Err(anyhow!("the container's loader sent an unreadable stream ({why}); the run is void"));
+        }
+        if let Some(e) = side.wait_error.take() {
+            if !(pump.killed || ctx.stop.is_cancelled()) {
+                return Err(anyhow!("lost the container while waiting for it: {e}"));
+            }
+        }
+        if let Some(why) = pump.failed.take() {
+            return Err(anyhow!("the container could not set up the program: {why}"));
+        }
+        let reported = pump.reported;
+        let state = if reported.is_none() {
+            docker
+                .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+        } else {
+            None
+        };
+        let mut oom = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
+        let raw = side.exit_code.or_else(|| state.as_ref().and_then(|s| s.exit_code)).unwrap_or(137);
+        let status = match reported {
+            Some((status, _, _)) => status,
+            None if pump.killed => ExitStatus { code: None, signal: Some(libc::SIGKILL) },
+            None => {
+                let (code, signal) = container::split_exit(raw);
+                if signal == Some(libc::SIGKILL) && !oom {
+                    oom = oom_killed(docker, id, &mut pump).await;
+                }
+                if !oom {
+                    // Nothing the program can do ends the loader; a container
+                    // that ended without its report is a broken sandbox.
+                    let why = crate::sanitize::inert_line(&String::from_utf8_lossy(&pump.loader_err), 300);
+                    return Err(anyhow!(
+                        "the container ended (exit {raw}) without the loader reporting the program's exit{}",
+                        if why.is_empty() { String::new() } else { format!(": {why}") }
+                    ));
+                }
+                ExitStatus { code, signal }
+            }
+        };
+        let mut counters = pump.counters();
+        if oom {
+            counters.oom_kills = Some(counters.oom_kills.unwrap_or(0).max(1));
+        }
+        let facts = pump.facts(status, counters);
+        pump.judge.exit(ctx, &facts).await;
+        let exit = if pump.killed && !pump.cpu_killed && reported.is_none() {
+            ExitStatus { code: None, signal: Some(libc::SIGKILL) }
+        } else {
+            status
+        };
+        ctx.emit(EventKind::Exit(exit)).await;
+        let usage = UsageSample { cpu_ms: pump.last.cpu_ms, memory_bytes: pump.peak_mem, pids: None };
+        let produced = reported.map(|(_, o, e)| [o, e]);
+        let details = json!({
+            "oom_killed": oom,
+            "container_exit_code": raw,
+            "program_uid": pump.started_uid,
+            "program_uid_policy": container::describe_user(&self.cfg.user),
+            "scratch_watch": if files_watched {
+                json!({ "from": "host", "file_events": files_watched, "guarded_calls": side.guarded })
+            } else {
+                json!({ "from": "loader: free space every 100 ms and a scan at exit" })
+            },
+            "output": {
+                "stdout_bytes": pump.delivered[0],
+                "stderr_bytes": pump.delivered[1],
+                // Every byte the program wrote reached sandbench (before the
+                // runner's output limit); false only when the run was cut.
+                "complete": produced == Some(pump.delivered),
+            },
+            "network": network,
+        });
+        Ok((usage, details, writer))
+    }
+}
+
+/// Write the payload, then (with egress) the relay's messages, then the
+/// acknowledgement once `ack` fires; the container's stdin closes after it.
+fn spawn_writer(
+    mut input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    payload: Vec<u8>,
+    mut mux_out: Option<tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>>,
+    ack_rx: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let r = async {
+            input.write_all(&payload).await?;
+            input.flush().await?;
+            match mux_out.as_mut() {
+                None => {
+                    let _ = ack_rx.await;
+                    input.write_all(b"\n").await?;
+                }
+                Some(out) => {
+                    tokio::pin!(ack_rx);
+                    loop {
+                        tokio::select! {
+                            m = out.recv() => match m {
+                                Some(m) => input.write_all(&container::host_frame(b'n', &m)).await?,
+                                None => { let _ = (&mut ack_rx).await; break }
+                            },
+                            _ = &mut ack_rx => break,
+                        }
+                    }
+                    input.write_all(&container::host_frame(b'k', b"")).await?;
+                }
+            }
+            input.flush().await?;
+            input.shutdown().await
+        }
+        .await;
+        if let Err(e) = r {
+            tracing::debug!("writing to the container's stdin: {e}");
+        }
+    })
+}
+
+/// Whether the memory limit killed a container that was SIGKILLed without
+/// its loader's report. The engine records the OOM event after the exit,
+/// later still on a loaded machine: it is asked again for a while. Without
+/// its flag (gVisor's sandbox, one host process, can die at the limit before
+/// the engine notes it) the container's own cgroup is the fact, if it saw
+/// the limit bite.
+async fn oom_killed(docker: &Docker, id: &str, pump: &mut Pump<'_>) -> bool {
+    let deadline = tokio::time::Instant::now() + OOM_FLAG_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let oom = docker
+            .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.oom_killed)
+            .unwrap_or(false);
+        if oom {
+            return true;
+        }
+    }
+    pump.final_counters();
+    let c = pump.cg_counters;
+    c.oom_kills.unwrap_or(0) > 0 || c.memory_limit_hits.unwrap_or(0) > 0
+}
+
+type Wait<'a> = Pin<
+    Box<
+        dyn futures_util::Stream<Item = Result<bollard::models::ContainerWaitResponse, bollard::errors::Error>>
+            + Send
+            + 'a,
+    >,
+>;
+
+/// A one-shot run's side of the pump: the engine's kill, the container's
+/// wait, the host's scratch watch, the egress relay and the writer's
+/// acknowledgement.
+struct RunSide<'a> {
+    docker: &'a Docker,
+    id: &'a str,
+    wait: Wait<'a>,
+    exit_code: Option<i64>,
+    wait_error: Option<String>,
+    /// The host's watch, until the program starts; then `running`.
+    watch: Option<highwater::Watch>,
+    guard_wanted: bool,
+    loader_pid: Option<i32>,
+    running: Option<highwater::Running>,
+    /// Calls the scratch guard served, once the watch finished.
+    guarded: Option<u64>,
+    mux: Option<crate::egress::mux::Mux>,
+    ack: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Side for RunSide<'_> {
+    async fn kill(&mut self) -> Result<(), String> {
+        kill(self.docker, self.id);
+        Ok(())
+    }
+
+    async fn beside(&mut self) -> Beside {
+        if self.exit_code.is_some() || self.wait_error.is_some() {
+            return std::future::pending().await;
+        }
+        match self.wait.next().await {
+            Some(Ok(r)) => self.exit_code = Some(r.status_code),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => self.exit_code = Some(code),
+            Some(Err(e)) => self.wait_error = Some(engine::cause(&e)),
+            None => self.wait_error = Some("the wait stream ended without a status".into()),
+        }
+        Beside::Exited
+    }
+
+    fn started(&mut self, guard: Option<i32>) -> Result<(), String> {
+        if let Some(w) = self.watch.take() {
+            self.running = Some(start_watch(w, self.guard_wanted, guard, self.loader_pid)?);
+        }
+        Ok(())
+    }
+
+    async fn relay(&mut self, message: Vec<u8>) -> Result<(), String> {
+        match self.mux.as_mut() {
+            Some(mux) => {
+                mux.incoming(&message).await;
+                Ok(())
+            }
+            // Relay messages in a run without egress: the stream is not what
+            // sandbench's loader writes.
+            None => Err("a relay frame in a run without egress".into()),
+        }
+    }
+
+    async fn exited(&mut self, ctx: &RunContext, loader: &mut LoaderFacts) {
+        // The program is gone: the watch's last look.
+        if let Some(r) = self.running.take() {
+            if let Ok((found, served)) = tokio::task::spawn_blocking(move || r.finish()).await {
+                for gap in &found.gaps {
+                    ctx.note(gap.clone()).await;
+                }
+                loader.absorb_found(found);
+                self.guarded = Some(served);
+            }
+        }
+    }
+
+    async fn acknowledge(&mut self) -> Result<(), String> {
+        if let Some(tx) = self.ack.take() {
+            let _ = tx.send(());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,332 @@
+//! The pump of the process tier: one sandbox's program followed to its exit,
+//! for a one-shot run and a session call alike. It reads init's status
+//! lines (set-up marks, isolation, warnings, errors, the exit), samples the
+//! run cgroup (or, without one, the helper's process tree), hands the judge
+//! its facts as they come, stops the program at its CPU limit or when the run
+//! is stopped, and ends once init has reported the exit and the program's
+//! output is in. What differs between a run and a call — where the output
+//! comes from, how a stop is asked for — is the caller's [`Side`]; what the
+//! counters are measured from is the [`Scope`].
+
+use serde_json::json;
+use tokio::process::Child;
+
+use super::cgroup::{RunCgroup, Stats};
+use super::sandbox::{self, Status};
+use super::{isolation_details, proc_tree_sample, read_line_bounded, Launched, MARKS, SAMPLE_EVERY};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
+use crate::judge::{self, ExitFacts, Judge};
+use crate::session::counters_since;
+use crate::spec::Limits;
+
+/// Sampling is ten times denser for a run's first half second, so that a
+/// 50 ms program still shows a curve (reading the cgroup files takes
+/// microseconds).
+const SAMPLE_EARLY: std::time::Duration = std::time::Duration::from_millis(10);
+const EARLY_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Whose the sandbox is while the pump follows it.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Scope {
+    /// A one-shot run's, whole. A pre-started interpreter is the program's
+    /// own (node starting its threads under a tight pids limit can hang
+    /// there): its start counts against the wall time, which the runner only
+    /// starts at Running, so the program must have started by `start_by`.
+    Run { start_by: tokio::time::Instant },
+    /// A session call's: the cgroup's counters run for the whole session, so
+    /// the call is judged on what they gained since `base`; the sandbox is
+    /// meant to outlive the call, so its end during one is an error.
+    Call { base: judge::Counters },
+}
+
+/// What a one-shot run and a session call each do around the pump.
+pub(super) trait Side {
+    /// Wait until some of the program's output can be taken; pending for
+    /// ever once there is none to wait for. Must be cancel-safe.
+    async fn output_ready(&mut self) -> Stream;
+    /// Take what `output_ready` said is there.
+    async fn take(&mut self, stream: Stream, ctx: &RunContext);
+    /// Whether all of the program's output is in (checked once init has
+    /// reported the exit, or is gone).
+    fn drained(&self) -> bool;
+    /// Stop the program (cancel, CPU limit, wall time before it started).
+    async fn kill(&mut self, child: &mut Child, cg: Option<&RunCgroup>);
+}
+
+/// What init reported of the program's exit.
+pub(super) struct Exited {
+    pub(super) status: ExitStatus,
+    pub(super) cpu_ms: u64,
+    pub(super) max_rss_kb: u64,
+    fsize_hit: Option<String>,
+    full_mounts: Vec<String>,
+    guarded: Option<u64>,
+    files_watched: bool,
+}
+
+/// The state of one run or call, and what the pump found.
+pub(super) struct Pump<'a> {
+    ctx: &'a RunContext,
+    scope: Scope,
+    wall_time: std::time::Duration,
+    pub(super) judge: Judge,
+    pub(super) isolation: serde_json::Value,
+    exit: Option<Status>,
+    pub(super) error: Option<String>,
+    pub(super) killed: bool,
+    pub(super) helper_done: bool,
+    pub(super) status_eof: bool,
+    started: bool,
+    /// Where the run's time goes (ms from its start), for the report.
+    pub(super) timeline: Vec<(&'static str, f64)>,
+    /// The highest memory sampled (a call's: the cgroup's own high-water
+    /// mark spans the session).
+    pub(super) peak_mem: Option<u64>,
+}
+
+impl<'a> Pump<'a> {
+    pub(super) fn new(ctx: &'a RunContext, limits: &Limits, scope: Scope) -> Pump<'a> {
+        Pump {
+            ctx,
+            scope,
+            wall_time: limits.wall_time,
+            judge: Judge::new(limits),
+            isolation: json!({}),
+            exit: None,
+            error: None,
+            killed: false,
+            helper_done: false,
+            status_eof: false,
+            started: false,
+            timeline: vec![],
+            peak_mem: None,
+        }
+    }
+
+    fn base(&self) -> judge::Counters {
+        match self.scope {
+            Scope::Run { .. } => judge::Counters::default(),
+            Scope::Call { base } => base,
+        }
+    }
+
+    /// Follow the sandbox until init has reported the program's exit (or is
+    /// gone without saying so) and the side has all of its output.
+    pub(super) async fn drive<S: Side>(&mut self, launched: &mut Launched, side: &mut S) -> anyhow::Result<()> {
+        let ctx = self.ctx;
+        let cg = launched.cg.as_ref();
+        let child = &mut launched.child;
+        let helper_pid = child.id().unwrap_or(0) as i32;
+        let status = launched.status.as_mut().ok_or_else(|| anyhow::anyhow!("helper has no status pipe"))?;
+        let mut early = std::mem::take(&mut launched.early).into_iter();
+        self.timeline = std::mem::take(&mut launched.timeline);
+        // The sandbox stamps its steps on CLOCK_MONOTONIC: this run's start on it.
+        let start_ns = sandbox::mono_ns().saturating_sub((ctx.ms() * 1e6) as u64);
+        let start_by = match self.scope {
+            Scope::Run { start_by } => Some(start_by),
+            Scope::Call { .. } => None,
+        };
+        let sampling_from = tokio::time::Instant::now();
+        let mut next_sample = sampling_from;
+        let mut line = Vec::new();
+        while !((self.exit.is_some() || self.status_eof) && side.drained()) {
+            let mut from_early = false;
+            let next = if let Some(s) = early.next() {
+                // Read before this run (a spare's set-up, a call's process
+                // made ahead): not its time.
+                from_early = true;
+                Some(s)
+            } else {
+                tokio::select! {
+                    r = read_line_bounded(status, &mut line), if !self.status_eof && self.exit.is_none() => {
+                        match r {
+                            Ok(0) | Err(_) => { self.status_eof = true; None }
+                            Ok(_) => Some(sandbox::parse_status(&line)),
+                        }
+                    }
+                    stream = side.output_ready() => {
+                        side.take(stream, ctx).await;
+                        None
+                    }
+                    st = child.wait(), if !self.helper_done => {
+                        self.helper_done = true;
+                        match (self.scope, st) {
+                            (Scope::Run { .. }, Err(e)) => {
+                                self.error.get_or_insert(format!("lost the sandbox helper: {e}"));
+                            }
+                            (Scope::Run { .. }, Ok(_)) => {}
+                            (Scope::Call { .. }, _) => {
+                                self.error.get_or_insert("the session's sandbox ended during the call".into());
+                            }
+                        }
+                        // Stragglers (a daemon the program left) die with their
+                        // namespace; the cgroup kill makes sure of it.
+                        if let Some(c) = cg { c.kill_all(); }
+                        None
+                    }
+                    _ = tokio::time::sleep_until(start_by.unwrap_or(sampling_from)), if start_by.is_some() && !self.started && !self.killed => {
+                        self.killed = true;
+                        side.kill(child, cg).await;
+                        let detail = format!(
+                            "wall time limit {} hit before the program started — its interpreter never got ready; killed",
+                            crate::spec::format_duration(self.wall_time)
+                        );
+                        let v = crate::event::Violation { kind: crate::event::ViolationKind::WallTimeout, at_ms: ctx.ms(), detail };
+                        ctx.emit(EventKind::Violation(v)).await;
+                        None
+                    }
+                    _ = ctx.stop.cancelled(), if !self.killed => {
+                        self.killed = true;
+                        side.kill(child, cg).await;
+                        None
+                    }
+                    _ = tokio::time::sleep_until(next_sample), if self.exit.is_none() && !self.status_eof => {
+                        let every = match self.scope {
+                            Scope::Run { .. } if sampling_from.elapsed() < EARLY_FOR => SAMPLE_EARLY,
+                            _ => SAMPLE_EVERY,
+                        };
+                        next_sample = tokio::time::Instant::now() + every;
+                        if let Some((usage, counters)) = self.sample(cg, helper_pid) {
+                            ctx.usage(usage).await;
+                            if self.judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !self.killed {
+                                self.killed = true;
+                                side.kill(child, cg).await;
+                            }
+                        }
+                        None
+                    }
+                }
+            };
+            if let Some(s) = next.as_ref().filter(|_| !from_early) {
+                self.mark(s, start_ns);
+            }
+            match next {
+                None | Some(Status::Ready | Status::Joined | Status::Mark { .. }) => {}
+                Some(Status::Privileges { who, held }) => {
+                    launched.privileges.insert(who, json!(held));
+                }
+                Some(Status::Started) => {
+                    self.started = true;
+                    ctx.emit(EventKind::Phase(Phase::Running)).await;
+                    // The program exists from now on: count it even if it
+                    // exits before the first tick.
+                    ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
+                }
+                Some(Status::Isolation { landlock, seccomp, uid, user_ns, degraded }) => {
+                    for d in &degraded {
+                        ctx.note(format!("degraded: {d}")).await;
+                    }
+                    self.isolation = json!({
+                        "landlock": landlock, "seccomp": seccomp, "uid": uid, "user_ns": user_ns,
+                        "degraded": degraded,
+                    });
+                }
+                Some(Status::Warning { msg }) => ctx.note(msg).await,
+                Some(Status::Error { msg }) => {
+                    self.error.get_or_insert(msg);
+                }
+                Some(s @ Status::Exit { .. }) => self.exit = Some(s),
+            }
+        }
+        Ok(())
+    }
+
+    /// A status's place in the timeline, if it has one.
+    fn mark(&mut self, s: &Status, start_ns: u64) {
+        let what = match s {
+            Status::Joined => Some("cgroup_joined"),
+            Status::Ready => Some("interpreter_ready"),
+            Status::Started => Some("program_started"),
+            Status::Exit { .. } => Some("program_exited"),
+            _ => None,
+        };
+        if let Some(w) = what {
+            self.timeline.push((w, self.ctx.ms()));
+        }
+        if let Status::Mark { what, mono_ns } = s {
+            let at = mono_ns.saturating_sub(start_ns) as f64 / 1e6;
+            if let Some(k) = MARKS.iter().find(|m| **m == what.as_str()) {
+                self.timeline.push((k, at));
+            }
+        }
+    }
+
+    /// Usage and the judge's counters now: the cgroup's (a call's share);
+    /// a run without a cgroup knows only the CPU of the helper's tree, a
+    /// call without one samples nothing.
+    fn sample(&mut self, cg: Option<&RunCgroup>, helper_pid: i32) -> Option<(UsageSample, judge::Counters)> {
+        match (cg, self.scope) {
+            (Some(c), _) => {
+                let s = c.stats();
+                let mine = counters_since(s.counters(), self.base());
+                if let Some(m) = s.memory {
+                    self.peak_mem = Some(self.peak_mem.map_or(m, |p| p.max(m)));
+                }
+                Some((UsageSample { cpu_ms: mine.cpu_ms, memory_bytes: s.memory, pids: s.pids }, mine))
+            }
+            (None, Scope::Run { .. }) => {
+                let u = proc_tree_sample(helper_pid);
+                Some((u, judge::Counters { cpu_ms: u.cpu_ms, ..Default::default() }))
+            }
+            (None, Scope::Call { .. }) => None,
+        }
+    }
+
+    /// The cgroup's counters at the end (this call's share), judged once more.
+    pub(super) async fn final_sample(&mut self, stats: Option<Stats>) -> Option<judge::Counters> {
+        let counters = stats.map(|s| counters_since(s.counters(), self.base()));
+        if let Some(c) = &counters {
+            self.judge.sample(self.ctx, c).await;
+        }
+        counters
+    }
+
+    /// Whether init reported the program's exit.
+    pub(super) fn has_exit(&self) -> bool {
+        self.exit.is_some()
+    }
+
+    /// Init's report of the program's exit, if it made one.
+    pub(super) fn exited(&mut self) -> Option<Exited> {
+        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
+            self.exit.take()
+        else {
+            return None;
+        };
+        let status = ExitStatus { code, signal };
+        Some(Exited { status, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched })
+    }
+
+    /// Judge and emit the exit `shown` (init's, unless the caller knows
+    /// better); the details every run and call reports, and the counters the
+    /// exit was judged on.
+    pub(super) async fn conclude(
+        &mut self,
+        e: Exited,
+        shown: ExitStatus,
+        final_counters: Option<judge::Counters>,
+        cg: Option<&RunCgroup>,
+        launched: &Launched,
+        with_timeline: bool,
+    ) -> (serde_json::Value, judge::Counters) {
+        // Whole-sandbox CPU from the cgroup; without one, init's rusage of
+        // the program (kernel-kept, after its exit).
+        let mut counters = final_counters.unwrap_or_default();
+        counters.cpu_ms = counters.cpu_ms.or(Some(e.cpu_ms));
+        let facts = ExitFacts {
+            status: shown,
+            counters,
+            rlimit_signals_trusted: false,
+            capped_files: e.fsize_hit.into_iter().collect(),
+            full_mounts: e.full_mounts,
+        };
+        self.judge.exit(self.ctx, &facts).await;
+        self.ctx.emit(EventKind::Exit(shown)).await;
+        let timeline: &[(&'static str, f64)] = if with_timeline { &self.timeline } else { &[] };
+        let mut details = isolation_details(std::mem::take(&mut self.isolation), cg, timeline);
+        details["privileges"] = json!(launched.privileges);
+        details["exit_rusage"] = json!({ "cpu_ms": e.cpu_ms, "max_rss_bytes": e.max_rss_kb * 1024 });
+        details["scratch_watch"] = json!({ "file_events": e.files_watched, "guarded_calls": e.guarded });
+        (details, counters)
+    }
+}
