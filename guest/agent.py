@@ -238,6 +238,23 @@ def number(path):
         return None
 
 
+class Steps:
+    """Where a call's time goes inside the guest: ms since its RUN frame was
+    read, per step, sent in EXIT (`steps`) for the report's timeline. The
+    program's own process stamps its set-up steps too (before its first
+    byte) and hands them over with the guard's descriptor."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+        self.marks = []
+
+    def mark(self, name, at=None):
+        self.marks.append((name, (time.monotonic() if at is None else at) - self.t0))
+
+    def text(self):
+        return " ".join("%s:%.2f" % (n, t * 1000) for n, t in self.marks)
+
+
 class Port:
     def __init__(self, fd):
         self.fd = fd
@@ -566,10 +583,16 @@ class Guard:
 
 def child(spec, out_w, err_w, guard_w):
     """In the forked child: become the sandboxed program. Never returns."""
+    marks = []
+
+    def mark(name):
+        marks.append("%s=%.6f" % (name, time.monotonic()))
+
     try:
         os.setsid()
         if os.path.isdir(RUN_CG):
             write_file(RUN_CG + "/cgroup.procs", str(os.getpid()))
+        mark("child_cgroup")
         lim = spec["limits"]
         # The CPU limit is the agent's: it samples the run cgroup and kills
         # at the limit (a kill the host trusts). RLIMIT_CPU is only a
@@ -592,6 +615,7 @@ def child(spec, out_w, err_w, guard_w):
             # under 256M while it used a few MiB, and its refusals are
             # counted nowhere. Resident memory is what the limit means.
             resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
+        mark("child_rlimits")
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
@@ -604,6 +628,7 @@ def child(spec, out_w, err_w, guard_w):
         os.setuid(UID)
         os.chdir("/work")
         os.umask(0o022)
+        mark("child_uid")
         if spec.get("ca"):
             write_ca_bundle(spec["ca"])
         env = dict((str(k), str(v)) for k, v in spec["env"])
@@ -614,12 +639,15 @@ def child(spec, out_w, err_w, guard_w):
         # surface small (io_uring, namespaces, keyrings, bpf, other ABIs,
         # socket families other than unix, inet, inet6, netlink route).
         install_program_filter(_libc())
+        mark("child_program_filter")
         # The guard last: from here on the agent must answer for every
         # guarded call; its listener goes to the agent, nothing stays here.
         import _socket
 
         g = install_guard()
-        guard_w.sendmsg([b"g"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, g.to_bytes(4, sys.byteorder))])
+        mark("child_guard")
+        msg = ("g" + " ".join(marks)).encode()
+        guard_w.sendmsg([msg], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, g.to_bytes(4, sys.byteorder))])
         os.close(g)
         guard_w.close()
         if spec["language"] in INTERPRETERS:
@@ -732,8 +760,9 @@ def run_python(src):
     os._exit(code)
 
 
-def run(port, spec):
+def run(port, spec, steps):
     notes = configure(spec["limits"])
+    steps.mark("configured")
     now = spec.get("now")
     if now:
         # No RTC, and a restored snapshot keeps the time it was saved at:
@@ -759,6 +788,7 @@ def run(port, spec):
         notes.append("the guest cgroup does not hold the memory limit: RLIMIT_DATA (virtual size) stands in for it")
     for n in notes:
         port.send(T_LOG, n)
+    steps.mark("clock_and_seed")
     session = spec.get("session") == "1"
     # Session mode: files changed before `since` (host clock) and scratch
     # space already full are earlier calls', not this one's.
@@ -776,6 +806,7 @@ def run(port, spec):
         # Python runs the code from memory: the call goes on (and can free
         # the space a previous call of the session filled).
         port.send(T_LOG, "the program file /work/%s could not be written (%s): the program runs without it" % (name, e))
+    steps.mark("program_written")
     if spec.get("net_port"):
         start_egress(int(spec["net_port"]), port.fd)
     out_r, out_w = os.pipe()
@@ -783,27 +814,39 @@ def run(port, spec):
     limit = int(spec["limits"].get("file_size_bytes", 16 << 20))
     # Watching starts before the program exists: no write goes unseen.
     watch = Watch(limit)
+    steps.mark("watch_ready")
     import _socket
 
     guard_r, guard_w = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     base = Sampler().sample() if session else None
+    steps.mark("base_sampled")
     gc.freeze()
     pid = os.fork()
     if pid == 0:
         guard_r.detach()  # closed with the rest in the child
         child(spec, out_w, err_w, guard_w)
+    steps.mark("forked")
     os.close(out_w)
     os.close(err_w)
     guard_w.close()
     guard = None
     try:
-        _m, anc, _f, _a = guard_r.recvmsg(1, _socket.CMSG_SPACE(4))
+        m, anc, _f, _a = guard_r.recvmsg(512, _socket.CMSG_SPACE(4))
         for lvl, ty, data in anc:
             if lvl == _socket.SOL_SOCKET and ty == _socket.SCM_RIGHTS and len(data) >= 4:
                 guard = Guard(int.from_bytes(data[:4], sys.byteorder))
+        # The child's own steps (its clock is this one), stamped before the
+        # program's first byte.
+        for part in m[1:].decode("ascii", "replace").split():
+            n, _, at = part.partition("=")
+            try:
+                steps.mark(n, float(at))
+            except ValueError:
+                pass
     except OSError as e:
         port.send(T_LOG, "no scratch guard: %s" % e)
     guard_r.close()
+    steps.mark("guard_received")
     port.send(T_STARTED, {"pid": pid})
     cpu_limit_ms = int(spec["limits"]["cpu_ms"])
     sampler = Sampler(base)
@@ -819,6 +862,7 @@ def run(port, spec):
     # compete with the program for the (often single) vCPU.
     next_sample = time.monotonic() + SAMPLE_EVERY
     last = {}
+    first_output = True
     poller = select.poll()
     for fd in list(streams) + host + [f for f in (guard.fd if guard else None, watch.fd) if f is not None]:
         poller.register(fd, select.POLLIN)
@@ -846,6 +890,9 @@ def run(port, spec):
                 continue
             data = os.read(fd, CHUNK)
             if data:
+                if first_output:
+                    first_output = False
+                    steps.mark("first_output")
                 port.send(streams[fd], data)
             else:
                 poller.unregister(fd)
@@ -860,6 +907,7 @@ def run(port, spec):
                 break
             if p == pid:
                 status = st
+                steps.mark("program_reaped")
                 # The kernel's exact count of the program's own CPU time
                 # (the cgroup's last sample can trail it).
                 main_cpu_ms = int((ru.ru_utime + ru.ru_stime) * 1000)
@@ -877,6 +925,7 @@ def run(port, spec):
             if last.get("cpu_ms", 0) > cpu_limit_ms and not cpu_killed and status is None:
                 cpu_killed = True
                 kill_everything()
+    steps.mark("output_drained")
     last = sampler.sample()
     ex = {
         "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
@@ -899,9 +948,11 @@ def run(port, spec):
     # its limit is enforced against), never a process's max RSS: the cgroup
     # charges the interpreter's shared pages to whoever touched them first
     # (this agent's own Python), so a small program reads ~1 MiB.
+    steps.mark("counters_read")
     watch.drain()
     watch.check()
     hit, full = scan_scratch(limit, since, prior_full)
+    steps.mark("scratch_scanned")
     ex["fsize_hit"] = watch.capped or hit
     # A mount already full before a session's call was that earlier call's.
     newly_full = [m for m in watch.full if m not in prior_full]
@@ -918,6 +969,8 @@ def run(port, spec):
     watch.close()
     if guard is not None:
         os.close(guard.fd)
+    steps.mark("exit_sent")
+    ex["steps"] = steps.text()
     port.send(T_EXIT, ex)
 
 
@@ -1016,9 +1069,11 @@ def main():
             port.send(T_PONG, payload)
         if kind != T_RUN:
             continue
+        steps = Steps()
         try:
             spec = decode_run(payload)
-            run(port, spec)
+            steps.mark("decoded")
+            run(port, spec, steps)
         except Exception:
             import traceback
 
