@@ -568,7 +568,8 @@ QEMU runs as sandbench's user on the host",
             session_since: session,
         };
         guest.send(&proto::encode_run(&req)).await?;
-        timeline.push(("program_sent", ctx.ms()));
+        let sent = ctx.ms();
+        timeline.push(("program_sent", sent));
         let mut kill_sent = false;
         let kill_grace = tokio::time::sleep(std::time::Duration::from_secs(86_400 * 365));
         tokio::pin!(kill_grace);
@@ -630,6 +631,12 @@ QEMU runs as sandbench's user on the host",
                 }
                 Item::Frame(Frame::Exit(x)) => {
                     timeline.push(("program_exited", ctx.ms()));
+                    // The guest's own steps, placed on this timeline as if
+                    // RUN reached the agent the moment it was sent (the
+                    // serial port's transit is in the host's next step).
+                    for (k, ms) in x.steps.as_deref().map(proto::guest_steps).unwrap_or_default() {
+                        timeline.push((k, sent + ms));
+                    }
                     exit = *x;
                     break;
                 }

@@ -88,6 +88,50 @@ pub struct GuestExit {
     /// or what the previous call left at its name could not be removed):
     /// nothing ran. Guest text: shown inert.
     pub refused: Option<String>,
+    /// Where the call's time went inside the guest: `name:ms` pairs,
+    /// space-separated, ms since the agent read the RUN frame
+    /// ([`guest_steps`] keeps the known names only).
+    pub steps: Option<String>,
+}
+
+/// The agent's steps of a call (`guest/agent.py`, `Steps`), in the order it
+/// takes them: (the agent's name, the report's). Any other name from the
+/// guest is not trusted into a report; `guest_` sets them apart from the
+/// host's own steps.
+pub const GUEST_STEPS: &[(&str, &str)] = &[
+    ("decoded", "guest_decoded"),
+    ("configured", "guest_configured"),
+    ("zygote_remade", "guest_zygote_remade"),
+    ("clock_and_seed", "guest_clock_and_seed"),
+    ("program_written", "guest_program_written"),
+    ("base_sampled", "guest_base_sampled"),
+    ("spec_sent", "guest_spec_sent"),
+    ("child_spec", "guest_child_spec"),
+    ("child_rlimits", "guest_child_rlimits"),
+    ("child_uid", "guest_child_uid"),
+    ("child_ready", "guest_child_ready"),
+    ("zygote_answered", "guest_zygote_answered"),
+    ("first_output", "guest_first_output"),
+    ("program_reaped", "guest_program_reaped"),
+    ("output_drained", "guest_output_drained"),
+    ("counters_read", "guest_counters_read"),
+    ("scratch_scanned", "guest_scratch_scanned"),
+    ("exit_sent", "guest_exit_sent"),
+];
+
+/// The known steps of an EXIT's `steps` text with their times (ms since the
+/// agent read RUN): at most one per name, finite, within an hour.
+pub fn guest_steps(text: &str) -> Vec<(&'static str, f64)> {
+    let mut out: Vec<(&'static str, f64)> = vec![];
+    for part in text.split_ascii_whitespace().take(4 * GUEST_STEPS.len()) {
+        let Some((name, ms)) = part.split_once(':') else { continue };
+        let Some(&(_, k)) = GUEST_STEPS.iter().find(|(g, _)| *g == name) else { continue };
+        let Ok(ms) = ms.parse::<f64>() else { continue };
+        if ms.is_finite() && (0.0..=3_600_000.0).contains(&ms) && !out.iter().any(|(n, _)| *n == k) {
+            out.push((k, ms));
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -386,6 +430,14 @@ pub fn frames(items: &[Item]) -> Vec<Frame> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_steps_keep_known_names_once_and_sane_times() {
+        let got =
+            guest_steps("decoded:0.40 spec_sent:12.5 spec_sent:1.0 evil:3 configured:NaN child_uid:-1 exit_sent:1e9 x");
+        assert_eq!(got, vec![("guest_decoded", 0.4), ("guest_spec_sent", 12.5)]);
+        assert!(guest_steps("").is_empty());
+    }
 
     #[test]
     fn decodes_the_agent_format() {

@@ -85,6 +85,11 @@ impl TierSession for MicrovmSession {
             let (usage, garbage, watch) = result?;
             let mut details = self.details.clone();
             details["start"] = json!("session");
+            let mut t = serde_json::Map::new();
+            for (k, v) in &timeline {
+                t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+            }
+            details["timeline_ms"] = serde_json::Value::Object(t);
             if !watch.is_null() {
                 details["scratch_watch"] = watch;
             }
