@@ -197,7 +197,7 @@ pub async fn setup(
         image::Ensured::Present(i) => progress.line(&format!("setup: image {i} is present")),
         image::Ensured::Pulled(i) => progress.line(&format!("setup: pulled {i}")),
         image::Ensured::Switched(i) | image::Ensured::Built(i) => {
-            let path = Config::path().ok_or_else(|| anyhow!("no config directory; set SANDBENCH_CONFIG"))?;
+            let path = Config::path().ok_or_else(|| anyhow::anyhow!("no config directory; set SANDBENCH_CONFIG"))?;
             image::record_image(&path, i)?;
             if matches!(done, image::Ensured::Built(_)) {
                 progress.line(&format!("setup: built {i}"));
