@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ratatui::crossterm::event::{KeyEvent, KeyEventKind, KeyModifiers};
-use ratatui::layout::Rect;
 
 use super::agent_view::AgentView;
 use super::compare_view::{CompareRun, CompareView};
@@ -23,45 +22,13 @@ use super::overlays::{GauntletSetup, Help, LimitsForm, Prompt, PromptKind, Sampl
 use super::run_view::RunView;
 use super::runs_view::RunsView;
 use super::theme::Theme;
-pub use super::types::Level;
+pub use super::types::{Areas, Focus, Level, Status, TierEntry, View};
 use super::view::{Intent, Key, Reply};
 use crate::samples::{self, Sample};
 use crate::spec::{Language, Limits, RunSpec};
-use crate::tier::Availability;
 
 // Plain data the widgets draw; named here as before.
 pub use super::types::Frontier;
-
-#[derive(Debug, Clone)]
-pub struct TierEntry {
-    pub name: String,
-    /// `None` while the probe runs.
-    pub avail: Option<Availability>,
-    /// What it holds warm now ("2 of 2 warm container(s) ready").
-    pub warm: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Focus {
-    Editor,
-    Output,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    Single,
-    Compare,
-    Gauntlet,
-    Agent,
-    Runs,
-}
-
-#[derive(Debug, Clone)]
-pub struct Status {
-    pub text: String,
-    pub level: Level,
-    pub at: Instant,
-}
 
 /// What goes with an editor text besides the text: undo brings it back.
 #[derive(Debug, Clone)]
@@ -69,16 +36,6 @@ struct DocIdentity {
     path: Option<PathBuf>,
     label: String,
     language: Language,
-}
-
-/// Screen areas from the last layout (for paging and scrolling).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Areas {
-    pub editor: Rect,
-    pub output: Rect,
-    /// Rows of the gauntlet matrix and of the details pane / the agent transcript.
-    pub list_rows: u16,
-    pub detail_rows: u16,
 }
 
 pub struct App {
