@@ -15,6 +15,7 @@ use super::output;
 use super::scene::Scene;
 use super::side::draw_run_resources;
 use crate::tui::run_view::{OutLine, RunView};
+use crate::tui::theme::Theme;
 use crate::units::{duration_ms, or_dash, size_short};
 
 /// Narrowest live column: its resources (`mem 12.0M/256M ───`) and a few
@@ -78,7 +79,7 @@ fn draw_rows(sc: &Scene, runs: &[&RunView], f: &mut Frame, area: Rect) {
             let block = pane(sc.theme, format!(" output · {} · {} ", run.tier, run.state_line()), false);
             let inner = block.inner(below);
             f.render_widget(block, below);
-            f.render_widget(Paragraph::new(tail(sc, run, inner)), inner);
+            f.render_widget(Paragraph::new(tail(sc.theme, run, inner)), inner);
         }
     }
     let t = sc.theme;
@@ -144,12 +145,12 @@ fn draw_column(sc: &Scene, run: &RunView, f: &mut Frame, area: Rect) {
     f.render_widget(block, area);
     let res_h = (7 + run.violations.len() as u16 + if run.finished() { 2 } else { 0 }).min(inner.height / 2 + 2);
     let [res, out] = Layout::vertical([Constraint::Length(res_h), Constraint::Min(0)]).areas(inner);
-    draw_run_resources(sc, run, f, res, false);
-    f.render_widget(Paragraph::new(tail(sc, run, out)), out);
+    draw_run_resources(sc.theme, run, f, res, false);
+    f.render_widget(Paragraph::new(tail(sc.theme, run, out)), out);
 }
 
 /// The newest lines of a run's output that fit `area`.
-fn tail(sc: &Scene, run: &RunView, area: Rect) -> Vec<Line<'static>> {
+fn tail(theme: &Theme, run: &RunView, area: Rect) -> Vec<Line<'static>> {
     let partials: Vec<OutLine> = run.partials().collect();
     let n = run.lines.len() + partials.len();
     let rows = area.height as usize;
@@ -157,7 +158,7 @@ fn tail(sc: &Scene, run: &RunView, area: Rect) -> Vec<Line<'static>> {
         .iter()
         .chain(partials.iter())
         .skip(n.saturating_sub(rows))
-        .map(|l| output::render(sc, l, 0, area.width as usize))
+        .map(|l| output::render(theme, l, 0, area.width as usize))
         .collect()
 }
 

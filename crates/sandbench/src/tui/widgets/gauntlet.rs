@@ -13,6 +13,7 @@ use crate::gauntlet::Verdict;
 use crate::spec::format_duration;
 use crate::spec::format_size;
 use crate::tui::gauntlet_view::{CellView, GState, GauntletView, Head};
+use crate::tui::theme::Theme;
 use crate::units::duration_ms;
 
 pub struct GLayout {
@@ -23,8 +24,8 @@ pub struct GLayout {
 /// Lines under the matrix at `width` columns (borders included): the
 /// failure, the latency and the skipped tiers (wrapped, never cut), and the
 /// legend when the cells are abbreviated.
-fn info(sc: &Scene, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
-    let t = sc.theme;
+fn info(theme: &Theme, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
+    let t = theme;
     let w = width.saturating_sub(2).max(10) as usize;
     let mut out = vec![];
     if let Some(e) = &g.error {
@@ -121,8 +122,8 @@ fn wrap_units(head: Span<'static>, units: Vec<Vec<Span<'static>>>, w: usize) -> 
     lines
 }
 
-fn info_lines(sc: &Scene, g: &GauntletView, width: u16) -> u16 {
-    info(sc, g, width).len() as u16
+fn info_lines(theme: &Theme, g: &GauntletView, width: u16) -> u16 {
+    info(theme, g, width).len() as u16
 }
 
 /// Narrowest tier column: `■ cancelled`, `▶ running…`, `✓ pids+wall`.
@@ -220,7 +221,7 @@ pub fn layout(sc: &Scene, body: Rect) -> GLayout {
     match sc.gauntlet {
         Some(g) if g.zoom => GLayout { matrix: Rect { height: 0, ..body }, details: body },
         Some(g) => {
-            let want = g.rows.len() as u16 + 3 + info_lines(sc, g, body.width);
+            let want = g.rows.len() as u16 + 3 + info_lines(sc.theme, g, body.width);
             let h = want.min(body.height.saturating_mul(55) / 100).max(5.min(body.height));
             let [matrix, details] = Layout::vertical([Constraint::Length(h), Constraint::Min(0)]).areas(body);
             GLayout { matrix, details }
@@ -232,7 +233,7 @@ pub fn layout(sc: &Scene, body: Rect) -> GLayout {
 /// Rows the table shows (without its header) and lines the details pane shows.
 pub fn rows(sc: &Scene, body: Rect) -> (u16, u16) {
     let l = layout(sc, body);
-    let info = sc.gauntlet.map_or(0, |g| info_lines(sc, g, body.width));
+    let info = sc.gauntlet.map_or(0, |g| info_lines(sc.theme, g, body.width));
     (l.matrix.height.saturating_sub(3 + info), l.details.height.saturating_sub(2))
 }
 
@@ -269,7 +270,7 @@ pub fn draw(sc: &Scene, f: &mut Frame, body: Rect) {
     };
     let l = layout(sc, body);
     if !g.zoom {
-        draw_matrix(sc, g, f, l.matrix);
+        draw_matrix(sc.theme, g, f, l.matrix);
     }
     // The frontier beside the details once the screen is wide enough for both.
     let fr = sc
@@ -278,10 +279,10 @@ pub fn draw(sc: &Scene, f: &mut Frame, body: Rect) {
         .filter(|fr| !g.zoom && l.details.width >= 100 && l.details.height >= 8 && !fr.points.is_empty());
     if let Some(fr) = fr {
         let [details, chart] = Layout::horizontal([Constraint::Min(50), Constraint::Percentage(45)]).areas(l.details);
-        draw_details(sc, g, f, details);
+        draw_details(sc.theme, g, f, details);
         super::frontier::draw(sc.theme, f, chart, fr);
     } else {
-        draw_details(sc, g, f, l.details);
+        draw_details(sc.theme, g, f, l.details);
     }
 }
 
@@ -304,15 +305,15 @@ fn state_text(g: &GauntletView) -> String {
 }
 
 /// Short text and style of a cell.
-fn cell_text(sc: &Scene, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (String, Style) {
-    let t = sc.theme;
+fn cell_text(theme: &Theme, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (String, Style) {
+    let t = theme;
     match &g.cells[r][c] {
         Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
         Some(cv) => {
             // The full words when they fit, else a short form (the legend says how to read it).
             let text = fitted_text(cv, col_w as usize);
             // A pass in a sandbox that lacked protections is no plain pass.
-            let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(sc, &cv.cell.verdict) };
+            let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(theme, &cv.cell.verdict) };
             (text, st)
         }
         None if g.running == Some((r, c)) => ("▶ running…".into(), bold(Style::new().fg(t.ui.accent))),
@@ -321,8 +322,8 @@ fn cell_text(sc: &Scene, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (S
     }
 }
 
-pub fn verdict_style(sc: &Scene, v: &Verdict) -> Style {
-    let t = &sc.theme.ui;
+pub fn verdict_style(theme: &Theme, v: &Verdict) -> Style {
+    let t = &theme.ui;
     match v {
         Verdict::Ran | Verdict::Contained { .. } => Style::new().fg(t.ok),
         Verdict::Escaped { .. } => bold(Style::new().fg(t.violation)),
@@ -330,13 +331,13 @@ pub fn verdict_style(sc: &Scene, v: &Verdict) -> Style {
     }
 }
 
-fn draw_matrix(sc: &Scene, g: &GauntletView, f: &mut Frame, area: Rect) {
-    let t = sc.theme;
+fn draw_matrix(theme: &Theme, g: &GauntletView, f: &mut Frame, area: Rect) {
+    let t = theme;
     let title = format!(" gauntlet · {} ", state_text(g));
-    let block = pane(sc.theme, title, !g.zoom);
+    let block = pane(theme, title, !g.zoom);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    let info = info(sc, g, area.width);
+    let info = info(theme, g, area.width);
     // The matrix keeps three rows (and its header) before the notes get theirs.
     let keep = 1 + (g.rows.len() as u16).min(3);
     let info_h = (info.len() as u16).min(inner.height.saturating_sub(keep));
@@ -359,7 +360,7 @@ fn draw_matrix(sc: &Scene, g: &GauntletView, f: &mut Frame, area: Rect) {
         };
         let mut cells = vec![TCell::from(Line::from(vec![tag, Span::styled(name, Style::new().fg(t.ui.fg))]))];
         for c in window.clone() {
-            let (text, mut st) = cell_text(sc, g, r, c, col_w);
+            let (text, mut st) = cell_text(theme, g, r, c, col_w);
             if g.sel == (r, c) {
                 st = st.bg(t.ui.selection_bg).add_modifier(Modifier::BOLD);
             }
@@ -376,19 +377,19 @@ fn draw_matrix(sc: &Scene, g: &GauntletView, f: &mut Frame, area: Rect) {
     f.render_widget(Paragraph::new(info), info_area);
 }
 
-fn draw_details(sc: &Scene, g: &GauntletView, f: &mut Frame, area: Rect) {
+fn draw_details(theme: &Theme, g: &GauntletView, f: &mut Frame, area: Rect) {
     if area.height == 0 {
         return;
     }
     let (r, c) = g.sel;
     let (Some(row), Some(tier)) = (g.rows.get(r), g.tiers.get(c)) else {
-        f.render_widget(Paragraph::new("no cell").block(pane(sc.theme, " details ", g.zoom)), area);
+        f.render_widget(Paragraph::new("no cell").block(pane(theme, " details ", g.zoom)), area);
         return;
     };
     let hint = if g.zoom { "Enter/Esc back · ↑↓ scroll" } else { "Enter zooms" };
     let title = format!(" {} on {tier} · {hint} ", row.name);
-    let block = pane(sc.theme, title, g.zoom);
-    let lines = detail_lines(sc, g, r, c);
+    let block = pane(theme, title, g.zoom);
+    let lines = detail_lines(theme, g, r, c);
     let inner = block.inner(area);
     // Rows the wrapped lines take (word wrapping may take a few more).
     let w = inner.width.max(1) as usize;
@@ -400,28 +401,28 @@ fn draw_details(sc: &Scene, g: &GauntletView, f: &mut Frame, area: Rect) {
     );
 }
 
-fn field<'a>(sc: &Scene, k: &str, v: impl Into<Line<'a>>) -> Line<'a> {
-    let mut spans = vec![Span::styled(format!("{k:<11}"), sc.theme.key())];
+fn field<'a>(theme: &Theme, k: &str, v: impl Into<Line<'a>>) -> Line<'a> {
+    let mut spans = vec![Span::styled(format!("{k:<11}"), theme.key())];
     spans.extend(v.into().spans);
     Line::from(spans)
 }
 
-fn plain(sc: &Scene, s: String) -> Span<'static> {
-    Span::styled(s, Style::new().fg(sc.theme.ui.fg))
+fn plain(theme: &Theme, s: String) -> Span<'static> {
+    Span::styled(s, Style::new().fg(theme.ui.fg))
 }
 
 /// What the details pane shows for cell (r, c).
-pub fn detail_lines(sc: &Scene, g: &GauntletView, r: usize, c: usize) -> Vec<Line<'static>> {
-    let t = sc.theme;
+pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<Line<'static>> {
+    let t = theme;
     let row = &g.rows[r];
     let mut lines = vec![];
     lines.push(field(
-        sc,
+        theme,
         "sample",
-        plain(sc, format!("{} ({})", row.name, if row.hostile { "hostile" } else { "benign control" })),
+        plain(theme, format!("{} ({})", row.name, if row.hostile { "hostile" } else { "benign control" })),
     ));
-    lines.push(field(sc, "tries", plain(sc, row.tries.clone())));
-    lines.push(field(sc, "must", plain(sc, row.must.clone())));
+    lines.push(field(theme, "tries", plain(theme, row.tries.clone())));
+    lines.push(field(theme, "must", plain(theme, row.must.clone())));
     let cv: &CellView = match &g.cells[r][c] {
         Some(cv) => cv,
         None => {
@@ -432,17 +433,21 @@ pub fn detail_lines(sc: &Scene, g: &GauntletView, r: usize, c: usize) -> Vec<Lin
             } else {
                 "not run (the gauntlet was cancelled or failed before it)"
             };
-            lines.push(field(sc, "verdict", Span::styled(what, t.dim())));
+            lines.push(field(theme, "verdict", Span::styled(what, t.dim())));
             return lines;
         }
     };
     let cell = &cv.cell;
     let rep = &cell.report;
-    lines.push(field(sc, "verdict", Span::styled(cell.verdict.short(), bold(verdict_style(sc, &cell.verdict)))));
-    lines.push(field(sc, "expected", plain(sc, cell.expected.clone().unwrap_or_else(|| "— (none declared)".into()))));
+    lines.push(field(theme, "verdict", Span::styled(cell.verdict.short(), bold(verdict_style(theme, &cell.verdict)))));
+    lines.push(field(
+        theme,
+        "expected",
+        plain(theme, cell.expected.clone().unwrap_or_else(|| "— (none declared)".into())),
+    ));
     if cell.degraded {
         let what = format!("⚠ degraded: {}", rep.degraded.join("; "));
-        lines.push(field(sc, "sandbox", Span::styled(what, bold(Style::new().fg(t.ui.warn)))));
+        lines.push(field(theme, "sandbox", Span::styled(what, bold(Style::new().fg(t.ui.warn)))));
     }
     let mut got = rep.outcome.name().to_string();
     if !rep.violations.is_empty() {
@@ -459,13 +464,13 @@ pub fn detail_lines(sc: &Scene, g: &GauntletView, r: usize, c: usize) -> Vec<Lin
     } else {
         (format!("✗ {}", cell.mismatch.clone().unwrap_or_default()), bold(Style::new().fg(t.ui.violation)))
     };
-    lines.push(field(sc, "got", Line::from(vec![plain(sc, format!("{got}  ")), Span::styled(mark, mst)])));
+    lines.push(field(theme, "got", Line::from(vec![plain(theme, format!("{got}  ")), Span::styled(mark, mst)])));
     if rep.violations.is_empty() {
-        lines.push(field(sc, "violations", Span::styled("none", t.dim())));
+        lines.push(field(theme, "violations", Span::styled("none", t.dim())));
     }
     for (i, v) in rep.violations.iter().enumerate() {
         lines.push(field(
-            sc,
+            theme,
             if i == 0 { "violations" } else { "" },
             Span::styled(
                 format!("{} at {}: {}", v.kind.name(), duration_ms(v.at_ms), v.detail),
@@ -475,11 +480,11 @@ pub fn detail_lines(sc: &Scene, g: &GauntletView, r: usize, c: usize) -> Vec<Lin
     }
     // What the host-side canaries saw.
     if cell.findings.escapes.is_empty() {
-        lines.push(field(sc, "canaries", Span::styled("nothing got out", Style::new().fg(t.ui.ok))));
+        lines.push(field(theme, "canaries", Span::styled("nothing got out", Style::new().fg(t.ui.ok))));
     }
     for (i, e) in cell.findings.escapes.iter().enumerate() {
         lines.push(field(
-            sc,
+            theme,
             if i == 0 { "canaries" } else { "" },
             Span::styled(format!("ESCAPED: {e}"), bold(Style::new().fg(t.ui.violation))),
         ));
@@ -491,25 +496,25 @@ pub fn detail_lines(sc: &Scene, g: &GauntletView, r: usize, c: usize) -> Vec<Lin
         let files = planted.iter().filter(|p| p.starts_with("secret file")).count();
         Span::styled(format!("planted (fake ANTHROPIC_API_KEY + {files} secret file(s))"), t.dim())
     };
-    lines.push(field(sc, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
+    lines.push(field(theme, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
     let latency = match (cell.findings.host_latency_ms_p50, cell.findings.host_latency_ms_max) {
         (Some(p50), Some(max)) => {
             format!("p50 {} · max {} (spawning /bin/true during the run)", duration_ms(p50), duration_ms(max))
         }
         _ => "not measured".into(),
     };
-    lines.push(field(sc, "host", plain(sc, latency)));
+    lines.push(field(theme, "host", plain(theme, latency)));
     let exit = match &rep.error {
         Some(e) => Span::styled(format!("{} · {}", rep.exit.describe(), e), Style::new().fg(t.ui.error)),
-        None => plain(sc, rep.exit.describe()),
+        None => plain(theme, rep.exit.describe()),
     };
-    lines.push(field(sc, "exit", exit));
+    lines.push(field(theme, "exit", exit));
     let tm = &rep.timings_ms;
     lines.push(field(
-        sc,
+        theme,
         "timings",
         plain(
-            sc,
+            theme,
             format!(
                 "setup {} · run {} · teardown {} · total {} · {} start",
                 duration_ms(tm.setup),
@@ -523,10 +528,10 @@ pub fn detail_lines(sc: &Scene, g: &GauntletView, r: usize, c: usize) -> Vec<Lin
     let u = &rep.usage;
     let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
     lines.push(field(
-        sc,
+        theme,
         "usage",
         plain(
-            sc,
+            theme,
             format!(
                 "cpu {} · peak memory {} · peak pids {}",
                 opt(u.cpu_ms.map(|ms| duration_ms(ms as f64))),
@@ -537,7 +542,7 @@ pub fn detail_lines(sc: &Scene, g: &GauntletView, r: usize, c: usize) -> Vec<Lin
     ));
     let l = &g.limits;
     lines.push(field(
-        sc,
+        theme,
         "limits",
         Span::styled(
             format!(
@@ -554,13 +559,13 @@ pub fn detail_lines(sc: &Scene, g: &GauntletView, r: usize, c: usize) -> Vec<Lin
         ("stdout", &cv.stdout, rep.stdout_truncated, Style::new().fg(t.ui.stdout)),
         ("stderr", &cv.stderr, rep.stderr_truncated, Style::new().fg(t.ui.stderr)),
     ] {
-        lines.extend(stream_lines(sc, name, head, trunc, st));
+        lines.extend(stream_lines(theme, name, head, trunc, st));
     }
     lines
 }
 
-fn stream_lines(sc: &Scene, name: &str, h: &Head, truncated: bool, st: Style) -> Vec<Line<'static>> {
-    let t = sc.theme;
+fn stream_lines(theme: &Theme, name: &str, h: &Head, truncated: bool, st: Style) -> Vec<Line<'static>> {
+    let t = theme;
     let mut note = format!("{} bytes", h.bytes);
     if h.more > 0 {
         note.push_str(&format!(", first {} lines shown", h.lines.len()));

@@ -10,6 +10,7 @@ use unicode_width::UnicodeWidthChar;
 use super::common::{bold, outcome_style, pane};
 use super::scene::Scene;
 use crate::tui::run_view::{Origin, OutLine};
+use crate::tui::theme::Theme;
 use crate::tui::types::Focus;
 
 pub fn draw(sc: &Scene, f: &mut Frame, area: Rect) {
@@ -51,7 +52,7 @@ pub fn draw(sc: &Scene, f: &mut Frame, area: Rect) {
         .enumerate()
         .map(|(i, l)| {
             let current = sc.output.found == Some(first + i as u64);
-            render_marked(sc, l, sc.output.hscroll, inner.width as usize, query.as_deref(), current)
+            render_marked(sc.theme, l, sc.output.hscroll, inner.width as usize, query.as_deref(), current)
         })
         .collect();
     f.render_widget(Paragraph::new(lines), inner);
@@ -76,40 +77,40 @@ fn matched(line: &[char], q: &[char]) -> Vec<bool> {
     hit
 }
 
-pub fn origin_style(sc: &Scene, o: Origin) -> Style {
-    let t = &sc.theme.ui;
+pub fn origin_style(theme: &Theme, o: Origin) -> Style {
+    let t = &theme.ui;
     match o {
         Origin::Stdout => Style::new().fg(t.stdout),
         Origin::Stderr => Style::new().fg(t.stderr),
         Origin::Phase | Origin::Exit => Style::new().fg(t.phase),
         Origin::Note => Style::new().fg(t.note),
         Origin::Violation => bold(Style::new().fg(t.violation)),
-        Origin::Outcome(o) => outcome_style(sc.theme, o).0,
+        Origin::Outcome(o) => outcome_style(theme, o).0,
     }
 }
 
 /// One output line: a one-column gutter (stderr is marked), the text from
 /// display column `left`, at most `width` columns, a note when it was cut.
-pub fn render(sc: &Scene, l: &OutLine, left: usize, width: usize) -> Line<'static> {
-    render_marked(sc, l, left, width, None, false)
+pub fn render(theme: &Theme, l: &OutLine, left: usize, width: usize) -> Line<'static> {
+    render_marked(theme, l, left, width, None, false)
 }
 
 /// `render`, with the matches of `query` (lowercased) highlighted and, for
 /// the current match, a marker in the gutter.
 fn render_marked(
-    sc: &Scene,
+    theme: &Theme,
     l: &OutLine,
     left: usize,
     width: usize,
     query: Option<&[char]>,
     current: bool,
 ) -> Line<'static> {
-    let base = origin_style(sc, l.origin);
+    let base = origin_style(theme, l.origin);
     let hits = query.map(|q| matched(&lower(l.line.text()), q)).unwrap_or_default();
-    let hl = Style::new().fg(sc.theme.ui.bg).bg(sc.theme.ui.warn);
+    let hl = Style::new().fg(theme.ui.bg).bg(theme.ui.warn);
     let gutter = match l.origin {
-        _ if current => Span::styled("▶", bold(Style::new().fg(sc.theme.ui.warn))),
-        Origin::Stderr => Span::styled("▍", Style::new().fg(sc.theme.ui.stderr)),
+        _ if current => Span::styled("▶", bold(Style::new().fg(theme.ui.warn))),
+        Origin::Stderr => Span::styled("▍", Style::new().fg(theme.ui.stderr)),
         _ => Span::raw(" "),
     };
     let mut spans = vec![gutter];
@@ -148,7 +149,7 @@ fn render_marked(
         }
     }
     if let Some(n) = note {
-        spans.push(Span::styled(n, Style::new().fg(sc.theme.ui.dim)));
+        spans.push(Span::styled(n, Style::new().fg(theme.ui.dim)));
     }
     Line::from(spans)
 }

@@ -11,38 +11,39 @@ use super::common::{bold, centered, pane};
 use super::scene::Scene;
 use crate::tui::keymap;
 use crate::tui::overlays::{GauntletSetup, Help, LimitsForm, Overlay, Prompt, PromptKind, SamplesPicker};
+use crate::tui::theme::Theme;
 
 pub fn draw(sc: &Scene, f: &mut Frame, area: Rect) {
     match sc.overlay {
         None => {}
-        Some(Overlay::Help(h)) => help(sc, f, area, h),
-        Some(Overlay::Samples(p)) => samples(sc, f, area, p),
-        Some(Overlay::Limits(form)) => limits(sc, f, area, form),
-        Some(Overlay::GauntletSetup(s)) => gauntlet_setup(sc, f, area, s),
+        Some(Overlay::Help(h)) => help(sc.theme, f, area, h),
+        Some(Overlay::Samples(p)) => samples(sc.theme, f, area, p),
+        Some(Overlay::Limits(form)) => limits(sc.theme, f, area, form),
+        Some(Overlay::GauntletSetup(s)) => gauntlet_setup(sc.theme, f, area, s),
         Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input })) => {
             // Where a relative name lands, so "saved" is never a surprise.
             let dir = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
             let title = format!(" save as (relative to {dir}) · Enter saves · Esc cancels ");
-            prompt(sc, f, area, &title, "file: ", input)
+            prompt(sc.theme, f, area, &title, "file: ", input)
         }
         Some(Overlay::Prompt(Prompt { kind: PromptKind::Search, input })) => {
-            prompt(sc, f, area, " search the output · Enter finds · Esc cancels ", "find: ", input)
+            prompt(sc.theme, f, area, " search the output · Enter finds · Esc cancels ", "find: ", input)
         }
     }
 }
 
-fn popup(sc: &Scene, f: &mut Frame, rect: Rect, title: &str) -> Rect {
+fn popup(theme: &Theme, f: &mut Frame, rect: Rect, title: &str) -> Rect {
     f.render_widget(Clear, rect);
-    let block = pane(sc.theme, title.to_string(), true).style(Style::new().fg(sc.theme.ui.fg).bg(sc.theme.ui.popup_bg));
+    let block = pane(theme, title.to_string(), true).style(Style::new().fg(theme.ui.fg).bg(theme.ui.popup_bg));
     let inner = block.inner(rect);
     f.render_widget(block, rect);
     inner
 }
 
-fn help(sc: &Scene, f: &mut Frame, area: Rect, h: &Help) {
-    let t = sc.theme;
+fn help(theme: &Theme, f: &mut Frame, area: Rect, h: &Help) {
+    let t = theme;
     let rect = centered(area, 76, area.height.saturating_sub(2));
-    let inner = popup(sc, f, rect, " help · keys (Esc closes) ");
+    let inner = popup(theme, f, rect, " help · keys (Esc closes) ");
     let mut lines = vec![];
     for (title, keys) in keymap::help_sections() {
         lines.push(Line::from(Span::styled(title, bold(Style::new().fg(t.ui.accent)))));
@@ -58,15 +59,15 @@ fn help(sc: &Scene, f: &mut Frame, area: Rect, h: &Help) {
     f.render_widget(Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)), inner);
 }
 
-fn samples(sc: &Scene, f: &mut Frame, area: Rect, p: &SamplesPicker) {
-    let t = sc.theme;
+fn samples(theme: &Theme, f: &mut Frame, area: Rect, p: &SamplesPicker) {
+    let t = theme;
     let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
     let title = if p.filter.is_empty() {
         " samples · type to filter · Enter loads · Esc closes ".to_string()
     } else {
         format!(" samples · filter: {}_ · Bksp · Enter loads · Esc closes ", p.filter)
     };
-    let inner = popup(sc, f, rect, &title);
+    let inner = popup(theme, f, rect, &title);
     // Enter over unsaved edits asks first, here where the eyes are.
     let inner = if p.confirm && inner.height > 2 {
         let [ask, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(inner);
@@ -147,13 +148,13 @@ fn samples(sc: &Scene, f: &mut Frame, area: Rect, p: &SamplesPicker) {
 
 /// Two lists side by side, tiers and samples, each item checked or not; the
 /// run count in the title.
-fn gauntlet_setup(sc: &Scene, f: &mut Frame, area: Rect, s: &GauntletSetup) {
-    let t = sc.theme;
+fn gauntlet_setup(theme: &Theme, f: &mut Frame, area: Rect, s: &GauntletSetup) {
+    let t = theme;
     let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
     let (nt, ns) = (s.chosen_tiers().len(), s.samples.iter().filter(|(_, on)| *on).count());
     let title =
         format!(" gauntlet: {nt} tier(s) × {ns} sample(s) = {} runs, one at a time · Enter runs · Esc ", s.runs());
-    let inner = popup(sc, f, rect, &title);
+    let inner = popup(theme, f, rect, &title);
     let tiers_w = (inner.width / 3).clamp(24, 44);
     let [left, right] = Layout::horizontal([Constraint::Length(tiers_w), Constraint::Min(10)]).areas(inner);
     let mark = |on: bool| if on { "[x] " } else { "[ ] " };
@@ -204,10 +205,10 @@ fn gauntlet_setup(sc: &Scene, f: &mut Frame, area: Rect, s: &GauntletSetup) {
     );
 }
 
-fn limits(sc: &Scene, f: &mut Frame, area: Rect, form: &LimitsForm) {
-    let t = sc.theme;
+fn limits(theme: &Theme, f: &mut Frame, area: Rect, form: &LimitsForm) {
+    let t = theme;
     let rect = centered(area, 56, form.fields.len() as u16 + 6);
-    let inner = popup(sc, f, rect, " limits of the next run · Enter applies ");
+    let inner = popup(theme, f, rect, " limits of the next run · Enter applies ");
     let mut lines = vec![];
     for (i, (field, text)) in form.fields.iter().enumerate() {
         let sel = i == form.selected;
@@ -230,10 +231,10 @@ fn limits(sc: &Scene, f: &mut Frame, area: Rect, form: &LimitsForm) {
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
-fn prompt(sc: &Scene, f: &mut Frame, area: Rect, title: &str, label: &'static str, input: &str) {
-    let t = sc.theme;
+fn prompt(theme: &Theme, f: &mut Frame, area: Rect, title: &str, label: &'static str, input: &str) {
+    let t = theme;
     let rect = centered(area, (title.chars().count() as u16).saturating_add(4).max(60), 3);
-    let inner = popup(sc, f, rect, title);
+    let inner = popup(theme, f, rect, title);
     let line =
         Line::from(vec![Span::styled(label, t.key()), Span::styled(format!("{input}▏"), Style::new().fg(t.ui.fg))]);
     f.render_widget(Paragraph::new(line), inner);

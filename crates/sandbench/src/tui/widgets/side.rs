@@ -11,6 +11,7 @@ use super::common::{bold, outcome_style, pane};
 use super::scene::Scene;
 use crate::event::Phase;
 use crate::tui::run_view::RunView;
+use crate::tui::theme::Theme;
 use crate::units::duration_ms;
 
 /// Rows the tier pane wants at `width` (borders included).
@@ -139,7 +140,7 @@ pub fn draw_resources(sc: &Scene, f: &mut Frame, area: Rect) {
     let block = pane(sc.theme, format!(" resources · {} ", run.tier), false);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    draw_run_resources(sc, run, f, inner, true);
+    draw_run_resources(sc.theme, run, f, inner, true);
 }
 
 /// Phase times of a run: (setup, run, teardown) so far.
@@ -159,12 +160,12 @@ pub fn phase_times(run: &RunView) -> (Option<f64>, Option<f64>, Option<f64>) {
 }
 
 /// The body of the resources pane (also used by compare columns).
-pub fn draw_run_resources(sc: &Scene, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
-    let t = sc.theme;
+pub fn draw_run_resources(theme: &Theme, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
+    let t = theme;
     let (setup, ran, down) = phase_times(run);
     let opt = |v: Option<f64>| v.map(duration_ms).unwrap_or_else(|| "–".into());
     let state_style = match &run.report {
-        Some(r) => outcome_style(sc.theme, r.outcome).0,
+        Some(r) => outcome_style(theme, r.outcome).0,
         None => bold(Style::new().fg(t.ui.accent)),
     };
     let mut top = vec![
@@ -191,7 +192,7 @@ pub fn draw_run_resources(sc: &Scene, run: &RunView, f: &mut Frame, area: Rect, 
     if !with_state {
         top.remove(0);
     }
-    let outcome_lines = outcome_lines(sc, run);
+    let outcome_lines = outcome_lines(theme, run);
     let spark_h = if area.height >= 14 { 2 } else { 1 };
     let [head, cpu_l, mem_l, axis_l, mem_g, pid_g, tail] = Layout::vertical([
         Constraint::Length(top.len() as u16),
@@ -276,7 +277,7 @@ pub fn draw_run_resources(sc: &Scene, run: &RunView, f: &mut Frame, area: Rect, 
     }
     let of = |v: Option<u64>, limit: u64| v.map_or(0.0, |v| v as f64 / limit.max(1) as f64);
     gauge(
-        sc,
+        theme,
         f,
         mem_g,
         "mem",
@@ -288,7 +289,7 @@ pub fn draw_run_resources(sc: &Scene, run: &RunView, f: &mut Frame, area: Rect, 
         ),
     );
     gauge(
-        sc,
+        theme,
         f,
         pid_g,
         "pids",
@@ -298,8 +299,8 @@ pub fn draw_run_resources(sc: &Scene, run: &RunView, f: &mut Frame, area: Rect, 
     f.render_widget(Paragraph::new(outcome_lines).wrap(Wrap { trim: true }), tail);
 }
 
-fn outcome_lines(sc: &Scene, run: &RunView) -> Vec<Line<'static>> {
-    let t = sc.theme;
+fn outcome_lines(theme: &Theme, run: &RunView) -> Vec<Line<'static>> {
+    let t = theme;
     let mut out = vec![];
     for v in &run.violations {
         out.push(Line::from(vec![
@@ -311,7 +312,7 @@ fn outcome_lines(sc: &Scene, run: &RunView) -> Vec<Line<'static>> {
         ]));
     }
     if let Some(r) = &run.report {
-        let (st, glyph) = outcome_style(sc.theme, r.outcome);
+        let (st, glyph) = outcome_style(theme, r.outcome);
         out.push(Line::from(vec![
             Span::styled(format!("{glyph} {}", r.outcome.name()), st),
             Span::styled(format!(" · {}", r.exit.describe()), Style::new().fg(t.ui.fg)),
@@ -367,8 +368,8 @@ fn sparkline(
     f.render_widget(Sparkline::default().data(&data).style(style).max(max.max(1)), r);
 }
 
-fn gauge(sc: &Scene, f: &mut Frame, area: Rect, name: &str, ratio: f64, label: String) {
-    let t = sc.theme;
+fn gauge(theme: &Theme, f: &mut Frame, area: Rect, name: &str, ratio: f64, label: String) {
+    let t = theme;
     let ratio = ratio.clamp(0.0, 1.0);
     let color = if ratio >= 0.9 {
         t.ui.violation
