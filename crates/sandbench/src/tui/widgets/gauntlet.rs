@@ -24,8 +24,7 @@ pub struct GLayout {
 /// Lines under the matrix at `width` columns (borders included): the
 /// failure, the latency and the skipped tiers (wrapped, never cut), and the
 /// legend when the cells are abbreviated.
-fn info(theme: &Theme, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
-    let t = theme;
+fn info(t: &Theme, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
     let w = width.saturating_sub(2).max(10) as usize;
     let mut out = vec![];
     if let Some(e) = &g.error {
@@ -305,15 +304,14 @@ fn state_text(g: &GauntletView) -> String {
 }
 
 /// Short text and style of a cell.
-fn cell_text(theme: &Theme, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (String, Style) {
-    let t = theme;
+fn cell_text(t: &Theme, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (String, Style) {
     match &g.cells[r][c] {
         Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
         Some(cv) => {
             // The full words when they fit, else a short form (the legend says how to read it).
             let text = fitted_text(cv, col_w as usize);
             // A pass in a sandbox that lacked protections is no plain pass.
-            let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(theme, &cv.cell.verdict) };
+            let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(t, &cv.cell.verdict) };
             (text, st)
         }
         None if g.running == Some((r, c)) => ("▶ running…".into(), bold(Style::new().fg(t.ui.accent))),
@@ -331,13 +329,12 @@ pub fn verdict_style(theme: &Theme, v: &Verdict) -> Style {
     }
 }
 
-fn draw_matrix(theme: &Theme, g: &GauntletView, f: &mut Frame, area: Rect) {
-    let t = theme;
+fn draw_matrix(t: &Theme, g: &GauntletView, f: &mut Frame, area: Rect) {
     let title = format!(" gauntlet · {} ", state_text(g));
-    let block = pane(theme, title, !g.zoom);
+    let block = pane(t, title, !g.zoom);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    let info = info(theme, g, area.width);
+    let info = info(t, g, area.width);
     // The matrix keeps three rows (and its header) before the notes get theirs.
     let keep = 1 + (g.rows.len() as u16).min(3);
     let info_h = (info.len() as u16).min(inner.height.saturating_sub(keep));
@@ -360,7 +357,7 @@ fn draw_matrix(theme: &Theme, g: &GauntletView, f: &mut Frame, area: Rect) {
         };
         let mut cells = vec![TCell::from(Line::from(vec![tag, Span::styled(name, Style::new().fg(t.ui.fg))]))];
         for c in window.clone() {
-            let (text, mut st) = cell_text(theme, g, r, c, col_w);
+            let (text, mut st) = cell_text(t, g, r, c, col_w);
             if g.sel == (r, c) {
                 st = st.bg(t.ui.selection_bg).add_modifier(Modifier::BOLD);
             }
@@ -412,17 +409,16 @@ fn plain(theme: &Theme, s: String) -> Span<'static> {
 }
 
 /// What the details pane shows for cell (r, c).
-pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<Line<'static>> {
-    let t = theme;
+pub fn detail_lines(t: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<Line<'static>> {
     let row = &g.rows[r];
     let mut lines = vec![];
     lines.push(field(
-        theme,
+        t,
         "sample",
-        plain(theme, format!("{} ({})", row.name, if row.hostile { "hostile" } else { "benign control" })),
+        plain(t, format!("{} ({})", row.name, if row.hostile { "hostile" } else { "benign control" })),
     ));
-    lines.push(field(theme, "tries", plain(theme, row.tries.clone())));
-    lines.push(field(theme, "must", plain(theme, row.must.clone())));
+    lines.push(field(t, "tries", plain(t, row.tries.clone())));
+    lines.push(field(t, "must", plain(t, row.must.clone())));
     let cv: &CellView = match &g.cells[r][c] {
         Some(cv) => cv,
         None => {
@@ -433,21 +429,17 @@ pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<
             } else {
                 "not run (the gauntlet was cancelled or failed before it)"
             };
-            lines.push(field(theme, "verdict", Span::styled(what, t.dim())));
+            lines.push(field(t, "verdict", Span::styled(what, t.dim())));
             return lines;
         }
     };
     let cell = &cv.cell;
     let rep = &cell.report;
-    lines.push(field(theme, "verdict", Span::styled(cell.verdict.short(), bold(verdict_style(theme, &cell.verdict)))));
-    lines.push(field(
-        theme,
-        "expected",
-        plain(theme, cell.expected.clone().unwrap_or_else(|| "— (none declared)".into())),
-    ));
+    lines.push(field(t, "verdict", Span::styled(cell.verdict.short(), bold(verdict_style(t, &cell.verdict)))));
+    lines.push(field(t, "expected", plain(t, cell.expected.clone().unwrap_or_else(|| "— (none declared)".into()))));
     if cell.degraded {
         let what = format!("⚠ degraded: {}", rep.degraded.join("; "));
-        lines.push(field(theme, "sandbox", Span::styled(what, bold(Style::new().fg(t.ui.warn)))));
+        lines.push(field(t, "sandbox", Span::styled(what, bold(Style::new().fg(t.ui.warn)))));
     }
     let mut got = rep.outcome.name().to_string();
     if !rep.violations.is_empty() {
@@ -464,13 +456,13 @@ pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<
     } else {
         (format!("✗ {}", cell.mismatch.clone().unwrap_or_default()), bold(Style::new().fg(t.ui.violation)))
     };
-    lines.push(field(theme, "got", Line::from(vec![plain(theme, format!("{got}  ")), Span::styled(mark, mst)])));
+    lines.push(field(t, "got", Line::from(vec![plain(t, format!("{got}  ")), Span::styled(mark, mst)])));
     if rep.violations.is_empty() {
-        lines.push(field(theme, "violations", Span::styled("none", t.dim())));
+        lines.push(field(t, "violations", Span::styled("none", t.dim())));
     }
     for (i, v) in rep.violations.iter().enumerate() {
         lines.push(field(
-            theme,
+            t,
             if i == 0 { "violations" } else { "" },
             Span::styled(
                 format!("{} at {}: {}", v.kind.name(), duration_ms(v.at_ms), v.detail),
@@ -480,11 +472,11 @@ pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<
     }
     // What the host-side canaries saw.
     if cell.findings.escapes.is_empty() {
-        lines.push(field(theme, "canaries", Span::styled("nothing got out", Style::new().fg(t.ui.ok))));
+        lines.push(field(t, "canaries", Span::styled("nothing got out", Style::new().fg(t.ui.ok))));
     }
     for (i, e) in cell.findings.escapes.iter().enumerate() {
         lines.push(field(
-            theme,
+            t,
             if i == 0 { "canaries" } else { "" },
             Span::styled(format!("ESCAPED: {e}"), bold(Style::new().fg(t.ui.violation))),
         ));
@@ -496,25 +488,25 @@ pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<
         let files = planted.iter().filter(|p| p.starts_with("secret file")).count();
         Span::styled(format!("planted (fake ANTHROPIC_API_KEY + {files} secret file(s))"), t.dim())
     };
-    lines.push(field(theme, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
+    lines.push(field(t, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
     let latency = match (cell.findings.host_latency_ms_p50, cell.findings.host_latency_ms_max) {
         (Some(p50), Some(max)) => {
             format!("p50 {} · max {} (spawning /bin/true during the run)", duration_ms(p50), duration_ms(max))
         }
         _ => "not measured".into(),
     };
-    lines.push(field(theme, "host", plain(theme, latency)));
+    lines.push(field(t, "host", plain(t, latency)));
     let exit = match &rep.error {
         Some(e) => Span::styled(format!("{} · {}", rep.exit.describe(), e), Style::new().fg(t.ui.error)),
-        None => plain(theme, rep.exit.describe()),
+        None => plain(t, rep.exit.describe()),
     };
-    lines.push(field(theme, "exit", exit));
+    lines.push(field(t, "exit", exit));
     let tm = &rep.timings_ms;
     lines.push(field(
-        theme,
+        t,
         "timings",
         plain(
-            theme,
+            t,
             format!(
                 "setup {} · run {} · teardown {} · total {} · {} start",
                 duration_ms(tm.setup),
@@ -528,10 +520,10 @@ pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<
     let u = &rep.usage;
     let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
     lines.push(field(
-        theme,
+        t,
         "usage",
         plain(
-            theme,
+            t,
             format!(
                 "cpu {} · peak memory {} · peak pids {}",
                 opt(u.cpu_ms.map(|ms| duration_ms(ms as f64))),
@@ -542,7 +534,7 @@ pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<
     ));
     let l = &g.limits;
     lines.push(field(
-        theme,
+        t,
         "limits",
         Span::styled(
             format!(
@@ -559,13 +551,12 @@ pub fn detail_lines(theme: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<
         ("stdout", &cv.stdout, rep.stdout_truncated, Style::new().fg(t.ui.stdout)),
         ("stderr", &cv.stderr, rep.stderr_truncated, Style::new().fg(t.ui.stderr)),
     ] {
-        lines.extend(stream_lines(theme, name, head, trunc, st));
+        lines.extend(stream_lines(t, name, head, trunc, st));
     }
     lines
 }
 
-fn stream_lines(theme: &Theme, name: &str, h: &Head, truncated: bool, st: Style) -> Vec<Line<'static>> {
-    let t = theme;
+fn stream_lines(t: &Theme, name: &str, h: &Head, truncated: bool, st: Style) -> Vec<Line<'static>> {
     let mut note = format!("{} bytes", h.bytes);
     if h.more > 0 {
         note.push_str(&format!(", first {} lines shown", h.lines.len()));

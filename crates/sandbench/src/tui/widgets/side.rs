@@ -160,12 +160,11 @@ pub fn phase_times(run: &RunView) -> (Option<f64>, Option<f64>, Option<f64>) {
 }
 
 /// The body of the resources pane (also used by compare columns).
-pub fn draw_run_resources(theme: &Theme, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
-    let t = theme;
+pub fn draw_run_resources(t: &Theme, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
     let (setup, ran, down) = phase_times(run);
     let opt = |v: Option<f64>| v.map(duration_ms).unwrap_or_else(|| "–".into());
     let state_style = match &run.report {
-        Some(r) => outcome_style(theme, r.outcome).0,
+        Some(r) => outcome_style(t, r.outcome).0,
         None => bold(Style::new().fg(t.ui.accent)),
     };
     let mut top = vec![
@@ -192,7 +191,7 @@ pub fn draw_run_resources(theme: &Theme, run: &RunView, f: &mut Frame, area: Rec
     if !with_state {
         top.remove(0);
     }
-    let outcome_lines = outcome_lines(theme, run);
+    let outcome_lines = outcome_lines(t, run);
     let spark_h = if area.height >= 14 { 2 } else { 1 };
     let [head, cpu_l, mem_l, axis_l, mem_g, pid_g, tail] = Layout::vertical([
         Constraint::Length(top.len() as u16),
@@ -277,7 +276,7 @@ pub fn draw_run_resources(theme: &Theme, run: &RunView, f: &mut Frame, area: Rec
     }
     let of = |v: Option<u64>, limit: u64| v.map_or(0.0, |v| v as f64 / limit.max(1) as f64);
     gauge(
-        theme,
+        t,
         f,
         mem_g,
         "mem",
@@ -289,7 +288,7 @@ pub fn draw_run_resources(theme: &Theme, run: &RunView, f: &mut Frame, area: Rec
         ),
     );
     gauge(
-        theme,
+        t,
         f,
         pid_g,
         "pids",
@@ -299,8 +298,7 @@ pub fn draw_run_resources(theme: &Theme, run: &RunView, f: &mut Frame, area: Rec
     f.render_widget(Paragraph::new(outcome_lines).wrap(Wrap { trim: true }), tail);
 }
 
-fn outcome_lines(theme: &Theme, run: &RunView) -> Vec<Line<'static>> {
-    let t = theme;
+fn outcome_lines(t: &Theme, run: &RunView) -> Vec<Line<'static>> {
     let mut out = vec![];
     for v in &run.violations {
         out.push(Line::from(vec![
@@ -312,7 +310,7 @@ fn outcome_lines(theme: &Theme, run: &RunView) -> Vec<Line<'static>> {
         ]));
     }
     if let Some(r) = &run.report {
-        let (st, glyph) = outcome_style(theme, r.outcome);
+        let (st, glyph) = outcome_style(t, r.outcome);
         out.push(Line::from(vec![
             Span::styled(format!("{glyph} {}", r.outcome.name()), st),
             Span::styled(format!(" · {}", r.exit.describe()), Style::new().fg(t.ui.fg)),
@@ -368,8 +366,7 @@ fn sparkline(
     f.render_widget(Sparkline::default().data(&data).style(style).max(max.max(1)), r);
 }
 
-fn gauge(theme: &Theme, f: &mut Frame, area: Rect, name: &str, ratio: f64, label: String) {
-    let t = theme;
+fn gauge(t: &Theme, f: &mut Frame, area: Rect, name: &str, ratio: f64, label: String) {
     let ratio = ratio.clamp(0.0, 1.0);
     let color = if ratio >= 0.9 {
         t.ui.violation
