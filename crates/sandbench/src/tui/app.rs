@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::Rect;
@@ -23,45 +23,14 @@ use super::overlays::{GauntletSetup, Help, LimitsForm, Prompt, PromptKind, Sampl
 use super::run_view::RunView;
 use super::runs_view::RunsView;
 use super::theme::Theme;
-pub use super::types::Level;
+pub use super::types::{Areas, Focus, Level, Status, TierEntry, View};
 use super::view::{Intent, Key, Reply};
+use super::widgets::{self, Scene};
 use crate::samples::{self, Sample};
 use crate::spec::{Language, Limits, RunSpec};
-use crate::tier::Availability;
 
 // Plain data the widgets draw; named here as before.
 pub use super::types::Frontier;
-
-#[derive(Debug, Clone)]
-pub struct TierEntry {
-    pub name: String,
-    /// `None` while the probe runs.
-    pub avail: Option<Availability>,
-    /// What it holds warm now ("2 of 2 warm container(s) ready").
-    pub warm: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Focus {
-    Editor,
-    Output,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    Single,
-    Compare,
-    Gauntlet,
-    Agent,
-    Runs,
-}
-
-#[derive(Debug, Clone)]
-pub struct Status {
-    pub text: String,
-    pub level: Level,
-    pub at: Instant,
-}
 
 /// What goes with an editor text besides the text: undo brings it back.
 #[derive(Debug, Clone)]
@@ -69,16 +38,6 @@ struct DocIdentity {
     path: Option<PathBuf>,
     label: String,
     language: Language,
-}
-
-/// Screen areas from the last layout (for paging and scrolling).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Areas {
-    pub editor: Rect,
-    pub output: Rect,
-    /// Rows of the gauntlet matrix and of the details pane / the agent transcript.
-    pub list_rows: u16,
-    pub detail_rows: u16,
 }
 
 pub struct App {
@@ -694,6 +653,75 @@ impl App {
     /// Absolute index of the first line the output pane shows.
     pub fn output_top(&self) -> u64 {
         self.output.fit(self.current_run(), self.output_rows())
+    }
+
+    /// Work between frames, never in draw: layout sizes, editor scroll,
+    /// highlighting of the visible lines (within `budget`).
+    pub fn prepare(&mut self, area: Rect, budget: Duration) {
+        // The layout reads no frontier: it is not worked out for it.
+        self.areas = widgets::areas(&self.scene_with(None), area);
+        let e = self.areas.editor;
+        let gutter = widgets::gutter_width(self.editor.lines().len()) as usize;
+        let rows = e.height.saturating_sub(2) as usize;
+        let cols = (e.width.saturating_sub(2) as usize).saturating_sub(gutter);
+        self.editor.scroll_to_cursor(rows, cols, widgets::EDITOR_TAB);
+        if let Some(h) = &mut self.highlighter {
+            if let Some(row) = self.editor.take_dirty() {
+                h.invalidate(row);
+            }
+            let upto = self.editor.scroll.0 + rows + 1;
+            if h.update(self.editor.lines(), upto, budget) {
+                self.dirty = true;
+            }
+        }
+        if let Some(s) = &self.status {
+            if s.at.elapsed() > Duration::from_secs(8) && s.level == Level::Info {
+                self.status = None;
+                self.dirty = true;
+            }
+        }
+    }
+
+    /// What the widgets draw this frame. The frontier is worked out only
+    /// for the views that show it.
+    pub fn scene(&self) -> Scene<'_> {
+        let frontier = match self.view {
+            View::Compare | View::Gauntlet => self.frontier(),
+            _ => None,
+        };
+        self.scene_with(frontier)
+    }
+
+    fn scene_with(&self, frontier: Option<Frontier>) -> Scene<'_> {
+        Scene {
+            theme: &self.theme,
+            view: self.view,
+            focus: self.focus,
+            overlay: self.overlay.as_ref(),
+            status: self.status.as_ref(),
+            editor: &self.editor,
+            highlighter: self.highlighter.as_ref(),
+            label: &self.label,
+            language: self.language,
+            tiers: &self.tiers,
+            tier: self.tier,
+            limits: &self.limits,
+            secrets: &self.secrets,
+            runs: &self.runs,
+            current: self.current,
+            output: &self.output,
+            output_top: self.output_top(),
+            compare: &self.compare,
+            compare_run: self.compare_run.as_ref(),
+            compare_view: &self.compare_view,
+            gauntlet: self.gauntlet.as_ref(),
+            frontier,
+            agent: &self.agent,
+            api_key_set: self.api_key_set,
+            runs_log: &self.runs_log,
+            busy: self.busy(),
+            contexts: self.contexts(),
+        }
     }
 
     fn save(&mut self) {

@@ -135,7 +135,7 @@ impl<B: Backend> Loop<'_, B> {
                     self.app.prepare(Rect::new(0, 0, size.width, size.height), HIGHLIGHT_BUDGET);
                     // Live runs tick their clocks even without events.
                     if self.app.dirty || self.app.busy() {
-                        let frame = self.terminal.draw(|f| widgets::draw(self.app, f)).map_err(|e| anyhow::anyhow!("drawing failed: {e}"))?;
+                        let frame = self.terminal.draw(|f| widgets::draw(&self.app.scene(), f)).map_err(|e| anyhow::anyhow!("drawing failed: {e}"))?;
                         if self.app.screenshot_wanted {
                             let t = &self.app.theme.ui;
                             let svg = crate::tui::screenshot::svg(frame.buffer, t.fg, t.bg);

@@ -16,7 +16,7 @@ use super::widgets;
 pub fn render(app: &mut App, width: u16, height: u16) -> Buffer {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("a test backend never fails");
     app.prepare(Rect::new(0, 0, width, height), Duration::from_secs(1));
-    terminal.draw(|f| widgets::draw(app, f)).expect("a test backend never fails");
+    terminal.draw(|f| widgets::draw(&app.scene(), f)).expect("a test backend never fails");
     terminal.backend().buffer().clone()
 }
 

@@ -13,10 +13,11 @@
 //! - `widgets`: drawing only; `keymap`: the one table of keys (help and key
 //!   bar come from it); `editor`, `highlight`, `run_view`, `theme`;
 //!   `screenshot`: the screen as SVG (^P).
-//! - `types` (plain types such as `Level`) and `msg` (`Msg`, `Effect`) sit
-//!   below the views, so views and `run_view` never import `app`; the
-//!   widgets read `&App` and sit above it (`App::prepare`, which needs the
-//!   layout, lives in `widgets`), and `event_loop` / `headless` are the top.
+//! - `types` (plain types such as `Level`, `Focus`, `View`) and `msg`
+//!   (`Msg`, `Effect`) sit below the views, so views and `run_view` never
+//!   import `app`; the widgets sit above the views and below the app: they
+//!   draw from a `widgets::Scene` the app lends them (`App::scene`), and
+//!   `App::prepare` calls their layout. `event_loop` / `headless` are the top.
 
 pub mod agent_view;
 pub mod app;

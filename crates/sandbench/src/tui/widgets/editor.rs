@@ -8,20 +8,21 @@ use ratatui::Frame;
 use unicode_width::UnicodeWidthChar;
 
 use super::common::{pane, EDITOR_TAB};
-use crate::tui::app::{App, Focus};
+use super::scene::Scene;
 use crate::tui::editor::{display_col, Pos};
+use crate::tui::types::Focus;
 
 /// Columns of the line-number gutter (digits + a space).
 pub fn gutter_width(lines: usize) -> u16 {
     (lines.max(1).ilog10() as u16 + 1).max(2) + 1
 }
 
-pub fn draw(app: &App, f: &mut Frame, area: Rect) {
-    let t = &app.theme;
-    let e = &app.editor;
-    let focused = app.focus == Focus::Editor;
-    let title = format!(" code · {}{} · {} ", app.label, if e.modified() { " [+]" } else { "" }, app.language.name());
-    let block = pane(&app.theme, title, focused);
+pub fn draw(sc: &Scene, f: &mut Frame, area: Rect) {
+    let t = sc.theme;
+    let e = &sc.editor;
+    let focused = sc.focus == Focus::Editor;
+    let title = format!(" code · {}{} · {} ", sc.label, if e.modified() { " [+]" } else { "" }, sc.language.name());
+    let block = pane(sc.theme, title, focused);
     let inner = block.inner(area);
     f.render_widget(block, area);
     if inner.height == 0 || inner.width == 0 {
@@ -36,7 +37,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         let num_style = if row == e.cursor.row { Style::new().fg(t.ui.fg) } else { Style::new().fg(t.ui.line_number) };
         let mut spans = vec![Span::styled(format!("{:>w$} ", row + 1, w = gutter as usize - 1), num_style)];
         let plain;
-        let segs: &[(Style, String)] = match app.highlighter.as_ref().and_then(|h| h.line(row)) {
+        let segs: &[(Style, String)] = match sc.highlighter.and_then(|h| h.line(row)) {
             Some(s) => s,
             None => {
                 plain = vec![(Style::new().fg(t.ui.fg), e.lines()[row].clone())];
@@ -48,7 +49,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         lines.push(Line::from(spans));
     }
     f.render_widget(Paragraph::new(lines), inner);
-    if focused && app.overlay.is_none() {
+    if focused && sc.overlay.is_none() {
         let dc = display_col(&e.lines()[e.cursor.row], e.cursor.col, EDITOR_TAB);
         let x = inner.x + gutter + (dc.saturating_sub(left)) as u16;
         let y = inner.y + (e.cursor.row - top) as u16;

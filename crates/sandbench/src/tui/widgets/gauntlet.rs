@@ -8,11 +8,12 @@ use ratatui::widgets::{Cell as TCell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
 use super::common::{bold, pane};
+use super::scene::Scene;
 use crate::gauntlet::Verdict;
 use crate::spec::format_duration;
 use crate::spec::format_size;
-use crate::tui::app::App;
 use crate::tui::gauntlet_view::{CellView, GState, GauntletView, Head};
+use crate::tui::theme::Theme;
 use crate::units::duration_ms;
 
 pub struct GLayout {
@@ -23,8 +24,7 @@ pub struct GLayout {
 /// Lines under the matrix at `width` columns (borders included): the
 /// failure, the latency and the skipped tiers (wrapped, never cut), and the
 /// legend when the cells are abbreviated.
-fn info(app: &App, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
-    let t = &app.theme;
+fn info(t: &Theme, g: &GauntletView, width: u16) -> Vec<Line<'static>> {
     let w = width.saturating_sub(2).max(10) as usize;
     let mut out = vec![];
     if let Some(e) = &g.error {
@@ -121,8 +121,8 @@ fn wrap_units(head: Span<'static>, units: Vec<Vec<Span<'static>>>, w: usize) -> 
     lines
 }
 
-fn info_lines(app: &App, g: &GauntletView, width: u16) -> u16 {
-    info(app, g, width).len() as u16
+fn info_lines(theme: &Theme, g: &GauntletView, width: u16) -> u16 {
+    info(theme, g, width).len() as u16
 }
 
 /// Narrowest tier column: `■ cancelled`, `▶ running…`, `✓ pids+wall`.
@@ -216,11 +216,11 @@ fn short_text(cv: &CellView) -> String {
     format!("{mark} {}{what}", if cv.cell.degraded { "⚠ " } else { "" })
 }
 
-pub fn layout(app: &App, body: Rect) -> GLayout {
-    match &app.gauntlet {
+pub fn layout(sc: &Scene, body: Rect) -> GLayout {
+    match sc.gauntlet {
         Some(g) if g.zoom => GLayout { matrix: Rect { height: 0, ..body }, details: body },
         Some(g) => {
-            let want = g.rows.len() as u16 + 3 + info_lines(app, g, body.width);
+            let want = g.rows.len() as u16 + 3 + info_lines(sc.theme, g, body.width);
             let h = want.min(body.height.saturating_mul(55) / 100).max(5.min(body.height));
             let [matrix, details] = Layout::vertical([Constraint::Length(h), Constraint::Min(0)]).areas(body);
             GLayout { matrix, details }
@@ -230,15 +230,15 @@ pub fn layout(app: &App, body: Rect) -> GLayout {
 }
 
 /// Rows the table shows (without its header) and lines the details pane shows.
-pub fn rows(app: &App, body: Rect) -> (u16, u16) {
-    let l = layout(app, body);
-    let info = app.gauntlet.as_ref().map_or(0, |g| info_lines(app, g, body.width));
+pub fn rows(sc: &Scene, body: Rect) -> (u16, u16) {
+    let l = layout(sc, body);
+    let info = sc.gauntlet.map_or(0, |g| info_lines(sc.theme, g, body.width));
     (l.matrix.height.saturating_sub(3 + info), l.details.height.saturating_sub(2))
 }
 
-pub fn draw(app: &App, f: &mut Frame, body: Rect) {
-    let Some(g) = &app.gauntlet else {
-        let t = &app.theme;
+pub fn draw(sc: &Scene, f: &mut Frame, body: Rect) {
+    let Some(g) = sc.gauntlet else {
+        let t = sc.theme;
         let hint = vec![
             Line::from(Span::styled("no gauntlet yet", t.dim())),
             Line::from(vec![
@@ -249,7 +249,7 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             ]),
         ];
         // The gauntlet kept from an earlier run still draws the frontier.
-        let fr = app.frontier().filter(|_| body.height >= 14);
+        let fr = sc.frontier.as_ref().filter(|_| body.height >= 14);
         if let Some(fr) = fr {
             let mut hint = hint;
             hint.push(Line::from(Span::styled(
@@ -258,28 +258,30 @@ pub fn draw(app: &App, f: &mut Frame, body: Rect) {
             )));
             let [top, chart] = Layout::vertical([Constraint::Length(5), Constraint::Min(8)]).areas(body);
             f.render_widget(
-                Paragraph::new(hint).wrap(Wrap { trim: false }).block(pane(&app.theme, " gauntlet ", true)),
+                Paragraph::new(hint).wrap(Wrap { trim: false }).block(pane(sc.theme, " gauntlet ", true)),
                 top,
             );
-            super::frontier::draw(&app.theme, f, chart, &fr);
+            super::frontier::draw(sc.theme, f, chart, fr);
         } else {
-            f.render_widget(Paragraph::new(hint).block(pane(&app.theme, " gauntlet ", true)), body);
+            f.render_widget(Paragraph::new(hint).block(pane(sc.theme, " gauntlet ", true)), body);
         }
         return;
     };
-    let l = layout(app, body);
+    let l = layout(sc, body);
     if !g.zoom {
-        draw_matrix(app, g, f, l.matrix);
+        draw_matrix(sc.theme, g, f, l.matrix);
     }
     // The frontier beside the details once the screen is wide enough for both.
-    let fr =
-        app.frontier().filter(|fr| !g.zoom && l.details.width >= 100 && l.details.height >= 8 && !fr.points.is_empty());
+    let fr = sc
+        .frontier
+        .as_ref()
+        .filter(|fr| !g.zoom && l.details.width >= 100 && l.details.height >= 8 && !fr.points.is_empty());
     if let Some(fr) = fr {
         let [details, chart] = Layout::horizontal([Constraint::Min(50), Constraint::Percentage(45)]).areas(l.details);
-        draw_details(app, g, f, details);
-        super::frontier::draw(&app.theme, f, chart, &fr);
+        draw_details(sc.theme, g, f, details);
+        super::frontier::draw(sc.theme, f, chart, fr);
     } else {
-        draw_details(app, g, f, l.details);
+        draw_details(sc.theme, g, f, l.details);
     }
 }
 
@@ -302,15 +304,14 @@ fn state_text(g: &GauntletView) -> String {
 }
 
 /// Short text and style of a cell.
-fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (String, Style) {
-    let t = &app.theme;
+fn cell_text(t: &Theme, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (String, Style) {
     match &g.cells[r][c] {
         Some(cv) if cv.cancelled() => ("■ cancelled".into(), Style::new().fg(t.ui.warn)),
         Some(cv) => {
             // The full words when they fit, else a short form (the legend says how to read it).
             let text = fitted_text(cv, col_w as usize);
             // A pass in a sandbox that lacked protections is no plain pass.
-            let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(app, &cv.cell.verdict) };
+            let st = if cv.cell.degraded { Style::new().fg(t.ui.warn) } else { verdict_style(t, &cv.cell.verdict) };
             (text, st)
         }
         None if g.running == Some((r, c)) => ("▶ running…".into(), bold(Style::new().fg(t.ui.accent))),
@@ -319,8 +320,8 @@ fn cell_text(app: &App, g: &GauntletView, r: usize, c: usize, col_w: u16) -> (St
     }
 }
 
-pub fn verdict_style(app: &App, v: &Verdict) -> Style {
-    let t = &app.theme.ui;
+pub fn verdict_style(theme: &Theme, v: &Verdict) -> Style {
+    let t = &theme.ui;
     match v {
         Verdict::Ran | Verdict::Contained { .. } => Style::new().fg(t.ok),
         Verdict::Escaped { .. } => bold(Style::new().fg(t.violation)),
@@ -328,13 +329,12 @@ pub fn verdict_style(app: &App, v: &Verdict) -> Style {
     }
 }
 
-fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
-    let t = &app.theme;
+fn draw_matrix(t: &Theme, g: &GauntletView, f: &mut Frame, area: Rect) {
     let title = format!(" gauntlet · {} ", state_text(g));
-    let block = pane(&app.theme, title, !g.zoom);
+    let block = pane(t, title, !g.zoom);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    let info = info(app, g, area.width);
+    let info = info(t, g, area.width);
     // The matrix keeps three rows (and its header) before the notes get theirs.
     let keep = 1 + (g.rows.len() as u16).min(3);
     let info_h = (info.len() as u16).min(inner.height.saturating_sub(keep));
@@ -357,7 +357,7 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
         };
         let mut cells = vec![TCell::from(Line::from(vec![tag, Span::styled(name, Style::new().fg(t.ui.fg))]))];
         for c in window.clone() {
-            let (text, mut st) = cell_text(app, g, r, c, col_w);
+            let (text, mut st) = cell_text(t, g, r, c, col_w);
             if g.sel == (r, c) {
                 st = st.bg(t.ui.selection_bg).add_modifier(Modifier::BOLD);
             }
@@ -374,19 +374,19 @@ fn draw_matrix(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     f.render_widget(Paragraph::new(info), info_area);
 }
 
-fn draw_details(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
+fn draw_details(theme: &Theme, g: &GauntletView, f: &mut Frame, area: Rect) {
     if area.height == 0 {
         return;
     }
     let (r, c) = g.sel;
     let (Some(row), Some(tier)) = (g.rows.get(r), g.tiers.get(c)) else {
-        f.render_widget(Paragraph::new("no cell").block(pane(&app.theme, " details ", g.zoom)), area);
+        f.render_widget(Paragraph::new("no cell").block(pane(theme, " details ", g.zoom)), area);
         return;
     };
     let hint = if g.zoom { "Enter/Esc back · ↑↓ scroll" } else { "Enter zooms" };
     let title = format!(" {} on {tier} · {hint} ", row.name);
-    let block = pane(&app.theme, title, g.zoom);
-    let lines = detail_lines(app, g, r, c);
+    let block = pane(theme, title, g.zoom);
+    let lines = detail_lines(theme, g, r, c);
     let inner = block.inner(area);
     // Rows the wrapped lines take (word wrapping may take a few more).
     let w = inner.width.max(1) as usize;
@@ -398,28 +398,27 @@ fn draw_details(app: &App, g: &GauntletView, f: &mut Frame, area: Rect) {
     );
 }
 
-fn field<'a>(app: &App, k: &str, v: impl Into<Line<'a>>) -> Line<'a> {
-    let mut spans = vec![Span::styled(format!("{k:<11}"), app.theme.key())];
+fn field<'a>(theme: &Theme, k: &str, v: impl Into<Line<'a>>) -> Line<'a> {
+    let mut spans = vec![Span::styled(format!("{k:<11}"), theme.key())];
     spans.extend(v.into().spans);
     Line::from(spans)
 }
 
-fn plain(app: &App, s: String) -> Span<'static> {
-    Span::styled(s, Style::new().fg(app.theme.ui.fg))
+fn plain(theme: &Theme, s: String) -> Span<'static> {
+    Span::styled(s, Style::new().fg(theme.ui.fg))
 }
 
 /// What the details pane shows for cell (r, c).
-pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line<'static>> {
-    let t = &app.theme;
+pub fn detail_lines(t: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<Line<'static>> {
     let row = &g.rows[r];
     let mut lines = vec![];
     lines.push(field(
-        app,
+        t,
         "sample",
-        plain(app, format!("{} ({})", row.name, if row.hostile { "hostile" } else { "benign control" })),
+        plain(t, format!("{} ({})", row.name, if row.hostile { "hostile" } else { "benign control" })),
     ));
-    lines.push(field(app, "tries", plain(app, row.tries.clone())));
-    lines.push(field(app, "must", plain(app, row.must.clone())));
+    lines.push(field(t, "tries", plain(t, row.tries.clone())));
+    lines.push(field(t, "must", plain(t, row.must.clone())));
     let cv: &CellView = match &g.cells[r][c] {
         Some(cv) => cv,
         None => {
@@ -430,17 +429,17 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             } else {
                 "not run (the gauntlet was cancelled or failed before it)"
             };
-            lines.push(field(app, "verdict", Span::styled(what, t.dim())));
+            lines.push(field(t, "verdict", Span::styled(what, t.dim())));
             return lines;
         }
     };
     let cell = &cv.cell;
     let rep = &cell.report;
-    lines.push(field(app, "verdict", Span::styled(cell.verdict.short(), bold(verdict_style(app, &cell.verdict)))));
-    lines.push(field(app, "expected", plain(app, cell.expected.clone().unwrap_or_else(|| "— (none declared)".into()))));
+    lines.push(field(t, "verdict", Span::styled(cell.verdict.short(), bold(verdict_style(t, &cell.verdict)))));
+    lines.push(field(t, "expected", plain(t, cell.expected.clone().unwrap_or_else(|| "— (none declared)".into()))));
     if cell.degraded {
         let what = format!("⚠ degraded: {}", rep.degraded.join("; "));
-        lines.push(field(app, "sandbox", Span::styled(what, bold(Style::new().fg(t.ui.warn)))));
+        lines.push(field(t, "sandbox", Span::styled(what, bold(Style::new().fg(t.ui.warn)))));
     }
     let mut got = rep.outcome.name().to_string();
     if !rep.violations.is_empty() {
@@ -457,13 +456,13 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     } else {
         (format!("✗ {}", cell.mismatch.clone().unwrap_or_default()), bold(Style::new().fg(t.ui.violation)))
     };
-    lines.push(field(app, "got", Line::from(vec![plain(app, format!("{got}  ")), Span::styled(mark, mst)])));
+    lines.push(field(t, "got", Line::from(vec![plain(t, format!("{got}  ")), Span::styled(mark, mst)])));
     if rep.violations.is_empty() {
-        lines.push(field(app, "violations", Span::styled("none", t.dim())));
+        lines.push(field(t, "violations", Span::styled("none", t.dim())));
     }
     for (i, v) in rep.violations.iter().enumerate() {
         lines.push(field(
-            app,
+            t,
             if i == 0 { "violations" } else { "" },
             Span::styled(
                 format!("{} at {}: {}", v.kind.name(), duration_ms(v.at_ms), v.detail),
@@ -473,11 +472,11 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     }
     // What the host-side canaries saw.
     if cell.findings.escapes.is_empty() {
-        lines.push(field(app, "canaries", Span::styled("nothing got out", Style::new().fg(t.ui.ok))));
+        lines.push(field(t, "canaries", Span::styled("nothing got out", Style::new().fg(t.ui.ok))));
     }
     for (i, e) in cell.findings.escapes.iter().enumerate() {
         lines.push(field(
-            app,
+            t,
             if i == 0 { "canaries" } else { "" },
             Span::styled(format!("ESCAPED: {e}"), bold(Style::new().fg(t.ui.violation))),
         ));
@@ -489,25 +488,25 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
         let files = planted.iter().filter(|p| p.starts_with("secret file")).count();
         Span::styled(format!("planted (fake ANTHROPIC_API_KEY + {files} secret file(s))"), t.dim())
     };
-    lines.push(field(app, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
+    lines.push(field(t, "secret", Line::from(vec![Span::styled("secret canary: ", t.dim()), secret])));
     let latency = match (cell.findings.host_latency_ms_p50, cell.findings.host_latency_ms_max) {
         (Some(p50), Some(max)) => {
             format!("p50 {} · max {} (spawning /bin/true during the run)", duration_ms(p50), duration_ms(max))
         }
         _ => "not measured".into(),
     };
-    lines.push(field(app, "host", plain(app, latency)));
+    lines.push(field(t, "host", plain(t, latency)));
     let exit = match &rep.error {
         Some(e) => Span::styled(format!("{} · {}", rep.exit.describe(), e), Style::new().fg(t.ui.error)),
-        None => plain(app, rep.exit.describe()),
+        None => plain(t, rep.exit.describe()),
     };
-    lines.push(field(app, "exit", exit));
+    lines.push(field(t, "exit", exit));
     let tm = &rep.timings_ms;
     lines.push(field(
-        app,
+        t,
         "timings",
         plain(
-            app,
+            t,
             format!(
                 "setup {} · run {} · teardown {} · total {} · {} start",
                 duration_ms(tm.setup),
@@ -521,10 +520,10 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     let u = &rep.usage;
     let opt = |v: Option<String>| v.unwrap_or_else(|| "—".into());
     lines.push(field(
-        app,
+        t,
         "usage",
         plain(
-            app,
+            t,
             format!(
                 "cpu {} · peak memory {} · peak pids {}",
                 opt(u.cpu_ms.map(|ms| duration_ms(ms as f64))),
@@ -535,7 +534,7 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     ));
     let l = &g.limits;
     lines.push(field(
-        app,
+        t,
         "limits",
         Span::styled(
             format!(
@@ -552,13 +551,12 @@ pub fn detail_lines(app: &App, g: &GauntletView, r: usize, c: usize) -> Vec<Line
         ("stdout", &cv.stdout, rep.stdout_truncated, Style::new().fg(t.ui.stdout)),
         ("stderr", &cv.stderr, rep.stderr_truncated, Style::new().fg(t.ui.stderr)),
     ] {
-        lines.extend(stream_lines(app, name, head, trunc, st));
+        lines.extend(stream_lines(t, name, head, trunc, st));
     }
     lines
 }
 
-fn stream_lines(app: &App, name: &str, h: &Head, truncated: bool, st: Style) -> Vec<Line<'static>> {
-    let t = &app.theme;
+fn stream_lines(t: &Theme, name: &str, h: &Head, truncated: bool, st: Style) -> Vec<Line<'static>> {
     let mut note = format!("{} bytes", h.bytes);
     if h.more > 0 {
         note.push_str(&format!(", first {} lines shown", h.lines.len()));

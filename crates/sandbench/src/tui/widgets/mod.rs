@@ -1,5 +1,7 @@
-//! Drawing. Everything here only reads the app (`&App`): no highlighting,
-//! no parsing, no I/O — that happens in `App::prepare` and the event loop.
+//! Drawing. Everything here reads a [`Scene`] — the views, the theme and
+//! the facts of one frame, lent by the app — never the app itself: no
+//! highlighting, no parsing, no I/O (that happens in `App::prepare` and the
+//! event loop), and the widgets sit below the app in the front end's layers.
 
 mod agent;
 mod common;
@@ -11,9 +13,8 @@ mod histogram;
 mod output;
 mod overlays;
 pub mod runs;
+mod scene;
 mod side;
-
-use std::time::Duration;
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
@@ -21,10 +22,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 
-use super::app::{App, Areas, Level, View};
 use super::keymap;
+use super::types::{Areas, Level, View};
 
 pub use common::EDITOR_TAB;
+pub use scene::Scene;
 
 pub use editor::gutter_width;
 
@@ -39,58 +41,58 @@ struct Main {
     resources: Rect,
 }
 
-fn main_layout(app: &App, area: Rect) -> Main {
+fn main_layout(sc: &Scene, area: Rect) -> Main {
     let [body, status, keybar] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(1)]).areas(area);
     let right_w = (area.width * 32 / 100).clamp(26, 44).min(area.width / 2);
     let [left, right] = Layout::horizontal([Constraint::Min(10), Constraint::Length(right_w)]).areas(body);
     let [editor, output] = Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(left);
-    let tiers_h = side::tiers_height(app, right.width).max(app.tiers.len() as u16 + 3).min(right.height / 2);
+    let tiers_h = side::tiers_height(sc, right.width).max(sc.tiers.len() as u16 + 3).min(right.height / 2);
     let [tiers, resources] = Layout::vertical([Constraint::Length(tiers_h), Constraint::Min(3)]).areas(right);
     Main { body, status, keybar, left, editor, output, tiers, resources }
 }
 
 /// Pane areas for `App::prepare` (paging and scrolling need their sizes).
-pub fn areas(app: &App, area: Rect) -> Areas {
-    let m = main_layout(app, area);
-    let (list_rows, detail_rows) = match app.view {
-        View::Gauntlet => gauntlet::rows(app, m.body),
+pub fn areas(sc: &Scene, area: Rect) -> Areas {
+    let m = main_layout(sc, area);
+    let (list_rows, detail_rows) = match sc.view {
+        View::Gauntlet => gauntlet::rows(sc, m.body),
         View::Agent => (0, agent::rows(m.body)),
-        View::Runs => runs::rows(&app.runs_log, m.body),
+        View::Runs => runs::rows(sc.runs_log, m.body),
         _ => (0, 0),
     };
     Areas { editor: m.editor, output: m.output, list_rows, detail_rows }
 }
 
-pub fn draw(app: &App, f: &mut Frame) {
+pub fn draw(sc: &Scene, f: &mut Frame) {
     let area = f.area();
-    f.render_widget(Block::new().style(app.theme.base()), area);
-    let m = main_layout(app, area);
-    match app.view {
+    f.render_widget(Block::new().style(sc.theme.base()), area);
+    let m = main_layout(sc, area);
+    match sc.view {
         View::Single => {
-            editor::draw(app, f, m.editor);
-            output::draw(app, f, m.output);
-            side::draw_tiers(app, f, m.tiers);
-            side::draw_resources(app, f, m.resources);
+            editor::draw(sc, f, m.editor);
+            output::draw(sc, f, m.output);
+            side::draw_tiers(sc, f, m.tiers);
+            side::draw_resources(sc, f, m.resources);
         }
         View::Compare => {
             let _ = m.left;
-            compare::draw(app, f, m.body);
+            compare::draw(sc, f, m.body);
         }
-        View::Gauntlet => gauntlet::draw(app, f, m.body),
-        View::Agent => agent::draw(&app.theme, &app.agent, &app.selected_tier().name, app.api_key_set, f, m.body),
-        View::Runs => runs::draw(&app.theme, &app.runs_log, f, m.body),
+        View::Gauntlet => gauntlet::draw(sc, f, m.body),
+        View::Agent => agent::draw(sc.theme, sc.agent, &sc.selected_tier().name, sc.api_key_set, f, m.body),
+        View::Runs => runs::draw(sc.theme, sc.runs_log, f, m.body),
     }
-    draw_status(app, f, m.status);
-    draw_keybar(app, f, m.keybar);
+    draw_status(sc, f, m.status);
+    draw_keybar(sc, f, m.keybar);
     // Over the body only: the status line (an overlay's warning, e.g.
     // "unsaved changes") and the key bar stay in view.
-    overlays::draw(app, f, m.body);
+    overlays::draw(sc, f, m.body);
 }
 
-fn draw_status(app: &App, f: &mut Frame, area: Rect) {
-    let t = &app.theme;
-    let line = match &app.status {
+fn draw_status(sc: &Scene, f: &mut Frame, area: Rect) {
+    let t = sc.theme;
+    let line = match sc.status {
         Some(s) => {
             let c = match s.level {
                 Level::Info => t.ui.fg,
@@ -100,13 +102,13 @@ fn draw_status(app: &App, f: &mut Frame, area: Rect) {
             Line::from(Span::styled(format!(" {}", s.text), Style::new().fg(c)))
         }
         None => {
-            let tier = app.selected_tier();
+            let tier = sc.selected_tier();
             let state = match &tier.avail {
                 None => "probing…".to_string(),
                 Some(a) if a.available => "ready".into(),
                 Some(_) => "unavailable".into(),
             };
-            let l = &app.limits;
+            let l = &sc.limits;
             Line::from(vec![
                 Span::styled(format!(" {} ", tier.name), t.key()),
                 Span::styled(state, t.dim()),
@@ -121,11 +123,7 @@ fn draw_status(app: &App, f: &mut Frame, area: Rect) {
                     t.dim(),
                 ),
                 Span::styled(
-                    if app.secrets.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" · secrets {}", app.secrets.join(","))
-                    },
+                    if sc.secrets.is_empty() { String::new() } else { format!(" · secrets {}", sc.secrets.join(",")) },
                     t.dim(),
                 ),
             ])
@@ -134,12 +132,12 @@ fn draw_status(app: &App, f: &mut Frame, area: Rect) {
     f.render_widget(Paragraph::new(line), area);
 }
 
-fn draw_keybar(app: &App, f: &mut Frame, area: Rect) {
-    let t = &app.theme;
+fn draw_keybar(sc: &Scene, f: &mut Frame, area: Rect) {
+    let t = sc.theme;
     let mut spans = vec![];
     // While something runs, F8 keeps its word: it is the key that stops it.
-    let keep: &[&str] = if app.busy() { &["F1", "^Q", "F8"] } else { &["F1", "^Q"] };
-    for (key, label) in keybar_entries(&keymap::bar(&app.contexts()), area.width as usize, keep) {
+    let keep: &[&str] = if sc.busy { &["F1", "^Q", "F8"] } else { &["F1", "^Q"] };
+    for (key, label) in keybar_entries(&keymap::bar(&sc.contexts), area.width as usize, keep) {
         spans.push(Span::styled(key.to_string(), t.key()));
         spans.push(Span::styled(
             if label.is_empty() { " ".into() } else { format!(" {label} ") },
@@ -184,36 +182,6 @@ pub fn keybar_entries(
         v.pop();
     }
     v
-}
-
-/// `App::prepare` lives with the layout it reads (`areas`, the editor's
-/// gutter and tab width), so the app never imports the widgets that draw it.
-impl App {
-    /// Work between frames, never in draw: layout sizes, editor scroll,
-    /// highlighting of the visible lines (within `budget`).
-    pub fn prepare(&mut self, area: Rect, budget: Duration) {
-        self.areas = areas(self, area);
-        let e = self.areas.editor;
-        let gutter = gutter_width(self.editor.lines().len()) as usize;
-        let rows = e.height.saturating_sub(2) as usize;
-        let cols = (e.width.saturating_sub(2) as usize).saturating_sub(gutter);
-        self.editor.scroll_to_cursor(rows, cols, EDITOR_TAB);
-        if let Some(h) = &mut self.highlighter {
-            if let Some(row) = self.editor.take_dirty() {
-                h.invalidate(row);
-            }
-            let upto = self.editor.scroll.0 + rows + 1;
-            if h.update(self.editor.lines(), upto, budget) {
-                self.dirty = true;
-            }
-        }
-        if let Some(s) = &self.status {
-            if s.at.elapsed() > Duration::from_secs(8) && s.level == Level::Info {
-                self.status = None;
-                self.dirty = true;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,14 +8,16 @@ use ratatui::Frame;
 use unicode_width::UnicodeWidthChar;
 
 use super::common::{bold, outcome_style, pane};
-use crate::tui::app::{App, Focus};
+use super::scene::Scene;
 use crate::tui::run_view::{Origin, OutLine};
+use crate::tui::theme::Theme;
+use crate::tui::types::Focus;
 
-pub fn draw(app: &App, f: &mut Frame, area: Rect) {
-    let t = &app.theme;
-    let focused = app.focus == Focus::Output;
-    let Some(run) = app.current_run() else {
-        let block = pane(&app.theme, " output ", focused);
+pub fn draw(sc: &Scene, f: &mut Frame, area: Rect) {
+    let t = sc.theme;
+    let focused = sc.focus == Focus::Output;
+    let Some(run) = sc.current_run() else {
+        let block = pane(sc.theme, " output ", focused);
         let hint = Line::from(vec![
             Span::styled("F5", t.key()),
             Span::styled(" runs the code on the selected tier, ", t.dim()),
@@ -26,7 +28,7 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
         return;
     };
     let mut title =
-        format!(" output · {} · {} ", run.tier, if app.output.scroll.follows() { "following" } else { "scrolled" });
+        format!(" output · {} · {} ", run.tier, if sc.output.scroll.follows() { "following" } else { "scrolled" });
     if !run.secrets.is_empty() {
         // Names only: a run's header never holds a value.
         title.push_str(&format!("· secrets {} ", run.secrets.join(",")));
@@ -34,23 +36,23 @@ pub fn draw(app: &App, f: &mut Frame, area: Rect) {
     if run.lines.dropped > 0 {
         title.push_str(&format!("· {} dropped ", run.lines.dropped));
     }
-    let block = pane(&app.theme, title, focused);
+    let block = pane(sc.theme, title, focused);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let rows = inner.height as usize;
-    let top = app.output_top().saturating_sub(run.lines.dropped) as usize;
+    let top = sc.output_top.saturating_sub(run.lines.dropped) as usize;
     let partials: Vec<OutLine> = run.partials().collect();
     let all = run.lines.iter().chain(partials.iter());
     // The search's matches are highlighted, the current match's line marked.
-    let query: Option<Vec<char>> = app.output.search.as_ref().map(|q| lower(q)).filter(|q| !q.is_empty());
+    let query: Option<Vec<char>> = sc.output.search.as_ref().map(|q| lower(q)).filter(|q| !q.is_empty());
     let first = run.lines.dropped + top as u64;
     let lines: Vec<Line> = all
         .skip(top)
         .take(rows)
         .enumerate()
         .map(|(i, l)| {
-            let current = app.output.found == Some(first + i as u64);
-            render_marked(app, l, app.output.hscroll, inner.width as usize, query.as_deref(), current)
+            let current = sc.output.found == Some(first + i as u64);
+            render_marked(sc.theme, l, sc.output.hscroll, inner.width as usize, query.as_deref(), current)
         })
         .collect();
     f.render_widget(Paragraph::new(lines), inner);
@@ -75,40 +77,40 @@ fn matched(line: &[char], q: &[char]) -> Vec<bool> {
     hit
 }
 
-pub fn origin_style(app: &App, o: Origin) -> Style {
-    let t = &app.theme.ui;
+pub fn origin_style(theme: &Theme, o: Origin) -> Style {
+    let t = &theme.ui;
     match o {
         Origin::Stdout => Style::new().fg(t.stdout),
         Origin::Stderr => Style::new().fg(t.stderr),
         Origin::Phase | Origin::Exit => Style::new().fg(t.phase),
         Origin::Note => Style::new().fg(t.note),
         Origin::Violation => bold(Style::new().fg(t.violation)),
-        Origin::Outcome(o) => outcome_style(&app.theme, o).0,
+        Origin::Outcome(o) => outcome_style(theme, o).0,
     }
 }
 
 /// One output line: a one-column gutter (stderr is marked), the text from
 /// display column `left`, at most `width` columns, a note when it was cut.
-pub fn render(app: &App, l: &OutLine, left: usize, width: usize) -> Line<'static> {
-    render_marked(app, l, left, width, None, false)
+pub fn render(theme: &Theme, l: &OutLine, left: usize, width: usize) -> Line<'static> {
+    render_marked(theme, l, left, width, None, false)
 }
 
 /// `render`, with the matches of `query` (lowercased) highlighted and, for
 /// the current match, a marker in the gutter.
 fn render_marked(
-    app: &App,
+    theme: &Theme,
     l: &OutLine,
     left: usize,
     width: usize,
     query: Option<&[char]>,
     current: bool,
 ) -> Line<'static> {
-    let base = origin_style(app, l.origin);
+    let base = origin_style(theme, l.origin);
     let hits = query.map(|q| matched(&lower(l.line.text()), q)).unwrap_or_default();
-    let hl = Style::new().fg(app.theme.ui.bg).bg(app.theme.ui.warn);
+    let hl = Style::new().fg(theme.ui.bg).bg(theme.ui.warn);
     let gutter = match l.origin {
-        _ if current => Span::styled("▶", bold(Style::new().fg(app.theme.ui.warn))),
-        Origin::Stderr => Span::styled("▍", Style::new().fg(app.theme.ui.stderr)),
+        _ if current => Span::styled("▶", bold(Style::new().fg(theme.ui.warn))),
+        Origin::Stderr => Span::styled("▍", Style::new().fg(theme.ui.stderr)),
         _ => Span::raw(" "),
     };
     let mut spans = vec![gutter];
@@ -147,7 +149,7 @@ fn render_marked(
         }
     }
     if let Some(n) = note {
-        spans.push(Span::styled(n, Style::new().fg(app.theme.ui.dim)));
+        spans.push(Span::styled(n, Style::new().fg(theme.ui.dim)));
     }
     Line::from(spans)
 }

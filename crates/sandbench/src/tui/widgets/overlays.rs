@@ -8,42 +8,41 @@ use ratatui::widgets::{Clear, List, ListItem, ListState, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::common::{bold, centered, pane};
-use crate::tui::app::App;
+use super::scene::Scene;
 use crate::tui::keymap;
 use crate::tui::overlays::{GauntletSetup, Help, LimitsForm, Overlay, Prompt, PromptKind, SamplesPicker};
+use crate::tui::theme::Theme;
 
-pub fn draw(app: &App, f: &mut Frame, area: Rect) {
-    match &app.overlay {
+pub fn draw(sc: &Scene, f: &mut Frame, area: Rect) {
+    match sc.overlay {
         None => {}
-        Some(Overlay::Help(h)) => help(app, f, area, h),
-        Some(Overlay::Samples(p)) => samples(app, f, area, p),
-        Some(Overlay::Limits(form)) => limits(app, f, area, form),
-        Some(Overlay::GauntletSetup(s)) => gauntlet_setup(app, f, area, s),
+        Some(Overlay::Help(h)) => help(sc.theme, f, area, h),
+        Some(Overlay::Samples(p)) => samples(sc.theme, f, area, p),
+        Some(Overlay::Limits(form)) => limits(sc.theme, f, area, form),
+        Some(Overlay::GauntletSetup(s)) => gauntlet_setup(sc.theme, f, area, s),
         Some(Overlay::Prompt(Prompt { kind: PromptKind::SaveAs, input })) => {
             // Where a relative name lands, so "saved" is never a surprise.
             let dir = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
             let title = format!(" save as (relative to {dir}) · Enter saves · Esc cancels ");
-            prompt(app, f, area, &title, "file: ", input)
+            prompt(sc.theme, f, area, &title, "file: ", input)
         }
         Some(Overlay::Prompt(Prompt { kind: PromptKind::Search, input })) => {
-            prompt(app, f, area, " search the output · Enter finds · Esc cancels ", "find: ", input)
+            prompt(sc.theme, f, area, " search the output · Enter finds · Esc cancels ", "find: ", input)
         }
     }
 }
 
-fn popup(app: &App, f: &mut Frame, rect: Rect, title: &str) -> Rect {
+fn popup(theme: &Theme, f: &mut Frame, rect: Rect, title: &str) -> Rect {
     f.render_widget(Clear, rect);
-    let block =
-        pane(&app.theme, title.to_string(), true).style(Style::new().fg(app.theme.ui.fg).bg(app.theme.ui.popup_bg));
+    let block = pane(theme, title.to_string(), true).style(Style::new().fg(theme.ui.fg).bg(theme.ui.popup_bg));
     let inner = block.inner(rect);
     f.render_widget(block, rect);
     inner
 }
 
-fn help(app: &App, f: &mut Frame, area: Rect, h: &Help) {
-    let t = &app.theme;
+fn help(t: &Theme, f: &mut Frame, area: Rect, h: &Help) {
     let rect = centered(area, 76, area.height.saturating_sub(2));
-    let inner = popup(app, f, rect, " help · keys (Esc closes) ");
+    let inner = popup(t, f, rect, " help · keys (Esc closes) ");
     let mut lines = vec![];
     for (title, keys) in keymap::help_sections() {
         lines.push(Line::from(Span::styled(title, bold(Style::new().fg(t.ui.accent)))));
@@ -59,15 +58,14 @@ fn help(app: &App, f: &mut Frame, area: Rect, h: &Help) {
     f.render_widget(Paragraph::new(lines).scroll((top.min(u16::MAX as u64) as u16, 0)), inner);
 }
 
-fn samples(app: &App, f: &mut Frame, area: Rect, p: &SamplesPicker) {
-    let t = &app.theme;
+fn samples(t: &Theme, f: &mut Frame, area: Rect, p: &SamplesPicker) {
     let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
     let title = if p.filter.is_empty() {
         " samples · type to filter · Enter loads · Esc closes ".to_string()
     } else {
         format!(" samples · filter: {}_ · Bksp · Enter loads · Esc closes ", p.filter)
     };
-    let inner = popup(app, f, rect, &title);
+    let inner = popup(t, f, rect, &title);
     // Enter over unsaved edits asks first, here where the eyes are.
     let inner = if p.confirm && inner.height > 2 {
         let [ask, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(inner);
@@ -148,13 +146,12 @@ fn samples(app: &App, f: &mut Frame, area: Rect, p: &SamplesPicker) {
 
 /// Two lists side by side, tiers and samples, each item checked or not; the
 /// run count in the title.
-fn gauntlet_setup(app: &App, f: &mut Frame, area: Rect, s: &GauntletSetup) {
-    let t = &app.theme;
+fn gauntlet_setup(t: &Theme, f: &mut Frame, area: Rect, s: &GauntletSetup) {
     let rect = centered(area, area.width.saturating_sub(4).max(40), area.height.saturating_sub(2));
     let (nt, ns) = (s.chosen_tiers().len(), s.samples.iter().filter(|(_, on)| *on).count());
     let title =
         format!(" gauntlet: {nt} tier(s) × {ns} sample(s) = {} runs, one at a time · Enter runs · Esc ", s.runs());
-    let inner = popup(app, f, rect, &title);
+    let inner = popup(t, f, rect, &title);
     let tiers_w = (inner.width / 3).clamp(24, 44);
     let [left, right] = Layout::horizontal([Constraint::Length(tiers_w), Constraint::Min(10)]).areas(inner);
     let mark = |on: bool| if on { "[x] " } else { "[ ] " };
@@ -205,10 +202,9 @@ fn gauntlet_setup(app: &App, f: &mut Frame, area: Rect, s: &GauntletSetup) {
     );
 }
 
-fn limits(app: &App, f: &mut Frame, area: Rect, form: &LimitsForm) {
-    let t = &app.theme;
+fn limits(t: &Theme, f: &mut Frame, area: Rect, form: &LimitsForm) {
     let rect = centered(area, 56, form.fields.len() as u16 + 6);
-    let inner = popup(app, f, rect, " limits of the next run · Enter applies ");
+    let inner = popup(t, f, rect, " limits of the next run · Enter applies ");
     let mut lines = vec![];
     for (i, (field, text)) in form.fields.iter().enumerate() {
         let sel = i == form.selected;
@@ -231,10 +227,9 @@ fn limits(app: &App, f: &mut Frame, area: Rect, form: &LimitsForm) {
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
-fn prompt(app: &App, f: &mut Frame, area: Rect, title: &str, label: &'static str, input: &str) {
-    let t = &app.theme;
+fn prompt(t: &Theme, f: &mut Frame, area: Rect, title: &str, label: &'static str, input: &str) {
     let rect = centered(area, (title.chars().count() as u16).saturating_add(4).max(60), 3);
-    let inner = popup(app, f, rect, title);
+    let inner = popup(t, f, rect, title);
     let line =
         Line::from(vec![Span::styled(label, t.key()), Span::styled(format!("{input}▏"), Style::new().fg(t.ui.fg))]);
     f.render_widget(Paragraph::new(line), inner);

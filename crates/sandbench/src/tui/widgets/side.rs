@@ -8,16 +8,17 @@ use ratatui::widgets::{LineGauge, Paragraph, Sparkline, Wrap};
 use ratatui::Frame;
 
 use super::common::{bold, outcome_style, pane};
+use super::scene::Scene;
 use crate::event::Phase;
-use crate::tui::app::App;
 use crate::tui::run_view::RunView;
+use crate::tui::theme::Theme;
 use crate::units::duration_ms;
 
 /// Rows the tier pane wants at `width` (borders included).
-pub fn tiers_height(app: &App, width: u16) -> u16 {
+pub fn tiers_height(sc: &Scene, width: u16) -> u16 {
     let w = width.saturating_sub(2).max(1) as usize;
-    let detail: usize = detail_lines(app).iter().map(|l| wrapped_rows(&l.to_string(), w)).sum();
-    (app.tiers.len() + detail + 2) as u16
+    let detail: usize = detail_lines(sc).iter().map(|l| wrapped_rows(&l.to_string(), w)).sum();
+    (sc.tiers.len() + detail + 2) as u16
 }
 
 /// Rows a greedy word wrap at `w` columns takes.
@@ -39,12 +40,12 @@ pub fn wrapped_rows(text: &str, w: usize) -> usize {
 }
 
 /// The selected tier's summary, and what failed and the fix when unavailable.
-fn detail_lines(app: &App) -> Vec<Line<'static>> {
-    let t = &app.theme;
+fn detail_lines(sc: &Scene) -> Vec<Line<'static>> {
+    let t = sc.theme;
     let mut lines = vec![];
-    if let Some(a) = &app.selected_tier().avail {
+    if let Some(a) = &sc.selected_tier().avail {
         lines.push(Line::from(Span::styled(a.summary.clone(), t.dim())));
-        if let (true, Some(w)) = (a.available, &app.selected_tier().warm) {
+        if let (true, Some(w)) = (a.available, &sc.selected_tier().warm) {
             lines.push(Line::from(vec![Span::styled("warm: ", t.key()), Span::styled(w.clone(), t.dim())]));
         }
         // A tier that works through a slower or weaker fallback says so.
@@ -77,26 +78,26 @@ pub fn tier_window(n: usize, selected: usize, rows: usize) -> std::ops::Range<us
     top..top + rows
 }
 
-pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
-    let t = &app.theme;
-    let n = app.tiers.len();
+pub fn draw_tiers(sc: &Scene, f: &mut Frame, area: Rect) {
+    let t = sc.theme;
+    let n = sc.tiers.len();
     let h = area.height.saturating_sub(2) as usize;
     // The list first (the selected tier always in view), then as much of the
     // selected tier's details as fits; at least their first line when the
     // list must scroll.
     let rows = if n <= h { n } else { h.saturating_sub(usize::from(h >= 4)) };
-    let window = tier_window(n, app.tier, rows);
+    let window = tier_window(n, sc.tier, rows);
     let title = if window.len() < n {
         format!(" tiers · {}–{} of {n} (F4) ", window.start + 1, window.end)
     } else {
         " tiers ".to_string()
     };
-    let block = pane(&app.theme, title, false);
+    let block = pane(sc.theme, title, false);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let mut lines = vec![];
-    for (i, tier) in app.tiers.iter().enumerate().skip(window.start).take(window.len()) {
-        let sel = i == app.tier;
+    for (i, tier) in sc.tiers.iter().enumerate().skip(window.start).take(window.len()) {
+        let sel = i == sc.tier;
         let (glyph, state, st) = match &tier.avail {
             None => ("…", "probing".to_string(), t.dim()),
             Some(a) if a.available => ("✔", "ready".to_string(), Style::new().fg(t.ui.ok)),
@@ -109,37 +110,37 @@ pub fn draw_tiers(app: &App, f: &mut Frame, area: Rect) {
             Span::styled(format!("{glyph} {state}"), st),
         ]));
     }
-    lines.extend(detail_lines(app));
+    lines.extend(detail_lines(sc));
     f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
-pub fn draw_resources(app: &App, f: &mut Frame, area: Rect) {
-    let t = &app.theme;
-    let Some(run) = app.current_run() else {
-        let block = pane(&app.theme, " resources ", false);
+pub fn draw_resources(sc: &Scene, f: &mut Frame, area: Rect) {
+    let t = sc.theme;
+    let Some(run) = sc.current_run() else {
+        let block = pane(sc.theme, " resources ", false);
         let text = vec![
             Line::from(Span::styled("next run:", t.dim())),
             Line::from(Span::styled(
-                format!("memory {}", crate::spec::format_size(app.limits.memory_bytes)),
+                format!("memory {}", crate::spec::format_size(sc.limits.memory_bytes)),
                 Style::new().fg(t.ui.fg),
             )),
             Line::from(Span::styled(
-                format!("cpu {}", crate::spec::format_duration(app.limits.cpu_time)),
+                format!("cpu {}", crate::spec::format_duration(sc.limits.cpu_time)),
                 Style::new().fg(t.ui.fg),
             )),
             Line::from(Span::styled(
-                format!("wall {}", crate::spec::format_duration(app.limits.wall_time)),
+                format!("wall {}", crate::spec::format_duration(sc.limits.wall_time)),
                 Style::new().fg(t.ui.fg),
             )),
-            Line::from(Span::styled(format!("pids {}", app.limits.pids), Style::new().fg(t.ui.fg))),
+            Line::from(Span::styled(format!("pids {}", sc.limits.pids), Style::new().fg(t.ui.fg))),
         ];
         f.render_widget(Paragraph::new(text).block(block), area);
         return;
     };
-    let block = pane(&app.theme, format!(" resources · {} ", run.tier), false);
+    let block = pane(sc.theme, format!(" resources · {} ", run.tier), false);
     let inner = block.inner(area);
     f.render_widget(block, area);
-    draw_run_resources(app, run, f, inner, true);
+    draw_run_resources(sc.theme, run, f, inner, true);
 }
 
 /// Phase times of a run: (setup, run, teardown) so far.
@@ -159,12 +160,11 @@ pub fn phase_times(run: &RunView) -> (Option<f64>, Option<f64>, Option<f64>) {
 }
 
 /// The body of the resources pane (also used by compare columns).
-pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
-    let t = &app.theme;
+pub fn draw_run_resources(t: &Theme, run: &RunView, f: &mut Frame, area: Rect, with_state: bool) {
     let (setup, ran, down) = phase_times(run);
     let opt = |v: Option<f64>| v.map(duration_ms).unwrap_or_else(|| "–".into());
     let state_style = match &run.report {
-        Some(r) => outcome_style(&app.theme, r.outcome).0,
+        Some(r) => outcome_style(t, r.outcome).0,
         None => bold(Style::new().fg(t.ui.accent)),
     };
     let mut top = vec![
@@ -191,7 +191,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     if !with_state {
         top.remove(0);
     }
-    let outcome_lines = outcome_lines(app, run);
+    let outcome_lines = outcome_lines(t, run);
     let spark_h = if area.height >= 14 { 2 } else { 1 };
     let [head, cpu_l, mem_l, axis_l, mem_g, pid_g, tail] = Layout::vertical([
         Constraint::Length(top.len() as u16),
@@ -276,7 +276,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     }
     let of = |v: Option<u64>, limit: u64| v.map_or(0.0, |v| v as f64 / limit.max(1) as f64);
     gauge(
-        app,
+        t,
         f,
         mem_g,
         "mem",
@@ -288,7 +288,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
         ),
     );
     gauge(
-        app,
+        t,
         f,
         pid_g,
         "pids",
@@ -298,8 +298,7 @@ pub fn draw_run_resources(app: &App, run: &RunView, f: &mut Frame, area: Rect, w
     f.render_widget(Paragraph::new(outcome_lines).wrap(Wrap { trim: true }), tail);
 }
 
-fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
-    let t = &app.theme;
+fn outcome_lines(t: &Theme, run: &RunView) -> Vec<Line<'static>> {
     let mut out = vec![];
     for v in &run.violations {
         out.push(Line::from(vec![
@@ -311,7 +310,7 @@ fn outcome_lines(app: &App, run: &RunView) -> Vec<Line<'static>> {
         ]));
     }
     if let Some(r) = &run.report {
-        let (st, glyph) = outcome_style(&app.theme, r.outcome);
+        let (st, glyph) = outcome_style(t, r.outcome);
         out.push(Line::from(vec![
             Span::styled(format!("{glyph} {}", r.outcome.name()), st),
             Span::styled(format!(" · {}", r.exit.describe()), Style::new().fg(t.ui.fg)),
@@ -367,8 +366,7 @@ fn sparkline(
     f.render_widget(Sparkline::default().data(&data).style(style).max(max.max(1)), r);
 }
 
-fn gauge(app: &App, f: &mut Frame, area: Rect, name: &str, ratio: f64, label: String) {
-    let t = &app.theme;
+fn gauge(t: &Theme, f: &mut Frame, area: Rect, name: &str, ratio: f64, label: String) {
     let ratio = ratio.clamp(0.0, 1.0);
     let color = if ratio >= 0.9 {
         t.ui.violation
