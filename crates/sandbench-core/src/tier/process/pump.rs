@@ -222,6 +222,12 @@ impl<'a> Pump<'a> {
                     });
                 }
                 Some(Status::Warning { msg }) => ctx.note(msg).await,
+                // After sandbench's own kill (a wall limit before the start,
+                // a stop, the CPU limit), init may still say that the
+                // interpreter it waited for died: that is the kill, not a
+                // sandbox that failed to build (an error said before the
+                // kill is kept).
+                Some(Status::Error { .. }) if self.killed => {}
                 Some(Status::Error { msg }) => {
                     self.error.get_or_insert(msg);
                 }
