@@ -2,7 +2,7 @@
 # tries: ignore the proxy variables and connect straight to the allowed host's address, a canary host and the host's loopback, as a client without proxy support would
 # must: have no route out but the egress proxy: every direct connection fails
 # network: allow=allowed.gauntlet.test:{http_port}
-# expect: *=ok
+# expect: *=ok microvm=violation:cpu_time?
 import os
 import socket
 import urllib.request
