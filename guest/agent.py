@@ -594,11 +594,13 @@ def child(spec, out_w, err_w, guard_w):
             write_file(RUN_CG + "/cgroup.procs", str(os.getpid()))
         mark("child_cgroup")
         lim = spec["limits"]
-        # The CPU limit is the agent's: it samples the run cgroup and kills
-        # at the limit (a kill the host trusts). RLIMIT_CPU is only a
-        # backstop, set above it: the kernel checks it against tick-sampled
-        # time, which under TCG ran ahead of the real count by up to ~8%, and
-        # a SIGXCPU a program may have sent itself is no evidence.
+        # The CPU limit is the host's (it sends KILL at the limit, from the
+        # run cgroup's count bounded by the CPU QEMU got); the cpu_ms given
+        # here is a backstop far above it, where the agent kills on its own.
+        # RLIMIT_CPU is a backstop above that: the kernel checks it against
+        # tick-sampled time, which under TCG ran ahead of the real count by
+        # up to ~8%, and a SIGXCPU a program may have sent itself is no
+        # evidence.
         cpu_s = max(1, -(-int(lim["cpu_ms"]) // 1000))
         cpu_s += max(1, cpu_s // 2)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
@@ -851,9 +853,11 @@ def run(port, spec, steps):
     cpu_limit_ms = int(spec["limits"]["cpu_ms"])
     sampler = Sampler(base)
     streams = {out_r: T_STDOUT, err_r: T_STDERR}
-    # Session mode: a KILL frame from the host (cancel) ends the program;
-    # the guest stays for the next call.
-    host = [port.fd] if session else []
+    # A KILL frame from the host ends the program: a cancel (in a session;
+    # the guest stays for the next call) or the CPU limit, which the host
+    # enforces (it bounds the count below by the CPU QEMU got, which this
+    # guest cannot see); the agent's own kill below is a backstop.
+    host = [port.fd]
     status = None
     main_cpu_ms = 0
     killed_all = False

@@ -553,7 +553,9 @@ QEMU runs as sandbench's user on the host",
             net_port: egress.map(|_| crate::egress::SANDBOX_PORT),
             ca: egress.and_then(|e| e.ca_pem()),
             limits: proto::GuestLimits {
-                cpu_ms: limits.cpu_time.as_millis() as u64,
+                // The host enforces the CPU limit (see `VmCpu`); the agent's
+                // own kill is a backstop far above it.
+                cpu_ms: (limits.cpu_time.as_millis() as u64).saturating_mul(CPU_BACKSTOP),
                 memory_bytes: limits.memory_bytes,
                 pids: limits.pids,
                 file_size_bytes: limits.file_size_bytes,
@@ -567,6 +569,7 @@ QEMU runs as sandbench's user on the host",
                 .unwrap_or(0.0),
             session_since: session,
         };
+        let vm_cpu = VmCpu::start(guest.pid());
         guest.send(&proto::encode_run(&req)).await?;
         let sent = ctx.ms();
         timeline.push(("program_sent", sent));
@@ -587,7 +590,13 @@ QEMU runs as sandbench's user on the host",
                     continue;
                 }
                 _ = &mut kill_grace => {
-                    anyhow::bail!("the guest did not end the call's program after sandbench asked it to");
+                    if session.is_some() {
+                        anyhow::bail!("the guest did not end the call's program after sandbench asked it to");
+                    }
+                    // A one-shot guest ends with its program.
+                    guest.start_kill();
+                    ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
+                    return Ok((None, garbage, serde_json::Value::Null));
                 }
                 _ = ctx.stop.cancelled(), if session.is_none() => {
                     guest.start_kill();
@@ -615,16 +624,21 @@ QEMU runs as sandbench's user on the host",
                 Item::Frame(Frame::Stdout(b)) => ctx.emit(EventKind::Output(Stream::Stdout, b)).await,
                 Item::Frame(Frame::Stderr(b)) => ctx.emit(EventKind::Output(Stream::Stderr, b)).await,
                 Item::Frame(Frame::Usage(u)) => {
-                    last = UsageSample { cpu_ms: u.cpu_ms, memory_bytes: u.memory_bytes, pids: u.pids };
+                    let cpu_ms = vm_cpu.bound(u.cpu_ms);
+                    last = UsageSample { cpu_ms, memory_bytes: u.memory_bytes, pids: u.pids };
                     ctx.usage(last).await;
-                    // The guest agent kills the program at its CPU limit itself.
                     let counters = judge::Counters {
-                        cpu_ms: u.cpu_ms,
+                        cpu_ms,
                         oom_kills: u.oom_kills,
                         memory_limit_hits: u.memory_max_events,
                         pids_refused: u.pids_max_events,
                     };
-                    judge.sample(ctx, &counters).await;
+                    if judge.sample(ctx, &counters).await == judge::Action::KillForCpu && !kill_sent {
+                        // The agent ends the program and still reports its exit.
+                        kill_sent = true;
+                        guest.send(&proto::encode(proto::K_KILL, b"k")).await?;
+                        kill_grace.as_mut().reset(tokio::time::Instant::now() + session::KILL_GRACE);
+                    }
                 }
                 Item::Frame(Frame::Log(l)) => {
                     ctx.note(format!("guest: {}", crate::sanitize::visible_controls(l.as_bytes()))).await
@@ -670,11 +684,11 @@ QEMU runs as sandbench's user on the host",
             .await;
         }
         let status = ExitStatus { code: x.code, signal: x.signal };
-        let cpu_ms = x.cpu_ms.or(last.cpu_ms);
+        let cpu_ms = vm_cpu.bound(x.cpu_ms).or(last.cpu_ms);
         let facts = ExitFacts {
             status,
             counters: judge::Counters {
-                // The agent kills at its CPU limit from this same counter.
+                // The same bounded counter the kill above was decided on.
                 cpu_ms,
                 oom_kills: x.oom_kills,
                 memory_limit_hits: x.memory_max_events,
@@ -693,5 +707,94 @@ QEMU runs as sandbench's user on the host",
         let usage = UsageSample { cpu_ms, memory_bytes: x.memory_peak.or(last.memory_bytes), pids: x.pids_peak };
         let watch = json!({ "from": "guest agent", "file_events": x.file_events, "guarded_calls": x.guarded_calls });
         Ok((Some(usage), garbage, watch))
+    }
+}
+
+/// The guest agent's own CPU kill sits this many times above the run's CPU
+/// limit: the host kills at the limit, from the bounded counter.
+const CPU_BACKSTOP: u64 = 8;
+
+/// The CPU the host gave the VM since a program was sent: an upper bound on
+/// what the program can have used. Under TCG a guest cannot tell when its
+/// vCPU thread was not scheduled on the host (no steal time), so the
+/// scheduler's clock charges those gaps to the running program: on a loaded
+/// host a guest's cgroup counted 6.2 s for a benign program. The program's
+/// CPU is the guest's count, bounded by QEMU's (every thread's user and
+/// system time, from `/proc/<pid>/stat`; QEMU is a child sandbench has not
+/// reaped, so the pid is still QEMU's).
+struct VmCpu {
+    pid: Option<u32>,
+    base_ms: Option<u64>,
+}
+
+impl VmCpu {
+    fn start(pid: Option<u32>) -> VmCpu {
+        VmCpu { pid, base_ms: pid.and_then(process_cpu_ms) }
+    }
+
+    /// The guest's figure, bounded by what QEMU used meanwhile (the guest's
+    /// alone when QEMU's cannot be read).
+    fn bound(&self, guest_ms: Option<u64>) -> Option<u64> {
+        let used = match (self.base_ms, self.pid.and_then(process_cpu_ms)) {
+            (Some(b), Some(now)) => Some(now.saturating_sub(b)),
+            _ => None,
+        };
+        match (guest_ms, used) {
+            (Some(g), Some(u)) => Some(g.min(u)),
+            (g, _) => g,
+        }
+    }
+}
+
+/// A process's CPU time (user + system, all its threads), ms.
+fn process_cpu_ms(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten()?;
+    cpu_ms_of_stat(&stat, u64::try_from(ticks).ok()?)
+}
+
+/// utime + stime of a `/proc/<pid>/stat` line in ms (the command name, which
+/// may hold spaces and parentheses, ends at the last `)`).
+fn cpu_ms_of_stat(stat: &str, ticks_per_s: u64) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace().skip(11);
+    let (u, s): (u64, u64) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+    Some((u + s) * 1000 / ticks_per_s.max(1))
+}
+
+#[cfg(test)]
+mod cpu_bound_tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_are_read_past_a_hostile_command_name() {
+        let line = "4242 (qemu) 1 2) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 30 10 5 0 123 456 789";
+        assert_eq!(cpu_ms_of_stat(line, 100), Some(2870));
+        assert_eq!(cpu_ms_of_stat("4242 (qemu) S 1", 100), None);
+        assert_eq!(cpu_ms_of_stat("no parenthesis", 100), None);
+        // Our own process: a figure, and it only grows.
+        let me = std::process::id();
+        let a = process_cpu_ms(me).expect("own stat");
+        let mut n = 0u64;
+        for i in 0..20_000_000u64 {
+            n = n.wrapping_add(std::hint::black_box(i));
+        }
+        std::hint::black_box(n);
+        assert!(process_cpu_ms(me).unwrap() >= a);
+    }
+
+    #[test]
+    fn the_guest_figure_is_bounded_by_what_qemu_got() {
+        let me = std::process::id();
+        let c = VmCpu::start(Some(me));
+        // A guest that counted a starved vCPU's gaps: far above what this
+        // process used since.
+        let b = c.bound(Some(3_600_000)).unwrap();
+        assert!(b < 3_600_000, "{b}");
+        // A guest count below what the VM used stands.
+        assert_eq!(c.bound(Some(0)), Some(0));
+        // Unreadable: the guest's figure as it is.
+        assert_eq!(VmCpu { pid: None, base_ms: None }.bound(Some(7)), Some(7));
+        assert_eq!(c.bound(None), None);
     }
 }
