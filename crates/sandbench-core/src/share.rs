@@ -1019,6 +1019,7 @@ mod tests {
             latency: vec![],
             mismatches: 0,
             cancelled: false,
+            scales: vec![],
         }
     }
 

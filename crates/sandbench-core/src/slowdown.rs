@@ -18,11 +18,19 @@
 //!
 //! Medians of the last [`KEEP`] rounds, so one outlier moves nothing; the
 //! soak measures again now and then, as the machine's load changes.
+//!
+//! The gauntlet scales for the load alone ([`Scaler::for_load`]): its
+//! samples declare per tier what an emulated CPU changes, and a CPU count
+//! does not grow with the load (the microVM's is bounded by the CPU QEMU
+//! got), but a running time does. The load factor is the tier's running
+//! time for the work over the CPU it got (1.0 when nothing else wanted the
+//! CPU), the highest of the last [`KEEP`] rounds, so that a burst of load
+//! stretches the wall limit at once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::spec::{Language, Limits, RunSpec};
 use crate::tier::contract::Tier;
@@ -46,7 +54,7 @@ pub struct Round {
 }
 
 /// One tier's measurement.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 pub struct Slowdown {
     /// Medians: CPU ms of the work on the host, through the tier, and the
     /// tier's running time for it.
@@ -56,6 +64,10 @@ pub struct Slowdown {
     /// tier CPU / host CPU, and tier running time / host CPU.
     pub factor: f64,
     pub wall_factor: f64,
+    /// tier running time / tier CPU: how much the load stretched the work
+    /// (highest of the last rounds).
+    #[serde(default)]
+    pub load_factor: f64,
     /// What the CPU and the wall limit are multiplied by (1: as written).
     pub cpu_scale: f64,
     pub wall_scale: f64,
@@ -78,10 +90,21 @@ impl Slowdown {
         l
     }
 
+    /// The limits a gauntlet's cell gets on this tier: the wall limit
+    /// stretched by the load, the CPU limit as written.
+    pub fn scaled_for_load(&self, limits: &Limits) -> Limits {
+        let mut l = limits.clone();
+        if self.load_factor >= SCALE_FROM {
+            l.wall_time = scale(l.wall_time, self.load_factor);
+        }
+        l
+    }
+
     pub fn failed(why: String) -> Slowdown {
         Slowdown {
             factor: 1.0,
             wall_factor: 1.0,
+            load_factor: 1.0,
             cpu_scale: 1.0,
             wall_scale: 1.0,
             error: Some(why),
@@ -107,6 +130,11 @@ impl Slowdown {
         }
         let two = |x: f64| (x * 100.0).round() / 100.0;
         let (factor, wall_factor) = (two(t / h), two(w / h));
+        let load_factor = two(last
+            .iter()
+            .filter(|r| r.tier_cpu_ms > 0.0)
+            .map(|r| r.tier_wall_ms / r.tier_cpu_ms)
+            .fold(1.0, f64::max));
         let wall = factor.max(wall_factor);
         Slowdown {
             host_cpu_ms: h.round(),
@@ -114,6 +142,7 @@ impl Slowdown {
             tier_wall_ms: w.round(),
             factor,
             wall_factor,
+            load_factor,
             cpu_scale: if factor >= SCALE_FROM { factor } else { 1.0 },
             wall_scale: if wall >= SCALE_FROM { wall } else { 1.0 },
             rounds: total,
@@ -122,16 +151,114 @@ impl Slowdown {
     }
 }
 
+/// One tier's limits kept scaled by its measured slowdown while a soak or a
+/// gauntlet runs: a first measure, then one more round whenever one is due
+/// (the machine's load changes, and with it the wall factor; under TCG also
+/// the CPU factor, as a guest counts the time its vCPU was not scheduled as
+/// its running program's). A tier whose first measure failed keeps its
+/// limits as written and is not measured again.
+#[derive(Debug, Clone)]
+pub struct Scaler {
+    base: Limits,
+    rounds: Option<Vec<Round>>,
+    every: Duration,
+    /// Only the wall limit, by the load factor (the gauntlet).
+    load_only: bool,
+    due: Option<std::time::Instant>,
+    /// The last measure.
+    pub slowdown: Slowdown,
+    /// The limits the next run gets.
+    pub limits: Limits,
+}
+
+impl Scaler {
+    /// From a first [`measure`] of a tier; `every`: how often again.
+    pub fn new(base: &Limits, (slowdown, rounds): (Slowdown, Vec<Round>), every: Duration) -> Scaler {
+        let ok = slowdown.error.is_none();
+        let mut s = Scaler {
+            limits: base.clone(),
+            base: base.clone(),
+            rounds: ok.then_some(rounds),
+            every,
+            load_only: false,
+            due: ok.then(|| std::time::Instant::now() + every),
+            slowdown,
+        };
+        s.limits = s.scaled();
+        s
+    }
+
+    /// As [`Scaler::new`], for the load alone: the wall limit follows the
+    /// load factor, the CPU limit stays as written.
+    pub fn for_load(base: &Limits, measured: (Slowdown, Vec<Round>), every: Duration) -> Scaler {
+        let mut s = Scaler::new(base, measured, every);
+        s.load_only = true;
+        s.limits = s.scaled();
+        s
+    }
+
+    fn scaled(&self) -> Limits {
+        if self.load_only {
+            self.slowdown.scaled_for_load(&self.base)
+        } else {
+            self.slowdown.scaled(&self.base)
+        }
+    }
+
+    /// A tier that is not measured: its limits as written.
+    pub fn as_written(base: &Limits) -> Scaler {
+        Scaler {
+            base: base.clone(),
+            rounds: None,
+            every: Duration::MAX,
+            load_only: false,
+            due: None,
+            slowdown: Slowdown {
+                factor: 1.0,
+                wall_factor: 1.0,
+                load_factor: 1.0,
+                cpu_scale: 1.0,
+                wall_scale: 1.0,
+                ..Default::default()
+            },
+            limits: base.clone(),
+        }
+    }
+
+    /// A new round is due (and none is in flight).
+    pub fn is_due(&self) -> bool {
+        self.due.is_some_and(|at| std::time::Instant::now() >= at)
+    }
+
+    /// A round is in flight: none is due until it is in.
+    pub fn measuring(&mut self) {
+        self.due = None;
+    }
+
+    /// A round is in: the limits follow it. A failed round changes nothing;
+    /// the next one is due as usual.
+    pub fn took(&mut self, got: Result<Round, String>) {
+        let Some(rs) = self.rounds.as_mut() else { return };
+        if let Ok(r) = got {
+            rs.push(r);
+            self.slowdown = Slowdown::from_rounds(rs, rs.len());
+            self.limits = self.scaled();
+        }
+        self.due = Some(std::time::Instant::now() + self.every);
+    }
+}
+
 fn scale(d: Duration, f: f64) -> Duration {
     // Whole tenths of a second: limits read back as written.
     Duration::from_millis(((d.as_secs_f64() * f * 10.0).ceil() * 100.0) as u64)
 }
 
-/// A first measure of `tier`: [`ROUNDS`] rounds. Never fails the caller: a
-/// tier that could not run the work keeps its limits, and the error says why.
-pub async fn measure(tier: Arc<dyn Tier>) -> (Slowdown, Vec<Round>) {
+/// A first measure of `tier`: `n` rounds ([`ROUNDS`] for a soak). Never
+/// fails the caller: a tier that could not run the work keeps its limits,
+/// and the error says why.
+pub async fn measure(tier: Arc<dyn Tier>, n: usize) -> (Slowdown, Vec<Round>) {
     let mut rounds = vec![];
-    for _ in 0..ROUNDS {
+    for _ in 0..n.max(1) {
         match round(tier.clone()).await {
             Ok(r) => rounds.push(r),
             Err(e) => return (Slowdown::failed(e), rounds),
@@ -213,6 +340,54 @@ mod tests {
         rounds.extend([r(100.0, 100.0, 100.0); KEEP]);
         let s = Slowdown::from_rounds(&rounds, rounds.len());
         assert_eq!((s.factor, s.rounds), (1.0, 10 + KEEP));
+    }
+
+    #[test]
+    fn a_scaler_follows_its_rounds_and_a_failed_tier_keeps_its_limits() {
+        let base = Limits::default();
+        let first = vec![r(200.0, 1000.0, 1000.0); 3];
+        let mut s = Scaler::new(&base, (Slowdown::from_rounds(&first, 3), first), Duration::ZERO);
+        assert_eq!(s.limits.cpu_time, base.cpu_time * 5);
+        assert!(s.is_due(), "due at once with a zero interval");
+        s.measuring();
+        assert!(!s.is_due(), "not due while a round is in flight");
+        // The load went: the median of the last rounds comes down with it.
+        for _ in 0..KEEP {
+            s.measuring();
+            s.took(Ok(r(200.0, 200.0, 200.0)));
+        }
+        assert_eq!((s.slowdown.cpu_scale, s.limits.cpu_time), (1.0, base.cpu_time));
+        // A failed round changes nothing but makes the next one due.
+        s.measuring();
+        s.took(Err("no".into()));
+        assert!(s.is_due());
+        assert_eq!(s.slowdown.rounds, 3 + KEEP);
+        // A tier whose first measure failed is not measured again.
+        let mut f = Scaler::new(&base, (Slowdown::failed("no python".into()), vec![]), Duration::ZERO);
+        assert!(!f.is_due());
+        f.took(Ok(r(100.0, 900.0, 900.0)));
+        assert_eq!(f.limits.cpu_time, base.cpu_time);
+        assert_eq!(Scaler::as_written(&base).limits.wall_time, base.wall_time);
+    }
+
+    #[test]
+    fn the_load_factor_is_running_time_over_cpu_and_moves_the_wall_limit_alone() {
+        let base = Limits::default();
+        // Emulated (ten times the host's CPU) on a quiet machine: no load.
+        let quiet = vec![r(200.0, 2000.0, 2100.0); 3];
+        let s = Slowdown::from_rounds(&quiet, 3);
+        assert_eq!(s.load_factor, 1.05);
+        let g = Scaler::for_load(&base, (s, quiet), Duration::ZERO);
+        assert_eq!((g.limits.cpu_time, g.limits.wall_time), (base.cpu_time, base.wall_time));
+        // One round under load is enough: the highest of the last rounds.
+        let mut g = g;
+        g.measuring();
+        g.took(Ok(r(200.0, 2000.0, 6000.0)));
+        assert_eq!(g.slowdown.load_factor, 3.0);
+        assert_eq!((g.limits.cpu_time, g.limits.wall_time), (base.cpu_time, base.wall_time * 3));
+        // The soak's scaler moves both by the full factors.
+        let full = Scaler::new(&base, (Slowdown::from_rounds(&[r(200.0, 2000.0, 2100.0)], 1), vec![]), Duration::ZERO);
+        assert_eq!(full.limits.cpu_time, base.cpu_time * 10);
     }
 
     #[test]

@@ -205,18 +205,17 @@ pub async fn run(
 
     // Every tier at once, as the soak will run them: each measure sees a
     // loaded host, as the runs will.
-    let measured = futures_util::future::join_all(tiers.iter().map(|t| crate::slowdown::measure(t.clone()))).await;
-    let mut limits: Vec<Limits> = measured.iter().map(|(s, _)| s.scaled(&cfg.limits)).collect();
+    let measured = futures_util::future::join_all(
+        tiers.iter().map(|t| crate::slowdown::measure(t.clone(), crate::slowdown::ROUNDS)),
+    )
+    .await;
     let mut per_tier: Vec<TierSoak> = tiers
         .iter()
         .zip(&measured)
         .map(|(t, (s, _))| TierSoak { tier: t.name().to_string(), slowdown: s.clone(), ..Default::default() })
         .collect();
-    // A tier that could not be measured is not measured again.
-    let mut rounds: Vec<Option<Vec<crate::slowdown::Round>>> =
-        measured.into_iter().map(|(s, r)| s.error.is_none().then_some(r)).collect();
-    let mut remeasure: Vec<Option<Instant>> =
-        rounds.iter().map(|r| r.as_ref().map(|_| Instant::now() + REMEASURE)).collect();
+    let mut scalers: Vec<crate::slowdown::Scaler> =
+        measured.into_iter().map(|m| crate::slowdown::Scaler::new(&cfg.limits, m, REMEASURE)).collect();
 
     let started = Instant::now();
     let until = started + cfg.duration;
@@ -228,8 +227,8 @@ pub async fn run(
     let concurrency = cfg.concurrency.max(1);
     loop {
         while set.len() < concurrency && Instant::now() < until && !slots.is_empty() {
-            if let Some(t) = remeasure.iter().position(|m| m.is_some_and(|at| Instant::now() >= at)) {
-                remeasure[t] = None; // until this one is in
+            if let Some(t) = scalers.iter().position(crate::slowdown::Scaler::is_due) {
+                scalers[t].measuring();
                 let tier = tiers[t].clone();
                 set.spawn(async move { Done::Measured(t, crate::slowdown::round(tier).await) });
                 continue;
@@ -237,7 +236,7 @@ pub async fn run(
             let (j, t) = slots[next % slots.len()];
             next += 1;
             let tier = tiers[t].clone();
-            let limits = limits[t].clone();
+            let limits = scalers[t].limits.clone();
             per_tier[t].used(&limits);
             let (samples, outputs) = (samples.clone(), outputs.clone());
             let is_output = matches!(mix[j], Job::Output(_));
@@ -266,14 +265,8 @@ pub async fn run(
         let (t, out_idx, cell) = match joined {
             Ok(Done::Cell(t, o, c)) => (t, o, c),
             Ok(Done::Measured(t, got)) => {
-                // A failed round changes nothing; the next is due as usual.
-                if let (Ok(round), Some(rs)) = (got, rounds[t].as_mut()) {
-                    rs.push(round);
-                    let s = crate::slowdown::Slowdown::from_rounds(rs, rs.len());
-                    limits[t] = s.scaled(&cfg.limits);
-                    per_tier[t].slowdown = s;
-                }
-                remeasure[t] = Some(Instant::now() + REMEASURE);
+                scalers[t].took(got);
+                per_tier[t].slowdown = scalers[t].slowdown.clone();
                 continue;
             }
             Err(e) => {

@@ -157,6 +157,7 @@ mod tests {
             latency: vec![],
             mismatches: 1,
             cancelled: false,
+            scales: vec![],
         }
     }
 

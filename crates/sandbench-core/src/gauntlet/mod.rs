@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::report::{Outcome, RunReport, StartKind};
 use crate::samples::Sample;
+/// What a tier's limits are scaled by, and from which factor on.
+pub use crate::slowdown::{Slowdown, SCALE_FROM};
 use crate::spec::{Limits, RunSpec};
 use crate::tier::contract::Tier;
 use canary::{Canaries, Findings};
@@ -110,7 +112,61 @@ pub struct Matrix {
     /// Stopped by the user before every cell ran: what is here is partial.
     #[serde(default)]
     pub cancelled: bool,
+    /// Each tier's measured slowdown and the limits its cells got (empty
+    /// when the limits ran as written).
+    #[serde(default)]
+    pub scales: Vec<TierScale>,
 }
+
+/// What one tier's cells ran under: the plan's limits, the wall limit
+/// stretched by the machine's load as measured on the tier (see `slowdown`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TierScale {
+    pub tier: String,
+    /// The last measure.
+    pub slowdown: Slowdown,
+    /// The lowest and highest CPU and wall limits its cells got (ms).
+    pub cpu_time_ms: [u64; 2],
+    pub wall_time_ms: [u64; 2],
+    /// The CPU and wall limits as written (ms).
+    pub written_ms: [u64; 2],
+}
+
+impl TierScale {
+    fn used(&mut self, l: &Limits) {
+        let widen = |r: &mut [u64; 2], v: u64| *r = if r[1] == 0 { [v, v] } else { [r[0].min(v), r[1].max(v)] };
+        widen(&mut self.cpu_time_ms, l.cpu_time.as_millis() as u64);
+        widen(&mut self.wall_time_ms, l.wall_time.as_millis() as u64);
+    }
+
+    /// Whether any of its cells ran under other limits than as written.
+    pub fn scaled(&self) -> bool {
+        self.cpu_time_ms[1] > self.written_ms[0] || self.wall_time_ms[1] > self.written_ms[1]
+    }
+}
+
+/// How a gauntlet runs: the limits the samples' headers are written for
+/// (a native CPU on a quiet machine), how often each benign control runs,
+/// and whether each tier's limits follow its measured slowdown.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub limits: Limits,
+    pub repeat: usize,
+    /// Measure each tier's load factor first (and again every
+    /// [`REMEASURE`]) and stretch its wall limit by it (see `slowdown`: the
+    /// CPU limit stays, a CPU count does not grow with the load); off: the
+    /// limits as written.
+    pub scale: bool,
+}
+
+impl Plan {
+    pub fn new(limits: Limits, repeat: usize) -> Plan {
+        Plan { limits, repeat, scale: true }
+    }
+}
+
+/// How often a tier's load factor is measured again during a gauntlet.
+pub const REMEASURE: Duration = Duration::from_secs(60);
 
 impl Matrix {
     /// Cells stopped by the cancel (no verdict).
@@ -122,7 +178,15 @@ impl Matrix {
 /// Events of a gauntlet in progress (the workbench fills its matrix from these).
 #[derive(Debug, Clone)]
 pub enum GauntletEvent {
-    CellStarted { sample: String, tier: String },
+    /// A tier's load factor is being measured (before its first cell, and
+    /// again now and then): its wall limit will follow it.
+    Calibrating {
+        tier: String,
+    },
+    CellStarted {
+        sample: String,
+        tier: String,
+    },
     CellDone(Box<Cell>),
     Finished(Box<Matrix>),
 }
@@ -356,11 +420,10 @@ pub async fn run(
     tiers: Vec<Arc<dyn Tier>>,
     skipped_tiers: Vec<(String, String)>,
     samples: Vec<Sample>,
-    limits: Limits,
-    repeat: usize,
+    plan: Plan,
     events: Option<mpsc::Sender<GauntletEvent>>,
 ) -> Matrix {
-    run_until(tiers, skipped_tiers, samples, limits, repeat, events, CancellationToken::new()).await
+    run_until(tiers, skipped_tiers, samples, plan, events, CancellationToken::new()).await
 }
 
 /// `run`, stoppable (the workbench's cancel): when `stop` fires, the cell in
@@ -370,23 +433,63 @@ pub async fn run_until(
     tiers: Vec<Arc<dyn Tier>>,
     skipped_tiers: Vec<(String, String)>,
     samples: Vec<Sample>,
-    limits: Limits,
-    repeat: usize,
+    plan: Plan,
     events: Option<mpsc::Sender<GauntletEvent>>,
     stop: CancellationToken,
 ) -> Matrix {
+    let send = |ev: GauntletEvent| {
+        let events = events.clone();
+        async move {
+            if let Some(tx) = &events {
+                let _ = tx.send(ev).await;
+            }
+        }
+    };
+    // Each tier measured in turn before any cell, as cells run: alone.
+    let mut scalers = vec![];
+    let mut scales = vec![];
+    for t in &tiers {
+        let scaler = if plan.scale && !stop.is_cancelled() {
+            send(GauntletEvent::Calibrating { tier: t.name().into() }).await;
+            tokio::select! {
+                m = crate::slowdown::measure(t.clone(), 1) => crate::slowdown::Scaler::for_load(&plan.limits, m, REMEASURE),
+                _ = stop.cancelled() => crate::slowdown::Scaler::as_written(&plan.limits),
+            }
+        } else {
+            crate::slowdown::Scaler::as_written(&plan.limits)
+        };
+        scales.push(TierScale {
+            tier: t.name().into(),
+            slowdown: scaler.slowdown.clone(),
+            cpu_time_ms: [0, 0],
+            wall_time_ms: [0, 0],
+            written_ms: [plan.limits.cpu_time.as_millis() as u64, plan.limits.wall_time.as_millis() as u64],
+        });
+        scalers.push(scaler);
+    }
+    let repeat = plan.repeat;
     let mut cells = vec![];
     let mut latency_samples: std::collections::BTreeMap<(String, String), Vec<f64>> = Default::default();
     'all: for s in &samples {
-        for t in &tiers {
+        for (ti, t) in tiers.iter().enumerate() {
             let n = if s.is_hostile() { 1 } else { repeat.max(1) };
             for i in 0..n {
                 if stop.is_cancelled() {
                     break 'all;
                 }
-                if let Some(tx) = &events {
-                    let _ = tx.send(GauntletEvent::CellStarted { sample: s.name.clone(), tier: t.name().into() }).await;
+                if scalers[ti].is_due() {
+                    scalers[ti].measuring();
+                    send(GauntletEvent::Calibrating { tier: t.name().into() }).await;
+                    let got = tokio::select! {
+                        r = crate::slowdown::round(t.clone()) => r,
+                        _ = stop.cancelled() => break 'all,
+                    };
+                    scalers[ti].took(got);
+                    scales[ti].slowdown = scalers[ti].slowdown.clone();
                 }
+                send(GauntletEvent::CellStarted { sample: s.name.clone(), tier: t.name().into() }).await;
+                let limits = scalers[ti].limits.clone();
+                scales[ti].used(&limits);
                 let cell = run_cell_until(t.clone(), s, &limits, &stop).await;
                 // Start to exit, as every latency figure (teardown is not the program's wait).
                 if !s.is_hostile() && cell.verdict == Verdict::Ran {
@@ -429,6 +532,7 @@ pub async fn run_until(
         latency,
         mismatches,
         cancelled: stop.is_cancelled(),
+        scales: if plan.scale { scales } else { vec![] },
     };
     if let Some(tx) = &events {
         let _ = tx.send(GauntletEvent::Finished(Box::new(m.clone()))).await;

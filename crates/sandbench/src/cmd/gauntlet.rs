@@ -43,12 +43,19 @@ pub async fn run(args: GauntletArgs, config: &Config) -> anyhow::Result<i32> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let printer = tokio::spawn(async move {
         while let Some(ev) = rx.recv().await {
-            if let (true, gauntlet::GauntletEvent::CellDone(c)) = (progress, ev) {
-                eprintln!("  {:<18} {:<8} {}", c.sample, c.tier, c.verdict.short());
+            match (progress, ev) {
+                (true, gauntlet::GauntletEvent::CellDone(c)) => {
+                    eprintln!("  {:<18} {:<8} {}", c.sample, c.tier, c.verdict.short())
+                }
+                (true, gauntlet::GauntletEvent::Calibrating { tier }) => {
+                    eprintln!("  {:<18} {tier:<8} measuring the load on it", "·")
+                }
+                _ => {}
             }
         }
     });
-    let matrix = gauntlet::run(tiers, skipped, all, limits, args.repeat, Some(tx)).await;
+    let plan = gauntlet::Plan { scale: !args.limits_as_written, ..gauntlet::Plan::new(limits, args.repeat) };
+    let matrix = gauntlet::run(tiers, skipped, all, plan, Some(tx)).await;
     let _ = printer.await;
     let secret = config.env.anthropic_api_key.clone();
     if let Err(e) = crate::state::save_gauntlet_in(&crate::config::state_dir(), &matrix, secret.as_deref()) {

@@ -60,6 +60,40 @@ pub fn table(m: &Matrix) -> String {
     out
 }
 
+/// What each tier's cells ran under: the wall limit stretched by the load
+/// measured on it, or as written (one line for all of those).
+fn scale_notes(m: &Matrix) -> Vec<String> {
+    let s = |ms: u64| crate::units::duration_ms(ms as f64);
+    let range = |r: [u64; 2]| if r[0] == r[1] { s(r[0]) } else { format!("{}–{}", s(r[0]), s(r[1])) };
+    let mut out = vec![];
+    let mut as_written = vec![];
+    for t in m.scales.iter().filter(|t| t.cpu_time_ms[1] > 0) {
+        let d = &t.slowdown;
+        if let Some(why) = &d.error {
+            out.push(format!("limits as written on {}: the load on it could not be measured ({why})", t.tier));
+        } else if t.scaled() {
+            out.push(format!(
+                "wall limit on {} stretched by the machine's load (CPU-bound work took ×{} its CPU time there; {} measures): {} → {}",
+                t.tier,
+                d.load_factor,
+                d.rounds,
+                s(t.written_ms[1]),
+                range(t.wall_time_ms)
+            ));
+        } else {
+            as_written.push(format!("{} ×{}", t.tier, d.load_factor));
+        }
+    }
+    if !as_written.is_empty() {
+        out.push(format!(
+            "limits as written on {} (load under ×{}: CPU-bound work's running time over its CPU time)",
+            as_written.join(", "),
+            crate::gauntlet::SCALE_FROM
+        ));
+    }
+    out
+}
+
 /// The lines under the matrix: one set of facts, drawn as plain text or as
 /// markdown (a table and a list, so the whole output stays markdown).
 fn footer(m: &Matrix, md: bool) -> String {
@@ -105,6 +139,7 @@ fn footer(m: &Matrix, md: bool) -> String {
     if !lat.is_empty() {
         notes.push(format!("host responsiveness (worst spawn of /bin/true during a run): {}", lat.join(", ")));
     }
+    notes.extend(scale_notes(m));
     notes.extend(versions(m));
     for (t, why) in &m.skipped_tiers {
         notes.push(format!("skipped {t}: {why}"));
@@ -260,6 +295,7 @@ mod tests {
             }],
             mismatches: 0,
             cancelled: false,
+            scales: vec![],
         };
         let md = super::markdown(&m);
         assert!(md.contains("| process | warm | 20.0 ms | 31.5 ms | 3 |"), "{md}");
@@ -268,6 +304,39 @@ mod tests {
             // Indented lines would turn into code blocks or run into paragraphs.
             assert!(!line.starts_with(' '), "not markdown: {line:?}\n{md}");
         }
+    }
+
+    #[test]
+    fn each_tiers_wall_limit_says_what_stretched_it() {
+        use sandbench_core::gauntlet::{Slowdown, TierScale};
+        let scale = |tier: &str, load: f64, wall: [u64; 2], error: Option<&str>| TierScale {
+            tier: tier.into(),
+            slowdown: Slowdown { load_factor: load, rounds: 4, error: error.map(String::from), ..Default::default() },
+            cpu_time_ms: [2000, 2000],
+            wall_time_ms: wall,
+            written_ms: [2000, 5000],
+        };
+        let m = Matrix {
+            tiers: vec![],
+            skipped_tiers: vec![],
+            samples: vec![],
+            cells: vec![],
+            latency: vec![],
+            mismatches: 0,
+            cancelled: false,
+            scales: vec![
+                scale("process", 1.04, [5000, 5000], None),
+                scale("microvm", 2.6, [5000, 13000], None),
+                scale("e2b", 1.0, [5000, 5000], Some("no python")),
+            ],
+        };
+        let t = super::table(&m);
+        assert!(
+            t.contains("wall limit on microvm stretched by the machine's load (CPU-bound work took ×2.6 its CPU time there; 4 measures): 5.00 s → 5.00 s–13.0 s"),
+            "{t}"
+        );
+        assert!(t.contains("limits as written on process ×1.04 (load under ×1.5"), "{t}");
+        assert!(t.contains("limits as written on e2b: the load on it could not be measured (no python)"), "{t}");
     }
 
     #[test]

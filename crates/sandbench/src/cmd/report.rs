@@ -90,7 +90,14 @@ pub async fn run(args: ReportArgs, config: &Config) -> anyhow::Result<i32> {
                     }
                 }
             });
-            let m = gauntlet::run(ready.clone(), skipped.clone(), all, gauntlet::default_limits(), 3, Some(tx)).await;
+            let m = gauntlet::run(
+                ready.clone(),
+                skipped.clone(),
+                all,
+                gauntlet::Plan::new(gauntlet::default_limits(), 3),
+                Some(tx),
+            )
+            .await;
             let _ = printer.await;
             // The report shows what was kept: outputs cut, the host's secret redacted.
             let secret = config.env.anthropic_api_key.clone();

@@ -205,8 +205,7 @@ impl Engine {
                     tiers,
                     skipped,
                     samples,
-                    limits,
-                    1,
+                    crate::gauntlet::Plan::new(limits, 1),
                     Some(gtx),
                     stop.clone(),
                 ));

@@ -123,6 +123,8 @@ pub struct GauntletView {
     pub cells: Vec<Vec<Option<Box<CellView>>>>,
     /// The cell being run now.
     pub running: Option<(usize, usize)>,
+    /// The tier whose load factor is being measured (no cell runs meanwhile).
+    pub calibrating: Option<String>,
     /// Selected (row, tier).
     pub sel: (usize, usize),
     /// The selection follows the cells as they finish (until a key moves it).
@@ -163,6 +165,7 @@ impl GauntletView {
             rows,
             cells,
             running: None,
+            calibrating: None,
             sel: (0, 0),
             follow: true,
             zoom: false,
@@ -188,12 +191,17 @@ impl GauntletView {
 
     pub fn apply(&mut self, ev: GauntletEvent) {
         match ev {
-            GauntletEvent::CellStarted { sample, tier } => self.running = self.index(&sample, &tier),
+            GauntletEvent::Calibrating { tier } => self.calibrating = Some(tier),
+            GauntletEvent::CellStarted { sample, tier } => {
+                self.calibrating = None;
+                self.running = self.index(&sample, &tier);
+            }
             GauntletEvent::CellDone(cell) => self.apply_cell(Box::new(CellView::new(*cell))),
             GauntletEvent::Finished(m) => {
                 self.latency = m.latency;
                 self.mismatches = Some(m.mismatches);
                 self.running = None;
+                self.calibrating = None;
                 self.state = if self.state == GState::Cancelling { GState::Cancelled } else { GState::Finished };
             }
         }
@@ -295,7 +303,7 @@ pub fn redact_secret(ev: &mut GauntletEvent, secret: &str) {
         }
     };
     match ev {
-        GauntletEvent::CellStarted { .. } => {}
+        GauntletEvent::CellStarted { .. } | GauntletEvent::Calibrating { .. } => {}
         GauntletEvent::CellDone(c) => fix(c),
         GauntletEvent::Finished(m) => m.cells.iter_mut().for_each(fix),
     }
@@ -304,6 +312,15 @@ pub fn redact_secret(ev: &mut GauntletEvent, secret: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_load_measure_shows_until_the_next_cell_starts() {
+        let mut g = GauntletView::new(1, vec!["microvm".into()], vec![], &[], crate::gauntlet::default_limits());
+        g.apply(GauntletEvent::Calibrating { tier: "microvm".into() });
+        assert_eq!(g.calibrating.as_deref(), Some("microvm"));
+        g.apply(GauntletEvent::CellStarted { sample: "hello".into(), tier: "microvm".into() });
+        assert_eq!(g.calibrating, None);
+    }
 
     #[test]
     fn head_is_bounded_and_clean() {

@@ -157,6 +157,8 @@ fn gauntlet(app: &mut App, dir: &std::path::Path) {
             app.update(Msg::Gauntlet(id, GauntletEvent::CellStarted { sample: name.into(), tier: tier.into() }));
             let peer = ["bwrap", "srt", "codex"].contains(&tier);
             let mut r = report(tier, base_ms(tier), if tier == "process" { "warm" } else { "cold" });
+            // As a real cell: the limits it ran under, the gauntlet's.
+            r.limits = gauntlet::default_limits();
             let mut f = Findings::default();
             match name {
                 "hello" => {}
@@ -200,6 +202,7 @@ fn gauntlet(app: &mut App, dir: &std::path::Path) {
         latency,
         mismatches: 0,
         cancelled: false,
+        scales: vec![],
     };
     app.update(Msg::Gauntlet(id, GauntletEvent::Finished(Box::new(m))));
     app.status = None;

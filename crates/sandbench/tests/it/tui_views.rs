@@ -230,6 +230,7 @@ fn gauntlet_finishes_then_reruns_and_ignores_stale_events() {
         latency: vec![Latency { tier: "process".into(), start: "cold".into(), runs: 1, p50_ms: 104.0, p95_ms: 104.0 }],
         mismatches: 1,
         cancelled: false,
+        scales: vec![],
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     let gv = app.gauntlet.as_ref().unwrap();
@@ -284,6 +285,7 @@ fn gauntlet_cancel_and_quit_wait_for_the_cell_in_progress() {
         latency: vec![],
         mismatches: 0,
         cancelled: true,
+        scales: vec![],
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     assert_eq!(app.gauntlet.as_ref().unwrap().state, GState::Cancelled);
@@ -328,6 +330,7 @@ fn gauntlet_cells_and_latency_are_readable_at_80_columns() {
         ],
         mismatches: 1,
         cancelled: false,
+        scales: vec![],
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     app.status = None;
@@ -561,6 +564,7 @@ fn gauntlet_and_compare_views_draw_the_frontier() {
         latency: vec![lat("process", 104.0), lat("docker", 420.0)],
         mismatches: 1,
         cancelled: false,
+        scales: vec![],
     };
     g(&mut app, id, GauntletEvent::Finished(Box::new(m)));
     let fr = app.frontier().expect("a gauntlet ran");
@@ -611,6 +615,7 @@ fn the_gauntlet_view_draws_the_kept_gauntlets_frontier_before_any_run() {
         latency: vec![lat],
         mismatches: 0,
         cancelled: false,
+        scales: vec![],
     };
     app.update(Msg::SavedGauntlet(Box::new(m), 1_764_657_000));
     app.update(key(KeyCode::F(9)));

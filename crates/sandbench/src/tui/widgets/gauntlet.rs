@@ -293,6 +293,10 @@ fn state_text(g: &GauntletView) -> String {
     let bad = if stopped > 0 { format!("{stopped} stopped without a verdict · {bad} among the rest") } else { bad };
     match g.state {
         GState::Running => match g.running.and_then(|(r, c)| Some((g.rows.get(r)?, g.tiers.get(c)?))) {
+            _ if g.calibrating.is_some() => format!(
+                "{done}/{total} · measuring the load on {} (its wall limit follows it) · {bad}",
+                g.calibrating.as_deref().unwrap_or_default()
+            ),
             Some((row, tier)) => format!("{done}/{total} · running {} on {tier} · {bad}", row.name),
             None => format!("{done}/{total} · {bad}"),
         },
@@ -532,13 +536,20 @@ pub fn detail_lines(t: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<Line
             ),
         ),
     ));
-    let l = &g.limits;
+    // What this cell ran under: the plan's limits, or those scaled for its
+    // tier's measured slowdown.
+    let l = &rep.limits;
+    let whose = if l.cpu_time == g.limits.cpu_time && l.wall_time == g.limits.wall_time {
+        "the gauntlet's defaults"
+    } else {
+        "wall stretched by the load measured on this tier"
+    };
     lines.push(field(
         t,
         "limits",
         Span::styled(
             format!(
-                "cpu {} · wall {} · memory {} · pids {} (the gauntlet's defaults)",
+                "cpu {} · wall {} · memory {} · pids {} ({whose})",
                 format_duration(l.cpu_time),
                 format_duration(l.wall_time),
                 format_size(l.memory_bytes),
