@@ -35,9 +35,26 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{Language, Limits, RunSpec};
 use crate::tier::contract::Tier;
 
-/// The work: ~0.2-0.4 s of CPU for CPython on one core here, long enough
-/// that interpreter start-up is a small part of it.
-const WORK: &str = "n = 0\nfor i in range(3000000):\n    n += i * i\nprint(n > 0)\n";
+/// The work: CPU-bound Python, sized so that interpreter start-up is a
+/// small part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// ~0.2-0.4 s of CPU for CPython on one core here (the soak's factors).
+    Full,
+    /// A tenth of it: enough for a running time over a CPU time (the
+    /// gauntlet's load factor), ~1 s on the microVM under TCG instead of ~8.
+    Light,
+}
+
+impl Work {
+    fn code(self) -> String {
+        let n = match self {
+            Work::Full => 3_000_000,
+            Work::Light => 300_000,
+        };
+        format!("n = 0\nfor i in range({n}):\n    n += i * i\nprint(n > 0)\n")
+    }
+}
 /// Rounds of a first measure.
 pub const ROUNDS: usize = 3;
 /// Rounds the factors are the median of.
@@ -115,7 +132,7 @@ impl Slowdown {
     /// From the last [`KEEP`] of `rounds` (`total` measured so far).
     pub fn from_rounds(rounds: &[Round], total: usize) -> Slowdown {
         let last = &rounds[rounds.len().saturating_sub(KEEP)..];
-        let median = |f: fn(&Round) -> f64| {
+        let median = |f: &dyn Fn(&Round) -> f64| {
             let mut v: Vec<f64> = last.iter().map(f).collect();
             v.sort_by(f64::total_cmp);
             if v.is_empty() {
@@ -124,12 +141,15 @@ impl Slowdown {
                 crate::stats::percentile(&v, 0.5)
             }
         };
-        let (h, t, w) = (median(|r| r.host_cpu_ms), median(|r| r.tier_cpu_ms), median(|r| r.tier_wall_ms));
+        let (h, t, w) = (median(&|r| r.host_cpu_ms), median(&|r| r.tier_cpu_ms), median(&|r| r.tier_wall_ms));
         if h <= 0.0 || t <= 0.0 || w <= 0.0 {
             return Slowdown::failed("no CPU time measured".into());
         }
         let two = |x: f64| (x * 100.0).round() / 100.0;
-        let (factor, wall_factor) = (two(t / h), two(w / h));
+        // Medians of each round's ratios: rounds of different sizes of
+        // work (see `Scaler::work`) mix.
+        let ratio = |f: fn(&Round) -> f64| median(&|r| if r.host_cpu_ms > 0.0 { f(r) / r.host_cpu_ms } else { 0.0 });
+        let (factor, wall_factor) = (two(ratio(|r| r.tier_cpu_ms)), two(ratio(|r| r.tier_wall_ms)));
         let load_factor = two(last
             .iter()
             .filter(|r| r.tier_cpu_ms > 0.0)
@@ -164,6 +184,8 @@ pub struct Scaler {
     every: Duration,
     /// Only the wall limit, by the load factor (the gauntlet).
     load_only: bool,
+    /// The work of the next round.
+    work: Work,
     due: Option<std::time::Instant>,
     /// The last measure.
     pub slowdown: Slowdown,
@@ -181,6 +203,7 @@ impl Scaler {
             rounds: ok.then_some(rounds),
             every,
             load_only: false,
+            work: Work::Full,
             due: ok.then(|| std::time::Instant::now() + every),
             slowdown,
         };
@@ -188,13 +211,25 @@ impl Scaler {
         s
     }
 
-    /// As [`Scaler::new`], for the load alone: the wall limit follows the
-    /// load factor, the CPU limit stays as written.
+    /// As [`Scaler::new`] from a measure of [`Work::Full`], for the load
+    /// alone: the wall limit follows the load factor, the CPU limit stays as
+    /// written. Where the full work took 3 s of the tier's CPU or more (an
+    /// emulated CPU), later rounds do a tenth of it: still long enough that
+    /// the tier's fixed costs (a container's attach, a sandbox's set-up) are
+    /// a small part of its running time, which on a native tier they are not.
     pub fn for_load(base: &Limits, measured: (Slowdown, Vec<Round>), every: Duration) -> Scaler {
         let mut s = Scaler::new(base, measured, every);
         s.load_only = true;
         s.limits = s.scaled();
+        if s.slowdown.tier_cpu_ms >= 3000.0 {
+            s.work = Work::Light;
+        }
         s
+    }
+
+    /// The work the next round should do.
+    pub fn work(&self) -> Work {
+        self.work
     }
 
     fn scaled(&self) -> Limits {
@@ -212,6 +247,7 @@ impl Scaler {
             rounds: None,
             every: Duration::MAX,
             load_only: false,
+            work: Work::Full,
             due: None,
             slowdown: Slowdown {
                 factor: 1.0,
@@ -256,10 +292,10 @@ fn scale(d: Duration, f: f64) -> Duration {
 /// A first measure of `tier`: `n` rounds ([`ROUNDS`] for a soak). Never
 /// fails the caller: a tier that could not run the work keeps its limits,
 /// and the error says why.
-pub async fn measure(tier: Arc<dyn Tier>, n: usize) -> (Slowdown, Vec<Round>) {
+pub async fn measure(tier: Arc<dyn Tier>, n: usize, work: Work) -> (Slowdown, Vec<Round>) {
     let mut rounds = vec![];
     for _ in 0..n.max(1) {
-        match round(tier.clone()).await {
+        match round(tier.clone(), work).await {
             Ok(r) => rounds.push(r),
             Err(e) => return (Slowdown::failed(e), rounds),
         }
@@ -268,12 +304,12 @@ pub async fn measure(tier: Arc<dyn Tier>, n: usize) -> (Slowdown, Vec<Round>) {
 }
 
 /// One round: the work on the host, then through the tier.
-pub async fn round(tier: Arc<dyn Tier>) -> Result<Round, String> {
-    let host_cpu_ms = match tokio::task::spawn_blocking(host_cpu_ms).await {
+pub async fn round(tier: Arc<dyn Tier>, work: Work) -> Result<Round, String> {
+    let host_cpu_ms = match tokio::task::spawn_blocking(move || host_cpu_ms(work)).await {
         Ok(r) => r?,
         Err(e) => return Err(format!("host run: {e}")),
     };
-    let mut spec = RunSpec::new(Language::Python, WORK);
+    let mut spec = RunSpec::new(Language::Python, work.code());
     spec.label = "slowdown calibration".into();
     // Generous: the measure must not be cut by the limits it sets.
     spec.limits.cpu_time = Duration::from_secs(120);
@@ -292,9 +328,10 @@ pub async fn round(tier: Arc<dyn Tier>) -> Result<Round, String> {
 
 /// The work under the host's own interpreter (sandbench's own process, not
 /// a sandbox): the CPU time (user + system) it took, as it reports it.
-fn host_cpu_ms() -> Result<f64, String> {
+fn host_cpu_ms(work: Work) -> Result<f64, String> {
     let py = crate::host::host_python();
-    let code = format!("import time\nt0 = time.process_time()\n{WORK}print((time.process_time() - t0) * 1000)\n");
+    let code =
+        format!("import time\nt0 = time.process_time()\n{}print((time.process_time() - t0) * 1000)\n", work.code());
     let out = std::process::Command::new(&py)
         .args(["-I", "-S", "-c", &code])
         .stdin(std::process::Stdio::null())
@@ -385,6 +422,10 @@ mod tests {
         g.took(Ok(r(200.0, 2000.0, 6000.0)));
         assert_eq!(g.slowdown.load_factor, 3.0);
         assert_eq!((g.limits.cpu_time, g.limits.wall_time), (base.cpu_time, base.wall_time * 3));
+        assert_eq!(g.work(), Work::Full, "a native tier's rounds stay full");
+        let slow = vec![r(300.0, 7000.0, 7600.0)];
+        let m = Scaler::for_load(&base, (Slowdown::from_rounds(&slow, 1), slow), Duration::ZERO);
+        assert_eq!(m.work(), Work::Light, "an emulated tier's later rounds are light");
         // The soak's scaler moves both by the full factors.
         let full = Scaler::new(&base, (Slowdown::from_rounds(&[r(200.0, 2000.0, 2100.0)], 1), vec![]), Duration::ZERO);
         assert_eq!(full.limits.cpu_time, base.cpu_time * 10);
@@ -392,7 +433,7 @@ mod tests {
 
     #[test]
     fn the_host_measure_is_cpu_time() {
-        let ms = host_cpu_ms().expect("python3 runs the work");
+        let ms = host_cpu_ms(Work::Full).expect("python3 runs the work");
         assert!(ms > 10.0 && ms < 60_000.0, "{ms}");
     }
 }

@@ -206,7 +206,7 @@ pub async fn run(
     // Every tier at once, as the soak will run them: each measure sees a
     // loaded host, as the runs will.
     let measured = futures_util::future::join_all(
-        tiers.iter().map(|t| crate::slowdown::measure(t.clone(), crate::slowdown::ROUNDS)),
+        tiers.iter().map(|t| crate::slowdown::measure(t.clone(), crate::slowdown::ROUNDS, crate::slowdown::Work::Full)),
     )
     .await;
     let mut per_tier: Vec<TierSoak> = tiers
@@ -230,7 +230,9 @@ pub async fn run(
             if let Some(t) = scalers.iter().position(crate::slowdown::Scaler::is_due) {
                 scalers[t].measuring();
                 let tier = tiers[t].clone();
-                set.spawn(async move { Done::Measured(t, crate::slowdown::round(tier).await) });
+                set.spawn(
+                    async move { Done::Measured(t, crate::slowdown::round(tier, crate::slowdown::Work::Full).await) },
+                );
                 continue;
             }
             let (j, t) = slots[next % slots.len()];

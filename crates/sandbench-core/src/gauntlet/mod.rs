@@ -452,7 +452,7 @@ pub async fn run_until(
         let scaler = if plan.scale && !stop.is_cancelled() {
             send(GauntletEvent::Calibrating { tier: t.name().into() }).await;
             tokio::select! {
-                m = crate::slowdown::measure(t.clone(), 1) => crate::slowdown::Scaler::for_load(&plan.limits, m, REMEASURE),
+                m = crate::slowdown::measure(t.clone(), 1, crate::slowdown::Work::Full) => crate::slowdown::Scaler::for_load(&plan.limits, m, REMEASURE),
                 _ = stop.cancelled() => crate::slowdown::Scaler::as_written(&plan.limits),
             }
         } else {
@@ -481,7 +481,7 @@ pub async fn run_until(
                     scalers[ti].measuring();
                     send(GauntletEvent::Calibrating { tier: t.name().into() }).await;
                     let got = tokio::select! {
-                        r = crate::slowdown::round(t.clone()) => r,
+                        r = crate::slowdown::round(t.clone(), scalers[ti].work()) => r,
                         _ = stop.cancelled() => break 'all,
                     };
                     scalers[ti].took(got);
