@@ -1,0 +1,261 @@
+//! The process tier's host side of building a sandbox: start the helper,
+//! lease the run's uid and make its cgroup while it execs, hand it the
+//! sandbox's shape (`Launched`, single use), and the cgroup layout.
+#![allow(unsafe_code)] // pre_exec hook of the helper (async-signal-safe calls only)
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use nix::fcntl::OFlag;
+use serde_json::json;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use super::cgroup::{self, Layout, RunCgroup};
+use super::run::read_line_bounded;
+use super::sandbox::{self, Status};
+use super::{netns, uids, ProcessTier};
+use crate::spec::Limits;
+
+/// What the tier takes from sandbench's environment (`config::HostEnv`).
+#[derive(Debug, Clone)]
+pub(super) struct Host {
+    /// The binary started as the sandbox helper.
+    pub(super) exe: std::path::PathBuf,
+    pub(super) try_user_cgroup: bool,
+}
+
+impl Host {
+    pub(super) fn of(env: &crate::config::HostEnv) -> Host {
+        Host {
+            exe: env.helper.clone().unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe")),
+            try_user_cgroup: env.try_user_cgroup,
+        }
+    }
+}
+
+/// How every sandbox of a tier instance is made (the same for cold and spares).
+#[derive(Debug, Clone)]
+pub(super) struct Shape {
+    pub(super) host: Host,
+    pub(super) uid_range: (u32, u32),
+    pub(super) allow_degraded: bool,
+}
+
+/// A sandbox helper started with its [`sandbox::Prepare`]: namespaces,
+/// root, the program's process set up and waiting, in its fresh cgroup.
+/// Single use. Dropping it kills the helper (and with it the sandbox) and
+/// removes the cgroup; the uid lease goes last, once nothing runs as it.
+pub(super) struct Launched {
+    pub(super) child: tokio::process::Child,
+    pub(super) stdin: Option<tokio::process::ChildStdin>,
+    pub(super) status: Option<BufReader<tokio::net::unix::pipe::Receiver>>,
+    /// Status lines read before the run (while waiting for `Ready`).
+    pub(super) early: Vec<Status>,
+    pub(super) ready: bool,
+    pub(super) cg: Option<RunCgroup>,
+    /// The run's own uid (as root); `None` in a user namespace, where the
+    /// program keeps the invoking user's uid.
+    pub(super) uid: Option<uids::UidLease>,
+    pub(super) warnings: Vec<String>,
+    /// Marks of the run's own time taken before `execute` (ms from its start).
+    pub(super) timeline: Vec<(&'static str, f64)>,
+    /// The cgroup's counters at the program's exit.
+    pub(super) final_stats: Option<cgroup::Stats>,
+    /// The host end of the channel init hands the egress listener over
+    /// (see `netns`); every helper gets one, a run without network drops it.
+    pub(super) net: Option<OwnedFd>,
+    /// What the sandbox's helper and init hold once it is built, as they
+    /// read it back from the kernel (`Status::Privileges`).
+    pub(super) privileges: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Launched {
+    pub(super) fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Read status lines until the sandbox says it is ready.
+    pub(super) async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let status = self.status.as_mut().ok_or_else(|| anyhow!("helper has no status pipe"))?;
+        let mut line = Vec::new();
+        while !self.ready {
+            let n = read_line_bounded(status, &mut line).await.context("sandbox status")?;
+            if n == 0 {
+                anyhow::bail!("the sandbox ended while it was being built (see the log)");
+            }
+            match sandbox::parse_status(&line) {
+                Status::Ready => self.ready = true,
+                Status::Mark { .. } => {}
+                Status::Privileges { who, held } => {
+                    self.privileges.insert(who, json!(held));
+                }
+                Status::Error { msg } => anyhow::bail!("{msg}"),
+                s => self.early.push(s),
+            }
+        }
+        Ok(())
+    }
+
+    /// Processes of the sandbox (helper, init, the waiting interpreter) and
+    /// their resident memory (PSS).
+    pub(super) fn memory(&self) -> u64 {
+        self.child.id().map(|p| crate::host::pss_bytes(&crate::host::process_tree(p as i32))).unwrap_or(0)
+    }
+
+    /// Finish off what is left of a sandbox whose program is done: the helper
+    /// (it exits right after init), the cgroup, then the uid.
+    pub(super) async fn teardown(mut self) {
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.is_err() {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
+        if let Some(mut c) = self.cg.take() {
+            tokio::task::spawn_blocking(move || c.remove()).await.ok();
+        }
+        drop(self.uid.take());
+    }
+}
+
+/// The cgroup layout, detected once (the first caller's environment decides).
+pub(super) fn layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
+    static L: OnceLock<Result<Layout, String>> = OnceLock::new();
+    L.get_or_init(|| {
+        if !nix::unistd::geteuid().is_root() && !try_user_cgroup {
+            // v1 hierarchies are root's; on v2 an unprivileged user can only
+            // use a delegated subtree, which detect() tries.
+            return cgroup::detect().map_err(|e| format!("{e} (run as root, or use a systemd-delegated cgroup v2)"));
+        }
+        cgroup::detect()
+    })
+}
+
+impl ProcessTier {
+    /// Start a helper and hand it the sandbox's shape. The run's uid (a
+    /// /proc scan) and cgroup are made while the helper binary execs.
+    /// `session`: a session's sandbox, which runs one program per call
+    /// (`session.rs`); otherwise one program, then it ends.
+    pub(super) async fn launch(
+        limits: &Limits,
+        waiter: Option<sandbox::Waiter>,
+        network_port: Option<u16>,
+        run_ca: Option<String>,
+        session: bool,
+        shape: &Shape,
+        t0: std::time::Instant,
+    ) -> anyhow::Result<Launched> {
+        let (uid_range, allow_degraded) = (shape.uid_range, shape.allow_degraded);
+        let try_user_cgroup = shape.host.try_user_cgroup;
+        let at = |what: &'static str| (what, t0.elapsed().as_secs_f64() * 1000.0);
+        let mut timeline = vec![];
+        let root = nix::unistd::geteuid().is_root();
+        let exe = &shape.host.exe;
+        let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
+        let wfd = status_w.as_raw_fd();
+        let (net_host, net_helper) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::Stream,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .context("cannot create the egress channel")?;
+        let nfd = net_helper.as_raw_fd();
+        let mut cmd = Command::new(exe);
+        cmd.arg("__sandbox")
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Out of the way first: the status pipe may be about to land on its number.
+                let net = libc::fcntl(nfd, libc::F_DUPFD_CLOEXEC, 10);
+                if net < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if wfd == sandbox::STATUS_FD {
+                    if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::dup2(net, netns::NET_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
+        timeline.push(at("helper_spawned"));
+        drop(status_w);
+        drop(net_helper);
+        let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let lim = limits.clone();
+        let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut warnings = vec![];
+            let uid = if root {
+                Some(
+                    uids::lease(uid_range.0, uid_range.1)
+                        .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
+                )
+            } else {
+                None
+            };
+            let cg = match layout(try_user_cgroup) {
+                // Cgroups work here: a run without its own is not the sandbox
+                // sandbench promised, so it does not happen.
+                Ok(l) => Some(RunCgroup::create(l, &lim).context("cannot create the run's cgroup")?),
+                Err(e) => {
+                    warnings.push(format!(
+                        "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
+                    ));
+                    None
+                }
+            };
+            Ok((uid, cg, warnings))
+        })
+        .await
+        .context("sandbox preparation")??;
+        timeline.push(at("uid_and_cgroup"));
+        let prep = sandbox::Prepare {
+            host_pid: std::process::id() as i32,
+            cgroup_procs: cg
+                .as_ref()
+                .map(|c| c.procs_files().iter().map(|p| p.to_string_lossy().into_owned()).collect())
+                .unwrap_or_default(),
+            user_ns: !root,
+            run_uid: uid.as_ref().map_or(0, |l| l.uid),
+            run_gid: uid.as_ref().map_or(0, |l| l.uid),
+            allow_degraded,
+            disk_bytes: limits.disk_bytes,
+            waiter,
+            network_port,
+            run_ca,
+            session,
+        };
+        stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
+        let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
+        Ok(Launched {
+            child,
+            stdin: Some(stdin),
+            status: Some(BufReader::new(status_rx)),
+            early: vec![],
+            ready: false,
+            cg,
+            uid,
+            warnings,
+            timeline,
+            final_stats: None,
+            net: Some(net_host),
+            privileges: Default::default(),
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! What the process tier can do here: `doctor`'s checks (cgroups, the
+//! interpreters, a real sandbox running a trivial program, what it holds)
+//! and the limits this host lets it enforce.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use super::cgroup;
+use super::launch::layout;
+use super::{seccomp, ProcessTier};
+use crate::spec::{Language, RunSpec};
+use crate::tier::contract::{Availability, Check, LimitMaxima};
+
+/// What this host lets the process tier enforce: no more processes than the
+/// kernel's pid space (less sandbench's own in the run cgroup), no more
+/// memory or tmpfs scratch space than the host has, no more descriptors than
+/// `fs.nr_open`, no more CPU bandwidth than the CPUs it may use.
+pub fn host_maxima() -> LimitMaxima {
+    static M: OnceLock<LimitMaxima> = OnceLock::new();
+    *M.get_or_init(|| {
+        let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        // PID_MAX_LIMIT: pid_max can never exceed it.
+        let pid_max = read("/proc/sys/kernel/pid_max").unwrap_or(4 << 20).min(4 << 20);
+        let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map(|kb| (kb >> 10) << 20)
+        });
+        LimitMaxima {
+            memory_bytes: mem,
+            pids: Some(pid_max.saturating_sub(cgroup::SUPERVISORS)),
+            disk_bytes: mem,
+            open_files: read("/proc/sys/fs/nr_open"),
+            cpus: std::thread::available_parallelism().ok().map(|n| n.get() as f64),
+        }
+    })
+}
+
+pub(super) fn interpreter_on_host(lang: Language) -> Option<String> {
+    let cmd = lang.interpreter()[0];
+    if cmd.starts_with('/') {
+        return std::path::Path::new(cmd).exists().then(|| cmd.to_string());
+    }
+    ["/usr/local/bin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| format!("{d}/{cmd}"))
+        .find(|p| std::path::Path::new(p).exists())
+}
+
+/// What doctor shows for an interpreter found on the host: Node's version
+/// too (`node --version`, bounded), since Debian's and NodeSource's differ.
+pub(super) fn node_detail(lang: Language, path: String) -> String {
+    if lang != Language::Javascript {
+        return path;
+    }
+    let out = std::process::Command::new(&path).arg("--version").stdin(std::process::Stdio::null()).output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let v: String =
+                String::from_utf8_lossy(&o.stdout).trim().chars().filter(char::is_ascii_graphic).take(40).collect();
+            format!("{path} {v}")
+        }
+        _ => path,
+    }
+}
+
+impl ProcessTier {
+    pub(super) async fn probe_inner(&self) -> Availability {
+        let mut checks = vec![];
+        match layout(self.host.try_user_cgroup) {
+            Ok(l) => checks.push(Check::ok(
+                "cgroup",
+                format!("{} — memory and pids limits, CPU accounting", match l.version() {
+                    cgroup::Version::V1 => "v1",
+                    cgroup::Version::V2 => "v2",
+                }),
+            )),
+            // The sandbox still works (the probe below says whether): a
+            // weaker fallback, so a warning.
+            Err(e) => checks.push(Check::warn(
+                "cgroup",
+                format!("unavailable: {e}; fork and memory bombs are contained only by rlimits and the pid namespace"),
+                "run sandbench as root, or on cgroup v2 from a delegated cgroup (systemd-run --user --scope -p Delegate=yes sandbench ...)",
+            )),
+        }
+        for lang in Language::ALL {
+            let missing = format!("{} not found in /usr/local/bin:/usr/bin:/bin", lang.interpreter()[0]);
+            let fix = format!("apt-get install {}", lang.debian_package());
+            match interpreter_on_host(lang) {
+                Some(p) => checks.push(Check::ok(lang.name(), node_detail(lang, p))),
+                // Python and sh are the tier's own (spares, probes); without
+                // Node only JavaScript programs fail.
+                None if lang == Language::Javascript => {
+                    checks.push(Check::warn(lang.name(), format!("{missing}: JavaScript programs cannot run"), fix))
+                }
+                None => checks.push(Check::fail(lang.name(), missing, fix)),
+            }
+        }
+        // The honest test: build a real sandbox and run a trivial program.
+        let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
+        spec.limits.wall_time = Duration::from_secs(10);
+        spec.label = "doctor probe".into();
+        let probe = ProcessTier {
+            host: self.host.clone(),
+            egress: Default::default(),
+            uid_base: self.uid_base,
+            uid_count: self.uid_count,
+            allow_degraded: self.allow_degraded,
+            keep_spare: false,
+            spare_limits: self.spare_limits.clone(),
+            spare: Default::default(),
+            spare_language: Arc::new(Mutex::new(Language::Python)),
+            filling: Default::default(),
+        };
+        let report = crate::runner::run(Arc::new(probe), spec).await;
+        let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);
+        if sandbox_ok {
+            let d = &report.details;
+            checks.push(Check::ok(
+                "namespaces",
+                format!(
+                    "pid, net, mount, ipc, uts, cgroup{}",
+                    if d["user_ns"].as_bool() == Some(true) { ", user" } else { "" }
+                ),
+            ));
+            let ll = d["landlock"].as_str().unwrap_or("unknown").to_string();
+            if ll == "fully_enforced" || ll == "partially_enforced" {
+                checks.push(Check::ok("landlock", ll));
+            } else {
+                checks.push(Check::fail(
+                    "landlock",
+                    ll,
+                    "boot with lsm=landlock,... (CONFIG_SECURITY_LANDLOCK); the mount namespace still applies",
+                ));
+            }
+            checks.push(Check::ok(
+                "seccomp",
+                format!(
+                    "{} syscalls denied, namespace clones refused, socket families other than {} refused",
+                    seccomp::DENIED.len(),
+                    seccomp::FAMILIES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+            checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
+            checks.push(holds_check(&d["privileges"]));
+            checks.push(Check::ok("warm", self.warm_check().await));
+        } else {
+            let why = report.error.clone().unwrap_or_else(|| report.summary_line());
+            checks.push(Check::fail(
+                "sandbox",
+                format!("a trivial program failed: {why}"),
+                "check that user namespaces are allowed (sysctl kernel.unprivileged_userns_clone=1) and see the log",
+            ));
+        }
+        let available = sandbox_ok;
+        let summary = if available {
+            let cg = match layout(self.host.try_user_cgroup) {
+                Ok(l) => format!("cgroup {:?}", l.version()).to_lowercase(),
+                Err(_) => "no cgroup: weaker containment".into(),
+            };
+            format!("ready ({cg}, landlock {}, seccomp)", report.details["landlock"].as_str().unwrap_or("?"))
+        } else {
+            "unavailable: the sandbox could not start a trivial program".into()
+        };
+        Availability { tier: "process".into(), available, summary, checks }
+    }
+}
+
+/// What the sandbox's init (and its helper outside) held while the probe's
+/// program ran, as each read it back from the kernel: a warning when that
+/// was not reported (sandbench cannot say).
+pub(super) fn holds_check(privileges: &serde_json::Value) -> Check {
+    let said = |who: &str| privileges.get(who).and_then(|v| v.as_str()).map(|h| format!("{who}: {h}"));
+    match (said("init"), said("helper")) {
+        (Some(i), h) => Check::ok("holds", [Some(i), h].into_iter().flatten().collect::<Vec<_>>().join("; ")),
+        _ => Check::warn(
+            "holds",
+            "the sandbox's init did not say what it holds",
+            "see the log (sandbench.log): the privilege drop may have failed",
+        ),
+    }
+}
+
+/// Which uid programs run as, in words, for `doctor` and the report.
+pub(super) fn uid_policy(base: u32, count: u32, used: &serde_json::Value) -> String {
+    if nix::unistd::geteuid().is_root() {
+        format!(
+            "each run gets its own uid from {base}..{} (no host process has it; this run: {used})",
+            u64::from(base) + u64::from(count) - 1
+        )
+    } else {
+        format!("the invoking user's uid {used}, inside a user namespace (per-uid quotas are shared with that user)")
+    }
+}

@@ -1,0 +1,357 @@
+//! One run on the process tier: take the spare or build a sandbox for the
+//! run, hand it the program, follow it to its exit (`pump.rs`), conclude
+//! and leave the teardown to the background; the helpers the run and a
+//! session call share (bounded status lines, output readers, usage without
+//! a cgroup).
+
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use super::cgroup::RunCgroup;
+use super::launch::Launched;
+use super::probe::uid_policy;
+use super::pump::{self, Pump, Scope};
+use super::sandbox::{self, SandboxConfig};
+use super::spare::{node_waiter, waiter_with};
+use super::{netns, ProcessTier};
+use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
+use crate::spec::{Language, RunSpec};
+use crate::tier::contract::TierExit;
+
+impl ProcessTier {
+    pub(super) async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
+        ctx.emit(EventKind::Phase(Phase::Preparing)).await;
+        let limits = spec.limits.clone();
+        let mut warnings: Vec<String> = vec![];
+        // A run with an allow list gets the egress listener's port in its
+        // Landlock rules, which are applied before any program arrives: such
+        // a run is built for itself (spares have no network).
+        let egress = crate::egress::Egress::start(&spec, &self.egress, &ctx)?;
+        let port = egress.as_ref().map(|_| crate::egress::SANDBOX_PORT);
+        let mut env = spec.sandbox_env("/work", "/tmp");
+        if let Some(eg) = &egress {
+            env.extend(eg.sandbox_env(&spec.env, sandbox::SYSTEM_BUNDLE));
+        }
+        let run_ca = egress.as_ref().and_then(|e| e.ca_pem());
+        let spare = if port.is_none() { self.take_spare(&spec) } else { None };
+        let (mut launched, start) = match spare {
+            Some(mut l) => {
+                if let Some(c) = &l.cg {
+                    c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
+                }
+                l.timeline = vec![("sandbox_taken", ctx.ms())];
+                (l, "warm")
+            }
+            None => {
+                // Built for this run: its interpreter (Python) starts ahead of
+                // the program as in a spare, while init joins the cgroup.
+                let waiter = match spec.language {
+                    Language::Python => Some(waiter_with(&spec, env.clone())),
+                    Language::Javascript => node_waiter(&spec, env.clone()),
+                    Language::Sh => None,
+                };
+                let mut l = Self::launch(&limits, waiter, port, run_ca, false, &self.shape(), ctx.started).await?;
+                l.timeline.push(("helper_prepared", ctx.ms()));
+                (l, "cold")
+            }
+        };
+        warnings.extend(launched.warnings.iter().cloned());
+        for w in &warnings {
+            ctx.note(format!("warning: {w}")).await;
+        }
+        let nproc = if launched.cg.is_some() {
+            None
+        } else {
+            // RLIMIT_NPROC counts every process of the real uid, so leave room
+            // for the ones the user already has.
+            Some(count_user_processes(nix::unistd::getuid().as_raw()) + limits.pids)
+        };
+        if let (Some(eg), Some(chan)) = (&egress, launched.net.take()) {
+            let server = eg.server();
+            eg.server().track(async move {
+                if let Some(l) = netns::receive_listener(chan).await {
+                    server.serve_listener(l);
+                }
+            });
+        }
+        launched.net = None;
+        let config = SandboxConfig {
+            code: spec.code.clone(),
+            file_name: spec.language.program_file(&spec.code).into(),
+            interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
+            env,
+            cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
+            data_limit: launched.cg.is_none().then_some(limits.memory_bytes),
+            file_size_bytes: limits.file_size_bytes,
+            disk_bytes: limits.disk_bytes,
+            open_files: limits.open_files,
+            nproc,
+        };
+        let result = self.execute(&spec, &ctx, config, &mut launched).await;
+        ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
+        // Read once at the program's exit (in execute), not again here.
+        let final_stats = launched.final_stats.take();
+        // The program is gone and its output drained: the report need not wait
+        // for the helper's exit and the cgroup's removal (awaited at shutdown;
+        // a killed sandbench leaves them to the next start's reaper).
+        crate::tier::background::spawn(launched.teardown());
+        self.refill_after(Duration::from_millis(20));
+        let network = match egress {
+            Some(eg) => eg.finish().await,
+            None => json!("none: an empty network namespace (no device but a loopback that is down)"),
+        };
+        let mut out = result?;
+        out.details["network"] = network;
+        // Which accounting the peak memory figure is (the README names it).
+        out.details["memory_accounting"] = json!(if final_stats.is_some() {
+            "cgroup peak"
+        } else {
+            "max RSS of the program's largest process (no cgroup)"
+        });
+        if let Some(s) = final_stats {
+            // A run stopped from outside (output limit, timeout, cancel) has
+            // no exit report, but the cgroup still counted what it used: that,
+            // not the last sample (often the zeros of the first tick).
+            let u = out.usage.get_or_insert_with(Default::default);
+            {
+                u.cpu_ms = s.cpu_ns.map(|n| n / 1_000_000).or(u.cpu_ms);
+                u.pids = s.pids_peak.or(u.pids);
+                // Peak memory is the sandbox's own accounting: the cgroup's
+                // high-water mark, the figure its limit is enforced against.
+                // Not the program's max RSS, which counts shared pages the
+                // cgroup charged to whoever touched them first and so read
+                // 24M under a 16M limit that held. Without a peak file (v2
+                // before 5.19) the samples of the same counter stand.
+                u.memory_bytes = s.memory_peak;
+            }
+        }
+        if let Some(obj) = out.details.as_object_mut() {
+            let used = obj.get("uid").cloned().unwrap_or(serde_json::Value::Null);
+            obj.insert("uid_policy".into(), json!(uid_policy(self.uid_base, self.uid_count, &used)));
+            obj.insert("warnings".into(), json!(warnings));
+            obj.insert("start".into(), json!(start));
+        }
+        Ok(out)
+    }
+
+    /// Hand the sandbox the program and follow it to its exit.
+    pub(super) async fn execute(
+        &self,
+        spec: &RunSpec,
+        ctx: &RunContext,
+        config: SandboxConfig,
+        launched: &mut Launched,
+    ) -> anyhow::Result<TierExit> {
+        let limits = &spec.limits;
+        let mut stdin = launched.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+        let payload = serde_json::to_vec(&config)?;
+        // Dropped after the write: init reads the config up to EOF.
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(&payload).await;
+        });
+        let mut side = RunSide {
+            out: tokio::spawn(read_output(launched.child.stdout.take(), Stream::Stdout, ctx.clone())),
+            err: tokio::spawn(read_output(launched.child.stderr.take(), Stream::Stderr, ctx.clone())),
+            out_done: false,
+            err_done: false,
+        };
+        let start_by = tokio::time::Instant::now() + limits.wall_time;
+        let mut pump = Pump::new(ctx, limits, Scope::Run { start_by });
+        // Done once the program has exited and both its output pipes are
+        // drained (EOF: every process holding them is gone), or the sandbox
+        // is gone without saying so.
+        pump.drive(launched, &mut side).await?;
+        drop(launched.status.take());
+        pump.timeline.push(("output_drained", ctx.ms()));
+        let cg = launched.cg.as_ref();
+        // A verdict is final only once no process of the run can exist: init
+        // reaps every one before it reports the exit; a run stopped from here
+        // (its helper killed, the namespace going down) is confirmed empty.
+        if let Some(c) = cg.filter(|c| !c.members().is_empty()) {
+            c.kill_all();
+            if !c.members().is_empty() {
+                ctx.note("processes of the run were still being torn down when it was judged").await;
+            }
+        }
+        let _ = writer.await;
+        let stats = cg.map(|c| c.stats());
+        launched.final_stats = stats;
+        let final_counters = pump.final_sample(stats).await;
+        // Only sandbench's own code writes the status pipe (the program never
+        // holds it): an error there means the sandbox was not built as
+        // promised, whatever exit status followed (a failed setup step exits
+        // 121 from the program's process).
+        if let Some(msg) = pump.error.take() {
+            return Err(anyhow!("{msg}"));
+        }
+        let Some(e) = pump.exited() else {
+            if pump.killed || ctx.stop.is_cancelled() {
+                ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
+                let mut details = isolation_details(std::mem::take(&mut pump.isolation), cg, &pump.timeline);
+                details["privileges"] = json!(launched.privileges);
+                return Ok(TierExit { usage: None, details });
+            }
+            return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
+        };
+        let (cpu_ms, rss, status) = (e.cpu_ms, e.max_rss_kb * 1024, e.status);
+        let (details, _) = pump.conclude(e, status, final_counters, cg, launched, true).await;
+        Ok(TierExit { usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(rss), pids: None }), details })
+    }
+}
+
+/// A one-shot run's side of the pump: the program's pipes are its own, read
+/// to EOF by two tasks; a stop kills the helper and the run's cgroup.
+struct RunSide {
+    out: tokio::task::JoinHandle<()>,
+    err: tokio::task::JoinHandle<()>,
+    out_done: bool,
+    err_done: bool,
+}
+
+impl pump::Side for RunSide {
+    async fn output_ready(&mut self) -> Stream {
+        tokio::select! {
+            _ = &mut self.out, if !self.out_done => { self.out_done = true; Stream::Stdout }
+            _ = &mut self.err, if !self.err_done => { self.err_done = true; Stream::Stderr }
+            else => std::future::pending().await,
+        }
+    }
+
+    async fn take(&mut self, _: Stream, _: &RunContext) {}
+
+    fn drained(&self) -> bool {
+        self.out_done && self.err_done
+    }
+
+    async fn kill(&mut self, child: &mut tokio::process::Child, cg: Option<&RunCgroup>) {
+        let _ = child.start_kill();
+        if let Some(c) = cg {
+            c.kill_all();
+        }
+    }
+}
+
+pub(super) fn isolation_details(
+    mut iso: serde_json::Value,
+    cg: Option<&RunCgroup>,
+    timeline: &[(&'static str, f64)],
+) -> serde_json::Value {
+    let mut t = serde_json::Map::new();
+    for (k, v) in timeline {
+        t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+    }
+    iso["timeline_ms"] = serde_json::Value::Object(t);
+    iso["cgroup"] = match cg {
+        Some(c) => json!(c.version()),
+        None => serde_json::Value::Null,
+    };
+    iso["namespaces"] = json!(["pid", "net", "mount", "ipc", "uts", "cgroup"]);
+    if iso["user_ns"].as_bool() == Some(true) {
+        if let Some(a) = iso["namespaces"].as_array_mut() {
+            a.push(json!("user"));
+        }
+    }
+    iso["start"] = json!("cold");
+    iso
+}
+
+/// Read one line of at most 64 KiB; longer lines are cut (the rest is read as
+/// further lines and fails to parse, which is reported, not trusted).
+pub(super) async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    line.clear();
+    let n = (&mut *r).take(64 * 1024).read_until(b'\n', line).await?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    Ok(n)
+}
+
+/// Read one of the program's pipes to EOF as output events.
+pub(super) async fn read_output<R: AsyncRead + Unpin>(src: Option<R>, stream: Stream, ctx: RunContext) {
+    let Some(mut src) = src else { return };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match src.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await;
+            }
+        }
+    }
+}
+
+pub(super) fn count_user_processes(uid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+                .filter(|e| e.metadata().map(|m| m.uid() == uid).unwrap_or(false))
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// Usage without a cgroup: walk /proc for the helper's descendants.
+pub(super) fn proc_tree_sample(root: i32) -> UsageSample {
+    use nix::unistd::{sysconf, SysconfVar};
+    let tick = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
+    let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096).max(1) as u64;
+    let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // The command name may contain spaces and parentheses: parse after the last ')'.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+            let f: Vec<&str> = rest.split(' ').collect();
+            if f.len() < 22 {
+                continue;
+            }
+            let ppid = f[1].parse().unwrap_or(0);
+            let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+            let rss = f[21].parse::<u64>().unwrap_or(0);
+            procs.push((pid, ppid, cpu, rss));
+        }
+    }
+    let mut set = vec![root];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for p in &procs {
+            if !set.contains(&p.0) && set.contains(&p.1) {
+                set.push(p.0);
+                grew = true;
+            }
+        }
+    }
+    let ours: Vec<_> = procs.iter().filter(|p| set.contains(&p.0) && p.0 != root).collect();
+    UsageSample {
+        cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
+        memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
+        pids: Some(ours.len() as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tier::process::sandbox::Status;
+    use tokio::io::BufReader;
+
+    #[tokio::test]
+    async fn bounded_lines() {
+        let data = vec![b'x'; 100_000];
+        let mut r = BufReader::new(&data[..]);
+        let mut line = vec![];
+        let n = read_line_bounded(&mut r, &mut line).await.unwrap();
+        assert_eq!(n, 64 * 1024);
+        assert!(matches!(sandbox::parse_status(&line), Status::Error { .. }));
+    }
+}
