@@ -10,13 +10,12 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use nix::fcntl::OFlag;
 use serde_json::json;
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use super::cgroup::{self, Layout, RunCgroup};
-use super::run::read_line_bounded;
 use super::sandbox::{self, Status};
-use super::{netns, uids, ProcessTier};
+use super::{netns, uids};
 use crate::spec::Limits;
 
 /// What the tier takes from sandbench's environment (`config::HostEnv`).
@@ -132,130 +131,159 @@ pub(super) fn layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
     })
 }
 
-impl ProcessTier {
-    /// Start a helper and hand it the sandbox's shape. The run's uid (a
-    /// /proc scan) and cgroup are made while the helper binary execs.
-    /// `session`: a session's sandbox, which runs one program per call
-    /// (`session.rs`); otherwise one program, then it ends.
-    pub(super) async fn launch(
-        limits: &Limits,
-        waiter: Option<sandbox::Waiter>,
-        network_port: Option<u16>,
-        run_ca: Option<String>,
-        session: bool,
-        shape: &Shape,
-        t0: std::time::Instant,
-    ) -> anyhow::Result<Launched> {
-        let (uid_range, allow_degraded) = (shape.uid_range, shape.allow_degraded);
-        let try_user_cgroup = shape.host.try_user_cgroup;
-        let at = |what: &'static str| (what, t0.elapsed().as_secs_f64() * 1000.0);
-        let mut timeline = vec![];
-        let root = nix::unistd::geteuid().is_root();
-        let exe = &shape.host.exe;
-        let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
-        let wfd = status_w.as_raw_fd();
-        let (net_host, net_helper) = nix::sys::socket::socketpair(
-            nix::sys::socket::AddressFamily::Unix,
-            nix::sys::socket::SockType::Stream,
-            None,
-            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-        )
-        .context("cannot create the egress channel")?;
-        let nfd = net_helper.as_raw_fd();
-        let mut cmd = Command::new(exe);
-        cmd.arg("__sandbox")
-            .env_clear()
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+/// Start a helper and hand it the sandbox's shape. The run's uid (a
+/// /proc scan) and cgroup are made while the helper binary execs.
+/// `session`: a session's sandbox, which runs one program per call
+/// (`session.rs`); otherwise one program, then it ends.
+pub(super) async fn launch(
+    limits: &Limits,
+    waiter: Option<sandbox::Waiter>,
+    network_port: Option<u16>,
+    run_ca: Option<String>,
+    session: bool,
+    shape: &Shape,
+    t0: std::time::Instant,
+) -> anyhow::Result<Launched> {
+    let (uid_range, allow_degraded) = (shape.uid_range, shape.allow_degraded);
+    let try_user_cgroup = shape.host.try_user_cgroup;
+    let at = |what: &'static str| (what, t0.elapsed().as_secs_f64() * 1000.0);
+    let mut timeline = vec![];
+    let root = nix::unistd::geteuid().is_root();
+    let exe = &shape.host.exe;
+    let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
+    let wfd = status_w.as_raw_fd();
+    let (net_host, net_helper) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Stream,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .context("cannot create the egress channel")?;
+    let nfd = net_helper.as_raw_fd();
+    let mut cmd = Command::new(exe);
+    cmd.arg("__sandbox")
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Out of the way first: the status pipe may be about to land on its number.
+            let net = libc::fcntl(nfd, libc::F_DUPFD_CLOEXEC, 10);
+            if net < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if wfd == sandbox::STATUS_FD {
+                if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // Out of the way first: the status pipe may be about to land on its number.
-                let net = libc::fcntl(nfd, libc::F_DUPFD_CLOEXEC, 10);
-                if net < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if wfd == sandbox::STATUS_FD {
-                    if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::dup2(net, netns::NET_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
-        timeline.push(at("helper_spawned"));
-        drop(status_w);
-        drop(net_helper);
-        let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
-        let lim = limits.clone();
-        let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let mut warnings = vec![];
-            let uid = if root {
-                Some(
-                    uids::lease(uid_range.0, uid_range.1)
-                        .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
-                )
-            } else {
-                None
-            };
-            let cg = match layout(try_user_cgroup) {
-                // Cgroups work here: a run without its own is not the sandbox
-                // sandbench promised, so it does not happen.
-                Ok(l) => Some(RunCgroup::create(l, &lim).context("cannot create the run's cgroup")?),
-                Err(e) => {
-                    warnings.push(format!(
-                        "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
-                    ));
-                    None
-                }
-            };
-            Ok((uid, cg, warnings))
-        })
-        .await
-        .context("sandbox preparation")??;
-        timeline.push(at("uid_and_cgroup"));
-        let prep = sandbox::Prepare {
-            host_pid: std::process::id() as i32,
-            cgroup_procs: cg
-                .as_ref()
-                .map(|c| c.procs_files().iter().map(|p| p.to_string_lossy().into_owned()).collect())
-                .unwrap_or_default(),
-            user_ns: !root,
-            run_uid: uid.as_ref().map_or(0, |l| l.uid),
-            run_gid: uid.as_ref().map_or(0, |l| l.uid),
-            allow_degraded,
-            disk_bytes: limits.disk_bytes,
-            waiter,
-            network_port,
-            run_ca,
-            session,
+            } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::dup2(net, netns::NET_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
+    timeline.push(at("helper_spawned"));
+    drop(status_w);
+    drop(net_helper);
+    let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+    let lim = limits.clone();
+    let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let mut warnings = vec![];
+        let uid = if root {
+            Some(
+                uids::lease(uid_range.0, uid_range.1)
+                    .map_err(|e| anyhow!("cannot get the run a uid of its own: {e}"))?,
+            )
+        } else {
+            None
         };
-        stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
-        let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
-        Ok(Launched {
-            child,
-            stdin: Some(stdin),
-            status: Some(BufReader::new(status_rx)),
-            early: vec![],
-            ready: false,
-            cg,
-            uid,
-            warnings,
-            timeline,
-            final_stats: None,
-            net: Some(net_host),
-            privileges: Default::default(),
-        })
+        let cg = match layout(try_user_cgroup) {
+            // Cgroups work here: a run without its own is not the sandbox
+            // sandbench promised, so it does not happen.
+            Ok(l) => Some(RunCgroup::create(l, &lim).context("cannot create the run's cgroup")?),
+            Err(e) => {
+                warnings.push(format!(
+                    "no cgroup ({e}): fork and memory bombs are contained only by rlimits and the pid namespace"
+                ));
+                None
+            }
+        };
+        Ok((uid, cg, warnings))
+    })
+    .await
+    .context("sandbox preparation")??;
+    timeline.push(at("uid_and_cgroup"));
+    let prep = sandbox::Prepare {
+        host_pid: std::process::id() as i32,
+        cgroup_procs: cg
+            .as_ref()
+            .map(|c| c.procs_files().iter().map(|p| p.to_string_lossy().into_owned()).collect())
+            .unwrap_or_default(),
+        user_ns: !root,
+        run_uid: uid.as_ref().map_or(0, |l| l.uid),
+        run_gid: uid.as_ref().map_or(0, |l| l.uid),
+        allow_degraded,
+        disk_bytes: limits.disk_bytes,
+        waiter,
+        network_port,
+        run_ca,
+        session,
+    };
+    stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
+    let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
+    Ok(Launched {
+        child,
+        stdin: Some(stdin),
+        status: Some(BufReader::new(status_rx)),
+        early: vec![],
+        ready: false,
+        cg,
+        uid,
+        warnings,
+        timeline,
+        final_stats: None,
+        net: Some(net_host),
+        privileges: Default::default(),
+    })
+}
+
+/// Read one line of at most 64 KiB; longer lines are cut (the rest is read as
+/// further lines and fails to parse, which is reported, not trusted).
+pub(super) async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    line.clear();
+    let n = (&mut *r).take(64 * 1024).read_until(b'\n', line).await?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tier::process::sandbox::Status;
+    use tokio::io::BufReader;
+
+    #[tokio::test]
+    async fn bounded_lines() {
+        let data = vec![b'x'; 100_000];
+        let mut r = BufReader::new(&data[..]);
+        let mut line = vec![];
+        let n = read_line_bounded(&mut r, &mut line).await.unwrap();
+        assert_eq!(n, 64 * 1024);
+        assert!(matches!(sandbox::parse_status(&line), Status::Error { .. }));
     }
 }

@@ -5,10 +5,15 @@
 //! inside; the host side is here, by concern: `launch.rs` builds a sandbox,
 //! `spare.rs` keeps one ahead, `run.rs` runs a program in one, `pump.rs`
 //! follows the program to its exit (stream, sample, judge) for a run and a
-//! session call alike, `session.rs` keeps a sandbox between calls, and
-//! `probe.rs` says what the tier can do here. This file: the tier itself.
+//! session call alike, `session.rs` keeps a sandbox between calls,
+//! `probe.rs` is `doctor`'s checks, `facts.rs` what this host offers (its
+//! interpreters, the limits it can enforce), `contract.rs` the `Tier`
+//! contract's answers. This file: the tier's own state. No file here
+//! imports one that imports it back (`scripts/import-cycles.py`).
 
 pub mod cgroup;
+mod contract;
+mod facts;
 mod launch;
 pub mod netns;
 mod probe;
@@ -25,14 +30,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::event::RunContext;
-use crate::spec::{Language, Limits, RunSpec};
-use crate::tier::contract::{Availability, BoxFuture, LimitMaxima, Tier, TierExit};
+use crate::spec::{Language, Limits};
+pub use facts::host_maxima;
 use launch::{layout, Host, Launched, Shape};
-pub use probe::host_maxima;
-use probe::{interpreter_on_host, uid_policy};
-use run::{count_user_processes, isolation_details, proc_tree_sample, read_line_bounded};
-use spare::waiter_for;
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
@@ -116,81 +116,5 @@ pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path
     match layout(env.try_user_cgroup) {
         Ok(l) => cgroup::owned(l, token),
         Err(_) => vec![],
-    }
-}
-
-impl Tier for ProcessTier {
-    fn name(&self) -> &'static str {
-        "process"
-    }
-
-    /// The spare and what it holds (its processes' PSS).
-    fn warm(&self) -> Option<String> {
-        if !self.keep_spare {
-            return None;
-        }
-        let mem = self.spare.lock().ok().and_then(|mut s| {
-            let (l, language) = s.as_mut().filter(|(l, _)| l.ready)?;
-            let language = *language;
-            l.alive().then(|| (l.memory(), language))
-        });
-        Some(match mem {
-            Some((b, language)) => {
-                format!("1 spare sandbox ready · {} started · {} resident", language.name(), crate::units::size(b))
-            }
-            None => "no spare sandbox ready (one is made after a run)".into(),
-        })
-    }
-
-    fn max_limits(&self) -> LimitMaxima {
-        host_maxima()
-    }
-
-    /// Any allow list: the egress listener in the empty namespace is the way out.
-    /// The sandbox sees the host's /usr: the host's interpreter is the one.
-    fn language_support(&self, lang: Language) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            interpreter_on_host(lang).map(|_| ()).ok_or_else(|| {
-                format!("no {} on this host (apt-get install {})", lang.interpreter()[0], lang.debian_package())
-            })
-        })
-    }
-
-    fn check_network(&self, _: &crate::egress::Network) -> Result<(), String> {
-        Ok(())
-    }
-
-    /// Secrets: the proxy the namespace's only socket leads to substitutes them.
-    fn check_secrets(&self, _: &crate::egress::secrets::Secrets) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn describe(&self) -> &'static str {
-        "limited subprocess: namespaces, cgroup, Landlock, seccomp, rlimits"
-    }
-
-    fn probe(&self) -> BoxFuture<'_, Availability> {
-        Box::pin(self.probe_inner())
-    }
-
-    fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
-        Box::pin(self.run_inner(spec, ctx))
-    }
-
-    /// A spare sandbox, built and waiting (when `[process] spare` is on).
-    fn prewarm(&self) -> BoxFuture<'_, ()> {
-        Box::pin(self.spare_ready())
-    }
-
-    /// The sandbox stays between calls (`session.rs`, `sandbox/session.rs`).
-    fn sessions(&self) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn open_session(
-        &self,
-        spec: crate::tier::contract::SessionSpec,
-    ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::tier::contract::TierSession>>> {
-        Box::pin(session::open(self, spec))
     }
 }

@@ -2,68 +2,15 @@
 //! interpreters, a real sandbox running a trivial program, what it holds)
 //! and the limits this host lets it enforce.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::cgroup;
+use super::facts::{interpreter_on_host, node_detail};
 use super::launch::layout;
 use super::{seccomp, ProcessTier};
 use crate::spec::{Language, RunSpec};
-use crate::tier::contract::{Availability, Check, LimitMaxima};
-
-/// What this host lets the process tier enforce: no more processes than the
-/// kernel's pid space (less sandbench's own in the run cgroup), no more
-/// memory or tmpfs scratch space than the host has, no more descriptors than
-/// `fs.nr_open`, no more CPU bandwidth than the CPUs it may use.
-pub fn host_maxima() -> LimitMaxima {
-    static M: OnceLock<LimitMaxima> = OnceLock::new();
-    *M.get_or_init(|| {
-        let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok());
-        // PID_MAX_LIMIT: pid_max can never exceed it.
-        let pid_max = read("/proc/sys/kernel/pid_max").unwrap_or(4 << 20).min(4 << 20);
-        let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .map(|kb| (kb >> 10) << 20)
-        });
-        LimitMaxima {
-            memory_bytes: mem,
-            pids: Some(pid_max.saturating_sub(cgroup::SUPERVISORS)),
-            disk_bytes: mem,
-            open_files: read("/proc/sys/fs/nr_open"),
-            cpus: std::thread::available_parallelism().ok().map(|n| n.get() as f64),
-        }
-    })
-}
-
-pub(super) fn interpreter_on_host(lang: Language) -> Option<String> {
-    let cmd = lang.interpreter()[0];
-    if cmd.starts_with('/') {
-        return std::path::Path::new(cmd).exists().then(|| cmd.to_string());
-    }
-    ["/usr/local/bin", "/usr/bin", "/bin"]
-        .iter()
-        .map(|d| format!("{d}/{cmd}"))
-        .find(|p| std::path::Path::new(p).exists())
-}
-
-/// What doctor shows for an interpreter found on the host: Node's version
-/// too (`node --version`, bounded), since Debian's and NodeSource's differ.
-pub(super) fn node_detail(lang: Language, path: String) -> String {
-    if lang != Language::Javascript {
-        return path;
-    }
-    let out = std::process::Command::new(&path).arg("--version").stdin(std::process::Stdio::null()).output();
-    match out {
-        Ok(o) if o.status.success() => {
-            let v: String =
-                String::from_utf8_lossy(&o.stdout).trim().chars().filter(char::is_ascii_graphic).take(40).collect();
-            format!("{path} {v}")
-        }
-        _ => path,
-    }
-}
+use crate::tier::contract::{Availability, Check};
 
 impl ProcessTier {
     pub(super) async fn probe_inner(&self) -> Availability {

@@ -12,8 +12,9 @@ use serde_json::json;
 use tokio::process::Child;
 
 use super::cgroup::{RunCgroup, Stats};
+use super::launch::{read_line_bounded, Launched};
 use super::sandbox::{self, Status};
-use super::{isolation_details, proc_tree_sample, read_line_bounded, Launched, MARKS, SAMPLE_EVERY};
+use super::{MARKS, SAMPLE_EVERY};
 use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
 use crate::judge::{self, ExitFacts, Judge};
 use crate::session::counters_since;
@@ -334,5 +335,70 @@ impl<'a> Pump<'a> {
         details["exit_rusage"] = json!({ "cpu_ms": e.cpu_ms, "max_rss_bytes": e.max_rss_kb * 1024 });
         details["scratch_watch"] = json!({ "file_events": e.files_watched, "guarded_calls": e.guarded });
         (details, counters)
+    }
+}
+
+pub(super) fn isolation_details(
+    mut iso: serde_json::Value,
+    cg: Option<&RunCgroup>,
+    timeline: &[(&'static str, f64)],
+) -> serde_json::Value {
+    let mut t = serde_json::Map::new();
+    for (k, v) in timeline {
+        t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
+    }
+    iso["timeline_ms"] = serde_json::Value::Object(t);
+    iso["cgroup"] = match cg {
+        Some(c) => json!(c.version()),
+        None => serde_json::Value::Null,
+    };
+    iso["namespaces"] = json!(["pid", "net", "mount", "ipc", "uts", "cgroup"]);
+    if iso["user_ns"].as_bool() == Some(true) {
+        if let Some(a) = iso["namespaces"].as_array_mut() {
+            a.push(json!("user"));
+        }
+    }
+    iso["start"] = json!("cold");
+    iso
+}
+
+/// Usage without a cgroup: walk /proc for the helper's descendants.
+pub(super) fn proc_tree_sample(root: i32) -> UsageSample {
+    use nix::unistd::{sysconf, SysconfVar};
+    let tick = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
+    let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096).max(1) as u64;
+    let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // The command name may contain spaces and parentheses: parse after the last ')'.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+            let f: Vec<&str> = rest.split(' ').collect();
+            if f.len() < 22 {
+                continue;
+            }
+            let ppid = f[1].parse().unwrap_or(0);
+            let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+            let rss = f[21].parse::<u64>().unwrap_or(0);
+            procs.push((pid, ppid, cpu, rss));
+        }
+    }
+    let mut set = vec![root];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for p in &procs {
+            if !set.contains(&p.0) && set.contains(&p.1) {
+                set.push(p.0);
+                grew = true;
+            }
+        }
+    }
+    let ours: Vec<_> = procs.iter().filter(|p| set.contains(&p.0) && p.0 != root).collect();
+    UsageSample {
+        cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
+        memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
+        pids: Some(ours.len() as u64),
     }
 }

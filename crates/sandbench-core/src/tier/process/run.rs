@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::cgroup::RunCgroup;
-use super::launch::Launched;
+use super::launch::{launch, Launched};
 use super::probe::uid_policy;
-use super::pump::{self, Pump, Scope};
+use super::pump::{self, isolation_details, Pump, Scope};
 use super::sandbox::{self, SandboxConfig};
 use super::spare::{node_waiter, waiter_with};
 use super::{netns, ProcessTier};
@@ -53,7 +53,7 @@ impl ProcessTier {
                     Language::Javascript => node_waiter(&spec, env.clone()),
                     Language::Sh => None,
                 };
-                let mut l = Self::launch(&limits, waiter, port, run_ca, false, &self.shape(), ctx.started).await?;
+                let mut l = launch(&limits, waiter, port, run_ca, false, &self.shape(), ctx.started).await?;
                 l.timeline.push(("helper_prepared", ctx.ms()));
                 (l, "cold")
             }
@@ -234,44 +234,6 @@ impl pump::Side for RunSide {
     }
 }
 
-pub(super) fn isolation_details(
-    mut iso: serde_json::Value,
-    cg: Option<&RunCgroup>,
-    timeline: &[(&'static str, f64)],
-) -> serde_json::Value {
-    let mut t = serde_json::Map::new();
-    for (k, v) in timeline {
-        t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
-    }
-    iso["timeline_ms"] = serde_json::Value::Object(t);
-    iso["cgroup"] = match cg {
-        Some(c) => json!(c.version()),
-        None => serde_json::Value::Null,
-    };
-    iso["namespaces"] = json!(["pid", "net", "mount", "ipc", "uts", "cgroup"]);
-    if iso["user_ns"].as_bool() == Some(true) {
-        if let Some(a) = iso["namespaces"].as_array_mut() {
-            a.push(json!("user"));
-        }
-    }
-    iso["start"] = json!("cold");
-    iso
-}
-
-/// Read one line of at most 64 KiB; longer lines are cut (the rest is read as
-/// further lines and fails to parse, which is reported, not trusted).
-pub(super) async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
-    r: &mut R,
-    line: &mut Vec<u8>,
-) -> std::io::Result<usize> {
-    line.clear();
-    let n = (&mut *r).take(64 * 1024).read_until(b'\n', line).await?;
-    if line.last() == Some(&b'\n') {
-        line.pop();
-    }
-    Ok(n)
-}
-
 /// Read one of the program's pipes to EOF as output events.
 pub(super) async fn read_output<R: AsyncRead + Unpin>(src: Option<R>, stream: Stream, ctx: RunContext) {
     let Some(mut src) = src else { return };
@@ -296,62 +258,4 @@ pub(super) fn count_user_processes(uid: u32) -> u64 {
                 .count() as u64
         })
         .unwrap_or(0)
-}
-
-/// Usage without a cgroup: walk /proc for the helper's descendants.
-pub(super) fn proc_tree_sample(root: i32) -> UsageSample {
-    use nix::unistd::{sysconf, SysconfVar};
-    let tick = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
-    let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096).max(1) as u64;
-    let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-            // The command name may contain spaces and parentheses: parse after the last ')'.
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
-            let f: Vec<&str> = rest.split(' ').collect();
-            if f.len() < 22 {
-                continue;
-            }
-            let ppid = f[1].parse().unwrap_or(0);
-            let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
-            let rss = f[21].parse::<u64>().unwrap_or(0);
-            procs.push((pid, ppid, cpu, rss));
-        }
-    }
-    let mut set = vec![root];
-    let mut grew = true;
-    while grew {
-        grew = false;
-        for p in &procs {
-            if !set.contains(&p.0) && set.contains(&p.1) {
-                set.push(p.0);
-                grew = true;
-            }
-        }
-    }
-    let ours: Vec<_> = procs.iter().filter(|p| set.contains(&p.0) && p.0 != root).collect();
-    UsageSample {
-        cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
-        memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
-        pids: Some(ours.len() as u64),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tier::process::sandbox::Status;
-    use tokio::io::BufReader;
-
-    #[tokio::test]
-    async fn bounded_lines() {
-        let data = vec![b'x'; 100_000];
-        let mut r = BufReader::new(&data[..]);
-        let mut line = vec![];
-        let n = read_line_bounded(&mut r, &mut line).await.unwrap();
-        assert_eq!(n, 64 * 1024);
-        assert!(matches!(sandbox::parse_status(&line), Status::Error { .. }));
-    }
 }

@@ -20,10 +20,13 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe::Receiver;
 
+use super::launch::{launch, Launched};
+use super::probe::uid_policy;
 use super::pump::{self, Pump, Scope};
+use super::run::count_user_processes;
 use super::sandbox::{self, SandboxConfig};
-use super::{count_user_processes, uid_policy, waiter_for};
-use super::{Launched, ProcessTier};
+use super::spare::waiter_for;
+use super::ProcessTier;
 use crate::event::{EventKind, ExitStatus, Phase, RunContext, Stream, UsageSample};
 use crate::spec::{Language, RunSpec};
 use crate::tier::contract::{BoxFuture, SessionSpec, TierExit, TierSession};
@@ -54,8 +57,7 @@ pub(crate) async fn open(tier: &ProcessTier, spec: SessionSpec) -> anyhow::Resul
     let range = (tier.uid_base, tier.uid_count);
     // Sessions keep no egress proxy: `Session::open` refused an allow list.
     let mut sandbox =
-        ProcessTier::launch(&spec.limits, Some(waiter), None, None, true, &tier.shape(), std::time::Instant::now())
-            .await?;
+        launch(&spec.limits, Some(waiter), None, None, true, &tier.shape(), std::time::Instant::now()).await?;
     let pipes = (|| -> anyhow::Result<_> {
         let stdin = sandbox.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
         let out = sandbox.child.stdout.take().ok_or_else(|| anyhow!("helper has no stdout"))?.into_owned_fd()?;

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::launch::Launched;
+use super::launch::{launch, Launched};
 use super::sandbox;
 use super::ProcessTier;
 use crate::spec::{Language, RunSpec};
@@ -96,7 +96,7 @@ impl ProcessTier {
             let made = async {
                 let t0 = std::time::Instant::now();
                 // Spares have no network: a run with an allow list is built for itself.
-                let mut l = Self::launch(&limits, Some(waiter_for(&spec)), None, None, false, &shape, t0).await?;
+                let mut l = launch(&limits, Some(waiter_for(&spec)), None, None, false, &shape, t0).await?;
                 l.wait_ready().await?;
                 anyhow::Ok(l)
             };
@@ -178,8 +178,7 @@ impl ProcessTier {
         let shape = self.shape();
         let built = async {
             let t0 = std::time::Instant::now();
-            let mut l =
-                Self::launch(&self.spare_limits, Some(waiter_for(&spec)), None, None, false, &shape, t0).await?;
+            let mut l = launch(&self.spare_limits, Some(waiter_for(&spec)), None, None, false, &shape, t0).await?;
             l.wait_ready().await?;
             anyhow::Ok((l.memory(), t0.elapsed()))
         };
