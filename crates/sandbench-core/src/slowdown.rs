@@ -19,13 +19,14 @@
 //! Medians of the last [`KEEP`] rounds, so one outlier moves nothing; the
 //! soak measures again now and then, as the machine's load changes.
 //!
-//! The gauntlet scales for the load alone ([`Scaler::for_load`]): its
-//! samples declare per tier what an emulated CPU changes, and a CPU count
-//! does not grow with the load (the microVM's is bounded by the CPU QEMU
-//! got), but a running time does. The load factor is the tier's running
-//! time for the work over the CPU it got (1.0 when nothing else wanted the
-//! CPU), the highest of the last [`KEEP`] rounds, so that a burst of load
-//! stretches the wall limit at once.
+//! The gauntlet ([`Scaler::for_load`]) stretches the wall limit for the load
+//! alone: a running time grows with it. The load factor is the tier's
+//! running time for the work over the CPU it got (1.0 when nothing else
+//! wanted the CPU), the highest of the last [`LOAD_KEEP`] rounds, so that a
+//! burst of load stretches the wall limit at once. Its CPU limit stays as
+//! written on a native CPU (a count the microVM's host bounds by the CPU
+//! QEMU got does not grow with the load) and follows the CPU factor on an
+//! emulated one ([`EMULATED_FROM`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +62,22 @@ pub const ROUNDS: usize = 3;
 pub const KEEP: usize = 5;
 /// Below this the difference is noise and a limit stays as written.
 pub const SCALE_FROM: f64 = 1.5;
+/// Rounds the load factor is the highest of: a burst of load counts at once
+/// and is forgotten a round after it went (a gauntlet measures every minute;
+/// with more, a wall limit stayed stretched ×10 for minutes after the load).
+pub const LOAD_KEEP: usize = 2;
+/// From this CPU factor on a tier's CPU is emulated (the microVM under TCG:
+/// ×20-30 here), and the gauntlet scales its CPU limit by the factor: the
+/// samples are written for a native CPU or a sandbox kernel's overhead
+/// (gVisor's ×2, which they declare where it matters). Under load such a
+/// tier also needs more CPU for the same work (a benign control used 0.7 s
+/// quiet and over 2 s at load ~10 in CI, QEMU's own count).
+pub const EMULATED_FROM: f64 = 4.0;
+/// The most a gauntlet scales an emulated CPU's CPU and wall limits by (the
+/// microVM's CPU factor is ×20-30 under TCG here): a cell that runs to its
+/// limit then costs at most this many times a native one. What a program
+/// cannot finish within it on such a tier, its sample declares (`microvm=`).
+pub const EMULATED_CAP: f64 = 4.0;
 
 /// One host run and one tier run of the work.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -108,13 +125,29 @@ impl Slowdown {
     }
 
     /// The limits a gauntlet's cell gets on this tier: the wall limit
-    /// stretched by the load, the CPU limit as written.
+    /// stretched by the load; the CPU limit as written, unless the tier's
+    /// CPU is emulated (see [`EMULATED_FROM`]).
     pub fn scaled_for_load(&self, limits: &Limits) -> Limits {
         let mut l = limits.clone();
-        if self.load_factor >= SCALE_FROM {
-            l.wall_time = scale(l.wall_time, self.load_factor);
+        let load = if self.load_factor >= SCALE_FROM { self.load_factor } else { 1.0 };
+        let emulated = self.emulated_scale();
+        if load * emulated > 1.0 {
+            l.wall_time = scale(l.wall_time, load * emulated);
+        }
+        if emulated > 1.0 {
+            l.cpu_time = scale(l.cpu_time, emulated);
         }
         l
+    }
+
+    /// What a gauntlet multiplies an emulated CPU's limits by: its CPU
+    /// factor, at most [`EMULATED_CAP`]; 1 for a native CPU.
+    pub fn emulated_scale(&self) -> f64 {
+        if self.factor >= EMULATED_FROM {
+            self.factor.min(EMULATED_CAP)
+        } else {
+            1.0
+        }
     }
 
     pub fn failed(why: String) -> Slowdown {
@@ -150,7 +183,7 @@ impl Slowdown {
         // work (see `Scaler::work`) mix.
         let ratio = |f: fn(&Round) -> f64| median(&|r| if r.host_cpu_ms > 0.0 { f(r) / r.host_cpu_ms } else { 0.0 });
         let (factor, wall_factor) = (two(ratio(|r| r.tier_cpu_ms)), two(ratio(|r| r.tier_wall_ms)));
-        let load_factor = two(last
+        let load_factor = two(rounds[rounds.len().saturating_sub(LOAD_KEEP)..]
             .iter()
             .filter(|r| r.tier_cpu_ms > 0.0)
             .map(|r| r.tier_wall_ms / r.tier_cpu_ms)
@@ -408,10 +441,10 @@ mod tests {
     }
 
     #[test]
-    fn the_load_factor_is_running_time_over_cpu_and_moves_the_wall_limit_alone() {
+    fn the_load_factor_moves_the_wall_limit_and_an_emulated_cpu_factor_the_cpu_limit() {
         let base = Limits::default();
-        // Emulated (ten times the host's CPU) on a quiet machine: no load.
-        let quiet = vec![r(200.0, 2000.0, 2100.0); 3];
+        // A native CPU on a quiet machine: no load, limits as written.
+        let quiet = vec![r(200.0, 240.0, 252.0); 3];
         let s = Slowdown::from_rounds(&quiet, 3);
         assert_eq!(s.load_factor, 1.05);
         let g = Scaler::for_load(&base, (s, quiet), Duration::ZERO);
@@ -419,13 +452,16 @@ mod tests {
         // One round under load is enough: the highest of the last rounds.
         let mut g = g;
         g.measuring();
-        g.took(Ok(r(200.0, 2000.0, 6000.0)));
+        g.took(Ok(r(200.0, 240.0, 720.0)));
         assert_eq!(g.slowdown.load_factor, 3.0);
         assert_eq!((g.limits.cpu_time, g.limits.wall_time), (base.cpu_time, base.wall_time * 3));
         assert_eq!(g.work(), Work::Full, "a native tier's rounds stay full");
         let slow = vec![r(300.0, 7000.0, 7600.0)];
         let m = Scaler::for_load(&base, (Slowdown::from_rounds(&slow, 1), slow), Duration::ZERO);
         assert_eq!(m.work(), Work::Light, "an emulated tier's later rounds are light");
+        // An emulated CPU's limit follows its CPU factor, the wall the load.
+        assert_eq!((m.limits.cpu_time, m.limits.wall_time), (base.cpu_time * 4, base.wall_time * 4));
+        assert_eq!(m.slowdown.emulated_scale(), EMULATED_CAP);
         // The soak's scaler moves both by the full factors.
         let full = Scaler::new(&base, (Slowdown::from_rounds(&[r(200.0, 2000.0, 2100.0)], 1), vec![]), Duration::ZERO);
         assert_eq!(full.limits.cpu_time, base.cpu_time * 10);

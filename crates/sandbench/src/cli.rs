@@ -231,11 +231,12 @@ pub struct GauntletArgs {
     pub repeat: usize,
     #[command(flatten)]
     pub limits: LimitArgs,
-    /// Give every tier the wall limit as written. By default each tier's is
-    /// stretched by the machine's load as measured on that tier (before its
-    /// first cell and every minute): the samples declare what happens on a
-    /// quiet machine, where a hostile program meets the limit it aims at
-    /// before its running time runs out.
+    /// Give every tier the limits as written. By default each tier's wall
+    /// limit is stretched by the machine's load as measured on that tier
+    /// (before its first cell and every minute), and an emulated CPU's limit
+    /// (the microVM under TCG) by how much more CPU the same work takes
+    /// there: the samples declare what happens on a quiet machine with a
+    /// native CPU.
     #[arg(long)]
     pub limits_as_written: bool,
     #[arg(long, value_enum, default_value_t = MatrixFormat::Table)]

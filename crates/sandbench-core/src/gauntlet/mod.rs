@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::report::{Outcome, RunReport, StartKind};
 use crate::samples::Sample;
 /// What a tier's limits are scaled by, and from which factor on.
-pub use crate::slowdown::{Slowdown, SCALE_FROM};
+pub use crate::slowdown::{Slowdown, EMULATED_CAP, EMULATED_FROM, SCALE_FROM};
 use crate::spec::{Limits, RunSpec};
 use crate::tier::contract::Tier;
 use canary::{Canaries, Findings};
@@ -152,10 +152,9 @@ impl TierScale {
 pub struct Plan {
     pub limits: Limits,
     pub repeat: usize,
-    /// Measure each tier's load factor first (and again every
-    /// [`REMEASURE`]) and stretch its wall limit by it (see `slowdown`: the
-    /// CPU limit stays, a CPU count does not grow with the load); off: the
-    /// limits as written.
+    /// Measure each tier first (and again every [`REMEASURE`]): stretch its
+    /// wall limit by the load factor, and an emulated CPU's limit by its CPU
+    /// factor (see `slowdown`); off: the limits as written.
     pub scale: bool,
 }
 

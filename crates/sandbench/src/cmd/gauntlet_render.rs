@@ -72,14 +72,26 @@ fn scale_notes(m: &Matrix) -> Vec<String> {
         if let Some(why) = &d.error {
             out.push(format!("limits as written on {}: the load on it could not be measured ({why})", t.tier));
         } else if t.scaled() {
-            out.push(format!(
-                "wall limit on {} stretched by the machine's load (CPU-bound work took ×{} its CPU time there; {} measures): {} → {}",
-                t.tier,
-                d.load_factor,
-                d.rounds,
-                s(t.written_ms[1]),
-                range(t.wall_time_ms)
-            ));
+            let mut parts = vec![];
+            if t.cpu_time_ms[1] > t.written_ms[0] {
+                parts.push(format!(
+                    "an emulated CPU (the host's work took ×{} the CPU there), its limits scaled ×{} (at most ×{} in a gauntlet): cpu {} → {}",
+                    d.factor,
+                    d.emulated_scale(),
+                    crate::gauntlet::EMULATED_CAP,
+                    s(t.written_ms[0]),
+                    range(t.cpu_time_ms)
+                ));
+            }
+            if t.wall_time_ms[1] > t.written_ms[1] {
+                parts.push(format!(
+                    "wall {} → {} (load: CPU-bound work took ×{} its CPU time there)",
+                    s(t.written_ms[1]),
+                    range(t.wall_time_ms),
+                    d.load_factor
+                ));
+            }
+            out.push(format!("on {} ({} measures): {}", t.tier, d.rounds, parts.join("; ")));
         } else {
             as_written.push(format!("{} ×{}", t.tier, d.load_factor));
         }
@@ -332,7 +344,7 @@ mod tests {
         };
         let t = super::table(&m);
         assert!(
-            t.contains("wall limit on microvm stretched by the machine's load (CPU-bound work took ×2.6 its CPU time there; 4 measures): 5.00 s → 5.00 s–13.0 s"),
+            t.contains("on microvm (4 measures): wall 5.00 s → 5.00 s–13.0 s (load: CPU-bound work took ×2.6 its CPU time there)"),
             "{t}"
         );
         assert!(t.contains("limits as written on process ×1.04 (load under ×1.5"), "{t}");
