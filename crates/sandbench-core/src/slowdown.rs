@@ -244,9 +244,10 @@ impl Scaler {
         s
     }
 
-    /// As [`Scaler::new`] from a measure of [`Work::Full`], for the load
-    /// alone: the wall limit follows the load factor, the CPU limit stays as
-    /// written. Where the full work took 3 s of the tier's CPU or more (an
+    /// As [`Scaler::new`] from a measure of [`Work::Full`], for a gauntlet
+    /// ([`Slowdown::scaled_for_load`]): the wall limit follows the load
+    /// factor, the CPU limit stays as written unless the CPU is emulated.
+    /// Where the full work took 3 s of the tier's CPU or more (an
     /// emulated CPU), later rounds do a tenth of it: still long enough that
     /// the tier's fixed costs (a container's attach, a sandbox's set-up) are
     /// a small part of its running time, which on a native tier they are not.

@@ -119,7 +119,8 @@ pub struct Matrix {
 }
 
 /// What one tier's cells ran under: the plan's limits, the wall limit
-/// stretched by the machine's load as measured on the tier (see `slowdown`).
+/// stretched by the machine's load as measured on the tier, and an emulated
+/// CPU's limits scaled by its CPU factor (see `slowdown`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TierScale {
     pub tier: String,
@@ -164,7 +165,7 @@ impl Plan {
     }
 }
 
-/// How often a tier's load factor is measured again during a gauntlet.
+/// How often a tier is measured again during a gauntlet.
 pub const REMEASURE: Duration = Duration::from_secs(60);
 
 impl Matrix {
@@ -177,8 +178,8 @@ impl Matrix {
 /// Events of a gauntlet in progress (the workbench fills its matrix from these).
 #[derive(Debug, Clone)]
 pub enum GauntletEvent {
-    /// A tier's load factor is being measured (before its first cell, and
-    /// again now and then): its wall limit will follow it.
+    /// A tier is being measured (before its first cell, and again now and
+    /// then): its limits will follow the load and its CPU factor.
     Calibrating {
         tier: String,
     },

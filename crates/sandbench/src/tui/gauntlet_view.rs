@@ -123,7 +123,7 @@ pub struct GauntletView {
     pub cells: Vec<Vec<Option<Box<CellView>>>>,
     /// The cell being run now.
     pub running: Option<(usize, usize)>,
-    /// The tier whose load factor is being measured (no cell runs meanwhile).
+    /// The tier being measured (no cell runs meanwhile).
     pub calibrating: Option<String>,
     /// Selected (row, tier).
     pub sel: (usize, usize),

@@ -294,7 +294,7 @@ fn state_text(g: &GauntletView) -> String {
     match g.state {
         GState::Running => match g.running.and_then(|(r, c)| Some((g.rows.get(r)?, g.tiers.get(c)?))) {
             _ if g.calibrating.is_some() => format!(
-                "{done}/{total} · measuring the load on {} (its wall limit follows it) · {bad}",
+                "{done}/{total} · measuring the load on {} (its limits follow it) · {bad}",
                 g.calibrating.as_deref().unwrap_or_default()
             ),
             Some((row, tier)) => format!("{done}/{total} · running {} on {tier} · {bad}", row.name),
@@ -542,7 +542,7 @@ pub fn detail_lines(t: &Theme, g: &GauntletView, r: usize, c: usize) -> Vec<Line
     let whose = if l.cpu_time == g.limits.cpu_time && l.wall_time == g.limits.wall_time {
         "the gauntlet's defaults"
     } else {
-        "wall stretched by the load measured on this tier"
+        "scaled for this tier's measured load and CPU"
     };
     lines.push(field(
         t,
