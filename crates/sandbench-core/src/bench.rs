@@ -8,7 +8,7 @@
 //! tier's fresh warm run and the bare interpreter). Front ends render the
 //! reports.
 
-pub mod docker;
+pub(crate) mod docker;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

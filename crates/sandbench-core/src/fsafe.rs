@@ -187,12 +187,6 @@ impl Dir {
         self.open_beneath(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).map(|fd| Dir { fd })
     }
 
-    /// What is at `name` in this directory, not following a link.
-    pub fn stat(&self, name: &OsStr) -> io::Result<Entry> {
-        check_name(name)?;
-        fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW).map(|st| Entry::of(&st)).map_err(|e| err(e, "stat", name))
-    }
-
     /// This directory's own status.
     pub fn stat_self(&self) -> io::Result<Entry> {
         fstat(&self.fd).map(|st| Entry::of(&st)).map_err(io::Error::from)

@@ -117,11 +117,10 @@ struct Root {
 
 /// The watch. Create it before the program starts; call [`Watch::drain`]
 /// whenever [`Watch::fd`] is readable, [`Watch::check_mounts`] now and then,
-/// [`Watch::finish`] once the program is gone.
+/// [`Watch::finish_keeping`] once the program is gone.
 pub struct Watch {
     /// None without CAP_SYS_ADMIN: then only the mounts are checked.
     pin: Option<Fanotify>,
-    mode: Mode,
     why_not: Option<String>,
     roots: Vec<Root>,
     file_size: u64,
@@ -158,7 +157,7 @@ impl Watch {
             Err(e) => (None, Some(e)),
         };
         let full = vec![false; roots.len()];
-        Ok(Watch { pin, mode, why_not, roots, file_size, capped: vec![], full, lost: false, buf: vec![0; 64 << 10] })
+        Ok(Watch { pin, why_not, roots, file_size, capped: vec![], full, lost: false, buf: vec![0; 64 << 10] })
     }
 
     fn mark(roots: &[Root], mode: Mode) -> Result<Fanotify, String> {
@@ -191,10 +190,6 @@ impl Watch {
             .map_err(|e| format!("fanotify mark {}: {e}", r.name))?;
         }
         Ok(pin)
-    }
-
-    pub fn mode(&self) -> Mode {
-        self.mode
     }
 
     /// The file-size limit files are measured against (a process sandbox
@@ -331,13 +326,8 @@ impl Watch {
         }
     }
 
-    /// The program is gone: a last drain and mount check.
-    pub fn finish(self) -> Found {
-        self.finish_keeping().0
-    }
-
-    /// [`Watch::finish`], handing back the fanotify group instead of closing
-    /// it: closing one waits for an SRCU grace period (~14 ms measured here,
+    /// The program is gone: a last drain and mount check, handing back the
+    /// fanotify group instead of closing it: closing one waits for an SRCU grace period (~14 ms measured here,
     /// most of a warm run), so a caller closes it after the verdict is out.
     pub fn finish_keeping(mut self) -> (Found, Option<Fanotify>) {
         let found = self.take();

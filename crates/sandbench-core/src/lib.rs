@@ -14,9 +14,9 @@ pub mod config;
 pub mod egress;
 pub mod event;
 pub mod frontier;
-pub mod fsafe;
+mod fsafe;
 pub mod gauntlet;
-pub mod highwater;
+mod highwater;
 pub mod host;
 pub mod http;
 mod judge;
@@ -40,3 +40,51 @@ pub mod state;
 pub mod stats;
 pub mod tier;
 pub mod units;
+
+/// The parts beneath the API that the integration tests look at from
+/// outside (a tier built by its type, the engine's own Docker client, the
+/// microVM's wire protocol, the lists a sandbox binds): named here, in one
+/// place, so every other module of a tier stays private. Not for front ends.
+pub mod internals {
+    /// Run every background teardown to its end (a test's "nothing left").
+    pub use crate::tier::background::drain;
+
+    /// The gauntlet's canaries: the processes that still carry one.
+    pub use crate::gauntlet::canary::processes_with;
+
+    /// The docker and gVisor tiers.
+    pub mod docker {
+        pub use crate::bench::docker::cli_argv;
+        pub use crate::tier::docker::engine::{Endpoint, Engine};
+        pub use crate::tier::docker::reap::runsc_processes;
+        pub use crate::tier::docker::DockerTier;
+    }
+
+    /// The E2B tier and its two HTTP dialects.
+    pub mod e2b {
+        pub use crate::tier::e2b::api::Api;
+        pub use crate::tier::e2b::envd::Envd;
+        pub use crate::tier::e2b::session::CLEANUP_SCRIPT;
+        pub use crate::tier::e2b::{live_sandboxes, reap_orphans, E2bTier, Settings};
+    }
+
+    /// The microVM tier and its wire protocol.
+    pub mod microvm {
+        pub use crate::tier::microvm::artefacts::paths as artefact_paths;
+        pub use crate::tier::microvm::proto;
+        pub use crate::tier::microvm::vm::{NAME_PREFIX, QEMU_NICE};
+        pub use crate::tier::microvm::{reap_leftovers, MicrovmTier};
+    }
+
+    /// The process tier and what its sandbox shows of the host.
+    pub mod process {
+        pub use crate::tier::process::sandbox::{ETC_COPIED, HOST_BINDS, PYTHON_ETC};
+        pub use crate::tier::process::ProcessTier;
+    }
+
+    /// Peers: who a peer runs as, and its run directory.
+    pub mod peer {
+        pub use crate::tier::peer::rundir::RunDir;
+        pub use crate::tier::peer::RunAs;
+    }
+}

@@ -4,7 +4,7 @@
 //! integration tests) can say `sandbench::runner` as before.
 
 pub use sandbench_core::{
-    admission, agent, bench, compare, config, egress, event, gauntlet, host, http, owner, policy, report, runlog,
+    admission, agent, internals, bench, compare, config, egress, event, gauntlet, host, http, owner, policy, report, runlog,
     runner, samples, sanitize, session, session_files, setup, share, soak, spec, state, stats, tier, units,
 };
 

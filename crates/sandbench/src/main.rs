@@ -9,7 +9,7 @@ fn main() -> ExitCode {
     // The sandbox helper is this same binary, exec'd fresh; it must not start
     // a runtime or parse arguments.
     if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
-        sandbench::tier::process::sandbox::helper_main();
+        sandbench::tier::process_helper_main();
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,

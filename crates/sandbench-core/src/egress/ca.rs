@@ -97,6 +97,7 @@ impl RunCa {
         self.cert.pem()
     }
 
+    #[cfg(test)]
     pub fn der(&self) -> CertificateDer<'static> {
         self.cert.der().clone()
     }

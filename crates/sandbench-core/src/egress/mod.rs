@@ -20,14 +20,14 @@
 //! Every decision is a run event ([`NetRecord`]), folded into the report's
 //! `network` list; a denial is also a `network` violation (worded by the judge).
 
-pub mod ca;
+pub(crate) mod ca;
 pub(crate) mod framing;
 pub(crate) mod intercept;
 pub(crate) mod mux;
-pub mod policy;
+pub(crate) mod policy;
 pub(crate) mod proxy;
-pub mod resolve;
-pub mod scrub;
+pub(crate) mod resolve;
+pub(crate) mod scrub;
 pub mod secrets;
 #[cfg(test)]
 mod tests;

@@ -64,10 +64,6 @@ impl Needles {
         Needles::new(out)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.ac.is_none()
-    }
-
     /// The first needle in `hay`: (start, end, secret).
     pub fn find(&self, hay: &[u8]) -> Option<(usize, usize, usize)> {
         let m = self.ac.as_ref()?.find(hay)?;

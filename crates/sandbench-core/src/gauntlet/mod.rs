@@ -4,7 +4,7 @@
 //! and the gauntlet share this engine (`run_cell`).
 
 pub(crate) mod bound;
-pub mod canary;
+pub(crate) mod canary;
 pub(crate) mod internet;
 
 use std::sync::Arc;
@@ -20,7 +20,8 @@ use crate::samples::Sample;
 pub use crate::slowdown::{Slowdown, EMULATED_CAP, EMULATED_FROM, SCALE_FROM};
 use crate::spec::{Limits, RunSpec};
 use crate::tier::contract::Tier;
-use canary::{Canaries, Findings};
+pub use canary::Findings;
+use canary::Canaries;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "verdict", rename_all = "snake_case")]

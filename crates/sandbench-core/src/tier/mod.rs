@@ -13,16 +13,22 @@
 //! (the layers test, `tests/layers.rs`, keeps them apart); the re-exports
 //! below keep the front end's paths (`sandbench_core::tier::Tier`) short.
 
-pub mod background;
-pub mod contract;
-pub mod docker;
-pub mod e2b;
+pub(crate) mod background;
+pub(crate) mod contract;
+pub(crate) mod docker;
+pub(crate) mod e2b;
 pub mod kinds;
-pub mod microvm;
-pub mod peer;
-pub mod process;
-pub mod registry;
+pub(crate) mod microvm;
+pub(crate) mod peer;
+pub(crate) mod process;
+pub(crate) mod registry;
 
 pub use crate::event::{RunContext, MAX_DETAIL};
 pub use contract::*;
 pub use registry::*;
+/// The peers installed here (`sandbench doctor` lists them).
+pub use peer::names as peer_names;
+/// The process tier's sandbox helper: the binary re-executes itself into
+/// it (`main` calls it first), so the helper is the very binary that was
+/// started, never one found on a path.
+pub use process::sandbox::helper_main as process_helper_main;

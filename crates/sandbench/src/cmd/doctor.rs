@@ -9,7 +9,7 @@ pub async fn probe_all(config: &Config) -> Vec<Availability> {
     // sandbench's tiers, then the peers (other tools' sandboxes): installed
     // with their version, or the command that installs them.
     let mut names: Vec<String> = tier::KNOWN.iter().map(|s| s.to_string()).collect();
-    match tier::peer::names() {
+    match tier::peer_names() {
         Ok(peers) => names.extend(peers.into_iter().map(String::from)),
         Err(e) => out.push(Availability { tier: "peers".into(), available: false, summary: e, checks: vec![] }),
     }

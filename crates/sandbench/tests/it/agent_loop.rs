@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fake_anthropic::{error, final_text, message, step, tool_use, FakeAnthropic};
 use sandbench::agent::{self, AgentOptions, EndReason, Transcript, TranscriptEvent};
-use sandbench::tier::process::ProcessTier;
+use sandbench::internals::process::ProcessTier;
 use sandbench::tier::Tier;
 use serde_json::json;
 
@@ -372,7 +372,7 @@ async fn the_turn_limit_ends_the_loop_on_the_e2b_tier() {
     // (against the fake E2B), all calls in the task's one session, whose
     // sandbox keeps the first call's file and is killed at the end.
     let e2b = fake_e2b::FakeE2b::start("e2b_00ff").await;
-    let tier: Arc<dyn Tier> = Arc::new(sandbench::tier::e2b::E2bTier::with_settings(e2b.settings("e2b_00ff")));
+    let tier: Arc<dyn Tier> = Arc::new(sandbench::internals::e2b::E2bTier::with_settings(e2b.settings("e2b_00ff")));
     let steps = (0..3)
         .map(|i| step(move |_| tool_use(&format!("toolu_{i}"), "sh", "echo again >> count.txt; wc -l < count.txt")))
         .collect();
@@ -407,7 +407,7 @@ async fn the_turn_limit_ends_the_loop_on_the_e2b_tier() {
 #[sandbench_testkit::test]
 async fn cancel_stops_a_running_tool_call() {
     let e2b = fake_e2b::FakeE2b::start("e2b_00ff").await;
-    let tier: Arc<dyn Tier> = Arc::new(sandbench::tier::e2b::E2bTier::with_settings(e2b.settings("e2b_00ff")));
+    let tier: Arc<dyn Tier> = Arc::new(sandbench::internals::e2b::E2bTier::with_settings(e2b.settings("e2b_00ff")));
     let fake = FakeAnthropic::start(vec![step(|_| tool_use("toolu_x", "sh", "echo started; sleep 60"))]).await;
     let mut h = agent::start(opts(&fake, tier), "wait".into());
     let t = tokio::time::timeout(Duration::from_secs(30), async {

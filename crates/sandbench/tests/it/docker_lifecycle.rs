@@ -13,7 +13,7 @@ use docker_common::{block_on, containers_of, eventually, tier_ready};
 use sandbench::config::Config;
 use sandbench::report::{Outcome, RunReport};
 use sandbench::spec::{Language, Limits, RunSpec};
-use sandbench::tier::docker::DockerTier;
+use sandbench::internals::docker::DockerTier;
 
 const SECRET: &str = "sk-ant-test-docker-lifecycle-42";
 
@@ -231,7 +231,7 @@ fn killed_sandbench_on(tier: &str) {
     assert!(eventually(10, || containers_of(pid).is_empty()), "the next start did not reap the dead owner's container");
     // gVisor: no sandbox or gofer process of that container either.
     assert!(
-        eventually(10, || sandbench::tier::docker::reap::runsc_processes().iter().all(|(_, id)| !ids.contains(id))),
+        eventually(10, || sandbench::internals::docker::runsc_processes().iter().all(|(_, id)| !ids.contains(id))),
         "runsc processes of the reaped container remain"
     );
 }

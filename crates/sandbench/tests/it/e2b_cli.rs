@@ -148,7 +148,7 @@ async fn kill_live_kills_what_a_run_could_not() {
     let fake = FakeE2b::start_alone(KEY).await;
     fake.knobs(fake_e2b::Knobs { kill_failures: 4, ..Default::default() });
     let tier: std::sync::Arc<dyn sandbench::tier::Tier> =
-        std::sync::Arc::new(sandbench::tier::e2b::E2bTier::with_settings(fake.settings(KEY)));
+        std::sync::Arc::new(sandbench::internals::e2b::E2bTier::with_settings(fake.settings(KEY)));
     let mut h =
         sandbench::runner::start(tier, sandbench::spec::RunSpec::new(sandbench::spec::Language::Sh, "echo hi\n"));
     let mut warned = false;
@@ -165,10 +165,10 @@ async fn kill_live_kills_what_a_run_could_not() {
     assert_eq!(r.details["sandbox_killed"], false);
     let id = fake.created()[0].clone();
     assert_eq!(fake.live_count(), 1);
-    assert!(sandbench::tier::e2b::live_sandboxes().contains(&id));
+    assert!(sandbench::internals::e2b::live_sandboxes().contains(&id));
     sandbench::tier::shutdown().await;
     assert_eq!(fake.live_count(), 0);
-    assert!(sandbench::tier::e2b::live_sandboxes().is_empty());
+    assert!(sandbench::internals::e2b::live_sandboxes().is_empty());
 }
 
 #[sandbench_testkit::test]
@@ -191,8 +191,8 @@ async fn orphans_of_dead_sandbench_processes_on_this_host_are_reaped_and_nothing
     fake.insert_foreign("live-elsewhere", md("sandbench", live.token()));
     fake.insert_foreign("other-host", md("sandbench", &other_host));
     fake.insert_foreign("not-sandbench", md("someone", &dead_token));
-    let api = sandbench::tier::e2b::api::Api::new(&fake.settings(KEY), KEY).unwrap();
-    let n = sandbench::tier::e2b::reap_orphans(&api).await;
+    let api = sandbench::internals::e2b::Api::new(&fake.settings(KEY), KEY).unwrap();
+    let n = sandbench::internals::e2b::reap_orphans(&api).await;
     assert_eq!(n, 1);
     assert_eq!(fake.killed(), ["orphan"]);
     assert_eq!(fake.live_ids(), ["live-elsewhere", "not-sandbench", "other-host", "ours-alive"]);

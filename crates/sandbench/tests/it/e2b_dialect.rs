@@ -10,7 +10,7 @@ use crate::support::fake_e2b::{FakeE2b, Knobs};
 use sandbench::config::{Config, RemoteEnv};
 use sandbench::report::Outcome;
 use sandbench::spec::{Language, RunSpec};
-use sandbench::tier::e2b::Settings;
+use sandbench::internals::e2b::Settings;
 
 #[sandbench_testkit::test]
 async fn a_program_reading_stdin_gets_end_of_file_at_once() {
@@ -67,10 +67,10 @@ async fn listing_follows_next_token_pages_for_reaping_and_doctor() {
         );
     }
     fake.insert_foreign("someone-elses", serde_json::json!({"created_by": "someone"}));
-    let api = sandbench::tier::e2b::api::Api::new(&fake.settings(KEY), KEY).unwrap();
+    let api = sandbench::internals::e2b::Api::new(&fake.settings(KEY), KEY).unwrap();
     assert_eq!(api.list().await.unwrap().len(), 6);
     // Five orphans over three pages of two: all of them, and nothing else.
-    assert_eq!(sandbench::tier::e2b::reap_orphans(&api).await, 5);
+    assert_eq!(sandbench::internals::e2b::reap_orphans(&api).await, 5);
     assert_eq!(fake.live_ids(), ["someone-elses"]);
     let log = fake.state.lock().unwrap().log.clone();
     assert!(log.iter().all(|l| l != "GET /sandboxes"), "{log:?}");
@@ -182,9 +182,9 @@ async fn envd_ending_the_call_at_its_deadline_is_an_error_naming_it() {
     // the call with deadline_exceeded; the client reports envd's code.
     let fake = FakeE2b::start(KEY).await;
     let settings = fake.settings(KEY);
-    let api = sandbench::tier::e2b::api::Api::new(&settings, KEY).unwrap();
+    let api = sandbench::internals::e2b::Api::new(&settings, KEY).unwrap();
     let created = api.create("base", 60, &sandbench::egress::Network::None, &|_| {}).await.unwrap();
-    let envd = sandbench::tier::e2b::envd::Envd::new(
+    let envd = sandbench::internals::e2b::Envd::new(
         sandbench::http::client(&[fake.url().as_str()]).unwrap(),
         fake.url(),
         created.sandbox_id.clone(),

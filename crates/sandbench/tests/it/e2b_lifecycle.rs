@@ -12,7 +12,7 @@ use sandbench::event::{EventKind, Phase, RunEvent, Stream, ViolationKind};
 use sandbench::report::{Outcome, RunReport};
 use sandbench::runner::{self, Update};
 use sandbench::spec::{Language, RunSpec};
-use sandbench::tier::e2b::E2bTier;
+use sandbench::internals::e2b::E2bTier;
 use sandbench::tier::Tier;
 
 pub(crate) const KEY: &str = "e2b_0123456789abcdef";
@@ -45,7 +45,7 @@ pub(crate) async fn run_collect(t: Arc<dyn Tier>, spec: RunSpec) -> (Vec<(f64, E
 pub(crate) async fn assert_nothing_left(fake: &FakeE2b) {
     assert_eq!(fake.live_count(), 0, "a sandbox was left running in the fake E2B");
     assert!(fake.wait_programs_gone(Duration::from_secs(5)).await, "a program kept running in the fake sandbox");
-    assert!(sandbench::tier::e2b::live_sandboxes().iter().all(|id| !fake.created().contains(id)));
+    assert!(sandbench::internals::e2b::live_sandboxes().iter().all(|id| !fake.created().contains(id)));
 }
 
 #[sandbench_testkit::test]

@@ -65,24 +65,24 @@ fn watched() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = HOST_NODES.iter().map(PathBuf::from).collect();
     // The process tier's (and the path-binding peers') read-only binds and
     // the /etc files it copies.
-    for d in sandbench::tier::process::sandbox::HOST_BINDS {
+    for d in sandbench::internals::process::HOST_BINDS {
         v.push(Path::new("/").join(d));
     }
-    for f in sandbench::tier::process::sandbox::ETC_COPIED {
+    for f in sandbench::internals::process::ETC_COPIED {
         v.push(Path::new("/etc").join(f));
     }
     v.push("/etc/localtime".into());
     if let Ok(rd) = std::fs::read_dir("/etc") {
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with("python3") {
-                for f in sandbench::tier::process::sandbox::PYTHON_ETC {
+                for f in sandbench::internals::process::PYTHON_ETC {
                     v.push(e.path().join(f));
                 }
             }
         }
     }
     // The microVM's kernel, initramfs, root disk, agent and snapshots.
-    let art = sandbench::tier::microvm::artefacts::paths();
+    let art = sandbench::internals::microvm::artefact_paths();
     for p in [&art.kernel, &art.initrd, &art.rootfs] {
         v.push(p.clone());
         if let Some(dir) = p.parent() {
@@ -251,7 +251,7 @@ fn gvisor_bench_baseline_leaves_host_inodes_as_found() {
     }
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let config = Config::load().unwrap();
-    let (_, argv) = sandbench::bench::docker::cli_argv(Some("runsc"), &config).expect("the docker CLI");
+    let (_, argv) = sandbench::internals::docker::cli_argv(Some("runsc"), &config).expect("the docker CLI");
     let argv: Vec<String> =
         argv.into_iter().map(|a| if a == sandbench::bench::CODE { "print(1)".into() } else { a }).collect();
     let before = snapshot();

@@ -4,7 +4,7 @@
 //! wait on an oversized length, and must find valid frames after garbage.
 
 use proptest::prelude::*;
-use sandbench::tier::microvm::proto::{
+use sandbench::internals::microvm::proto::{
     self, encode_frame, frames, Decoder, Frame, GuestExit, GuestUsage, Item, HEADER_LEN, K_STDOUT, MAGIC, MAX_PAYLOAD,
 };
 

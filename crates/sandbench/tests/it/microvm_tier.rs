@@ -17,7 +17,7 @@ use sandbench::event::{EventKind, RunEvent, ViolationKind};
 use sandbench::report::{Outcome, RunReport};
 use sandbench::runner::{self, Update};
 use sandbench::spec::{Language, RunSpec};
-use sandbench::tier::microvm::{self, MicrovmTier};
+use sandbench::internals::microvm::{self, MicrovmTier};
 use sandbench::tier::Tier;
 
 /// Outer safety net: a containment regression fails instead of hanging.
@@ -107,13 +107,13 @@ fn qemu_with_name(name: &str) -> Vec<i32> {
 /// awaited (as sandbench awaits it before exiting).
 fn assert_gone(r: &RunReport) {
     let Some(name) = r.details["vm_name"].as_str() else { return };
-    let left = rt().block_on(sandbench::tier::background::drain(Duration::from_secs(30)));
+    let left = rt().block_on(sandbench::internals::drain(Duration::from_secs(30)));
     assert_eq!(left, 0, "background teardown did not finish within 30 s");
     if let Some(pid) = r.details["qemu_pid"].as_i64() {
         assert!(!pid_alive(pid as i32) || is_zombie_free_of(pid as i32, name), "QEMU {pid} outlived its run");
     }
     assert!(qemu_with_name(name).is_empty(), "a QEMU named {name} is still running");
-    let dir = microvm::artefacts::paths().runs.join(name.trim_start_matches(microvm::vm::NAME_PREFIX));
+    let dir = microvm::artefact_paths().runs.join(name.trim_start_matches(microvm::NAME_PREFIX));
     assert!(!dir.exists(), "run dir {} was left behind", dir.display());
 }
 
@@ -333,7 +333,7 @@ fn a_killed_sandbench_leaves_no_qemu() {
         .unwrap();
     let m = sandbench::owner::machine().unwrap();
     let owned_by = format!("{}-{}-{}-", m.host, m.boot, child.id());
-    let prefix = format!("{}{owned_by}", microvm::vm::NAME_PREFIX);
+    let prefix = format!("{}{owned_by}", microvm::NAME_PREFIX);
     let find = || -> Vec<i32> {
         let mut out = vec![];
         for e in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -359,7 +359,7 @@ fn a_killed_sandbench_leaves_no_qemu() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // Its run dir is still there (nothing ran its cleanup) until a reap.
-    let runs = microvm::artefacts::paths().runs;
+    let runs = microvm::artefact_paths().runs;
     let left = || {
         std::fs::read_dir(&runs)
             .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&owned_by)).count())
@@ -395,10 +395,10 @@ fn the_reaper_kills_processes_of_dead_sandbenches() {
     let dead = sandbench::owner::Owner::acquire_in(&sandbench::owner::dir()).unwrap();
     let dead_token = dead.token().to_string();
     drop(dead);
-    let name = format!("{}{dead_token}-0", microvm::vm::NAME_PREFIX);
+    let name = format!("{}{dead_token}-0", microvm::NAME_PREFIX);
     let mut stand_in =
         std::process::Command::new("sh").args(["-c", "sleep 100; :", "sh", "-name", &name]).spawn().unwrap();
-    let mine = format!("{}{}-0", microvm::vm::NAME_PREFIX, sandbench::owner::token().unwrap());
+    let mine = format!("{}{}-0", microvm::NAME_PREFIX, sandbench::owner::token().unwrap());
     let mut own = std::process::Command::new("sh").args(["-c", "sleep 100; :", "sh", "-name", &mine]).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(100));
     microvm::reap_leftovers();
@@ -460,7 +460,7 @@ fn microvm_guests_run_behind_host_work() {
     if env().is_none() {
         return;
     }
-    let prefix = format!("{}{}-", microvm::vm::NAME_PREFIX, sandbench::owner::token().unwrap());
+    let prefix = format!("{}{}-", microvm::NAME_PREFIX, sandbench::owner::token().unwrap());
     let mut seen = 0;
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
@@ -472,7 +472,7 @@ fn microvm_guests_run_behind_host_work() {
         let Some((_, rest)) = stat.rsplit_once(')') else { continue };
         // Fields from the state (3rd) on: nice is the 19th.
         let nice: i32 = rest.split_whitespace().nth(16).and_then(|n| n.parse().ok()).unwrap_or(0);
-        assert_eq!(nice, microvm::vm::QEMU_NICE, "QEMU {pid} runs at nice {nice}");
+        assert_eq!(nice, microvm::QEMU_NICE, "QEMU {pid} runs at nice {nice}");
         seen += 1;
     }
     assert!(seen > 0, "no pooled guest of this process was found");

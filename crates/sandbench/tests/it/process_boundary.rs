@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{bin, OuterNet};
 use sandbench::report::{Outcome, RunReport};
-use sandbench::tier::process::sandbox::HOST_BINDS;
+use sandbench::internals::process::HOST_BINDS;
 
 fn token() -> String {
     let mut b = [0u8; 8];

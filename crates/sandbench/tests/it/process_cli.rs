@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{bin, samples_dir, OuterNet};
-use sandbench::gauntlet::canary::processes_with;
+use sandbench::internals::processes_with;
 use sandbench::report::Outcome;
 
 fn run_err(args: &[&str]) -> (i32, String) {

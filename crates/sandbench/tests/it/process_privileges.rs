@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbench::gauntlet::canary::processes_with;
+use sandbench::internals::processes_with;
 use sandbench::report::Outcome;
 use sandbench::session::{Session, SessionSpec};
 use sandbench::spec::{Language, Limits, RunSpec};

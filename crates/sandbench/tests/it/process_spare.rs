@@ -9,7 +9,8 @@ use std::time::Duration;
 use sandbench::report::Outcome;
 use sandbench::runner;
 use sandbench::spec::{Language, RunSpec};
-use sandbench::tier::{process::ProcessTier, Tier};
+use sandbench::internals::process::ProcessTier;
+use sandbench::tier::Tier;
 
 /// Until the tier says a spare is ready (what a warm start takes).
 async fn spare_ready(tier: &Arc<dyn Tier>) {

@@ -9,7 +9,7 @@ use crate::support::docker_common::{containers_of, eventually, tier_ready};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sandbench::gauntlet::canary::processes_with;
+use sandbench::internals::processes_with;
 use sandbench::owner;
 use sandbench::report::Outcome;
 

@@ -171,8 +171,8 @@ fn containers(tier: &str) -> Vec<String> {
         vec![format!("sandbench.pid={}", std::process::id()), format!("sandbench.tier={tier}")],
     )]);
     block_on(async {
-        let at = sandbench::tier::docker::engine::Endpoint::of(&sandbench::config::HostEnv::from_process());
-        let engine = sandbench::tier::docker::engine::Engine::connect(&at).await.expect("docker answers");
+        let at = sandbench::internals::docker::Endpoint::of(&sandbench::config::HostEnv::from_process());
+        let engine = sandbench::internals::docker::Engine::connect(&at).await.expect("docker answers");
         let opts = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
         engine.docker.list_containers(Some(opts)).await.expect("list").into_iter().filter_map(|c| c.id).collect()
     })

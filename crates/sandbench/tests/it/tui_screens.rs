@@ -6,7 +6,7 @@
 
 use ratatui::crossterm::event::KeyCode;
 use sandbench::event::{Violation, ViolationKind};
-use sandbench::gauntlet::canary::Findings;
+use sandbench::gauntlet::Findings;
 use sandbench::gauntlet::{self, GauntletEvent, Latency, Matrix};
 use sandbench::report::{Outcome, RunReport, Timings, Usage};
 use sandbench::samples::Sample;

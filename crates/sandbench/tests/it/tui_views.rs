@@ -7,7 +7,7 @@ use std::path::Path;
 use ratatui::crossterm::event::KeyCode;
 use sandbench::agent::{EndReason, TranscriptEvent};
 use sandbench::event::{ExitStatus, Stream, Violation, ViolationKind};
-use sandbench::gauntlet::canary::Findings;
+use sandbench::gauntlet::Findings;
 use sandbench::gauntlet::{self, GauntletEvent, Latency, Matrix};
 use sandbench::report::{Outcome, RunReport, Timings, Usage};
 use sandbench::samples::Sample;

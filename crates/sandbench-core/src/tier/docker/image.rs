@@ -43,11 +43,6 @@ pub enum Ensured {
 }
 
 impl Ensured {
-    pub fn image(&self) -> &str {
-        match self {
-            Ensured::Present(i) | Ensured::Pulled(i) | Ensured::Switched(i) | Ensured::Built(i) => i,
-        }
-    }
 }
 
 pub async fn ensure(

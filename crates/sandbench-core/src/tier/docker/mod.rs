@@ -22,17 +22,17 @@
 //! - `image.rs`: `sandbench setup docker` — use, pull, or build the image.
 
 mod cgroup;
-pub mod container;
-pub mod engine;
-pub mod image;
+pub(crate) mod container;
+pub(crate) mod engine;
+pub(crate) mod image;
 mod lifecycle;
-pub mod pool;
+pub(crate) mod pool;
 mod probe;
 mod pump;
-pub mod reap;
+pub(crate) mod reap;
 mod run;
-pub mod scratch;
-pub mod session;
+pub(crate) mod scratch;
+pub(crate) mod session;
 mod watch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -24,9 +24,9 @@
 //! E2B) to the per-sandbox host `https://49983-<id>.<domain>`, which the SDK
 //! keeps for direct signed file URLs (sandbench makes none).
 
-pub mod api;
-pub mod envd;
-pub mod session;
+pub(crate) mod api;
+pub(crate) mod envd;
+pub(crate) mod session;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};

@@ -349,10 +349,6 @@ pub fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
     out
 }
 
-pub fn all_fresh(cfg: &MicrovmConfig) -> bool {
-    status(cfg).iter().all(|a| a.fresh)
-}
-
 /// `sandbench setup microvm`: build what is missing or stale, with progress.
 pub async fn setup(cfg: &MicrovmConfig, force: bool, progress: &dyn Progress) -> anyhow::Result<()> {
     let p = paths();

@@ -12,13 +12,13 @@
 //! line, reaping), `proto` (frames; the guest is untrusted), `accel` (KVM
 //! probe), `snapshot`, `pool`.
 
-pub mod accel;
-pub mod artefacts;
-pub mod pool;
+pub(crate) mod accel;
+pub(crate) mod artefacts;
+pub(crate) mod pool;
 pub mod proto;
-pub mod session;
-pub mod snapshot;
-pub mod vm;
+pub(crate) mod session;
+pub(crate) mod snapshot;
+pub(crate) mod vm;
 
 use anyhow::anyhow;
 use serde_json::json;

@@ -125,14 +125,6 @@ impl Pool {
         (pids.len(), crate::host::pss_bytes(&pids))
     }
 
-    pub fn ready_count(&self) -> usize {
-        self.state.lock().map(|s| s.ready.len()).unwrap_or(0)
-    }
-
-    pub fn last_error(&self) -> Option<String> {
-        self.state.lock().ok().and_then(|s| s.last_error.clone())
-    }
-
     /// Boot guests in the background until the pool is full.
     pub fn refill(self: &Arc<Self>) {
         {

@@ -20,8 +20,8 @@
 //! Verdicts come from the cgroup's counters, the scratch mount's free space
 //! and the signals sandbench sent; never from printed text.
 
-pub mod profile;
-pub mod rundir;
+pub(crate) mod profile;
+pub(crate) mod rundir;
 mod started;
 
 use std::path::{Path, PathBuf};

@@ -11,19 +11,19 @@
 //! contract's answers. This file: the tier's own state. No file here
 //! imports one that imports it back (`scripts/import-cycles.py`).
 
-pub mod cgroup;
+pub(crate) mod cgroup;
 mod contract;
 mod facts;
 mod launch;
-pub mod netns;
+pub(crate) mod netns;
 mod probe;
 mod pump;
 mod run;
-pub mod sandbox;
-pub mod seccomp;
-pub mod session;
+pub(crate) mod sandbox;
+pub(crate) mod seccomp;
+pub(crate) mod session;
 mod spare;
-pub mod uids;
+pub(crate) mod uids;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 
 use bollard::query_parameters::ListContainersOptions;
-use sandbench::tier::docker::engine::Engine;
+use sandbench::internals::docker::Engine;
 
 /// True when `tier` can run here; a test that uses it names the tier in its
 /// needs, so the harness has already checked: unavailable is a failure.
@@ -45,7 +45,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// Containers (any state) labelled as owned by sandbench process `pid`.
 pub fn containers_of(pid: u32) -> Vec<String> {
     block_on(async {
-        let at = sandbench::tier::docker::engine::Endpoint::of(&sandbench::config::HostEnv::from_process());
+        let at = sandbench::internals::docker::Endpoint::of(&sandbench::config::HostEnv::from_process());
         let engine = Engine::connect(&at).await.expect("docker answers");
         let filters = HashMap::from([("label".to_string(), vec![format!("sandbench.pid={pid}")])]);
         engine
@@ -63,7 +63,7 @@ pub fn containers_of(pid: u32) -> Vec<String> {
 /// containers left out).
 pub fn session_containers_of(pid: u32) -> Vec<String> {
     block_on(async {
-        let at = sandbench::tier::docker::engine::Endpoint::of(&sandbench::config::HostEnv::from_process());
+        let at = sandbench::internals::docker::Endpoint::of(&sandbench::config::HostEnv::from_process());
         let engine = Engine::connect(&at).await.expect("docker answers");
         let filters = HashMap::from([("label".to_string(), vec![format!("sandbench.pid={pid}")])]);
         engine

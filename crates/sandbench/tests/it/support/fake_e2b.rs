@@ -182,8 +182,8 @@ impl FakeE2b {
         }
     }
 
-    pub fn settings(&self, key: &str) -> sandbench::tier::e2b::Settings {
-        sandbench::tier::e2b::Settings {
+    pub fn settings(&self, key: &str) -> sandbench::internals::e2b::Settings {
+        sandbench::internals::e2b::Settings {
             api_key: Some(key.into()),
             domain: "e2b.test".into(),
             api_url: self.url(),
@@ -551,7 +551,7 @@ async fn start(state: Arc<Mutex<State>>, req: Request) -> Reply {
     // The fake does what it means in a VM: it ends that sandbox's programs.
     let args_text = p["args"].to_string();
     if args_text.contains("kill") && args_text.contains("-1") {
-        assert!(args_text.contains(sandbench::tier::e2b::session::CLEANUP_SCRIPT), "unexpected kill: {args_text}");
+        assert!(args_text.contains(sandbench::internals::e2b::CLEANUP_SCRIPT), "unexpected kill: {args_text}");
         let pids: Vec<u32> = {
             let mut st = state.lock().unwrap();
             st.cleanups.push(sandbox_id.clone());
