@@ -68,12 +68,12 @@ fn err(e: Errno, what: &str, name: &OsStr) -> io::Error {
 }
 
 /// The errno behind an error of this module (or any OS error).
-pub fn errno(e: &io::Error) -> Option<i32> {
+pub(crate) fn errno(e: &io::Error) -> Option<i32> {
     e.raw_os_error().or_else(|| e.get_ref()?.downcast_ref::<Failed>().map(|f| f.errno as i32))
 }
 
 /// A single path component: not empty, not `.` or `..`, no `/`, no NUL.
-pub fn check_name(name: &OsStr) -> io::Result<()> {
+pub(crate) fn check_name(name: &OsStr) -> io::Result<()> {
     let b = name.as_bytes();
     if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
         return Err(io::Error::new(
@@ -86,7 +86,7 @@ pub fn check_name(name: &OsStr) -> io::Result<()> {
 
 /// What a walk or a stat saw of an entry (never through a link).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub mode: u32,
     pub uid: u32,
     pub size: u64,
@@ -104,18 +104,18 @@ impl Entry {
         }
     }
 
-    pub fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         self.mode & libc::S_IFMT == libc::S_IFDIR
     }
 
-    pub fn is_file(&self) -> bool {
+    pub(crate) fn is_file(&self) -> bool {
         self.mode & libc::S_IFMT == libc::S_IFREG
     }
 }
 
 /// Bounds of a walk.
 #[derive(Debug, Clone, Copy)]
-pub struct Walk {
+pub(crate) struct Walk {
     /// Entries looked at, in all, before the walk gives up.
     pub max_entries: usize,
     /// Directory levels below the walk's root it descends.
@@ -128,7 +128,7 @@ const REMOVE_DEPTH: usize = 64;
 
 /// A directory, by descriptor.
 #[derive(Debug)]
-pub struct Dir {
+pub(crate) struct Dir {
     fd: OwnedFd,
 }
 
@@ -142,14 +142,14 @@ impl Dir {
     /// A directory the caller trusts the path of (it made it, or nobody
     /// else can replace it: a mount point on a read-only root, a folder of
     /// its own); a link at its last component is refused.
-    pub fn open(path: &Path) -> io::Result<Dir> {
+    pub(crate) fn open(path: &Path) -> io::Result<Dir> {
         nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | always(), Mode::empty())
             .map(|fd| Dir { fd })
             .map_err(|e| err(e, "open", path.as_os_str()))
     }
 
     /// A descriptor that must be a directory.
-    pub fn from_fd(fd: OwnedFd) -> io::Result<Dir> {
+    pub(crate) fn from_fd(fd: OwnedFd) -> io::Result<Dir> {
         let st = fstat(&fd).map_err(io::Error::from)?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a directory"));
@@ -157,20 +157,20 @@ impl Dir {
         Ok(Dir { fd })
     }
 
-    pub fn try_clone(&self) -> io::Result<Dir> {
+    pub(crate) fn try_clone(&self) -> io::Result<Dir> {
         Ok(Dir { fd: self.fd.try_clone()? })
     }
 
     /// Open `path` (relative, any depth) below this directory, never
     /// through a link or across a mount; `flags` gain [`always`]'s.
-    pub fn open_beneath(&self, path: &Path, flags: OFlag, mode: Mode) -> io::Result<OwnedFd> {
+    pub(crate) fn open_beneath(&self, path: &Path, flags: OFlag, mode: Mode) -> io::Result<OwnedFd> {
         let how = OpenHow::new().flags(flags | always()).mode(mode).resolve(resolve());
         openat2(&self.fd, path, how).map_err(|e| err(e, "open", path.as_os_str()))
     }
 
     /// A regular file below this directory, for reading (a FIFO, device or
     /// socket there is refused, not opened for use).
-    pub fn open_read(&self, path: &Path) -> io::Result<File> {
+    pub(crate) fn open_read(&self, path: &Path) -> io::Result<File> {
         let fd = self.open_beneath(path, OFlag::O_RDONLY, Mode::empty())?;
         let st = fstat(&fd).map_err(io::Error::from)?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
@@ -183,23 +183,23 @@ impl Dir {
     }
 
     /// A directory below this one.
-    pub fn subdir(&self, path: &Path) -> io::Result<Dir> {
+    pub(crate) fn subdir(&self, path: &Path) -> io::Result<Dir> {
         self.open_beneath(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).map(|fd| Dir { fd })
     }
 
     /// This directory's own status.
-    pub fn stat_self(&self) -> io::Result<Entry> {
+    pub(crate) fn stat_self(&self) -> io::Result<Entry> {
         fstat(&self.fd).map(|st| Entry::of(&st)).map_err(io::Error::from)
     }
 
     /// Its mode, on the descriptor.
-    pub fn chmod(&self, mode: u32) -> io::Result<()> {
+    pub(crate) fn chmod(&self, mode: u32) -> io::Result<()> {
         nix::sys::stat::fchmod(&self.fd, Mode::from_bits_truncate(mode)).map_err(io::Error::from)
     }
 
     /// Remove whatever is at `name` (a file, link, FIFO, socket, device
     /// node, or a directory tree); nothing there is fine.
-    pub fn remove(&self, name: &OsStr) -> io::Result<()> {
+    pub(crate) fn remove(&self, name: &OsStr) -> io::Result<()> {
         check_name(name)?;
         match nix::unistd::unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
@@ -213,7 +213,7 @@ impl Dir {
     /// readable on its own inode first; a tree too big or too deep for the
     /// budget is moved aside under a hidden name instead, so that `name` is
     /// free either way.
-    pub fn remove_tree(&self, name: &OsStr) -> io::Result<()> {
+    pub(crate) fn remove_tree(&self, name: &OsStr) -> io::Result<()> {
         check_name(name)?;
         let mut budget = REMOVE_BUDGET;
         if self.empty_out(name, REMOVE_DEPTH, &mut budget).is_ok() {
@@ -289,7 +289,7 @@ impl Dir {
     }
 
     /// The names in this directory (`.` and `..` left out).
-    pub fn names(&self) -> io::Result<Vec<OsString>> {
+    pub(crate) fn names(&self) -> io::Result<Vec<OsString>> {
         // A fresh open of "." (a dup would share, and move, this one's offset).
         let fd = self.open_beneath(Path::new("."), OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())?;
         let mut d = nix::dir::Dir::from_fd(fd).map_err(io::Error::from)?;
@@ -307,7 +307,7 @@ impl Dir {
     /// A new, empty regular file at `name` (whatever was there is removed
     /// first), open for writing. `mode` is the creation mode (the umask
     /// applies; [`Dir::write_file`] sets the exact mode on the descriptor).
-    pub fn create_new(&self, name: &OsStr, mode: u32) -> io::Result<File> {
+    pub(crate) fn create_new(&self, name: &OsStr, mode: u32) -> io::Result<File> {
         for _ in 0..8 {
             self.remove(name)?;
             match self.open_beneath(
@@ -326,7 +326,13 @@ impl Dir {
 
     /// Replace `name` with a new file holding `bytes`, of `mode` and, when
     /// given, of `owner` (uid, gid) — both set on the descriptor.
-    pub fn write_file(&self, name: &OsStr, bytes: &[u8], mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    pub(crate) fn write_file(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
         let mut f = self.create_new(name, 0o600)?;
         f.write_all(bytes)
             .map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", Path::new(name).display())))?;
@@ -339,7 +345,7 @@ impl Dir {
 
     /// Rename `from` to `to`, both in this directory; a directory at `to`
     /// is removed first (a file there is replaced, as rename does).
-    pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
         check_name(from)?;
         check_name(to)?;
         for _ in 0..2 {
@@ -355,7 +361,7 @@ impl Dir {
     /// Visit every entry below this directory (depth first, bounded),
     /// with its path relative to this directory. `visit` returns false to
     /// stop. Returns false when the walk stopped early (by `visit` or a bound).
-    pub fn walk(&self, bounds: Walk, mut visit: impl FnMut(&Path, &Entry) -> bool) -> bool {
+    pub(crate) fn walk(&self, bounds: Walk, mut visit: impl FnMut(&Path, &Entry) -> bool) -> bool {
         let Ok(top) = self.try_clone() else { return false };
         let mut stack = vec![(top, PathBuf::new(), 0usize)];
         let mut budget = bounds.max_entries;
@@ -388,7 +394,7 @@ impl Dir {
 /// created `mode`, then opened without following a link and checked on
 /// the descriptor — owned by the effective uid, or refused with a message
 /// that says what to do; a mode of ours that differs is set to `mode`.
-pub fn private_dir(path: &Path, mode: u32) -> io::Result<Dir> {
+pub(crate) fn private_dir(path: &Path, mode: u32) -> io::Result<Dir> {
     match nix::unistd::mkdir(path, Mode::from_bits_truncate(mode)) {
         Ok(()) | Err(Errno::EEXIST) => {}
         Err(e) => return Err(err(e, "create", path.as_os_str())),

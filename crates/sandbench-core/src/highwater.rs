@@ -42,20 +42,20 @@ use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags}
 /// A scratch mount to watch: `path` is where the watcher reaches it (e.g.
 /// `/proc/<pid>/root/work` from the host), `name` how verdicts call it.
 #[derive(Debug, Clone)]
-pub struct Scratch {
+pub(crate) struct Scratch {
     pub name: String,
     pub path: PathBuf,
 }
 
 impl Scratch {
-    pub fn new(name: &str, path: impl Into<PathBuf>) -> Scratch {
+    pub(crate) fn new(name: &str, path: impl Into<PathBuf>) -> Scratch {
         Scratch { name: name.into(), path: path.into() }
     }
 }
 
 /// How a watch reads file events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Each event pins its file until read (descriptor events): a file
     /// deleted before the watch looked is still measured. For tiers whose
     /// program frees space only through guarded calls (the guard drains
@@ -70,7 +70,7 @@ pub enum Mode {
 
 /// What a watch found over the whole run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Found {
+pub(crate) struct Found {
     /// Files that reached the file-size limit (as the sandbox names them,
     /// `(deleted)` appended when they were gone), first few only. Untrusted:
     /// the program chose these names.
@@ -84,7 +84,7 @@ pub struct Found {
 
 impl Found {
     /// Another watch's findings too (a tier that also scans at exit).
-    pub fn merge(&mut self, other: Found) {
+    pub(crate) fn merge(&mut self, other: Found) {
         for c in other.capped {
             if self.capped.len() < MAX_CAPPED && !self.capped.contains(&c) {
                 self.capped.push(c);
@@ -118,7 +118,7 @@ struct Root {
 /// The watch. Create it before the program starts; call [`Watch::drain`]
 /// whenever [`Watch::fd`] is readable, [`Watch::check_mounts`] now and then,
 /// [`Watch::finish_keeping`] once the program is gone.
-pub struct Watch {
+pub(crate) struct Watch {
     /// None without CAP_SYS_ADMIN: then only the mounts are checked.
     pin: Option<Fanotify>,
     why_not: Option<String>,
@@ -134,7 +134,7 @@ impl Watch {
     /// Open the mounts and mark them. An error only when a mount cannot be
     /// opened; without fanotify the watch still checks the mounts (and
     /// [`Found::gaps`] says what that misses).
-    pub fn new(mounts: &[Scratch], file_size: u64, mode: Mode) -> Result<Watch, String> {
+    pub(crate) fn new(mounts: &[Scratch], file_size: u64, mode: Mode) -> Result<Watch, String> {
         let mut roots = vec![];
         for m in mounts {
             let fd = nix::fcntl::open(
@@ -195,28 +195,28 @@ impl Watch {
     /// The file-size limit files are measured against (a process sandbox
     /// built ahead learns its run's limit only when the run arrives; events
     /// queued before are measured against it too).
-    pub fn set_file_size(&mut self, file_size: u64) {
+    pub(crate) fn set_file_size(&mut self, file_size: u64) {
         self.file_size = file_size;
     }
 
     /// Does the watch see file events (or only mount states)?
-    pub fn sees_files(&self) -> bool {
+    pub(crate) fn sees_files(&self) -> bool {
         self.pin.is_some()
     }
 
     /// Why file events are not seen, when they are not.
-    pub fn why_not(&self) -> Option<&str> {
+    pub(crate) fn why_not(&self) -> Option<&str> {
         self.why_not.as_deref()
     }
 
     /// The descriptor to poll for readability (None: nothing to poll).
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.pin.as_ref().map(|p| p.as_fd())
     }
 
     /// Read the queued events, a batch at a time: judge each file's size,
     /// then check the mounts while the batch's files are still held.
-    pub fn drain(&mut self) {
+    pub(crate) fn drain(&mut self) {
         let Some(pin) = self.pin.as_ref().map(|p| p.as_fd().as_raw_fd()) else { return };
         for _ in 0..DRAIN_ROUNDS {
             // SAFETY: `pin` is our fanotify descriptor, open as long as self.
@@ -316,7 +316,7 @@ impl Watch {
     /// Is any mount full right now (space or inodes)? Cheap: also worth
     /// calling now and then, since a file filled through a mapping sends
     /// no event.
-    pub fn check_mounts(&mut self) {
+    pub(crate) fn check_mounts(&mut self) {
         for (i, r) in self.roots.iter().enumerate() {
             if let Ok(s) = nix::sys::statvfs::fstatvfs(&r.fd) {
                 if s.blocks_available() == 0 || (s.files() > 0 && s.files_available() == 0) {
@@ -329,7 +329,7 @@ impl Watch {
     /// The program is gone: a last drain and mount check, handing back the
     /// fanotify group instead of closing it: closing one waits for an SRCU grace period (~14 ms measured here,
     /// most of a warm run), so a caller closes it after the verdict is out.
-    pub fn finish_keeping(mut self) -> (Found, Option<Fanotify>) {
+    pub(crate) fn finish_keeping(mut self) -> (Found, Option<Fanotify>) {
         let found = self.take();
         (found, self.pin.take())
     }
@@ -337,7 +337,7 @@ impl Watch {
     /// What was found since the watch was made or last taken (after a last
     /// drain and mount check); then it starts afresh with the same fanotify
     /// group: a session's calls share one, made while its init could.
-    pub fn take(&mut self) -> Found {
+    pub(crate) fn take(&mut self) -> Found {
         self.drain();
         self.check_mounts();
         let mut gaps = vec![];
@@ -547,7 +547,7 @@ fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 /// wait for the supervisor (SECCOMP_RET_USER_NOTIF), those it cannot make
 /// wait are refused, and everything else is allowed here (the tiers' other
 /// filters refuse what else must be refused).
-pub fn guard_program() -> Vec<libc::sock_filter> {
+pub(crate) fn guard_program() -> Vec<libc::sock_filter> {
     use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let ld = BPF_LD | BPF_W | BPF_ABS;
     let notify = libc::SECCOMP_RET_USER_NOTIF;
@@ -588,7 +588,7 @@ pub fn guard_program() -> Vec<libc::sock_filter> {
 /// Install the guard's filter in the calling process (the program's, before
 /// exec; `no_new_privs` must be set) and return the listener descriptor,
 /// which the supervisor must serve: until it does, guarded calls wait.
-pub fn install_guard() -> Result<OwnedFd, String> {
+pub(crate) fn install_guard() -> Result<OwnedFd, String> {
     let mut prog = guard_program();
     let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
     // SAFETY: seccomp(2) reads the program through `fprog`, which points at
@@ -610,7 +610,7 @@ pub fn install_guard() -> Result<OwnedFd, String> {
 
 /// A copy of descriptor `fd` of process `pid` (host root: how sandbench
 /// takes the guard's listener from a container's loader).
-pub fn take_fd(pid: i32, fd: i32) -> Result<OwnedFd, String> {
+pub(crate) fn take_fd(pid: i32, fd: i32) -> Result<OwnedFd, String> {
     // SAFETY: pidfd_open and pidfd_getfd take integers and return new
     // descriptors (or -1), which we own from here.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -630,7 +630,7 @@ pub fn take_fd(pid: i32, fd: i32) -> Result<OwnedFd, String> {
 
 /// The supervisor's side of the guard: each notification is a program
 /// thread about to free scratch space.
-pub struct Guard {
+pub(crate) struct Guard {
     fd: OwnedFd,
     /// No program process is left on the filter: nothing more to serve.
     gone: bool,
@@ -640,7 +640,7 @@ pub struct Guard {
 }
 
 impl Guard {
-    pub fn new(fd: OwnedFd) -> Result<Guard, String> {
+    pub(crate) fn new(fd: OwnedFd) -> Result<Guard, String> {
         let mut sizes = libc::seccomp_notif_sizes { seccomp_notif: 0, seccomp_notif_resp: 0, seccomp_data: 0 };
         // SAFETY: SECCOMP_GET_NOTIF_SIZES writes three u16 into `sizes`.
         let r = unsafe {
@@ -662,12 +662,12 @@ impl Guard {
     }
 
     /// The listener to poll, while there is anything to serve.
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         (!self.gone).then(|| self.fd.as_fd())
     }
 
     /// Take a poll result: true when a call waits ([`Guard::serve`] it).
-    pub fn ready(&mut self, revents: nix::poll::PollFlags) -> bool {
+    pub(crate) fn ready(&mut self, revents: nix::poll::PollFlags) -> bool {
         use nix::poll::PollFlags;
         if revents.contains(PollFlags::POLLIN) {
             return true;
@@ -681,13 +681,13 @@ impl Guard {
     }
 
     /// Calls that waited for the watcher so far.
-    pub fn served(&self) -> u64 {
+    pub(crate) fn served(&self) -> u64 {
         self.served
     }
 
     /// Take one waiting call: look (drain the watch, check the mounts), then
     /// let the call go on unchanged. False when the listener is dead.
-    pub fn serve(&mut self, watch: &mut Watch) -> bool {
+    pub(crate) fn serve(&mut self, watch: &mut Watch) -> bool {
         self.buf.iter_mut().for_each(|w| *w = 0);
         let req = self.buf.as_mut_ptr().cast::<libc::seccomp_notif>();
         // SAFETY: `buf` is zeroed, aligned and at least as large as the
@@ -717,7 +717,7 @@ impl Guard {
 
 /// A watch (and its guard, when the tier could install one) running on its
 /// own thread until [`Running::finish`]: for tiers that watch from the host.
-pub struct Running {
+pub(crate) struct Running {
     stop: Option<OwnedFd>,
     /// What the thread found; it closes the watch after sending this (the
     /// close waits for an SRCU grace period the verdict need not wait for).
@@ -728,7 +728,7 @@ pub struct Running {
 const IDLE_CHECK: u16 = 50;
 
 impl Running {
-    pub fn spawn(mut watch: Watch, mut guard: Option<Guard>) -> Result<Running, String> {
+    pub(crate) fn spawn(mut watch: Watch, mut guard: Option<Guard>) -> Result<Running, String> {
         let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
@@ -787,7 +787,7 @@ impl Running {
 
     /// Stop (after a last drain) and say what was found, and how many calls
     /// waited for the watch. Call it once the program is gone.
-    pub fn finish(mut self) -> (Found, u64) {
+    pub(crate) fn finish(mut self) -> (Found, u64) {
         self.stop.take(); // closing the pipe wakes the thread
         self.result.take().and_then(|r| r.recv().ok()).unwrap_or_else(|| {
             (

@@ -56,7 +56,7 @@ impl Counters {
 
 /// What a tier knows once the program is gone.
 #[derive(Debug, Clone, Default)]
-pub struct ExitFacts {
+pub(crate) struct ExitFacts {
     /// How the program's main process ended, from the tier's own channel.
     pub status: ExitStatus,
     /// Final counters (whole run).
@@ -86,26 +86,26 @@ struct Seen {
 /// Judges one run. Create one per run; feed it live counters with
 /// [`Judge::sample`] and the end with [`Judge::exit`].
 #[derive(Debug)]
-pub struct Judge {
+pub(crate) struct Judge {
     limits: Limits,
     seen: Seen,
 }
 
 /// What the tier must do after a sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Continue,
     /// The sandbox used its CPU time: kill it now.
     KillForCpu,
 }
 
 impl Judge {
-    pub fn new(limits: &Limits) -> Judge {
+    pub(crate) fn new(limits: &Limits) -> Judge {
         Judge { limits: limits.clone(), seen: Seen::default() }
     }
 
     /// Judge live counters; violations are emitted the moment they are seen.
-    pub async fn sample(&mut self, ctx: &RunContext, c: &Counters) -> Action {
+    pub(crate) async fn sample(&mut self, ctx: &RunContext, c: &Counters) -> Action {
         self.memory(ctx, c).await;
         self.pids(ctx, c).await;
         if !self.seen.cpu && c.cpu_ms.is_some_and(|ms| ms > self.cpu_limit_ms()) {
@@ -119,12 +119,12 @@ impl Judge {
     }
 
     /// Did a sample already find the CPU time used up (and ask for a kill)?
-    pub fn cpu_exhausted(&self) -> bool {
+    pub(crate) fn cpu_exhausted(&self) -> bool {
         self.seen.cpu
     }
 
     /// Judge the end of the run.
-    pub async fn exit(&mut self, ctx: &RunContext, f: &ExitFacts) {
+    pub(crate) async fn exit(&mut self, ctx: &RunContext, f: &ExitFacts) {
         let c = &f.counters;
         self.memory(ctx, c).await;
         self.pids(ctx, c).await;
@@ -227,7 +227,7 @@ impl Judge {
 /// A connection the run's egress proxy refused: the proxy's own record (the
 /// program never writes it). The runner keeps the first as the run's
 /// `network` violation; every refusal is in the report's `network` list.
-pub async fn network_denied(ctx: &RunContext, rec: &crate::event::NetRecord) {
+pub(crate) async fn network_denied(ctx: &RunContext, rec: &crate::event::NetRecord) {
     let target = if rec.port == 0 { rec.host.clone() } else { format!("{}:{}", rec.host, rec.port) };
     if rec.misdirected.is_some() {
         // The record names the secret and where it was; never its value.

@@ -5,41 +5,63 @@
 //! (stamps, enforces wall time and output, folds) → [`report::RunReport`],
 //! with [`judge`] deciding every violation. Nothing here knows of terminals,
 //! command lines or printing: front ends (the `sandbench` crate) do that.
+//!
+//! # The public surface
+//!
+//! Listed below by layer (the layers and the test that keeps them are in
+//! `layers.rs` and docs/architecture.md). A public module is API as a whole;
+//! what a tier is made of (its engine client, its wire protocol, its
+//! sandbox's parts) is private to this crate, and a front end reaches a tier
+//! only through [`tier`] (build by name, check, set up, reap, shut down).
+//! `unreachable_pub` is on, so an item that cannot be named from outside is
+//! written `pub(crate)`: a `pub` in this crate means API. The few parts the
+//! integration tests inspect beneath the API are named in [`internals`].
+#![warn(unreachable_pub)]
 
+// Plain types and host facts.
+pub mod config;
+pub mod event;
+pub mod host;
+pub mod http;
+pub mod owner;
+pub mod report;
+pub mod sanitize;
+pub mod setup;
+pub mod spec;
+pub mod stats;
+pub mod units;
+
+// The tiers: the contract every tier implements, the table of kinds, and
+// the registry that builds, checks, sets up and reaps them by name.
+pub mod tier;
+
+// What drives a tier: one run, a session of calls, the network limit.
+pub mod egress;
+pub mod runner;
+pub mod session;
+
+// What is made of runs.
 pub mod admission;
 pub mod agent;
 pub mod bench;
 pub mod compare;
-pub mod config;
-pub mod egress;
-pub mod event;
 pub mod frontier;
-mod fsafe;
 pub mod gauntlet;
+pub mod policy;
+pub mod runlog;
+pub mod samples;
+pub mod session_files;
+pub mod share;
+pub mod soak;
+pub mod state;
+
+// Beneath the API.
+mod fsafe;
 mod highwater;
-pub mod host;
-pub mod http;
 mod judge;
 #[cfg(test)]
 mod layers;
-pub mod owner;
-pub mod policy;
-pub mod report;
-pub mod runlog;
-pub mod runner;
-pub mod samples;
-pub mod sanitize;
-pub mod session;
-pub mod session_files;
-pub mod setup;
-pub mod share;
 mod slowdown;
-pub mod soak;
-pub mod spec;
-pub mod state;
-pub mod stats;
-pub mod tier;
-pub mod units;
 
 /// The parts beneath the API that the integration tests look at from
 /// outside (a tier built by its type, the engine's own Docker client, the

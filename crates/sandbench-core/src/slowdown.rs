@@ -39,7 +39,7 @@ use crate::tier::contract::Tier;
 /// The work: CPU-bound Python, sized so that interpreter start-up is a
 /// small part of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Work {
+pub(crate) enum Work {
     /// ~0.2-0.4 s of CPU for CPython on one core here (the soak's factors).
     Full,
     /// A tenth of it: enough for a running time over a CPU time (the
@@ -57,15 +57,15 @@ impl Work {
     }
 }
 /// Rounds of a first measure.
-pub const ROUNDS: usize = 3;
+pub(crate) const ROUNDS: usize = 3;
 /// Rounds the factors are the median of.
-pub const KEEP: usize = 5;
+pub(crate) const KEEP: usize = 5;
 /// Below this the difference is noise and a limit stays as written.
 pub const SCALE_FROM: f64 = 1.5;
 /// Rounds the load factor is the highest of: a burst of load counts at once
 /// and is forgotten a round after it went (a gauntlet measures every minute;
 /// with more, a wall limit stayed stretched ×10 for minutes after the load).
-pub const LOAD_KEEP: usize = 2;
+pub(crate) const LOAD_KEEP: usize = 2;
 /// From this CPU factor on a tier's CPU is emulated (the microVM under TCG:
 /// ×20-30 here), and the gauntlet scales its CPU limit by the factor: the
 /// samples are written for a native CPU or a sandbox kernel's overhead
@@ -211,7 +211,7 @@ impl Slowdown {
 /// its running program's). A tier whose first measure failed keeps its
 /// limits as written and is not measured again.
 #[derive(Debug, Clone)]
-pub struct Scaler {
+pub(crate) struct Scaler {
     base: Limits,
     rounds: Option<Vec<Round>>,
     every: Duration,
@@ -228,7 +228,7 @@ pub struct Scaler {
 
 impl Scaler {
     /// From a first [`measure`] of a tier; `every`: how often again.
-    pub fn new(base: &Limits, (slowdown, rounds): (Slowdown, Vec<Round>), every: Duration) -> Scaler {
+    pub(crate) fn new(base: &Limits, (slowdown, rounds): (Slowdown, Vec<Round>), every: Duration) -> Scaler {
         let ok = slowdown.error.is_none();
         let mut s = Scaler {
             limits: base.clone(),
@@ -251,7 +251,7 @@ impl Scaler {
     /// emulated CPU), later rounds do a tenth of it: still long enough that
     /// the tier's fixed costs (a container's attach, a sandbox's set-up) are
     /// a small part of its running time, which on a native tier they are not.
-    pub fn for_load(base: &Limits, measured: (Slowdown, Vec<Round>), every: Duration) -> Scaler {
+    pub(crate) fn for_load(base: &Limits, measured: (Slowdown, Vec<Round>), every: Duration) -> Scaler {
         let mut s = Scaler::new(base, measured, every);
         s.load_only = true;
         s.limits = s.scaled();
@@ -262,7 +262,7 @@ impl Scaler {
     }
 
     /// The work the next round should do.
-    pub fn work(&self) -> Work {
+    pub(crate) fn work(&self) -> Work {
         self.work
     }
 
@@ -275,7 +275,7 @@ impl Scaler {
     }
 
     /// A tier that is not measured: its limits as written.
-    pub fn as_written(base: &Limits) -> Scaler {
+    pub(crate) fn as_written(base: &Limits) -> Scaler {
         Scaler {
             base: base.clone(),
             rounds: None,
@@ -296,18 +296,18 @@ impl Scaler {
     }
 
     /// A new round is due (and none is in flight).
-    pub fn is_due(&self) -> bool {
+    pub(crate) fn is_due(&self) -> bool {
         self.due.is_some_and(|at| std::time::Instant::now() >= at)
     }
 
     /// A round is in flight: none is due until it is in.
-    pub fn measuring(&mut self) {
+    pub(crate) fn measuring(&mut self) {
         self.due = None;
     }
 
     /// A round is in: the limits follow it. A failed round changes nothing;
     /// the next one is due as usual.
-    pub fn took(&mut self, got: Result<Round, String>) {
+    pub(crate) fn took(&mut self, got: Result<Round, String>) {
         let Some(rs) = self.rounds.as_mut() else { return };
         if let Ok(r) = got {
             rs.push(r);
@@ -326,7 +326,7 @@ fn scale(d: Duration, f: f64) -> Duration {
 /// A first measure of `tier`: `n` rounds ([`ROUNDS`] for a soak). Never
 /// fails the caller: a tier that could not run the work keeps its limits,
 /// and the error says why.
-pub async fn measure(tier: Arc<dyn Tier>, n: usize, work: Work) -> (Slowdown, Vec<Round>) {
+pub(crate) async fn measure(tier: Arc<dyn Tier>, n: usize, work: Work) -> (Slowdown, Vec<Round>) {
     let mut rounds = vec![];
     for _ in 0..n.max(1) {
         match round(tier.clone(), work).await {
@@ -338,7 +338,7 @@ pub async fn measure(tier: Arc<dyn Tier>, n: usize, work: Work) -> (Slowdown, Ve
 }
 
 /// One round: the work on the host, then through the tier.
-pub async fn round(tier: Arc<dyn Tier>, work: Work) -> Result<Round, String> {
+pub(crate) async fn round(tier: Arc<dyn Tier>, work: Work) -> Result<Round, String> {
     let host_cpu_ms = match tokio::task::spawn_blocking(move || host_cpu_ms(work)).await {
         Ok(r) => r?,
         Err(e) => return Err(format!("host run: {e}")),

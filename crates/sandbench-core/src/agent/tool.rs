@@ -5,13 +5,13 @@ use serde_json::{json, Value};
 use crate::report::{Outcome, RunReport};
 use crate::spec::{format_size, Language, Limits};
 
-pub const NAME: &str = "run_code";
+pub(crate) const NAME: &str = "run_code";
 /// Output the model sees per stream (head and tail kept).
-pub const OUTPUT_BUDGET: usize = 4000;
+pub(crate) const OUTPUT_BUDGET: usize = 4000;
 
 /// `persistent`: the calls share one sandbox (a session), so files in the
 /// working directory stay from one call to the next.
-pub fn definition(persistent: bool) -> Value {
+pub(crate) fn definition(persistent: bool) -> Value {
     let description = if persistent {
         "Run a program in an isolated sandbox and get its verdict: outcome, exit status, limit violations and \
          its stdout/stderr (long output is cut in the middle). All calls of this task share one sandbox with no \
@@ -36,7 +36,7 @@ pub fn definition(persistent: bool) -> Value {
     })
 }
 
-pub fn system_prompt(tier: &str, limits: &Limits, persistent: bool) -> String {
+pub(crate) fn system_prompt(tier: &str, limits: &Limits, persistent: bool) -> String {
     let (sandbox, persists) = if persistent {
         ("in one sandbox kept for this task", "files you write in /work stay for your later runs")
     } else {
@@ -69,7 +69,7 @@ fn network(limits: &Limits) -> String {
 }
 
 /// `{language, code}` from the model's tool input, or what is wrong with it.
-pub fn parse_input(input: &Value) -> Result<(Language, String), String> {
+pub(crate) fn parse_input(input: &Value) -> Result<(Language, String), String> {
     let lang = input
         .get("language")
         .and_then(|v| v.as_str())
@@ -83,7 +83,7 @@ pub fn parse_input(input: &Value) -> Result<(Language, String), String> {
 }
 
 /// The run report as the model sees it.
-pub fn compact_report(r: &RunReport) -> String {
+pub(crate) fn compact_report(r: &RunReport) -> String {
     let mut s = format!("outcome: {}\nexit: {}\n", r.outcome.name(), r.exit.describe());
     if let Some(e) = &r.error {
         s.push_str(&format!("error: {e}\n"));
@@ -113,7 +113,7 @@ pub fn compact_report(r: &RunReport) -> String {
 }
 
 /// A tool result is an error when sandbench could not run the program at all.
-pub fn is_error(r: &RunReport) -> bool {
+pub(crate) fn is_error(r: &RunReport) -> bool {
     r.outcome == Outcome::Error
 }
 

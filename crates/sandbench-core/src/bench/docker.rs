@@ -29,7 +29,7 @@ pub fn cli_argv(runtime: Option<&str>, config: &Config) -> Option<(String, Vec<S
 }
 
 /// Fill `c` with the contenders; returns the targets (what, against, p50 ratio).
-pub fn bench_plan(
+pub(crate) fn bench_plan(
     tier_name: &'static str,
     runtime: Option<&'static str>,
     config: &Config,
@@ -51,7 +51,7 @@ pub fn bench_plan(
 
 /// The warm path (a pool of at least one container, refilled untimed
 /// between runs) as a contender named `name`.
-pub fn warm_contender(
+pub(crate) fn warm_contender(
     tier_name: &'static str,
     runtime: Option<&'static str>,
     config: &Config,

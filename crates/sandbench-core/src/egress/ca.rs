@@ -22,7 +22,7 @@ use super::policy::Host;
 const ALPN: &[u8] = b"http/1.1";
 
 /// The crypto every TLS config here uses.
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -55,7 +55,7 @@ fn san(host: &Host) -> String {
 }
 
 /// One run's CA.
-pub struct RunCa {
+pub(crate) struct RunCa {
     cert: rcgen::Certificate,
     key: rcgen::KeyPair,
     /// A server config per host, made when the program first connects.
@@ -65,7 +65,7 @@ pub struct RunCa {
 impl RunCa {
     /// A CA that may only sign for `hosts` (name constraints: a name
     /// permits itself and the names below it, an address itself).
-    pub fn new(hosts: &[Host]) -> Result<RunCa, String> {
+    pub(crate) fn new(hosts: &[Host]) -> Result<RunCa, String> {
         let fail = |e: rcgen::Error| format!("cannot make the run's CA: {e}");
         let mut p = rcgen::CertificateParams::default();
         let id: String = random16()?[..4].iter().map(|b| format!("{b:02x}")).collect();
@@ -93,18 +93,18 @@ impl RunCa {
     }
 
     /// The CA's certificate, PEM: what the sandbox's trust bundle adds.
-    pub fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.cert.pem()
     }
 
     #[cfg(test)]
-    pub fn der(&self) -> CertificateDer<'static> {
+    pub(crate) fn der(&self) -> CertificateDer<'static> {
         self.cert.der().clone()
     }
 
     /// The server side of an interception of `host`: a certificate for it
     /// signed by this CA, HTTP/1.1 only.
-    pub fn server_config(&self, host: &Host) -> Result<Arc<ServerConfig>, String> {
+    pub(crate) fn server_config(&self, host: &Host) -> Result<Arc<ServerConfig>, String> {
         let mut servers = self.servers.lock().map_err(|_| "the run's CA is unusable (a panic held it)".to_string())?;
         if let Some(c) = servers.get(host) {
             return Ok(c.clone());
@@ -153,7 +153,7 @@ fn native_roots() -> Arc<RootCertStore> {
 }
 
 /// Certificates from PEM text (the operator's extra CA).
-pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
         .map_err(|e| format!("not PEM certificates ({e})"))?;
@@ -165,7 +165,7 @@ pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String
 
 /// The client side of an interception: verifies the real host against the
 /// system's roots and `extra`, HTTP/1.1 only.
-pub fn upstream_config(extra: &[CertificateDer<'static>]) -> Result<Arc<ClientConfig>, String> {
+pub(crate) fn upstream_config(extra: &[CertificateDer<'static>]) -> Result<Arc<ClientConfig>, String> {
     let mut roots = (*native_roots()).clone();
     for c in extra {
         roots.add(c.clone()).map_err(|e| format!("an upstream CA certificate is unusable: {e}"))?;

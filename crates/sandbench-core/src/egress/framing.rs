@@ -18,21 +18,21 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Longest line of a head (start line or one field line).
-pub const MAX_LINE: usize = 8 << 10;
+pub(crate) const MAX_LINE: usize = 8 << 10;
 /// Longest chunk-size line, extensions included.
-pub const MAX_CHUNK_LINE: usize = 1 << 10;
+pub(crate) const MAX_CHUNK_LINE: usize = 1 << 10;
 /// Most hex digits of a chunk size (a u64; leading zeros count).
 const MAX_CHUNK_DIGITS: usize = 16;
 /// Most trailer fields after the last chunk (read and dropped).
-pub const MAX_TRAILERS: usize = 32;
+pub(crate) const MAX_TRAILERS: usize = 32;
 /// Most interim (1xx) responses before the final one.
-pub const MAX_INTERIM: usize = 8;
+pub(crate) const MAX_INTERIM: usize = 8;
 /// Most decimal digits of a Content-Length (a u64).
 const MAX_LENGTH_DIGITS: usize = 19;
 
 /// How a message's body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Body {
+pub(crate) enum Body {
     /// None at all.
     Empty,
     /// Exactly this many bytes.
@@ -45,7 +45,7 @@ pub enum Body {
 
 /// Why a relay stopped early.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// The bytes broke the framing rules: refused, with the reason.
     Refused(String),
     /// The peer went away, or was silent for too long: not a refusal.
@@ -66,7 +66,7 @@ fn is_tchar(b: u8) -> bool {
 /// LF or CR anywhere), no field line is folded (obs-fold), a field name is a
 /// token directly followed by `:` (no whitespace before the colon), a value
 /// holds no control but HTAB (no NUL), and lines and field counts are bounded.
-pub fn check_head(head: &[u8], max_fields: usize) -> Result<(), String> {
+pub(crate) fn check_head(head: &[u8], max_fields: usize) -> Result<(), String> {
     // Every line with its CR, the LF that ends the last one taken off.
     let Some(lines) = head.strip_suffix(b"\n\r\n") else {
         return Err("a head that does not end in an empty CRLF line".into());
@@ -127,7 +127,7 @@ fn trim_ows(b: &[u8]) -> &[u8] {
 /// The one length every `Content-Length` field (and list member) says:
 /// decimal digits only (no sign, no `0x`, no inner space), identical
 /// repeats collapsed, differing ones refused.
-pub fn content_length(values: &[&[u8]]) -> Result<Option<u64>, String> {
+pub(crate) fn content_length(values: &[&[u8]]) -> Result<Option<u64>, String> {
     let mut len: Option<u64> = None;
     for raw in values {
         for member in raw.split(|b| *b == b',') {
@@ -154,7 +154,7 @@ pub fn content_length(values: &[&[u8]]) -> Result<Option<u64>, String> {
 /// Whether the `Transfer-Encoding` fields say `chunked` and nothing else
 /// (case aside): any other coding, a list, an empty member or a repeat is
 /// refused, so no parser can read it as anything but chunked.
-pub fn transfer_chunked(values: &[&[u8]]) -> Result<bool, String> {
+pub(crate) fn transfer_chunked(values: &[&[u8]]) -> Result<bool, String> {
     if values.is_empty() {
         return Ok(false);
     }
@@ -182,7 +182,7 @@ fn framing(fields: &[(String, Vec<u8>)]) -> Result<(bool, Option<u64>), String> 
 
 /// A request's body (`version`: 0 for HTTP/1.0, 1 for 1.1). Field names are
 /// lowercase.
-pub fn request_body(version: u8, fields: &[(String, Vec<u8>)]) -> Result<Body, String> {
+pub(crate) fn request_body(version: u8, fields: &[(String, Vec<u8>)]) -> Result<Body, String> {
     let (chunked, len) = framing(fields)?;
     if chunked {
         if version == 0 {
@@ -197,7 +197,7 @@ pub fn request_body(version: u8, fields: &[(String, Vec<u8>)]) -> Result<Body, S
 }
 
 /// A response's body, given its status and whether the request was HEAD.
-pub fn response_body(status: u16, head_request: bool, fields: &[(String, Vec<u8>)]) -> Result<Body, String> {
+pub(crate) fn response_body(status: u16, head_request: bool, fields: &[(String, Vec<u8>)]) -> Result<Body, String> {
     let (chunked, len) = framing(fields)?;
     if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
         return Ok(Body::Empty);
@@ -212,7 +212,7 @@ pub fn response_body(status: u16, head_request: bool, fields: &[(String, Vec<u8>
 
 /// The size of one chunk-size line (without its CRLF): 1 to 16 hex digits,
 /// then nothing or extensions (`;name=value`, dropped on the way through).
-pub fn chunk_size(line: &[u8]) -> Result<u64, String> {
+pub(crate) fn chunk_size(line: &[u8]) -> Result<u64, String> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 {
         return Err(format!("a chunk-size line that does not start with a hex size ('{}')", shown(line)));
@@ -231,7 +231,7 @@ pub fn chunk_size(line: &[u8]) -> Result<u64, String> {
 
 /// Buffered reading of one side of a connection: what already arrived with
 /// a head, then the stream. Every wait is bounded by `idle`.
-pub struct Feed<'a, R> {
+pub(crate) struct Feed<'a, R> {
     buf: Vec<u8>,
     pos: usize,
     src: &'a mut R,
@@ -242,13 +242,13 @@ pub struct Feed<'a, R> {
 }
 
 impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
-    pub fn new(early: Vec<u8>, src: &'a mut R, idle: Duration) -> Feed<'a, R> {
+    pub(crate) fn new(early: Vec<u8>, src: &'a mut R, idle: Duration) -> Feed<'a, R> {
         let read = early.len() as u64;
         Feed { buf: early, pos: 0, src, idle, eof: false, read }
     }
 
     /// Bytes taken from the sender so far.
-    pub fn read(&self) -> u64 {
+    pub(crate) fn read(&self) -> u64 {
         self.read
     }
 
@@ -285,7 +285,7 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
 
     /// One line without its CRLF, at most `max` bytes; a bare LF or CR in
     /// it is refused, and so is a stream that ends inside it.
-    pub async fn line(&mut self, max: usize) -> Result<Vec<u8>, Stop> {
+    pub(crate) async fn line(&mut self, max: usize) -> Result<Vec<u8>, Stop> {
         loop {
             if let Some(i) = self.pending().iter().position(|b| *b == b'\n') {
                 let line = &self.pending()[..i];
@@ -313,7 +313,7 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
 
     /// A whole head, up to and with its empty line, at most `max` bytes.
     /// `Ok(None)`: the stream ended before any byte of it.
-    pub async fn head(&mut self, max: usize) -> Result<Option<Vec<u8>>, Stop> {
+    pub(crate) async fn head(&mut self, max: usize) -> Result<Option<Vec<u8>>, Stop> {
         let mut from = 0;
         loop {
             let p = self.pending();
@@ -338,7 +338,7 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
     }
 
     /// Copy exactly `n` bytes to `out`.
-    pub async fn copy<W: AsyncWrite + Unpin>(&mut self, mut n: u64, out: &mut W) -> Result<(), Stop> {
+    pub(crate) async fn copy<W: AsyncWrite + Unpin>(&mut self, mut n: u64, out: &mut W) -> Result<(), Stop> {
         while n > 0 {
             if self.pending().is_empty() && !self.fill().await? {
                 return Err(Stop::Refused("the stream ended before the length it declared".into()));
@@ -352,7 +352,7 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
     }
 
     /// Copy everything to the end of the stream.
-    pub async fn copy_to_end<W: AsyncWrite + Unpin>(&mut self, out: &mut W) -> Result<(), Stop> {
+    pub(crate) async fn copy_to_end<W: AsyncWrite + Unpin>(&mut self, out: &mut W) -> Result<(), Stop> {
         loop {
             if !self.pending().is_empty() {
                 out.write_all(self.pending()).await.map_err(|_| Stop::Gone)?;
@@ -384,7 +384,7 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
     /// strictly as [`Feed::body`] reads it; `None` at its end. For relays
     /// that change the payload on the way (the interception) and write
     /// their own framing ([`write_chunk`]).
-    pub async fn piece(&mut self, p: &mut Pieces) -> Result<Option<Vec<u8>>, Stop> {
+    pub(crate) async fn piece(&mut self, p: &mut Pieces) -> Result<Option<Vec<u8>>, Stop> {
         loop {
             match p.0 {
                 Piece::Done => return Ok(None),
@@ -430,7 +430,7 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
     }
 
     /// Copy a body framed as `body` (Empty and Length(0) copy nothing).
-    pub async fn body<W: AsyncWrite + Unpin>(&mut self, body: Body, out: &mut W) -> Result<(), Stop> {
+    pub(crate) async fn body<W: AsyncWrite + Unpin>(&mut self, body: Body, out: &mut W) -> Result<(), Stop> {
         match body {
             Body::Empty => Ok(()),
             Body::Length(n) => self.copy(n, out).await,
@@ -441,7 +441,7 @@ impl<'a, R: AsyncRead + Unpin> Feed<'a, R> {
 }
 
 /// Where a body being read piece by piece is ([`Feed::piece`]).
-pub struct Pieces(Piece);
+pub(crate) struct Pieces(Piece);
 
 #[derive(Debug, Clone, Copy)]
 enum Piece {
@@ -453,7 +453,7 @@ enum Piece {
 }
 
 impl Pieces {
-    pub fn new(body: Body) -> Pieces {
+    pub(crate) fn new(body: Body) -> Pieces {
         Pieces(match body {
             Body::Empty => Piece::Done,
             Body::Length(n) => Piece::Length(n),
@@ -465,7 +465,7 @@ impl Pieces {
 
 /// One canonical chunk (nothing for an empty piece: a zero-size chunk
 /// would end the body).
-pub async fn write_chunk<W: AsyncWrite + Unpin>(out: &mut W, data: &[u8]) -> Result<(), Stop> {
+pub(crate) async fn write_chunk<W: AsyncWrite + Unpin>(out: &mut W, data: &[u8]) -> Result<(), Stop> {
     if data.is_empty() {
         return Ok(());
     }
@@ -476,7 +476,7 @@ pub async fn write_chunk<W: AsyncWrite + Unpin>(out: &mut W, data: &[u8]) -> Res
 }
 
 /// The last chunk, no trailers.
-pub async fn end_chunks<W: AsyncWrite + Unpin>(out: &mut W) -> Result<(), Stop> {
+pub(crate) async fn end_chunks<W: AsyncWrite + Unpin>(out: &mut W) -> Result<(), Stop> {
     out.write_all(b"0\r\n\r\n").await.map_err(|_| Stop::Gone)
 }
 
@@ -484,7 +484,7 @@ pub async fn end_chunks<W: AsyncWrite + Unpin>(out: &mut W) -> Result<(), Stop> 
 /// lowercase hex, no extensions, CRLFs, the last chunk `0` and no trailers
 /// (they are read, checked and dropped). What followed the last chunk is
 /// never read, so never passed on.
-pub async fn relay_chunked<R, W>(feed: &mut Feed<'_, R>, out: &mut W) -> Result<(), Stop>
+pub(crate) async fn relay_chunked<R, W>(feed: &mut Feed<'_, R>, out: &mut W) -> Result<(), Stop>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -508,7 +508,7 @@ where
 
 /// Field lines written again as `Name: value\r\n`, leaving out `drop` (the
 /// framing, hop-by-hop and proxy fields the proxy writes itself).
-pub fn fields_except(fields: &[(String, Vec<u8>)], drop: &[&str]) -> Vec<u8> {
+pub(crate) fn fields_except(fields: &[(String, Vec<u8>)], drop: &[&str]) -> Vec<u8> {
     let mut out = vec![];
     for (name, value) in fields {
         if drop.contains(&name.as_str()) {
@@ -523,7 +523,7 @@ pub fn fields_except(fields: &[(String, Vec<u8>)], drop: &[&str]) -> Vec<u8> {
 }
 
 /// The framing field for a body, as the proxy writes it.
-pub fn framing_field(body: Body) -> String {
+pub(crate) fn framing_field(body: Body) -> String {
     match body {
         Body::Length(n) => format!("Content-Length: {n}\r\n"),
         Body::Chunked => "Transfer-Encoding: chunked\r\n".into(),

@@ -42,7 +42,7 @@ use super::secrets::{placeholder, Binding, Place, Places, Secrets};
 
 /// Largest request body a secret may be substituted into (it is read whole
 /// to write its new length).
-pub const MAX_SUBSTITUTED_BODY: u64 = 4 << 20;
+pub(crate) const MAX_SUBSTITUTED_BODY: u64 = 4 << 20;
 
 /// One secret as a run's proxy holds it.
 struct RunSecret {
@@ -55,7 +55,7 @@ struct RunSecret {
 
 /// What the proxy did with one secret, for the report.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Requests that carried the value to a bound host.
     pub substituted: u64,
     /// Forms of the value taken out of responses.
@@ -65,7 +65,7 @@ pub struct Counts {
 }
 
 /// A run's secrets, in its proxy.
-pub struct RunSecrets {
+pub(crate) struct RunSecrets {
     list: Vec<RunSecret>,
     ca: Option<RunCa>,
     upstream: Option<Arc<ClientConfig>>,
@@ -78,7 +78,7 @@ pub struct RunSecrets {
 
 /// A placeholder where it may not go: which secret, and why (never the value).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Misplaced {
+pub(crate) struct Misplaced {
     pub secret: String,
     pub why: String,
 }
@@ -86,7 +86,7 @@ pub struct Misplaced {
 impl RunSecrets {
     /// Placeholders made for this run; a CA when any secret goes over TLS;
     /// the upstream client trusting the system's roots and `extra`.
-    pub fn new(secrets: &Secrets, extra: &[CertificateDer<'static>]) -> Result<RunSecrets, String> {
+    pub(crate) fn new(secrets: &Secrets, extra: &[CertificateDer<'static>]) -> Result<RunSecrets, String> {
         let mut list = vec![];
         for s in secrets.iter() {
             list.push(RunSecret {
@@ -122,17 +122,17 @@ impl RunSecrets {
     }
 
     /// `NAME=placeholder` for the program's environment.
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         self.list.iter().map(|s| (s.name.clone(), s.placeholder.clone())).collect()
     }
 
     /// The run CA's certificate, when a secret goes over TLS.
-    pub fn ca_pem(&self) -> Option<String> {
+    pub(crate) fn ca_pem(&self) -> Option<String> {
         self.ca.as_ref().map(RunCa::pem)
     }
 
     /// The secrets bound to this target.
-    pub fn bound(&self, host: &Host, port: u16, tls: bool) -> Vec<usize> {
+    pub(crate) fn bound(&self, host: &Host, port: u16, tls: bool) -> Vec<usize> {
         (0..self.list.len())
             .filter(|i| self.list[*i].bindings.iter().any(|b| b.tls == tls && b.port == port && b.host == *host))
             .collect()
@@ -151,7 +151,7 @@ impl RunSecrets {
     }
 
     /// Per secret: its hosts, where it may go and what the proxy did.
-    pub fn report(&self) -> serde_json::Value {
+    pub(crate) fn report(&self) -> serde_json::Value {
         let counts = self.counts.lock().map(|c| c.clone()).unwrap_or_default();
         json!(self
             .list

@@ -21,19 +21,19 @@ use tokio::sync::{mpsc, Semaphore};
 
 use super::Server;
 
-pub const WINDOW: usize = 256 << 10;
+pub(crate) const WINDOW: usize = 256 << 10;
 /// Largest `D` payload either side sends.
-pub const MAX_DATA: usize = 16 << 10;
+pub(crate) const MAX_DATA: usize = 16 << 10;
 /// Connections the far side may have open at once through one channel.
-pub const MAX_CONNS: usize = 64;
+pub(crate) const MAX_CONNS: usize = 64;
 
-pub const OPEN: u8 = b'O';
-pub const DATA: u8 = b'D';
-pub const EOF: u8 = b'E';
-pub const RESET: u8 = b'R';
-pub const CREDIT: u8 = b'W';
+pub(crate) const OPEN: u8 = b'O';
+pub(crate) const DATA: u8 = b'D';
+pub(crate) const EOF: u8 = b'E';
+pub(crate) const RESET: u8 = b'R';
+pub(crate) const CREDIT: u8 = b'W';
 
-pub fn message(op: u8, id: u32, data: &[u8]) -> Vec<u8> {
+pub(crate) fn message(op: u8, id: u32, data: &[u8]) -> Vec<u8> {
     let mut m = Vec::with_capacity(5 + data.len());
     m.push(op);
     m.extend_from_slice(&id.to_be_bytes());
@@ -65,7 +65,7 @@ impl Drop for Conn {
 
 /// The host end of one channel. Feed it the far side's messages with
 /// [`Mux::incoming`]; what it sends comes out of the receiver `new` returns.
-pub struct Mux {
+pub(crate) struct Mux {
     egress: Server,
     out: mpsc::UnboundedSender<Vec<u8>>,
     conns: HashMap<u32, Conn>,
@@ -74,7 +74,7 @@ pub struct Mux {
 }
 
 impl Mux {
-    pub fn new(egress: Server) -> (Mux, mpsc::UnboundedReceiver<Vec<u8>>) {
+    pub(crate) fn new(egress: Server) -> (Mux, mpsc::UnboundedReceiver<Vec<u8>>) {
         // Unbounded, and still bounded: every data message needs credit the
         // far side gave (a window per connection), every credit a data
         // message it sent. A bounded queue could deadlock the transport: the
@@ -84,7 +84,7 @@ impl Mux {
     }
 
     /// One message from the far side.
-    pub async fn incoming(&mut self, msg: &[u8]) {
+    pub(crate) async fn incoming(&mut self, msg: &[u8]) {
         if msg.len() < 5 || msg.len() > 5 + MAX_DATA {
             self.violations += 1;
             return;
@@ -137,7 +137,7 @@ impl Mux {
     }
 
     /// Drop every connection (the run is over).
-    pub fn close_all(&mut self) {
+    pub(crate) fn close_all(&mut self) {
         self.conns.clear();
     }
 
@@ -203,7 +203,7 @@ impl Mux {
 /// Carry a channel whose messages are each prefixed with their length (u32
 /// BE), the framing of the guest's `sandbench.net` port, until it closes or
 /// the run stops.
-pub fn carry_framed<S>(server: Server, chan: S)
+pub(crate) fn carry_framed<S>(server: Server, chan: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {

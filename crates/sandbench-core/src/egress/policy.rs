@@ -16,9 +16,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Most entries an allow list may have.
-pub const MAX_ENTRIES: usize = 64;
+pub(crate) const MAX_ENTRIES: usize = 64;
 /// Ports a bare host entry allows.
-pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
+pub(crate) const DEFAULT_PORTS: [u16; 2] = [80, 443];
 
 /// A host as a request names it: a DNS name (lowercase, no trailing dot) or
 /// an address.
@@ -66,7 +66,7 @@ impl Host {
 }
 
 /// A target as `host:port` (CONNECT's authority, a URL's host and port).
-pub fn parse_authority(s: &str, default_port: Option<u16>) -> Result<(Host, u16), String> {
+pub(crate) fn parse_authority(s: &str, default_port: Option<u16>) -> Result<(Host, u16), String> {
     let (h, p) = if let Some(rest) = s.strip_prefix('[') {
         let end = rest.find(']').ok_or_else(|| format!("'{}': unclosed '['", shown(s)))?;
         let after = &rest[end + 1..];
@@ -133,7 +133,7 @@ fn valid_name(t: &str) -> Result<String, &'static str> {
 
 /// IPv4-mapped IPv6 addresses are the IPv4 address they carry: matched and
 /// checked as that.
-pub fn canonical(a: IpAddr) -> IpAddr {
+pub(crate) fn canonical(a: IpAddr) -> IpAddr {
     a.to_canonical()
 }
 
@@ -371,7 +371,7 @@ impl<'de> Deserialize<'de> for Network {
 
 /// Why an address is not one the proxy connects to on DNS's word, or None
 /// for a public address.
-pub fn not_public(a: IpAddr) -> Option<&'static str> {
+pub(crate) fn not_public(a: IpAddr) -> Option<&'static str> {
     match canonical(a) {
         IpAddr::V4(v) => not_public_v4(v),
         IpAddr::V6(v) => not_public_v6(v),

@@ -33,26 +33,26 @@ use super::{Decision, NetRecord};
 use crate::event::{EventKind, RunContext};
 
 /// Largest request head (request line and headers).
-pub const MAX_HEAD: usize = 16 << 10;
+pub(crate) const MAX_HEAD: usize = 16 << 10;
 /// Most headers in a request.
-pub const MAX_HEADERS: usize = 64;
+pub(crate) const MAX_HEADERS: usize = 64;
 /// Largest TLS ClientHello (it may span records; 16 KiB is already generous).
-pub const MAX_HELLO: usize = 32 << 10;
+pub(crate) const MAX_HELLO: usize = 32 << 10;
 /// Connections open at once, and in a whole run.
-pub const MAX_OPEN: usize = 32;
-pub const MAX_TOTAL: u64 = 1024;
+pub(crate) const MAX_OPEN: usize = 32;
+pub(crate) const MAX_TOTAL: u64 = 1024;
 /// How long a client may take to send its request head, or its ClientHello.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting to an upstream may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A tunnel or response with no byte in either direction for this long ends.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest host name or reason kept in a record.
 const MAX_FIELD: usize = 200;
 
 /// Totals of one run, for the report's details.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Totals {
+pub(crate) struct Totals {
     pub allowed: u64,
     pub denied: u64,
     pub bytes_up: u64,
@@ -60,7 +60,7 @@ pub struct Totals {
 }
 
 /// What every connection of one run shares.
-pub struct Shared {
+pub(crate) struct Shared {
     pub network: Network,
     pub resolver: Resolver,
     pub ctx: RunContext,
@@ -73,7 +73,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(
+    pub(crate) fn new(
         network: Network,
         resolver: Resolver,
         ctx: RunContext,
@@ -163,7 +163,7 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(w: &mut W, code: u16, reason: 
 }
 
 /// Serve one client connection to its end.
-pub async fn serve<S>(sh: Arc<Shared>, mut client: S)
+pub(crate) async fn serve<S>(sh: Arc<Shared>, mut client: S)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::policy::{canonical, Host};
 
 /// How long a system lookup may take.
-pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Addresses kept from one answer.
 const MAX_ADDRS: usize = 16;
 /// Names of system lookups kept for the report.
@@ -87,7 +87,7 @@ impl<'de> Deserialize<'de> for Hosts {
 
 /// What a name resolved to.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     pub addrs: Vec<IpAddr>,
     /// From `[network] hosts` (the operator's word), not from DNS.
     pub pinned_by_operator: bool,
@@ -103,19 +103,19 @@ struct State {
 }
 
 /// One run's resolver.
-pub struct Resolver {
+pub(crate) struct Resolver {
     hosts: Hosts,
     state: Mutex<State>,
 }
 
 impl Resolver {
-    pub fn new(hosts: Hosts) -> Resolver {
+    pub(crate) fn new(hosts: Hosts) -> Resolver {
         Resolver { hosts, state: Mutex::new(State::default()) }
     }
 
     /// The addresses of `name` (a valid, lowercase name): the run's pinned
     /// answer, else a fresh one (then pinned).
-    pub async fn resolve(&self, name: &str) -> Result<Resolved, String> {
+    pub(crate) async fn resolve(&self, name: &str) -> Result<Resolved, String> {
         if let Some(r) = self.state.lock().ok().and_then(|s| s.pins.get(name).cloned()) {
             return Ok(r);
         }
@@ -161,7 +161,7 @@ impl Resolver {
     }
 
     /// Names this run asked the system resolver for (bounded).
-    pub fn lookups(&self) -> Vec<String> {
+    pub(crate) fn lookups(&self) -> Vec<String> {
         self.state.lock().map(|s| s.lookups.clone()).unwrap_or_default()
     }
 }

@@ -21,7 +21,7 @@ struct Entry {
 
 /// The needles of one use (a response's scrub, a request's substitution,
 /// the runner's redaction).
-pub struct Needles {
+pub(crate) struct Needles {
     ac: Option<AhoCorasick>,
     entries: Vec<Entry>,
     longest: usize,
@@ -29,15 +29,15 @@ pub struct Needles {
 
 /// A needle that must not pass: which secret's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused(pub usize);
+pub(crate) struct Refused(pub usize);
 
 /// One needle: its bytes, the secret it belongs to, and what replaces it
 /// (`None`: it is refused, not replaced).
-pub type Needle = (Zeroizing<Vec<u8>>, usize, Option<Zeroizing<Vec<u8>>>);
+pub(crate) type Needle = (Zeroizing<Vec<u8>>, usize, Option<Zeroizing<Vec<u8>>>);
 
 impl Needles {
     /// From `(needle, secret, replacement)`; empty needles are skipped.
-    pub fn new(list: Vec<Needle>) -> Needles {
+    pub(crate) fn new(list: Vec<Needle>) -> Needles {
         let list: Vec<_> = list.into_iter().filter(|(n, _, _)| !n.is_empty()).collect();
         let longest = list.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
         let ac = (!list.is_empty()).then(|| {
@@ -54,7 +54,7 @@ impl Needles {
     /// an echo may carry: as is, base64 (standard and URL-safe, at each of
     /// the three alignments a value can have inside a longer text), hex
     /// (both cases) and percent-encoded.
-    pub fn values(list: &[(&[u8], Vec<u8>)]) -> Needles {
+    pub(crate) fn values(list: &[(&[u8], Vec<u8>)]) -> Needles {
         let mut out = vec![];
         for (i, (value, with)) in list.iter().enumerate() {
             for form in forms(value) {
@@ -65,13 +65,13 @@ impl Needles {
     }
 
     /// The first needle in `hay`: (start, end, secret).
-    pub fn find(&self, hay: &[u8]) -> Option<(usize, usize, usize)> {
+    pub(crate) fn find(&self, hay: &[u8]) -> Option<(usize, usize, usize)> {
         let m = self.ac.as_ref()?.find(hay)?;
         Some((m.start(), m.end(), self.entries[m.pattern().as_usize()].secret))
     }
 
     /// Replace every needle in a whole text; `counts[secret]` grows by each.
-    pub fn replace_all(&self, hay: &[u8], counts: &mut [u64]) -> Result<Option<Vec<u8>>, Refused> {
+    pub(crate) fn replace_all(&self, hay: &[u8], counts: &mut [u64]) -> Result<Option<Vec<u8>>, Refused> {
         let Some(ac) = &self.ac else { return Ok(None) };
         let mut out: Option<Vec<u8>> = None;
         let mut at = 0;
@@ -94,7 +94,7 @@ impl Needles {
 
     /// `replace_all` on text (the runner's strings): lossless for UTF-8
     /// input whose needles are ASCII or whole characters.
-    pub fn replace_str(&self, s: &str, counts: &mut [u64]) -> Option<String> {
+    pub(crate) fn replace_str(&self, s: &str, counts: &mut [u64]) -> Option<String> {
         match self.replace_all(s.as_bytes(), counts) {
             Ok(Some(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
             _ => None,
@@ -103,7 +103,7 @@ impl Needles {
 }
 
 /// A stream's scrub: bytes in, bytes safe to pass out.
-pub struct Scrubber<'a> {
+pub(crate) struct Scrubber<'a> {
     needles: &'a Needles,
     held: Vec<u8>,
     /// Needles found, per secret.
@@ -111,7 +111,7 @@ pub struct Scrubber<'a> {
 }
 
 impl<'a> Scrubber<'a> {
-    pub fn new(needles: &'a Needles, secrets: usize) -> Scrubber<'a> {
+    pub(crate) fn new(needles: &'a Needles, secrets: usize) -> Scrubber<'a> {
         Scrubber { needles, held: vec![], counts: vec![0; secrets] }
     }
 
@@ -119,7 +119,7 @@ impl<'a> Scrubber<'a> {
     /// the longest needle starting where it starts would be whole, so the
     /// pieces' cuts never change what is found; the undecided tail (under
     /// `longest` bytes) is held back for the next piece.
-    pub fn push(&mut self, data: &[u8]) -> Result<Vec<u8>, Refused> {
+    pub(crate) fn push(&mut self, data: &[u8]) -> Result<Vec<u8>, Refused> {
         let Some(ac) = &self.needles.ac else { return Ok(data.to_vec()) };
         let mut buf = std::mem::take(&mut self.held);
         buf.extend_from_slice(data);
@@ -151,12 +151,12 @@ impl<'a> Scrubber<'a> {
     }
 
     /// Whether bytes are held back (to be let go by [`Scrubber::finish`]).
-    pub fn holding(&self) -> bool {
+    pub(crate) fn holding(&self) -> bool {
         !self.held.is_empty()
     }
 
     /// The end of the stream: what was held back, its needles replaced.
-    pub fn finish(&mut self) -> Result<Vec<u8>, Refused> {
+    pub(crate) fn finish(&mut self) -> Result<Vec<u8>, Refused> {
         let held = std::mem::take(&mut self.held);
         match self.needles.replace_all(&held, &mut self.counts)? {
             Some(b) => Ok(b),

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub const BOUND: &str = "bound.gauntlet.test";
+pub(crate) const BOUND: &str = "bound.gauntlet.test";
 
 /// A request's bytes kept at most, and all requests' together.
 const KEEP: usize = 64 << 10;
@@ -22,7 +22,7 @@ const KEEP_ALL: usize = 512 << 10;
 /// Connections served at once (a sample cannot make it hold more).
 const MAX_CONNS: usize = 16;
 
-pub struct Bound {
+pub(crate) struct Bound {
     pub port: u16,
     /// The CA (PEM) that signed its certificate.
     pub ca_pem: String,
@@ -42,7 +42,7 @@ impl Drop for Bound {
 
 impl Bound {
     /// Listen on `ip` (a free port) with a fresh CA and certificate.
-    pub fn plant(ip: Ipv4Addr) -> std::io::Result<Bound> {
+    pub(crate) fn plant(ip: Ipv4Addr) -> std::io::Result<Bound> {
         let bad = |e: rcgen::Error| std::io::Error::other(format!("the bound host's certificate: {e}"));
         let mut p = rcgen::CertificateParams::new(vec![]).map_err(bad)?;
         p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -90,7 +90,7 @@ impl Bound {
     }
 
     /// Every request it received, whole (up to what it keeps).
-    pub fn requests(&self) -> Vec<Vec<u8>> {
+    pub(crate) fn requests(&self) -> Vec<Vec<u8>> {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 }

@@ -22,7 +22,7 @@ use crate::report::RunReport;
 const SURVIVOR_SETTLE: Duration = Duration::from_secs(3);
 
 /// The variable name of the fake API key in the launcher's environment.
-pub const SECRET_VAR: &str = "ANTHROPIC_API_KEY";
+pub(crate) const SECRET_VAR: &str = "ANTHROPIC_API_KEY";
 
 /// Random hex; a canary that is not random could be guessed, and one that is
 /// all zeros would match another run's (no silent fallback).
@@ -151,7 +151,7 @@ impl Timed for std::os::unix::net::UnixStream {
 }
 
 /// Everything planted for one run.
-pub struct Canaries {
+pub(crate) struct Canaries {
     /// The fake API key: the gauntlet puts it in the launcher's environment
     /// (`RunSpec::launcher_env`, as `SECRET_VAR`), never the program's.
     pub api_key: String,
@@ -198,13 +198,13 @@ pub struct Findings {
 impl Canaries {
     /// Plant the canaries in the real home of the user running sandbench.
     /// `also`: a secret of the caller's to look for too.
-    pub fn plant(also: Option<String>) -> std::io::Result<Canaries> {
+    pub(crate) fn plant(also: Option<String>) -> std::io::Result<Canaries> {
         Canaries::plant_in(also, dirs::home_dir())
     }
 
     /// Plant the canaries; `host_home` gets a secret file (a sandbox that
     /// shows the host's home gives it away).
-    pub fn plant_in(also: Option<String>, host_home: Option<PathBuf>) -> std::io::Result<Canaries> {
+    pub(crate) fn plant_in(also: Option<String>, host_home: Option<PathBuf>) -> std::io::Result<Canaries> {
         let home = tempfile::Builder::new().prefix("sandbench-canary-home-").tempdir()?;
         let file_secret = token("file")?;
         // Looks like a real key, so a program hunting for keys by shape finds it.
@@ -297,14 +297,14 @@ impl Canaries {
     }
 
     /// What was planted, for the report (no secret values).
-    pub fn planted(&self) -> Vec<String> {
+    pub(crate) fn planted(&self) -> Vec<String> {
         let mut v = vec![format!("a fake {SECRET_VAR} in the launcher's environment")];
         v.extend(self.secret_files.iter().map(|f| format!("secret file {}", f.display())));
         v
     }
 
     /// The variables a hostile sample reads to find its targets.
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         let mut v = vec![
             ("CANARY_PORT".to_string(), self.port4.to_string()),
             ("CANARY_UNIX".to_string(), self.unix_name.clone()),
@@ -323,12 +323,12 @@ impl Canaries {
     }
 
     /// Start measuring host responsiveness (call when the run starts).
-    pub fn start_probe(&mut self) {
+    pub(crate) fn start_probe(&mut self) {
         self.probe = Some(HostProbe::start());
     }
 
     /// Read every canary after the run. `report` is the run's report.
-    pub fn check(&mut self, report: &RunReport, escaped_if: &[String]) -> Findings {
+    pub(crate) fn check(&mut self, report: &RunReport, escaped_if: &[String]) -> Findings {
         let mut f = Findings::default();
         if let Some(p) = self.probe.take() {
             let (p50, max) = p.finish();
@@ -417,7 +417,7 @@ impl Canaries {
 
 /// Directories where host services leave unix sockets, or that a sandbox
 /// might show: the canary plants a listening socket in each it can write to.
-pub const SOCKET_DIRS: &[&str] = &["/etc", "/opt", "/usr", "/run", "/tmp", "/var/tmp", "/dev/shm"];
+pub(crate) const SOCKET_DIRS: &[&str] = &["/etc", "/opt", "/usr", "/run", "/tmp", "/var/tmp", "/dev/shm"];
 
 /// Did this connection come from the run carrying `marker`? The sockets sit
 /// in directories every concurrent sandbox (and every other gauntlet on the
@@ -514,14 +514,14 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
 /// Host responsiveness while something runs: the time to spawn `/bin/true`,
 /// every 50 ms, on a thread of its own (the gauntlet's canary, the report's
 /// latency benchmark).
-pub struct HostProbe {
+pub(crate) struct HostProbe {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<f64>>>,
     thread: JoinHandle<()>,
 }
 
 impl HostProbe {
-    pub fn start() -> HostProbe {
+    pub(crate) fn start() -> HostProbe {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(vec![]));
         let (s, v) = (stop.clone(), samples.clone());
@@ -540,7 +540,7 @@ impl HostProbe {
     }
 
     /// Stop; every spawn time measured (ms), in order.
-    pub fn samples(self) -> Vec<f64> {
+    pub(crate) fn samples(self) -> Vec<f64> {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
         self.samples.lock().map(|v| v.clone()).unwrap_or_default()

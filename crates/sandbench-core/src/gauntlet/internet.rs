@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use crate::egress::Hosts;
 
-pub const ALLOWED: &str = "allowed.gauntlet.test";
-pub const REBIND: &str = "rebind.gauntlet.test";
-pub const EVIL: &str = "evil.gauntlet.test";
+pub(crate) const ALLOWED: &str = "allowed.gauntlet.test";
+pub(crate) const REBIND: &str = "rebind.gauntlet.test";
+pub(crate) const EVIL: &str = "evil.gauntlet.test";
 
 /// Bytes kept per connection, and per host in all.
 const KEEP: usize = 16 << 10;
@@ -123,7 +123,7 @@ fn bind_pairs() -> std::io::Result<(Ipv4Addr, Ipv4Addr, [TcpListener; 4])> {
 const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 24\r\nConnection: close\r\n\r\nhello from allowed host\n";
 
 /// The planted internet of one cell.
-pub struct Internet {
+pub(crate) struct Internet {
     pub allowed: Ipv4Addr,
     pub canary: Ipv4Addr,
     pub http_port: u16,
@@ -138,7 +138,7 @@ pub struct Internet {
 }
 
 impl Internet {
-    pub fn plant() -> std::io::Result<Internet> {
+    pub(crate) fn plant() -> std::io::Result<Internet> {
         let (a, c, [ah, ch, at, ct]) = bind_pairs()?;
         let (http_port, tls_port) = (ah.local_addr()?.port(), at.local_addr()?.port());
         let stop = Arc::new(AtomicBool::new(false));
@@ -182,7 +182,7 @@ impl Internet {
 
     /// `{http_port}`, `{tls_port}` and `{bound_port}` of a sample's
     /// `network:` and `secret:` lines.
-    pub fn fill(&self, template: &str) -> String {
+    pub(crate) fn fill(&self, template: &str) -> String {
         template
             .replace("{http_port}", &self.http_port.to_string())
             .replace("{tls_port}", &self.tls_port.to_string())
@@ -191,7 +191,7 @@ impl Internet {
 
     /// The names the run's proxy resolves (the rebinding name answers the
     /// allowed address first, the canary's next).
-    pub fn hosts(&self) -> Hosts {
+    pub(crate) fn hosts(&self) -> Hosts {
         let mut h = Hosts::default();
         h.insert(ALLOWED, vec![IpAddr::V4(self.allowed)]);
         h.insert(REBIND, vec![IpAddr::V4(self.allowed), IpAddr::V4(self.canary)]);
@@ -201,7 +201,7 @@ impl Internet {
     }
 
     /// What the samples read to find their targets.
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         vec![
             ("GAUNTLET_HTTP".into(), format!("{ALLOWED}:{}", self.http_port)),
             ("GAUNTLET_TLS".into(), format!("{ALLOWED}:{}", self.tls_port)),
@@ -218,7 +218,7 @@ impl Internet {
 
     /// What got out. `lookups`: the names the run's proxy asked DNS for;
     /// `marker`: the run's marker (a sample puts it in the names it tries).
-    pub fn escapes(&self, lookups: &[String], marker: &str) -> Vec<String> {
+    pub(crate) fn escapes(&self, lookups: &[String], marker: &str) -> Vec<String> {
         // Let a connection in flight land.
         std::thread::sleep(Duration::from_millis(30));
         let mut out = vec![];
@@ -276,7 +276,7 @@ impl Internet {
     /// received, a name the proxy looked up, and a place in a request to the
     /// bound host other than its header values. Notes say what the bound
     /// host did get, for the verdict.
-    pub fn secret_escapes(&self, value: &str, lookups: &[String]) -> (Vec<String>, Vec<String>) {
+    pub(crate) fn secret_escapes(&self, value: &str, lookups: &[String]) -> (Vec<String>, Vec<String>) {
         let v = value.as_bytes();
         let holds = |b: &[u8]| b.windows(v.len()).any(|w| w == v);
         let mut out = vec![];

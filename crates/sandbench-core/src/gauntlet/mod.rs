@@ -20,8 +20,8 @@ use crate::samples::Sample;
 pub use crate::slowdown::{Slowdown, EMULATED_CAP, EMULATED_FROM, SCALE_FROM};
 use crate::spec::{Limits, RunSpec};
 use crate::tier::contract::Tier;
-pub use canary::Findings;
 use canary::Canaries;
+pub use canary::Findings;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "verdict", rename_all = "snake_case")]

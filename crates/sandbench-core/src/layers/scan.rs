@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// A crate's layers, bottom first: each a name and the module paths in it
 /// (a module belongs to the entry with the longest matching prefix).
-pub type Table = [(&'static str, &'static [&'static str])];
+pub(super) type Table = [(&'static str, &'static [&'static str])];
 
 /// The layer index of a module path (`["tier", "docker", "pool"]`), by the
 /// longest prefix in `table`.
@@ -348,7 +348,7 @@ fn module_of(rel: &Path) -> Vec<String> {
     parts
 }
 
-pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read src").flatten().map(|e| e.path()).collect();
     entries.sort();
     for p in entries {
@@ -364,7 +364,11 @@ pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// one line each; `table_at` says where the table is, for the fix. Paths
 /// no layer holds (another crate's modules re-exported at this crate's
 /// root) are not this table's to judge.
-pub fn violations(table: &Table, table_at: &str, files: &BTreeMap<Vec<String>, (String, String)>) -> Vec<String> {
+pub(super) fn violations(
+    table: &Table,
+    table_at: &str,
+    files: &BTreeMap<Vec<String>, (String, String)>,
+) -> Vec<String> {
     let mut out = vec![];
     for (module, (name, src)) in files {
         if module.is_empty() {
@@ -395,7 +399,7 @@ pub fn violations(table: &Table, table_at: &str, files: &BTreeMap<Vec<String>, (
 
 /// Every `.rs` file under `src` by module path, as [`violations`] takes them
 /// (file names `src/...`).
-pub fn crate_files(src: &Path) -> BTreeMap<Vec<String>, (String, String)> {
+pub(super) fn crate_files(src: &Path) -> BTreeMap<Vec<String>, (String, String)> {
     let mut paths = vec![];
     rust_files(src, &mut paths);
     paths

@@ -32,14 +32,14 @@ impl Drop for Pending {
 
 /// The teardowns spawned from one run (see the module's doc).
 #[derive(Default)]
-pub struct Scope {
+pub(crate) struct Scope {
     pending: AtomicUsize,
     done: Notify,
 }
 
 impl Scope {
     /// Wait until every teardown spawned in this scope so far has finished.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         loop {
             let notified = self.done.notified();
             if self.pending.load(Ordering::SeqCst) == 0 {
@@ -65,12 +65,12 @@ tokio::task_local! {
 }
 
 /// Run `f` with the teardowns it spawns counted in `scope`.
-pub async fn scoped<F: Future>(scope: std::sync::Arc<Scope>, f: F) -> F::Output {
+pub(crate) async fn scoped<F: Future>(scope: std::sync::Arc<Scope>, f: F) -> F::Output {
     SCOPE.scope(scope, f).await
 }
 
 /// Run `teardown` in the background, counted until it finishes.
-pub fn spawn<F: Future<Output = ()> + Send + 'static>(teardown: F) {
+pub(crate) fn spawn<F: Future<Output = ()> + Send + 'static>(teardown: F) {
     PENDING.fetch_add(1, Ordering::SeqCst);
     let guard = Pending;
     let scope = SCOPE.try_with(|s| s.clone()).ok().map(|s| {
@@ -85,7 +85,7 @@ pub fn spawn<F: Future<Output = ()> + Send + 'static>(teardown: F) {
 }
 
 /// Teardowns still running.
-pub fn pending() -> usize {
+pub(crate) fn pending() -> usize {
     PENDING.load(Ordering::SeqCst)
 }
 

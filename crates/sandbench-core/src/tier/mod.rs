@@ -25,10 +25,10 @@ pub(crate) mod registry;
 
 pub use crate::event::{RunContext, MAX_DETAIL};
 pub use contract::*;
-pub use registry::*;
 /// The peers installed here (`sandbench doctor` lists them).
 pub use peer::names as peer_names;
 /// The process tier's sandbox helper: the binary re-executes itself into
 /// it (`main` calls it first), so the helper is the very binary that was
 /// started, never one found on a path.
 pub use process::sandbox::helper_main as process_helper_main;
+pub use registry::*;

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use docker_common::{block_on, containers_of, eventually, tier_ready};
 use sandbench::config::Config;
+use sandbench::internals::docker::DockerTier;
 use sandbench::report::{Outcome, RunReport};
 use sandbench::spec::{Language, Limits, RunSpec};
-use sandbench::internals::docker::DockerTier;
 
 const SECRET: &str = "sk-ant-test-docker-lifecycle-42";
 

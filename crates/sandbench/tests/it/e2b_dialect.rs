@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::e2b_lifecycle::{assert_nothing_left, run_collect, tier, KEY};
 use crate::support::fake_e2b::{FakeE2b, Knobs};
 use sandbench::config::{Config, RemoteEnv};
+use sandbench::internals::e2b::Settings;
 use sandbench::report::Outcome;
 use sandbench::spec::{Language, RunSpec};
-use sandbench::internals::e2b::Settings;
 
 #[sandbench_testkit::test]
 async fn a_program_reading_stdin_gets_end_of_file_at_once() {

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use fake_e2b::{FakeE2b, Knobs, StartMode};
 use sandbench::event::{EventKind, Phase, RunEvent, Stream, ViolationKind};
+use sandbench::internals::e2b::E2bTier;
 use sandbench::report::{Outcome, RunReport};
 use sandbench::runner::{self, Update};
 use sandbench::spec::{Language, RunSpec};
-use sandbench::internals::e2b::E2bTier;
 use sandbench::tier::Tier;
 
 pub(crate) const KEY: &str = "e2b_0123456789abcdef";

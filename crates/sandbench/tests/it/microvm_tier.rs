@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use sandbench::config::Config;
 use sandbench::event::{EventKind, RunEvent, ViolationKind};
+use sandbench::internals::microvm::{self, MicrovmTier};
 use sandbench::report::{Outcome, RunReport};
 use sandbench::runner::{self, Update};
 use sandbench::spec::{Language, RunSpec};
-use sandbench::internals::microvm::{self, MicrovmTier};
 use sandbench::tier::Tier;
 
 /// Outer safety net: a containment regression fails instead of hanging.

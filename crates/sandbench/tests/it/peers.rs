@@ -337,9 +337,9 @@ fn concurrent_runs_and_other_users_cannot_reach_a_peer_runs_files() {
 /// a run folder made for real has the owners and modes promised.
 #[sandbench_testkit::test(needs = ["root"])]
 fn planted_links_where_run_folders_go_are_refused_not_followed() {
-    use sandbench::spec::{Language, RunSpec};
-    use sandbench::internals::peer::RunDir;
     use sandbench::internals::peer::RunAs;
+    use sandbench::internals::peer::RunDir;
+    use sandbench::spec::{Language, RunSpec};
     use std::os::unix::fs::{lchown, symlink, MetadataExt, PermissionsExt};
     let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
     let owner = |p: &Path| {

@@ -12,8 +12,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{bin, OuterNet};
-use sandbench::report::{Outcome, RunReport};
 use sandbench::internals::process::HOST_BINDS;
+use sandbench::report::{Outcome, RunReport};
 
 fn token() -> String {
     let mut b = [0u8; 8];

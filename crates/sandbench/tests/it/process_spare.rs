@@ -6,10 +6,10 @@ use crate::support::common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbench::internals::process::ProcessTier;
 use sandbench::report::Outcome;
 use sandbench::runner;
 use sandbench::spec::{Language, RunSpec};
-use sandbench::internals::process::ProcessTier;
 use sandbench::tier::Tier;
 
 /// Until the tier says a spare is ready (what a warm start takes).

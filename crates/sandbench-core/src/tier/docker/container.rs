@@ -20,15 +20,15 @@ use serde_json::json;
 use crate::event::ExitStatus;
 use crate::spec::{Limits, RunSpec};
 
-pub const WORKDIR: &str = "/work";
-pub const TMPDIR: &str = "/tmp";
+pub(crate) const WORKDIR: &str = "/work";
+pub(crate) const TMPDIR: &str = "/tmp";
 /// Docker's own /dev/shm would be extra scratch space outside `--disk`: it
 /// is replaced by a tmpfs like the other two, and watched like them.
-pub const SHMDIR: &str = "/dev/shm";
+pub(crate) const SHMDIR: &str = "/dev/shm";
 
 /// What sandbench's seccomp filter denies (installed by the loader in the
 /// program's process on runc and runsc alike; see guest/program_filter.py).
-pub const SECCOMP_DENIES: &str = "io_uring_*, unshare, setns, clone with any CLONE_NEW* flag, mount family, \
+pub(crate) const SECCOMP_DENIES: &str = "io_uring_*, unshare, setns, clone with any CLONE_NEW* flag, mount family, \
      keyctl/add_key/request_key, bpf, perf_event_open, userfaultfd, module and kexec loading, \
      name_to_handle_at/open_by_handle_at, swapon/swapoff, reboot, syslog, quotactl, lookup_dcookie, \
      fanotify_init, kcmp, chroot, pivot_root (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32); \
@@ -37,15 +37,15 @@ pub const SECCOMP_DENIES: &str = "io_uring_*, unshare, setns, clone with any CLO
 /// Label keys. `sandbench` holds the run id (or `warm` for a pool container
 /// not yet given a program); `sandbench.owner` identifies the sandbench
 /// process that owns it, so a later start can tell whether that one is dead.
-pub const LABEL_RUN: &str = "sandbench";
-pub const LABEL_PID: &str = "sandbench.pid";
-pub const LABEL_OWNER: &str = "sandbench.owner";
-pub const LABEL_TIER: &str = "sandbench.tier";
+pub(crate) const LABEL_RUN: &str = "sandbench";
+pub(crate) const LABEL_PID: &str = "sandbench.pid";
+pub(crate) const LABEL_OWNER: &str = "sandbench.owner";
+pub(crate) const LABEL_TIER: &str = "sandbench.tier";
 
 /// The resident loader, after the program's filter, the scratch guard's
 /// filter and the egress relay it uses (which define names only). All must
 /// stay importable by any Python 3.8+.
-pub const LOADER: &str = concat!(
+pub(crate) const LOADER: &str = concat!(
     include_str!("../../../../../guest/program_filter.py"),
     include_str!("../../../../../guest/scratch_guard.py"),
     include_str!("../../../../../guest/egress_relay.py"),
@@ -55,7 +55,7 @@ pub const LOADER: &str = concat!(
 /// Everything a container is created with. Two runs can share a warm
 /// container only when their shapes are equal.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Shape {
+pub(crate) struct Shape {
     pub image: String,
     /// None = the daemon's default (runc); Some("runsc") for gVisor.
     pub runtime: Option<String>,
@@ -75,7 +75,7 @@ pub struct Shape {
 }
 
 impl Shape {
-    pub fn new(image: &str, runtime: Option<&str>, user: &str, l: &Limits) -> Shape {
+    pub(crate) fn new(image: &str, runtime: Option<&str>, user: &str, l: &Limits) -> Shape {
         Shape {
             image: image.into(),
             runtime: runtime.map(String::from),
@@ -103,11 +103,11 @@ impl Shape {
 
     /// The same limits for a host tmpfs (gVisor's host-side scratch mounts;
     /// nosuid, nodev and noexec are mount flags there).
-    pub fn host_tmpfs_options(&self) -> String {
+    pub(crate) fn host_tmpfs_options(&self) -> String {
         format!("size={},nr_inodes={},mode=1777", self.disk_bytes, (self.disk_bytes / 4096).max(1024))
     }
 
-    pub fn gvisor(&self) -> bool {
+    pub(crate) fn gvisor(&self) -> bool {
         self.runtime.as_deref() == Some("runsc")
     }
 
@@ -147,7 +147,7 @@ impl Shape {
     }
 
     /// The hardening, as facts for the report.
-    pub fn hardening(&self) -> serde_json::Value {
+    pub(crate) fn hardening(&self) -> serde_json::Value {
         json!({
             "network": if self.egress {
                 "network_mode none; out only through the host's egress proxy, which the loader's relay reaches over the attached stdio"
@@ -181,7 +181,7 @@ impl Shape {
 
     /// The create request. `labels` carry run id and owner; `binds`, when
     /// given, are host scratch mounts that replace the engine's tmpfs.
-    pub fn body(&self, labels: HashMap<String, String>, binds: Option<Vec<String>>) -> ContainerCreateBody {
+    pub(crate) fn body(&self, labels: HashMap<String, String>, binds: Option<Vec<String>>) -> ContainerCreateBody {
         let base = RunSpec::new(crate::spec::Language::Python, "");
         let env = base.sandbox_env(WORKDIR, TMPDIR).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let tmpfs_opts = self.tmpfs_options();
@@ -245,7 +245,7 @@ impl Shape {
 
 impl Shape {
     /// The same container as `docker run` flags (the benchmark's baseline).
-    pub fn cli_flags(&self) -> Vec<String> {
+    pub(crate) fn cli_flags(&self) -> Vec<String> {
         let tmpfs = self.tmpfs_options();
         let mut f: Vec<String> = vec![
             "--network=none".into(),
@@ -277,22 +277,22 @@ impl Shape {
 }
 
 /// Capabilities the container keeps, for the loader alone.
-pub const LOADER_CAPS: [&str; 2] = ["SETUID", "SETGID"];
+pub(crate) const LOADER_CAPS: [&str; 2] = ["SETUID", "SETGID"];
 
 /// The dedicated range per-run program uids (and gids) come from: far above
 /// any distribution's system and login ranges and the usual subordinate-id
 /// ranges, so no host account shares a uid — and with it per-uid kernel
 /// quotas (inotify instances, RLIMIT_NPROC, ...) — with a program.
-pub const UID_BASE: u32 = 0x7000_0000;
-pub const UID_COUNT: u32 = 1 << 24;
+pub(crate) const UID_BASE: u32 = 0x7000_0000;
+pub(crate) const UID_COUNT: u32 = 1 << 24;
 
 /// `[docker] user`: "auto" (a fresh uid from the dedicated range per run)
 /// or a fixed numeric "uid:gid".
-pub const AUTO_USER: &str = "auto";
+pub(crate) const AUTO_USER: &str = "auto";
 
 /// uids of the host's processes inside the dedicated range now (the owner of
 /// each /proc entry; under runc that includes other runs' programs).
-pub fn host_uids_in_range() -> std::collections::HashSet<u32> {
+pub(crate) fn host_uids_in_range() -> std::collections::HashSet<u32> {
     use std::os::unix::fs::MetadataExt;
     let mut used = std::collections::HashSet::new();
     let Ok(dir) = std::fs::read_dir("/proc") else { return used };
@@ -312,7 +312,7 @@ pub fn host_uids_in_range() -> std::collections::HashSet<u32> {
 /// The program's uid and gid for one run. Per run: random from the
 /// dedicated range, never one a host process has now; randomness from the
 /// kernel or the run does not happen.
-pub fn choose_ids(user: &str, local: bool) -> anyhow::Result<(u32, u32)> {
+pub(crate) fn choose_ids(user: &str, local: bool) -> anyhow::Result<(u32, u32)> {
     if user.trim() != AUTO_USER {
         return program_ids(user);
     }
@@ -332,7 +332,7 @@ pub fn choose_ids(user: &str, local: bool) -> anyhow::Result<(u32, u32)> {
 }
 
 /// What `details` and `doctor` say about the program's uid.
-pub fn describe_user(user: &str) -> String {
+pub(crate) fn describe_user(user: &str) -> String {
     if user.trim() == AUTO_USER {
         format!(
             "a fresh uid per run from {UID_BASE}..{} (not any host process's)",
@@ -344,7 +344,7 @@ pub fn describe_user(user: &str) -> String {
 }
 
 /// uid and gid of the program from `user` ("uid:gid" or "uid"); never root.
-pub fn program_ids(user: &str) -> anyhow::Result<(u32, u32)> {
+pub(crate) fn program_ids(user: &str) -> anyhow::Result<(u32, u32)> {
     let (u, g) = user.split_once(':').unwrap_or((user, user));
     let parse = |x: &str| x.trim().parse::<u32>().ok().filter(|&n| n != 0 && n != u32::MAX);
     match (parse(u), parse(g)) {
@@ -360,7 +360,7 @@ const MAX_FRAME: usize = 1 << 20;
 
 /// One frame of the loader's stream.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Frame {
+pub(crate) enum Frame {
     /// The program's process exists and runs as this uid; `guard` is the
     /// loader's descriptor of the scratch guard's listener, when asked for.
     Started {
@@ -390,7 +390,7 @@ pub enum Frame {
 /// but it is still parsed defensively: a malformed frame breaks the stream
 /// for good, and the run is an error.
 #[derive(Debug, Default)]
-pub struct Frames {
+pub(crate) struct Frames {
     buf: Vec<u8>,
     start: usize,
     /// Why the stream stopped making sense.
@@ -398,7 +398,7 @@ pub struct Frames {
 }
 
 impl Frames {
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Frame> {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<Frame> {
         let mut out = vec![];
         if self.broken.is_some() {
             return out;
@@ -445,7 +445,7 @@ impl Frames {
     }
 
     /// Bytes received that do not (yet) form a whole frame.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.buf.len() - self.start
     }
 }
@@ -513,12 +513,12 @@ fn parse_status(line: &[u8]) -> serde_json::Value {
 
 /// Where the loader writes a run's CA bundle (the image's system bundle and
 /// the run CA), as the program's uid: the root file system is read-only.
-pub const CA_BUNDLE: &str = crate::egress::TMP_CA_BUNDLE;
+pub(crate) const CA_BUNDLE: &str = crate::egress::TMP_CA_BUNDLE;
 
 /// A run's egress, as the loader gets it: the relay's port, the variables
 /// the program gets for it (proxy, secrets' placeholders, trust), and the
 /// run CA's certificate when a secret goes over TLS.
-pub struct Net {
+pub(crate) struct Net {
     pub port: u16,
     pub env: Vec<(String, String)>,
     pub ca: Option<String>,
@@ -532,7 +532,7 @@ pub struct Net {
 /// process (only when sandbench will serve it). With `net` stdin carries
 /// frames after the payload instead ([`host_frame`]): relay messages, then
 /// the acknowledgement.
-pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, net: Option<&Net>) -> Vec<u8> {
+pub(crate) fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, net: Option<&Net>) -> Vec<u8> {
     // NUL separates fields; no environment string can hold one.
     let clean = |x: &str| x.replace('\0', "");
     let mut fields: Vec<String> = vec![
@@ -568,7 +568,7 @@ pub fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, net: Option<&Net
 
 /// Host → loader frames after the payload of a run with egress: `n` a relay
 /// message, `k` the acknowledgement.
-pub fn host_frame(kind: u8, data: &[u8]) -> Vec<u8> {
+pub(crate) fn host_frame(kind: u8, data: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(5 + data.len());
     v.push(kind);
     v.extend_from_slice(&(data.len() as u32).to_be_bytes());
@@ -577,7 +577,7 @@ pub fn host_frame(kind: u8, data: &[u8]) -> Vec<u8> {
 }
 
 /// A run id unique in this process and, with the pid, across processes.
-pub fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
     let nanos =
@@ -587,7 +587,7 @@ pub fn new_run_id() -> String {
 
 /// Exit code of the container (only when the loader reported no exit: the
 /// container was killed) → (code, signal), 128+N meaning signal N.
-pub fn split_exit(code: i64) -> (Option<i32>, Option<i32>) {
+pub(crate) fn split_exit(code: i64) -> (Option<i32>, Option<i32>) {
     if (129..=128 + 64).contains(&code) {
         (None, Some((code - 128) as i32))
     } else {

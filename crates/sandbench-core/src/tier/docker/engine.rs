@@ -12,9 +12,9 @@ use bollard::Docker;
 const REQUEST_TIMEOUT_SECS: u64 = 120;
 /// How long connecting and the first request may take before the daemon
 /// counts as unreachable.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+pub(crate) const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 
 /// A connected, version-negotiated engine and what it said about itself.
 #[derive(Clone)]
@@ -52,7 +52,7 @@ impl Endpoint {
 }
 
 /// One line that says how to get a daemon to answer.
-pub fn start_daemon_hint(host: &str) -> String {
+pub(crate) fn start_daemon_hint(host: &str) -> String {
     if host.starts_with("unix://") {
         "start the daemon (systemctl start docker, or as root: dockerd --bridge=none --iptables=false &), or point DOCKER_HOST at a running one".into()
     } else {
@@ -85,7 +85,7 @@ fn client_for(host: &str, tls_verify: bool) -> anyhow::Result<Docker> {
 
 /// Why a request to the daemon failed, in one line without bollard's
 /// internals: "connection refused", "no such file or directory", ...
-pub fn cause(e: &bollard::errors::Error) -> String {
+pub(crate) fn cause(e: &bollard::errors::Error) -> String {
     use bollard::errors::Error as E;
     match e {
         E::DockerResponseServerError { status_code, message } => format!("{message} (HTTP {status_code})"),
@@ -107,7 +107,7 @@ pub fn cause(e: &bollard::errors::Error) -> String {
 }
 
 /// True for "404 no such image/container".
-pub fn is_not_found(e: &bollard::errors::Error) -> bool {
+pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
     matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
 }
 

@@ -19,22 +19,22 @@ use crate::config::{Config, DockerConfig};
 const PULL_SILENCE: Duration = Duration::from_secs(20);
 
 /// Name of the image built from Debian packages (python3 and nodejs).
-pub fn local_image_name(cfg: &DockerConfig) -> String {
+pub(crate) fn local_image_name(cfg: &DockerConfig) -> String {
     format!("sandbench/runtime:{}", cfg.debian_suite)
 }
 
 /// The name earlier versions built their image under, with python3 only:
 /// a config that still names it is moved to [`local_image_name`].
-pub fn legacy_image_name(cfg: &DockerConfig) -> String {
+pub(crate) fn legacy_image_name(cfg: &DockerConfig) -> String {
     format!("sandbench/python:{}", cfg.debian_suite)
 }
 
 /// Debian packages the local image is built with, besides the essential set.
-pub const PACKAGES: &str = "python3,nodejs";
+pub(crate) const PACKAGES: &str = "python3,nodejs";
 
 /// What `ensure` did.
 #[derive(Debug, PartialEq)]
-pub enum Ensured {
+pub(crate) enum Ensured {
     Present(String),
     Pulled(String),
     /// A local image already built earlier; the config now names it.
@@ -42,10 +42,9 @@ pub enum Ensured {
     Built(String),
 }
 
-impl Ensured {
-}
+impl Ensured {}
 
-pub async fn ensure(
+pub(crate) async fn ensure(
     engine: &Engine,
     cfg: &DockerConfig,
     image: &str,
@@ -224,7 +223,7 @@ async fn import(engine: &Engine, tar: &Path, name: &str, progress: &dyn Progress
 
 /// Set `[docker] image` in the config file, keeping everything else of the
 /// file (comments included) as it is.
-pub fn record_image(path: &Path, image: &str) -> anyhow::Result<()> {
+pub(crate) fn record_image(path: &Path, image: &str) -> anyhow::Result<()> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),

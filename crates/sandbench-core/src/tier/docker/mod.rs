@@ -59,7 +59,7 @@ const OOM_FLAG_WAIT: Duration = Duration::from_secs(10);
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// The image a run uses: `$SANDBENCH_DOCKER_IMAGE`, else `[docker] image`.
-pub fn configured_image(config: &Config) -> String {
+pub(crate) fn configured_image(config: &Config) -> String {
     config.host.docker_image.clone().unwrap_or_else(|| config.docker.image.clone())
 }
 
@@ -183,7 +183,7 @@ impl DockerTier {
 /// `sandbench setup docker|gvisor`: the image present (used, pulled or
 /// built, and then recorded in the config), and for gVisor the runtime
 /// registered with the daemon. Idempotent: quick when nothing is missing.
-pub async fn setup(
+pub(crate) async fn setup(
     config: &Config,
     runtime: Option<&str>,
     progress: &dyn crate::setup::Progress,
@@ -220,17 +220,17 @@ pub async fn setup(
     Ok(())
 }
 
-pub fn runsc_fix() -> String {
+pub(crate) fn runsc_fix() -> String {
     "apt-get install runsc; add {\"runtimes\":{\"runsc\":{\"path\":\"/usr/bin/runsc\",\"runtimeArgs\":[\"--network=none\"]}}} to /etc/docker/daemon.json; then restart dockerd (or kill -HUP it)".into()
 }
 
 /// Drain the warm pools (at exit).
-pub async fn shutdown() {
+pub(crate) async fn shutdown() {
     pool::drain_all().await;
 }
 
 /// Containers carrying `token`; None when the engine cannot be asked.
-pub async fn owned_containers(token: &str, env: &crate::config::HostEnv) -> Option<Vec<String>> {
+pub(crate) async fn owned_containers(token: &str, env: &crate::config::HostEnv) -> Option<Vec<String>> {
     let work = async {
         let engine = Engine::connect(&engine::Endpoint::of(env)).await?;
         reap::owned(&engine, token).await
@@ -243,7 +243,7 @@ pub async fn owned_containers(token: &str, env: &crate::config::HostEnv) -> Opti
 
 /// Remove containers of dead sandbench processes and stray runsc processes.
 /// Quiet and quick when there is no daemon.
-pub async fn reap_leftovers(env: &crate::config::HostEnv) {
+pub(crate) async fn reap_leftovers(env: &crate::config::HostEnv) {
     let work = async {
         let engine = Engine::connect(&engine::Endpoint::of(env)).await?;
         reap::reap(&engine).await

@@ -24,7 +24,7 @@ struct State {
     last_error: Option<String>,
 }
 
-pub struct Pool {
+pub(crate) struct Pool {
     engine: Engine,
     size: usize,
     tier: &'static str,
@@ -43,13 +43,13 @@ fn registry() -> &'static Mutex<Vec<Arc<Pool>>> {
 
 /// Drain every pool of this process (called once at exit). Pools stay
 /// registered until drained, so a tier dropped early leaves nothing behind.
-pub async fn drain_all() {
+pub(crate) async fn drain_all() {
     let pools: Vec<Arc<Pool>> = std::mem::take(&mut *registry().lock().unwrap_or_else(|e| e.into_inner()));
     futures_util::future::join_all(pools.iter().map(|p| p.drain())).await;
 }
 
 /// Drain one pool in the background and forget it (its tier was dropped).
-pub fn release(pool: Arc<Pool>) {
+pub(crate) fn release(pool: Arc<Pool>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
     rt.spawn(async move {
         pool.drain().await;
@@ -58,7 +58,7 @@ pub fn release(pool: Arc<Pool>) {
 }
 
 impl Pool {
-    pub fn new(engine: Engine, size: usize, tier: &'static str) -> Arc<Pool> {
+    pub(crate) fn new(engine: Engine, size: usize, tier: &'static str) -> Arc<Pool> {
         let p = Arc::new(Pool {
             engine,
             size,
@@ -84,7 +84,7 @@ impl Pool {
 
     /// Keep containers of `shape` ready from now on. Containers of another
     /// shape are removed.
-    pub fn want(self: &Arc<Self>, shape: &Shape) {
+    pub(crate) fn want(self: &Arc<Self>, shape: &Shape) {
         let stale: Vec<String> = {
             let mut st = self.lock();
             if st.closed || self.size == 0 {
@@ -115,7 +115,7 @@ impl Pool {
     /// A ready container of `shape`, if there is one. Does not refill: the
     /// caller calls `want` once its run is over, so that creating the next
     /// container never competes with the run for the daemon and the CPU.
-    pub fn take(self: &Arc<Self>, shape: &Shape) -> Option<String> {
+    pub(crate) fn take(self: &Arc<Self>, shape: &Shape) -> Option<String> {
         let got = {
             let mut st = self.lock();
             st.failures = 0;
@@ -173,7 +173,7 @@ impl Pool {
     }
 
     /// Wait until the pool is full again (or cannot fill, or is closed).
-    pub async fn settle(&self) {
+    pub(crate) async fn settle(&self) {
         loop {
             let notified = self.changed.notified();
             {
@@ -187,22 +187,22 @@ impl Pool {
         }
     }
 
-    pub fn ready(&self) -> usize {
+    pub(crate) fn ready(&self) -> usize {
         self.lock().ready.len()
     }
 
     /// The containers waiting now.
-    pub fn ready_ids(&self) -> Vec<String> {
+    pub(crate) fn ready_ids(&self) -> Vec<String> {
         self.lock().ready.iter().cloned().collect()
     }
 
-    pub fn last_error(&self) -> Option<String> {
+    pub(crate) fn last_error(&self) -> Option<String> {
         self.lock().last_error.clone()
     }
 
     /// Stop refilling and remove every container the pool holds, including
     /// ones still being created.
-    pub async fn drain(&self) {
+    pub(crate) async fn drain(&self) {
         let _one = self.draining.lock().await;
         self.lock().closed = true;
         loop {

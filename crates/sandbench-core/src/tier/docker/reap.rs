@@ -18,13 +18,13 @@ use super::engine::Engine;
 const OWNER_SUFFIX: &str = ":owner-lock:v2";
 
 /// The owner token in an owner label; None for labels of earlier versions.
-pub fn token_of(label: &str) -> Option<&str> {
+pub(crate) fn token_of(label: &str) -> Option<&str> {
     label.strip_suffix(OWNER_SUFFIX)
 }
 
 /// The owner label carries this process's owner token: with a shared (remote)
 /// engine, other hosts' sandbench processes see it names another host.
-pub fn labels(run_id: &str, tier: &str) -> anyhow::Result<HashMap<String, String>> {
+pub(crate) fn labels(run_id: &str, tier: &str) -> anyhow::Result<HashMap<String, String>> {
     Ok(HashMap::from([
         (LABEL_RUN.to_string(), run_id.to_string()),
         (LABEL_PID.to_string(), std::process::id().to_string()),
@@ -34,7 +34,7 @@ pub fn labels(run_id: &str, tier: &str) -> anyhow::Result<HashMap<String, String
 }
 
 /// Containers (any state) whose owner label names `token`.
-pub async fn owned(engine: &Engine, token: &str) -> anyhow::Result<Vec<String>> {
+pub(crate) async fn owned(engine: &Engine, token: &str) -> anyhow::Result<Vec<String>> {
     let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_OWNER}={token}{OWNER_SUFFIX}")])]);
     let list = engine
         .docker
@@ -47,7 +47,7 @@ pub async fn owned(engine: &Engine, token: &str) -> anyhow::Result<Vec<String>> 
 /// Remove containers whose owner is provably dead (see `owner`): a container
 /// of another host, another boot, or with a malformed owner label is never
 /// touched. Kill stray runsc processes when the engine is local. Returns how many containers and processes went.
-pub async fn reap(engine: &Engine) -> anyhow::Result<(usize, usize)> {
+pub(crate) async fn reap(engine: &Engine) -> anyhow::Result<(usize, usize)> {
     let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
     let list = engine
         .docker

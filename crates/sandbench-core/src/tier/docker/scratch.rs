@@ -20,9 +20,9 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use super::container::Shape;
 
 /// The three mounts, by their name inside the container.
-pub const MOUNTS: [(&str, &str); 3] = [("work", "/work"), ("tmp", "/tmp"), ("shm", "/dev/shm")];
+pub(crate) const MOUNTS: [(&str, &str); 3] = [("work", "/work"), ("tmp", "/tmp"), ("shm", "/dev/shm")];
 
-pub fn base() -> PathBuf {
+pub(crate) fn base() -> PathBuf {
     PathBuf::from("/run/sandbench/scratch")
 }
 
@@ -33,13 +33,13 @@ fn registry() -> &'static Mutex<HashMap<String, PathBuf>> {
 }
 
 /// Can this process make host scratch mounts (root, Linux)?
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
 /// Make the folder and its three tmpfs mounts for a container not yet
 /// created. Nothing is left behind on failure.
-pub fn create(run_id: &str, shape: &Shape) -> anyhow::Result<PathBuf> {
+pub(crate) fn create(run_id: &str, shape: &Shape) -> anyhow::Result<PathBuf> {
     let token = crate::owner::token()?;
     let base = base();
     std::fs::create_dir_all(&base)?;
@@ -69,22 +69,22 @@ pub fn create(run_id: &str, shape: &Shape) -> anyhow::Result<PathBuf> {
 }
 
 /// The bind mounts for a container's create request.
-pub fn binds(dir: &Path) -> Vec<String> {
+pub(crate) fn binds(dir: &Path) -> Vec<String> {
     MOUNTS.iter().map(|(name, inside)| format!("{}:{inside}:rw", dir.join(name).display())).collect()
 }
 
 /// Remember which folder a created container uses.
-pub fn register(id: &str, dir: PathBuf) {
+pub(crate) fn register(id: &str, dir: PathBuf) {
     registry().lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), dir);
 }
 
 /// The folder of a container (None: it has none).
-pub fn of(id: &str) -> Option<PathBuf> {
+pub(crate) fn of(id: &str) -> Option<PathBuf> {
     registry().lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
 }
 
 /// The container is gone: its mounts go too.
-pub fn release(id: &str) {
+pub(crate) fn release(id: &str) {
     let dir = registry().lock().unwrap_or_else(|e| e.into_inner()).remove(id);
     if let Some(d) = dir {
         destroy(&d);
@@ -93,7 +93,7 @@ pub fn release(id: &str) {
 
 /// Unmount (lazily: a container still holding a bind keeps its own
 /// reference) and remove a scratch folder.
-pub fn destroy(dir: &Path) {
+pub(crate) fn destroy(dir: &Path) {
     for (name, _) in MOUNTS {
         let m = dir.join(name);
         if let Err(e) = umount2(&m, MntFlags::MNT_DETACH) {
@@ -111,7 +111,7 @@ pub fn destroy(dir: &Path) {
 }
 
 /// Remove the scratch folders of dead sandbench processes; the number removed.
-pub fn reap() -> usize {
+pub(crate) fn reap() -> usize {
     let Ok(rd) = std::fs::read_dir(base()) else { return 0 };
     let mut sweep = crate::owner::Sweep::new();
     let mut n = 0;

@@ -39,7 +39,7 @@ use crate::tier::contract::{BoxFuture, TierExit, TierSession};
 
 /// PID 1 of a session container: the agent, then the loader its children
 /// run (after the filters and the relay the loader's code refers to).
-pub const AGENT: &str = concat!(
+pub(crate) const AGENT: &str = concat!(
     include_str!("../../../../../guest/program_filter.py"),
     include_str!("../../../../../guest/scratch_guard.py"),
     include_str!("../../../../../guest/egress_relay.py"),

@@ -234,7 +234,12 @@ impl Api {
     }
 }
 
-pub fn classify(status: u16, message: String, retry_after: Option<Duration>, template: Option<&str>) -> ApiError {
+pub(crate) fn classify(
+    status: u16,
+    message: String,
+    retry_after: Option<Duration>,
+    template: Option<&str>,
+) -> ApiError {
     match status {
         401 | 403 => ApiError::Unauthorized { status, message },
         404 => ApiError::NotFound {
@@ -256,7 +261,7 @@ pub fn classify(status: u16, message: String, retry_after: Option<Duration>, tem
 }
 
 /// The `message` of an E2B error body, else the body's first line, bounded.
-pub async fn error_message(resp: reqwest::Response) -> String {
+pub(crate) async fn error_message(resp: reqwest::Response) -> String {
     let text = resp.text().await.unwrap_or_default();
     let msg = serde_json::from_str::<serde_json::Value>(&text)
         .ok()

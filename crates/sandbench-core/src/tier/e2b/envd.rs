@@ -32,8 +32,8 @@ use serde_json::json;
 use super::api::error_message;
 use crate::http::{message_line, one_line};
 
-pub const ENVD_PORT: u16 = 49983;
-pub const USER: &str = "user";
+pub(crate) const ENVD_PORT: u16 = 49983;
+pub(crate) const USER: &str = "user";
 const KEEPALIVE_S: u64 = 50;
 /// A stream silent for longer than this (keepalives included) is dead.
 const STREAM_IDLE: Duration = Duration::from_secs(KEEPALIVE_S * 2);
@@ -245,7 +245,7 @@ impl ProcStream {
 
 /// What the bytes received so far hold next.
 #[derive(Debug, PartialEq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Not a whole envelope yet.
     Need,
     Event(ProcEvent),
@@ -256,7 +256,7 @@ pub enum Step {
 /// Take the next envelope of a server stream from `buf` (consumed as it is
 /// read): the one decoder of envd's untrusted stream, also fuzzed
 /// (`fuzz/fuzz_targets/envd_stream.rs`).
-pub fn step(buf: &mut Vec<u8>) -> Result<Step, EnvdError> {
+pub(crate) fn step(buf: &mut Vec<u8>) -> Result<Step, EnvdError> {
     let Some((flags, payload)) = take_envelope(buf)? else { return Ok(Step::Need) };
     if flags & 0x01 != 0 {
         return Err(EnvdError::Malformed("a compressed message though none was asked for".into()));
@@ -268,7 +268,7 @@ pub fn step(buf: &mut Vec<u8>) -> Result<Step, EnvdError> {
 }
 
 /// Connect envelope: flags, big-endian length, payload.
-pub fn envelope(flags: u8, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn envelope(flags: u8, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(payload.len() + 5);
     v.push(flags);
     v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
@@ -312,7 +312,7 @@ fn end_of_stream(payload: &[u8]) -> Result<(), EnvdError> {
 }
 
 /// `StartResponse { event: ProcessEvent }` in protobuf's JSON mapping.
-pub fn decode_event(payload: &[u8]) -> Result<ProcEvent, EnvdError> {
+pub(crate) fn decode_event(payload: &[u8]) -> Result<ProcEvent, EnvdError> {
     let v: serde_json::Value =
         serde_json::from_slice(payload).map_err(|e| EnvdError::Malformed(format!("event: {e}")))?;
     let ev = v.get("event").ok_or_else(|| EnvdError::Malformed("a message without an event".into()))?;
@@ -341,7 +341,7 @@ pub fn decode_event(payload: &[u8]) -> Result<ProcEvent, EnvdError> {
 }
 
 /// Go's `ProcessState.String()` for a signalled process is `signal: <name>`.
-pub fn signal_from_status(status: &str) -> Option<i32> {
+pub(crate) fn signal_from_status(status: &str) -> Option<i32> {
     let name = status.strip_prefix("signal: ")?.trim();
     let table: &[(&str, i32)] = &[
         ("hangup", 1),
@@ -379,7 +379,7 @@ fn rand_u64() -> u64 {
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-pub fn b64_encode(data: &[u8]) -> String {
+pub(crate) fn b64_encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
         let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
@@ -396,7 +396,7 @@ pub fn b64_encode(data: &[u8]) -> String {
 }
 
 /// Standard or URL-safe alphabet, padding optional (protobuf JSON accepts both).
-pub fn b64_decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn b64_decode(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     let mut acc: u32 = 0;
     let mut bits = 0;

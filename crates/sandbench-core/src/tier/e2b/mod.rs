@@ -43,7 +43,7 @@ use api::Api;
 use envd::{Envd, ProcEvent};
 
 /// Where the program lives inside the sandbox (the template's user home).
-pub const WORK_DIR: &str = "/home/user/sandbench";
+pub(crate) const WORK_DIR: &str = "/home/user/sandbench";
 const METRICS_EVERY: Duration = Duration::from_millis(500);
 /// How long after the wall time envd's own deadline kills the program (if
 /// sandbench's kill did not arrive); never later than the sandbox's timeout.
@@ -51,7 +51,7 @@ const ENVD_DEADLINE_GRACE: Duration = Duration::from_secs(5);
 
 /// The domains whose edge routes envd traffic by headers at
 /// `sandbox.<domain>` (the SDK's `SUPPORTED_SANDBOX_DOMAINS`, e2b 2.63).
-pub const HEADER_ROUTED_DOMAINS: &[&str] =
+pub(crate) const HEADER_ROUTED_DOMAINS: &[&str] =
     &["e2b.app", "e2b.dev", "e2b.pro", "e2b-staging.dev", "e2b-tango.dev", "e2b-juliett.dev", "foxtrot-2.e2b.dev"];
 /// Where the SDK's debug mode finds the API (a local E2B).
 const DEBUG_API_URL: &str = "http://localhost:3000";
@@ -153,7 +153,7 @@ pub fn live_sandboxes() -> Vec<String> {
 /// Kill every sandbox this process still has (sandbench exiting). Bounded:
 /// a few seconds at most, whatever the network does. Returns what the user
 /// should know (sandboxes that could not be killed).
-pub async fn kill_live() -> Vec<String> {
+pub(crate) async fn kill_live() -> Vec<String> {
     let entries: Vec<(String, LiveEntry)> = match live().lock() {
         Ok(mut m) => m.drain().collect(),
         Err(_) => return vec![],
@@ -189,7 +189,7 @@ pub async fn kill_live() -> Vec<String> {
 /// orphans (a sandbench killed with SIGKILL cannot clean up) from anyone
 /// else's: the owner token (see `owner`). Without one the sandbox is never
 /// judged an orphan and E2B's own timeout ends it.
-pub fn ownership_metadata() -> serde_json::Value {
+pub(crate) fn ownership_metadata() -> serde_json::Value {
     json!({
         "created_by": "sandbench",
         "sandbench_owner": crate::owner::token().unwrap_or(""),
@@ -309,12 +309,12 @@ impl Tier for E2bTier {
 }
 
 /// E2B's "all traffic" selector (the SDK's `ALL_TRAFFIC`).
-pub const ALL_TRAFFIC: &str = "0.0.0.0/0";
+pub(crate) const ALL_TRAFFIC: &str = "0.0.0.0/0";
 
 /// E2B's sandboxes reach the internet through E2B's own network, which
 /// sandbench's egress proxy never sees: a secret could only be handed to
 /// the program, so a run with one is refused.
-pub fn refuse_secrets(secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
+pub(crate) fn refuse_secrets(secrets: &crate::egress::secrets::Secrets) -> Result<(), String> {
     if secrets.is_empty() {
         return Ok(());
     }
@@ -325,14 +325,14 @@ pub fn refuse_secrets(secrets: &crate::egress::secrets::Secrets) -> Result<(), S
 }
 
 /// The allow list as E2B's `allowOut`: names and `*.` wildcards only.
-pub fn allow_out(n: &crate::egress::Network) -> Vec<String> {
+pub(crate) fn allow_out(n: &crate::egress::Network) -> Vec<String> {
     n.entries().iter().map(|e| e.to_string()).collect()
 }
 
 /// E2B filters names on port 80 (Host header) and 443 (SNI) only, and an
 /// address for every port: only bare names (sandbench's 80 and 443) map
 /// onto its rules without widening them.
-pub fn check_allow_list(n: &crate::egress::Network) -> Result<(), String> {
+pub(crate) fn check_allow_list(n: &crate::egress::Network) -> Result<(), String> {
     use crate::egress::policy::Pattern;
     for e in n.entries() {
         let why = match (&e.host, e.port) {
@@ -347,7 +347,7 @@ pub fn check_allow_list(n: &crate::egress::Network) -> Result<(), String> {
 
 /// What the tier does with each limit: E2B gives a VM of the template's size
 /// and nothing finer, so what it cannot enforce is said, never dropped.
-pub fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
+pub(crate) fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
     let l = &spec.limits;
     json!({
         "wall_time": "enforced: sandbench kills the sandbox; E2B's own timeout is wall time + margin",
@@ -374,7 +374,7 @@ pub fn limit_enforcement(spec: &RunSpec) -> serde_json::Value {
 /// the exit are the program's. An `sh` program is not handed to bash as the
 /// script text (what `commands.run(code)` would do): it runs as a file under
 /// `/bin/sh`, the interpreter it gets on every other tier, after the limits.
-pub fn command(spec: &RunSpec) -> (String, Vec<String>) {
+pub(crate) fn command(spec: &RunSpec) -> (String, Vec<String>) {
     let l = &spec.limits;
     let file = format!("{WORK_DIR}/{}", spec.language.program_file(&spec.code));
     let interp = spec.language.interpreter().join(" ");

@@ -15,11 +15,11 @@ use super::artefacts::{Manifest, Paths};
 use super::vm::{kernel_args, qemu_version, Accel};
 use crate::config::{AccelSetting, MicrovmConfig};
 
-pub const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(8);
+pub(crate) const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(8);
 const MARKER: &[u8] = b"sandbench-probe-ok";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AccelChoice {
+pub(crate) struct AccelChoice {
     pub accel: Accel,
     /// Why: "KVM guest booted in 0.4 s" / "KVM guest did not reach user space ...".
     pub detail: String,
@@ -37,13 +37,13 @@ fn key(cfg: &MicrovmConfig, p: &Paths) -> String {
     )
 }
 
-pub fn cached(cfg: &MicrovmConfig, p: &Paths) -> Option<AccelChoice> {
+pub(crate) fn cached(cfg: &MicrovmConfig, p: &Paths) -> Option<AccelChoice> {
     let c: AccelChoice = serde_json::from_slice(&std::fs::read(&p.accel).ok()?).ok()?;
     (c.key == key(cfg, p)).then_some(c)
 }
 
 /// The cached choice, or probe now (a few seconds at most) and cache it.
-pub async fn choose(cfg: &MicrovmConfig, p: &Paths) -> AccelChoice {
+pub(crate) async fn choose(cfg: &MicrovmConfig, p: &Paths) -> AccelChoice {
     if let Some(c) = cached(cfg, p) {
         return c;
     }

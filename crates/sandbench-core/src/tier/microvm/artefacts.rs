@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::{self, MicrovmConfig};
 use crate::setup::{Progress, Step};
 
-pub const INIT: &str = include_str!("../../../../../guest/init");
+pub(crate) const INIT: &str = include_str!("../../../../../guest/init");
 /// The guest agent, after the program's filter, the scratch guard's filter
 /// and the egress relay it uses (which define names only).
-pub const AGENT: &str = concat!(
+pub(crate) const AGENT: &str = concat!(
     include_str!("../../../../../guest/program_filter.py"),
     include_str!("../../../../../guest/scratch_guard.py"),
     include_str!("../../../../../guest/egress_relay.py"),
@@ -30,11 +30,11 @@ const ROOTFS_RECIPE: u32 = 1;
 /// Bump when the way the agent is installed into the root disk changes.
 const IMAGE_FORMAT: u32 = 1;
 /// Where the agent lives on the root disk.
-pub const AGENT_IN_ROOT: &str = "usr/lib/sandbench";
+pub(crate) const AGENT_IN_ROOT: &str = "usr/lib/sandbench";
 /// Drivers the guest needs, in load order; built-in ones are skipped and
 /// each module's own dependencies are loaded first.
-pub const MODULES: &[&str] = &["virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "virtio_console", "ext4"];
-pub const BUSYBOX: &[&str] = &["/bin/busybox", "/usr/bin/busybox"];
+pub(crate) const MODULES: &[&str] = &["virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "virtio_console", "ext4"];
+pub(crate) const BUSYBOX: &[&str] = &["/bin/busybox", "/usr/bin/busybox"];
 
 #[derive(Debug, Clone)]
 pub struct Paths {
@@ -73,7 +73,7 @@ pub fn paths() -> Paths {
 /// The inputs each built artefact was made from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     pub kernel: Option<String>,
     pub kernel_version: Option<String>,
     pub initrd: Option<String>,
@@ -86,7 +86,7 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    pub fn load(p: &Paths) -> Manifest {
+    pub(crate) fn load(p: &Paths) -> Manifest {
         std::fs::read(&p.manifest).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
     }
 
@@ -95,17 +95,17 @@ impl Manifest {
     }
 
     /// One key over everything a booted guest depends on (for snapshots).
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         fnv(&format!("{:?}|{:?}|{:?}|{:?}", self.kernel, self.initrd, self.image, self.agent))
     }
 }
 
 /// 64-bit FNV-1a, hex: stable across Rust versions (unlike `DefaultHasher`).
-pub fn fnv(s: &str) -> String {
+pub(crate) fn fnv(s: &str) -> String {
     fnv_bytes(s.as_bytes())
 }
 
-pub fn fnv_bytes(b: &[u8]) -> String {
+pub(crate) fn fnv_bytes(b: &[u8]) -> String {
     let mut h: u64 = 0xcbf29ce484222325;
     for &x in b {
         h ^= x as u64;
@@ -129,14 +129,14 @@ fn stamp(path: &Path) -> String {
     }
 }
 
-pub struct KernelSource {
+pub(crate) struct KernelSource {
     pub path: PathBuf,
     pub version: String,
     pub modules: PathBuf,
 }
 
 /// The kernel release a bzImage announces in its setup header.
-pub fn bzimage_version(path: &Path) -> Option<String> {
+pub(crate) fn bzimage_version(path: &Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path).ok()?;
     let mut hdr = [0u8; 0x210];
@@ -154,7 +154,7 @@ pub fn bzimage_version(path: &Path) -> Option<String> {
 }
 
 /// The configured kernel, else the newest `/boot/vmlinuz-*`.
-pub fn kernel_source(cfg: &MicrovmConfig) -> anyhow::Result<KernelSource> {
+pub(crate) fn kernel_source(cfg: &MicrovmConfig) -> anyhow::Result<KernelSource> {
     let path = match &cfg.kernel {
         Some(p) => p.clone(),
         None => {
@@ -184,13 +184,13 @@ pub fn kernel_source(cfg: &MicrovmConfig) -> anyhow::Result<KernelSource> {
 
 /// One module to put in the initramfs.
 #[derive(Debug, Clone)]
-pub struct ModuleFile {
+pub(crate) struct ModuleFile {
     pub name: String,
     pub path: PathBuf,
 }
 
 /// Modules to load, dependencies first; built-in drivers are left out.
-pub fn module_plan(modules_dir: &Path, wanted: &[&str]) -> anyhow::Result<(Vec<ModuleFile>, Vec<String>)> {
+pub(crate) fn module_plan(modules_dir: &Path, wanted: &[&str]) -> anyhow::Result<(Vec<ModuleFile>, Vec<String>)> {
     let dep = std::fs::read_to_string(modules_dir.join("modules.dep")).with_context(|| {
         format!("cannot read {}/modules.dep (are the kernel's modules installed?)", modules_dir.display())
     })?;
@@ -238,7 +238,7 @@ pub fn module_plan(modules_dir: &Path, wanted: &[&str]) -> anyhow::Result<(Vec<M
 
 /// The state of one artefact, for `doctor` and `setup`.
 #[derive(Debug, Clone)]
-pub struct ArtefactState {
+pub(crate) struct ArtefactState {
     pub name: &'static str,
     pub path: PathBuf,
     pub fresh: bool,
@@ -268,7 +268,7 @@ fn busybox() -> anyhow::Result<PathBuf> {
 
 /// Debian packages the guest's root tree has besides the essential set:
 /// the agent's python3 and the programs' interpreters.
-pub const GUEST_PACKAGES: &str = "python3,nodejs";
+pub(crate) const GUEST_PACKAGES: &str = "python3,nodejs";
 
 fn wanted(cfg: &MicrovmConfig) -> anyhow::Result<Wanted> {
     let source = kernel_source(cfg)?;
@@ -295,7 +295,7 @@ fn wanted(cfg: &MicrovmConfig) -> anyhow::Result<Wanted> {
 }
 
 /// Each artefact: present and built from the current inputs, or why not.
-pub fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
+pub(crate) fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
     let p = paths();
     let m = Manifest::load(&p);
     let w = wanted(cfg);
@@ -350,7 +350,7 @@ pub fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
 }
 
 /// `sandbench setup microvm`: build what is missing or stale, with progress.
-pub async fn setup(cfg: &MicrovmConfig, force: bool, progress: &dyn Progress) -> anyhow::Result<()> {
+pub(crate) async fn setup(cfg: &MicrovmConfig, force: bool, progress: &dyn Progress) -> anyhow::Result<()> {
     let p = paths();
     std::fs::create_dir_all(&p.dir).with_context(|| format!("cannot create {}", p.dir.display()))?;
     let w = wanted(cfg)?;
@@ -662,7 +662,7 @@ async fn build_image(p: &Paths) -> anyhow::Result<()> {
 /// The Debian mirror to debootstrap from: the configured one, else the one
 /// the host's apt already uses (a local mirror or proxy keeps working), else
 /// deb.debian.org.
-pub fn mirror(cfg: &MicrovmConfig) -> String {
+pub(crate) fn mirror(cfg: &MicrovmConfig) -> String {
     if let Some(m) = &cfg.mirror {
         return m.clone();
     }
@@ -688,7 +688,7 @@ pub fn mirror(cfg: &MicrovmConfig) -> String {
 
 /// The first Debian archive (not security, not a third-party repo) in one
 /// apt sources file, in one-line or deb822 format.
-pub fn host_mirror(text: &str, deb822: bool) -> Option<String> {
+pub(crate) fn host_mirror(text: &str, deb822: bool) -> Option<String> {
     let debian = |u: &str| {
         let u = u.trim_end_matches('/');
         (u.starts_with("http://") || u.starts_with("https://")) && u.ends_with("/debian")
@@ -738,7 +738,7 @@ fn dir_size(p: &Path) -> u64 {
     total
 }
 
-pub use crate::host::which;
+pub(crate) use crate::host::which;
 
 #[cfg(test)]
 mod tests {

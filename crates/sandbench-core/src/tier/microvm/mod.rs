@@ -63,7 +63,7 @@ pub fn reap_leftovers() {
 /// `sandbench setup microvm`: the guest's kernel, root disk and agent
 /// (`force` rebuilds them), the accelerator probed, and a snapshot saved for
 /// the default limits when `[microvm] snapshot` is on. Idempotent.
-pub async fn setup(config: &Config, force: bool, progress: &dyn crate::setup::Progress) -> anyhow::Result<()> {
+pub(crate) async fn setup(config: &Config, force: bool, progress: &dyn crate::setup::Progress) -> anyhow::Result<()> {
     let cfg = &config.microvm;
     artefacts::setup(cfg, force, progress).await?;
     let p = artefacts::paths();

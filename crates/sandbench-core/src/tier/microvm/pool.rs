@@ -17,7 +17,7 @@ use crate::config::MicrovmConfig;
 /// Give up refilling after this many boots in a row failed.
 const MAX_FAILURES: u32 = 3;
 
-pub struct Pool {
+pub(crate) struct Pool {
     cfg: MicrovmConfig,
     paths: Paths,
     pub shape: Shape,
@@ -66,7 +66,7 @@ impl Pool {
     /// Create (or return) the process-wide pool for this shape, replacing one
     /// of another shape. Only long-lived sessions do this (`prewarm`): a
     /// one-shot `sandbench run` would only pay for boots it never uses.
-    pub fn activate(cfg: &MicrovmConfig, paths: &Paths, shape: Shape) -> Option<Arc<Pool>> {
+    pub(crate) fn activate(cfg: &MicrovmConfig, paths: &Paths, shape: Shape) -> Option<Arc<Pool>> {
         if cfg.pool_size == 0 {
             return None;
         }
@@ -89,12 +89,12 @@ impl Pool {
     }
 
     /// The current process-wide pool, if any.
-    pub fn current() -> Option<Arc<Pool>> {
+    pub(crate) fn current() -> Option<Arc<Pool>> {
         registry().lock().ok()?.clone()
     }
 
     /// A ready guest that fits `need`, if there is one. Starts a refill.
-    pub fn take(self: &Arc<Self>, need: Shape) -> Option<(Guest, &'static str)> {
+    pub(crate) fn take(self: &Arc<Self>, need: Shape) -> Option<(Guest, &'static str)> {
         let fits = need.accel == self.shape.accel && need.cpus == self.shape.cpus && need.mem_mib <= self.shape.mem_mib;
         if !fits {
             return None;
@@ -116,7 +116,7 @@ impl Pool {
     }
 
     /// Guests waiting and the resident memory (PSS) of their QEMU processes.
-    pub fn held(&self) -> (usize, u64) {
+    pub(crate) fn held(&self) -> (usize, u64) {
         let pids: Vec<i32> = self
             .state
             .lock()
@@ -126,7 +126,7 @@ impl Pool {
     }
 
     /// Boot guests in the background until the pool is full.
-    pub fn refill(self: &Arc<Self>) {
+    pub(crate) fn refill(self: &Arc<Self>) {
         {
             let Ok(mut st) = self.state.lock() else { return };
             if st.booting || st.ready.len() >= self.size || st.failures >= MAX_FAILURES {
@@ -177,7 +177,7 @@ impl Pool {
     }
 
     /// Fill the pool and wait until it is full (or refilling gave up).
-    pub async fn fill(self: &Arc<Self>) -> anyhow::Result<usize> {
+    pub(crate) async fn fill(self: &Arc<Self>) -> anyhow::Result<usize> {
         {
             if let Ok(mut st) = self.state.lock() {
                 st.failures = 0;
@@ -201,7 +201,7 @@ impl Pool {
 
     /// Kill every pooled guest, and the one booting, and close the pool
     /// until the next `fill` (a drain is for shutdown and tests).
-    pub async fn drain(&self) {
+    pub(crate) async fn drain(&self) {
         let guests: Vec<_> = match self.state.lock() {
             Ok(mut st) => {
                 st.failures = MAX_FAILURES; // no refill until fill() reopens
@@ -222,7 +222,7 @@ impl Pool {
 
 /// Boot one guest to the point where its agent waits for a program: from
 /// the snapshot when that is faster, else cold. Returns how it was booted.
-pub async fn boot_ready(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow::Result<(Guest, &'static str)> {
+pub(crate) async fn boot_ready(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow::Result<(Guest, &'static str)> {
     let never = CancellationToken::new();
     let snap = if cfg.snapshot { snapshot::load(cfg, p, shape).filter(|(_, m)| m.faster_than_boot()) } else { None };
     if let Some((state, _)) = snap {

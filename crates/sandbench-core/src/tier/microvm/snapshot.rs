@@ -17,7 +17,7 @@ use super::artefacts::{Manifest, Paths};
 use super::vm::{self, qemu_version, Boot, Guest, Shape, WaitEnd};
 use crate::config::MicrovmConfig;
 
-pub const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotMeta {
@@ -35,7 +35,7 @@ impl SnapshotMeta {
     }
 }
 
-pub fn files(p: &Paths, shape: Shape) -> (PathBuf, PathBuf) {
+pub(crate) fn files(p: &Paths, shape: Shape) -> (PathBuf, PathBuf) {
     let base = format!("{}m-{}c-{}", shape.mem_mib, shape.cpus, shape.accel.name());
     (p.snapshots.join(format!("{base}.state")), p.snapshots.join(format!("{base}.json")))
 }
@@ -45,14 +45,14 @@ fn key(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> String {
 }
 
 /// The snapshot for this shape, if one exists for the current artefacts.
-pub fn load(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> Option<(PathBuf, SnapshotMeta)> {
+pub(crate) fn load(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> Option<(PathBuf, SnapshotMeta)> {
     let (state, meta) = files(p, shape);
     let m: SnapshotMeta = serde_json::from_slice(&std::fs::read(&meta).ok()?).ok()?;
     (m.key == key(cfg, p, shape) && state.is_file()).then_some((state, m))
 }
 
 /// Boot, save, then time one restore. Replaces an older snapshot of the shape.
-pub async fn create(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow::Result<SnapshotMeta> {
+pub(crate) async fn create(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow::Result<SnapshotMeta> {
     std::fs::create_dir_all(&p.snapshots).with_context(|| format!("cannot create {}", p.snapshots.display()))?;
     let (state, meta) = files(p, shape);
     let tmp = state.with_extension("part");

@@ -48,7 +48,7 @@ pub struct Shape {
     pub accel: Accel,
 }
 
-pub enum Boot<'a> {
+pub(crate) enum Boot<'a> {
     /// A fresh boot; the scratch tmpfs size (bytes) when not the default.
     Cold(Option<u64>),
     /// Restore the state saved in this file (`-incoming`).
@@ -57,7 +57,7 @@ pub enum Boot<'a> {
 
 /// Kernel command line. `tsc_early_khz` avoids a TSC calibration hang under
 /// TCG; `panic=-1` + `-no-reboot` end QEMU when the guest dies.
-pub fn kernel_args(probe: bool, disk: Option<u64>) -> String {
+pub(crate) fn kernel_args(probe: bool, disk: Option<u64>) -> String {
     let mut s = String::from("console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=2000000 pci=off rdinit=/init");
     if probe {
         s.push_str(" sandbench.probe");
@@ -68,7 +68,7 @@ pub fn kernel_args(probe: bool, disk: Option<u64>) -> String {
     s
 }
 
-pub fn qemu_version(qemu: &str) -> Option<String> {
+pub(crate) fn qemu_version(qemu: &str) -> Option<String> {
     static V: OnceLock<Mutex<std::collections::HashMap<String, Option<String>>>> = OnceLock::new();
     let m = V.get_or_init(Default::default);
     if let Some(v) = m.lock().ok()?.get(qemu) {
@@ -90,12 +90,12 @@ fn shell_quote(p: &Path) -> String {
 }
 
 /// Where QEMU finds its end of the egress channel.
-pub const NET_FD: i32 = 3;
+pub(crate) const NET_FD: i32 = 3;
 
 /// The QEMU arguments: the fewest devices that work. No network device, no
 /// PCI bus, no firmware ROMs; the root disk read-only; one virtio-serial port
 /// for control; the serial console on stderr.
-pub fn args(paths: &Paths, shape: Shape, boot: &Boot, name: &str, qmp: Option<&Path>) -> Vec<String> {
+pub(crate) fn args(paths: &Paths, shape: Shape, boot: &Boot, name: &str, qmp: Option<&Path>) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "-M".into(),
         format!("microvm,accel={},x-option-roms=off,rtc=off,pcie=off", shape.accel.name()),
@@ -152,14 +152,14 @@ pub fn args(paths: &Paths, shape: Shape, boot: &Boot, name: &str, qmp: Option<&P
 /// One VM's unique name and, when it needs temporary files (the QMP socket
 /// of a snapshot save), a directory for them, removed when dropped. A run's
 /// guest needs none: nothing of it touches the disk.
-pub struct RunDir {
+pub(crate) struct RunDir {
     pub path: PathBuf,
     pub name: String,
     created: bool,
 }
 
 impl RunDir {
-    pub fn create(runs: &Path, with_files: bool) -> anyhow::Result<RunDir> {
+    pub(crate) fn create(runs: &Path, with_files: bool) -> anyhow::Result<RunDir> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         // The owner token lets a reaper in any pid namespace judge the VM.
         let name = format!("{}-{}", crate::owner::token()?, SEQ.fetch_add(1, Ordering::Relaxed));
@@ -181,7 +181,7 @@ impl Drop for RunDir {
 
 /// The last bytes of the serial console.
 #[derive(Default)]
-pub struct Tail(Vec<u8>);
+pub(crate) struct Tail(Vec<u8>);
 
 impl Tail {
     fn push(&mut self, b: &[u8]) {
@@ -191,7 +191,7 @@ impl Tail {
     }
 }
 
-pub struct Guest {
+pub(crate) struct Guest {
     child: Child,
     stdin: ChildStdin,
     items: mpsc::Receiver<Item>,
@@ -211,7 +211,7 @@ pub struct Guest {
 
 /// QEMU dies when the sandbench thread that started it dies, and a Ctrl-C
 /// at the terminal reaches sandbench (which cancels and cleans up), not QEMU.
-pub fn die_with_sandbench(cmd: &mut Command) {
+pub(crate) fn die_with_sandbench(cmd: &mut Command) {
     // SAFETY: the hook makes only async-signal-safe calls (prctl, setpgid)
     // between fork and exec, and touches no memory of the parent.
     unsafe {
@@ -232,7 +232,7 @@ pub fn die_with_sandbench(cmd: &mut Command) {
 pub const QEMU_NICE: i32 = 10;
 
 /// QEMU runs at [`QEMU_NICE`].
-pub fn behind_host_work(cmd: &mut Command) {
+pub(crate) fn behind_host_work(cmd: &mut Command) {
     // SAFETY: the hook makes one async-signal-safe system call
     // (setpriority) between fork and exec and touches no parent memory.
     unsafe {
@@ -244,7 +244,7 @@ pub fn behind_host_work(cmd: &mut Command) {
 }
 
 impl Guest {
-    pub fn spawn(qemu: &str, paths: &Paths, shape: Shape, boot: Boot, with_qmp: bool) -> anyhow::Result<Guest> {
+    pub(crate) fn spawn(qemu: &str, paths: &Paths, shape: Shape, boot: Boot, with_qmp: bool) -> anyhow::Result<Guest> {
         let dir = RunDir::create(&paths.runs, with_qmp)?;
         let name = format!("{NAME_PREFIX}{}", dir.name);
         let qmp = with_qmp.then(|| dir.path.join("qmp.sock"));
@@ -338,17 +338,17 @@ impl Guest {
         })
     }
 
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.id()
     }
 
     /// QEMU's `-name`, also the name of the run dir under `runs/` (without the prefix).
-    pub fn vm_name(&self) -> String {
+    pub(crate) fn vm_name(&self) -> String {
         format!("{NAME_PREFIX}{}", self._dir.name)
     }
 
     /// The console's last lines, made printable, for error messages.
-    pub fn console_tail(&self, lines: usize) -> String {
+    pub(crate) fn console_tail(&self, lines: usize) -> String {
         let t = self.console.lock().map(|t| t.0.clone()).unwrap_or_default();
         let text = String::from_utf8_lossy(&t);
         let v: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
@@ -358,22 +358,22 @@ impl Guest {
 
     /// Whether the guest's channel reader still runs (it is a task of the
     /// runtime that spawned the guest, and ends with it).
-    pub fn channel_open(&self) -> bool {
+    pub(crate) fn channel_open(&self) -> bool {
         !self.items.is_closed()
     }
 
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    pub async fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+    pub(crate) async fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
         self.stdin.write_all(bytes).await.context("cannot write to the guest's control channel")?;
         self.stdin.flush().await.context("cannot write to the guest's control channel")?;
         Ok(())
     }
 
     /// The next item from the guest; `None` once QEMU's stdout is closed.
-    pub async fn next(&mut self) -> Option<Item> {
+    pub(crate) async fn next(&mut self) -> Option<Item> {
         self.items.recv().await
     }
 
@@ -383,7 +383,7 @@ impl Guest {
     }
 
     /// Wait for the agent's READY (cold boot) or PONG (after `ping`).
-    pub async fn wait_for(
+    pub(crate) async fn wait_for(
         &mut self,
         want_pong: bool,
         timeout: Duration,
@@ -417,25 +417,25 @@ impl Guest {
     }
 
     /// Kill QEMU and wait until it is gone; the run dir goes with `self`.
-    pub async fn kill(mut self) {
+    pub(crate) async fn kill(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
     }
 
     /// Start killing without waiting (the wait happens in `kill`).
-    pub fn start_kill(&mut self) {
+    pub(crate) fn start_kill(&mut self) {
         let _ = self.child.start_kill();
     }
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum WaitEnd {
+pub(crate) enum WaitEnd {
     Ready,
     Stopped,
 }
 
 /// QEMU processes whose `-name` carries `token`.
-pub fn owned_qemu(token: &str) -> Vec<i32> {
+pub(crate) fn owned_qemu(token: &str) -> Vec<i32> {
     let want = format!("{NAME_PREFIX}{token}-");
     let mut out = vec![];
     let Ok(rd) = std::fs::read_dir("/proc") else { return out };
@@ -452,7 +452,7 @@ pub fn owned_qemu(token: &str) -> Vec<i32> {
 
 /// Kill QEMU processes and remove run dirs whose sandbench is provably dead
 /// (see `owner`): never another host's or boot's, never a held owner lock.
-pub fn reap(paths: &Paths) -> usize {
+pub(crate) fn reap(paths: &Paths) -> usize {
     let mut sweep = crate::owner::Sweep::new();
     let mut n = 0;
     if let Ok(rd) = std::fs::read_dir("/proc") {
@@ -483,7 +483,7 @@ pub fn reap(paths: &Paths) -> usize {
 }
 
 /// Ask a guest to say it is alive (used after a snapshot restore).
-pub async fn ping(g: &mut Guest) -> anyhow::Result<()> {
+pub(crate) async fn ping(g: &mut Guest) -> anyhow::Result<()> {
     g.send(&proto::encode(proto::K_PING, b"p")).await
 }
 

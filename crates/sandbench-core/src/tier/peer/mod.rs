@@ -65,7 +65,7 @@ impl std::fmt::Display for NotStarted {
 impl std::error::Error for NotStarted {}
 
 /// A profile and the file it came from, for the life of the process.
-pub struct Entry {
+pub(crate) struct Entry {
     pub profile: Profile,
     pub source: String,
 }
@@ -80,7 +80,7 @@ fn registry() -> &'static Result<Vec<Entry>, String> {
 }
 
 /// `<config dir>/peers`: beside config.toml (`SANDBENCH_CONFIG` moves both).
-pub fn user_dir() -> Option<PathBuf> {
+pub(crate) fn user_dir() -> Option<PathBuf> {
     Config::path().and_then(|p| p.parent().map(|d| d.join("peers")))
 }
 
@@ -93,7 +93,7 @@ pub fn names() -> Result<Vec<&'static str>, String> {
 }
 
 /// Every peer with its profile (for doctor and setup).
-pub fn entries() -> Result<&'static [Entry], String> {
+pub(crate) fn entries() -> Result<&'static [Entry], String> {
     registry().as_ref().map(|v| v.as_slice()).map_err(Clone::clone)
 }
 
@@ -101,7 +101,7 @@ pub fn entries() -> Result<&'static [Entry], String> {
 /// profile's `install` line); installed tools are left alone. No account is
 /// made: as root, each peer run gets a uid of its own from the process
 /// tier's range. `Err` names the tools still missing.
-pub async fn setup(progress: &dyn crate::setup::Progress) -> anyhow::Result<()> {
+pub(crate) async fn setup(progress: &dyn crate::setup::Progress) -> anyhow::Result<()> {
     let entries = entries().map_err(|e| anyhow!(e))?;
     let root = nix::unistd::geteuid().is_root();
     let mut apt_updated = false;
@@ -156,7 +156,7 @@ pub async fn setup(progress: &dyn crate::setup::Progress) -> anyhow::Result<()> 
 }
 
 /// The named peer, if there is one.
-pub fn by_name(name: &str, config: &Config) -> Result<Option<Arc<dyn Tier>>, String> {
+pub(crate) fn by_name(name: &str, config: &Config) -> Result<Option<Arc<dyn Tier>>, String> {
     let all = registry().as_ref().map_err(Clone::clone)?;
     Ok(all.iter().find(|e| e.profile.name == name).map(|e| Arc::new(PeerTier::new(e, config)) as Arc<dyn Tier>))
 }
@@ -188,7 +188,7 @@ pub struct RunAs {
 
 /// The run's identity, and (as root) the lease that keeps its uid the
 /// run's alone until it is dropped. `range`: the process tier's uid range.
-pub fn run_as(range: (u32, u32)) -> Result<(RunAs, Option<UidLease>), String> {
+pub(crate) fn run_as(range: (u32, u32)) -> Result<(RunAs, Option<UidLease>), String> {
     use nix::unistd::{getgid, getuid, User};
     if !nix::unistd::geteuid().is_root() {
         let uid = getuid().as_raw();
@@ -214,11 +214,11 @@ fn run_as_policy(range: (u32, u32)) -> String {
 }
 
 /// The tool and the binaries it needs that are not on PATH.
-pub fn missing(p: &Profile) -> Vec<String> {
+pub(crate) fn missing(p: &Profile) -> Vec<String> {
     std::iter::once(&p.tool).chain(&p.needs).filter(|t| which(t).is_none()).cloned().collect()
 }
 
-pub struct PeerTier {
+pub(crate) struct PeerTier {
     profile: &'static Profile,
     source: &'static str,
     version: OnceLock<String>,
@@ -241,12 +241,12 @@ impl PeerTier {
         }
     }
 
-    pub fn tool_path(&self) -> Option<PathBuf> {
+    pub(crate) fn tool_path(&self) -> Option<PathBuf> {
         which(&self.profile.tool)
     }
 
     /// The tool's version line (cached), or why it could not be read.
-    pub async fn version(&self) -> String {
+    pub(crate) async fn version(&self) -> String {
         if let Some(v) = self.version.get() {
             return v.clone();
         }
@@ -258,7 +258,7 @@ impl PeerTier {
 
 /// Run the profile's version command and keep its first line with a digit,
 /// made inert (printable ASCII, 80 characters).
-pub async fn tool_version(p: &Profile) -> String {
+pub(crate) async fn tool_version(p: &Profile) -> String {
     let Some(tool) = which(&p.tool) else { return "not installed".into() };
     let mut cx = Context::example();
     cx.tool = tool.display().to_string();
@@ -728,7 +728,7 @@ impl Seen {
 }
 
 /// Remove run folders of sandbench processes that are gone (their lock is free).
-pub fn reap_leftovers(env: &crate::config::HostEnv) {
+pub(crate) fn reap_leftovers(env: &crate::config::HostEnv) {
     let n = rundir::reap(&rundir::base(env));
     if n > 0 {
         tracing::info!("reaped {n} leftover peer run folder(s)");

@@ -18,7 +18,7 @@ use crate::spec::Limits;
 /// One peer: how to invoke its tool around a program.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Profile {
+pub(crate) struct Profile {
     /// The tier name (`--tier NAME`): lowercase letters, digits, `-`.
     pub name: String,
     /// One line for listings.
@@ -68,14 +68,14 @@ pub struct Profile {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Inside {
+pub(crate) struct Inside {
     pub program_dir: Option<String>,
     pub scratch: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Overhead {
+pub(crate) struct Overhead {
     pub pids: u64,
     pub memory_mib: u64,
 }
@@ -92,7 +92,7 @@ impl Default for Overhead {
 /// "not enforced". Wall time and output are always enforced by sandbench.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LimitFlags {
+pub(crate) struct LimitFlags {
     pub cpu_time: Option<Vec<String>>,
     pub memory: Option<Vec<String>>,
     pub pids: Option<Vec<String>>,
@@ -105,7 +105,7 @@ pub struct LimitFlags {
 
 impl LimitFlags {
     /// (limit name, flags) for every limit the profile mentions, in a fixed order.
-    pub fn all(&self) -> [(&'static str, Option<&Vec<String>>); 8] {
+    pub(crate) fn all(&self) -> [(&'static str, Option<&Vec<String>>); 8] {
         [
             ("cpu_time", self.cpu_time.as_ref()),
             ("memory", self.memory.as_ref()),
@@ -121,7 +121,7 @@ impl LimitFlags {
 
 /// The values placeholders expand to for one run.
 #[derive(Debug, Clone)]
-pub struct Context {
+pub(crate) struct Context {
     pub tool: String,
     /// Host paths.
     pub run: PathBuf,
@@ -147,13 +147,13 @@ fn mib(b: u64) -> u64 {
 
 impl Context {
     /// The program's path inside the sandbox.
-    pub fn inside_program(&self) -> String {
+    pub(crate) fn inside_program(&self) -> String {
         format!("{}/{}", self.inside_program_dir.trim_end_matches('/'), self.program_file)
     }
 
     /// The launcher, the interpreter and the program: what `{command...}`
     /// stands for.
-    pub fn command(&self) -> Vec<String> {
+    pub(crate) fn command(&self) -> Vec<String> {
         let mut v = self.launcher.clone();
         v.extend(self.interpreter.iter().cloned());
         v.push(self.inside_program());
@@ -193,7 +193,7 @@ impl Context {
 
     /// Expand `{name}` placeholders; `extra` holds `{name}`/`{value}` of an
     /// env flag. Errors name the unknown placeholder.
-    pub fn expand(&self, template: &str, extra: &[(&str, &str)]) -> Result<String, String> {
+    pub(crate) fn expand(&self, template: &str, extra: &[(&str, &str)]) -> Result<String, String> {
         let mut out = String::with_capacity(template.len());
         let mut rest = template;
         while let Some(i) = rest.find('{') {
@@ -221,7 +221,7 @@ impl Context {
 }
 
 /// POSIX shell quoting for `{command_sh}` (paths sandbench chose, but quoted all the same).
-pub fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-=:+,".contains(&b)) {
         s.to_string()
     } else {
@@ -231,7 +231,7 @@ pub fn shell_quote(s: &str) -> String {
 
 /// The argv of one run: placeholders expanded, `{command...}`, `{env...}`
 /// and `{limits...}` spliced in.
-pub fn build_argv(p: &Profile, cx: &Context, program_env: &[(String, String)]) -> Result<Vec<String>, String> {
+pub(crate) fn build_argv(p: &Profile, cx: &Context, program_env: &[(String, String)]) -> Result<Vec<String>, String> {
     let mut out = vec![];
     for a in &p.argv {
         match a.as_str() {
@@ -261,7 +261,7 @@ pub fn build_argv(p: &Profile, cx: &Context, program_env: &[(String, String)]) -
 
 impl Profile {
     /// Parse one profile; the error is one line naming the file, line and key.
-    pub fn parse(text: &str, file: &str) -> Result<Profile, String> {
+    pub(crate) fn parse(text: &str, file: &str) -> Result<Profile, String> {
         let p: Profile = toml::from_str(text).map_err(|e| one_line_error(text, file, &e))?;
         p.validate().map_err(|e| format!("peer profile {file}: {e}"))?;
         Ok(p)
@@ -336,7 +336,7 @@ impl Profile {
     }
 
     /// Limits the tool enforces itself, and those it cannot.
-    pub fn enforced(&self) -> (Vec<&'static str>, Vec<&'static str>) {
+    pub(crate) fn enforced(&self) -> (Vec<&'static str>, Vec<&'static str>) {
         let mut yes = vec![];
         let mut no = vec![];
         for (k, f) in self.limits.all() {
@@ -352,7 +352,7 @@ impl Profile {
 
 impl Context {
     /// Values for checking templates at load time.
-    pub fn example() -> Context {
+    pub(crate) fn example() -> Context {
         Context {
             tool: "/usr/bin/tool".into(),
             run: "/run/x".into(),
@@ -388,7 +388,7 @@ fn one_line_error(text: &str, file: &str, e: &toml::de::Error) -> String {
 }
 
 /// The shipped profiles, compiled in.
-pub const SHIPPED: &[(&str, &str)] = &[
+pub(crate) const SHIPPED: &[(&str, &str)] = &[
     ("peers/bwrap.toml", include_str!("../../../../../peers/bwrap.toml")),
     ("peers/firejail.toml", include_str!("../../../../../peers/firejail.toml")),
     ("peers/nsjail.toml", include_str!("../../../../../peers/nsjail.toml")),
@@ -398,7 +398,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
 
 /// Shipped profiles, then the user's (`dir/*.toml`, sorted): a user profile
 /// with a shipped one's name replaces it. Errors name the file.
-pub fn load_all(user_dir: Option<&Path>) -> Result<Vec<(Profile, String)>, String> {
+pub(crate) fn load_all(user_dir: Option<&Path>) -> Result<Vec<(Profile, String)>, String> {
     let mut out: Vec<(Profile, String)> = vec![];
     for (file, text) in SHIPPED {
         out.push((Profile::parse(text, file)?, file.to_string()));

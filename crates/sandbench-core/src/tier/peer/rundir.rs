@@ -53,7 +53,7 @@ const GROUP: &str = "etc-group";
 const MAX_ETC: u64 = 4 << 20;
 
 /// Where run folders go.
-pub fn base(env: &crate::config::HostEnv) -> PathBuf {
+pub(crate) fn base(env: &crate::config::HostEnv) -> PathBuf {
     if nix::unistd::geteuid().is_root() {
         return PathBuf::from("/run/sbp");
     }
@@ -78,7 +78,7 @@ fn open_dir<Fd: AsFd>(parent: Fd, name: &Path) -> nix::Result<OwnedFd> {
 /// own folders, nobody lists them) or 0700. A link at its name, or a folder
 /// another user made there (the `/tmp/sbp-UID` fallback is in a
 /// world-writable folder), is refused: never followed, never chmodded.
-pub fn open_base(base: &Path) -> anyhow::Result<OwnedFd> {
+pub(crate) fn open_base(base: &Path) -> anyhow::Result<OwnedFd> {
     let (Some(parent), Some(name)) = (base.parent(), base.file_name()) else {
         bail!("{} cannot hold run folders", base.display());
     };
@@ -314,7 +314,7 @@ impl Drop for RunDir {
 /// sandbench, in whatever pid namespace, holds its owner lock. Only real
 /// folders sandbench's uid owns, in a folder of run folders it owns, are
 /// looked at.
-pub fn reap(base: &Path) -> usize {
+pub(crate) fn reap(base: &Path) -> usize {
     let (Some(parent), Some(name)) = (base.parent(), base.file_name()) else { return 0 };
     let Ok(pfd) = nix::fcntl::open(parent, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
     else {
@@ -353,7 +353,7 @@ pub fn reap(base: &Path) -> usize {
 /// root), start a new session, show the wrapper `etc` (passwd, group) in
 /// place of the host's in a mount namespace of its own, become the run's
 /// uid, die with sandbench.
-pub fn enter_outer_net(
+pub(crate) fn enter_outer_net(
     cmd: &mut tokio::process::Command,
     procs: Vec<PathBuf>,
     drop_to: Option<(u32, u32)>,

@@ -21,7 +21,7 @@ use crate::event::{EventKind, RunContext, Stream};
 const BEFORE_START: usize = 64 * 1024;
 
 /// The launcher's argv (before the interpreter) and the line it prints.
-pub fn launcher(sh: &str) -> std::io::Result<(Vec<String>, String)> {
+pub(super) fn launcher(sh: &str) -> std::io::Result<(Vec<String>, String)> {
     let marker = format!("sandbench-started-{}", crate::host::random_hex(16)?);
     let argv = vec![sh.to_string(), "-c".into(), r#"printf '%s\n' "$0" && exec "$@""#.into(), marker.clone()];
     Ok((argv, marker))
@@ -29,7 +29,7 @@ pub fn launcher(sh: &str) -> std::io::Result<(Vec<String>, String)> {
 
 /// Read the tool's stdout: drop the marker line (the bytes before it are the
 /// tool's own and are passed on), say `started`, pass the rest on.
-pub async fn pump_stdout<R: AsyncRead + Unpin>(
+pub(super) async fn pump_stdout<R: AsyncRead + Unpin>(
     src: Option<R>,
     marker: String,
     ctx: RunContext,
@@ -75,7 +75,7 @@ pub async fn pump_stdout<R: AsyncRead + Unpin>(
 /// Read the tool's stderr: held back until the program started, then passed
 /// on in order. Returns what was held if it never started (the tool's
 /// complaint).
-pub async fn pump_stderr<R: AsyncRead + Unpin>(
+pub(super) async fn pump_stderr<R: AsyncRead + Unpin>(
     src: Option<R>,
     ctx: RunContext,
     mut started: watch::Receiver<bool>,

@@ -12,14 +12,14 @@ use crate::spec::Limits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Version {
+pub(crate) enum Version {
     V1,
     V2,
 }
 
 /// Where this process can create per-run cgroups.
 #[derive(Debug, Clone)]
-pub enum Layout {
+pub(crate) enum Layout {
     /// One parent directory per controller (memory, pids, cpu, cpuacct).
     V1 {
         memory: PathBuf,
@@ -33,7 +33,7 @@ pub enum Layout {
 }
 
 impl Layout {
-    pub fn version(&self) -> Version {
+    pub(crate) fn version(&self) -> Version {
         match self {
             Layout::V1 { .. } => Version::V1,
             Layout::V2 { .. } => Version::V2,
@@ -101,7 +101,7 @@ fn join(mount: &Path, rel: &str) -> PathBuf {
 }
 
 /// Find where per-run cgroups can live, or say why not.
-pub fn detect() -> Result<Layout, String> {
+pub(crate) fn detect() -> Result<Layout, String> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("cannot read mountinfo: {e}"))?;
     let own = fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
     let (v1_mounts, v2_mount) = mounts(&mountinfo);
@@ -164,7 +164,7 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// The cgroup(s) of one run. Removed (after killing what is inside) on drop.
 #[derive(Debug)]
-pub struct RunCgroup {
+pub(crate) struct RunCgroup {
     layout: Layout,
     name: String,
     removed: bool,
@@ -177,11 +177,11 @@ pub struct RunCgroup {
 /// and the namespace's init stay outside; only the program's process is
 /// moved in, and everything it forks is born there). Peers' wrappers count
 /// theirs with [`RunCgroup::create_with`].
-pub const SUPERVISORS: u64 = 0;
+pub(crate) const SUPERVISORS: u64 = 0;
 
 /// Counters read from the cgroup.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub memory: Option<u64>,
     pub memory_peak: Option<u64>,
     pub pids: Option<u64>,
@@ -196,7 +196,7 @@ pub struct Stats {
 
 impl Stats {
     /// The counters the judge reads: all kernel-kept, none writable from inside.
-    pub fn counters(&self) -> crate::judge::Counters {
+    pub(crate) fn counters(&self) -> crate::judge::Counters {
         crate::judge::Counters {
             cpu_ms: self.cpu_ns.map(|n| n / 1_000_000),
             oom_kills: Some(self.oom_kills),
@@ -219,13 +219,13 @@ fn read_key(p: &Path, key: &str) -> Option<u64> {
 }
 
 impl RunCgroup {
-    pub fn create(layout: &Layout, limits: &Limits) -> io::Result<RunCgroup> {
+    pub(crate) fn create(layout: &Layout, limits: &Limits) -> io::Result<RunCgroup> {
         Self::create_with(layout, limits, SUPERVISORS)
     }
 
     /// A run cgroup whose tier keeps `supervisors` processes of its own in it
     /// (a peer's wrapper): they are added to the pids limit and left out of the counts.
-    pub fn create_with(layout: &Layout, limits: &Limits, supervisors: u64) -> io::Result<RunCgroup> {
+    pub(crate) fn create_with(layout: &Layout, limits: &Limits, supervisors: u64) -> io::Result<RunCgroup> {
         // Named by this process's owner token, so that a reaper anywhere
         // (another pid namespace included) can prove whether it is alive;
         // in its opaque form, because the program sees the name in
@@ -242,7 +242,7 @@ impl RunCgroup {
     }
 
     /// (Re)apply limits; a spare sandbox gets its run's limits just before the program starts.
-    pub fn set_limits(&self, limits: &Limits) -> io::Result<()> {
+    pub(crate) fn set_limits(&self, limits: &Limits) -> io::Result<()> {
         let mem = limits.memory_bytes.to_string();
         let quota = ((limits.cpus.clamp(0.01, 1024.0)) * 100_000.0) as u64;
         let pids = (limits.pids + self.supervisors).to_string();
@@ -282,20 +282,20 @@ impl RunCgroup {
         Ok(())
     }
 
-    pub fn dirs(&self) -> Vec<PathBuf> {
+    pub(crate) fn dirs(&self) -> Vec<PathBuf> {
         self.layout.parents().into_iter().map(|p| p.join(&self.name)).collect()
     }
 
     /// Files a process writes its pid into to join this run's cgroups.
-    pub fn procs_files(&self) -> Vec<PathBuf> {
+    pub(crate) fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs().into_iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
-    pub fn version(&self) -> Version {
+    pub(crate) fn version(&self) -> Version {
         self.layout.version()
     }
 
-    pub fn stats(&self) -> Stats {
+    pub(crate) fn stats(&self) -> Stats {
         let mut s = Stats::default();
         match &self.layout {
             Layout::V1 { memory, pids, cpuacct, .. } => {
@@ -329,17 +329,17 @@ impl RunCgroup {
     }
 
     /// Processes in the run's cgroup now (read from its first hierarchy).
-    pub fn members(&self) -> Vec<i32> {
+    pub(crate) fn members(&self) -> Vec<i32> {
         self.dirs().first().map(|d| pids_in(d)).unwrap_or_default()
     }
 
     /// SIGKILL everything in the run's cgroups until they are empty.
-    pub fn kill_all(&self) {
+    pub(crate) fn kill_all(&self) {
         kill_dirs(&self.dirs());
     }
 
     /// Kill what is left and remove the directories.
-    pub fn remove(&mut self) {
+    pub(crate) fn remove(&mut self) {
         if self.removed {
             return;
         }
@@ -409,14 +409,14 @@ fn remove_dirs(dirs: &[PathBuf]) {
 /// misses its children). Named by the owner token, so the reaper removes it
 /// if sandbench dies inside. Entering moves this process (on v1 that waits
 /// for an RCU grace period): benchmarks do it between measurements.
-pub struct CpuMeter {
+pub(crate) struct CpuMeter {
     dir: PathBuf,
     home: PathBuf,
     v2: bool,
 }
 
 impl CpuMeter {
-    pub fn enter(layout: &Layout, what: &str) -> io::Result<CpuMeter> {
+    pub(crate) fn enter(layout: &Layout, what: &str) -> io::Result<CpuMeter> {
         let (parent, v2) = match layout {
             Layout::V1 { cpuacct: Some(c), .. } => (c.clone(), false),
             Layout::V1 { .. } => return Err(io::Error::other("no cpuacct hierarchy")),
@@ -435,7 +435,7 @@ impl CpuMeter {
     }
 
     /// CPU time used inside so far.
-    pub fn cpu_ns(&self) -> Option<u64> {
+    pub(crate) fn cpu_ns(&self) -> Option<u64> {
         if self.v2 {
             read_key(&self.dir.join("cpu.stat"), "usage_usec").map(|u| u * 1000)
         } else {
@@ -462,7 +462,7 @@ impl Drop for CpuMeter {
 }
 
 /// Run cgroups named by `token` (in its opaque form), in every hierarchy.
-pub fn owned(layout: &Layout, token: &str) -> Vec<PathBuf> {
+pub(crate) fn owned(layout: &Layout, token: &str) -> Vec<PathBuf> {
     let prefix = format!("{}-", crate::owner::opaque(token));
     let mut v = vec![];
     for parent in layout.parents() {
@@ -474,11 +474,11 @@ pub fn owned(layout: &Layout, token: &str) -> Vec<PathBuf> {
 
 /// Remove run cgroups whose owner is provably dead (see `owner`): never
 /// another host's or boot's, never one whose owner's lock is held. Returns how many.
-pub fn reap(layout: &Layout) -> usize {
+pub(crate) fn reap(layout: &Layout) -> usize {
     reap_with(layout, &mut crate::owner::Sweep::new())
 }
 
-pub fn reap_with(layout: &Layout, sweep: &mut crate::owner::Sweep) -> usize {
+pub(crate) fn reap_with(layout: &Layout, sweep: &mut crate::owner::Sweep) -> usize {
     let mut seen = std::collections::BTreeSet::new();
     for parent in layout.parents() {
         let Ok(rd) = fs::read_dir(&parent) else { continue };

@@ -11,7 +11,7 @@ use crate::tier::contract::LimitMaxima;
 /// kernel's pid space (less sandbench's own in the run cgroup), no more
 /// memory or tmpfs scratch space than the host has, no more descriptors than
 /// `fs.nr_open`, no more CPU bandwidth than the CPUs it may use.
-pub fn host_maxima() -> LimitMaxima {
+pub(crate) fn host_maxima() -> LimitMaxima {
     static M: OnceLock<LimitMaxima> = OnceLock::new();
     *M.get_or_init(|| {
         let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<u64>().ok());

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::spec::{Language, Limits};
-pub use facts::host_maxima;
+pub(crate) use facts::host_maxima;
 use launch::{layout, Host, Launched, Shape};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -95,7 +95,7 @@ impl ProcessTier {
 }
 
 /// Remove cgroups left by sandbench processes that died.
-pub fn reap_leftovers(env: &crate::config::HostEnv) {
+pub(crate) fn reap_leftovers(env: &crate::config::HostEnv) {
     if let Ok(l) = layout(env.try_user_cgroup) {
         let n = cgroup::reap(l);
         if n > 0 {
@@ -106,13 +106,13 @@ pub fn reap_leftovers(env: &crate::config::HostEnv) {
 
 /// A CPU meter around this process (see [`cgroup::CpuMeter`]), where the
 /// process tier's cgroups work.
-pub fn cpu_meter(what: &str, env: &crate::config::HostEnv) -> Result<cgroup::CpuMeter, String> {
+pub(crate) fn cpu_meter(what: &str, env: &crate::config::HostEnv) -> Result<cgroup::CpuMeter, String> {
     let l = layout(env.try_user_cgroup).as_ref().map_err(|e| e.clone())?;
     cgroup::CpuMeter::enter(l, what).map_err(|e| format!("cannot make a CPU meter cgroup: {e}"))
 }
 
 /// Run cgroups that carry `token` (the soak's leftover count).
-pub fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path::PathBuf> {
+pub(crate) fn owned_cgroups(token: &str, env: &crate::config::HostEnv) -> Vec<std::path::PathBuf> {
     match layout(env.try_user_cgroup) {
         Ok(l) => cgroup::owned(l, token),
         Err(_) => vec![],

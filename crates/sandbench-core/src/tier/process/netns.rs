@@ -17,7 +17,7 @@ use nix::sys::socket::{
 };
 
 /// The socketpair end the helper (and then init) inherits.
-pub const NET_FD: i32 = 4;
+pub(crate) const NET_FD: i32 = 4;
 
 /// Bring `lo` up in this (new, empty) network namespace.
 fn loopback_up() -> Result<(), String> {
@@ -45,7 +45,7 @@ fn loopback_up() -> Result<(), String> {
 /// In init: set up the listener and give it to the host (when `port` is
 /// set), then close the inherited end whatever happens. Err: the run's
 /// network could not be made as promised.
-pub fn serve_port(port: Option<u16>) -> Result<(), String> {
+pub(crate) fn serve_port(port: Option<u16>) -> Result<(), String> {
     // SAFETY: NET_FD was placed by the host before exec and nothing else in
     // init owns it; wrapping it closes it on every path out of here.
     let chan = (nix::fcntl::fcntl(unsafe { BorrowedFd::borrow_raw(NET_FD) }, nix::fcntl::FcntlArg::F_GETFD).is_ok())
@@ -64,7 +64,7 @@ pub fn serve_port(port: Option<u16>) -> Result<(), String> {
 
 /// On the host: wait for the listener init sends. `None` when the sandbox
 /// closed the channel without one (it failed, and says why elsewhere).
-pub async fn receive_listener(chan: OwnedFd) -> Option<tokio::net::TcpListener> {
+pub(crate) async fn receive_listener(chan: OwnedFd) -> Option<tokio::net::TcpListener> {
     let std_sock = std::os::unix::net::UnixStream::from(chan);
     std_sock.set_nonblocking(true).ok()?;
     let sock = tokio::net::UnixStream::from_std(std_sock).ok()?;

@@ -48,10 +48,11 @@ mod scratch; // the scratch mounts' names and sizes
 mod session; // a kept sandbox: init's loop of calls
 
 use base::*;
-pub use base::{frame_prepare, mono_ns, parse_status, Prepare, SandboxConfig, Status, Waiter, STATUS_FD};
+pub(crate) use base::{frame_prepare, mono_ns, parse_status, Prepare, SandboxConfig, Status, Waiter, STATUS_FD};
 use init::*;
-pub use root::{ETC_COPIED, HOST_BINDS, PYTHON_ETC, SYSTEM_BUNDLE};
-pub use session::{frame_call, KILL_FRAME};
+pub(crate) use root::SYSTEM_BUNDLE;
+pub use root::{ETC_COPIED, HOST_BINDS, PYTHON_ETC};
+pub(crate) use session::{frame_call, KILL_FRAME};
 
 /// Entry point of `sandbench __sandbox`. Never returns.
 pub fn helper_main() -> ! {

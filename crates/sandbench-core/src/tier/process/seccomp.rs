@@ -11,7 +11,7 @@ use seccompiler::{
 };
 
 /// Syscalls refused with EPERM, whatever their arguments.
-pub const DENIED: &[(&str, i64)] = &[
+pub(crate) const DENIED: &[(&str, i64)] = &[
     ("ptrace", libc::SYS_ptrace),
     ("process_vm_readv", libc::SYS_process_vm_readv),
     ("process_vm_writev", libc::SYS_process_vm_writev),
@@ -80,7 +80,7 @@ pub const DENIED: &[(&str, i64)] = &[
 ///   `CAP_NET_ADMIN`, which the program lacks. Other netlink protocols
 ///   (audit, uevents, sock_diag, netfilter, xfrm, generic families such as
 ///   taskstats) are refused.
-pub const FAMILIES: &[(&str, i32)] = &[
+pub(crate) const FAMILIES: &[(&str, i32)] = &[
     ("unix", libc::AF_UNIX),
     ("inet", libc::AF_INET),
     ("inet6", libc::AF_INET6),
@@ -130,7 +130,7 @@ fn family_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
 /// for clone3, whose flags live in memory a filter cannot read (libc then
 /// falls back to clone, which the first filter checks); EAFNOSUPPORT for
 /// socket families outside [`FAMILIES`].
-pub fn programs() -> Result<Vec<BpfProgram>, String> {
+pub(crate) fn programs() -> Result<Vec<BpfProgram>, String> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|(_, n)| (*n, vec![])).collect();
     let clone_rules = NS_FLAGS

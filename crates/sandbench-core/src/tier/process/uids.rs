@@ -24,7 +24,7 @@ pub struct UidLease {
 
 /// Check a configured range: never uid 0, never the all-ones "unchanged"
 /// value of setresuid(2), inside 32 bits.
-pub fn check_range(base: u32, count: u32) -> Result<(), String> {
+pub(crate) fn check_range(base: u32, count: u32) -> Result<(), String> {
     if base == 0 || count == 0 {
         return Err(format!("[process] uid range {base}+{count} is empty or starts at root"));
     }
@@ -76,7 +76,7 @@ fn busy_uids() -> Arc<HashSet<u32>> {
 
 /// Scan the host's uids now, in the background, so that the next lease
 /// (a one-shot run's, soon after start-up) finds the scan done.
-pub fn prefetch() {
+pub(crate) fn prefetch() {
     static RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let fresh = SCAN.lock().ok().and_then(|g| g.as_ref().map(|(t, _)| t.elapsed() < SCAN_FRESH)).unwrap_or(false);
     if fresh || !nix::unistd::geteuid().is_root() || RUNNING.swap(true, std::sync::atomic::Ordering::SeqCst) {
@@ -90,7 +90,7 @@ pub fn prefetch() {
 
 /// Lease the first uid of `base..base+count` that no other run holds and no
 /// host process has.
-pub fn lease(base: u32, count: u32) -> Result<UidLease, String> {
+pub(crate) fn lease(base: u32, count: u32) -> Result<UidLease, String> {
     check_range(base, count)?;
     lease_with(Path::new(LEASE_DIR), base, count, &busy_uids())
 }

@@ -9,8 +9,8 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use serde::{Deserialize, Serialize};
 
-pub const STATUS_FD: i32 = 3;
-pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
+pub(crate) const STATUS_FD: i32 = 3;
+pub(super) const MAX_CONFIG_BYTES: u64 = 64 << 20;
 pub(super) const MAX_PREPARE_BYTES: usize = 1 << 20;
 
 /// In the program's process, between its set-up and the program: init's word
@@ -21,14 +21,14 @@ pub(super) const READY_FD: RawFd = 4;
 
 /// The pre-started interpreter (see `waiter.py`): sandbench's code, run as
 /// `<interpreter> <file_name>` from /work, replaced by the program's file.
-pub const WAITER_PY: &str = include_str!("../waiter.py");
+pub(super) const WAITER_PY: &str = include_str!("../waiter.py");
 /// Node's waiter (see `waiter.js`): it can only run its program inline.
-pub const WAITER_JS: &str = include_str!("../waiter.js");
+pub(super) const WAITER_JS: &str = include_str!("../waiter.js");
 
 /// What the helper needs before any run: the sandbox's shape. Everything in
 /// it is the same for every run of a tier (a spare is made from it alone).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Prepare {
+pub(crate) struct Prepare {
     pub host_pid: i32,
     /// The run cgroup's `cgroup.procs` files (opened by the helper before it
     /// unshares; init writes itself and the program's process into them).
@@ -64,7 +64,7 @@ pub struct Prepare {
 
 /// An interpreter started before its program, and what it can run inline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Waiter {
+pub(crate) struct Waiter {
     pub interpreter: Vec<String>,
     pub file_name: String,
     pub env: Vec<(String, String)>,
@@ -72,7 +72,7 @@ pub struct Waiter {
 
 impl Waiter {
     /// The waiter's own source, in its interpreter's language.
-    pub fn source(&self) -> &'static str {
+    pub(crate) fn source(&self) -> &'static str {
         match self.interpreter.first().map(|c| c.rsplit('/').next().unwrap_or(c)) {
             Some("node" | "nodejs") => WAITER_JS,
             _ => WAITER_PY,
@@ -82,7 +82,7 @@ impl Waiter {
 
 /// What a run brings: the program and the limits init applies before it starts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SandboxConfig {
+pub(crate) struct SandboxConfig {
     pub code: String,
     pub file_name: String,
     pub interpreter: Vec<String>,
@@ -102,7 +102,7 @@ pub struct SandboxConfig {
 /// Status lines from the sandbox to the host.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "t", rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     /// What was actually applied.
     Isolation {
         landlock: String,
@@ -168,7 +168,7 @@ pub(super) fn send(status: &Status) {
 }
 
 /// CLOCK_MONOTONIC in ns (the clock the host's `Instant` reads).
-pub fn mono_ns() -> u64 {
+pub(crate) fn mono_ns() -> u64 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes only into `t`.
     if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
@@ -204,7 +204,7 @@ pub(super) fn read_prepare() -> Result<Prepare, String> {
 }
 
 /// Frame a [`Prepare`] as the helper reads it.
-pub fn frame_prepare(p: &Prepare) -> Vec<u8> {
+pub(crate) fn frame_prepare(p: &Prepare) -> Vec<u8> {
     let json = serde_json::to_vec(p).unwrap_or_default();
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(&json);
@@ -278,7 +278,7 @@ pub(super) fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> nix::Result<()> {
 }
 
 /// Decode one status line; anything malformed is an error line, never a panic.
-pub fn parse_status(line: &[u8]) -> Status {
+pub(crate) fn parse_status(line: &[u8]) -> Status {
     serde_json::from_slice(line)
         .unwrap_or_else(|e| Status::Error { msg: format!("malformed status from the sandbox: {e}") })
 }

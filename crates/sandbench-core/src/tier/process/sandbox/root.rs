@@ -128,7 +128,7 @@ pub(super) fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
 }
 
 /// The system bundle as the sandbox sees it (its own copy, in its `/etc`).
-pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+pub(crate) const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Add the run's CA (a run with a secret over TLS) to the sandbox's copy of
 /// the system bundle: clients that read the system store trust it, and the

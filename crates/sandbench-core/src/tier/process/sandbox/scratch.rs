@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use crate::fsafe::{Dir, Walk};
 
 /// The scratch mounts: the only places the program can write.
-pub const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
+pub(super) const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
 
 /// How much of a scratch mount a scan looks at (per mount).
 const SCAN: Walk = Walk { max_entries: 20_000, max_depth: 16 };

@@ -85,9 +85,9 @@ fn recv_call() -> Option<SandboxConfig> {
 
 /// Frame a call as [`recv_call`] reads it.
 /// The host's kill of the running call.
-pub const KILL_FRAME: [u8; 8] = [0; 8];
+pub(crate) const KILL_FRAME: [u8; 8] = [0; 8];
 
-pub fn frame_call(cfg: &SandboxConfig) -> Vec<u8> {
+pub(crate) fn frame_call(cfg: &SandboxConfig) -> Vec<u8> {
     let json = serde_json::to_vec(cfg).unwrap_or_default();
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(&json);
