@@ -204,6 +204,15 @@ impl Slowdown {
     }
 }
 
+/// Widen the lowest–highest CPU and wall limits (ms) a tier's runs got by
+/// one run's `l` (both `[0, 0]` before the first): what a soak or gauntlet
+/// shows of limits that followed the measures.
+pub(crate) fn widen(cpu_ms: &mut [u64; 2], wall_ms: &mut [u64; 2], l: &Limits) {
+    let widen = |r: &mut [u64; 2], v: u64| *r = if r[1] == 0 { [v, v] } else { [r[0].min(v), r[1].max(v)] };
+    widen(cpu_ms, l.cpu_time.as_millis() as u64);
+    widen(wall_ms, l.wall_time.as_millis() as u64);
+}
+
 /// One tier's limits kept scaled by its measured slowdown while a soak or a
 /// gauntlet runs: a first measure, then one more round whenever one is due
 /// (the machine's load changes, and with it the wall factor; under TCG also
@@ -384,6 +393,21 @@ mod tests {
 
     fn r(h: f64, t: f64, w: f64) -> Round {
         Round { host_cpu_ms: h, tier_cpu_ms: t, tier_wall_ms: w }
+    }
+
+    #[test]
+    fn the_range_of_limits_starts_at_the_first_run_and_widens_both_ways() {
+        let l = |cpu: u64, wall: u64| Limits {
+            cpu_time: Duration::from_millis(cpu),
+            wall_time: Duration::from_millis(wall),
+            ..Limits::default()
+        };
+        let (mut cpu, mut wall) = ([0, 0], [0, 0]);
+        widen(&mut cpu, &mut wall, &l(2000, 5000));
+        assert_eq!((cpu, wall), ([2000, 2000], [5000, 5000]));
+        widen(&mut cpu, &mut wall, &l(8000, 4000));
+        widen(&mut cpu, &mut wall, &l(3000, 7500));
+        assert_eq!((cpu, wall), ([2000, 8000], [4000, 7500]));
     }
 
     #[test]

@@ -53,15 +53,7 @@ pub struct TierSoak {
 
 impl TierSoak {
     fn used(&mut self, l: &Limits) {
-        let widen = |r: &mut [u64; 2], v: u64| {
-            if r[1] == 0 {
-                *r = [v, v];
-            } else {
-                *r = [r[0].min(v), r[1].max(v)];
-            }
-        };
-        widen(&mut self.cpu_time_ms, l.cpu_time.as_millis() as u64);
-        widen(&mut self.wall_time_ms, l.wall_time.as_millis() as u64);
+        crate::slowdown::widen(&mut self.cpu_time_ms, &mut self.wall_time_ms, l);
     }
 }
 

@@ -136,9 +136,7 @@ pub struct TierScale {
 
 impl TierScale {
     fn used(&mut self, l: &Limits) {
-        let widen = |r: &mut [u64; 2], v: u64| *r = if r[1] == 0 { [v, v] } else { [r[0].min(v), r[1].max(v)] };
-        widen(&mut self.cpu_time_ms, l.cpu_time.as_millis() as u64);
-        widen(&mut self.wall_time_ms, l.wall_time.as_millis() as u64);
+        crate::slowdown::widen(&mut self.cpu_time_ms, &mut self.wall_time_ms, l);
     }
 
     /// Whether any of its cells ran under other limits than as written.
@@ -500,9 +498,7 @@ pub async fn run_until(
                 // Repeats of a benign control only feed the latency figures;
                 // the matrix keeps the first run, unless a later one failed.
                 if i == 0 || !cell.as_expected {
-                    if let Some(tx) = &events {
-                        let _ = tx.send(GauntletEvent::CellDone(Box::new(cell.clone()))).await;
-                    }
+                    send(GauntletEvent::CellDone(Box::new(cell.clone()))).await;
                     if i > 0 {
                         cells.retain(|c: &Cell| !(c.sample == cell.sample && c.tier == cell.tier));
                     }
@@ -535,9 +531,7 @@ pub async fn run_until(
         cancelled: stop.is_cancelled(),
         scales: if plan.scale { scales } else { vec![] },
     };
-    if let Some(tx) = &events {
-        let _ = tx.send(GauntletEvent::Finished(Box::new(m.clone()))).await;
-    }
+    send(GauntletEvent::Finished(Box::new(m.clone()))).await;
     m
 }
 
