@@ -303,7 +303,7 @@ impl Default for AgentConfig {
 pub struct MicrovmConfig {
     /// Guest kernel; default: the newest /boot/vmlinuz-*.
     pub kernel: Option<PathBuf>,
-    /// Modules matching the kernel; default: /lib/modules/<kernel version>.
+    /// Modules matching the kernel; default: `/lib/modules/<kernel version>`.
     pub modules_dir: Option<PathBuf>,
     /// The QEMU binary.
     pub qemu: String,
@@ -316,7 +316,7 @@ pub struct MicrovmConfig {
     /// Try starting runs from a saved snapshot of a booted guest.
     pub snapshot: bool,
     /// Debian mirror for the root disk; default: the host's apt sources'
-    /// Debian mirror, else http://deb.debian.org/debian.
+    /// Debian mirror, else <http://deb.debian.org/debian>.
     pub mirror: Option<String>,
     /// Debian suite for the root disk.
     pub suite: String,

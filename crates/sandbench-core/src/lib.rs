@@ -3,7 +3,7 @@
 //!
 //! `RunSpec` → [`tier::Tier`] → stream of [`event::RunEvent`] → [`runner`]
 //! (stamps, enforces wall time and output, folds) → [`report::RunReport`],
-//! with [`judge`] deciding every violation. Nothing here knows of terminals,
+//! with `judge` deciding every violation. Nothing here knows of terminals,
 //! command lines or printing: front ends (the `sandbench` crate) do that.
 //!
 //! # The public surface

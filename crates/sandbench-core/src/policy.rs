@@ -45,7 +45,7 @@ pub struct LimitRequest {
     pub disk: Option<String>,
     /// stdout + stderr captured before the run is stopped, e.g. "1M".
     pub output: Option<String>,
-    /// Network: "none", or "allow=HOST[:PORT],..." within what this server allows.
+    /// Network: "none", or `allow=HOST[:PORT],...` within what this server allows.
     pub network: Option<String>,
 }
 

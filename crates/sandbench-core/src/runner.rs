@@ -4,7 +4,7 @@
 //!
 //! It is also the one place every run's words pass through on their way to
 //! any front end, log or reply: with secrets, every form of every value is
-//! taken out here ([`Redact`]) — from the live output (across chunks), every
+//! taken out here (`Redact`) — from the live output (across chunks), every
 //! event's text, and the finished report as a whole — and counted in the
 //! report (`secrets[].redacted`): the program only ever had placeholders, so
 //! a value found here is a leak, and says so.

@@ -162,7 +162,7 @@ impl Slowdown {
         }
     }
 
-    /// From the last [`KEEP`] of `rounds` (`total` measured so far).
+    /// From the last `KEEP` of `rounds` (`total` measured so far).
     pub fn from_rounds(rounds: &[Round], total: usize) -> Slowdown {
         let last = &rounds[rounds.len().saturating_sub(KEEP)..];
         let median = |f: &dyn Fn(&Round) -> f64| {

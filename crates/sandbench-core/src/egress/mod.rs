@@ -5,17 +5,17 @@
 //! address to the host proxy is each tier's business: the process tier
 //! hands the host a listening socket made inside its empty network
 //! namespace, the container loader and the guest relay carry connections
-//! over a channel the program cannot reach ([`mux`]). Nothing else leaves:
+//! over a channel the program cannot reach (`mux`). Nothing else leaves:
 //! no DNS server, no route, no other socket.
 //!
-//! - [`policy`]: the limit, matching, the address check.
-//! - [`resolve`]: names resolved by the proxy alone (hosts map, system resolver), pinned per run.
-//! - [`proxy`]: HTTP absolute-form and CONNECT (SNI checked), bounded.
-//! - [`framing`]: HTTP/1.1 framing read strictly and written canonically (no smuggling).
-//! - [`mux`]: many connections over one relayed channel.
-//! - [`secrets`]: secrets the program uses but never holds; [`intercept`]
-//!   substitutes them at the proxy (TLS answered with [`ca`]'s per-run CA)
-//!   and [`scrub`] takes their values out of whatever comes back.
+//! - `policy`: the limit, matching, the address check.
+//! - `resolve`: names resolved by the proxy alone (hosts map, system resolver), pinned per run.
+//! - `proxy`: HTTP absolute-form and CONNECT (SNI checked), bounded.
+//! - `framing`: HTTP/1.1 framing read strictly and written canonically (no smuggling).
+//! - `mux`: many connections over one relayed channel.
+//! - [`secrets`]: secrets the program uses but never holds; `intercept`
+//!   substitutes them at the proxy (TLS answered with `ca`'s per-run CA)
+//!   and `scrub` takes their values out of whatever comes back.
 //!
 //! Every decision is a run event ([`NetRecord`]), folded into the report's
 //! `network` list; a denial is also a `network` violation (worded by the judge).

@@ -3,7 +3,7 @@
 //! `[secrets.NAME]`); the program's environment gets `NAME=<placeholder>`,
 //! a random token made for the run, and the run's egress proxy puts the
 //! real value in place of the placeholder only in requests to those hosts
-//! ([`super::intercept`]), and takes it out of everything that comes back.
+//! (`super::intercept`), and takes it out of everything that comes back.
 //!
 //! Here: the declaration (where the value comes from, the hosts it is bound
 //! to, where in a request it may be substituted), reading the value (an

@@ -226,7 +226,7 @@ impl SessionSpec {
 /// A tier's side of a session: the kept sandbox.
 pub trait TierSession: Send + Sync {
     /// Run one call: a fresh process as the session's uid under the call's
-    /// limits (`spec.limits`, already merged by [`call_limits`]). Returns
+    /// limits (`spec.limits`, already merged by `call_limits`). Returns
     /// once that process and everything it started are gone; the sandbox and
     /// its files stay. Same event contract as [`Tier::run`].
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>>;

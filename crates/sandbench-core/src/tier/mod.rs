@@ -1,13 +1,13 @@
 //! Isolation tiers. A tier knows how to probe whether it can run here, and how
 //! to run one program and stream `RunEvent`s; it knows nothing of front ends.
 //!
-//! - [`contract`]: the trait every tier implements, and what it answers.
+//! - `contract`: the trait every tier implements, and what it answers.
 //! - [`kinds`]: the table of sandbench's own tiers (name, boundary, needs,
 //!   limits, network, setup), which every list of tiers iterates.
-//! - [`registry`]: the tiers by name (the one place that builds them).
-//! - [`process`], [`docker`] (docker and gvisor), [`microvm`], [`e2b`]:
-//!   sandbench's own tiers; [`peer`]: other tools' sandboxes, from profiles.
-//! - [`background`]: teardowns that outlive the run that started them.
+//! - `registry`: the tiers by name (the one place that builds them).
+//! - `process`, `docker` (docker and gvisor), `microvm`, `e2b`:
+//!   sandbench's own tiers; `peer`: other tools' sandboxes, from profiles.
+//! - `background`: teardowns that outlive the run that started them.
 //!
 //! Inside the engine, modules import from `contract` or `registry` directly
 //! (the layers test, `tests/layers.rs`, keeps them apart); the re-exports
