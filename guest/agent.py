@@ -86,7 +86,9 @@ def _libc():
     if not _LIBC:
         import ctypes
 
-        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+        _LIBC.append(libc)
     return _LIBC[0]
 
 
@@ -220,8 +222,8 @@ def write_program(name, code):
         os.close(fd)
 
 
-def keyed(path, key):
-    for line in read_file(path).splitlines():
+def keyed_in(text, key):
+    for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] == key:
             try:
@@ -229,6 +231,30 @@ def keyed(path, key):
             except ValueError:
                 return 0
     return 0
+
+
+# The run cgroup's counter files, opened once through CG_FD and read again
+# from offset 0 (a cgroup file is made anew on each read from its start): a
+# usage sample is a few preads, not a few opens. Never inherited (the zygote
+# and the relay close every descriptor of the agent's).
+CG_FILES = {}
+
+
+def cg_read(name):
+    try:
+        fd = CG_FILES.get(name)
+        if fd is None:
+            fd = CG_FILES[name] = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=CG_FD)
+        return os.pread(fd, 4096, 0).decode("ascii", "replace")
+    except OSError:
+        return ""
+
+
+def cg_number(name):
+    try:
+        return int(cg_read(name).strip())
+    except ValueError:
+        return None
 
 
 def number(path):
@@ -313,7 +339,7 @@ def loopback_up():
         s.close()
 
 
-def start_egress(net_port, control_fd):
+def start_egress(net_port):
     """A run with an allow list: listen on 127.0.0.1:net_port before the
     program exists, and relay what arrives to the host proxy over the
     sandbench.net port from a process of its own (root, outside the run's
@@ -324,7 +350,11 @@ def start_egress(net_port, control_fd):
     pid = os.fork()
     if pid == 0:
         try:
-            os.close(control_fd)
+            # Nothing of the agent's (the control port, the zygote's pipes,
+            # the guard's listener) stays in the relay.
+            keep = listener.fileno()
+            os.closerange(3, keep)
+            os.closerange(keep + 1, 65536)
             relay_process(listener, os.open(dev, os.O_RDWR))
         finally:
             os._exit(0)
@@ -372,28 +402,40 @@ def scratch_size(path):
     return st.f_blocks * st.f_frsize
 
 
+# What configure() last set: the scratch size and the cgroup's limits. Only
+# this agent (guest root) can change them, so a session's calls with the same
+# limits skip the remount and the writes.
+CONFIGURED = {}
+
+
 def configure(limits):
     notes = []
     disk = max(int(limits.get("disk_bytes", 64 << 20)), 1 << 20)
     page = os.sysconf("SC_PAGE_SIZE")
     want = -(-disk // page) * page
-    for path in ("/work", "/tmp"):
-        if scratch_size(path) != want:
-            mount(None, path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % disk)
-    if os.path.isdir(RUN_CG):
+    if CONFIGURED.get("disk") != want:
+        for path in ("/work", "/tmp"):
+            if scratch_size(path) != want:
+                mount(None, path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "size=%d" % disk)
+        CONFIGURED["disk"] = want
+    cg = (int(limits["memory_bytes"]), int(limits["pids"]))
+    if CG_FD is not None and CONFIGURED.get("cgroup") != cg:
         try:
-            write_file(RUN_CG + "/memory.max", str(int(limits["memory_bytes"])))
+            write_file(RUN_CG + "/memory.max", str(cg[0]))
             if os.path.exists(RUN_CG + "/memory.swap.max"):
                 write_file(RUN_CG + "/memory.swap.max", "0")
-            write_file(RUN_CG + "/pids.max", str(int(limits["pids"])))
+            write_file(RUN_CG + "/pids.max", str(cg[1]))
+            CONFIGURED["cgroup"] = cg
+            CONFIGURED["memory_max"] = number(RUN_CG + "/memory.max")
         except OSError as e:
+            CONFIGURED.pop("cgroup", None)
             notes.append("cannot set cgroup limits: %s" % e)
     return notes
 
 
 class Sampler:
     def __init__(self, base=None):
-        self.cg = os.path.isdir(RUN_CG)
+        self.cg = CG_FD is not None
         self.peak_mem = 0
         self.peak_pids = 0
         # Session mode: the cgroup's counters run for the whole session;
@@ -404,9 +446,10 @@ class Sampler:
         if not self.cg:
             ru = resource.getrusage(resource.RUSAGE_CHILDREN)
             return {"cpu_ms": int((ru.ru_utime + ru.ru_stime) * 1000)}
-        cpu_ms = keyed(RUN_CG + "/cpu.stat", "usage_usec") // 1000
-        mem = number(RUN_CG + "/memory.current")
-        pids = number(RUN_CG + "/pids.current")
+        cpu_ms = keyed_in(cg_read("cpu.stat"), "usage_usec") // 1000
+        mem = cg_number("memory.current")
+        pids = cg_number("pids.current")
+        events = cg_read("memory.events")
         if mem is not None:
             self.peak_mem = max(self.peak_mem, mem)
         if pids is not None:
@@ -416,11 +459,11 @@ class Sampler:
             "cpu_ms": cpu_ms - b.get("cpu_ms", 0),
             "memory_bytes": mem,
             "pids": pids,
-            "oom_kills": keyed(RUN_CG + "/memory.events", "oom_kill") - b.get("oom_kills", 0),
+            "oom_kills": keyed_in(events, "oom_kill") - b.get("oom_kills", 0),
             # Times usage reached memory.max (reclaim, a refused charge or an
             # OOM kill followed): a limit hit even when nothing was killed.
-            "memory_max_events": keyed(RUN_CG + "/memory.events", "max") - b.get("memory_max_events", 0),
-            "pids_max_events": keyed(RUN_CG + "/pids.events", "max") - b.get("pids_max_events", 0),
+            "memory_max_events": keyed_in(events, "max") - b.get("memory_max_events", 0),
+            "pids_max_events": keyed_in(cg_read("pids.events"), "max") - b.get("pids_max_events", 0),
         }
 
 
@@ -450,11 +493,12 @@ NOTIF_SEND = 0xC0182101
 
 
 class Watch:
-    def __init__(self, file_size):
+    def __init__(self):
         import ctypes
 
         self.ctypes = ctypes
-        self.file_size = file_size
+        # The call's file-size limit, set when the call arrives.
+        self.file_size = 1 << 62
         self.capped = None
         self.full = []
         self.lost = False
@@ -463,7 +507,6 @@ class Watch:
         for m in SCRATCH:
             self.roots.append((m, os.open(m, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)))
         libc = _libc()
-        libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
         fd = libc.fanotify_init(FAN_INIT, os.O_RDONLY | os.O_LARGEFILE | os.O_CLOEXEC | os.O_NONBLOCK)
         if fd < 0:
             self.fd = None
@@ -476,6 +519,25 @@ class Watch:
                 os.close(fd)
                 self.fd = None
                 return
+
+    def forget(self):
+        """Drop the events of the agent's own writes (the call's program
+        file, written after this watch was made, before the program exists)."""
+        if self.fd is None:
+            return
+        for _ in range(32):
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                break
+            pos = 0
+            while pos + EVENT_META.size <= len(data):
+                n, _v, _r, _m, mask, fd, _pid = EVENT_META.unpack_from(data, pos)
+                if n < EVENT_META.size:
+                    break
+                if fd >= 0:
+                    os.close(fd)
+                pos += n
 
     def drain(self):
         if self.fd is None:
@@ -530,38 +592,72 @@ class Watch:
                 self.full.append(m)
 
 
-def install_guard():
-    """In the program's process: the guard's filter; its listener fd."""
+_FILTERS = []
+
+
+def _filters():
+    """The program's filter and the scratch guard's as ctypes sock_fprog
+    structures, built once in the agent (every zygote inherits them: under
+    TCG, building them in Python took milliseconds per call)."""
+    if not _FILTERS:
+        import ctypes
+
+        class Fprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        raw, n = program_filter()
+        graw, gn, col = scratch_guard_filter()
+        pbuf = ctypes.create_string_buffer(raw, len(raw))
+        gbuf = ctypes.create_string_buffer(graw, len(graw))
+        # The buffers stay referenced: the structures point into them.
+        _FILTERS.extend([Fprog(n, ctypes.addressof(pbuf)), Fprog(gn, ctypes.addressof(gbuf)), col, pbuf, gbuf])
+    return _FILTERS
+
+
+def install_filters():
+    """In the zygote: no_new_privs, sandbench's filter for the program
+    (guest/program_filter.py, the docker loader's too: the guest kernel keeps
+    the program from this agent, which holds the host's channel; the filter
+    keeps that kernel's surface small), then the scratch guard's. Returns the
+    guard's listener fd."""
     import ctypes
 
     libc = _libc()
-    raw, n, col = scratch_guard_filter()
-    buf = ctypes.create_string_buffer(raw, len(raw))
-
-    class Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fp = Fprog(n, ctypes.addressof(buf))
-    if libc.prctl(38, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+    prog, guard, col = _filters()[:3]
+    ul = ctypes.c_ulong
+    if libc.prctl(38, ul(1), ul(0), ul(0), ul(0)) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "no_new_privs")
-    fd = libc.syscall(ctypes.c_long((317, 277)[col]), ctypes.c_ulong(1), ctypes.c_ulong(8), ctypes.byref(fp))
+    if libc.prctl(22, ul(2), ctypes.byref(prog), ul(0), ul(0)) != 0:  # PR_SET_SECCOMP, FILTER
+        raise OSError(ctypes.get_errno(), "seccomp")
+    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER)
+    fd = libc.syscall(ctypes.c_long((317, 277)[col]), ul(1), ul(8), ctypes.byref(guard))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "seccomp listener")
     return fd
 
 
+_NOTIF_SIZE = []
+
+
+def notif_size():
+    """sizeof(struct seccomp_notif) on this kernel, asked once."""
+    if not _NOTIF_SIZE:
+        import ctypes
+
+        sizes = (ctypes.c_uint16 * 3)()
+        col = 0 if os.uname().machine == "x86_64" else 1
+        _libc().syscall(ctypes.c_long((317, 277)[col]), ctypes.c_ulong(3), ctypes.c_ulong(0), ctypes.byref(sizes))
+        _NOTIF_SIZE.append(max(80, sizes[0]))
+    return _NOTIF_SIZE[0]
+
+
 class Guard:
     def __init__(self, fd):
         import fcntl
-        import ctypes
 
         self.fd = fd
         self.fcntl = fcntl
-        libc = _libc()
-        sizes = (ctypes.c_uint16 * 3)()
-        col = 0 if os.uname().machine == "x86_64" else 1
-        libc.syscall(ctypes.c_long((317, 277)[col]), ctypes.c_ulong(3), ctypes.c_ulong(0), ctypes.byref(sizes))
-        self.size = max(80, sizes[0])
+        self.size = notif_size()
         self.served = 0
 
     def serve(self, watch):
@@ -581,92 +677,228 @@ class Guard:
             pass
 
 
-def child(spec, out_w, err_w, guard_w):
-    """In the forked child: become the sandboxed program. Never returns."""
-    marks = []
+def read_exact_fd(fd, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError("the agent closed the call's spec")
+        buf += chunk
+    return buf
 
-    def mark(name):
-        marks.append("%s=%.6f" % (name, time.monotonic()))
 
+class Zygote:
+    """The next call's process, made ahead while the guest waits (after
+    READY, and after each session call's EXIT) so that a call does not pay
+    for it: a fork of this agent that joins the run cgroup, installs the
+    program's filter and the scratch guard, keeps none of the agent's
+    descriptors, and waits for its call's spec. The call then only sets its
+    rlimits, drops to the program's uid and starts the program. One zygote
+    per call, never reused: each program is a fresh fork, and nothing it
+    could write is shared with the agent or with another call (its pipes and
+    its guard are its own; the fanotify watch made here is the agent's)."""
+
+    def __init__(self):
+        import _socket
+
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        spec_r, spec_w = os.pipe()
+        sock, child_sock = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        _filters()
+        gc.freeze()
+        pid = os.fork()
+        if pid == 0:
+            sock.detach()  # closed with the rest in the zygote
+            zygote(out_w, err_w, spec_r, child_sock)
+        for fd in (out_w, err_w, spec_r):
+            os.close(fd)
+        child_sock.close()
+        self.pid, self.out_r, self.err_r, self.spec_w, self.sock = pid, out_r, err_r, spec_w, sock
+        self.used = False
+        self.setup_cpu_ms = 0
+        try:
+            # Wakes the call's loop the moment the program exits.
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+        self.guard = None
+        self.why_no_guard = None
+        try:
+            _m, anc, _f, _a = sock.recvmsg(1, _socket.CMSG_SPACE(4))
+            for lvl, ty, data in anc:
+                if lvl == _socket.SOL_SOCKET and ty == _socket.SCM_RIGHTS and len(data) >= 4:
+                    self.guard = Guard(int.from_bytes(data[:4], sys.byteorder))
+        except OSError as e:
+            self.why_no_guard = str(e)
+        # Watching starts before the program exists: no write goes unseen.
+        self.watch = Watch()
+
+    def alive(self):
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
+
+    def go(self, spec):
+        """Hand the zygote its call (and the program's code)."""
+        import marshal
+
+        self.used = True
+        data = marshal.dumps(spec)
+        view = memoryview(struct.pack("<I", len(data)) + data)
+        try:
+            while view:
+                view = view[os.write(self.spec_w, view):]
+        except OSError:
+            pass  # it died: its stderr and its exit say why
+        os.close(self.spec_w)
+        self.spec_w = None
+
+    def set_up(self):
+        """Wait until the zygote's own set-up is done (or it died)."""
+        try:
+            self.sock.recv(1)
+        except OSError:
+            pass
+
+    def started(self, steps):
+        """Wait until the zygote is about to run the program (or has died):
+        its steps, stamped on this clock."""
+        try:
+            m = self.sock.recv(1024)
+        except OSError:
+            m = b""
+        self.sock.close()
+        self.sock = None
+        for part in m.decode("ascii", "replace").split():
+            n, _, at = part.partition("=")
+            try:
+                if n == "setup_cpu_ms":
+                    self.setup_cpu_ms = max(0, int(at))
+                else:
+                    steps.mark(n, float(at))
+            except ValueError:
+                pass
+
+    def close(self):
+        """An unused zygote's end (it died while waiting)."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        for fd in (self.out_r, self.err_r, self.spec_w, self.pidfd, self.guard.fd if self.guard else None):
+            if fd is not None:
+                os.close(fd)
+        if self.sock is not None:
+            self.sock.close()
+        self.watch.close()
+
+
+def zygote(out_w, err_w, spec_r, sock):
+    """In the forked zygote: everything no call changes, then wait for the
+    call and become its program. Never returns."""
     try:
         os.setsid()
         if os.path.isdir(RUN_CG):
             write_file(RUN_CG + "/cgroup.procs", str(os.getpid()))
-        mark("child_cgroup")
-        lim = spec["limits"]
-        # The CPU limit is the host's (it sends KILL at the limit, from the
-        # run cgroup's count bounded by the CPU QEMU got); the cpu_ms given
-        # here is a backstop far above it, where the agent kills on its own.
-        # RLIMIT_CPU is a backstop above that: the kernel checks it against
-        # tick-sampled time, which under TCG ran ahead of the real count by
-        # up to ~8%, and a SIGXCPU a program may have sent itself is no
-        # evidence.
-        cpu_s = max(1, -(-int(lim["cpu_ms"]) // 1000))
-        cpu_s += max(1, cpu_s // 2)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (int(lim["file_size_bytes"]),) * 2)
-        # With a pids cgroup, RLIMIT_NPROC is only a backstop set above it, so
-        # that the cgroup (which counts refusals) is the limit that bites.
-        nproc = int(lim["pids"]) + (16 if os.path.isdir(RUN_CG) else 0)
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (int(lim["open_files"]),) * 2)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if not spec.get("memory_by_cgroup"):
-            # Only without the cgroup's memory.max: RLIMIT_DATA limits
-            # virtual size, which refused a program's 40th thread (stacks)
-            # under 256M while it used a few MiB, and its refusals are
-            # counted nowhere. Resident memory is what the limit means.
-            resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
-        mark("child_rlimits")
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        gfd = guard_w.fileno()
-        os.closerange(3, gfd)
-        os.closerange(gfd + 1, 65536)
-        os.setgroups([])
-        os.setgid(GID)
-        os.setuid(UID)
-        os.chdir("/work")
-        os.umask(0o022)
-        mark("child_uid")
-        if spec.get("ca"):
-            write_ca_bundle(spec["ca"])
-        env = dict((str(k), str(v)) for k, v in spec["env"])
+        lo, hi = sorted((spec_r, sock.fileno()))
+        os.closerange(3, lo)
+        os.closerange(lo + 1, hi)
+        os.closerange(hi + 1, 65536)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        # sandbench's filter for the program (guest/program_filter.py, the
-        # docker loader's too): the guest kernel keeps the program from this
-        # agent, which holds the host's channel; this keeps that kernel's
-        # surface small (io_uring, namespaces, keyrings, bpf, other ABIs,
-        # socket families other than unix, inet, inet6, netlink route).
-        install_program_filter(_libc())
-        mark("child_program_filter")
-        # The guard last: from here on the agent must answer for every
-        # guarded call; its listener goes to the agent, nothing stays here.
         import _socket
 
-        g = install_guard()
-        mark("child_guard")
-        msg = ("g" + " ".join(marks)).encode()
-        guard_w.sendmsg([msg], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, g.to_bytes(4, sys.byteorder))])
+        # From here on the agent answers for every guarded call; the
+        # listener goes to the agent, nothing of it stays here.
+        g = install_filters()
+        sock.sendmsg([b"g"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, g.to_bytes(4, sys.byteorder))])
         os.close(g)
-        guard_w.close()
-        if spec["language"] in INTERPRETERS:
-            # Its own process image (exec), never this interpreter: a Node
-            # program shares nothing of the agent's address space.
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            argv = INTERPRETERS[spec["language"]] + [program_path(spec)]
-            os.execve(argv[0], argv, env)
-        os.environ.clear()
-        os.environ.update(env)
-        run_python(spec["code"])
-    except BaseException as e:  # noqa: B902 - the child must never return into the agent
+        import marshal
+
+        site_setup()
+        warm_up()
+        # Set up: the agent takes the call's base of the run cgroup's CPU
+        # only after this byte, so the zygote's own set-up (in that cgroup)
+        # is never the program's.
+        sock.sendall(b"w")
+        (n,) = struct.unpack("<I", read_exact_fd(spec_r, 4))
+        spec = marshal.loads(read_exact_fd(spec_r, n))
+        os.close(spec_r)
+        become_program(spec, sock)
+    except BaseException as e:  # noqa: B902 - the zygote must never return into the agent
         try:
             os.write(2, ("sandbench agent: cannot start the program: %s\n" % e).encode())
         except OSError:
             pass
         os._exit(127)
+
+
+def become_program(spec, sock):
+    """The call's own part, in the zygote: its limits, the program's uid,
+    then the program. `sock` carries the steps to the agent and is closed
+    before the program's first byte."""
+    marks = ["child_spec=%.6f" % time.monotonic()]
+    # This process's CPU before its call (the zygote's set-up): not the
+    # program's. The agent takes it off the exact count wait4 gives, and
+    # RLIMIT_CPU (which counts the process's whole life) starts above it.
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    setup_ms = int((ru.ru_utime + ru.ru_stime) * 1000)
+    marks.append("setup_cpu_ms=%d" % setup_ms)
+    lim = spec["limits"]
+    # The CPU limit is the host's (it sends KILL at the limit, from the
+    # run cgroup's count bounded by the CPU QEMU got); the cpu_ms given
+    # here is a backstop far above it, where the agent kills on its own.
+    # RLIMIT_CPU is a backstop above that: the kernel checks it against
+    # tick-sampled time, which under TCG ran ahead of the real count by
+    # up to ~8%, and a SIGXCPU a program may have sent itself is no
+    # evidence.
+    cpu_s = max(1, -(-int(lim["cpu_ms"]) // 1000))
+    cpu_s += max(1, cpu_s // 2) + -(-setup_ms // 1000)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(lim["file_size_bytes"]),) * 2)
+    # With a pids cgroup, RLIMIT_NPROC is only a backstop set above it, so
+    # that the cgroup (which counts refusals) is the limit that bites.
+    nproc = int(lim["pids"]) + (16 if os.path.isdir(RUN_CG) else 0)
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (int(lim["open_files"]),) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if not spec.get("memory_by_cgroup"):
+        # Only without the cgroup's memory.max: RLIMIT_DATA limits
+        # virtual size, which refused a program's 40th thread (stacks)
+        # under 256M while it used a few MiB, and its refusals are
+        # counted nowhere. Resident memory is what the limit means.
+        resource.setrlimit(resource.RLIMIT_DATA, (int(lim["memory_bytes"]) + (64 << 20),) * 2)
+    marks.append("child_rlimits=%.6f" % time.monotonic())
+    os.setgroups([])
+    os.setgid(GID)
+    os.setuid(UID)
+    os.chdir("/work")
+    os.umask(0o022)
+    marks.append("child_uid=%.6f" % time.monotonic())
+    if spec.get("ca"):
+        write_ca_bundle(spec["ca"])
+    env = dict((str(k), str(v)) for k, v in spec["env"])
+    marks.append("child_ready=%.6f" % time.monotonic())
+    sock.sendall(" ".join(marks).encode())
+    sock.close()
+    if spec["language"] in INTERPRETERS:
+        # Its own process image (exec), never this interpreter: a Node
+        # program shares nothing of the agent's address space.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        argv = INTERPRETERS[spec["language"]] + [program_path(spec)]
+        os.execve(argv[0], argv, env)
+    os.environ.clear()
+    os.environ.update(env)
+    run_python(spec["code"])
 
 
 # Where the program's trust variables point (egress::TMP_CA_BUNDLE).
@@ -704,17 +936,39 @@ def program_path(spec):
     return "/work/" + f
 
 
-def run_python(src):
-    """Run /work/main.py in this interpreter as `python3 -u main.py` would."""
+def site_setup():
+    """What site would have set up (the agent runs with -S), done by the
+    zygote before its call: only the root disk is looked at (the program's
+    /work goes on sys.path once it is the program's uid, in run_python)."""
     import _sitebuiltins
 
-    # What site would have set up (the agent runs with -S).
     builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
     builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
     ver = "%d.%d" % sys.version_info[:2]
     for d in ("/usr/local/lib/python%s/dist-packages" % ver, "/usr/lib/python3/dist-packages"):
         if os.path.isdir(d) and d not in sys.path:
             sys.path.append(d)
+
+
+def warm_up():
+    """In the zygote, after it answered the agent (so READY never waits for
+    this), before its call: compile, run and print a line to /dev/null, as
+    a program's first steps do. Under TCG the first run of any code path in
+    a guest pays for translating it (a fresh guest's first print(1) took
+    ~90 ms, later ones ~25 ms); a call that arrives meanwhile waits at most
+    for this. Nothing of it stays: the objects are gone before the call."""
+    # Not open(path, "w"): its O_TRUNC is a call the scratch guard holds
+    # until the agent serves it, which it does only during a call.
+    with open(os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC), "w") as f:
+        exec(compile("print(1, file=f)\n", "<warm-up>", "exec"), {"f": f})
+        f.flush()
+    stdin = open(0, "r", closefd=False)
+    stdin.close()
+
+
+def run_python(src):
+    """Run /work/main.py in this interpreter as `python3 -u main.py` would
+    (site_setup() done)."""
     code = 0
     main = type(sys)("__main__")
     main.__file__ = "/work/main.py"
@@ -762,9 +1016,16 @@ def run_python(src):
     os._exit(code)
 
 
-def run(port, spec, steps):
+def run(port, spec, steps, zyg):
+    """One call, in the zygote made for it (`zyg.used` once it was handed
+    the call; an unused one stays for the next)."""
     notes = configure(spec["limits"])
     steps.mark("configured")
+    if not zyg.alive():
+        # It died waiting (its charge above a lowered memory limit, say).
+        zyg.close()
+        zyg = Zygote()
+        steps.mark("zygote_remade")
     now = spec.get("now")
     if now:
         # No RTC, and a restored snapshot keeps the time it was saved at:
@@ -785,7 +1046,7 @@ def run(port, spec, steps):
     # The memory limit is the cgroup's memory.max (resident memory) when it
     # holds; RLIMIT_DATA stands in only when it does not.
     want = int(spec["limits"].get("memory_bytes", 0))
-    spec["memory_by_cgroup"] = want > 0 and number(RUN_CG + "/memory.max") == want
+    spec["memory_by_cgroup"] = want > 0 and "cgroup" in CONFIGURED and CONFIGURED.get("memory_max") == want
     if not spec["memory_by_cgroup"]:
         notes.append("the guest cgroup does not hold the memory limit: RLIMIT_DATA (virtual size) stands in for it")
     for n in notes:
@@ -800,55 +1061,35 @@ def run(port, spec, steps):
     try:
         write_program(name, spec["code"])
     except OSError as e:
+        zyg.watch.forget()
         if spec["language"] in INTERPRETERS:
             # /bin/sh and node read the file: this call fails, the guest (and a
             # session) stays for the next one.
             port.send(T_EXIT, {"refused": "cannot write /work/%s: %s" % (name, e)})
-            return
+            return zyg
         # Python runs the code from memory: the call goes on (and can free
         # the space a previous call of the session filled).
         port.send(T_LOG, "the program file /work/%s could not be written (%s): the program runs without it" % (name, e))
+    # The watch was made with the zygote: the program file is the agent's.
+    zyg.watch.forget()
     steps.mark("program_written")
     if spec.get("net_port"):
-        start_egress(int(spec["net_port"]), port.fd)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    limit = int(spec["limits"].get("file_size_bytes", 16 << 20))
-    # Watching starts before the program exists: no write goes unseen.
-    watch = Watch(limit)
-    steps.mark("watch_ready")
-    import _socket
-
-    guard_r, guard_w = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    base = Sampler().sample() if session else None
+        start_egress(int(spec["net_port"]))
+    watch = zyg.watch
+    watch.file_size = int(spec["limits"].get("file_size_bytes", 16 << 20))
+    limit = watch.file_size
+    # The run cgroup's counters before the call: a session's earlier calls
+    # and, in any run, the zygote's own set-up are not this program's.
+    zyg.set_up()
+    base = Sampler().sample()
     steps.mark("base_sampled")
-    gc.freeze()
-    pid = os.fork()
-    if pid == 0:
-        guard_r.detach()  # closed with the rest in the child
-        child(spec, out_w, err_w, guard_w)
-    steps.mark("forked")
-    os.close(out_w)
-    os.close(err_w)
-    guard_w.close()
-    guard = None
-    try:
-        m, anc, _f, _a = guard_r.recvmsg(512, _socket.CMSG_SPACE(4))
-        for lvl, ty, data in anc:
-            if lvl == _socket.SOL_SOCKET and ty == _socket.SCM_RIGHTS and len(data) >= 4:
-                guard = Guard(int.from_bytes(data[:4], sys.byteorder))
-        # The child's own steps (its clock is this one), stamped before the
-        # program's first byte.
-        for part in m[1:].decode("ascii", "replace").split():
-            n, _, at = part.partition("=")
-            try:
-                steps.mark(n, float(at))
-            except ValueError:
-                pass
-    except OSError as e:
-        port.send(T_LOG, "no scratch guard: %s" % e)
-    guard_r.close()
-    steps.mark("guard_received")
+    zyg.go(spec)
+    steps.mark("spec_sent")
+    zyg.started(steps)
+    steps.mark("zygote_answered")
+    if zyg.why_no_guard:
+        port.send(T_LOG, "no scratch guard: %s" % zyg.why_no_guard)
+    guard, pid, out_r, err_r = zyg.guard, zyg.pid, zyg.out_r, zyg.err_r
     port.send(T_STARTED, {"pid": pid})
     cpu_limit_ms = int(spec["limits"]["cpu_ms"])
     sampler = Sampler(base)
@@ -868,7 +1109,7 @@ def run(port, spec, steps):
     last = {}
     first_output = True
     poller = select.poll()
-    for fd in list(streams) + host + [f for f in (guard.fd if guard else None, watch.fd) if f is not None]:
+    for fd in list(streams) + host + [f for f in (guard.fd if guard else None, watch.fd, zyg.pidfd) if f is not None]:
         poller.register(fd, select.POLLIN)
     while streams or status is None:
         timeout = max(0.0, next_sample - time.monotonic())
@@ -884,6 +1125,10 @@ def run(port, spec, steps):
                 continue
             if fd == watch.fd:
                 watch.drain()
+                continue
+            if fd == zyg.pidfd:
+                # The program exited (reaped below); readable from now on.
+                poller.unregister(fd)
                 continue
             if fd == port.fd:
                 kind, _ = port.recv()
@@ -914,7 +1159,7 @@ def run(port, spec, steps):
                 steps.mark("program_reaped")
                 # The kernel's exact count of the program's own CPU time
                 # (the cgroup's last sample can trail it).
-                main_cpu_ms = int((ru.ru_utime + ru.ru_stime) * 1000)
+                main_cpu_ms = max(0, int((ru.ru_utime + ru.ru_stime) * 1000) - zyg.setup_cpu_ms)
         if status is not None and not killed_all:
             # The program is gone: whatever it left behind goes too (PID 1's
             # kill(-1) reaches every other process), so its pipes reach EOF.
@@ -944,8 +1189,8 @@ def run(port, spec, steps):
         "pids_max_events": last.get("pids_max_events", 0),
         "cpu_killed": cpu_killed,
     }
-    peak = number(RUN_CG + "/memory.peak")
-    if peak and not session:
+    peak = None if session else number(RUN_CG + "/memory.peak")
+    if peak:
         # (a session's cgroup peak is the whole session's)
         ex["memory_peak"] = peak
     # Peak memory is the run cgroup's own accounting, as on every tier (what
@@ -970,12 +1215,17 @@ def run(port, spec, steps):
         port.send(T_LOG, "file events were lost: a hidden limit hit may go unreported")
     if prior_full:
         ex["prior_full"] = " ".join(prior_full)
-    watch.close()
-    if guard is not None:
-        os.close(guard.fd)
     steps.mark("exit_sent")
     ex["steps"] = steps.text()
     port.send(T_EXIT, ex)
+    # After EXIT: closing a fanotify group waits for an RCU grace period
+    # (~16 ms under TCG), and nothing of the call depends on it any more.
+    watch.close()
+    if guard is not None:
+        os.close(guard.fd)
+    if zyg.pidfd is not None:
+        os.close(zyg.pidfd)
+    return zyg
 
 
 def scratch_full(top):
@@ -1057,6 +1307,10 @@ def main():
     import _socket  # noqa: F401
 
     _libc()
+    # The first call's process, ready before READY: a pooled guest, a
+    # snapshot and a cold boot all start their call from it.
+    gc.collect()
+    zyg = Zygote()
     port.send(T_READY, {
         "agent": 1,
         "kernel": os.uname().release,
@@ -1065,7 +1319,6 @@ def main():
         "uptime_agent_start": float(T0),
         "uptime_ready": float(read_file("/proc/uptime").split()[0]),
     })
-    gc.collect()
     while True:
         kind, payload = port.recv()
         if kind == T_PING:
@@ -1073,24 +1326,38 @@ def main():
             port.send(T_PONG, payload)
         if kind != T_RUN:
             continue
-        steps = Steps()
-        try:
-            spec = decode_run(payload)
-            steps.mark("decoded")
-            run(port, spec, steps)
-        except Exception:
-            import traceback
-
-            # Say why, then end PID 1: the kernel panics, QEMU exits (panic=-1,
-            # -no-reboot) and the host reports the error at once instead of
-            # waiting for a program that will never start.
-            port.send(T_LOG, "agent error: " + traceback.format_exc()[-2000:])
-            os._exit(1)
+        zyg, session = call(port, payload, zyg)
         # A session's guest waits for its next call; any other runs one
         # program and idles until the host kills it.
-        if spec.get("session") != "1":
+        if not session:
             break
+        if zyg.used:
+            # The next call's, made while the host reads this one's result.
+            # Nothing of this call is referenced here any more (its spec
+            # lived in call()'s frame): the next program inherits no object
+            # of it.
+            payload = zyg = None
+            zyg = Zygote()
     idle()
+
+
+def call(port, payload, zyg):
+    """One RUN: the zygote left for the next call, and whether the guest
+    stays for one (a session)."""
+    steps = Steps()
+    try:
+        spec = decode_run(payload)
+        steps.mark("decoded")
+        zyg = run(port, spec, steps, zyg)
+    except Exception:
+        import traceback
+
+        # Say why, then end PID 1: the kernel panics, QEMU exits (panic=-1,
+        # -no-reboot) and the host reports the error at once instead of
+        # waiting for a program that will never start.
+        port.send(T_LOG, "agent error: " + traceback.format_exc()[-2000:])
+        os._exit(1)
+    return zyg, spec.get("session") == "1"
 
 
 if __name__ == "__main__":

@@ -227,6 +227,47 @@ fn microvm_sessions_keep_files_and_nothing_else() {
     }
 }
 
+/// A microVM call runs in a process the agent made ahead of it (the zygote,
+/// forked after the previous call's exit): nothing of the previous call's
+/// code may be reachable from the next program, through frames or objects.
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_calls_see_nothing_of_an_earlier_call() {
+    let t = tier("microvm");
+    let a = block_on(t.probe());
+    if !a.available {
+        assert!(!crate::support::common::required("microvm"), "microvm required: {}", a.summary);
+        panic!("cannot run although its needs hold: microvm unavailable: {}", a.summary);
+    }
+    block_on(async {
+        let s = Session::open(t, SessionSpec::new(session_limits())).await.unwrap();
+        ok(&s.run(py("kept = 'zz-earlier-call-zz'\nprint(1)\n")).await.unwrap());
+        let look = r#"import gc, sys
+needle = ''.join(['zz-earlier-', 'call-zz'])
+seen = []
+def look(x, where):
+    if x is needle:
+        return
+    if isinstance(x, (bytes, bytearray)):
+        x = bytes(x).decode('latin-1')
+    if isinstance(x, str) and needle in x:
+        seen.append(where)
+f = sys._getframe()
+while f is not None:
+    for k, v in list(f.f_locals.items()):
+        look(v, f.f_code.co_name + '.' + k)
+    f = f.f_back
+for o in gc.get_objects():
+    for r in gc.get_referents(o):
+        look(r, type(o).__name__)
+print('seen', seen[:5])
+"#;
+        let r = s.run(py(look)).await.unwrap();
+        ok(&r);
+        assert_eq!(r.stdout.trim(), "seen []", "{r:#?}");
+        s.close().await;
+    });
+}
+
 #[sandbench_testkit::test]
 fn tiers_without_sessions_say_so() {
     let t = tier("bwrap");

@@ -101,17 +101,16 @@ pub struct GuestExit {
 pub const GUEST_STEPS: &[(&str, &str)] = &[
     ("decoded", "guest_decoded"),
     ("configured", "guest_configured"),
+    ("zygote_remade", "guest_zygote_remade"),
     ("clock_and_seed", "guest_clock_and_seed"),
     ("program_written", "guest_program_written"),
-    ("watch_ready", "guest_watch_ready"),
     ("base_sampled", "guest_base_sampled"),
-    ("forked", "guest_forked"),
-    ("child_cgroup", "guest_child_cgroup"),
+    ("spec_sent", "guest_spec_sent"),
+    ("child_spec", "guest_child_spec"),
     ("child_rlimits", "guest_child_rlimits"),
     ("child_uid", "guest_child_uid"),
-    ("child_program_filter", "guest_child_program_filter"),
-    ("child_guard", "guest_child_guard"),
-    ("guard_received", "guest_guard_received"),
+    ("child_ready", "guest_child_ready"),
+    ("zygote_answered", "guest_zygote_answered"),
     ("first_output", "guest_first_output"),
     ("program_reaped", "guest_program_reaped"),
     ("output_drained", "guest_output_drained"),
@@ -434,8 +433,9 @@ mod tests {
 
     #[test]
     fn guest_steps_keep_known_names_once_and_sane_times() {
-        let got = guest_steps("decoded:0.40 forked:12.5 forked:1.0 evil:3 configured:NaN child_uid:-1 exit_sent:1e9 x");
-        assert_eq!(got, vec![("guest_decoded", 0.4), ("guest_forked", 12.5)]);
+        let got =
+            guest_steps("decoded:0.40 spec_sent:12.5 spec_sent:1.0 evil:3 configured:NaN child_uid:-1 exit_sent:1e9 x");
+        assert_eq!(got, vec![("guest_decoded", 0.4), ("guest_spec_sent", 12.5)]);
         assert!(guest_steps("").is_empty());
     }
 
