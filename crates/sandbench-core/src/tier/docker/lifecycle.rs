@@ -15,6 +15,13 @@ use super::container::Shape;
 use super::engine::{self, Engine};
 use super::{reap, scratch};
 
+/// How long a container killed without its loader's report may take to be
+/// marked OOMKilled by the engine (gVisor's whole sandbox is killed at the
+/// memory limit; the engine learns it from containerd a moment later, and
+/// on a loaded machine later still: 3 s was once too short at load ~15).
+/// Only a container that died without its report waits this long.
+pub(super) const OOM_FLAG_WAIT: Duration = Duration::from_secs(10);
+
 /// The container's stdin, stdout and stderr as one live stream (no logs
 /// replayed): how sandbench talks to a run's loader and a session's agent.
 pub(super) async fn attach(

@@ -46,17 +46,7 @@ use crate::tier::contract::{Availability, BoxFuture, Tier, TierExit};
 use cgroup::Cgroup;
 use container::Shape;
 use engine::Engine;
-pub(crate) use lifecycle::{create_and_start, launch, remove};
 use pool::Pool;
-
-/// How long a container killed without its loader's report may take to be
-/// marked OOMKilled by the engine (gVisor's whole sandbox is killed at the
-/// memory limit; the engine learns it from containerd a moment later, and
-/// on a loaded machine later still: 3 s was once too short at load ~15).
-/// Only a container that died without its report waits this long.
-const OOM_FLAG_WAIT: Duration = Duration::from_secs(10);
-/// After the container exited, how long the output stream may take to end.
-const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// The image a run uses: `$SANDBENCH_DOCKER_IMAGE`, else `[docker] image`.
 pub(crate) fn configured_image(config: &Config) -> String {

@@ -103,7 +103,7 @@ impl Pool {
             self.lock().filling += 1;
             let me = self.clone();
             tokio::spawn(async move {
-                futures_util::future::join_all(stale.iter().map(|id| super::remove(&me.engine.docker, id))).await;
+                futures_util::future::join_all(stale.iter().map(|id| super::lifecycle::remove(&me.engine.docker, id))).await;
                 me.lock().filling -= 1;
                 me.changed.notify_waiters();
                 me.refill();
@@ -144,7 +144,7 @@ impl Pool {
             let me = self.clone();
             tokio::spawn(async move {
                 let run_id = format!("warm-{}", super::container::new_run_id());
-                let r = super::launch(&me.engine, &shape, &run_id, me.tier).await;
+                let r = super::lifecycle::launch(&me.engine, &shape, &run_id, me.tier).await;
                 let extra = {
                     let mut st = me.lock();
                     st.filling -= 1;
@@ -164,7 +164,7 @@ impl Pool {
                     }
                 };
                 if let Some(id) = extra {
-                    super::remove(&me.engine.docker, &id).await;
+                    super::lifecycle::remove(&me.engine.docker, &id).await;
                 }
                 me.changed.notify_waiters();
                 me.refill();
@@ -214,6 +214,6 @@ impl Pool {
         }
         let ids: Vec<String> = self.lock().ready.drain(..).collect();
         let docker = &self.engine.docker;
-        futures_util::future::join_all(ids.iter().map(|id| super::remove(docker, id))).await;
+        futures_util::future::join_all(ids.iter().map(|id| super::lifecycle::remove(docker, id))).await;
     }
 }

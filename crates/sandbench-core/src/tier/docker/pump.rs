@@ -19,12 +19,14 @@ use tokio::sync::mpsc;
 
 use super::cgroup::{sample_loop, Cgroup, Sample};
 use super::container::{Frame, Frames};
-use super::OUTPUT_GRACE;
 use crate::event::{EventKind, ExitStatus, RunContext, Stream, UsageSample};
 use crate::highwater;
 use crate::judge::{self, ExitFacts, Judge};
 use crate::session::counters_since;
 use crate::spec::Limits;
+
+/// After the container exited, how long the output stream may take to end.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// The container's attached output: the loader's frames on stdout, its own
 /// failures on stderr.

@@ -30,9 +30,9 @@ use tokio_util::sync::CancellationToken;
 use super::cgroup::Cgroup;
 use super::container::{self, Shape};
 use super::engine::{self, Engine};
-use super::lifecycle::short;
+use super::lifecycle::{attach, create_and_start, remove, short, OOM_FLAG_WAIT};
 use super::pump::{Beside, LoaderFacts, Output, Pump, Scope, Side};
-use super::{reap, remove};
+use super::reap;
 use crate::event::{EventKind, ExitStatus, Phase, RunContext, UsageSample};
 use crate::spec::RunSpec;
 use crate::tier::contract::{BoxFuture, TierExit, TierSession};
@@ -131,8 +131,8 @@ pub(crate) async fn open(
             h.pids_limit = Some(shape.pids.saturating_add(2) as i64);
         }
     }
-    let id = super::create_and_start(engine, body, &shape, &format!("sandbench-{tier}-{run_id}"), tier, None).await?;
-    let attached = super::lifecycle::attach(&engine.docker, &id).await;
+    let id = create_and_start(engine, body, &shape, &format!("sandbench-{tier}-{run_id}"), tier, None).await?;
+    let attached = attach(&engine.docker, &id).await;
     let attached = match attached {
         Ok(a) => a,
         Err(e) => {
@@ -328,7 +328,7 @@ impl DockerSession {
         // has marked the container stopped and OOM-killed: wait for that as
         // the one-shot run does.
         let oom_ended = if reported.is_none() && pump.broken.is_none() && failed.is_none() {
-            let deadline = tokio::time::Instant::now() + super::OOM_FLAG_WAIT;
+            let deadline = tokio::time::Instant::now() + OOM_FLAG_WAIT;
             loop {
                 let state = docker
                     .inspect_container(&self.id, None::<bollard::query_parameters::InspectContainerOptions>)
