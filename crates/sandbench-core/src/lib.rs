@@ -87,7 +87,9 @@ pub mod internals {
         pub use crate::tier::e2b::api::Api;
         pub use crate::tier::e2b::envd::Envd;
         pub use crate::tier::e2b::session::CLEANUP_SCRIPT;
-        pub use crate::tier::e2b::{live_sandboxes, reap_orphans, E2bTier, Settings};
+        pub use crate::tier::e2b::live::{live_sandboxes, reap_orphans};
+        pub use crate::tier::e2b::settings::Settings;
+        pub use crate::tier::e2b::E2bTier;
     }
 
     /// The microVM tier and its wire protocol.

@@ -17,7 +17,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::Settings;
+use super::enforce::{allow_out, ALL_TRAFFIC};
+use super::settings::Settings;
 
 /// Longest `retry-after` we honour on a 429 before giving up with a message.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
@@ -107,15 +108,15 @@ impl Api {
             "timeout": timeout_s,
             "autoPause": false,
             "allow_internet_access": !network.is_none(),
-            "metadata": super::ownership_metadata(),
+            "metadata": ownership_metadata(),
         });
         if !network.is_none() {
             // E2B's own egress rules (SandboxNetworkConfig): the allowed
             // hosts, everything else denied (`ALL_TRAFFIC`), as the SDK's
             // `network={"allow_out": [...], "deny_out": [ALL_TRAFFIC]}` sends.
             body["network"] = json!({
-                "allowOut": super::allow_out(network),
-                "denyOut": [super::ALL_TRAFFIC],
+                "allowOut": allow_out(network),
+                "denyOut": [ALL_TRAFFIC],
             });
         }
         let mut attempt = 1;
@@ -232,6 +233,18 @@ impl Api {
         }
         Err(ApiError::Malformed(format!("list sandboxes: still more after {LIST_MAX_PAGES} pages")))
     }
+}
+
+/// Metadata every sandbox gets, so that a later sandbench can tell its own
+/// orphans (a sandbench killed with SIGKILL cannot clean up) from anyone
+/// else's: the owner token (see `owner`). Without one the sandbox is never
+/// judged an orphan and E2B's own timeout ends it.
+pub(crate) fn ownership_metadata() -> serde_json::Value {
+    json!({
+        "created_by": "sandbench",
+        "sandbench_owner": crate::owner::token().unwrap_or(""),
+        "sandbench_pid": std::process::id().to_string(),
+    })
 }
 
 pub(crate) fn classify(

@@ -1,5 +1,5 @@
 //! envd: the daemon inside every E2B sandbox (port 49983), reached where
-//! [`super::Settings::envd_url`] says — `https://sandbox.{domain}` on E2B's
+//! [`super::settings::Settings::envd_url`] says — `https://sandbox.{domain}` on E2B's
 //! domains, routed by the `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers every
 //! call carries, as the official SDK does.
 //!
@@ -30,9 +30,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::api::error_message;
+use super::settings::ENVD_PORT;
 use crate::http::{message_line, one_line};
 
-pub(crate) const ENVD_PORT: u16 = 49983;
 pub(crate) const USER: &str = "user";
 const KEEPALIVE_S: u64 = 50;
 /// A stream silent for longer than this (keepalives included) is dead.

@@ -19,7 +19,10 @@ use serde_json::json;
 
 use super::api::Api;
 use super::envd::{Envd, EnvdError, ProcEvent};
-use super::{execute, limit_enforcement, LiveGuard, Settings, WORK_DIR};
+use super::enforce::limit_enforcement;
+use super::exec::{execute, WORK_DIR};
+use super::live::{reap_orphans_once, LiveGuard};
+use super::settings::Settings;
 use crate::event::{EventKind, Phase, RunContext, UsageSample};
 use crate::spec::RunSpec;
 use crate::tier::contract::{BoxFuture, SessionSpec, TierExit, TierSession};
@@ -42,7 +45,7 @@ pub(crate) struct E2bSession {
 
 pub(crate) async fn open(s: Settings, key: String, spec: SessionSpec) -> anyhow::Result<Arc<dyn TierSession>> {
     let api = Api::new(&s, &key)?;
-    super::reap_orphans_once(&s, &key);
+    reap_orphans_once(&s, &key);
     let ttl = (spec.max_life + s.timeout_margin).as_secs_f64().ceil() as u64;
     let created = api.create(&s.template, ttl, &spec.limits.network, &|m| tracing::info!("e2b: {m}")).await?;
     let guard = LiveGuard::register(&created.sandbox_id, &s, &key);
