@@ -109,6 +109,6 @@ pub mod internals {
     /// Peers: who a peer runs as, and its run directory.
     pub mod peer {
         pub use crate::tier::peer::rundir::RunDir;
-        pub use crate::tier::peer::RunAs;
+        pub use crate::tier::peer::identity::RunAs;
     }
 }

@@ -20,6 +20,7 @@
 //! Verdicts come from the cgroup's counters, the scratch mount's free space
 //! and the signals sandbench sent; never from printed text.
 
+pub(crate) mod identity;
 pub(crate) mod profile;
 pub(crate) mod rundir;
 mod started;
@@ -38,7 +39,8 @@ use crate::judge::{Counters, ExitFacts, Judge};
 use crate::spec::{format_size, Language, Limits, RunSpec};
 use crate::tier::contract::{Availability, BoxFuture, Check, Tier, TierExit};
 use crate::tier::process::cgroup::{self, Layout, RunCgroup};
-use crate::tier::process::uids::{self, UidLease};
+use crate::tier::process::uids;
+use identity::{run_as, run_as_policy, RunAs};
 use profile::{Context, Profile};
 use rundir::RunDir;
 
@@ -173,45 +175,6 @@ fn outer_layout(try_user_cgroup: bool) -> &'static Result<Layout, String> {
 }
 
 use crate::host::which;
-
-/// Who the wrapper runs as: as root, a uid of the run's own (and the group
-/// of the same number); else the caller.
-#[derive(Debug, Clone)]
-pub struct RunAs {
-    /// The name the wrapper's passwd gives it (`sandbench-peer-UID`), or the caller's.
-    pub user: String,
-    pub uid: u32,
-    pub gid: u32,
-    /// Whether sandbench switches to it (it is root).
-    pub switch: bool,
-}
-
-/// The run's identity, and (as root) the lease that keeps its uid the
-/// run's alone until it is dropped. `range`: the process tier's uid range.
-pub(crate) fn run_as(range: (u32, u32)) -> Result<(RunAs, Option<UidLease>), String> {
-    use nix::unistd::{getgid, getuid, User};
-    if !nix::unistd::geteuid().is_root() {
-        let uid = getuid().as_raw();
-        let user = User::from_uid(getuid()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string());
-        return Ok((RunAs { user, uid, gid: getgid().as_raw(), switch: false }, None));
-    }
-    let lease = uids::lease(range.0, range.1).map_err(|e| format!("cannot give the peer run a uid of its own: {e}"))?;
-    let uid = lease.uid;
-    Ok((RunAs { user: format!("sandbench-peer-{uid}"), uid, gid: uid, switch: true }, Some(lease)))
-}
-
-/// What `doctor` says about who peer runs run as.
-fn run_as_policy(range: (u32, u32)) -> String {
-    if nix::unistd::geteuid().is_root() {
-        format!(
-            "each run gets its own uid from {}..{} (the process tier's range), its folders reachable by that uid alone",
-            range.0,
-            range.0.saturating_add(range.1).saturating_sub(1)
-        )
-    } else {
-        format!("runs as you (uid {}): runs of one user share it", nix::unistd::getuid())
-    }
-}
 
 /// The tool and the binaries it needs that are not on PATH.
 pub(crate) fn missing(p: &Profile) -> Vec<String> {

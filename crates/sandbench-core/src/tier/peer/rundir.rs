@@ -32,7 +32,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, Mode, SFlag};
 use nix::unistd::{fchown, Gid, Uid};
 
-use super::RunAs;
+use super::identity::RunAs;
 use crate::spec::RunSpec;
 use crate::tier::process::uids::UidLease;
 
