@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{Contender, Settle, CODE};
+use super::contender::{Contender, Settle, CODE};
 use crate::config::{Config, DockerConfig};
 use crate::spec::Limits;
 use crate::tier::docker::container::Shape;
