@@ -46,6 +46,7 @@ mod program; // the program's process: Landlock, uid, seccomp, wait for "go"
 mod root; // the root file system: host binds, /etc, the run's CA, scratch
 mod scratch; // the scratch mounts' names and sizes
 mod session; // a kept sandbox: init's loop of calls
+mod steps; // init's steps, for a one-shot run and a session's calls alike
 
 use base::*;
 pub(crate) use base::{frame_prepare, mono_ns, parse_status, Prepare, SandboxConfig, Status, Waiter, STATUS_FD};
@@ -152,6 +153,7 @@ pub fn helper_main() -> ! {
 #[cfg(test)]
 mod tests {
     use super::program::parse_exec;
+    use super::steps::go_message;
     use super::*;
     use std::ffi::CString;
 

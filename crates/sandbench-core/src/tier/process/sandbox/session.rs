@@ -37,10 +37,10 @@ use nix::unistd::{fork, ForkResult, Pid};
 
 use super::base::*;
 use super::guard::*;
-use super::init::*;
 use super::limits::*;
 use super::program::*;
 use super::scratch::Scratch;
+use super::steps::*;
 
 use std::time::SystemTime;
 
