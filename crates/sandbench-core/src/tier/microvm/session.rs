@@ -11,52 +11,19 @@
 //! guest goes only when the session closes (or when it stops answering).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
+use super::exec::execute;
 use super::vm::Guest;
-use super::{accel, artefacts, MicrovmTier};
 use crate::event::{EventKind, Phase, RunContext};
 use crate::spec::RunSpec;
-use crate::tier::contract::{BoxFuture, SessionSpec, TierExit, TierSession};
-
-/// How long the agent may take to end a call's program after KILL.
-pub(crate) const KILL_GRACE: Duration = Duration::from_secs(15);
+use crate::tier::contract::{BoxFuture, TierExit, TierSession};
 
 pub(crate) struct MicrovmSession {
-    guest: tokio::sync::Mutex<Option<Guest>>,
-    details: serde_json::Value,
-    alive: AtomicBool,
-}
-
-pub(crate) async fn open(tier: &MicrovmTier, spec: SessionSpec) -> anyhow::Result<Arc<dyn TierSession>> {
-    tier.ready_check()?;
-    let p = artefacts::paths();
-    let choice = accel::choose(&tier.cfg, &p).await;
-    let shape = tier.shape(&spec.limits, choice.accel);
-    // Opening is not a run: its phase events go nowhere.
-    let (tx, mut rx) = mpsc::channel(16);
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    let ctx = RunContext { started: Instant::now(), tx, stop: CancellationToken::new() };
-    let Some((guest, start, _)) = tier.acquire(&p, shape, spec.limits.disk_bytes, &ctx, &mut vec![]).await? else {
-        anyhow::bail!("the session's guest did not start");
-    };
-    let details = json!({
-        "accel": choice.accel.name(),
-        "guest_memory_bytes": guest.shape.mem_mib << 20,
-        "vcpus": guest.shape.cpus,
-        "kernel": artefacts::Manifest::load(&p).kernel_version,
-        "network": "none (no network device)",
-        "root": "read-only ext4; /work and /tmp are tmpfs, kept for the session",
-        "guest_start": start,
-        "qemu_pid": guest.pid(),
-        "vm_name": guest.vm_name(),
-    });
-    Ok(Arc::new(MicrovmSession { guest: tokio::sync::Mutex::new(Some(guest)), details, alive: AtomicBool::new(true) }))
+    pub(super) guest: tokio::sync::Mutex<Option<Guest>>,
+    pub(super) details: serde_json::Value,
+    pub(super) alive: AtomicBool,
 }
 
 impl TierSession for MicrovmSession {
@@ -73,7 +40,7 @@ impl TierSession for MicrovmSession {
                 .unwrap_or(0.0);
             let mut timeline = vec![];
             // Sessions keep no egress proxy (Session::open refused an allow list).
-            let result = MicrovmTier::execute(&spec, &ctx, guest, None, Some(since), &mut timeline).await;
+            let result = execute(&spec, &ctx, guest, None, Some(since), &mut timeline).await;
             ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
             if result.is_err() || !guest.alive() {
                 // A guest that broke the protocol or died serves no more calls.
