@@ -29,8 +29,7 @@ use super::framing::{self, Body, Feed, Stop};
 use super::intercept::{self, RunSecrets};
 use super::policy::{not_public, parse_authority, Host, Network};
 use super::resolve::Resolver;
-use super::{Decision, NetRecord};
-use crate::event::{EventKind, RunContext};
+use crate::event::{Decision, EventKind, NetRecord, RunContext};
 
 /// Largest request head (request line and headers).
 pub(crate) const MAX_HEAD: usize = 16 << 10;
