@@ -86,8 +86,8 @@ pub mod internals {
     pub mod e2b {
         pub use crate::tier::e2b::api::Api;
         pub use crate::tier::e2b::envd::Envd;
-        pub use crate::tier::e2b::session::CLEANUP_SCRIPT;
         pub use crate::tier::e2b::live::{live_sandboxes, reap_orphans};
+        pub use crate::tier::e2b::session::CLEANUP_SCRIPT;
         pub use crate::tier::e2b::settings::Settings;
         pub use crate::tier::e2b::E2bTier;
     }
@@ -108,7 +108,7 @@ pub mod internals {
 
     /// Peers: who a peer runs as, and its run directory.
     pub mod peer {
-        pub use crate::tier::peer::rundir::RunDir;
         pub use crate::tier::peer::identity::RunAs;
+        pub use crate::tier::peer::rundir::RunDir;
     }
 }

@@ -103,7 +103,8 @@ impl Pool {
             self.lock().filling += 1;
             let me = self.clone();
             tokio::spawn(async move {
-                futures_util::future::join_all(stale.iter().map(|id| super::lifecycle::remove(&me.engine.docker, id))).await;
+                futures_util::future::join_all(stale.iter().map(|id| super::lifecycle::remove(&me.engine.docker, id)))
+                    .await;
                 me.lock().filling -= 1;
                 me.changed.notify_waiters();
                 me.refill();

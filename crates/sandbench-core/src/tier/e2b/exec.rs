@@ -49,7 +49,12 @@ pub(super) struct Usage {
 }
 
 /// Upload, start, stream; returns once the program ended or was stopped.
-pub(super) async fn execute(envd: &Envd, spec: &RunSpec, ctx: &RunContext, timeout_margin: Duration) -> anyhow::Result<Usage> {
+pub(super) async fn execute(
+    envd: &Envd,
+    spec: &RunSpec,
+    ctx: &RunContext,
+    timeout_margin: Duration,
+) -> anyhow::Result<Usage> {
     let file = format!("{WORK_DIR}/{}", spec.language.program_file(&spec.code));
     tokio::select! {
         r = envd.upload(&file, spec.code.as_bytes()) => r?,

@@ -40,15 +40,13 @@ use crate::event::{EventKind, ExitStatus, Phase, RunContext, UsageSample};
 use crate::spec::RunSpec;
 use crate::tier::contract::{Availability, BoxFuture, Check, Tier, TierExit};
 use api::Api;
-pub(crate) use enforce::{check_allow_list, refuse_secrets};
 use enforce::limit_enforcement;
+pub(crate) use enforce::{check_allow_list, refuse_secrets};
 use envd::Envd;
 use exec::{execute, Usage};
 pub(crate) use live::kill_live;
 use live::{reap_orphans_once, LiveGuard};
 use settings::Settings;
-
-
 
 pub struct E2bTier {
     settings: Settings,
@@ -69,9 +67,6 @@ impl E2bTier {
         })
     }
 }
-
-
-
 
 // ── the tier ─────────────────────────────────────────────────────────────────
 
@@ -114,11 +109,6 @@ impl Tier for E2bTier {
         Box::pin(async move { session::open(settings, key?, spec).await })
     }
 }
-
-
-
-
-
 
 impl E2bTier {
     async fn probe_inner(&self) -> Availability {

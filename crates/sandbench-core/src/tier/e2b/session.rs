@@ -18,8 +18,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::api::Api;
-use super::envd::{Envd, EnvdError, ProcEvent};
 use super::enforce::limit_enforcement;
+use super::envd::{Envd, EnvdError, ProcEvent};
 use super::exec::{execute, WORK_DIR};
 use super::live::{reap_orphans_once, LiveGuard};
 use super::settings::Settings;

@@ -31,8 +31,7 @@ pub(super) async fn execute(
 ) -> anyhow::Result<(Option<UsageSample>, u64, serde_json::Value)> {
     let limits = &spec.limits;
     // The guest's random seed: a run without one does not happen.
-    let seed =
-        anyhow::Context::context(crate::host::random_hex(32), "cannot read /dev/urandom for the guest's seed")?;
+    let seed = anyhow::Context::context(crate::host::random_hex(32), "cannot read /dev/urandom for the guest's seed")?;
     let mut env = spec.sandbox_env("/work", "/tmp");
     if let Some(eg) = egress {
         env.extend(eg.sandbox_env(&spec.env, crate::egress::TMP_CA_BUNDLE));
@@ -55,10 +54,7 @@ pub(super) async fn execute(
             open_files: limits.open_files,
         },
         seed,
-        now: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0),
+        now: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0),
         session_since: session,
     };
     let vm_cpu = VmCpu::start(guest.pid());
