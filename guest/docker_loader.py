@@ -376,6 +376,8 @@ _signal.signal(_signal.SIGCHLD, lambda *a: None)
 _signal.set_wakeup_fd(_wake_w)
 _failed = None
 _egress = None
+# Scratch mounts an earlier call of the session filled (set below).
+_prior_full = []
 if _session:
     # The program's process is made before its call exists: isolated (its
     # uid, no other fd, seccomp) and waiting on a pipe for the call as this
@@ -431,6 +433,17 @@ if _session:
     except EOFError:
         # Sandbench's attach ended while the session was idle.
         os._exit(3)
+    # A scratch mount already full before the program gets its call was
+    # filled by an earlier call (and reported there): said once, not counted
+    # again. Looked at before the call is handed over: the program starts
+    # the moment it has its code, and one that fills a mount within
+    # milliseconds must not pass its own fill off as an earlier call's.
+    for _d in ("/work", "/tmp", "/dev/shm"):
+        try:
+            if _full(_d):
+                _prior_full.append(_d)
+        except OSError:
+            pass
     if (_puid, _pgid) != (_uid, _gid) or _guarded or _net or _ca:
         _failed = b"a session's call asked for another uid, a scratch guard or a network"
     elif _ready:
@@ -495,16 +508,6 @@ if _failed is not None:
     else:
         os.read(0, 1)
     os._exit(0)
-
-# Session mode: a scratch mount already full before the program starts was
-# filled by an earlier call (and reported there); said once, not counted again.
-_prior_full = []
-for _d in ("/work", "/tmp", "/dev/shm") if _session else ():
-    try:
-        if _full(_d):
-            _prior_full.append(_d)
-    except OSError:
-        pass
 
 os.close(_ok_r)
 if not _session:
