@@ -438,8 +438,9 @@ class Sampler:
         self.cg = CG_FD is not None
         self.peak_mem = 0
         self.peak_pids = 0
-        # Session mode: the cgroup's counters run for the whole session;
-        # each call reports what they gained since it began.
+        # The run cgroup's counters run for the guest's life (a session's
+        # earlier calls, each call's zygote set up before it): a call
+        # reports what they gained since it began.
         self.base = base or {}
 
     def sample(self):
