@@ -484,6 +484,14 @@ fn microvm_guests_run_behind_host_work() {
 /// runs must not read as having used that time, nor meet its CPU limit for
 /// it: the host bounds the count by the CPU QEMU got. In CI a benign
 /// gauntlet cell read 6.21 s of CPU this way at load.
+///
+/// The work's own CPU under TCG differs from machine to machine and with
+/// the load (0.4 s here alone, three times that on a busy CI machine), so
+/// the limit sits far above it and the hold above the limit: a count with
+/// the gap in meets the limit, one without stays well under; and the
+/// charge is compared with the time the guest was not held. (Whether a
+/// guest counts a whole-VM hold at all depends on its clock: this test
+/// holds the result end to end; `exec.rs`'s unit test holds the bound.)
 #[sandbench_testkit::test(needs = ["microvm"])]
 fn a_starved_guest_does_not_charge_the_gap_to_the_program() {
     use std::io::BufRead;
@@ -492,14 +500,15 @@ fn a_starved_guest_does_not_charge_the_gap_to_the_program() {
     }
     let dir = tempfile::tempdir().unwrap();
     let prog = dir.path().join("busy.py");
-    // A fixed piece of work, about 1 s of CPU under TCG here.
-    std::fs::write(&prog, "print('go', flush=True)\nn = 0\nfor i in range(600000):\n    n += i\nprint('done')\n")
+    // A fixed piece of work, about 0.4 s of CPU under TCG here.
+    std::fs::write(&prog, "print('go', flush=True)\nn = 0\nfor i in range(200000):\n    n += i\nprint('done')\n")
         .unwrap();
+    const HELD: Duration = Duration::from_secs(7);
     let _g = rt().block_on(env().unwrap().serial.lock());
     let net = crate::support::common::OuterNet::new();
     let mut child = net.spawn(
         std::process::Command::new(env!("CARGO_BIN_EXE_sandbench"))
-            .args(["run", "--tier", "microvm", "--cpu", "3s", "--timeout", "120s"])
+            .args(["run", "--tier", "microvm", "--cpu", "5s", "--timeout", "120s"])
             .arg(&prog)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -525,7 +534,7 @@ fn a_starved_guest_does_not_charge_the_gap_to_the_program() {
     for q in &qemus {
         nix::sys::signal::kill(*q, nix::sys::signal::Signal::SIGSTOP).unwrap();
     }
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(HELD);
     for q in &qemus {
         let _ = nix::sys::signal::kill(*q, nix::sys::signal::Signal::SIGCONT);
     }
@@ -536,14 +545,24 @@ fn a_starved_guest_does_not_charge_the_gap_to_the_program() {
     assert!(status.success(), "{err}");
     assert_eq!(rest, ["done"], "{err}");
     assert!(err.contains("outcome   ok"), "the held time counted against the CPU limit:\n{err}");
-    // The program's CPU: at most what QEMU got, not the held time.
-    let cpu = err.lines().find_map(|l| l.strip_prefix("usage     cpu ")).expect("a usage line");
-    let ms = match cpu.split_whitespace().collect::<Vec<_>>()[..] {
-        [n, "ms", ..] => n.parse::<f64>().unwrap(),
-        [n, "s", ..] => n.parse::<f64>().unwrap() * 1000.0,
-        _ => panic!("cpu figure: {cpu}"),
+    // The program's CPU: at most what QEMU got, not the held time. The
+    // guest's own count takes in the whole run (held or not); what QEMU got
+    // is at most the time it was not held (one busy vCPU, a little for its
+    // other threads).
+    let figure = |after: &str| -> f64 {
+        let rest = err.split(after).nth(1).unwrap_or_else(|| panic!("no '{after}' in:\n{err}"));
+        match rest.split_whitespace().collect::<Vec<_>>()[..] {
+            [n, "ms", ..] => n.parse::<f64>().unwrap(),
+            [n, "s", ..] => n.parse::<f64>().unwrap() * 1000.0,
+            _ => panic!("no figure after '{after}' in:\n{err}"),
+        }
     };
-    assert!(ms < 2500.0, "the program was charged {ms} ms for about 1 s of work and 3 s held:\n{err}");
+    let (ms, run_ms) = (figure("usage     cpu "), figure(" · run "));
+    let not_held = run_ms - HELD.as_millis() as f64;
+    assert!(
+        ms <= not_held + 1500.0,
+        "the program was charged {ms} ms in a run of {run_ms} ms of which {HELD:?} held:\n{err}"
+    );
 }
 
 /// A call's process is made ahead and set up before its call (the zygote:
