@@ -120,6 +120,9 @@ pub fn main() {
     cases.sort_by_key(|c| c.full_name());
     let mut missing: BTreeMap<&str, (String, usize)> = BTreeMap::new();
     let mut trials = vec![];
+    // How long each passing test took: the slowest are printed at the end,
+    // so a run that grew shows where (figures, never assertions).
+    let took: std::sync::Arc<std::sync::Mutex<Vec<(std::time::Duration, String)>>> = Default::default();
     for c in cases {
         let name = c.full_name();
         // Needs are checked only for tests that would run (a filtered run
@@ -142,12 +145,15 @@ pub fn main() {
         }
         let ignored = !lacks.is_empty() && fail.is_empty();
         let run = c.run;
+        let took = std::sync::Arc::clone(&took);
         trials.push(
-            Trial::test(name, move || {
+            Trial::test(name.clone(), move || {
                 if !fail.is_empty() {
                     return Err(Failed::from(fail.join("; ")));
                 }
+                let t0 = std::time::Instant::now();
                 run();
+                took.lock().unwrap_or_else(|e| e.into_inner()).push((t0.elapsed(), name));
                 Ok(())
             })
             .with_ignored_flag(ignored),
@@ -157,8 +163,25 @@ pub fn main() {
         let what = if required(need) { "FAILING (required)" } else { "ignored" };
         eprintln!("sandbench tests: {n} test(s) {what}: {need}: {why}");
     }
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let mut took = std::mem::take(&mut *took.lock().unwrap_or_else(|e| e.into_inner()));
+    if took.len() > 1 {
+        took.sort_by(|a, b| b.0.cmp(&a.0));
+        let total: std::time::Duration = took.iter().map(|t| t.0).sum();
+        eprintln!(
+            "sandbench tests: the slowest of {} passed ({:.0} s in all, in parallel):",
+            took.len(),
+            total.as_secs_f64()
+        );
+        for (d, name) in took.iter().take(SLOWEST_SHOWN) {
+            eprintln!("  {:>7.1} s  {name}", d.as_secs_f64());
+        }
+    }
+    conclusion.exit();
 }
+
+/// How many of the slowest tests a run names at its end.
+const SLOWEST_SHOWN: usize = 25;
 
 /// With our own harness a plain `#[test]` is compiled away without a word:
 /// such a test would never run. This one fails instead.
