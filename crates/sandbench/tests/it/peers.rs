@@ -118,6 +118,12 @@ fn a_bad_profile_is_one_line_naming_file_and_key() {
 /// wrapper built its sandbox every time), the benign controls ran, the
 /// limits sandbench enforces from outside held, and whatever got past the
 /// peer was stopped by the outer net and reported as an escape.
+///
+/// With a 3 s wall limit (the gauntlet's is 5 s): a peer enforces no CPU
+/// limit, so every spinning sample (cpu spins, bombs) burns CPU until the
+/// wall limit, stretched by the load; five peers at 5 s were ~8 CPU-minutes
+/// of every CI run, slowing every other test. The slowest benign control
+/// (srt's, ~2 s on a loaded machine) still fits, stretched by the load.
 fn gauntlet_on(peer: &str) {
     if !can_run_peers() {
         assert!(!required(peer), "the {peer} peer is required but cannot run here");
@@ -135,7 +141,7 @@ fn gauntlet_on(peer: &str) {
     }
     let net = OuterNet::new();
     let out = net.output(
-        Command::new(bin()).args(["gauntlet", "--tiers", peer, "--repeat", "1", "--format", "json"]),
+        Command::new(bin()).args(["gauntlet", "--tiers", peer, "--repeat", "1", "--timeout", "3s", "--format", "json"]),
         Duration::from_secs(900),
     );
     let m: serde_json::Value =
