@@ -15,10 +15,18 @@ parsing, admission, the run log, the reply's JSON and the transport. The
 servers get enough run slots that no call waits behind an earlier call's
 teardown (admission's queue is not what this measures).
 
+Before each timed call the bench waits SETTLE seconds (default 0.5): a
+fresh call's sandbox is torn down and the pool refilled in the background
+after the reply (a container removed and another made, ~100-300 ms of the
+engine's CPU), and on 2 cores that work, not the server, was what the next
+call measured. An agent's calls are seconds apart (the model thinks in
+between), so a settled server is also the case that matters; SETTLE=0
+measures calls back to back.
+
 Prints p50s per tier and client; the issue's target is the raw client's
 overhead <= 1 ms p50 (a release build; a debug build's JSON is slower).
 
-Usage: python benches/mcp-roundtrip.py SANDBENCH_BINARY [TIERS] [ROUNDS]
+Usage: python benches/mcp-roundtrip.py SANDBENCH_BINARY [TIERS] [ROUNDS] [SETTLE]
        TIERS comma-separated (default process); the Python needs the `mcp`
        package: .ci/setup-mcp.sh makes such a venv.
 """
@@ -81,6 +89,7 @@ async def main():
     binary = sys.argv[1]
     tiers = sys.argv[2].split(",") if len(sys.argv) > 2 else ["process"]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+    settle = float(sys.argv[4]) if len(sys.argv) > 4 else 0.5
     # Admission sized so that no call queues behind an earlier call's
     # teardown (a run's slot is held until its sandbox is gone, which on
     # docker and gVisor is after the reply): this measures the call, not
@@ -122,6 +131,7 @@ async def main():
                             else:
                                 where = {"tier": tier} if kind == "fresh" else {"session": sessions[c, tier]}
                                 name, args = "run_code", {"language": "python", "code": CODE, **where}
+                            await anyio.sleep(settle)
                             s = time.perf_counter()
                             r = await call(name, args)
                             took = (time.perf_counter() - s) * 1000
@@ -133,7 +143,7 @@ async def main():
                 for tier in tiers:
                     await call("close_session", {"session": sessions[c, tier]})
     raw.close()
-    print(f"rounds {rounds}, print(1), p50 in ms; overhead = call - the run's own total")
+    print(f"rounds {rounds}, settle {settle} s, print(1), p50 in ms; overhead = call - the run's own total")
     print(f"{'tier':<9} {'client':<6} {'fresh call':>10} {'overhead':>9} {'session call':>13} {'overhead':>9} {'no-op call':>11}")
     for tier in tiers:
         for c in ("raw", "sdk"):
