@@ -166,7 +166,7 @@ pub fn main() {
     let conclusion = libtest_mimic::run(&args, trials);
     let mut took = std::mem::take(&mut *took.lock().unwrap_or_else(|e| e.into_inner()));
     if took.len() > 1 {
-        took.sort_by(|a, b| b.0.cmp(&a.0));
+        took.sort_by_key(|t| std::cmp::Reverse(t.0));
         let total: std::time::Duration = took.iter().map(|t| t.0).sum();
         eprintln!(
             "sandbench tests: the slowest of {} passed ({:.0} s in all, in parallel):",
