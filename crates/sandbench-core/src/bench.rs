@@ -628,20 +628,13 @@ fn daemons_cpu_ms(daemons: &[&str]) -> f64 {
     if daemons.is_empty() {
         return 0.0;
     }
-    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as f64;
     let mut total = 0.0;
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
-            let (Some(a), Some(b)) = (stat.find('('), stat.rfind(')')) else { continue };
-            let comm = &stat[a + 1..b];
-            if !daemons.iter().any(|d| comm.starts_with(d)) {
-                continue;
-            }
-            let f: Vec<&str> = stat[b + 2..].split(' ').collect();
-            if f.len() > 12 {
-                let t = f[11].parse::<f64>().unwrap_or(0.0) + f[12].parse::<f64>().unwrap_or(0.0);
-                total += t * 1000.0 / tick;
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Some(st) = crate::host::ProcStat::of(pid) else { continue };
+            if daemons.iter().any(|d| st.comm.starts_with(d)) {
+                total += st.cpu_ticks as f64 * 1000.0 / crate::host::clock_ticks() as f64;
             }
         }
     }

@@ -79,6 +79,59 @@ pub fn pss_bytes(pids: &[i32]) -> u64 {
         * 1024
 }
 
+/// What sandbench reads of a `/proc/<pid>/stat` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The command name (the program's to choose: spaces, parentheses).
+    pub comm: String,
+    pub ppid: i32,
+    /// User + system time, in clock ticks.
+    pub cpu_ticks: u64,
+    /// Resident set, in pages.
+    pub rss_pages: u64,
+}
+
+impl ProcStat {
+    /// Parses one line. The command name may hold spaces and `)`: the
+    /// fields start after the last `)`. A line short of the fields read is
+    /// `None`, never a panic.
+    pub fn parse(line: &str) -> Option<ProcStat> {
+        let open = line.find('(')?;
+        let close = line.rfind(')')?;
+        let comm = line.get(open + 1..close)?.to_string();
+        // From the state (3rd field) on: ppid is the 4th, utime and stime
+        // the 14th and 15th, rss the 24th.
+        let f: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+        Some(ProcStat {
+            comm,
+            ppid: f.get(1)?.parse().ok()?,
+            cpu_ticks: num(11)?.saturating_add(num(12)?),
+            rss_pages: num(21)?,
+        })
+    }
+
+    /// `/proc/<pid>/stat`, parsed (`None` once the process is gone).
+    pub fn of(pid: i32) -> Option<ProcStat> {
+        ProcStat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// The CPU time in ms.
+    pub fn cpu_ms(&self) -> u64 {
+        self.cpu_ticks.saturating_mul(1000) / clock_ticks()
+    }
+}
+
+/// Clock ticks per second (`/proc`'s unit of CPU time).
+pub fn clock_ticks() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|t| u64::try_from(t).ok())
+        .unwrap_or(100)
+        .max(1)
+}
+
 /// The interpreter the sandboxes use, on the host (never a pyenv shim).
 pub fn host_python() -> String {
     ["/usr/bin/python3", "/usr/local/bin/python3"]
@@ -91,6 +144,26 @@ pub fn host_python() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_lines_are_read_past_a_hostile_command_name() {
+        let line = "4242 (qemu) 1 2) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 30 10 5 0 123 456 789";
+        let s = ProcStat::parse(line).unwrap();
+        assert_eq!((s.comm.as_str(), s.ppid, s.cpu_ticks, s.rss_pages), ("qemu) 1 2", 1, 287, 789));
+        for short in ["4242 (qemu) S 1", "no parenthesis", "1 (x)", "1 )(", ""] {
+            assert_eq!(ProcStat::parse(short), None, "{short:?}");
+        }
+        // Our own process: a figure, and it only grows.
+        let me = std::process::id() as i32;
+        let a = ProcStat::of(me).expect("own stat").cpu_ms();
+        let mut n = 0u64;
+        for i in 0..20_000_000u64 {
+            n = n.wrapping_add(std::hint::black_box(i));
+        }
+        std::hint::black_box(n);
+        assert!(ProcStat::of(me).unwrap().cpu_ms() >= a);
+        assert_eq!(ProcStat::of(me).unwrap().ppid, nix::unistd::getppid().as_raw());
+    }
 
     #[test]
     fn finds_executables_only() {

@@ -235,40 +235,12 @@ impl VmCpu {
 
 /// A process's CPU time (user + system, all its threads), ms.
 fn process_cpu_ms(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten()?;
-    cpu_ms_of_stat(&stat, u64::try_from(ticks).ok()?)
-}
-
-/// utime + stime of a `/proc/<pid>/stat` line in ms (the command name, which
-/// may hold spaces and parentheses, ends at the last `)`).
-fn cpu_ms_of_stat(stat: &str, ticks_per_s: u64) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace().skip(11);
-    let (u, s): (u64, u64) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
-    Some((u + s) * 1000 / ticks_per_s.max(1))
+    Some(crate::host::ProcStat::of(i32::try_from(pid).ok()?)?.cpu_ms())
 }
 
 #[cfg(test)]
 mod cpu_bound_tests {
     use super::*;
-
-    #[test]
-    fn stat_lines_are_read_past_a_hostile_command_name() {
-        let line = "4242 (qemu) 1 2) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 30 10 5 0 123 456 789";
-        assert_eq!(cpu_ms_of_stat(line, 100), Some(2870));
-        assert_eq!(cpu_ms_of_stat("4242 (qemu) S 1", 100), None);
-        assert_eq!(cpu_ms_of_stat("no parenthesis", 100), None);
-        // Our own process: a figure, and it only grows.
-        let me = std::process::id();
-        let a = process_cpu_ms(me).expect("own stat");
-        let mut n = 0u64;
-        for i in 0..20_000_000u64 {
-            n = n.wrapping_add(std::hint::black_box(i));
-        }
-        std::hint::black_box(n);
-        assert!(process_cpu_ms(me).unwrap() >= a);
-    }
 
     #[test]
     fn the_guest_figure_is_bounded_by_what_qemu_got() {

@@ -365,23 +365,14 @@ pub(super) fn isolation_details(
 /// Usage without a cgroup: walk /proc for the helper's descendants.
 pub(super) fn proc_tree_sample(root: i32) -> UsageSample {
     use nix::unistd::{sysconf, SysconfVar};
-    let tick = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
+    let tick = crate::host::clock_ticks();
     let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096).max(1) as u64;
     let mut procs: Vec<(i32, i32, u64, u64)> = vec![];
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
             let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-            // The command name may contain spaces and parentheses: parse after the last ')'.
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
-            let f: Vec<&str> = rest.split(' ').collect();
-            if f.len() < 22 {
-                continue;
-            }
-            let ppid = f[1].parse().unwrap_or(0);
-            let cpu = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
-            let rss = f[21].parse::<u64>().unwrap_or(0);
-            procs.push((pid, ppid, cpu, rss));
+            let Some(st) = crate::host::ProcStat::of(pid) else { continue };
+            procs.push((pid, st.ppid, st.cpu_ticks, st.rss_pages));
         }
     }
     let mut set = vec![root];
