@@ -634,7 +634,7 @@ fn daemons_cpu_ms(daemons: &[&str]) -> f64 {
             let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
             let Some(st) = crate::host::ProcStat::of(pid) else { continue };
             if daemons.iter().any(|d| st.comm.starts_with(d)) {
-                total += st.cpu_ticks as f64 * 1000.0 / crate::host::clock_ticks() as f64;
+                total += st.cpu_ms() as f64;
             }
         }
     }
