@@ -206,6 +206,33 @@ fn a_child_killed_by_the_oom_killer_is_reported_on_gvisor() {
     oom_child_on("gvisor");
 }
 
+/// Asks for its whole memory in one step: on gVisor the host's OOM killer
+/// then ends the sandbox itself (the sentry holds the guest's memory) and
+/// its cgroup can be gone before any sample read its counters.
+const ONE_STEP_FILL: &str = "b = b'x' * (600 << 20)\nprint('survived', len(b))\n";
+
+fn one_step_fill_on(tier: &str) {
+    if !tier_ready(tier) {
+        return;
+    }
+    for _ in 0..3 {
+        let r = run_on(tier, "fill.py", ONE_STEP_FILL, &["--memory", "96M"]);
+        assert!(r.error.is_none(), "a memory limit hit is a verdict, not a broken sandbox: {:?}", r.error);
+        assert!(r.has_violation(ViolationKind::Memory), "{}", r.summary_line());
+        assert!(!r.stdout.contains("survived"), "{}", r.stdout);
+    }
+}
+
+#[sandbench_testkit::test(needs = ["docker"])]
+fn memory_filled_in_one_step_is_a_memory_violation_on_docker() {
+    one_step_fill_on("docker");
+}
+
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn memory_filled_in_one_step_is_a_memory_violation_on_gvisor() {
+    one_step_fill_on("gvisor");
+}
+
 /// Fills /dev/shm (caught ENOSPC) and says how big it was.
 const SHM_FILLER: &str = r#"
 import os

@@ -147,13 +147,14 @@ impl DockerTier {
         // the container. With egress it carries the relay's messages first,
         // and the acknowledgement is a frame.
         let (ack_tx, ack_rx) = tokio::sync::oneshot::channel::<()>();
+        // The cgroup and its OOM notice before the program's first byte.
+        let cgroup = if engine.local { Cgroup::find(id).map(Cgroup::watching_oom) } else { None };
         let writer = spawn_writer(input, payload, mux_out, ack_rx);
 
         let guest_pids = self.runtime.is_none();
         // Under runc the cgroup also counts the loader (PID 1) and, with an
         // allow list, its relay thread: not the program's processes.
         let loader_tasks = 1 + u64::from(!limits.network.is_none());
-        let cgroup = if engine.local { Cgroup::find(id) } else { None };
         let mut side = RunSide {
             docker,
             id,
@@ -311,12 +312,20 @@ fn spawn_writer(
 }
 
 /// Whether the memory limit killed a container that was SIGKILLed without
-/// its loader's report. The engine records the OOM event after the exit,
-/// later still on a loaded machine: it is asked again for a while. Without
-/// its flag (gVisor's sandbox, one host process, can die at the limit before
-/// the engine notes it) the container's own cgroup is the fact, if it saw
-/// the limit bite.
+/// its loader's report. First the kernel's OOM notice (a v1 cgroup's
+/// eventfd, see `OomWatch`): the OOM killer can end gVisor's whole sandbox,
+/// one host process, and runsc's shim sets no engine flag for it. Then the
+/// engine's flag, recorded after the exit (later still on a loaded machine):
+/// it is asked again for a while. Last the cgroup's counters, if it is still
+/// there and saw the limit bite.
 async fn oom_killed(docker: &Docker, id: &str, pump: &mut Pump<'_>) -> bool {
+    // The kernel's own notice, held since before the program started, is
+    // there even when the cgroup is already gone.
+    if let Some(w) = pump.cgroup.as_ref().and_then(|c| c.oom_watch()) {
+        if w.settled().await > 0 {
+            return true;
+        }
+    }
     let deadline = tokio::time::Instant::now() + OOM_FLAG_WAIT;
     while tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;

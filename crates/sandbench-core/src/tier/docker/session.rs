@@ -167,7 +167,8 @@ pub(crate) async fn open(
     .abort_handle();
     Ok(DockerSession {
         engine: engine.clone(),
-        cgroup: if engine.local { Cgroup::find(&id) } else { None },
+        // The OOM notice is held from before the first call's program.
+        cgroup: if engine.local { Cgroup::find(&id).map(Cgroup::watching_oom) } else { None },
         id,
         gvisor,
         image: shape.image.clone(),
@@ -281,6 +282,8 @@ impl DockerSession {
         // The container's counters run for the whole session: this call is
         // judged on what they gained from here.
         let base = self.cgroup.as_ref().map(|c| c.sample(guest_pids).counters).unwrap_or_default();
+        let oom_watch = self.cgroup.as_ref().and_then(|c| c.oom_watch());
+        let oom_base = oom_watch.map(|w| w.seen());
         // The loader counts every process but itself; the agent is not the program's.
         let mut payload_spec = spec.clone();
         payload_spec.limits.pids = limits.pids.saturating_add(1);
@@ -340,6 +343,13 @@ impl DockerSession {
                 if !running {
                     container_ended = true;
                     self.alive.store(false, Ordering::Relaxed);
+                    // The kernel's notice, which outlives the cgroup (see
+                    // `OomWatch`), before the engine's flag.
+                    if let (Some(w), Some(b)) = (oom_watch, oom_base) {
+                        if w.settled().await > b {
+                            break true;
+                        }
+                    }
                 }
                 // Still running at the deadline: the loader alone died.
                 if oom || !running || tokio::time::Instant::now() >= deadline {
