@@ -6,6 +6,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::spec::Limits;
@@ -171,6 +172,48 @@ pub(crate) struct RunCgroup {
     oom_base: u64,
     /// Processes of the tier's own in the cgroup, on top of the program's pids limit.
     supervisors: u64,
+    /// The counter files, opened at the first sample and read again in
+    /// place: a run is sampled every 10 ms at first, and a path walk per
+    /// file per sample was a measurable share of a short run's CPU.
+    files: OnceLock<StatFiles>,
+}
+
+/// A run cgroup's counter files, held open (`O_NOFOLLOW`, close-on-exec).
+/// Each read is a `pread` at offset 0, which the kernel answers afresh.
+#[derive(Debug, Default)]
+struct StatFiles {
+    memory: Option<fs::File>,
+    memory_peak: Option<fs::File>,
+    /// v1 `memory.failcnt`; v2 `memory.events` (with `max` and `oom_kill`).
+    memory_events: Option<fs::File>,
+    /// v1 `memory.oom_control`.
+    oom_control: Option<fs::File>,
+    pids: Option<fs::File>,
+    pids_peak: Option<fs::File>,
+    pids_events: Option<fs::File>,
+    /// v1 `cpuacct.usage`; v2 `cpu.stat`.
+    cpu: Option<fs::File>,
+}
+
+fn open_counter(p: &Path) -> Option<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(p).ok()
+}
+
+/// The file's text now (a counter file is a few hundred bytes at most).
+fn pread_text(f: &Option<fs::File>) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 4096];
+    let n = f.as_ref()?.read_at(&mut buf, 0).ok()?;
+    String::from_utf8(buf[..n].to_vec()).ok()
+}
+
+fn pread_u64(f: &Option<fs::File>) -> Option<u64> {
+    pread_text(f)?.trim().parse().ok()
+}
+
+fn pread_key(f: &Option<fs::File>, key: &str) -> Option<u64> {
+    find_key(&pread_text(f)?, key)
 }
 
 /// Processes of sandbench's own in a process run's cgroup: none (the helper
@@ -211,7 +254,10 @@ fn read_u64(p: &Path) -> Option<u64> {
 }
 
 fn read_key(p: &Path, key: &str) -> Option<u64> {
-    let text = fs::read_to_string(p).ok()?;
+    find_key(&fs::read_to_string(p).ok()?, key)
+}
+
+fn find_key(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()
@@ -232,7 +278,14 @@ impl RunCgroup {
         // /proc/self/cgroup.
         let token = crate::owner::token().map_err(|e| io::Error::other(format!("{e:#}")))?;
         let name = format!("{}-{}", crate::owner::opaque(token), SEQ.fetch_add(1, Ordering::Relaxed));
-        let mut cg = RunCgroup { layout: layout.clone(), name, removed: false, oom_base: 0, supervisors };
+        let mut cg = RunCgroup {
+            layout: layout.clone(),
+            name,
+            removed: false,
+            oom_base: 0,
+            supervisors,
+            files: OnceLock::new(),
+        };
         for d in cg.dirs() {
             fs::create_dir(&d)?;
         }
@@ -295,31 +348,56 @@ impl RunCgroup {
         self.layout.version()
     }
 
-    pub(crate) fn stats(&self) -> Stats {
-        let mut s = Stats::default();
-        match &self.layout {
+    fn stat_files(&self) -> &StatFiles {
+        self.files.get_or_init(|| match &self.layout {
             Layout::V1 { memory, pids, cpuacct, .. } => {
-                let m = memory.join(&self.name);
-                s.memory = read_u64(&m.join("memory.usage_in_bytes"));
-                s.memory_peak = read_u64(&m.join("memory.max_usage_in_bytes"));
-                s.memory_max_events = read_u64(&m.join("memory.failcnt")).unwrap_or(0);
-                s.oom_kills = read_key(&m.join("memory.oom_control"), "oom_kill").unwrap_or(0);
-                let p = pids.join(&self.name);
-                s.pids = read_u64(&p.join("pids.current"));
-                s.pids_peak = read_u64(&p.join("pids.peak"));
-                s.pids_max_events = read_key(&p.join("pids.events"), "max").unwrap_or(0);
-                s.cpu_ns = cpuacct.as_ref().and_then(|c| read_u64(&c.join(&self.name).join("cpuacct.usage")));
+                let (m, p) = (memory.join(&self.name), pids.join(&self.name));
+                StatFiles {
+                    memory: open_counter(&m.join("memory.usage_in_bytes")),
+                    memory_peak: open_counter(&m.join("memory.max_usage_in_bytes")),
+                    memory_events: open_counter(&m.join("memory.failcnt")),
+                    oom_control: open_counter(&m.join("memory.oom_control")),
+                    pids: open_counter(&p.join("pids.current")),
+                    pids_peak: open_counter(&p.join("pids.peak")),
+                    pids_events: open_counter(&p.join("pids.events")),
+                    cpu: cpuacct.as_ref().and_then(|c| open_counter(&c.join(&self.name).join("cpuacct.usage"))),
+                }
             }
             Layout::V2 { parent } => {
                 let d = parent.join(&self.name);
-                s.memory = read_u64(&d.join("memory.current"));
-                s.memory_peak = read_u64(&d.join("memory.peak"));
-                s.memory_max_events = read_key(&d.join("memory.events"), "max").unwrap_or(0);
-                s.oom_kills = read_key(&d.join("memory.events"), "oom_kill").unwrap_or(0);
-                s.pids = read_u64(&d.join("pids.current"));
-                s.pids_peak = read_u64(&d.join("pids.peak"));
-                s.pids_max_events = read_key(&d.join("pids.events"), "max").unwrap_or(0);
-                s.cpu_ns = read_key(&d.join("cpu.stat"), "usage_usec").map(|u| u * 1000);
+                StatFiles {
+                    memory: open_counter(&d.join("memory.current")),
+                    memory_peak: open_counter(&d.join("memory.peak")),
+                    memory_events: open_counter(&d.join("memory.events")),
+                    oom_control: None,
+                    pids: open_counter(&d.join("pids.current")),
+                    pids_peak: open_counter(&d.join("pids.peak")),
+                    pids_events: open_counter(&d.join("pids.events")),
+                    cpu: open_counter(&d.join("cpu.stat")),
+                }
+            }
+        })
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        let f = self.stat_files();
+        s.memory = pread_u64(&f.memory);
+        s.memory_peak = pread_u64(&f.memory_peak);
+        s.pids = pread_u64(&f.pids);
+        s.pids_peak = pread_u64(&f.pids_peak);
+        s.pids_max_events = pread_key(&f.pids_events, "max").unwrap_or(0);
+        match &self.layout {
+            Layout::V1 { .. } => {
+                s.memory_max_events = pread_u64(&f.memory_events).unwrap_or(0);
+                s.oom_kills = pread_key(&f.oom_control, "oom_kill").unwrap_or(0);
+                s.cpu_ns = pread_u64(&f.cpu);
+            }
+            Layout::V2 { .. } => {
+                let events = pread_text(&f.memory_events).unwrap_or_default();
+                s.memory_max_events = find_key(&events, "max").unwrap_or(0);
+                s.oom_kills = find_key(&events, "oom_kill").unwrap_or(0);
+                s.cpu_ns = pread_key(&f.cpu, "usage_usec").map(|u| u * 1000);
             }
         }
         s.oom_kills = s.oom_kills.saturating_sub(self.oom_base);
