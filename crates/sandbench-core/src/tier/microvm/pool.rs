@@ -2,8 +2,7 @@
 //! the interpreter resident. Single use: a guest is taken out of the pool for
 //! one run and killed after it. Refilled in the background, one boot at a
 //! time (boots under TCG are CPU-heavy; two at once only slow each other),
-//! from the snapshot when restoring is faster than booting, then warmed up
-//! by one call of sandbench's own (see [`warm_up`]).
+//! from the snapshot when restoring is faster than booting.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -221,89 +220,9 @@ impl Pool {
     }
 }
 
-/// Boot one guest to the point where its agent waits for a program (from
-/// the snapshot when that is faster, else cold), warmed up. Returns how it
-/// was booted.
-pub(crate) async fn boot_ready(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow::Result<(Guest, &'static str)> {
-    let (mut g, how) = boot(cfg, p, shape).await?;
-    let boot_ms = g.boot_ms;
-    match warm_up(&mut g).await {
-        Ok(()) => {
-            // The guest's boot is what its runs report, not the warm-up.
-            g.boot_ms = boot_ms;
-            Ok((g, how))
-        }
-        Err(e) => {
-            g.kill().await;
-            Err(e)
-        }
-    }
-}
-
-/// What a pooled guest runs once before it joins the pool: sandbench's own
-/// code, which removes its file, so the next call finds `/work` as a fresh
-/// guest has it.
-const WARM_UP: &str = "import os\nos.unlink('/work/main.py')\n";
-
-/// How long the warm-up call may take (a first call under TCG on a loaded
-/// machine takes seconds; it is off every run's path).
-const WARM_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Under TCG a guest's first call pays for translating every code path it
-/// takes (the agent's Python, the guest kernel's fork, cgroup and mount
-/// paths, the interpreter) into host code; a restored snapshot starts with
-/// none of that (QEMU's translation cache is not guest state). A fresh warm
-/// run, the guest's first call, took ~550 ms where a session's next call
-/// takes ~55 ms. So a guest runs one call of sandbench's own first, as a
-/// session call with the default limits (a run with those then has nothing
-/// to reconfigure): the agent treats the program that follows as it treats
-/// a session's next call, in a new process made after this one's exit,
-/// its counters taken from the call's own start. Then a ping, answered once
-/// the agent has made that process and waits again.
-async fn warm_up(g: &mut Guest) -> anyhow::Result<()> {
-    use super::proto::{self, Frame, Item};
-    use crate::spec::{Language, Limits, RunSpec};
-    let now =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let req = proto::RunRequest {
-        language: Language::Python.name().into(),
-        file: "main.py".into(),
-        code: WARM_UP.into(),
-        env: RunSpec::new(Language::Python, WARM_UP).sandbox_env("/work", "/tmp"),
-        limits: super::exec::guest_limits(&Limits::default()),
-        seed: anyhow::Context::context(crate::host::random_hex(32), "cannot read /dev/urandom for the guest's seed")?,
-        now,
-        net_port: None,
-        ca: None,
-        session_since: Some(now),
-    };
-    let deadline = tokio::time::Instant::now() + WARM_UP_TIMEOUT;
-    g.send(&proto::encode_run(&req)).await?;
-    let mut pinged = false;
-    loop {
-        let item = match tokio::time::timeout_at(deadline, g.next()).await {
-            Err(_) => anyhow::bail!("the guest's warm-up call did not end within {} s", WARM_UP_TIMEOUT.as_secs()),
-            Ok(None) => anyhow::bail!("the guest died during its warm-up call"),
-            Ok(Some(item)) => item,
-        };
-        match item {
-            Item::Frame(Frame::Exit(x)) if !pinged => {
-                if x.code != Some(0) || x.signal.is_some() || x.refused.is_some() {
-                    anyhow::bail!("the guest's warm-up call failed (exit {:?}, signal {:?})", x.code, x.signal);
-                }
-                vm::ping(g).await?;
-                pinged = true;
-            }
-            Item::Frame(Frame::Pong) if pinged => return Ok(()),
-            // Its output, usage and notes are sandbench's own, not a run's.
-            _ => {}
-        }
-    }
-}
-
 /// Boot one guest to the point where its agent waits for a program: from
 /// the snapshot when that is faster, else cold. Returns how it was booted.
-async fn boot(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow::Result<(Guest, &'static str)> {
+pub(crate) async fn boot_ready(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyhow::Result<(Guest, &'static str)> {
     let never = CancellationToken::new();
     let snap = if cfg.snapshot { snapshot::load(cfg, p, shape).filter(|(_, m)| m.faster_than_boot()) } else { None };
     if let Some((state, _)) = snap {
