@@ -109,10 +109,9 @@ impl Cgroup {
                 };
                 let counters = judge::Counters {
                     cpu_ms,
-                    oom_kills: max_of(
-                        Self::field(memory.join("memory.oom_control"), "oom_kill"),
-                        oom.as_ref().map(|w| w.seen()),
-                    ),
+                    // `None` orders below any count: the larger known figure.
+                    oom_kills: Self::field(memory.join("memory.oom_control"), "oom_kill")
+                        .max(oom.as_ref().map(|w| w.seen())),
                     memory_limit_hits: Self::num(memory.join("memory.failcnt")),
                     pids_refused: if count_pids { Self::field(pids.join("pids.events"), "max") } else { None },
                 };
@@ -136,13 +135,6 @@ impl Cgroup {
                 Sample { usage, peak, counters }
             }
         }
-    }
-}
-
-fn max_of(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
     }
 }
 
