@@ -165,6 +165,26 @@ fn shell_programs_and_exit_codes() {
     assert!((host_now - guest_now).abs() < 120.0, "guest clock {guest_now} vs host {host_now}");
 }
 
+/// A full pool's guests ran one call of sandbench's own (the warm-up,
+/// `pool.rs`): the run finds the scratch space as a fresh guest has it, and
+/// its counters are its own.
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn a_pooled_guests_warm_up_leaves_nothing_for_the_run() {
+    let Some(e) = env() else { return };
+    // Earlier tests may have left the pool refilling: wait until it is full
+    // and warmed up, so the run surely gets a warmed-up guest.
+    rt().block_on(async {
+        let _g = e.serial.lock().await;
+        e.tier.prewarm().await.expect("refill the microvm pool");
+    });
+    let Some(r) = run(spec(Language::Sh, "ls -A /work; echo --; ls -A /tmp\n")) else { return };
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert_eq!(r.details["start"], "warm", "{}", r.details);
+    assert_eq!(r.details["pool_warmed_up"], true, "{}", r.details);
+    assert_eq!(r.stdout, "main.sh\n--\n", "a trace of the warm-up reached the run");
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}
+
 #[sandbench_testkit::test(needs = ["microvm"])]
 fn python_exit_and_exceptions_behave_like_python3() {
     let Some(r) = run(spec(Language::Python, "import sys\nprint('x')\nsys.exit(7)\n")) else { return };

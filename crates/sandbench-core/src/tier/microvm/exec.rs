@@ -17,6 +17,20 @@ use crate::spec::RunSpec;
 /// How long the agent may take to end a call's program after KILL.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(15);
 
+/// The limits the agent applies to a call's program.
+pub(super) fn guest_limits(limits: &crate::spec::Limits) -> proto::GuestLimits {
+    proto::GuestLimits {
+        // The host enforces the CPU limit (see `VmCpu`); the agent's own
+        // kill is a backstop far above it.
+        cpu_ms: (limits.cpu_time.as_millis() as u64).saturating_mul(CPU_BACKSTOP),
+        memory_bytes: limits.memory_bytes,
+        pids: limits.pids,
+        file_size_bytes: limits.file_size_bytes,
+        disk_bytes: limits.disk_bytes,
+        open_files: limits.open_files,
+    }
+}
+
 /// Send the program and follow it to its exit (or until stopped).
 /// `session`: a session's call (`session.rs`), begun at this host time;
 /// stopping it asks the agent to kill the program and waits for its
@@ -43,16 +57,7 @@ pub(super) async fn execute(
         env,
         net_port: egress.map(|_| crate::egress::SANDBOX_PORT),
         ca: egress.and_then(|e| e.ca_pem()),
-        limits: proto::GuestLimits {
-            // The host enforces the CPU limit (see `VmCpu`); the agent's
-            // own kill is a backstop far above it.
-            cpu_ms: (limits.cpu_time.as_millis() as u64).saturating_mul(CPU_BACKSTOP),
-            memory_bytes: limits.memory_bytes,
-            pids: limits.pids,
-            file_size_bytes: limits.file_size_bytes,
-            disk_bytes: limits.disk_bytes,
-            open_files: limits.open_files,
-        },
+        limits: guest_limits(limits),
         seed,
         now: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0),
         session_since: session,

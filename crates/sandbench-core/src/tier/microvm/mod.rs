@@ -285,6 +285,7 @@ async fn open_session(tier: &MicrovmTier, spec: SessionSpec) -> anyhow::Result<A
         "network": "none (no network device)",
         "root": "read-only ext4; /work and /tmp are tmpfs, kept for the session",
         "guest_start": start,
+        "guest_warmed_up": guest.warmed_up,
         "qemu_pid": guest.pid(),
         "vm_name": guest.vm_name(),
     });
@@ -496,6 +497,9 @@ QEMU runs as sandbench's user on the host",
         details["vcpus"] = json!(guest.shape.cpus);
         if let Some(b) = pool_boot {
             details["pool_boot"] = json!(b);
+            // Whether it ran the pool's warm-up call (`pool.rs`): only a
+            // pool that demand leaves full has time to warm its guests.
+            details["pool_warmed_up"] = json!(guest.warmed_up);
         }
         if let Some(ms) = guest.boot_ms {
             details["guest_ready_ms"] = json!((ms * 10.0).round() / 10.0);
@@ -507,7 +511,11 @@ QEMU runs as sandbench's user on the host",
                 "uptime_agent_start_s": r.uptime_agent_start, "uptime_ready_s": r.uptime_ready});
         }
         ctx.note(match (start, guest.boot_ms) {
-            ("warm", _) => format!("microvm: warm guest from the pool (accel {})", choice.accel.name()),
+            ("warm", _) => format!(
+                "microvm: warm guest from the pool{} (accel {})",
+                if guest.warmed_up { ", warmed up" } else { "" },
+                choice.accel.name()
+            ),
             (how, Some(ms)) => {
                 format!(
                     "microvm: {how} start, guest ready in {} (accel {})",

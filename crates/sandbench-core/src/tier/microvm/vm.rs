@@ -207,6 +207,8 @@ pub(crate) struct Guest {
     pub notes: Vec<String>,
     /// The host end of the egress channel (`sandbench.net` in the guest).
     pub net: Option<std::os::fd::OwnedFd>,
+    /// It ran the pool's warm-up call (`pool.rs`) before it was handed out.
+    pub warmed_up: bool,
 }
 
 /// QEMU dies when the sandbench thread that started it dies, and a Ctrl-C
@@ -333,6 +335,7 @@ impl Guest {
             spawned: Instant::now(),
             ready: None,
             boot_ms: None,
+            warmed_up: false,
             notes: vec![],
             net: Some(net_host),
         })
