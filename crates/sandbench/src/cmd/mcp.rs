@@ -1078,10 +1078,127 @@ pub async fn run(args: McpArgs, config: &Config) -> anyhow::Result<i32> {
 }
 
 async fn serve_stdio(server: Sandbench) -> anyhow::Result<()> {
+    // tokio's stdin and stdout hand every read and write to a blocking
+    // thread, and after an idle spell (an agent's calls are seconds apart)
+    // each of those hand-offs costs a thread wake-up: ~0.4 ms of a no-op
+    // call's ~0.6 ms here. A pipe or socket (what every MCP host gives its
+    // server) is read and written through the runtime's own poller instead;
+    // anything else (a terminal, a file) keeps tokio's blocking stdio.
+    use anyhow::Context;
+    use std::os::fd::AsFd;
+    let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+    // Both ends or neither: one end made non-blocking and then read through
+    // tokio's blocking stdio would meet EAGAIN.
+    if let (Some(i), Some(o)) = (StdioEnd::kind(stdin.as_fd()), StdioEnd::kind(stdout.as_fd())) {
+        let r = StdioEnd::open(stdin.as_fd(), i, true).context("cannot read stdin (the MCP client's pipe)")?;
+        let w = StdioEnd::open(stdout.as_fd(), o, false).context("cannot write stdout (the MCP client's pipe)")?;
+        return serve_on(server, r, w).await;
+    }
+    serve_on(server, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// One end of the server's stdio, when it is a pipe or a Unix socket.
+enum StdioEnd {
+    PipeIn(tokio::net::unix::pipe::Receiver),
+    PipeOut(tokio::net::unix::pipe::Sender),
+    Socket(tokio::net::UnixStream),
+}
+
+#[derive(Clone, Copy)]
+enum StdioKind {
+    Pipe,
+    Socket,
+}
+
+impl StdioEnd {
+    fn kind(fd: std::os::fd::BorrowedFd<'_>) -> Option<StdioKind> {
+        use std::os::fd::AsRawFd;
+        match nix::sys::stat::fstat(fd).ok()?.st_mode & nix::libc::S_IFMT {
+            nix::libc::S_IFIFO => Some(StdioKind::Pipe),
+            nix::libc::S_IFSOCK => nix::sys::socket::getsockname::<nix::sys::socket::UnixAddr>(fd.as_raw_fd())
+                .is_ok()
+                .then_some(StdioKind::Socket),
+            _ => None,
+        }
+    }
+
+    /// A duplicate of stdin (`read`) or stdout, polled by the runtime.
+    /// `O_NONBLOCK` reaches the open file it shares with fd 0 or 1: the
+    /// client holds the other end, and nothing else of the server reads
+    /// stdin or writes stdout (stdout carries only the protocol).
+    fn open(fd: std::os::fd::BorrowedFd<'_>, kind: StdioKind, read: bool) -> std::io::Result<StdioEnd> {
+        use tokio::net::unix::pipe;
+        let fd = fd.try_clone_to_owned()?;
+        Ok(match (kind, read) {
+            (StdioKind::Socket, _) => {
+                let s = std::os::unix::net::UnixStream::from(fd);
+                s.set_nonblocking(true)?;
+                StdioEnd::Socket(tokio::net::UnixStream::from_std(s)?)
+            }
+            (StdioKind::Pipe, true) => StdioEnd::PipeIn(pipe::Receiver::from_owned_fd(fd)?),
+            (StdioKind::Pipe, false) => StdioEnd::PipeOut(pipe::Sender::from_owned_fd(fd)?),
+        })
+    }
+}
+
+impl tokio::io::AsyncRead for StdioEnd {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            StdioEnd::PipeIn(r) => std::pin::Pin::new(r).poll_read(cx, buf),
+            StdioEnd::Socket(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            StdioEnd::PipeOut(_) => std::task::Poll::Ready(Err(std::io::ErrorKind::Unsupported.into())),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for StdioEnd {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            StdioEnd::PipeOut(w) => std::pin::Pin::new(w).poll_write(cx, buf),
+            StdioEnd::Socket(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            StdioEnd::PipeIn(_) => std::task::Poll::Ready(Err(std::io::ErrorKind::Unsupported.into())),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            StdioEnd::PipeOut(w) => std::pin::Pin::new(w).poll_flush(cx),
+            StdioEnd::Socket(s) => std::pin::Pin::new(s).poll_flush(cx),
+            StdioEnd::PipeIn(_) => std::task::Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            StdioEnd::PipeOut(w) => std::pin::Pin::new(w).poll_shutdown(cx),
+            StdioEnd::Socket(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            StdioEnd::PipeIn(_) => std::task::Poll::Ready(Ok(())),
+        }
+    }
+}
+
+async fn serve_on<R, W>(server: Sandbench, r: R, w: W) -> anyhow::Result<()>
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     use rmcp::transport::async_rw::AsyncRwTransport;
     // A line longer than the most a message may be is dropped, not buffered.
-    let transport = AsyncRwTransport::<RoleServer, _, _>::new(tokio::io::stdin(), tokio::io::stdout())
-        .with_max_line_length(MAX_MESSAGE_BYTES);
+    let transport = AsyncRwTransport::<RoleServer, _, _>::new(r, w).with_max_line_length(MAX_MESSAGE_BYTES);
     let running = server
         .serve(transport)
         .await

@@ -524,3 +524,101 @@ fn http_clients_see_only_their_own_sessions_which_close_when_they_go() {
     assert!(server.child.try_wait().unwrap().is_none(), "the server went with the client");
     server.stop();
 }
+
+/// The server's stdio is read and written through the runtime's poller
+/// when it is a pipe (the Python SDK) or a Unix socket (Node's
+/// `child_process`), and through tokio's blocking stdio otherwise (a file):
+/// each answers the handshake, a ping and a tool call, and the server
+/// exits when its input ends.
+#[sandbench_testkit::test]
+fn stdio_answers_over_a_pipe_a_socket_and_a_file() {
+    use std::io::Write;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let home = Home::new("");
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+            "capabilities": {}, "clientInfo": {"name": "stdio-kinds", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_sessions", "arguments": {}}}),
+    ];
+    let check = |kind: &str, out: &str| {
+        let replies: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let ids: Vec<_> = replies.iter().map(|r| r["id"].clone()).collect();
+        assert_eq!(ids, [json!(1), json!(2), json!(3)], "{kind}: {out}");
+        assert_eq!(replies[0]["result"]["serverInfo"]["name"], "sandbench", "{kind}: {out}");
+        assert_eq!(replies[2]["result"]["structuredContent"]["sessions"], json!([]), "{kind}: {out}");
+    };
+    let wait = |kind: &str, child: &mut std::process::Child| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                assert!(st.success(), "{kind}: the server exited with {st}");
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{kind}: the server did not exit when its input ended");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let server = || {
+        let mut c = home.server(&["--tiers", "process"]);
+        c.stderr(Stdio::null());
+        c
+    };
+
+    // A pipe each way, written one request at a time.
+    let mut child = server().stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut out = String::new();
+    for r in &requests {
+        writeln!(stdin, "{r}").unwrap();
+        if r.get("id").is_some() {
+            stdout.read_line(&mut out).unwrap();
+        }
+    }
+    drop(stdin);
+    check("pipe", &out);
+    wait("pipe", &mut child);
+
+    // One Unix socket for both, as Node's child_process makes.
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let theirs = OwnedFd::from(theirs);
+    let mut child =
+        server().stdin(Stdio::from(theirs.try_clone().unwrap())).stdout(Stdio::from(theirs)).spawn().unwrap();
+    let mut replies = BufReader::new(ours.try_clone().unwrap());
+    let mut out = String::new();
+    for r in &requests {
+        writeln!(&ours, "{r}").unwrap();
+        if r.get("id").is_some() {
+            replies.read_line(&mut out).unwrap();
+        }
+    }
+    ours.shutdown(std::net::Shutdown::Write).unwrap();
+    check("socket", &out);
+    wait("socket", &mut child);
+
+    // A regular file as stdout: tokio's blocking stdio for both ends.
+    let file = home.dir.path().join("replies.jsonl");
+    let mut child = server().stdin(Stdio::piped()).stdout(std::fs::File::create(&file).unwrap()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut expect = 0;
+    for r in &requests {
+        writeln!(stdin, "{r}").unwrap();
+        if r.get("id").is_some() {
+            expect += 1;
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while std::fs::read_to_string(&file).unwrap().lines().count() < expect {
+                assert!(std::time::Instant::now() < deadline, "file: no reply to {r}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    drop(stdin);
+    wait("file", &mut child);
+    check("file", &std::fs::read_to_string(&file).unwrap());
+}
