@@ -1090,9 +1090,22 @@ async fn serve_stdio(server: Sandbench) -> anyhow::Result<()> {
     // Both ends or neither: one end made non-blocking and then read through
     // tokio's blocking stdio would meet EAGAIN.
     if let (Some(i), Some(o)) = (StdioEnd::kind(stdin.as_fd()), StdioEnd::kind(stdout.as_fd())) {
-        let r = StdioEnd::open(stdin.as_fd(), i, true).context("cannot read stdin (the MCP client's pipe)")?;
-        let w = StdioEnd::open(stdout.as_fd(), o, false).context("cannot write stdout (the MCP client's pipe)")?;
-        return serve_on(server, r, w).await;
+        // Whoever shares these open files after the server (a shell's next
+        // command reading the same pipe) gets them back as they were.
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        let flags = [stdin.as_fd(), stdout.as_fd()].map(|fd| fcntl(fd, FcntlArg::F_GETFL).ok());
+        let r = StdioEnd::open(stdin.as_fd(), i, true).context("cannot read stdin (the MCP client's pipe)");
+        let w = StdioEnd::open(stdout.as_fd(), o, false).context("cannot write stdout (the MCP client's pipe)");
+        let served = match (r, w) {
+            (Ok(r), Ok(w)) => serve_on(server, r, w).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        for (fd, f) in [stdin.as_fd(), stdout.as_fd()].into_iter().zip(flags) {
+            if let Some(f) = f {
+                let _ = fcntl(fd, FcntlArg::F_SETFL(OFlag::from_bits_truncate(f)));
+            }
+        }
+        return served;
     }
     serve_on(server, tokio::io::stdin(), tokio::io::stdout()).await
 }

@@ -588,6 +588,7 @@ fn stdio_answers_over_a_pipe_a_socket_and_a_file() {
     // One Unix socket for both, as Node's child_process makes.
     let (ours, theirs) = UnixStream::pair().unwrap();
     let theirs = OwnedFd::from(theirs);
+    let shared = theirs.try_clone().unwrap();
     let mut child =
         server().stdin(Stdio::from(theirs.try_clone().unwrap())).stdout(Stdio::from(theirs)).spawn().unwrap();
     let mut replies = BufReader::new(ours.try_clone().unwrap());
@@ -601,6 +602,9 @@ fn stdio_answers_over_a_pipe_a_socket_and_a_file() {
     ours.shutdown(std::net::Shutdown::Write).unwrap();
     check("socket", &out);
     wait("socket", &mut child);
+    // The server made the open file non-blocking and gave it back as it was.
+    let flags = nix::fcntl::fcntl(&shared, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+    assert_eq!(flags & nix::libc::O_NONBLOCK, 0, "the server left its stdin non-blocking");
 
     // A regular file as stdout: tokio's blocking stdio for both ends.
     let file = home.dir.path().join("replies.jsonl");
