@@ -97,7 +97,7 @@ async fn lifecycle_streams_output_live_reports_exit_and_kills() {
         assert_eq!(body["metadata"]["sandbench_pid"], std::process::id().to_string());
         let h = &st.start_headers[0];
         let get = |k: &str| h.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        assert_eq!(get("x-access-token").as_deref(), Some("tok-sbx0001"));
+        assert_eq!(get("x-access-token"), Some(format!("tok-{}", st.created[0])));
         assert_eq!(get("authorization").as_deref(), Some("Basic dXNlcjo="));
         // The program's environment is sandbench's scrubbed one: nothing of
         // this process's (E2B_API_KEY included) goes along.

@@ -70,7 +70,6 @@ pub struct Sandbox {
 pub struct State {
     pub key: String,
     pub knobs: Knobs,
-    pub next: u32,
     pub live: HashMap<String, Sandbox>,
     pub created: Vec<String>,
     pub killed: Vec<String>,
@@ -357,8 +356,11 @@ fn create(state: &Arc<Mutex<State>>, req: &Request) -> Reply {
             return err(400, &why);
         }
     }
-    st.next += 1;
-    let id = format!("sbx{:04}", st.next);
+    // Unique in the test process: tests run side by side in one process and
+    // share sandbench's registry of live sandboxes, which
+    // `assert_nothing_left` checks against this fake's ids.
+    static FAKE_IDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let id = format!("sbx{:04}", FAKE_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
     let token = format!("tok-{id}");
     let sb = Sandbox {
         template: template.into(),
