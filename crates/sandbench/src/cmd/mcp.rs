@@ -390,12 +390,17 @@ impl Sandbench {
                 }
                 drop(permit);
             });
+            // The log is a file under a lock another sandbench may hold:
+            // written on a blocking thread beside the reply, not before it
+            // (the server waits for it before it exits).
             let mut logged = report.clone();
-            if log.file_tool {
-                logged.stdout = String::new();
-                logged.stderr = String::new();
-            }
-            runlog::record(&log.spec, &logged, client.as_deref());
+            runs.spawn_blocking(move || {
+                if log.file_tool {
+                    logged.stdout = String::new();
+                    logged.stderr = String::new();
+                }
+                runlog::record(&log.spec, &logged, client.as_deref());
+            });
             report
         });
         let report = tokio::select! {
