@@ -53,11 +53,11 @@ fn main() -> ExitCode {
             sandbench::runlog::install(sandbench::runlog::RunLog::new(dir), f);
         }
     }
-    let rt = match tokio::runtime::Runtime::new() {
+    let rt = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sandbench: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+        Err((e, code)) => {
+            eprintln!("sandbench: {e}");
+            return ExitCode::from(code);
         }
     };
     // `run`, `agent` and `bench` name their one tier: reap only its leftovers.
@@ -162,6 +162,28 @@ async fn terminating_signal() -> i32 {
 }
 
 /// Logs go to a file, never to the terminal a run or the workbench uses.
+/// The multi-threaded runtime. tokio reads `TOKIO_WORKER_THREADS` itself
+/// and panics on a value it cannot use: here such a value is a usage error.
+fn runtime() -> Result<tokio::runtime::Runtime, (String, u8)> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all();
+    if let Some(v) = std::env::var_os("TOKIO_WORKER_THREADS") {
+        match v.to_str().and_then(|s| s.parse::<usize>().ok()).filter(|n| *n > 0) {
+            Some(n) => {
+                b.worker_threads(n);
+            }
+            None => {
+                let v = sandbench::sanitize::inert_line(&v.to_string_lossy(), 40);
+                return Err((
+                    format!("TOKIO_WORKER_THREADS is '{v}': set it to a whole number above 0, or unset it"),
+                    2,
+                ));
+            }
+        }
+    }
+    b.build().map_err(|e| (format!("cannot start the async runtime: {e}"), 1))
+}
+
 fn init_logging() {
     let dir = config::log_dir();
     if std::fs::create_dir_all(&dir).is_err() {

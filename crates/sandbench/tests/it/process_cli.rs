@@ -339,3 +339,24 @@ fn a_run_stopped_at_the_output_limit_reports_what_it_used_not_zeros() {
     // the cgroup's high-water mark holds what came after (0.4-2 MiB here).
     assert!(r.usage.peak_memory_bytes.is_some_and(|m| m > 100 << 10), "peak memory {:?}", r.usage.peak_memory_bytes);
 }
+
+/// tokio reads `TOKIO_WORKER_THREADS` and panics on a bad value: sandbench
+/// says what to do instead and exits 2; a good value is used.
+#[sandbench_testkit::test]
+fn a_bad_tokio_worker_threads_is_a_usage_error_not_a_panic() {
+    let state = tempfile::tempdir().unwrap();
+    let log = |threads: &str| {
+        let net = OuterNet::new();
+        let mut cmd = Command::new(bin());
+        cmd.arg("log").env("TOKIO_WORKER_THREADS", threads).env("SANDBENCH_STATE_DIR", state.path());
+        net.output(&mut cmd, Duration::from_secs(60))
+    };
+    for bad in ["", "0", "two", "-1"] {
+        let out = log(bad);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(err.starts_with("sandbench: TOKIO_WORKER_THREADS is") && err.lines().count() == 1, "{bad:?}: {err}");
+    }
+    let out = log("1");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
