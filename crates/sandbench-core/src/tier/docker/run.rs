@@ -111,9 +111,13 @@ impl DockerTier {
     ) -> anyhow::Result<(UsageSample, serde_json::Value, tokio::task::JoinHandle<()>)> {
         let docker = &engine.docker;
         let limits = &spec.limits;
-        let (uid, gid) = container::choose_ids(&self.cfg.user, engine.local)?;
+        // The program's uid comes from a scan of /proc (a stat per process):
+        // on a blocking thread, beside the attach, not on a runtime worker.
+        let (user, local) = (self.cfg.user.clone(), engine.local);
+        let ids = tokio::task::spawn_blocking(move || container::choose_ids(&user, local));
         let attach =
             attach(docker, id).await.map_err(|e| anyhow!("cannot attach to the container: {}", engine::cause(&e)))?;
+        let (uid, gid) = ids.await.map_err(|e| anyhow!("choosing the program's uid failed: {e}"))??;
         timeline.push(("attached", ctx.ms()));
         let mut output = attach.output;
         let input = attach.input;
