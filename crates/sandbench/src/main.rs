@@ -161,7 +161,6 @@ async fn terminating_signal() -> i32 {
     }
 }
 
-/// Logs go to a file, never to the terminal a run or the workbench uses.
 /// The multi-threaded runtime. tokio reads `TOKIO_WORKER_THREADS` itself
 /// and panics on a value it cannot use: here such a value is a usage error.
 fn runtime() -> Result<tokio::runtime::Runtime, (String, u8)> {
@@ -184,6 +183,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, (String, u8)> {
     b.build().map_err(|e| (format!("cannot start the async runtime: {e}"), 1))
 }
 
+/// Logs go to a file, never to the terminal a run or the workbench uses.
 fn init_logging() {
     let dir = config::log_dir();
     if std::fs::create_dir_all(&dir).is_err() {
