@@ -209,6 +209,9 @@ pub(crate) struct Guest {
     pub net: Option<std::os::fd::OwnedFd>,
     /// It ran the pool's warm-up call (`pool.rs`) before it was handed out.
     pub warmed_up: bool,
+    /// Dropped with the guest: tells the pool that took it that its run is
+    /// over (`Pool::take` defers the refill until then).
+    pub(crate) ended: Option<tokio_util::sync::DropGuard>,
 }
 
 /// QEMU dies when the sandbench thread that started it dies, and a Ctrl-C
@@ -336,6 +339,7 @@ impl Guest {
             ready: None,
             boot_ms: None,
             warmed_up: false,
+            ended: None,
             notes: vec![],
             net: Some(net_host),
         })
