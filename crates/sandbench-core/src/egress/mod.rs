@@ -10,6 +10,7 @@
 //!
 //! - `policy`: the limit, matching, the address check.
 //! - `resolve`: names resolved by the proxy alone (hosts map, system resolver), pinned per run.
+//! - `route`: each connection's request checked and sent to `proxy` or `intercept`.
 //! - `proxy`: HTTP absolute-form and CONNECT (SNI checked), bounded.
 //! - `framing`: HTTP/1.1 framing read strictly and written canonically (no smuggling).
 //! - `mux`: many connections over one relayed channel.
@@ -27,6 +28,7 @@ pub(crate) mod mux;
 pub(crate) mod policy;
 pub(crate) mod proxy;
 pub(crate) mod resolve;
+pub(crate) mod route;
 pub(crate) mod scrub;
 pub mod secrets;
 #[cfg(test)]
@@ -107,6 +109,8 @@ pub struct Egress {
 #[derive(Clone)]
 pub struct Server {
     shared: Arc<proxy::Shared>,
+    /// The run's secrets, when it has any ([`intercept`]).
+    secrets: Option<Arc<intercept::RunSecrets>>,
     tasks: TaskTracker,
 }
 
@@ -132,9 +136,9 @@ impl Egress {
         };
         let stop = ctx.stop.child_token();
         let resolver = resolve::Resolver::new(op.hosts.merged(&spec.hosts));
-        let shared = proxy::Shared::new(network.clone(), resolver, ctx.clone(), stop.clone(), secrets);
+        let shared = proxy::Shared::new(network.clone(), resolver, ctx.clone(), stop.clone());
         Ok(Some(Egress {
-            server: Server { shared: Arc::new(shared), tasks: TaskTracker::new() },
+            server: Server { shared: Arc::new(shared), secrets, tasks: TaskTracker::new() },
             _guard: Arc::new(stop.drop_guard()),
         }))
     }
@@ -142,7 +146,7 @@ impl Egress {
     /// The run CA's certificate (PEM), when a secret of the run goes over
     /// TLS: the tier adds it to the sandbox's trust bundle at `bundle`.
     pub fn ca_pem(&self) -> Option<String> {
-        self.server.shared.secrets.as_ref().and_then(|s| s.ca_pem())
+        self.server.secrets.as_ref().and_then(|s| s.ca_pem())
     }
 
     /// What the program's environment gets: the proxy variables, each
@@ -156,7 +160,7 @@ impl Egress {
         bundle: &str,
     ) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = proxy_env();
-        if let Some(s) = &self.server.shared.secrets {
+        if let Some(s) = &self.server.secrets {
             env.extend(s.env());
             if s.ca_pem().is_some() {
                 env.extend(TRUST_VARS.iter().map(|k| (k.to_string(), bundle.to_string())));
@@ -196,7 +200,7 @@ impl Egress {
             "bytes_down": t.bytes_down,
             "dns_lookups": s.shared.resolver.lookups(),
         });
-        if let Some(secrets) = &s.shared.secrets {
+        if let Some(secrets) = &s.secrets {
             v["secrets"] = secrets.report();
         }
         v
@@ -209,8 +213,7 @@ impl Server {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let sh = self.shared.clone();
-        self.tasks.spawn(proxy::serve(sh, client));
+        self.tasks.spawn(route::serve(self.shared.clone(), self.secrets.clone(), client));
     }
 
     /// Accept and serve connections from `listener` until the run stops.

@@ -1,6 +1,8 @@
 //! The per-run egress proxy: one client connection at a time, from
 //! whatever transport a tier brings it over (the process tier's loopback
-//! listener, a container's or guest's relayed stream).
+//! listener, a container's or guest's relayed stream). [`super::route`]
+//! takes each connection through the steps below; here are the steps, the
+//! plain tunnel and forward, and the bookkeeping `intercept` shares.
 //!
 //! It speaks HTTP/1.x proxy requests only: absolute-form requests
 //! (`GET http://host/path`) whose Host header names the same host, and
@@ -26,7 +28,6 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::framing::{self, Body, Feed, Stop};
-use super::intercept::{self, RunSecrets};
 use super::policy::{not_public, parse_authority, Host, Network};
 use super::resolve::Resolver;
 use crate::event::{Decision, EventKind, NetRecord, RunContext};
@@ -64,27 +65,18 @@ pub(crate) struct Shared {
     pub resolver: Resolver,
     pub ctx: RunContext,
     pub stop: CancellationToken,
-    /// The run's secrets, when it has any ([`super::intercept`]).
-    pub secrets: Option<Arc<RunSecrets>>,
     next_id: AtomicU64,
-    open: Arc<Semaphore>,
+    pub(super) open: Arc<Semaphore>,
     pub totals: Mutex<Totals>,
 }
 
 impl Shared {
-    pub(crate) fn new(
-        network: Network,
-        resolver: Resolver,
-        ctx: RunContext,
-        stop: CancellationToken,
-        secrets: Option<Arc<RunSecrets>>,
-    ) -> Shared {
+    pub(crate) fn new(network: Network, resolver: Resolver, ctx: RunContext, stop: CancellationToken) -> Shared {
         Shared {
             network,
             resolver,
             ctx,
             stop,
-            secrets,
             next_id: AtomicU64::new(0),
             open: Arc::new(Semaphore::new(MAX_OPEN)),
             totals: Mutex::new(Totals::default()),
@@ -99,7 +91,7 @@ impl Shared {
     }
 }
 
-fn inert(s: &str) -> String {
+pub(super) fn inert(s: &str) -> String {
     crate::sanitize::inert_line(s, MAX_FIELD)
 }
 
@@ -110,7 +102,7 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    fn new(sh: &Shared) -> Conn {
+    pub(super) fn new(sh: &Shared) -> Conn {
         let id = sh.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         Conn {
             rec: NetRecord {
@@ -159,33 +151,6 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(w: &mut W, code: u16, reason: 
     let _ = w.write_all(head.as_bytes()).await;
     let _ = w.write_all(body.as_bytes()).await;
     let _ = w.shutdown().await;
-}
-
-/// Serve one client connection to its end.
-pub(crate) async fn serve<S>(sh: Arc<Shared>, mut client: S)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-{
-    let c = Conn::new(&sh);
-    if c.rec.id > MAX_TOTAL {
-        answer(&mut client, 429, "Too Many Requests", "too many connections in this run").await;
-        // Past the cap only the first refusal is recorded: a flood of
-        // refusals must not flood the report.
-        if c.rec.id == MAX_TOTAL + 1 {
-            c.deny(&sh, format!("more than {MAX_TOTAL} connections in one run")).await;
-        }
-        return;
-    }
-    let Ok(_permit) = sh.open.clone().try_acquire_owned() else {
-        answer(&mut client, 429, "Too Many Requests", "too many connections open at once").await;
-        c.deny(&sh, format!("more than {MAX_OPEN} connections open at once")).await;
-        return;
-    };
-    let stop = sh.stop.clone();
-    tokio::select! {
-        _ = handle(&sh, c, &mut client) => {}
-        _ = stop.cancelled() => {}
-    }
 }
 
 /// A parsed request head.
@@ -255,7 +220,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Where a request goes: CONNECT's authority, or an absolute-form URL.
-fn target(head: &Head) -> Result<(Host, u16, Option<String>), (u16, String)> {
+pub(super) fn target(head: &Head) -> Result<(Host, u16, Option<String>), (u16, String)> {
     if head.method == "CONNECT" {
         let (h, p) = parse_authority(&head.target, None).map_err(|e| (400, format!("CONNECT target {e}")))?;
         return Ok((h, p, None));
@@ -291,75 +256,13 @@ fn target(head: &Head) -> Result<(Host, u16, Option<String>), (u16, String)> {
     Ok((h, p, Some(path)))
 }
 
-fn header<'a>(head: &'a Head, name: &str) -> Vec<&'a [u8]> {
+pub(super) fn header<'a>(head: &'a Head, name: &str) -> Vec<&'a [u8]> {
     head.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_slice()).collect()
-}
-
-async fn handle<S>(sh: &Shared, mut c: Conn, client: &mut S)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-{
-    let head = match read_head(client).await {
-        Ok(h) => h,
-        Err((0, _)) => return, // a connect-and-close is not a request
-        Err((code, why)) => {
-            c.rec.method = "?".into();
-            answer(client, code, "Bad Request", &why).await;
-            return c.deny(sh, why).await;
-        }
-    };
-    c.rec.method = inert(&head.method);
-    let (host, port, path) = match target(&head) {
-        Ok(t) => t,
-        Err((code, why)) => {
-            c.rec.host = inert(&head.target);
-            answer(client, code, "Bad Request", &why).await;
-            return c.deny(sh, why).await;
-        }
-    };
-    c.rec.host = inert(&host.to_string());
-    c.rec.port = port;
-    if sh.network.allows(&host, port).is_none() {
-        let why = format!("{host}:{port} is not in the allow list ({})", sh.network);
-        answer(client, 403, "Forbidden", &why).await;
-        return c.deny(sh, why).await;
-    }
-    let body = match &path {
-        None if !header(&head, "content-length").is_empty() || !header(&head, "transfer-encoding").is_empty() => {
-            Err((400, "a CONNECT request with a body (Content-Length or Transfer-Encoding)".to_string()))
-        }
-        None => Ok(Body::Empty),
-        Some(_) => check_plain(&head, &host, port)
-            .map_err(|why| (403, why))
-            .and_then(|()| framing::request_body(head.version, &head.headers).map_err(|why| (400, why))),
-    };
-    let body = match body {
-        Ok(b) => b,
-        Err((code, why)) => {
-            answer(client, code, if code == 400 { "Bad Request" } else { "Forbidden" }, &why).await;
-            return c.deny(sh, why).await;
-        }
-    };
-    let addrs = match addresses(sh, &host).await {
-        Ok(a) => a,
-        Err((code, why)) => {
-            answer(client, code, if code == 403 { "Forbidden" } else { "Bad Gateway" }, &why).await;
-            return c.deny(sh, why).await;
-        }
-    };
-    match (path, &sh.secrets) {
-        (None, Some(rs)) if !rs.bound(&host, port, true).is_empty() => {
-            intercept::tunnel(sh, rs, c, client, &host, port, &addrs, head.rest).await
-        }
-        (None, _) => connect_tunnel(sh, c, client, &host, port, &addrs, head.rest).await,
-        (Some(p), Some(rs)) => intercept::plain(sh, rs, c, client, &head, body, &host, port, &addrs, &p).await,
-        (Some(p), None) => forward_plain(sh, c, client, &head, body, port, &addrs, &p).await,
-    }
 }
 
 /// A plain request's own checks: its Host header names the URL's host, and
 /// it asks for no protocol upgrade. Its framing is [`framing::request_body`]'s.
-fn check_plain(head: &Head, host: &Host, port: u16) -> Result<(), String> {
+pub(super) fn check_plain(head: &Head, host: &Host, port: u16) -> Result<(), String> {
     check_host_header(head, host, port, 80)
 }
 
@@ -388,7 +291,7 @@ pub(super) fn check_host_header(head: &Head, host: &Host, port: u16, default: u1
 
 /// The addresses the proxy may connect to for `host`: resolved here, each
 /// checked. Err carries the HTTP status to answer.
-async fn addresses(sh: &Shared, host: &Host) -> Result<Vec<IpAddr>, (u16, String)> {
+pub(super) async fn addresses(sh: &Shared, host: &Host) -> Result<Vec<IpAddr>, (u16, String)> {
     let (addrs, operator) = match host {
         Host::Ip(a) => (vec![*a], false),
         Host::Name(n) => match sh.resolver.resolve(n).await {
@@ -490,7 +393,7 @@ where
     Ok(Some(hello))
 }
 
-async fn connect_tunnel<S>(
+pub(super) async fn connect_tunnel<S>(
     sh: &Shared,
     mut c: Conn,
     client: &mut S,
@@ -632,7 +535,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counting<'_, W> {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn forward_plain<S>(
+pub(super) async fn forward_plain<S>(
     sh: &Shared,
     mut c: Conn,
     client: &mut S,
