@@ -393,10 +393,11 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// A pool of `size` whose "QEMU" is a script that holds its pipes open
-    /// and never says READY: the pool's bookkeeping is under test, not a
-    /// guest (a refill's boot just waits until the drain).
-    fn fake_pool(dir: &std::path::Path, size: usize, defer: Duration) -> Arc<Pool> {
+    /// A pool of two holding `guests`, whose "QEMU" is a script that holds
+    /// its pipes open and never says READY: the pool's bookkeeping is under
+    /// test, not a guest (a refill's boot just waits until the drain).
+    fn fake_pool(dir: &std::path::Path, guests: usize, defer: Duration) -> Arc<Pool> {
+        let size = 2;
         use std::os::unix::fs::PermissionsExt;
         let qemu = dir.join("fake-qemu");
         std::fs::write(&qemu, "#!/bin/sh\nexec sleep 600\n").unwrap();
@@ -410,7 +411,7 @@ mod tests {
             pool_size: size,
             ..Default::default()
         };
-        Arc::new(Pool {
+        let pool = Arc::new(Pool {
             cfg,
             paths,
             shape: Shape { mem_mib: 256, cpus: 1, accel: vm::Accel::Tcg },
@@ -418,12 +419,12 @@ mod tests {
             state: Mutex::new(State::default()),
             changed: Notify::new(),
             refill_defer: defer,
-        })
-    }
-
-    fn add_guest(pool: &Pool) {
-        let g = Guest::spawn(&pool.cfg.qemu, &pool.paths, pool.shape, Boot::Cold(None), false).unwrap();
-        pool.state.lock().unwrap().ready.push((g, "snapshot"));
+        });
+        for _ in 0..guests {
+            let g = Guest::spawn(&pool.cfg.qemu, &pool.paths, pool.shape, Boot::Cold(None), false).unwrap();
+            pool.state.lock().unwrap().ready.push((g, "snapshot"));
+        }
+        pool
     }
 
     fn booting(pool: &Pool) -> bool {
@@ -444,8 +445,6 @@ mod tests {
     async fn a_refill_waits_for_the_end_of_the_run_that_took_a_guest() {
         let dir = tempfile::tempdir().unwrap();
         let pool = fake_pool(dir.path(), 2, Duration::from_secs(600));
-        add_guest(&pool);
-        add_guest(&pool);
         let (g, _) = pool.take(pool.shape).expect("a pooled guest");
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!booting(&pool), "the refill started beside the run while the pool still held a guest");
@@ -457,8 +456,7 @@ mod tests {
     #[tokio::test]
     async fn the_last_guest_taken_refills_at_once() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = fake_pool(dir.path(), 2, Duration::from_secs(600));
-        add_guest(&pool);
+        let pool = fake_pool(dir.path(), 1, Duration::from_secs(600));
         let held = pool.take(pool.shape).expect("a pooled guest");
         assert!(booting(&pool), "an emptied pool must refill at once (a burst needs its guests)");
         drop(held);
@@ -469,8 +467,6 @@ mod tests {
     async fn a_guest_held_long_leaves_the_pool_short_no_longer_than_the_cap() {
         let dir = tempfile::tempdir().unwrap();
         let pool = fake_pool(dir.path(), 2, Duration::from_millis(100));
-        add_guest(&pool);
-        add_guest(&pool);
         let held = pool.take(pool.shape).expect("a pooled guest");
         assert!(wait_booting(&pool).await, "a session holding its guest kept the pool short");
         drop(held);
