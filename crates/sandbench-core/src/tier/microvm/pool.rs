@@ -397,8 +397,8 @@ mod tests {
     /// its pipes open and never says READY: the pool's bookkeeping is under
     /// test, not a guest (a refill's boot just waits until the drain).
     fn fake_pool(dir: &std::path::Path, guests: usize, defer: Duration) -> Arc<Pool> {
-        let size = 2;
         use std::os::unix::fs::PermissionsExt;
+        let size = 2;
         let qemu = dir.join("fake-qemu");
         std::fs::write(&qemu, "#!/bin/sh\nexec sleep 600\n").unwrap();
         std::fs::set_permissions(&qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
