@@ -85,7 +85,7 @@ async fn probe_kvm(cfg: &MicrovmConfig, p: &Paths) -> anyhow::Result<Duration> {
         .arg(&p.kernel)
         .arg("-initrd")
         .arg(&p.initrd)
-        .args(["-append", &kernel_args(true, None)])
+        .args(["-append", &kernel_args(true, None, super::clock::host_tsc_khz())])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -9,12 +9,13 @@
 //! from a saved VM, when that beats a boot), `cold` (a fresh boot).
 //!
 //! Files: `artefacts` (setup and staleness), `vm` (QEMU process, command
-//! line, reaping), `proto` (frames; the guest is untrusted), `accel` (KVM
+//! line, reaping), `clock` (the guest's clock: the host's TSC rate), `proto` (frames; the guest is untrusted), `accel` (KVM
 //! probe), `snapshot`, `pool`, `exec` (one program followed to its exit, for
 //! a run and a session's call), `session`.
 
 pub(crate) mod accel;
 pub(crate) mod artefacts;
+pub(crate) mod clock;
 mod exec;
 pub(crate) mod pool;
 pub mod proto;
@@ -82,6 +83,10 @@ pub(crate) async fn setup(config: &Config, force: bool, progress: &dyn crate::se
     }
     let choice = accel::choose(cfg, &p).await;
     progress.line(&format!("✓ accel      {}", choice.detail));
+    progress.line(&match clock::host_tsc_khz() {
+        Some(k) => format!("✓ clock      the guest keeps time with the host's TSC ({:.1} MHz)", k as f64 / 1000.0),
+        None => "⚠ clock      the host has no invariant TSC: guests keep time in 4 ms jiffies".to_string(),
+    });
     let tier = MicrovmTier::new(config);
     if cfg.snapshot {
         let shape = tier.shape(&config.limits, choice.accel);

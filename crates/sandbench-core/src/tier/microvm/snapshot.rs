@@ -14,6 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use super::artefacts::{Manifest, Paths};
+use super::clock;
 use super::vm::{self, qemu_version, Boot, Guest, Shape, WaitEnd};
 use crate::config::MicrovmConfig;
 
@@ -27,6 +28,9 @@ pub struct SnapshotMeta {
     /// Spawn → agent answering after a restore, ms.
     pub restore_ms: f64,
     pub size_bytes: u64,
+    /// The TSC rate the saved guest's kernel was given (None: jiffies).
+    #[serde(default)]
+    pub tsc_khz: Option<u64>,
 }
 
 impl SnapshotMeta {
@@ -40,15 +44,28 @@ pub(crate) fn files(p: &Paths, shape: Shape) -> (PathBuf, PathBuf) {
     (p.snapshots.join(format!("{base}.state")), p.snapshots.join(format!("{base}.json")))
 }
 
+/// Everything the saved guest was started with: QEMU, the artefacts, the
+/// shape and the kernel's command line. The TSC rate in it stands as 0
+/// here: a second measurement of one host differs in the last digits, so
+/// the rate is kept in the meta and compared with a tolerance.
 fn key(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> String {
-    format!("{}|{}|{:?}", qemu_version(&cfg.qemu).unwrap_or_default(), Manifest::load(p).fingerprint(), shape)
+    format!(
+        "{}|{}|{:?}|{}",
+        qemu_version(&cfg.qemu).unwrap_or_default(),
+        Manifest::load(p).fingerprint(),
+        shape,
+        vm::kernel_args(false, None, clock::host_tsc_khz().map(|_| 0))
+    )
 }
 
-/// The snapshot for this shape, if one exists for the current artefacts.
+/// The snapshot for this shape, if one exists for the current artefacts
+/// (and this host's clock: a guest saved on a host whose TSC ran at another
+/// rate would keep the wrong time).
 pub(crate) fn load(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> Option<(PathBuf, SnapshotMeta)> {
     let (state, meta) = files(p, shape);
     let m: SnapshotMeta = serde_json::from_slice(&std::fs::read(&meta).ok()?).ok()?;
-    (m.key == key(cfg, p, shape) && state.is_file()).then_some((state, m))
+    (m.key == key(cfg, p, shape) && clock::same_rate(m.tsc_khz, clock::host_tsc_khz()) && state.is_file())
+        .then_some((state, m))
 }
 
 /// Boot, save, then time one restore. Replaces an older snapshot of the shape.
@@ -92,6 +109,7 @@ pub(crate) async fn create(cfg: &MicrovmConfig, p: &Paths, shape: Shape) -> anyh
         boot_ms,
         restore_ms,
         size_bytes: std::fs::metadata(&state).map(|m| m.len()).unwrap_or(0),
+        tsc_khz: clock::host_tsc_khz(),
     };
     std::fs::write(&meta, serde_json::to_vec_pretty(&m)?)?;
     Ok(m)

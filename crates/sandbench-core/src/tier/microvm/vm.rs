@@ -55,10 +55,12 @@ pub(crate) enum Boot<'a> {
     Restore(&'a Path),
 }
 
-/// Kernel command line. `tsc_early_khz` avoids a TSC calibration hang under
-/// TCG; `panic=-1` + `-no-reboot` end QEMU when the guest dies.
-pub(crate) fn kernel_args(probe: bool, disk: Option<u64>) -> String {
-    let mut s = String::from("console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=2000000 pci=off rdinit=/init");
+/// Kernel command line. The clock part is `clock::kernel_args` (the host's
+/// TSC rate, when it has an invariant TSC); `panic=-1` + `-no-reboot` end
+/// QEMU when the guest dies.
+pub(crate) fn kernel_args(probe: bool, disk: Option<u64>, tsc_khz: Option<u64>) -> String {
+    let mut s =
+        format!("console=ttyS0 quiet panic=-1 reboot=t {} pci=off rdinit=/init", super::clock::kernel_args(tsc_khz));
     if probe {
         s.push_str(" sandbench.probe");
     }
@@ -119,7 +121,7 @@ pub(crate) fn args(paths: &Paths, shape: Shape, boot: &Boot, name: &str, qmp: Op
         "-initrd".into(),
         paths.initrd.to_string_lossy().into_owned(),
         "-append".into(),
-        kernel_args(false, if let Boot::Cold(d) = boot { *d } else { None }),
+        kernel_args(false, if let Boot::Cold(d) = boot { *d } else { None }, super::clock::host_tsc_khz()),
         "-drive".into(),
         format!("id=root,file={},format=raw,if=none,readonly=on", paths.rootfs.to_string_lossy().replace(',', ",,")),
         "-device".into(),
@@ -513,7 +515,7 @@ mod tests {
         assert!(s.contains("readonly=on"));
         assert!(!s.contains("netdev") && !s.contains("-nic") && !s.contains("virtio-net"));
         assert!(s.contains("microvm,accel=tcg"));
-        assert!(s.contains("tsc_early_khz=2000000"));
+        assert!(s.contains(&super::super::clock::kernel_args(super::super::clock::host_tsc_khz())));
         assert!(s.contains("sandbench.disk=1048576"));
         // The egress channel is a serial port, not a network device.
         assert!(s.contains("socket,id=net,fd=3") && s.contains("name=sandbench.net"));
