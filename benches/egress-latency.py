@@ -55,8 +55,8 @@ for _ in range(%(n)d):
         pass
     s.close()
     out.append((time.perf_counter() - t) * 1000)
-# The whole block too: a guest whose clock ticks coarsely (TCG: refined-jiffies,
-# 4 ms steps) still gives a fine mean.
+# The whole block too: a guest whose clock ticks coarsely (refined-jiffies, 4 ms
+# steps, on a host without an invariant TSC) still gives a fine mean.
 print("TIMES " + json.dumps(out))
 print("BLOCK " + json.dumps((time.perf_counter() - t0) * 1000))
 '''
