@@ -95,6 +95,7 @@ pub mod internals {
     /// The microVM tier and its wire protocol.
     pub mod microvm {
         pub use crate::tier::microvm::artefacts::paths as artefact_paths;
+        pub use crate::tier::microvm::clock::host_tsc_khz;
         pub use crate::tier::microvm::proto;
         pub use crate::tier::microvm::vm::{NAME_PREFIX, QEMU_NICE};
         pub use crate::tier::microvm::{reap_leftovers, MicrovmTier};

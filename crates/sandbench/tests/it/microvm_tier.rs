@@ -151,40 +151,40 @@ fn hello_python_runs_in_the_guest() {
 }
 
 /// On a host with an invariant TSC the guest keeps time with it, at the
-/// host's rate: timestamps finer than 4 ms jiffies, and 2 s of the guest's
-/// clock are 2 s of the host's (a wrong rate, as a nominal 2 GHz would be
-/// here, is hundreds of ms off over 2 s).
+/// host's rate: its kernel was told the rate sandbench measured (a nominal
+/// 2 GHz, as before, is 18% off here), its timestamps are finer than 4 ms
+/// jiffies, and 2 s of its clock are never less than 2 s of the host's.
 #[sandbench_testkit::test(needs = ["microvm"])]
 fn the_guest_keeps_the_hosts_time() {
     let code = "import time\n\
         cs = open('/sys/devices/system/clocksource/clocksource0/current_clocksource').read().strip()\n\
+        mhz = [l.split(':')[1].strip() for l in open('/proc/cpuinfo') if l.startswith('cpu MHz')][0]\n\
         a = time.monotonic_ns()\n\
         while (b := time.monotonic_ns()) == a:\n    pass\n\
-        print('start', cs, b - a, flush=True)\n\
+        print('start', cs, mhz, b - a, flush=True)\n\
         t0 = time.monotonic()\n\
         time.sleep(2)\n\
         print('slept', time.monotonic() - t0, flush=True)\n";
     let Some(r) = run(spec(Language::Python, code)) else { return };
     assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
     let f: Vec<&str> = r.stdout.split_whitespace().collect();
-    let [_, clocksource, step_ns, _, slept] = f[..] else { panic!("unexpected output: {:?}", r.stdout) };
-    let tsc = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("flags"))
-        .is_some_and(|l| l.split_whitespace().any(|x| x == "constant_tsc") && l.contains(" nonstop_tsc"));
-    if !tsc {
+    let [_, clocksource, mhz, step_ns, _, slept] = f[..] else { panic!("unexpected output: {:?}", r.stdout) };
+    let Some(khz) = microvm::host_tsc_khz() else {
         assert_eq!(clocksource, "refined-jiffies", "a host without an invariant TSC: {}", r.stdout);
         return;
-    }
+    };
     assert_eq!(clocksource, "tsc", "{}", r.stdout);
+    let guest_khz = mhz.parse::<f64>().unwrap() * 1000.0;
+    assert!((guest_khz / khz as f64 - 1.0).abs() < 5e-4, "the guest's TSC rate {guest_khz} kHz, the host's {khz}");
     assert!(step_ns.parse::<u64>().unwrap() < 1_000_000, "the guest's clock steps by {step_ns} ns");
     let slept: f64 = slept.parse().unwrap();
-    assert!((2.0..2.2).contains(&slept), "the guest slept {slept} s by its own clock");
-    // From the first line's arrival to the program's exit, by the host's clock.
+    assert!((2.0..3.0).contains(&slept), "the guest slept {slept} s by its own clock");
+    // From the first line's arrival to the program's exit, by the host's
+    // clock: a guest clock running fast would make this shorter (load can
+    // only make it longer).
     let t = &r.timings_ms;
     let host_s = (t.setup + t.run - t.first_output.expect("output arrived")) / 1000.0;
-    assert!((host_s - slept).abs() < 0.3, "{slept} s in the guest took {host_s:.3} s on the host");
+    assert!(host_s > slept - 0.1, "{slept} s in the guest took {host_s:.3} s on the host");
 }
 
 #[sandbench_testkit::test(needs = ["microvm"])]

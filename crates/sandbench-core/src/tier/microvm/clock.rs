@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The host's TSC rate in kHz, when the host has an invariant TSC.
-pub(crate) fn host_tsc_khz() -> Option<u64> {
+pub fn host_tsc_khz() -> Option<u64> {
     static KHZ: OnceLock<Option<u64>> = OnceLock::new();
     *KHZ.get_or_init(|| {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
