@@ -22,6 +22,15 @@ pub fn host_tsc_khz() -> Option<u64> {
     })
 }
 
+/// What a guest's clock will be, for `setup` and `doctor`: Ok when it is
+/// the host's TSC, Err (a warning) when it is jiffies.
+pub(crate) fn describe(tsc_khz: Option<u64>) -> Result<String, String> {
+    match tsc_khz {
+        Some(k) => Ok(format!("the guest keeps time with the host's TSC ({:.1} MHz)", k as f64 / 1000.0)),
+        None => Err("the host has no invariant TSC: guests keep time in 4 ms jiffies".into()),
+    }
+}
+
 /// The kernel command line's clock part for a guest given this rate.
 pub(crate) fn kernel_args(tsc_khz: Option<u64>) -> String {
     match tsc_khz {
@@ -128,6 +137,8 @@ mod tests {
     fn the_kernel_is_told_a_measured_rate_or_keeps_jiffies() {
         assert_eq!(kernel_args(Some(2_445_428)), "tsc_early_khz=2445428 tsc=reliable");
         assert!(!kernel_args(None).contains("reliable"));
+        assert_eq!(describe(Some(2_445_428)).unwrap(), "the guest keeps time with the host's TSC (2445.4 MHz)");
+        assert!(describe(None).unwrap_err().contains("4 ms jiffies"));
     }
 
     #[cfg(target_arch = "x86_64")]

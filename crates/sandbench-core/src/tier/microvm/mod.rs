@@ -83,9 +83,9 @@ pub(crate) async fn setup(config: &Config, force: bool, progress: &dyn crate::se
     }
     let choice = accel::choose(cfg, &p).await;
     progress.line(&format!("✓ accel      {}", choice.detail));
-    progress.line(&match clock::host_tsc_khz() {
-        Some(k) => format!("✓ clock      the guest keeps time with the host's TSC ({:.1} MHz)", k as f64 / 1000.0),
-        None => "⚠ clock      the host has no invariant TSC: guests keep time in 4 ms jiffies".to_string(),
+    progress.line(&match clock::describe(clock::host_tsc_khz()) {
+        Ok(d) => format!("✓ clock      {d}"),
+        Err(d) => format!("⚠ clock      {d}"),
     });
     let tier = MicrovmTier::new(config);
     if cfg.snapshot {
@@ -364,6 +364,15 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
             } else {
                 checks.push(Check::ok("accel", c.detail));
             }
+            checks.push(match clock::describe(clock::host_tsc_khz()) {
+                Ok(d) => Check::ok("clock", d),
+                Err(d) => Check::warn(
+                    "clock",
+                    d,
+                    "timestamps, sleeps and CPU counts inside the guest come in 4 ms steps; a host whose CPU \
+has constant_tsc and nonstop_tsc (see /proc/cpuinfo) gives nanoseconds",
+                ),
+            });
             let shape = self.shape(&self.default_limits, c.accel);
             match snapshot::load(&self.cfg, &p, shape) {
                 Some((_, m)) => checks.push(Check::ok(
