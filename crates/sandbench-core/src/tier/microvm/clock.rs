@@ -7,18 +7,24 @@
 //! it: `tsc_early_khz` gives the rate (and skips a calibration that hangs
 //! under TCG), `tsc=reliable` says there is nothing to check it against.
 //! The rate is measured here, once per process, against the host kernel's
-//! own clock; a host without an invariant TSC keeps the jiffies clock.
+//! own clock. Only a TSC the host kernel itself keeps time with is used
+//! (`tsc=reliable` turns the guest's own checks off, so the host's verdict
+//! stands in for them: a TSC it found unsynchronized between CPUs would
+//! jump as QEMU's thread moves); any other host keeps the jiffies clock.
 #![allow(unsafe_code)] // rdtsc
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// The host's TSC rate in kHz, when the host has an invariant TSC.
+/// The host's TSC rate in kHz, when the host has an invariant TSC and its
+/// kernel keeps time with it.
 pub fn host_tsc_khz() -> Option<u64> {
     static KHZ: OnceLock<Option<u64>> = OnceLock::new();
     *KHZ.get_or_init(|| {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        invariant(&cpuinfo).then(|| measure(Duration::from_millis(10))).flatten()
+        let clock = std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+        (invariant(&cpuinfo) && clock.trim() == "tsc").then(|| measure(Duration::from_millis(10))).flatten()
     })
 }
 
@@ -27,7 +33,9 @@ pub fn host_tsc_khz() -> Option<u64> {
 pub(crate) fn describe(tsc_khz: Option<u64>) -> Result<String, String> {
     match tsc_khz {
         Some(k) => Ok(format!("the guest keeps time with the host's TSC ({:.1} MHz)", k as f64 / 1000.0)),
-        None => Err("the host has no invariant TSC: guests keep time in 4 ms jiffies".into()),
+        None => {
+            Err("guests keep time in 4 ms jiffies: the host's TSC is not invariant, or not its kernel's clock".into())
+        }
     }
 }
 
@@ -145,7 +153,9 @@ mod tests {
     #[test]
     fn two_measurements_of_this_host_agree() {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        if !invariant(&cpuinfo) {
+        let clock = std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+        if !invariant(&cpuinfo) || clock.trim() != "tsc" {
             // Such a host's guests keep the jiffies clock.
             assert_eq!(host_tsc_khz(), None);
             return;

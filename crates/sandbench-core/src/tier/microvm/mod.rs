@@ -370,7 +370,7 @@ virtualization), or set [microvm] accel = \"tcg\" to make emulation the configur
                     "clock",
                     d,
                     "timestamps, sleeps and CPU counts inside the guest come in 4 ms steps; a host whose CPU \
-has constant_tsc and nonstop_tsc (see /proc/cpuinfo) gives nanoseconds",
+has constant_tsc and nonstop_tsc (/proc/cpuinfo) and whose kernel's clocksource is tsc gives nanoseconds",
                 ),
             });
             let shape = self.shape(&self.default_limits, c.accel);
