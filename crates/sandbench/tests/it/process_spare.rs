@@ -6,10 +6,12 @@ use crate::support::common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbench::event::{EventKind, Phase, RunEvent};
 use sandbench::internals::process::ProcessTier;
 use sandbench::report::Outcome;
-use sandbench::runner;
-use sandbench::spec::{Language, RunSpec};
+use sandbench::runner::{self, Update};
+use sandbench::session::{Session, SessionSpec};
+use sandbench::spec::{Language, Limits, RunSpec};
 use sandbench::tier::Tier;
 
 /// Until the tier says a spare is ready (what a warm start takes).
@@ -306,4 +308,48 @@ async fn a_javascript_run_leaves_a_started_node_for_the_next() {
     assert_eq!(py.details["start"], "cold", "a Node spare cannot run Python: {}", py.summary_line());
     assert_eq!(py.stdout.trim(), "42");
     wait_for("python").await;
+}
+
+/// Which of "running" and output a run's events show first.
+async fn first_of_running_and_output(mut h: runner::RunHandle) -> &'static str {
+    let mut seen = vec![];
+    while let Some(u) = h.events.recv().await {
+        match u {
+            Update::Event(RunEvent { kind: EventKind::Phase(Phase::Running), .. }) => seen.push("running"),
+            Update::Event(RunEvent { kind: EventKind::Output(..), .. }) => seen.push("output"),
+            Update::Event(_) => {}
+            Update::Finished(r) => {
+                assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+                break;
+            }
+        }
+    }
+    seen.first().copied().unwrap_or("neither")
+}
+
+/// A run's "running" comes before its first output, cold, warm or a
+/// session's call: init says Started before it lets the program go, and the
+/// host sends init's statuses before the output (the workbench once showed
+/// a warm run's first line above its "running").
+#[sandbench_testkit::test(needs = ["process"], flavor = "multi_thread")]
+async fn a_runs_output_never_precedes_its_running_phase() {
+    let tier: Arc<dyn Tier> = Arc::new(ProcessTier::new(&common::config()));
+    let a = tier.probe().await;
+    if !a.available {
+        assert!(!common::required("process"), "process tier unavailable: {}", a.summary);
+        panic!("cannot run although its needs hold: process tier unavailable: {}", a.summary);
+    }
+    let spec = || RunSpec::new(Language::Python, "print(1)");
+    for i in 0..12 {
+        if i > 0 {
+            spare_ready(&tier).await;
+        }
+        assert_eq!(first_of_running_and_output(runner::start(tier.clone(), spec())).await, "running", "run {i}");
+    }
+    let s = Session::open(tier.clone(), SessionSpec::new(Limits::default())).await.unwrap();
+    for i in 0..8 {
+        let h = s.start(spec()).unwrap();
+        assert_eq!(first_of_running_and_output(h).await, "running", "session call {i}");
+    }
+    s.close().await;
 }

@@ -52,6 +52,9 @@ pub(super) trait Side {
     fn drained(&self) -> bool;
     /// Stop the program (cancel, CPU limit, wall time before it started).
     async fn kill(&mut self, child: &mut Child, cg: Option<&RunCgroup>);
+    /// The run's "running" is out, or the program will never start: output
+    /// read on its own (not through `take`) may be sent from now on.
+    fn release_output(&mut self) {}
 }
 
 /// What init reported of the program's exit.
@@ -131,6 +134,9 @@ impl<'a> Pump<'a> {
         let mut next_sample = sampling_from;
         let mut line = Vec::new();
         while !((self.exit.is_some() || self.status_eof) && side.drained()) {
+            if self.started || self.killed || self.exit.is_some() || self.status_eof {
+                side.release_output();
+            }
             let mut from_early = false;
             let next = if let Some(s) = early.next() {
                 // Read before this run (a spare's set-up, a call's process
@@ -139,15 +145,22 @@ impl<'a> Pump<'a> {
                 Some(s)
             } else {
                 tokio::select! {
+                    // In this order: init's statuses come before the output they
+                    // precede (it says Started, then lets the program go), so a
+                    // run's "running" never shows after its first line; every
+                    // branch before the output is bounded (a few statuses, one
+                    // exit, one stop, timers), so a flood cannot starve them.
+                    biased;
+                    _ = ctx.stop.cancelled(), if !self.killed => {
+                        self.killed = true;
+                        side.kill(child, cg).await;
+                        None
+                    }
                     r = read_line_bounded(status, &mut line), if !self.status_eof && self.exit.is_none() => {
                         match r {
                             Ok(0) | Err(_) => { self.status_eof = true; None }
                             Ok(_) => Some(sandbox::parse_status(&line)),
                         }
-                    }
-                    stream = side.output_ready() => {
-                        side.take(stream, ctx).await;
-                        None
                     }
                     st = child.wait(), if !self.helper_done => {
                         self.helper_done = true;
@@ -176,11 +189,6 @@ impl<'a> Pump<'a> {
                         ctx.emit(EventKind::Violation(v)).await;
                         None
                     }
-                    _ = ctx.stop.cancelled(), if !self.killed => {
-                        self.killed = true;
-                        side.kill(child, cg).await;
-                        None
-                    }
                     _ = tokio::time::sleep_until(next_sample), if self.exit.is_none() && !self.status_eof => {
                         let every = match self.scope {
                             Scope::Run { .. } if sampling_from.elapsed() < EARLY_FOR => SAMPLE_EARLY,
@@ -194,6 +202,10 @@ impl<'a> Pump<'a> {
                                 side.kill(child, cg).await;
                             }
                         }
+                        None
+                    }
+                    stream = side.output_ready() => {
+                        side.take(stream, ctx).await;
                         None
                     }
                 }

@@ -152,11 +152,13 @@ impl ProcessTier {
         let writer = tokio::spawn(async move {
             let _ = stdin.write_all(&payload).await;
         });
+        let (gate, open) = tokio::sync::watch::channel(false);
         let mut side = RunSide {
-            out: tokio::spawn(read_output(launched.child.stdout.take(), Stream::Stdout, ctx.clone())),
-            err: tokio::spawn(read_output(launched.child.stderr.take(), Stream::Stderr, ctx.clone())),
+            out: tokio::spawn(read_output(launched.child.stdout.take(), Stream::Stdout, ctx.clone(), open.clone())),
+            err: tokio::spawn(read_output(launched.child.stderr.take(), Stream::Stderr, ctx.clone(), open)),
             out_done: false,
             err_done: false,
+            gate,
         };
         let start_by = tokio::time::Instant::now() + limits.wall_time;
         let mut pump = Pump::new(ctx, limits, Scope::Run { start_by });
@@ -209,6 +211,9 @@ struct RunSide {
     err: tokio::task::JoinHandle<()>,
     out_done: bool,
     err_done: bool,
+    /// Opened by the pump once the run's "running" is out (or the program
+    /// will never start): the readers send nothing before it.
+    gate: tokio::sync::watch::Sender<bool>,
 }
 
 impl pump::Side for RunSide {
@@ -221,6 +226,10 @@ impl pump::Side for RunSide {
     }
 
     async fn take(&mut self, _: Stream, _: &RunContext) {}
+
+    fn release_output(&mut self) {
+        self.gate.send_replace(true);
+    }
 
     fn drained(&self) -> bool {
         self.out_done && self.err_done
@@ -235,13 +244,22 @@ impl pump::Side for RunSide {
 }
 
 /// Read one of the program's pipes to EOF as output events.
-pub(super) async fn read_output<R: AsyncRead + Unpin>(src: Option<R>, stream: Stream, ctx: RunContext) {
+pub(super) async fn read_output<R: AsyncRead + Unpin>(
+    src: Option<R>,
+    stream: Stream,
+    ctx: RunContext,
+    mut open: tokio::sync::watch::Receiver<bool>,
+) {
     let Some(mut src) = src else { return };
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match src.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                // Init says Started before the program can write, but this
+                // task and the pump race to the run's events: wait for the
+                // pump's "running" (a dropped gate also lets it through).
+                let _ = open.wait_for(|o| *o).await;
                 ctx.emit(EventKind::Output(stream, buf[..n].to_vec())).await;
             }
         }
