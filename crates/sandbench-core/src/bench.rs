@@ -620,6 +620,10 @@ pub struct ThroughputReport {
     pub skipped: Vec<String>,
     pub load_before: Option<[f64; 3]>,
     pub load_after: Option<[f64; 3]>,
+    /// The process tier's sandbox helper (what each run exec's), when it is
+    /// the tier measured.
+    #[serde(default)]
+    pub helper: Option<String>,
 }
 
 /// CPU time (ms) of the processes named in `daemons` (by their comm
@@ -921,6 +925,7 @@ pub async fn throughput(
         skipped,
         load_before,
         load_after: load_average(),
+        helper: process.then(|| crate::tier::process::helper_exe::describe(&host_env)),
     }
 }
 

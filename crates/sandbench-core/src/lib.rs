@@ -103,6 +103,7 @@ pub mod internals {
 
     /// The process tier and what its sandbox shows of the host.
     pub mod process {
+        pub use crate::tier::process::helper_exe::{default_helper, small_helper};
         pub use crate::tier::process::sandbox::{ETC_COPIED, HOST_BINDS, PYTHON_ETC};
         pub use crate::tier::process::ProcessTier;
     }

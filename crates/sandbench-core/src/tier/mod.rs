@@ -27,8 +27,10 @@ pub use crate::event::{RunContext, MAX_DETAIL};
 pub use contract::*;
 /// The peers installed here (`sandbench doctor` lists them).
 pub use peer::names as peer_names;
-/// The process tier's sandbox helper: the binary re-executes itself into
-/// it (`main` calls it first), so the helper is the very binary that was
-/// started, never one found on a path.
+/// The process tier's sandbox helper: `sandbench-sandbox`, a binary of
+/// its own, when it is this build's (see `process::helper_exe`); else
+/// sandbench's binary re-executes itself into it (`main` calls it first).
+/// Never a binary found on a path.
+pub use process::helper_exe::{BUILD as PROCESS_HELPER_BUILD, HELPER_NAME as PROCESS_HELPER_NAME};
 pub use process::sandbox::helper_main as process_helper_main;
 pub use registry::*;

@@ -208,6 +208,9 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
             }
         ));
     }
+    if let Some(h) = &r.helper {
+        s.push_str(&format!("sandbox helper: {h}\n"));
+    }
     s.push_str(&format!(
         "background teardown after the last report: {} in all\n",
         crate::units::duration_ms(r.teardown_after_ms)

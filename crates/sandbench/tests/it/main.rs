@@ -44,6 +44,7 @@ mod peak_memory;
 mod peers;
 mod process_boundary;
 mod process_cli;
+mod process_helper;
 mod process_privileges;
 mod process_spare;
 mod reaper;

@@ -23,13 +23,16 @@ use crate::spec::Limits;
 pub(super) struct Host {
     /// The binary started as the sandbox helper.
     pub(super) exe: std::path::PathBuf,
+    /// `exe` was configured (`SANDBENCH_HELPER`), not resolved.
+    pub(super) explicit: bool,
     pub(super) try_user_cgroup: bool,
 }
 
 impl Host {
     pub(super) fn of(env: &crate::config::HostEnv) -> Host {
         Host {
-            exe: env.helper.clone().unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe")),
+            exe: env.helper.clone().unwrap_or_else(|| super::helper_exe::default_helper().exe.clone()),
+            explicit: env.helper.is_some(),
             try_user_cgroup: env.try_user_cgroup,
         }
     }
@@ -238,6 +241,7 @@ pub(super) async fn launch(
         network_port,
         run_ca,
         session,
+        build: super::helper_exe::BUILD.into(),
     };
     stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
     let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;

@@ -14,6 +14,7 @@
 pub(crate) mod cgroup;
 mod contract;
 mod facts;
+pub(crate) mod helper_exe;
 mod launch;
 pub(crate) mod netns;
 mod probe;

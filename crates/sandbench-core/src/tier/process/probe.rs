@@ -13,6 +13,24 @@ use crate::spec::{Language, RunSpec};
 use crate::tier::contract::{Availability, Check};
 
 impl ProcessTier {
+    /// Which binary builds each sandbox (see `helper_exe`).
+    fn helper_check(&self) -> Check {
+        if self.host.explicit {
+            return Check::ok("helper", format!("{} (SANDBENCH_HELPER)", self.host.exe.display()));
+        }
+        match &super::helper_exe::default_helper().fallback {
+            None => {
+                Check::ok("helper", format!("{} (this build's, next to sandbench)", super::helper_exe::HELPER_NAME))
+            }
+            Some(why) => Check::warn(
+                "helper",
+                format!("sandbench's own binary, as each run's sandbox helper: {why}"),
+                "cargo build --release builds sandbench-sandbox next to sandbench (cargo run builds only sandbench); \
+each run's helper then starts in about half the CPU time",
+            ),
+        }
+    }
+
     pub(super) async fn probe_inner(&self) -> Availability {
         let mut checks = vec![];
         match layout(self.host.try_user_cgroup) {
@@ -31,6 +49,7 @@ impl ProcessTier {
                 "run sandbench as root, or on cgroup v2 from a delegated cgroup (systemd-run --user --scope -p Delegate=yes sandbench ...)",
             )),
         }
+        checks.push(self.helper_check());
         for lang in Language::ALL {
             let missing = format!("{} not found in /usr/local/bin:/usr/bin:/bin", lang.interpreter()[0]);
             let fix = format!("apt-get install {}", lang.debian_package());

@@ -58,10 +58,18 @@ pub(crate) use session::{frame_call, KILL_FRAME};
 /// Entry point of `sandbench __sandbox`. Never returns.
 pub fn helper_main() -> ! {
     mark("helper_started");
+    // Started as /proc/self/{exe,fd/N}, its name would be "exe" or a number.
+    let _ = nix::sys::prctl::set_name(c"sandbench-sbx");
     let prep = match read_prepare() {
         Ok(p) => p,
         Err(e) => fail(format!("sandbox helper: {e}")),
     };
+    if prep.build != super::helper_exe::BUILD {
+        fail(format!(
+            "this sandbox helper ({}) is from another build of sandbench than the one that started it: rebuild both (cargo build --release)",
+            std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default()
+        ));
+    }
     // PDEATHSIG was set before exec; if the host died in between, stop now.
     if nix::unistd::getppid().as_raw() != prep.host_pid {
         // SAFETY: plain exit of a process nobody waits for any more.
@@ -187,6 +195,10 @@ mod tests {
         assert!(parse_exec(b"").is_none());
     }
 
+    fn helper_exe_build() -> String {
+        crate::tier::process::helper_exe::BUILD.into()
+    }
+
     #[test]
     fn prepare_is_framed_by_its_length() {
         let p = Prepare {
@@ -201,6 +213,7 @@ mod tests {
             network_port: None,
             run_ca: None,
             session: false,
+            build: helper_exe_build(),
         };
         let f = frame_prepare(&p);
         let n = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;

@@ -12,11 +12,19 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_sandbench"))
 }
 
+/// The built sandbox helper (`sandbench-sandbox`): what the process tier
+/// starts for each sandbox when sandbench's binary has it beside it.
+pub fn helper_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sandbench-sandbox"))
+}
+
 /// The default config, with the process tier's helper set to the built
-/// binary (in-process tiers must not re-execute the test binary).
+/// small helper (in-process tiers must not re-execute the test binary; the
+/// tests that set `SANDBENCH_HELPER` to `sandbench` itself keep its
+/// `__sandbox` entry, the fallback, covered).
 pub fn config() -> sandbench::config::Config {
     let mut c = sandbench::config::Config::default();
-    c.host.helper = Some(bin());
+    c.host.helper = Some(helper_bin());
     c
 }
 

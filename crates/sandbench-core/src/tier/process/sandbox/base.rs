@@ -60,6 +60,10 @@ pub(crate) struct Prepare {
     /// call framed on stdin, until stdin closes.
     #[serde(default)]
     pub session: bool,
+    /// The host's build token (`helper_exe::BUILD`): a helper of another
+    /// build refuses to build the sandbox.
+    #[serde(default)]
+    pub build: String,
 }
 
 /// An interpreter started before its program, and what it can run inline.
