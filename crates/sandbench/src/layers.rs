@@ -50,7 +50,7 @@ const LAYERS: &scan::Table = &[
     // The commands (and this test).
     ("commands", &["cmd", "layers"]),
     // The binary: it names the library by its crate name, as any user does.
-    ("binary", &["main"]),
+    ("binary", &["main", "bin::sandbench-sandbox"]),
 ];
 
 const WHERE: &str = "LAYERS in crates/sandbench/src/layers.rs";
