@@ -64,10 +64,13 @@ pub fn default_helper() -> &'static Resolved {
 
 /// Which helper runs start with under `env`, in a few words.
 pub(crate) fn describe(env: &crate::config::HostEnv) -> String {
-    match (&env.helper, &default_helper().fallback) {
-        (Some(p), _) => format!("{} (SANDBENCH_HELPER)", p.display()),
-        (None, None) => format!("{HELPER_NAME} (this build's)"),
-        (None, Some(why)) => format!("sandbench's own binary ({why})"),
+    if let Some(p) = &env.helper {
+        // Configured: nothing is resolved (or exec'd) to describe it.
+        return format!("{} (SANDBENCH_HELPER)", p.display());
+    }
+    match &default_helper().fallback {
+        None => format!("{HELPER_NAME} (this build's)"),
+        Some(why) => format!("sandbench's own binary ({why})"),
     }
 }
 
@@ -160,6 +163,12 @@ mod tests {
         std::os::unix::fs::symlink(&real, d.join(HELPER_NAME)).unwrap();
         assert!(small_helper(&d, None).is_err());
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_configured_helper_is_described_as_configured() {
+        let env = crate::config::HostEnv { helper: Some(PathBuf::from("/opt/x/helper")), ..Default::default() };
+        assert_eq!(describe(&env), "/opt/x/helper (SANDBENCH_HELPER)");
     }
 
     #[test]
