@@ -20,12 +20,15 @@ use std::time::Duration;
 /// kernel keeps time with it.
 pub fn host_tsc_khz() -> Option<u64> {
     static KHZ: OnceLock<Option<u64>> = OnceLock::new();
-    *KHZ.get_or_init(|| {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let clock = std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-            .unwrap_or_default();
-        (invariant(&cpuinfo) && clock.trim() == "tsc").then(|| measure(Duration::from_millis(10))).flatten()
-    })
+    *KHZ.get_or_init(|| host_keeps_time_with_tsc().then(|| measure(Duration::from_millis(10))).flatten())
+}
+
+/// The host's TSC is invariant and its kernel's clocksource.
+fn host_keeps_time_with_tsc() -> bool {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let clock =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource").unwrap_or_default();
+    invariant(&cpuinfo) && clock.trim() == "tsc"
 }
 
 /// What a guest's clock will be, for `setup` and `doctor`: Ok when it is
@@ -152,10 +155,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn two_measurements_of_this_host_agree() {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let clock = std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-            .unwrap_or_default();
-        if !invariant(&cpuinfo) || clock.trim() != "tsc" {
+        if !host_keeps_time_with_tsc() {
             // Such a host's guests keep the jiffies clock.
             assert_eq!(host_tsc_khz(), None);
             return;
