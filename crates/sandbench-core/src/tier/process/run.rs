@@ -228,7 +228,8 @@ impl pump::Side for RunSide {
     async fn take(&mut self, _: Stream, _: &RunContext) {}
 
     fn release_output(&mut self) {
-        self.gate.send_replace(true);
+        // Called on every turn of the pump once open: wake the readers once.
+        self.gate.send_if_modified(|open| !std::mem::replace(open, true));
     }
 
     fn drained(&self) -> bool {
