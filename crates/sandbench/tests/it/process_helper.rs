@@ -1,6 +1,7 @@
 //! The process tier's sandbox helper binary (`sandbench-sandbox`): taken
 //! only when it is this build's and nobody else can write it; a helper of
-//! another build refuses to build a sandbox.
+//! another build refuses to build a sandbox, and it takes its channels
+//! from the host over its stdin.
 
 use crate::support::common;
 
@@ -78,5 +79,68 @@ fn a_helper_refuses_a_shape_from_another_build() {
         assert_eq!(out.status.code(), Some(121), "{helper:?}: {out:?}");
         let said = std::fs::read_to_string(&status).unwrap();
         assert!(said.contains("from another build of sandbench"), "{helper:?}: {said}");
+    }
+}
+
+/// The host hands the helper its status pipe and egress channel over its
+/// stdin, a socket (`take_channels`). Exactly those two arrive and are
+/// placed where the helper reports from; anything else ends it before it
+/// does a thing.
+#[sandbench_testkit::test]
+fn a_helper_takes_its_channels_from_stdin_and_refuses_any_other_count() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    let send = |to: &UnixStream, fds: &[i32]| {
+        let iov = [std::io::IoSlice::new(b"c")];
+        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(fds)];
+        let cmsg = if fds.is_empty() { &[][..] } else { &cmsg[..] };
+        nix::sys::socket::sendmsg::<()>(to.as_raw_fd(), &iov, cmsg, nix::sys::socket::MsgFlags::empty(), None).unwrap();
+    };
+    for helper in [helper_bin(), bin()] {
+        // Two channels: the status line of a refused shape comes back on the
+        // pipe that travelled over the socket.
+        let (host, theirs) = UnixStream::pair().unwrap();
+        let (mut status_r, status_w) = std::io::pipe().unwrap();
+        let (net, net_theirs) = UnixStream::pair().unwrap();
+        let mut child = Command::new(&helper)
+            .arg("__sandbox")
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        send(&host, &[status_w.as_raw_fd(), net_theirs.as_raw_fd()]);
+        drop((status_w, net_theirs));
+        let prep = serde_json::json!({
+            "host_pid": std::process::id(), "cgroup_procs": [], "user_ns": false, "run_uid": 0, "run_gid": 0,
+            "allow_degraded": false, "disk_bytes": 1 << 20, "waiter": null, "session": false,
+            "build": "0123456789abcdef",
+        })
+        .to_string();
+        (&host).write_all(&(prep.len() as u64).to_le_bytes()).unwrap();
+        (&host).write_all(prep.as_bytes()).unwrap();
+        let mut said = String::new();
+        status_r.read_to_string(&mut said).unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(121), "{helper:?}");
+        assert!(said.contains("helper_started"), "{helper:?}: {said}");
+        assert!(said.contains("from another build of sandbench"), "{helper:?}: {said}");
+        drop(net);
+        // One channel, or none: refused on stderr (it has no status pipe).
+        for fds in [vec![std::io::stdout().as_raw_fd()], vec![]] {
+            let (host, theirs) = UnixStream::pair().unwrap();
+            let child = Command::new(&helper)
+                .arg("__sandbox")
+                .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            send(&host, &fds);
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(out.status.code(), Some(121), "{helper:?} with {} fds: {out:?}", fds.len());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(&format!("expected its 2 channels on stdin, got {}", fds.len())), "{helper:?}: {err}");
+        }
     }
 }

@@ -1,7 +1,6 @@
 //! The process tier's host side of building a sandbox: start the helper,
 //! lease the run's uid and make its cgroup while it execs, hand it the
 //! sandbox's shape (`Launched`, single use), and the cgroup layout.
-#![allow(unsafe_code)] // pre_exec hook of the helper (async-signal-safe calls only)
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::OnceLock;
@@ -15,7 +14,7 @@ use tokio::process::Command;
 
 use super::cgroup::{self, Layout, RunCgroup};
 use super::sandbox::{self, Status};
-use super::{netns, uids};
+use super::uids;
 use crate::spec::Limits;
 
 /// What the tier takes from sandbench's environment (`config::HostEnv`).
@@ -52,7 +51,8 @@ pub(super) struct Shape {
 /// removes the cgroup; the uid lease goes last, once nothing runs as it.
 pub(super) struct Launched {
     pub(super) child: tokio::process::Child,
-    pub(super) stdin: Option<tokio::process::ChildStdin>,
+    /// The helper's stdin (a socket; see `take_channels`).
+    pub(super) stdin: Option<tokio::net::UnixStream>,
     pub(super) status: Option<BufReader<tokio::net::unix::pipe::Receiver>>,
     /// Status lines read before the run (while waiting for `Ready`).
     pub(super) early: Vec<Status>,
@@ -154,7 +154,6 @@ pub(super) async fn launch(
     let root = nix::unistd::geteuid().is_root();
     let exe = &shape.host.exe;
     let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
-    let wfd = status_w.as_raw_fd();
     let (net_host, net_helper) = nix::sys::socket::socketpair(
         nix::sys::socket::AddressFamily::Unix,
         nix::sys::socket::SockType::Stream,
@@ -162,43 +161,46 @@ pub(super) async fn launch(
         nix::sys::socket::SockFlag::SOCK_CLOEXEC,
     )
     .context("cannot create the egress channel")?;
-    let nfd = net_helper.as_raw_fd();
+    // The helper's stdin is a socket: the status pipe and the egress channel
+    // travel over it (`take_channels`), so the spawn needs no code between
+    // fork and exec and std makes it a posix_spawn (a vfork: no copy of this
+    // process's page tables, no copy-on-write faults in its threads after).
+    let (ctl_host, ctl_helper) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Stream,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .context("cannot create the helper's control socket")?;
     let mut cmd = Command::new(exe);
     cmd.arg("__sandbox")
         .env_clear()
-        .stdin(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::from(ctl_helper))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Out of the way first: the status pipe may be about to land on its number.
-            let net = libc::fcntl(nfd, libc::F_DUPFD_CLOEXEC, 10);
-            if net < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if wfd == sandbox::STATUS_FD {
-                if libc::fcntl(wfd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(wfd, sandbox::STATUS_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::dup2(net, netns::NET_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
+    let child = cmd.spawn().with_context(|| format!("cannot start the sandbox helper {}", exe.display()))?;
+    // Our copy of the helper's end goes with the command: init must see EOF
+    // when the host closes its end.
+    drop(cmd);
     timeline.push(at("helper_spawned"));
+    let fds = [status_w.as_raw_fd(), net_helper.as_raw_fd()];
+    let iov = [std::io::IoSlice::new(b"c")];
+    nix::sys::socket::sendmsg::<()>(
+        ctl_host.as_raw_fd(),
+        &iov,
+        &[nix::sys::socket::ControlMessage::ScmRights(&fds)],
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )
+    .context("cannot hand the sandbox helper its channels")?;
     drop(status_w);
     drop(net_helper);
-    let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("helper has no stdin"))?;
+    let mut stdin = {
+        let s = std::os::unix::net::UnixStream::from(ctl_host);
+        s.set_nonblocking(true).context("helper's control socket")?;
+        tokio::net::UnixStream::from_std(s).context("helper's control socket")?
+    };
     let lim = limits.clone();
     let (uid, cg, warnings) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let mut warnings = vec![];

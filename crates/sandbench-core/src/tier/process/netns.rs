@@ -2,7 +2,8 @@
 //! allow list. The sandbox's network namespace stays empty but for its
 //! loopback device: init (sandbench's, pid 1) brings `lo` up, listens on
 //! `127.0.0.1:3128` and hands that listening socket to the host over a unix
-//! socketpair it inherited as fd [`NET_FD`], then closes both. The host
+//! socketpair the helper received from the host and placed as fd [`NET_FD`]
+//! (inherited by init), then closes both. The host
 //! accepts on it and serves each connection with the run's egress proxy, so
 //! no byte is relayed inside the sandbox and no host socket is reachable
 //! from it. The program gets neither descriptor; Landlock lets it connect
@@ -16,7 +17,7 @@ use nix::sys::socket::{
     recvmsg, sendmsg, socket, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
 };
 
-/// The socketpair end the helper (and then init) inherits.
+/// The socketpair end the helper receives (`take_channels`) and init inherits.
 pub(crate) const NET_FD: i32 = 4;
 
 /// Bring `lo` up in this (new, empty) network namespace.
@@ -46,7 +47,7 @@ fn loopback_up() -> Result<(), String> {
 /// set), then close the inherited end whatever happens. Err: the run's
 /// network could not be made as promised.
 pub(crate) fn serve_port(port: Option<u16>) -> Result<(), String> {
-    // SAFETY: NET_FD was placed by the host before exec and nothing else in
+    // SAFETY: NET_FD was placed by the helper before init's fork and nothing else in
     // init owns it; wrapping it closes it on every path out of here.
     let chan = (nix::fcntl::fcntl(unsafe { BorrowedFd::borrow_raw(NET_FD) }, nix::fcntl::FcntlArg::F_GETFD).is_ok())
         .then(|| unsafe { OwnedFd::from_raw_fd(NET_FD) });

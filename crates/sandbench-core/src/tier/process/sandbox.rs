@@ -49,7 +49,7 @@ mod session; // a kept sandbox: init's loop of calls
 mod steps; // init's steps, for a one-shot run and a session's calls alike
 
 use base::*;
-pub(crate) use base::{frame_prepare, mono_ns, parse_status, Prepare, SandboxConfig, Status, Waiter, STATUS_FD};
+pub(crate) use base::{frame_prepare, mono_ns, parse_status, Prepare, SandboxConfig, Status, Waiter};
 use init::*;
 pub(crate) use root::SYSTEM_BUNDLE;
 pub use root::{ETC_COPIED, HOST_BINDS, PYTHON_ETC};
@@ -57,6 +57,10 @@ pub(crate) use session::{frame_call, KILL_FRAME};
 
 /// Entry point of `sandbench __sandbox`. Never returns.
 pub fn helper_main() -> ! {
+    take_channels();
+    // The host spawned us without code of its own before exec; a host that
+    // died before this is caught by the parent check below.
+    set_pdeathsig();
     mark("helper_started");
     // Started as /proc/self/{exe,fd/N}, its name would be "exe" or a number.
     let _ = nix::sys::prctl::set_name(c"sandbench-sbx");
@@ -70,7 +74,7 @@ pub fn helper_main() -> ! {
             std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default()
         ));
     }
-    // PDEATHSIG was set before exec; if the host died in between, stop now.
+    // If the host died before PDEATHSIG was set, we were reparented: stop now.
     if nix::unistd::getppid().as_raw() != prep.host_pid {
         // SAFETY: plain exit of a process nobody waits for any more.
         unsafe { libc::_exit(122) }

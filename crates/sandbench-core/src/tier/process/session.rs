@@ -44,7 +44,7 @@ pub(crate) struct ProcessSession {
 struct Kept {
     sandbox: Launched,
     /// Where calls go (framed), after the sandbox's Prepare.
-    stdin: tokio::process::ChildStdin,
+    stdin: tokio::net::UnixStream,
     /// The session's output pipes: every call's program writes to them.
     out: Receiver,
     err: Receiver,
@@ -107,7 +107,7 @@ async fn drain_now(rx: &Receiver, stream: Stream, ctx: &RunContext) {
 /// End the running call: init's kill(-1) reaches all of the call's
 /// processes at once and nothing else; should the pipe fail, the cgroup —
 /// the call's processes only — is killed from here.
-async fn ask_kill(stdin: &mut tokio::process::ChildStdin, cg: Option<&super::cgroup::RunCgroup>) {
+async fn ask_kill(stdin: &mut tokio::net::UnixStream, cg: Option<&super::cgroup::RunCgroup>) {
     let sent = async {
         stdin.write_all(&sandbox::KILL_FRAME).await?;
         stdin.flush().await
@@ -242,7 +242,7 @@ impl ProcessSession {
 struct CallSide<'a> {
     out: &'a Receiver,
     err: &'a Receiver,
-    stdin: &'a mut tokio::process::ChildStdin,
+    stdin: &'a mut tokio::net::UnixStream,
     out_open: bool,
     err_open: bool,
     buf: Vec<u8>,

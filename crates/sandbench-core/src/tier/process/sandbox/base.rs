@@ -215,6 +215,63 @@ pub(crate) fn frame_prepare(p: &Prepare) -> Vec<u8> {
     out
 }
 
+/// The host hands the helper its two channels (the status pipe's write end,
+/// then the egress socket) as the first message on stdin, a socket: it starts
+/// the helper with a spawn (no code of its own between fork and exec, so no
+/// copy of its address space), which cannot put descriptors at fixed numbers.
+/// They go to [`STATUS_FD`] and `NET_FD` here. A helper whose stdin is not a
+/// socket (started by hand, or by a test) keeps fds 3 and 4 as inherited.
+pub(super) fn take_channels() {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let die = |why: String| -> ! {
+        // No status channel yet: stderr is the host's pipe.
+        eprintln!("sandbox helper: {why}");
+        // SAFETY: ends the process at once, before any step of the sandbox.
+        unsafe { libc::_exit(121) }
+    };
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let msg = loop {
+        match recvmsg::<()>(0, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => break r,
+        }
+    };
+    let msg = match msg {
+        Err(nix::errno::Errno::ENOTSOCK) => return,
+        Err(e) => die(format!("cannot receive its channels: {e}")),
+        Ok(m) => m,
+    };
+    let mut fds = vec![];
+    for c in msg.cmsgs().into_iter().flatten() {
+        if let ControlMessageOwned::ScmRights(got) = c {
+            // SAFETY: SCM_RIGHTS just installed these descriptors in our table.
+            fds.extend(got.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+        }
+    }
+    if fds.len() != 2 || msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+        die(format!("expected its 2 channels on stdin, got {}", fds.len()));
+    }
+    // Above the targets first, so placing one cannot close the other.
+    let high: Vec<OwnedFd> = fds
+        .iter()
+        .map(|f| match nix::fcntl::fcntl(f, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10)) {
+            // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor we own.
+            Ok(n) => unsafe { OwnedFd::from_raw_fd(n) },
+            Err(e) => die(format!("cannot move its channels: {e}")),
+        })
+        .collect();
+    drop(fds);
+    for (fd, to) in high.iter().zip([STATUS_FD, super::super::netns::NET_FD]) {
+        // dup2 leaves the copy open across exec, as inheriting it did.
+        // SAFETY: dup2 between descriptor numbers, no memory involved.
+        if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(fd), to) } < 0 {
+            die(format!("cannot place its channel on fd {to}: {}", std::io::Error::last_os_error()));
+        }
+    }
+}
+
 /// Die with the parent. Unchecked, a sandbox could outlive a killed sandbench.
 pub(super) fn set_pdeathsig() {
     // SAFETY: prctl with integer arguments only.
