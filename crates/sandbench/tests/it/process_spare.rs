@@ -353,3 +353,44 @@ async fn a_runs_output_never_precedes_its_running_phase() {
     }
     s.close().await;
 }
+
+/// The memory limit a run's cgroup holds while its program runs, read on the host.
+async fn memory_limit_during(tier: &Arc<dyn Tier>, dirs: &[std::path::PathBuf], limits: Limits) -> u64 {
+    let mut spec = RunSpec::new(Language::Python, "import time; print('up', flush=True); time.sleep(1.5)");
+    spec.limits = limits;
+    let run = tokio::spawn(runner::run(tier.clone(), spec));
+    let read = || {
+        dirs.iter().find_map(|d| {
+            ["memory.limit_in_bytes", "memory.max"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(d.join(f)).ok())
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let during = read().expect("the run's memory cgroup holds a limit");
+    let r = run.await.unwrap();
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert_eq!(r.details["start"], "warm");
+    during
+}
+
+/// A spare is built with the config's limits; a run that asks for others
+/// gets them in its cgroup before its program starts, and the next spare
+/// (made with the config's again) does not keep the last run's.
+#[sandbench_testkit::test(needs = ["process", "root"], flavor = "multi_thread")]
+async fn a_warm_run_gets_its_own_limits_in_the_spares_cgroup() {
+    let config = common::config();
+    let process = Arc::new(ProcessTier::new(&config));
+    let tier: Arc<dyn Tier> = process.clone();
+    let first = runner::run(tier.clone(), RunSpec::new(Language::Python, "print(1)")).await;
+    assert_eq!(first.outcome, Outcome::Ok, "{}", first.summary_line());
+    spare_ready(&tier).await;
+    let mut small = config.limits.clone();
+    small.memory_bytes = 96 << 20;
+    assert_ne!(small.memory_bytes, config.limits.memory_bytes);
+    assert_eq!(memory_limit_during(&tier, &process.spare_cgroups(), small).await, 96 << 20);
+    spare_ready(&tier).await;
+    let same = memory_limit_during(&tier, &process.spare_cgroups(), config.limits.clone()).await;
+    assert_eq!(same, config.limits.memory_bytes);
+}

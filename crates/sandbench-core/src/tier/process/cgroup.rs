@@ -176,6 +176,9 @@ pub(crate) struct RunCgroup {
     /// place: a run is sampled every 10 ms at first, and a path walk per
     /// file per sample was a measurable share of a short run's CPU.
     files: OnceLock<StatFiles>,
+    /// The limits last written (memory bytes, pids.max, CPU quota): a spare
+    /// is built with the config's limits, and most runs ask for the same.
+    applied: Option<(u64, u64, u64)>,
 }
 
 /// A run cgroup's counter files, held open (`O_NOFOLLOW`, close-on-exec).
@@ -285,6 +288,7 @@ impl RunCgroup {
             oom_base: 0,
             supervisors,
             files: OnceLock::new(),
+            applied: None,
         };
         for d in cg.dirs() {
             fs::create_dir(&d)?;
@@ -294,11 +298,24 @@ impl RunCgroup {
         Ok(cg)
     }
 
-    /// (Re)apply limits; a spare sandbox gets its run's limits just before the program starts.
-    pub(crate) fn set_limits(&self, limits: &Limits) -> io::Result<()> {
-        let mem = limits.memory_bytes.to_string();
+    /// (Re)apply limits; a spare sandbox gets its run's limits just before
+    /// the program starts. Nothing is written when they are the ones the
+    /// cgroup already has: only sandbench writes these root-owned files.
+    pub(crate) fn set_limits(&mut self, limits: &Limits) -> io::Result<()> {
         let quota = ((limits.cpus.clamp(0.01, 1024.0)) * 100_000.0) as u64;
-        let pids = (limits.pids + self.supervisors).to_string();
+        let want = (limits.memory_bytes, limits.pids + self.supervisors, quota);
+        if self.applied == Some(want) {
+            return Ok(());
+        }
+        self.applied = None;
+        self.write_limits(want.0, want.1, quota)?;
+        self.applied = Some(want);
+        Ok(())
+    }
+
+    fn write_limits(&self, memory_bytes: u64, pids: u64, quota: u64) -> io::Result<()> {
+        let mem = memory_bytes.to_string();
+        let pids = pids.to_string();
         match &self.layout {
             Layout::V1 { memory, pids: p, cpu, .. } => {
                 let m = memory.join(&self.name);

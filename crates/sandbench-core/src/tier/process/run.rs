@@ -39,7 +39,7 @@ impl ProcessTier {
         let spare = if port.is_none() { self.take_spare(&spec) } else { None };
         let (mut launched, start) = match spare {
             Some(mut l) => {
-                if let Some(c) = &l.cg {
+                if let Some(c) = &mut l.cg {
                     c.set_limits(&limits).context("cannot set the run's cgroup limits")?;
                 }
                 l.timeline = vec![("sandbox_taken", ctx.ms())];
