@@ -124,6 +124,9 @@ pub fn helper_main() -> ! {
             }
         }
     }
+    if let Err(e) = privs::narrow_bounding_before_init() {
+        fail(format!("the sandbox helper cannot narrow its bounding set: {e}"));
+    }
     mark("namespaces_made");
     // Held open by the helper for its whole life: init, which loses its
     // parent-death signal when it changes uid, learns from its EOF whether

@@ -65,10 +65,26 @@ pub(super) fn drop_bounding() -> Result<(), String> {
     drop_bounding_but(0)
 }
 
+/// The helper, right after it made the namespaces and before it forks init:
+/// the bounding set keeps only `CAP_KILL` (the helper's own need). The
+/// bounding set limits what an exec can grant, not what a process holds, so
+/// init builds the sandbox with its capabilities as before; init and the
+/// program's process inherit the narrowed set and each drop one capability
+/// instead of forty (a `PR_CAPBSET_DROP` is a credential change, and a
+/// hundred of them per run were measurable).
+pub(super) fn narrow_bounding_before_init() -> Result<(), String> {
+    drop_bounding_but(1 << CAP_KILL)
+}
+
 /// [`drop_bounding`], keeping the capabilities in `keep` (a bit mask).
+/// Capabilities already out of the set are left alone (read, not dropped).
 fn drop_bounding_but(keep: u64) -> Result<(), String> {
     for cap in (0..64u64).filter(|c| keep & (1 << c) == 0) {
-        // EINVAL: past the kernel's last capability.
+        // 0: already out; -1 (EINVAL): past the kernel's last capability.
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } != 1 {
+            continue;
+        }
         // SAFETY: prctl with integer arguments only.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0
             && nix::errno::Errno::last() != nix::errno::Errno::EINVAL
