@@ -97,19 +97,24 @@ fn a_helper_takes_its_channels_from_stdin_and_refuses_any_other_count() {
         let cmsg = if fds.is_empty() { &[][..] } else { &cmsg[..] };
         nix::sys::socket::sendmsg::<()>(to.as_raw_fd(), &iov, cmsg, nix::sys::socket::MsgFlags::empty(), None).unwrap();
     };
-    for helper in [helper_bin(), bin()] {
-        // Two channels: the status line of a refused shape comes back on the
-        // pipe that travelled over the socket.
+    // The helper with a socket for stdin; the host's end of it.
+    let start = |helper: &std::path::Path| {
         let (host, theirs) = UnixStream::pair().unwrap();
-        let (mut status_r, status_w) = std::io::pipe().unwrap();
-        let (net, net_theirs) = UnixStream::pair().unwrap();
-        let mut child = Command::new(&helper)
+        let child = Command::new(helper)
             .arg("__sandbox")
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        (host, child)
+    };
+    for helper in [helper_bin(), bin()] {
+        // Two channels: the status line of a refused shape comes back on the
+        // pipe that travelled over the socket.
+        let (mut status_r, status_w) = std::io::pipe().unwrap();
+        let (net, net_theirs) = UnixStream::pair().unwrap();
+        let (host, mut child) = start(&helper);
         send(&host, &[status_w.as_raw_fd(), net_theirs.as_raw_fd()]);
         drop((status_w, net_theirs));
         let prep = serde_json::json!({
@@ -128,14 +133,7 @@ fn a_helper_takes_its_channels_from_stdin_and_refuses_any_other_count() {
         drop(net);
         // One channel, or none: refused on stderr (it has no status pipe).
         for fds in [vec![std::io::stdout().as_raw_fd()], vec![]] {
-            let (host, theirs) = UnixStream::pair().unwrap();
-            let child = Command::new(&helper)
-                .arg("__sandbox")
-                .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let (host, child) = start(&helper);
             send(&host, &fds);
             let out = child.wait_with_output().unwrap();
             assert_eq!(out.status.code(), Some(121), "{helper:?} with {} fds: {out:?}", fds.len());

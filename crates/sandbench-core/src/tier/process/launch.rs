@@ -154,24 +154,12 @@ pub(super) async fn launch(
     let root = nix::unistd::geteuid().is_root();
     let exe = &shape.host.exe;
     let (status_r, status_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
-    let (net_host, net_helper) = nix::sys::socket::socketpair(
-        nix::sys::socket::AddressFamily::Unix,
-        nix::sys::socket::SockType::Stream,
-        None,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-    )
-    .context("cannot create the egress channel")?;
+    let (net_host, net_helper) = stream_pair().context("cannot create the egress channel")?;
     // The helper's stdin is a socket: the status pipe and the egress channel
     // travel over it (`take_channels`), so the spawn needs no code between
     // fork and exec and std makes it a posix_spawn (a vfork: no copy of this
     // process's page tables, no copy-on-write faults in its threads after).
-    let (ctl_host, ctl_helper) = nix::sys::socket::socketpair(
-        nix::sys::socket::AddressFamily::Unix,
-        nix::sys::socket::SockType::Stream,
-        None,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-    )
-    .context("cannot create the helper's control socket")?;
+    let (ctl_host, ctl_helper) = stream_pair().context("cannot create the helper's control socket")?;
     let mut cmd = Command::new(exe);
     cmd.arg("__sandbox")
         .env_clear()
@@ -261,6 +249,12 @@ pub(super) async fn launch(
         net: Some(net_host),
         privileges: Default::default(),
     })
+}
+
+/// An unnamed, close-on-exec unix stream socketpair.
+fn stream_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
 }
 
 /// Read one line of at most 64 KiB; longer lines are cut (the rest is read as
