@@ -215,33 +215,19 @@ pub(crate) fn frame_prepare(p: &Prepare) -> Vec<u8> {
     out
 }
 
-/// The host hands the helper its two channels (the status pipe's write end,
-/// then the egress socket) as the first message on stdin, a socket: it starts
-/// the helper with a spawn (no code of its own between fork and exec, so no
-/// copy of its address space), which cannot put descriptors at fixed numbers.
-/// They go to [`STATUS_FD`] and `NET_FD` here. A helper whose stdin is not a
-/// socket (started by hand, or by a test) keeps fds 3 and 4 as inherited.
-pub(super) fn take_channels() {
+/// One message from the unix socket `sock` with at most `N` descriptors
+/// (blocking, retried on EINTR): the bytes read, the descriptors (owned,
+/// close-on-exec), and whether the kernel cut the control data.
+pub(super) fn recv_fds<const N: usize>(sock: RawFd) -> nix::Result<(usize, Vec<OwnedFd>, bool)> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let die = |why: String| -> ! {
-        // No status channel yet: stderr is the host's pipe.
-        eprintln!("sandbox helper: {why}");
-        // SAFETY: ends the process at once, before any step of the sandbox.
-        unsafe { libc::_exit(121) }
-    };
     let mut byte = [0u8; 1];
     let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let mut space = nix::cmsg_space!([RawFd; N]);
     let msg = loop {
-        match recvmsg::<()>(0, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+        match recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
             Err(nix::errno::Errno::EINTR) => continue,
-            r => break r,
+            r => break r?,
         }
-    };
-    let msg = match msg {
-        Err(nix::errno::Errno::ENOTSOCK) => return,
-        Err(e) => die(format!("cannot receive its channels: {e}")),
-        Ok(m) => m,
     };
     let mut fds = vec![];
     for c in msg.cmsgs().into_iter().flatten() {
@@ -250,7 +236,28 @@ pub(super) fn take_channels() {
             fds.extend(got.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
         }
     }
-    if fds.len() != 2 || msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+    Ok((msg.bytes, fds, msg.flags.contains(MsgFlags::MSG_CTRUNC)))
+}
+
+/// The host hands the helper its two channels (the status pipe's write end,
+/// then the egress socket) as the first message on stdin, a socket: it starts
+/// the helper with a spawn (no code of its own between fork and exec, so no
+/// copy of its address space), which cannot put descriptors at fixed numbers.
+/// They go to [`STATUS_FD`] and `NET_FD` here. A helper whose stdin is not a
+/// socket (started by hand, or by a test) keeps fds 3 and 4 as inherited.
+pub(super) fn take_channels() {
+    let die = |why: String| -> ! {
+        // No status channel yet: stderr is the host's pipe.
+        eprintln!("sandbox helper: {why}");
+        // SAFETY: ends the process at once, before any step of the sandbox.
+        unsafe { libc::_exit(121) }
+    };
+    let (fds, cut) = match recv_fds::<2>(0) {
+        Err(nix::errno::Errno::ENOTSOCK) => return,
+        Err(e) => die(format!("cannot receive its channels: {e}")),
+        Ok((_, fds, cut)) => (fds, cut),
+    };
+    if fds.len() != 2 || cut {
         die(format!("expected its 2 channels on stdin, got {}", fds.len()));
     }
     // Above the targets first, so placing one cannot close the other.

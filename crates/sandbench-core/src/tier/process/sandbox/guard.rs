@@ -62,23 +62,8 @@ pub(super) fn guard_socket() -> (OwnedFd, OwnedFd) {
 
 /// Init's side: the listener, or None when the program sent none.
 pub(super) fn receive_guard(sock: &std::os::fd::OwnedFd) -> Option<crate::highwater::Guard> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    use std::os::fd::FromRawFd;
-    let mut byte = [0u8; 1];
-    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let msg = loop {
-        match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            r => break r.ok()?,
-        }
-    };
-    let fd = msg.cmsgs().ok()?.find_map(|c| match c {
-        ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
-        _ => None,
-    })?;
-    // SAFETY: SCM_RIGHTS just installed this descriptor in our table.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let (_, fds, _) = recv_fds::<1>(sock.as_raw_fd()).ok()?;
+    let fd = fds.into_iter().next()?;
     match crate::highwater::Guard::new(fd) {
         Ok(g) => Some(g),
         Err(e) => fail(format!("scratch guard: {e}")),
