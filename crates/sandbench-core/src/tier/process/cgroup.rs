@@ -308,12 +308,12 @@ impl RunCgroup {
             return Ok(());
         }
         self.applied = None;
-        self.write_limits(want.0, want.1, quota)?;
+        self.write_limits(want)?;
         self.applied = Some(want);
         Ok(())
     }
 
-    fn write_limits(&self, memory_bytes: u64, pids: u64, quota: u64) -> io::Result<()> {
+    fn write_limits(&self, (memory_bytes, pids, quota): (u64, u64, u64)) -> io::Result<()> {
         let mem = memory_bytes.to_string();
         let pids = pids.to_string();
         match &self.layout {
