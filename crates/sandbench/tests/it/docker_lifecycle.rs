@@ -1,7 +1,8 @@
 //! The docker and gvisor tiers end to end: clear errors when the daemon or
 //! the image is missing, the hardening as the program sees it, the secret
 //! never inside, and no container left after timeouts, cancels, a killed
-//! sandbench (reaped by the next start) and a drained warm pool.
+//! sandbench (reaped by the next start) and a drained warm pool; a finished
+//! run's container ends by itself before it is removed.
 
 use crate::support::docker_common;
 
@@ -323,4 +324,63 @@ fn warm_pool_runs_are_warm_single_use_and_drained_on_docker() {
 #[sandbench_testkit::test(needs = ["gvisor"])]
 fn warm_pool_runs_are_warm_single_use_and_drained_on_gvisor() {
     warm_pool_on("gvisor");
+}
+
+/// A finished run's container ends by itself (its loader kills what the
+/// program left and exits once it has the acknowledgement) before it is
+/// removed: the engine records a `die` and no `kill`. A removal that forces
+/// a running container costs the runtime a kill (under gVisor one more
+/// `runsc` process per run, which the engine's events do not show: there
+/// the test checks the end and the removal only).
+fn ends_by_itself_on(tier: &str) {
+    if !tier_ready(tier) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Children left behind: the loader ends them, not the engine (with
+    // many, a removal that does not wait for the loader finds the
+    // container still running).
+    let p = program(
+        &dir,
+        "left.py",
+        "import subprocess\nfor _ in range(40):\n    subprocess.Popen(['sleep', '600'])\nprint('done')\n",
+    );
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() - 1;
+    let child = bin()
+        .args(["run", "--tier", tier, "--format", "json", &p])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let r = json_report(&child.wait_with_output().unwrap());
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert_eq!(r.stdout.trim(), "done");
+    let short = r.details["container"].as_str().expect("the report names its container").to_string();
+    let until = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
+    let ev = Command::new("docker")
+        .args(["events", "--since", &since.to_string(), "--until", &until.to_string()])
+        .args(["--filter", "type=container", "--format", "{{.Actor.ID}} {{.Action}}"])
+        .output()
+        .unwrap();
+    assert!(ev.status.success(), "docker events: {}", String::from_utf8_lossy(&ev.stderr));
+    let actions: Vec<String> = String::from_utf8_lossy(&ev.stdout)
+        .lines()
+        .filter(|l| l.starts_with(&short))
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
+    assert!(actions.iter().any(|a| a == "die"), "no die event for {short}: {actions:?}");
+    assert!(actions.iter().any(|a| a == "destroy"), "the container was not removed: {actions:?}");
+    assert!(!actions.iter().any(|a| a == "kill"), "the finished run's container was killed: {actions:?}");
+    assert!(containers_of(pid).is_empty(), "the run left its container");
+}
+
+#[sandbench_testkit::test(needs = ["docker"])]
+fn a_finished_runs_container_ends_by_itself_before_removal_on_docker() {
+    ends_by_itself_on("docker");
+}
+
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn a_finished_runs_container_ends_by_itself_before_removal_on_gvisor() {
+    ends_by_itself_on("gvisor");
 }

@@ -55,7 +55,7 @@ impl DockerTier {
         let mut timeline: Vec<(&'static str, f64)> =
             vec![(if start == "warm" { "container_taken" } else { "container_started" }, ctx.ms())];
         let host_binds = scratch::of(&id).map(|d| scratch::binds(&d));
-        let result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
+        let mut result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         // The program has exited and its output is in (the loader's exit
         // frame comes after every output frame): the report is final now.
@@ -63,14 +63,24 @@ impl DockerTier {
         // shutdown and by the benchmarks; a killed sandbench leaves it to
         // the next start's reaper (its owner label).
         let (docker, gone) = (engine.docker.clone(), id.clone());
-        let ack = result.as_ref().ok().map(|r| r.2.abort_handle());
+        let ending = match result.as_mut() {
+            Ok(x) => Some((x.writer.abort_handle(), x.exit.take())),
+            Err(_) => None,
+        };
         crate::tier::background::spawn(async move {
-            if let Some(w) = ack {
+            if let Some((w, exit)) = ending {
                 // The loader's acknowledgement first, so that it ends as it
                 // would: everything was received.
                 let t = tokio::time::Instant::now();
                 while !w.is_finished() && t.elapsed() < Duration::from_secs(2) {
                     tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                // Then its own exit, which ends the container: removing a
+                // container that still runs costs the runtime a kill (under
+                // gVisor one more `runsc` process per run). Bounded; the
+                // removal below forces whatever is still running.
+                if let Some(mut exit) = exit {
+                    let _ = tokio::time::timeout(EXIT_AFTER_ACK, exit.next()).await;
                 }
             }
             remove(&docker, &gone).await;
@@ -79,7 +89,7 @@ impl DockerTier {
         if let Some(p) = use_pool {
             p.want(&shape);
         }
-        let (usage, mut details, _) = result?;
+        let Executed { usage, mut details, .. } = result?;
         let mut t = serde_json::Map::new();
         for (k, v) in &timeline {
             t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
@@ -108,7 +118,7 @@ impl DockerTier {
         spec: &RunSpec,
         ctx: &RunContext,
         timeline: &mut Vec<(&'static str, f64)>,
-    ) -> anyhow::Result<(UsageSample, serde_json::Value, tokio::task::JoinHandle<()>)> {
+    ) -> anyhow::Result<Executed> {
         let docker = &engine.docker;
         let limits = &spec.limits;
         // The program's uid comes from a scan of /proc (a stat per process):
@@ -270,8 +280,24 @@ impl DockerTier {
             },
             "network": network,
         });
-        Ok((usage, details, writer))
+        // The container's end, unless the pump already saw it.
+        let exit = (side.exit_code.is_none() && side.wait_error.is_none()).then_some(side.wait);
+        Ok(Executed { usage, details, writer, exit })
     }
+}
+
+/// How long a run's container may take to end by itself once its loader
+/// has the acknowledgement (it kills what the program left and exits).
+const EXIT_AFTER_ACK: Duration = Duration::from_secs(5);
+
+/// A run that reached its conclusion: its usage and details, the writer
+/// still sending the loader's acknowledgement, and the container's wait
+/// stream if the container has not ended yet.
+struct Executed {
+    usage: UsageSample,
+    details: serde_json::Value,
+    writer: tokio::task::JoinHandle<()>,
+    exit: Option<Wait>,
 }
 
 /// Write the payload, then (with egress) the relay's messages, then the
@@ -349,11 +375,11 @@ async fn oom_killed(docker: &Docker, id: &str, pump: &mut Pump<'_>) -> bool {
     c.oom_kills.unwrap_or(0) > 0 || c.memory_limit_hits.unwrap_or(0) > 0
 }
 
-type Wait<'a> = Pin<
+type Wait = Pin<
     Box<
         dyn futures_util::Stream<Item = Result<bollard::models::ContainerWaitResponse, bollard::errors::Error>>
             + Send
-            + 'a,
+            + 'static,
     >,
 >;
 
@@ -363,7 +389,7 @@ type Wait<'a> = Pin<
 struct RunSide<'a> {
     docker: &'a Docker,
     id: &'a str,
-    wait: Wait<'a>,
+    wait: Wait,
     exit_code: Option<i64>,
     wait_error: Option<String>,
     /// The host's watch, until the program starts; then `running`.
