@@ -300,8 +300,19 @@ struct Executed {
     exit: Option<Wait>,
 }
 
+/// How long after the loader's last frame its acknowledgement goes: the
+/// loader then exits and the container ends, and the engine's work on that
+/// end (the shim, containerd, dockerd; under gVisor the sandbox's own
+/// teardown) shared the 2 CPUs with the report and its delivery (an MCP
+/// fresh call's own overhead 1.05–1.96 ms p50 on docker and 1.60–2.80 on
+/// gVisor, against 0.75–0.85 and 0.78–1.01 with the acknowledgement 5 ms
+/// later, `benches/mcp-roundtrip.py`, side by side). The report does not
+/// wait for it; only the container's removal, in the background, does.
+const ACK_AFTER: Duration = Duration::from_millis(5);
+
 /// Write the payload, then (with egress) the relay's messages, then the
-/// acknowledgement once `ack` fires; the container's stdin closes after it.
+/// acknowledgement [`ACK_AFTER`] after `ack` fires; the container's stdin
+/// closes after it.
 fn spawn_writer(
     mut input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
     payload: Vec<u8>,
@@ -315,6 +326,7 @@ fn spawn_writer(
             match mux_out.as_mut() {
                 None => {
                     let _ = ack_rx.await;
+                    tokio::time::sleep(ACK_AFTER).await;
                     input.write_all(b"\n").await?;
                 }
                 Some(out) => {
@@ -328,6 +340,7 @@ fn spawn_writer(
                             _ = &mut ack_rx => break,
                         }
                     }
+                    tokio::time::sleep(ACK_AFTER).await;
                     input.write_all(&container::host_frame(b'k', b"")).await?;
                 }
             }
