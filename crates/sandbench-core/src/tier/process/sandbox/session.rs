@@ -16,9 +16,10 @@
 //! the host take the call's output as complete: every process that could
 //! write to the session's stdout and stderr pipes is gone by then.
 //!
-//! The next call's program process is made right after a call ends (and
-//! the first one at the opening), as a spare is for one-shot runs: its
-//! interpreter starts and it joins the cgroup while nothing waits for it.
+//! The next call's program process is made shortly after a call ends, once
+//! the host's answer to it has gone out (and the first one at the opening),
+//! as a spare is for one-shot runs: its interpreter starts and it joins the
+//! cgroup while nothing waits for it.
 //!
 //! Everything privileged happens before the first call's process exists:
 //! the scratch watch's fanotify group is made once (and reused by every
