@@ -55,7 +55,7 @@ impl DockerTier {
         let mut timeline: Vec<(&'static str, f64)> =
             vec![(if start == "warm" { "container_taken" } else { "container_started" }, ctx.ms())];
         let host_binds = scratch::of(&id).map(|d| scratch::binds(&d));
-        let mut result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
+        let result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         // The program has exited and its output is in (the loader's exit
         // frame comes after every output frame): the report is final now.
@@ -63,18 +63,15 @@ impl DockerTier {
         // shutdown and by the benchmarks; a killed sandbench leaves it to
         // the next start's reaper (its owner label).
         let (docker, gone) = (engine.docker.clone(), id.clone());
-        let ending = match result.as_mut() {
-            Ok(x) => Some((x.writer.abort_handle(), x.exit.take())),
-            Err(_) => None,
+        let (result, ending) = match result {
+            Ok(Executed { usage, details, writer, exit }) => (Ok((usage, details)), Some((writer, exit))),
+            Err(e) => (Err(e), None),
         };
         crate::tier::background::spawn(async move {
-            if let Some((w, exit)) = ending {
+            if let Some((writer, exit)) = ending {
                 // The loader's acknowledgement first, so that it ends as it
                 // would: everything was received.
-                let t = tokio::time::Instant::now();
-                while !w.is_finished() && t.elapsed() < Duration::from_secs(2) {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
+                let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
                 // Then its own exit, which ends the container: removing a
                 // container that still runs costs the runtime a kill (under
                 // gVisor one more `runsc` process per run). Bounded; the
@@ -89,7 +86,7 @@ impl DockerTier {
         if let Some(p) = use_pool {
             p.want(&shape);
         }
-        let Executed { usage, mut details, .. } = result?;
+        let (usage, mut details) = result?;
         let mut t = serde_json::Map::new();
         for (k, v) in &timeline {
             t.insert((*k).into(), json!((v * 10.0).round() / 10.0));
@@ -287,7 +284,8 @@ impl DockerTier {
 }
 
 /// How long a run's container may take to end by itself once its loader
-/// has the acknowledgement (it kills what the program left and exits).
+/// has the acknowledgement (it exits, and as PID 1 ends with it whatever
+/// the program left).
 const EXIT_AFTER_ACK: Duration = Duration::from_secs(5);
 
 /// A run that reached its conclusion: its usage and details, the writer
