@@ -49,15 +49,16 @@ _scrub_environ()
 os.chdir("/")
 
 
-def _drop_caps():
-    # capset(2): effective, permitted and inheritable all empty.
+def _drop_caps(keep=0):
+    # capset(2): effective and permitted `keep` (a mask of the first 32),
+    # inheritable empty.
     class Hdr(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class Data(ctypes.Structure):
         _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
-    if _libc.capset(ctypes.byref(Hdr(0x20080522, 0)), (Data * 2)()) != 0:
+    if _libc.capset(ctypes.byref(Hdr(0x20080522, 0)), (Data * 2)(Data(keep, keep, 0))) != 0:
         raise OSError(ctypes.get_errno(), "capset")
 
 
@@ -511,11 +512,12 @@ if _failed is not None:
 
 os.close(_ok_r)
 if not _session:
-    # The program is its own uid now; a one-shot loader ends it by exiting
-    # (PID 1: the kernel kills the rest), so SETUID/SETGID have no use left.
-    # A session's loader keeps them to kill the call's processes at its end.
+    # The program is its own uid now. A one-shot loader keeps SETUID alone:
+    # at the program's end it takes the program's uid as its effective uid
+    # to kill whatever the program left (as a session's loader does), then
+    # drops it too. SETGID has no use left.
     try:
-        _drop_caps()
+        _drop_caps(1 << 7)
     except OSError:
         pass
 _gfd = -1
@@ -651,16 +653,36 @@ def _reap():
 
 
 def _kill_program():
-    # Session mode: every process of the program's uid goes (its daemons
-    # too), never the keeper (PID 1, which kill(-1) skips) or this loader.
-    # Only the effective uid changes: this process may then signal the
-    # program's processes, and none of them may signal it.
+    # Every process of the program's uid goes (its daemons too), never PID 1
+    # (the keeper, or this loader in a one-shot container), which kill(-1)
+    # skips. Only the effective uid changes: this process may then signal
+    # the program's processes, and none of them may signal it. False if it
+    # could not (no process left to signal is not a failure).
     try:
         os.seteuid(_uid)
         try:
             os.kill(-1, 9)
+        except ProcessLookupError:
+            pass
         finally:
             os.seteuid(0)
+        return True
+    except OSError:
+        return False
+
+
+def _end_leftovers():
+    # One-shot: this loader is PID 1, so whatever the program left behind is
+    # reparented here. Kill and reap until none is left (each round's kill
+    # reaches what the last one's victims forked meanwhile), so the verdict
+    # below is about a program that has ended whole, as on the other tiers.
+    while _kill_program():
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    try:
+        _drop_caps()
     except OSError:
         pass
 
@@ -684,6 +706,8 @@ while _st is None:
     _watch(False)
 if _session:
     _kill_program()
+else:
+    _end_leftovers()
 # The program is gone: what it wrote before it exited is in the pipes. Take
 # all of it, but do not wait for descendants that keep the pipes open.
 for fd in list(_streams):

@@ -100,6 +100,47 @@ fn a_program_cannot_forge_status_or_exit_on_gvisor() {
     forgeries_on("gvisor");
 }
 
+/// Leaves four processes behind that wake the moment the program exits (the
+/// EOF of a pipe only it held) and then write to stdout as fast as they can,
+/// for good. What a program leaves is ended before its verdict, as on the
+/// process and microVM tiers: the run is ok with what they managed to write
+/// in between, not an output-limit violation of processes that outlived it.
+const LEFTOVERS: &str = r#"
+import os
+r, w = os.pipe()
+for _ in range(4):
+    if os.fork() == 0:
+        os.close(w)
+        os.read(r, 1)
+        chunk = b"x" * 65536
+        while True:
+            os.write(1, chunk)
+os.close(r)
+print("parent done", flush=True)
+"#;
+
+fn leftovers_on(tier: &str) {
+    if !tier_ready(tier) {
+        return;
+    }
+    let r = run_on(tier, "leftovers.py", LEFTOVERS, &[]);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(r.stdout.starts_with("parent done\n"), "{}", r.summary_line());
+    assert!(r.violations.is_empty(), "the leftovers outlived the program: {}", r.summary_line());
+    assert_eq!((r.exit.code, r.exit.signal), (Some(0), None));
+    assert!(r.stdout.len() < 1 << 20, "{} bytes after the program's exit", r.stdout.len());
+}
+
+#[sandbench_testkit::test(needs = ["docker"])]
+fn what_a_program_leaves_behind_ends_before_its_verdict_on_docker() {
+    leftovers_on("docker");
+}
+
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn what_a_program_leaves_behind_ends_before_its_verdict_on_gvisor() {
+    leftovers_on("gvisor");
+}
+
 /// Signals PID 1 and its parent with everything that would end or stop
 /// them, hits the file-size limit, then signals again: the verdict stays.
 const SIGNALLER: &str = r#"

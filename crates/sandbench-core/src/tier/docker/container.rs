@@ -171,7 +171,7 @@ impl Shape {
             "memory_swap_bytes": self.memory_bytes,
             "cpus": self.cpus,
             "ulimits": { "fsize": self.file_size_bytes, "nofile": self.open_files, "core": 0, "cpu_secs": self.cpu_secs },
-            "init": "sandbench loader as PID 1, uid 0 with only SETUID/SETGID until the program's process has dropped to its uid, then none (reaps orphans, not ptrace-able, not signalable by the program; python3 -I, nothing of the scratch on its path)",
+            "init": "sandbench loader as PID 1, uid 0 with only SETUID/SETGID until the program's process has dropped to its uid, then SETUID alone until the program has exited (to kill what it left as its uid, before the exit report), then none (reaps orphans, not ptrace-able, not signalable by the program; python3 -I, nothing of the scratch on its path)",
             "status_channel": "container stdout, written only by the loader (the program's output arrives framed by it)",
             "mounts": [],
             "devices": [],
