@@ -596,6 +596,13 @@ pub struct ThroughputSide {
     /// process tier, and for the engine tiers dockerd, containerd and the
     /// containers' cgroups; background teardown included.
     pub cpu_ms_per_run: Option<f64>,
+    /// The whole machine's busy CPU over the side's halves per completed
+    /// run (`/proc/stat`): what the CPU-per-run above cannot hold (the
+    /// engine's shims and the `runsc` processes they start, kernel threads
+    /// working for the runs), and whatever else ran meanwhile. With both
+    /// sides alternated, the fair one to compare where CPUs are saturated.
+    #[serde(default)]
+    pub machine_cpu_ms_per_run: Option<f64>,
     /// The host's `/bin/true` spawned every 100 ms meanwhile.
     pub host_true: crate::soak::HostLatency,
 }
@@ -679,13 +686,15 @@ struct PhaseCpu {
     meter: Option<crate::tier::process::cgroup::CpuMeter>,
     start: f64,
     engine: bool,
+    machine: Option<f64>,
 }
 
 impl PhaseCpu {
     fn begin(engine: bool, daemons: &[&str], env: &crate::config::HostEnv) -> PhaseCpu {
         let meter = crate::tier::process::cpu_meter("bench", env).ok();
-        let mut p = PhaseCpu { meter, start: 0.0, engine };
+        let mut p = PhaseCpu { meter, start: 0.0, engine, machine: None };
         p.start = p.now(daemons);
+        p.machine = crate::host::machine_busy_ms();
         p
     }
 
@@ -698,12 +707,24 @@ impl PhaseCpu {
         own + engine
     }
 
-    /// The phase's CPU, and its meter: dropped (removed) once nothing of
-    /// the phase runs inside (a spare sandbox made in it lives on).
-    fn end(self, daemons: &[&str]) -> (f64, Option<crate::tier::process::cgroup::CpuMeter>) {
+    /// The phase's CPU, the whole machine's busy CPU meanwhile, and its
+    /// meter: dropped (removed) once nothing of the phase runs inside (a
+    /// spare sandbox made in it lives on).
+    fn end(self, daemons: &[&str]) -> PhaseEnd {
+        let machine = crate::host::machine_busy_ms();
         let d = self.now(daemons) - self.start;
-        (d.max(0.0), self.meter)
+        PhaseEnd {
+            cpu: d.max(0.0),
+            machine: self.machine.zip(machine).map(|(a, b)| (b - a).max(0.0)),
+            meter: self.meter,
+        }
     }
+}
+
+struct PhaseEnd {
+    cpu: f64,
+    machine: Option<f64>,
+    meter: Option<crate::tier::process::cgroup::CpuMeter>,
 }
 
 /// What to throughput-test: sandbench's tier (with its pools) and the
@@ -779,7 +800,28 @@ where
     (lat, errors, cpu)
 }
 
-fn side(name: &str, lat: &mut [f64], errors: usize, seconds: f64, cpu: f64, host: Vec<f64>) -> ThroughputSide {
+/// CPU of one side's halves: its own meter's, and the machine's (`None`
+/// once any half could not read it).
+#[derive(Clone, Copy)]
+struct SideCpu {
+    own: f64,
+    machine: Option<f64>,
+}
+
+impl Default for SideCpu {
+    fn default() -> Self {
+        SideCpu { own: 0.0, machine: Some(0.0) }
+    }
+}
+
+impl SideCpu {
+    fn add(&mut self, own: f64, machine: Option<f64>) {
+        self.own += own;
+        self.machine = self.machine.zip(machine).map(|(a, b)| a + b);
+    }
+}
+
+fn side(name: &str, lat: &mut [f64], errors: usize, seconds: f64, cpu: SideCpu, host: Vec<f64>) -> ThroughputSide {
     lat.sort_by(f64::total_cmp);
     let mut host = host;
     host.sort_by(f64::total_cmp);
@@ -792,7 +834,8 @@ fn side(name: &str, lat: &mut [f64], errors: usize, seconds: f64, cpu: f64, host
         runs_per_s: runs as f64 / seconds.max(1e-9),
         p50_ms: (runs > 0).then(|| percentile(lat, 0.5)),
         p99_ms: (runs > 0).then(|| percentile(lat, 0.99)),
-        cpu_ms_per_run: (runs > 0).then(|| cpu / runs as f64),
+        cpu_ms_per_run: (runs > 0).then(|| cpu.own / runs as f64),
+        machine_cpu_ms_per_run: cpu.machine.filter(|_| runs > 0).map(|m| m / runs as f64),
         host_true: crate::soak::HostLatency {
             samples: host.len(),
             p50_ms: (!host.is_empty()).then(|| percentile(&host, 0.5)),
@@ -817,8 +860,8 @@ pub async fn throughput(
     let n = concurrency.max(1);
     let half = duration / 2;
     let load_before = load_average();
-    let (mut s_lat, mut s_err, mut s_secs, mut s_cpu, mut s_host) = (vec![], 0, 0.0, 0.0, vec![]);
-    let (mut b_lat, mut b_err, mut b_secs, mut b_cpu, mut b_host) = (vec![], 0, 0.0, 0.0, vec![]);
+    let (mut s_lat, mut s_err, mut s_secs, mut s_cpu, mut s_host) = (vec![], 0, 0.0, SideCpu::default(), vec![]);
+    let (mut b_lat, mut b_err, mut b_secs, mut b_cpu, mut b_host) = (vec![], 0, 0.0, SideCpu::default(), vec![]);
     let mut teardown_after_ms = 0.0;
     // Warm-up, untimed: pools filled, page cache hot.
     tier.prewarm().await;
@@ -857,9 +900,9 @@ pub async fn throughput(
         let d0 = Instant::now();
         tier::background::drain(Duration::from_secs(120)).await;
         teardown_after_ms += ms(d0.elapsed());
-        let (c, m) = cpu.end(&daemons);
-        s_cpu += c + in_runs;
-        meters.push(m);
+        let end = cpu.end(&daemons);
+        s_cpu.add(end.cpu + in_runs, end.machine);
+        meters.push(end.meter);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = tokio::task::spawn_blocking(move || prober.join()).await;
         s_host.extend(host.lock().map(|v| v.clone()).unwrap_or_default());
@@ -880,9 +923,9 @@ pub async fn throughput(
             })
             .await;
             b_secs += t0.elapsed().as_secs_f64();
-            let (c, m) = cpu.end(&daemons);
-            b_cpu += c;
-            meters.push(m);
+            let end = cpu.end(&daemons);
+            b_cpu.add(end.cpu, end.machine);
+            meters.push(end.meter);
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let _ = tokio::task::spawn_blocking(move || prober.join()).await;
             b_host.extend(host.lock().map(|v| v.clone()).unwrap_or_default());

@@ -122,6 +122,24 @@ impl ProcStat {
     }
 }
 
+/// The whole machine's busy CPU time in ms (every CPU, every process and
+/// kernel thread): the first line of `/proc/stat` less its idle and iowait.
+pub fn machine_busy_ms() -> Option<f64> {
+    busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?).map(|t| t as f64 * 1000.0 / clock_ticks() as f64)
+}
+
+/// `cpu  user nice system idle iowait irq softirq steal guest guest_nice`:
+/// guest time is already inside user and nice, so it is not added again.
+fn busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let f: Vec<u64> = line.split_whitespace().map(|v| v.parse().ok()).collect::<Option<_>>()?;
+    let get = |i: usize| f.get(i).copied().unwrap_or(0);
+    if f.len() < 4 {
+        return None;
+    }
+    Some([0, 1, 2, 5, 6, 7].iter().map(|&i| get(i)).fold(0u64, u64::saturating_add))
+}
+
 /// Clock ticks per second (`/proc`'s unit of CPU time).
 pub fn clock_ticks() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
@@ -143,6 +161,17 @@ pub fn host_python() -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn machine_busy_time_leaves_out_idle_iowait_and_guest() {
+        let stat = "cpu  100 5 50 9000 40 3 2 1 7 0\ncpu0 50 2 25 4500 20 1 1 0 3 0\n";
+        assert_eq!(busy_ticks(stat), Some(100 + 5 + 50 + 3 + 2 + 1));
+        assert_eq!(busy_ticks("cpu  1 2 3\n"), None, "too few fields");
+        assert_eq!(busy_ticks("cpu  1 x 3 4\n"), None, "not a number");
+        assert_eq!(busy_ticks("intr 1 2 3 4\n"), None);
+        assert!(machine_busy_ms().is_some_and(|ms| ms > 0.0));
+    }
+
     use super::*;
 
     #[test]

@@ -182,12 +182,12 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
         load(r.load_after)
     );
     s.push_str(&format!(
-        "{:<34} {:>6} {:>6} {:>8} {:>9} {:>9} {:>10} {:>14}\n",
-        "side", "runs", "errors", "runs/s", "p50 ms", "p99 ms", "CPU/run ms", "true p99 ms"
+        "{:<34} {:>6} {:>6} {:>8} {:>9} {:>9} {:>10} {:>15} {:>14}\n",
+        "side", "runs", "errors", "runs/s", "p50 ms", "p99 ms", "CPU/run ms", "machine CPU/run", "true p99 ms"
     ));
     for side in std::iter::once(&r.sandbench).chain(r.bare.iter()) {
         s.push_str(&format!(
-            "{:<34} {:>6} {:>6} {:>8.1} {:>9} {:>9} {:>10} {:>14}\n",
+            "{:<34} {:>6} {:>6} {:>8.1} {:>9} {:>9} {:>10} {:>15} {:>14}\n",
             side.name,
             side.runs,
             side.errors,
@@ -195,6 +195,7 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
             opt_ms(side.p50_ms),
             opt_ms(side.p99_ms),
             side.cpu_ms_per_run.map(|c| format!("{c:.1}")).unwrap_or_else(|| "-".into()),
+            side.machine_cpu_ms_per_run.map(|c| format!("{c:.1}")).unwrap_or_else(|| "-".into()),
             opt_ms(side.host_true.p99_ms),
         ));
     }
@@ -208,6 +209,10 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
             }
         ));
     }
+    s.push_str(
+        "CPU/run: what the meters hold (the side's cgroup, run cgroups, dockerd, containerd, containers)\n\
+machine CPU/run: every CPU's busy time over the side's halves (also shims, runsc, kernel threads, other load)\n",
+    );
     if let Some(h) = &r.helper {
         s.push_str(&format!("sandbox helper: {h}\n"));
     }

@@ -21,6 +21,7 @@ mod agent_cli;
 mod agent_dialect;
 mod agent_loop;
 mod bench_session;
+mod bench_throughput;
 mod docker_lifecycle;
 mod docker_output;
 mod docker_verdicts;
