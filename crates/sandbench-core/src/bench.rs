@@ -586,6 +586,10 @@ pub struct ThroughputSide {
     pub name: String,
     pub runs: usize,
     pub errors: usize,
+    /// Why the first failed run failed (one line, inert): a count alone
+    /// would not say whether the side or the machine was at fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
     /// Time with runs in flight (the last ones finished included).
     pub seconds: f64,
     pub runs_per_s: f64,
@@ -769,13 +773,13 @@ pub fn throughput_plan(tier_name: &str, config: &Config) -> anyhow::Result<Throu
 
 /// Keep `n` runs of `one` in flight until `until`; (latencies ms, errors,
 /// CPU the runs accounted outside this process's meter, ms).
-async fn keep_in_flight<F, Fut>(n: usize, until: Instant, one: F) -> (Vec<f64>, usize, f64)
+async fn keep_in_flight<F, Fut>(n: usize, until: Instant, one: F) -> (Vec<f64>, Errors, f64)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<f64>> + Send + 'static,
 {
     let mut set = tokio::task::JoinSet::new();
-    let (mut lat, mut errors, mut cpu) = (vec![], 0usize, 0.0);
+    let (mut lat, mut errors, mut cpu) = (vec![], Errors::default(), 0.0);
     loop {
         while set.len() < n && Instant::now() < until {
             let f = one();
@@ -790,14 +794,30 @@ where
                 cpu += c;
             }
             Some(Ok((Err(e), _))) => {
-                errors += 1;
                 tracing::info!("throughput run failed: {e:#}");
+                errors.add(1, Some(format!("{e:#}")));
             }
-            Some(Err(_)) => errors += 1,
+            Some(Err(e)) => errors.add(1, Some(format!("the run's task ended: {e}"))),
             None => break,
         }
     }
     (lat, errors, cpu)
+}
+
+/// Failed runs of one side, and why the first one failed.
+#[derive(Default)]
+struct Errors {
+    count: usize,
+    first: Option<String>,
+}
+
+impl Errors {
+    fn add(&mut self, count: usize, why: Option<String>) {
+        self.count += count;
+        if self.first.is_none() {
+            self.first = why.map(|w| crate::sanitize::inert_line(&w, 300));
+        }
+    }
 }
 
 /// CPU of one side's halves: its own meter's, and the machine's (`None`
@@ -821,7 +841,7 @@ impl SideCpu {
     }
 }
 
-fn side(name: &str, lat: &mut [f64], errors: usize, seconds: f64, cpu: SideCpu, host: Vec<f64>) -> ThroughputSide {
+fn side(name: &str, lat: &mut [f64], errors: Errors, seconds: f64, cpu: SideCpu, host: Vec<f64>) -> ThroughputSide {
     lat.sort_by(f64::total_cmp);
     let mut host = host;
     host.sort_by(f64::total_cmp);
@@ -829,7 +849,8 @@ fn side(name: &str, lat: &mut [f64], errors: usize, seconds: f64, cpu: SideCpu, 
     ThroughputSide {
         name: name.into(),
         runs,
-        errors,
+        errors: errors.count,
+        first_error: errors.first,
         seconds,
         runs_per_s: runs as f64 / seconds.max(1e-9),
         p50_ms: (runs > 0).then(|| percentile(lat, 0.5)),
@@ -860,8 +881,10 @@ pub async fn throughput(
     let n = concurrency.max(1);
     let half = duration / 2;
     let load_before = load_average();
-    let (mut s_lat, mut s_err, mut s_secs, mut s_cpu, mut s_host) = (vec![], 0, 0.0, SideCpu::default(), vec![]);
-    let (mut b_lat, mut b_err, mut b_secs, mut b_cpu, mut b_host) = (vec![], 0, 0.0, SideCpu::default(), vec![]);
+    let (mut s_lat, mut s_err, mut s_secs, mut s_cpu, mut s_host) =
+        (vec![], Errors::default(), 0.0, SideCpu::default(), vec![]);
+    let (mut b_lat, mut b_err, mut b_secs, mut b_cpu, mut b_host) =
+        (vec![], Errors::default(), 0.0, SideCpu::default(), vec![]);
     let mut teardown_after_ms = 0.0;
     // Warm-up, untimed: pools filled, page cache hot.
     tier.prewarm().await;
@@ -907,7 +930,7 @@ pub async fn throughput(
         let _ = tokio::task::spawn_blocking(move || prober.join()).await;
         s_host.extend(host.lock().map(|v| v.clone()).unwrap_or_default());
         s_lat.append(&mut lat);
-        s_err += err;
+        s_err.add(err.count, err.first);
         s_secs += secs;
         if let Some((name, argv)) = &bare {
             progress(&format!("round {}/2: {name}", round + 1));
@@ -930,7 +953,7 @@ pub async fn throughput(
             let _ = tokio::task::spawn_blocking(move || prober.join()).await;
             b_host.extend(host.lock().map(|v| v.clone()).unwrap_or_default());
             b_lat.append(&mut lat);
-            b_err += err;
+            b_err.add(err.count, err.first);
         }
     }
     let sandbench = side(&format!("sandbench {tier_name}"), &mut s_lat, s_err, s_secs, s_cpu, s_host);
@@ -982,6 +1005,31 @@ mod tests {
             first_byte_ms: first,
             phases: phases.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         }
+    }
+
+    #[tokio::test]
+    async fn failed_runs_are_counted_with_the_first_reason_made_inert() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = calls.clone();
+        let until = Instant::now() + Duration::from_millis(200);
+        let (lat, errors, cpu) = keep_in_flight(2, until, move || {
+            let i = c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async move {
+                // The first call fails first: the second waits longer.
+                tokio::time::sleep(Duration::from_millis(if i == 1 { 30 } else { 1 })).await;
+                match i {
+                    0 => anyhow::bail!("bwrap failed: \x1b[31mno space\nleft"),
+                    1 => anyhow::bail!("a later reason"),
+                    _ => Ok(1.5),
+                }
+            }
+        })
+        .await;
+        assert_eq!(errors.count, 2);
+        let first = errors.first.expect("the first reason is kept");
+        assert!(first.starts_with("bwrap failed") && !first.contains('\x1b') && !first.contains('\n'), "{first}");
+        assert_eq!(lat.len() + 2, calls.load(std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(cpu, 1.5 * lat.len() as f64);
     }
 
     #[test]

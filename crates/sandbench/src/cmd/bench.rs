@@ -209,6 +209,11 @@ pub fn render_throughput(r: &bench::ThroughputReport) -> String {
             }
         ));
     }
+    for side in std::iter::once(&r.sandbench).chain(r.bare.iter()) {
+        if let Some(e) = &side.first_error {
+            s.push_str(&format!("{}: {} failed run(s), the first: {e}\n", side.name, side.errors));
+        }
+    }
     s.push_str(
         "CPU/run: what the meters hold (the side's cgroup, run cgroups, dockerd, containerd, containers)\n\
 machine CPU/run: every CPU's busy time over the side's halves (also shims, runsc, kernel threads, other load)\n",
