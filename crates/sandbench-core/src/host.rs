@@ -133,11 +133,12 @@ pub fn machine_busy_ms() -> Option<f64> {
 fn busy_ticks(stat: &str) -> Option<u64> {
     let line = stat.lines().next()?.strip_prefix("cpu ")?;
     let f: Vec<u64> = line.split_whitespace().map(|v| v.parse().ok()).collect::<Option<_>>()?;
-    let get = |i: usize| f.get(i).copied().unwrap_or(0);
     if f.len() < 4 {
         return None;
     }
-    Some([0, 1, 2, 5, 6, 7].iter().map(|&i| get(i)).fold(0u64, u64::saturating_add))
+    // Fields a kernel too old to have them leaves out count as 0.
+    let get = |i: usize| f.get(i).copied().unwrap_or(0);
+    Some([0, 1, 2, 5, 6, 7].into_iter().map(get).fold(0u64, u64::saturating_add))
 }
 
 /// Clock ticks per second (`/proc`'s unit of CPU time).
@@ -161,6 +162,7 @@ pub fn host_python() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn machine_busy_time_leaves_out_idle_iowait_and_guest() {
@@ -171,8 +173,6 @@ mod tests {
         assert_eq!(busy_ticks("intr 1 2 3 4\n"), None);
         assert!(machine_busy_ms().is_some_and(|ms| ms > 0.0));
     }
-
-    use super::*;
 
     #[test]
     fn stat_lines_are_read_past_a_hostile_command_name() {
