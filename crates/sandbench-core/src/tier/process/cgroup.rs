@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -465,16 +466,73 @@ fn kill_dirs(dirs: &[PathBuf]) {
         }
         // A forking program can add processes while we kill; repeat until empty.
         for _ in 0..200 {
-            let pids = pids_in(d);
-            if pids.is_empty() {
+            if kill_listed(|| pids_in(d)) == 0 {
                 break;
-            }
-            for p in pids {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
             }
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// SIGKILL the processes `list` names, each only while `list` still names
+/// it; returns how many it named. A pid read from `cgroup.procs` may be
+/// another process's by the time a signal goes by pid: pids wrap (at 32768
+/// on many machines) and a program can fork through them. So each is pinned
+/// first with a pidfd, the list is read again, and a pinned process whose
+/// pid is still listed is signalled through its pidfd, which never reaches
+/// a later process of the same pid (if the pinned one has died meanwhile,
+/// the signal goes nowhere and the next round sees the list as it is).
+fn kill_listed(list: impl Fn() -> Vec<i32>) -> usize {
+    let pids = list();
+    let mut pinned = vec![];
+    for &p in &pids {
+        match pidfd_open(p) {
+            Ok(fd) => pinned.push((p, fd)),
+            // A kernel before 5.3 has no pidfds: by pid, as before them.
+            Err(nix::errno::Errno::ENOSYS) if p > 0 => {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
+            }
+            Err(_) => {} // gone already
+        }
+    }
+    if !pinned.is_empty() {
+        let still: std::collections::HashSet<i32> = list().into_iter().collect();
+        for (p, fd) in &pinned {
+            if still.contains(p) {
+                pidfd_kill(fd);
+            }
+        }
+    }
+    pids.len()
+}
+
+#[allow(unsafe_code)] // pidfd_open(2): integers in, a new descriptor out
+fn pidfd_open(pid: i32) -> Result<OwnedFd, nix::errno::Errno> {
+    if pid <= 0 {
+        return Err(nix::errno::Errno::EINVAL);
+    }
+    // SAFETY: integer arguments; the result is a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    // SAFETY: pidfd_open just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[allow(unsafe_code)] // pidfd_send_signal(2): a descriptor we own, no siginfo
+fn pidfd_kill(fd: &OwnedFd) {
+    // SAFETY: a live pidfd, SIGKILL, a null siginfo (the kernel fills in
+    // the sender's) and no flags; nothing is read or written through memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
 }
 
 fn remove_dirs(dirs: &[PathBuf]) {
@@ -592,6 +650,31 @@ pub(crate) fn reap_with(layout: &Layout, sweep: &mut crate::owner::Sweep) -> usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listed_pid_is_signalled_only_while_it_is_still_listed() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut victim = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = victim.id() as i32;
+        // Listed when read, no longer listed once pinned (it left the
+        // cgroup, or the pid now names another process): spared.
+        let reads = std::cell::Cell::new(0);
+        let named = kill_listed(|| {
+            reads.set(reads.get() + 1);
+            if reads.get() == 1 {
+                vec![pid]
+            } else {
+                vec![]
+            }
+        });
+        assert_eq!((named, reads.get()), (1, 2), "the list is read again once the pids are pinned");
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(victim.try_wait().unwrap().is_none(), "a process no longer listed was killed");
+        // Still listed: killed. Pids that name nothing are passed over.
+        assert_eq!(kill_listed(|| vec![pid, -1, 0, i32::MAX]), 4);
+        assert_eq!(victim.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert_eq!(kill_listed(Vec::new), 0);
+    }
 
     #[test]
     fn parses_v1_mountinfo_and_own_paths() {
