@@ -101,17 +101,22 @@ fn a_program_cannot_forge_status_or_exit_on_gvisor() {
 }
 
 /// Leaves four processes behind that wake the moment the program exits (the
-/// EOF of a pipe only it held) and then write to stdout as fast as they can,
-/// for good. What a program leaves is ended before its verdict, as on the
-/// process and microVM tiers: the run is ok with what they managed to write
-/// in between, not an output-limit violation of processes that outlived it.
+/// EOF of a pipe only it held), wait 0.3 s and then write to stdout as fast
+/// as they can, for good. What a program leaves is ended before its
+/// verdict, as on the process and microVM tiers: the run is ok, not an
+/// output-limit violation of processes that outlived it. (Without the wait
+/// the test was a race: what they write between the program's exit and
+/// their end is the run's output, and 4 writers can fill the output limit
+/// in that window; the gauntlet's `leftover_writer.py` waits for the same
+/// reason. A loader that lets them live fails it every time.)
 const LEFTOVERS: &str = r#"
-import os
+import os, time
 r, w = os.pipe()
 for _ in range(4):
     if os.fork() == 0:
         os.close(w)
         os.read(r, 1)
+        time.sleep(0.3)
         chunk = b"x" * 65536
         while True:
             os.write(1, chunk)
