@@ -363,6 +363,9 @@ pub struct ProcessConfig {
     /// Run even where Landlock or the seccomp filter cannot be enforced;
     /// such runs are marked degraded. Off: they are refused.
     pub allow_degraded: bool,
+    /// Fork Python programs' processes from one warm interpreter (root
+    /// only; `tier/process/zygote.rs`) instead of starting one per sandbox.
+    pub zygote: bool,
 }
 
 impl Default for ProcessConfig {
@@ -370,7 +373,7 @@ impl Default for ProcessConfig {
         // Far above any uid a distribution or a directory service hands
         // out; such uids own no host file, so a program that got out of its
         // mount namespace still could not write anything of the host's.
-        ProcessConfig { uid_base: 2_000_000_000, uid_count: 65536, spare: true, allow_degraded: false }
+        ProcessConfig { uid_base: 2_000_000_000, uid_count: 65536, spare: true, allow_degraded: false, zygote: true }
     }
 }
 

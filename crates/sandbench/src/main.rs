@@ -11,6 +11,9 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
         sandbench::tier::process_helper_main();
     }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__zygote") {
+        sandbench::tier::process_zygote_main();
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -33,4 +33,5 @@ pub use peer::names as peer_names;
 /// Never a binary found on a path.
 pub use process::helper_exe::{BUILD as PROCESS_HELPER_BUILD, HELPER_NAME as PROCESS_HELPER_NAME};
 pub use process::sandbox::helper_main as process_helper_main;
+pub use process::zygote::trampoline_main as process_zygote_main;
 pub use registry::*;

@@ -24,6 +24,9 @@ extern "C" fn main(_argc: std::ffi::c_int, _argv: *const *const std::ffi::c_char
     if arg.as_deref().is_some_and(|a| a == "__sandbox") {
         sandbench::tier::process_helper_main();
     }
+    if arg.as_deref().is_some_and(|a| a == "__zygote") {
+        sandbench::tier::process_zygote_main();
+    }
     if arg.as_deref().is_some_and(|a| a == "__build") {
         let _ = writeln!(std::io::stdout(), "{}", sandbench::tier::PROCESS_HELPER_BUILD);
         return 0;

@@ -58,6 +58,8 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     // One run and out: a spare sandbox for a next run would only be torn down.
     let mut one_shot = config.clone();
     one_shot.process.spare = false;
+    // Nor a zygote (`tier/process/zygote.rs`): its start pays off from the second run.
+    one_shot.process.zygote = false;
     one_shot.process.allow_degraded |= args.allow_degraded;
     let tier = tier::by_name(&tier_name, &one_shot).map_err(|e| usage(e.to_string()))?;
     let mut spec = load_spec(&args.file, args.lang, config)?;

@@ -48,6 +48,7 @@ mod process_cli;
 mod process_helper;
 mod process_privileges;
 mod process_spare;
+mod process_zygote;
 mod reaper;
 mod report;
 mod runlog_cli;

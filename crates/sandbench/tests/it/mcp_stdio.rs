@@ -24,8 +24,20 @@ fn sdk_python() -> Option<std::path::PathBuf> {
 fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
     let Some(py) = sdk_python() else { return };
     let home = Home::new("");
-    let code = "import os\nprint('hello from mcp')\nprint(sorted(os.environ.items()))\n\
-                print(open('/proc/self/environ','rb').read())\n";
+    // Its environment, and all of its own memory (a process forked from the
+    // process tier's zygote holds what the zygote ever held): the server's
+    // secret must be in neither.
+    let code = "import os, re\nprint('hello from mcp')\nprint(sorted(os.environ.items()))\n\
+                print(open('/proc/self/environ','rb').read())\n\
+                pat = re.compile(rb'sk-mcp-test-secre[t]-[0-9a-f]{6}')\nfound = set()\n\
+                mem = open('/proc/self/mem', 'rb', 0)\n\
+                for line in open('/proc/self/maps').read().splitlines():\n\
+                \x20   f = line.split()\n\
+                \x20   if 'r' not in f[1] or line.endswith(('[vvar]', '[vsyscall]', '[vvar_vclock]')): continue\n\
+                \x20   lo, hi = (int(x, 16) for x in f[0].split('-'))\n\
+                \x20   try: mem.seek(lo); found.update(m.group() for m in pat.finditer(mem.read(hi - lo)))\n\
+                \x20   except (OSError, ValueError, OverflowError): pass\n\
+                print('memory:', sorted(found) or 'nothing')\n";
     let out = drive(
         &home,
         &py,
@@ -64,6 +76,11 @@ fn mcp_lists_tools_runs_code_keeps_secrets_and_logs_the_client() {
     let text = run["text"].as_str().unwrap();
     assert!(text.contains("outcome: ok") && text.contains("hello from mcp"), "{text}");
     assert!(!run.to_string().contains(SECRET), "the secret reached the sandbox: {run}");
+    assert!(s["stdout"].as_str().unwrap().contains("memory: nothing"), "{s}");
+    if common::is_root() {
+        // As root the run's process is the zygote's fork: the scan covered its memory.
+        assert_eq!(s["details"]["interpreter"], "zygote fork", "{s}");
+    }
 
     let tiers = &out[2]["structured"];
     assert_eq!(tiers["default"], "process");

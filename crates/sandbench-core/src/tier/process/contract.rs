@@ -22,11 +22,17 @@ impl Tier for ProcessTier {
         let mem = self.spare.lock().ok().and_then(|mut s| {
             let (l, language) = s.as_mut().filter(|(l, _)| l.ready)?;
             let language = *language;
-            l.alive().then(|| (l.memory(), language))
+            l.alive().then(|| (l.memory(), language, l.zygote.is_some()))
         });
         Some(match mem {
-            Some((b, language)) => {
-                format!("1 spare sandbox ready · {} started · {} resident", language.name(), crate::units::size(b))
+            Some((b, language, forked)) => {
+                // A zygote's fork shares the interpreter's pages with it:
+                // its figure is the zygote's and the sandbox's together.
+                let (how, b) = match (forked, self.zygote.as_ref().and_then(|z| z.memory())) {
+                    (true, Some(z)) => (" (forked from the zygote)", b + z),
+                    _ => ("", b),
+                };
+                format!("1 spare sandbox ready · {} started{how} · {} resident", language.name(), crate::units::size(b))
             }
             None => "no spare sandbox ready (one is made after a run)".into(),
         })

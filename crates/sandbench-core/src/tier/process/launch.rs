@@ -43,6 +43,7 @@ pub(super) struct Shape {
     pub(super) host: Host,
     pub(super) uid_range: (u32, u32),
     pub(super) allow_degraded: bool,
+    pub(super) zygote: Option<std::sync::Arc<super::zygote::Zygote>>,
 }
 
 /// A sandbox helper started with its [`sandbox::Prepare`]: namespaces,
@@ -72,6 +73,9 @@ pub(super) struct Launched {
     /// What the sandbox's helper and init hold once it is built, as they
     /// read it back from the kernel (`Status::Privileges`).
     pub(super) privileges: serde_json::Map<String, serde_json::Value>,
+    /// The program's process comes from the zygote, started with this
+    /// interpreter and environment (`zygote.rs`).
+    pub(super) zygote: Option<sandbox::Waiter>,
 }
 
 impl Launched {
@@ -160,6 +164,22 @@ pub(super) async fn launch(
     // fork and exec and std makes it a posix_spawn (a vfork: no copy of this
     // process's page tables, no copy-on-write faults in its threads after).
     let (ctl_host, ctl_helper) = stream_pair().context("cannot create the helper's control socket")?;
+    // The program's process from the zygote where it is exactly what this
+    // sandbox would start (`zygote.rs`); otherwise init forks it.
+    let usable = |z: &&std::sync::Arc<super::zygote::Zygote>| {
+        root && !session && waiter.as_ref() == Some(&z.waiter) && z.fits(allow_degraded)
+    };
+    let zygote = shape.zygote.as_ref().filter(usable).filter(|z| match z.ready(exe) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::info!("no zygote: {e}");
+            false
+        }
+    });
+    let zygote_conn = match zygote {
+        Some(_) => Some(super::zygote::pair().context("cannot connect the sandbox to the zygote")?),
+        None => None,
+    };
     let mut cmd = Command::new(exe);
     cmd.arg("__sandbox")
         .env_clear()
@@ -172,7 +192,8 @@ pub(super) async fn launch(
     // when the host closes its end.
     drop(cmd);
     timeline.push(at("helper_spawned"));
-    let fds = [status_w.as_raw_fd(), net_helper.as_raw_fd()];
+    let mut fds = vec![status_w.as_raw_fd(), net_helper.as_raw_fd()];
+    fds.extend(zygote_conn.as_ref().map(|(_, h)| h.as_raw_fd()));
     let iov = [std::io::IoSlice::new(b"c")];
     nix::sys::socket::sendmsg::<()>(
         ctl_host.as_raw_fd(),
@@ -184,6 +205,7 @@ pub(super) async fn launch(
     .context("cannot hand the sandbox helper its channels")?;
     drop(status_w);
     drop(net_helper);
+    let zygote_conn = zygote_conn.map(|(z, _)| z);
     let mut stdin = {
         let s = std::os::unix::net::UnixStream::from(ctl_host);
         s.set_nonblocking(true).context("helper's control socket")?;
@@ -216,6 +238,10 @@ pub(super) async fn launch(
     .await
     .context("sandbox preparation")??;
     timeline.push(at("uid_and_cgroup"));
+    if let (Some(z), Some(conn)) = (zygote, zygote_conn) {
+        let id = uid.as_ref().map_or(0, |l| l.uid);
+        z.hand(conn, id, id, network_port).map_err(|e| anyhow!("cannot start the program's process: {e}"))?;
+    }
     let prep = sandbox::Prepare {
         host_pid: std::process::id() as i32,
         cgroup_procs: cg
@@ -232,6 +258,7 @@ pub(super) async fn launch(
         run_ca,
         session,
         build: super::helper_exe::BUILD.into(),
+        zygote: zygote.is_some(),
     };
     stdin.write_all(&sandbox::frame_prepare(&prep)).await.context("cannot talk to the sandbox helper")?;
     let status_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r).context("status pipe")?;
@@ -248,6 +275,7 @@ pub(super) async fn launch(
         final_stats: None,
         net: Some(net_host),
         privileges: Default::default(),
+        zygote: zygote.map(|z| z.waiter.clone()),
     })
 }
 

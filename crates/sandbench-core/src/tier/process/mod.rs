@@ -25,6 +25,7 @@ pub(crate) mod seccomp;
 pub(crate) mod session;
 mod spare;
 pub(crate) mod uids;
+pub(crate) mod zygote;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,7 @@ const MARKS: &[&str] = &[
     "helper_started",
     "namespaces_made",
     "root_built",
+    "zygote_forked",
     "isolation_applied",
     "program_reaped",
     "watch_finished",
@@ -67,6 +69,9 @@ pub struct ProcessTier {
     filling: Arc<AtomicBool>,
     /// `[network]`: the egress proxy's resolver and upstream CAs.
     egress: crate::egress::Operator,
+    /// The warm interpreter that forks Python programs' processes
+    /// (`zygote.rs`); `None` when off or not possible here.
+    zygote: Option<Arc<zygote::Zygote>>,
 }
 
 impl ProcessTier {
@@ -83,6 +88,10 @@ impl ProcessTier {
             spare_language: Arc::new(Mutex::new(Language::Python)),
             filling: Arc::new(AtomicBool::new(false)),
             egress: crate::egress::Operator::from_config(config),
+            zygote: (config.process.zygote && nix::unistd::geteuid().is_root()).then(|| {
+                let spec = crate::spec::RunSpec::new(Language::Python, "");
+                Arc::new(zygote::Zygote::new(spare::waiter_for(&spec)))
+            }),
         }
     }
 
@@ -91,6 +100,7 @@ impl ProcessTier {
             host: self.host.clone(),
             uid_range: (self.uid_base, self.uid_count),
             allow_degraded: self.allow_degraded,
+            zygote: self.zygote.clone(),
         }
     }
 }

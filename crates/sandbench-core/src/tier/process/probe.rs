@@ -78,6 +78,7 @@ each run's helper then starts in about half the CPU time",
             spare: Default::default(),
             spare_language: Arc::new(Mutex::new(Language::Python)),
             filling: Default::default(),
+            zygote: None,
         };
         let report = crate::runner::run(Arc::new(probe), spec).await;
         let sandbox_ok = report.outcome == crate::report::Outcome::Ok && report.exit.code == Some(0);

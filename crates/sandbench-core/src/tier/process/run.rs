@@ -90,6 +90,17 @@ impl ProcessTier {
             open_files: limits.open_files,
             nproc,
         };
+        // Where the program's interpreter came from: forked from the warm
+        // zygote when the run asks for exactly what it was started with.
+        let interpreter = match &launched.zygote {
+            Some(w)
+                if w.interpreter == config.interpreter && w.file_name == config.file_name && w.env == config.env =>
+            {
+                "zygote fork"
+            }
+            Some(_) => "fresh (exec'd by a zygote's process)",
+            None => "fresh",
+        };
         let result = self.execute(&spec, &ctx, config, &mut launched).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         // Read once at the program's exit (in execute), not again here.
@@ -133,6 +144,7 @@ impl ProcessTier {
             obj.insert("uid_policy".into(), json!(uid_policy(self.uid_base, self.uid_count, &used)));
             obj.insert("warnings".into(), json!(warnings));
             obj.insert("start".into(), json!(start));
+            obj.insert("interpreter".into(), json!(interpreter));
         }
         Ok(out)
     }

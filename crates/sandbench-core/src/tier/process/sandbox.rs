@@ -57,7 +57,7 @@ pub(crate) use session::{frame_call, KILL_FRAME};
 
 /// Entry point of `sandbench __sandbox`. Never returns.
 pub fn helper_main() -> ! {
-    take_channels();
+    let channels = take_channels();
     // The host spawned us without code of its own before exec; a host that
     // died before this is caught by the parent check below.
     set_pdeathsig();
@@ -73,6 +73,11 @@ pub fn helper_main() -> ! {
             "this sandbox helper ({}) is from another build of sandbench than the one that started it: rebuild both (cargo build --release)",
             std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default()
         ));
+    }
+    // A connection to the zygote comes with a shape that uses it, never
+    // without (it would sit unused on fd 5), nor the shape without it.
+    if prep.zygote != (channels == 3) {
+        fail(format!("the zygote's connection ({channels} channels) does not match the sandbox's shape"));
     }
     // If the host died before PDEATHSIG was set, we were reparented: stop now.
     if nix::unistd::getppid().as_raw() != prep.host_pid {
@@ -142,8 +147,11 @@ pub fn helper_main() -> ! {
         Ok(ForkResult::Parent { child }) => {
             drop(procs);
             drop(alive_r);
-            // init alone holds the egress channel.
+            // init alone holds the egress channel (and the zygote's).
             let _ = nix::unistd::close(super::netns::NET_FD);
+            if prep.zygote {
+                let _ = nix::unistd::close(ZYG_FD);
+            }
             // Only the status pipe matters now; the program's output reaches
             // the host through its own copies of stdout and stderr, so the
             // host sees EOF when the program side is gone.
@@ -221,6 +229,7 @@ mod tests {
             run_ca: None,
             session: false,
             build: helper_exe_build(),
+            zygote: false,
         };
         let f = frame_prepare(&p);
         let n = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;

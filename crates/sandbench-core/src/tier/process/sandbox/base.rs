@@ -19,6 +19,9 @@ pub(super) const GO_FD: RawFd = 3;
 /// ...after the waiting interpreter said it is ready on this one.
 pub(super) const READY_FD: RawFd = 4;
 
+/// The helper's (then init's) connection to the zygote, when it has one.
+pub(super) const ZYG_FD: RawFd = 5;
+
 /// The pre-started interpreter (see `waiter.py`): sandbench's code, run as
 /// `<interpreter> <file_name>` from /work, replaced by the program's file.
 pub(super) const WAITER_PY: &str = include_str!("../waiter.py");
@@ -64,6 +67,10 @@ pub(crate) struct Prepare {
     /// build refuses to build the sandbox.
     #[serde(default)]
     pub build: String,
+    /// The program's process comes from the zygote (`zygote.rs`) over the
+    /// connection on [`ZYG_FD`], not from a fork of init.
+    #[serde(default)]
+    pub zygote: bool,
 }
 
 /// An interpreter started before its program, and what it can run inline.
@@ -243,22 +250,25 @@ pub(super) fn recv_fds<const N: usize>(sock: RawFd) -> nix::Result<(usize, Vec<O
 /// then the egress socket) as the first message on stdin, a socket: it starts
 /// the helper with a spawn (no code of its own between fork and exec, so no
 /// copy of its address space), which cannot put descriptors at fixed numbers.
-/// They go to [`STATUS_FD`] and `NET_FD` here. A helper whose stdin is not a
-/// socket (started by hand, or by a test) keeps fds 3 and 4 as inherited.
-pub(super) fn take_channels() {
+/// They go to [`STATUS_FD`] and `NET_FD` here, and a third, the connection
+/// to the zygote, to [`ZYG_FD`]. A helper whose stdin is not a socket
+/// (started by hand, or by a test) keeps fds 3 and 4 as inherited. Returns
+/// how many came (0: not a socket).
+pub(super) fn take_channels() -> usize {
     let die = |why: String| -> ! {
         // No status channel yet: stderr is the host's pipe.
         eprintln!("sandbox helper: {why}");
         // SAFETY: ends the process at once, before any step of the sandbox.
         unsafe { libc::_exit(121) }
     };
-    let (fds, cut) = match recv_fds::<2>(0) {
-        Err(nix::errno::Errno::ENOTSOCK) => return,
+    let (fds, cut) = match recv_fds::<4>(0) {
+        Err(nix::errno::Errno::ENOTSOCK) => return 0,
         Err(e) => die(format!("cannot receive its channels: {e}")),
         Ok((_, fds, cut)) => (fds, cut),
     };
-    if fds.len() != 2 || cut {
-        die(format!("expected its 2 channels on stdin, got {}", fds.len()));
+    // The third, when there is one: its connection to the zygote.
+    if !(2..=3).contains(&fds.len()) || cut {
+        die(format!("expected its 2 or 3 channels on stdin, got {}", fds.len()));
     }
     // Above the targets first, so placing one cannot close the other.
     let high: Vec<OwnedFd> = fds
@@ -270,13 +280,14 @@ pub(super) fn take_channels() {
         })
         .collect();
     drop(fds);
-    for (fd, to) in high.iter().zip([STATUS_FD, super::super::netns::NET_FD]) {
+    for (fd, to) in high.iter().zip([STATUS_FD, super::super::netns::NET_FD, ZYG_FD]) {
         // dup2 leaves the copy open across exec, as inheriting it did.
         // SAFETY: dup2 between descriptor numbers, no memory involved.
         if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(fd), to) } < 0 {
             die(format!("cannot place its channel on fd {to}: {}", std::io::Error::last_os_error()));
         }
     }
+    high.len()
 }
 
 /// Die with the parent. Unchecked, a sandbox could outlive a killed sandbench.

@@ -86,6 +86,20 @@ pub(super) struct Reaped {
     pub(super) max_rss_kb: u64,
 }
 
+/// Reap one exited child without waiting, if any (none at all is no error:
+/// a zygote's process is not init's child).
+pub(super) fn reap_orphan() -> Option<i32> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes only into `status`.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid < 0 && nix::errno::Errno::last() == nix::errno::Errno::EINTR {
+            continue;
+        }
+        return (pid > 0).then_some(pid);
+    }
+}
+
 /// Reap one exited child without waiting; None when none has exited.
 pub(super) fn reap_any() -> Option<Reaped> {
     loop {
