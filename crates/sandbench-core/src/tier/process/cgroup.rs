@@ -584,6 +584,11 @@ impl CpuMeter {
             let _ = fs::remove_dir(&dir);
             return Err(e);
         }
+        // This process's zygotes work for its runs: their CPU is this
+        // process's too. (Our own unreaped children: their pids are ours.)
+        for pid in super::zygote::pids() {
+            let _ = fs::write(dir.join("cgroup.procs"), pid.to_string());
+        }
         Ok(CpuMeter { dir, home, v2 })
     }
 
@@ -601,6 +606,9 @@ impl Drop for CpuMeter {
     fn drop(&mut self) {
         // Back where this process came from, then the (empty) meter goes.
         // Never a kill here: this process itself was inside.
+        for pid in super::zygote::pids() {
+            let _ = fs::write(self.home.join("cgroup.procs"), pid.to_string());
+        }
         if fs::write(self.home.join("cgroup.procs"), std::process::id().to_string()).is_err() {
             return;
         }
