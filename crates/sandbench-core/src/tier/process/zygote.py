@@ -179,6 +179,8 @@ def __sandbench_zygote():
         # An exec after the uid change would have made the process dumpable
         # again (its /proc/self files its own); there is no exec here.
         check(libc.prctl(4, ul(1), ul(0), ul(0), ul(0)), "PR_SET_DUMPABLE")
+        # The uid change cleared the parent-death signal: set it again.
+        check(libc.prctl(1, ul(9), ul(0), ul(0), ul(0)), "PR_SET_PDEATHSIG")
         check(libc.prctl(38, ul(1), ul(0), ul(0), ul(0)), "PR_SET_NO_NEW_PRIVS")
         # The guard first, its listener to init (which serves it), then the
         # program's filters.

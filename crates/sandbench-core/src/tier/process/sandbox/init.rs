@@ -260,8 +260,8 @@ fn from_zygote(fds: [OwnedFd; 4], ready: &OwnedFd) -> nix::unistd::Pid {
 
 /// The zygote's process, once it said it is ready: its uid and gid are the
 /// run's (all four of each), no capability in any set, no_new_privs, in
-/// seccomp filter mode with the guard and the three filters, and init is
-/// its parent (this namespace's reaper has it).
+/// seccomp filter mode with the guard and the three filters, and its parent
+/// outside this namespace (the zygote, which reaps it and tells init).
 fn zygote_process_holds(pid: nix::unistd::Pid, (uid, gid): (u32, u32)) -> Result<(), String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| format!("its status: {e}"))?;
     let field = |name: &str| {
