@@ -134,6 +134,15 @@ pub(super) fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, 
     if let Err(e) = prepare_run(prep, owner, waiter.as_ref().map(|(w, _)| *w), &cfg, &scratch) {
         fail(e);
     }
+    // A zygote's process that ended while it waited (the zygote died, and
+    // took it along) leaves its exit pipe readable: say so, not what the
+    // next step would fail with.
+    if let Some(x) = &exit_r {
+        let mut fds = [nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(x), nix::poll::PollFlags::POLLIN)];
+        if nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0) {
+            fail("the program's process ended before its program started (its zygote died); the next run starts a new one".into());
+        }
+    }
     let ids = (!prep.user_ns).then_some(owner);
     if let Err(e) = apply_rlimits_as(main_pid, &cfg, ids) {
         fail(e);
