@@ -411,7 +411,17 @@ pub(super) async fn tunnel<S>(
             Err(_) => Err(format!("no TLS handshake from {host}:{port} within {} s", CONNECT_TIMEOUT.as_secs())),
         }
     };
-    let (cs, us) = tokio::join!(client_side, upstream_side);
+    // A client that refuses the run's CA is refused at once, not after the
+    // real host's handshake: a program that does not wait for the answer
+    // (and ends) must still find the refusal in its report.
+    tokio::pin!(client_side, upstream_side);
+    let (cs, us) = tokio::select! {
+        cs = &mut client_side => match cs {
+            Err(why) => return c.deny(sh, why).await,
+            ok => (ok, (&mut upstream_side).await),
+        },
+        us = &mut upstream_side => ((&mut client_side).await, us),
+    };
     let mut tls = match cs {
         Ok(t) => t,
         Err(why) => return c.deny(sh, why).await,

@@ -37,11 +37,21 @@ where
         return;
     };
     let stop = sh.stop.clone();
+    let work = handle(&sh, secrets.as_deref(), c, &mut client);
+    tokio::pin!(work);
     tokio::select! {
-        _ = handle(&sh, secrets.as_deref(), c, &mut client) => {}
-        _ = stop.cancelled() => {}
+        _ = &mut work => {}
+        _ = stop.cancelled() => {
+            // The run is over (its program gone): a connection still being
+            // decided, say a refused handshake, gets a moment to be recorded.
+            let _ = tokio::time::timeout(DECIDE_AFTER_STOP, &mut work).await;
+        }
     }
 }
+
+/// How long a connection still being decided when the run ends may take to
+/// reach its record (the report waits for it; its program is gone).
+const DECIDE_AFTER_STOP: std::time::Duration = std::time::Duration::from_millis(500);
 
 async fn handle<S>(sh: &Shared, secrets: Option<&RunSecrets>, mut c: Conn, client: &mut S)
 where
