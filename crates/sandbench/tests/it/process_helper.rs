@@ -41,6 +41,11 @@ fn doctor_names_the_helper_runs_start_with() {
     let check = me["checks"].as_array().unwrap().iter().find(|c| c["name"] == "helper").expect("a helper check");
     assert_eq!(check["level"], "ok", "{check}");
     assert!(check["detail"].as_str().unwrap().starts_with("sandbench-sandbox (this build's"), "{check}");
+    // As root, the spare it builds to measure has its process from the zygote, and says so.
+    if common::is_root() {
+        let warm = me["checks"].as_array().unwrap().iter().find(|c| c["name"] == "warm").expect("a warm check");
+        assert!(warm["detail"].as_str().unwrap().contains("forked from a warm one (the zygote"), "{warm}");
+    }
 }
 
 /// A helper handed a sandbox's shape from another build says so and builds

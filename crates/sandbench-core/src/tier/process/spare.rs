@@ -180,14 +180,25 @@ impl ProcessTier {
             let t0 = std::time::Instant::now();
             let mut l = launch(&self.spare_limits, Some(waiter_for(&spec)), None, None, false, &shape, t0).await?;
             l.wait_ready().await?;
-            anyhow::Ok((l.memory(), t0.elapsed()))
+            anyhow::Ok((l.memory(), t0.elapsed(), l.zygote.is_some()))
         };
         match built.await {
-            Ok((bytes, took)) => format!(
-                "long-lived front ends keep 1 spare sandbox ready, its interpreter started: {} resident (PSS), built in {}; [process] spare = false turns it off",
-                crate::units::size(bytes),
-                crate::units::duration_ms(took.as_secs_f64() * 1000.0)
-            ),
+            Ok((bytes, took, forked)) => {
+                // A zygote's fork shares the interpreter's pages with it: both count.
+                let zygote = self.zygote.as_ref().and_then(|z| z.memory()).filter(|_| forked);
+                let how = match zygote {
+                    Some(z) => format!(
+                        "its interpreter forked from a warm one (the zygote; [process] zygote = false turns it off): {} resident (PSS) with the zygote's {}",
+                        crate::units::size(bytes + z),
+                        crate::units::size(z)
+                    ),
+                    None => format!("its interpreter started: {} resident (PSS)", crate::units::size(bytes)),
+                };
+                format!(
+                    "long-lived front ends keep 1 spare sandbox ready, {how}, built in {}; [process] spare = false turns it off",
+                    crate::units::duration_ms(took.as_secs_f64() * 1000.0)
+                )
+            }
             Err(e) => format!("a spare could not be built ({e:#}): runs start cold"),
         }
     }
