@@ -26,12 +26,8 @@ impl Tier for ProcessTier {
         });
         Some(match mem {
             Some((b, language, forked)) => {
-                // A zygote's fork shares the interpreter's pages with it:
-                // its figure is the zygote's and the sandbox's together.
-                let (how, b) = match (forked, self.zygote.as_ref().and_then(|z| z.memory())) {
-                    (true, Some(z)) => (" (forked from the zygote)", b + z),
-                    _ => ("", b),
-                };
+                let (b, zygote) = self.spare_memory(b, forked);
+                let how = if zygote.is_some() { " (forked from the zygote)" } else { "" };
                 format!("1 spare sandbox ready · {} started{how} · {} resident", language.name(), crate::units::size(b))
             }
             None => "no spare sandbox ready (one is made after a run)".into(),

@@ -95,6 +95,16 @@ impl ProcessTier {
         }
     }
 
+    /// What a spare holds, `own` bytes (PSS) of its processes: with the
+    /// zygote's when its process is the zygote's fork (they share the
+    /// interpreter's pages), and that share, if any.
+    fn spare_memory(&self, own: u64, forked: bool) -> (u64, Option<u64>) {
+        match self.zygote.as_ref().and_then(|z| z.memory()).filter(|_| forked) {
+            Some(z) => (own + z, Some(z)),
+            None => (own, None),
+        }
+    }
+
     fn shape(&self) -> Shape {
         Shape {
             host: self.host.clone(),

@@ -93,11 +93,7 @@ impl ProcessTier {
         // Where the program's interpreter came from: forked from the warm
         // zygote when the run asks for exactly what it was started with.
         let interpreter = match &launched.zygote {
-            Some(w)
-                if w.interpreter == config.interpreter && w.file_name == config.file_name && w.env == config.env =>
-            {
-                "zygote fork"
-            }
+            Some(w) if w.runs_inline(&config) => "zygote fork",
             Some(_) => "fresh (exec'd by a zygote's process)",
             None => "fresh",
         };

@@ -54,6 +54,7 @@ use init::*;
 pub(crate) use root::SYSTEM_BUNDLE;
 pub use root::{ETC_COPIED, HOST_BINDS, PYTHON_ETC};
 pub(crate) use session::{frame_call, KILL_FRAME};
+pub(crate) use steps::find_in_path;
 
 /// Entry point of `sandbench __sandbox`. Never returns.
 pub fn helper_main() -> ! {

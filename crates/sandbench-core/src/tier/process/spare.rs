@@ -184,15 +184,13 @@ impl ProcessTier {
         };
         match built.await {
             Ok((bytes, took, forked)) => {
-                // A zygote's fork shares the interpreter's pages with it: both count.
-                let zygote = self.zygote.as_ref().and_then(|z| z.memory()).filter(|_| forked);
-                let how = match zygote {
-                    Some(z) => format!(
+                let how = match self.spare_memory(bytes, forked) {
+                    (all, Some(z)) => format!(
                         "its interpreter forked from a warm one (the zygote; [process] zygote = false turns it off): {} resident (PSS) with the zygote's {}",
-                        crate::units::size(bytes + z),
+                        crate::units::size(all),
                         crate::units::size(z)
                     ),
-                    None => format!("its interpreter started: {} resident (PSS)", crate::units::size(bytes)),
+                    (all, None) => format!("its interpreter started: {} resident (PSS)", crate::units::size(all)),
                 };
                 format!(
                     "long-lived front ends keep 1 spare sandbox ready, {how}, built in {}; [process] spare = false turns it off",

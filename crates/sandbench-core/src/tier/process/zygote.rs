@@ -145,16 +145,6 @@ pub(super) fn pair() -> nix::Result<(OwnedFd, OwnedFd)> {
     socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
 }
 
-/// Resolve `cmd` as the sandbox would (its PATH; /usr is the host's).
-fn find(cmd: &str, env: &[(String, String)]) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
-    path.split(':')
-        .filter(|d| d.starts_with('/'))
-        .map(|d| std::path::Path::new(d).join(cmd))
-        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
-}
-
 /// The filters the zygote installs in each program's process: the scratch
 /// guard's first, then the tier's (`seccomp.rs`), as `program.rs` does.
 fn filters() -> Result<Vec<u8>, String> {
@@ -178,14 +168,16 @@ fn filters() -> Result<Vec<u8>, String> {
 
 fn start(helper: &std::path::Path, waiter: &Waiter) -> Result<Live, String> {
     let cmd = waiter.interpreter.first().ok_or("no interpreter")?;
-    let exe = find(cmd, &waiter.env).ok_or_else(|| format!("{cmd} is not installed"))?;
+    // As init resolves it in the sandbox (/usr is the host's, bound as is).
+    let exe = super::sandbox::find_in_path(cmd, &waiter.env).ok_or_else(|| format!("{cmd} is not installed"))?;
+    let exe = std::ffi::OsStr::from_bytes(exe.as_bytes());
     let (ctl, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
         .map_err(|e| format!("zygote control socket: {e}"))?;
     let hello = filters()?;
     let child = std::process::Command::new(helper)
         .arg("__zygote")
         .arg(std::process::id().to_string())
-        .arg(&exe)
+        .arg(exe)
         .args(&waiter.interpreter)
         .env_clear()
         .envs(waiter.env.iter().map(|(k, v)| (k, v)))

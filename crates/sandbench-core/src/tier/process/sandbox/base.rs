@@ -82,6 +82,12 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
+    /// Whether this waiter runs `cfg`'s program itself (the same interpreter,
+    /// file name and environment), rather than exec'ing another interpreter.
+    pub(crate) fn runs_inline(&self, cfg: &SandboxConfig) -> bool {
+        self.interpreter == cfg.interpreter && self.file_name == cfg.file_name && self.env == cfg.env
+    }
+
     /// The waiter's own source, in its interpreter's language.
     pub(crate) fn source(&self) -> &'static str {
         match self.interpreter.first().map(|c| c.rsplit('/').next().unwrap_or(c)) {

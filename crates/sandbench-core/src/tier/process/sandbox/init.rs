@@ -147,9 +147,7 @@ pub(super) fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, 
     if let Err(e) = apply_rlimits_as(main_pid, &cfg, ids) {
         fail(e);
     }
-    let inline = waiter
-        .as_ref()
-        .is_some_and(|(w, _)| w.interpreter == cfg.interpreter && w.file_name == cfg.file_name && w.env == cfg.env);
+    let inline = waiter.as_ref().is_some_and(|(w, _)| w.runs_inline(&cfg));
     let exe = match (inline, &waiter) {
         (true, Some((_, exe))) => exe.clone(),
         _ => match cfg.interpreter.first().and_then(|c| find_in_path(c, &cfg.env)) {

@@ -263,7 +263,7 @@ close the session and open a new one"
     scratch.rename_work(&tmp, &cfg.file_name).map_err(why)
 }
 
-pub(super) fn find_in_path(cmd: &str, env: &[(String, String)]) -> Option<CString> {
+pub(crate) fn find_in_path(cmd: &str, env: &[(String, String)]) -> Option<CString> {
     if cmd.contains('/') {
         return CString::new(cmd).ok();
     }
