@@ -27,12 +27,19 @@ pub(crate) const TMPDIR: &str = "/tmp";
 pub(crate) const SHMDIR: &str = "/dev/shm";
 
 /// What sandbench's seccomp filter denies (installed by the loader in the
-/// program's process on runc and runsc alike; see guest/program_filter.py).
-pub(crate) const SECCOMP_DENIES: &str = "io_uring_*, unshare, setns, clone with any CLONE_NEW* flag, mount family, \
-     keyctl/add_key/request_key, bpf, perf_event_open, userfaultfd, module and kexec loading, \
-     name_to_handle_at/open_by_handle_at, swapon/swapoff, reboot, syslog, quotactl, lookup_dcookie, \
-     fanotify_init, kcmp, chroot, pivot_root (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32); \
-     socket families other than unix, inet, inet6 and netlink (route), socketpair other than unix (EAFNOSUPPORT)";
+/// program's process on runc and runsc alike; see guest/program_filter.py),
+/// read off the table it must match (`tier/process/seccomp.rs`).
+pub(crate) fn seccomp_denies() -> String {
+    use crate::tier::process::seccomp::{CLONE_FLAGS, DENIED};
+    let calls: Vec<&str> = DENIED.iter().map(|(n, _)| *n).collect();
+    let flags: Vec<&str> = CLONE_FLAGS.iter().map(|(n, _)| *n).collect();
+    format!(
+        "{}, clone with {} (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32); \
+         socket families other than unix, inet, inet6 and netlink (route), socketpair other than unix (EAFNOSUPPORT)",
+        calls.join(", "),
+        flags.join(" or ")
+    )
+}
 
 /// Label keys. `sandbench` holds the run id (or `warm` for a pool container
 /// not yet given a program); `sandbench.owner` identifies the sandbench
@@ -158,7 +165,7 @@ impl Shape {
             "tmpfs": { WORKDIR: self.disk_bytes, TMPDIR: self.disk_bytes, SHMDIR: self.disk_bytes },
             "watched_mounts": [WORKDIR, TMPDIR, SHMDIR],
             "seccomp": {
-                "sandbench_filter": SECCOMP_DENIES,
+                "sandbench_filter": seccomp_denies(),
                 "engine_profile": if self.gvisor() { "none (gVisor's own kernel; runsc cannot load OCI profiles reliably)" } else { "Docker's default" },
             },
             "cap_drop": "ALL",
