@@ -178,7 +178,7 @@ impl Shape {
             "memory_swap_bytes": self.memory_bytes,
             "cpus": self.cpus,
             "ulimits": { "fsize": self.file_size_bytes, "nofile": self.open_files, "core": 0, "cpu_secs": self.cpu_secs },
-            "init": "sandbench loader as PID 1, uid 0 with only SETUID/SETGID until the program's process has dropped to its uid, then SETUID alone until the program has exited (to kill what it left as its uid, before the exit report), then none (reaps orphans, not ptrace-able, not signalable by the program; python3 -I, nothing of the scratch on its path)",
+            "init": "sandbench loader as PID 1, uid 0 with only SETUID/SETGID/SETPCAP until the program's process has emptied its bounding set and dropped to its uid, then SETUID alone until the program has exited (to kill what it left as its uid, before the exit report), then none (reaps orphans, not ptrace-able, not signalable by the program; python3 -I, nothing of the scratch on its path)",
             "status_channel": "container stdout, written only by the loader (the program's output arrives framed by it)",
             "mounts": [],
             "devices": [],
@@ -204,7 +204,8 @@ impl Shape {
             tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".into()]),
             // Only for the loader (PID 1, uid 0) to drop the program to its
-            // own uid; the program's setresuid clears every capability.
+            // own uid and empty its bounding set; the program's setresuid
+            // clears every capability it holds.
             cap_add: Some(LOADER_CAPS.iter().map(|c| c.to_string()).collect()),
             security_opt: Some(vec!["no-new-privileges".into()]),
             privileged: Some(false),
@@ -283,8 +284,10 @@ impl Shape {
     }
 }
 
-/// Capabilities the container keeps, for the loader alone.
-pub(crate) const LOADER_CAPS: [&str; 2] = ["SETUID", "SETGID"];
+/// Capabilities the container keeps, for the loader alone: SETUID and
+/// SETGID to drop the program to its uid, SETPCAP to empty the program's
+/// bounding set first (issue 42, item 8: as the process tier's program).
+pub(crate) const LOADER_CAPS: [&str; 3] = ["SETUID", "SETGID", "SETPCAP"];
 
 /// The dedicated range per-run program uids (and gids) come from: far above
 /// any distribution's system and login ranges and the usual subordinate-id
