@@ -615,6 +615,33 @@ def _filters():
     return _FILTERS
 
 
+def drop_bounding():
+    """In the zygote, as guest root: empty the bounding and ambient sets, as
+    the process tier's program has them (privs.rs), so that no exec can
+    give the program a capability back, whatever file capabilities a binary
+    on the root disk carries (no_new_privs refuses those too; this holds
+    without it). The zygote's own capabilities stay until it drops to the
+    program's uid."""
+    import ctypes
+
+    libc = _libc()
+    ul = ctypes.c_ulong
+    cap = 0
+    # PR_CAPBSET_READ fails past the kernel's last capability.
+    while libc.prctl(23, ul(cap), ul(0), ul(0), ul(0)) >= 0:
+        if libc.prctl(24, ul(cap), ul(0), ul(0), ul(0)) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP %d" % cap)
+        cap += 1
+    if libc.prctl(47, ul(4), ul(0), ul(0), ul(0)) != 0:  # PR_CAP_AMBIENT, CLEAR_ALL
+        raise OSError(ctypes.get_errno(), "PR_CAP_AMBIENT_CLEAR_ALL")
+    # Read back from the kernel (a first PR_CAPBSET_READ that failed would
+    # have dropped nothing).
+    with open("/proc/self/status") as fh:
+        sets = dict(l.split(":", 1) for l in fh.read().splitlines() if l.startswith(("CapBnd:", "CapAmb:")))
+    if len(sets) != 2 or any(int(v, 16) for v in sets.values()):
+        raise OSError(0, "the bounding or ambient set is not empty: %r" % sets)
+
+
 def install_filters():
     """In the zygote: no_new_privs, sandbench's filter for the program
     (guest/program_filter.py, the docker loader's too: the guest kernel keeps
@@ -818,6 +845,7 @@ def zygote(out_w, err_w, spec_r, sock):
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         import _socket
 
+        drop_bounding()
         # From here on the agent answers for every guarded call; the
         # listener goes to the agent, nothing of it stays here.
         g = install_filters()

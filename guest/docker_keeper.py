@@ -23,9 +23,10 @@
 #   the program has neither (its stdin is /dev/null, its stdout and stderr
 #   pipes to the loader, which frames what it reads as data), so it cannot
 #   forge a frame or read another call's payload.
-# - This process keeps CAP_SETUID and CAP_SETGID for its loaders (they drop
-#   the program to its uid and end the call's processes with that uid's
-#   kill(-1)); a capability dropped here could never come back to a child.
+# - This process keeps CAP_SETUID, CAP_SETGID and CAP_SETPCAP for its
+#   loaders (they empty the program's bounding set, drop the program to its
+#   uid and end the call's processes with that uid's kill(-1)); a
+#   capability dropped here could never come back to a child.
 #   It is immune to the program all the same: another uid, not dumpable (so
 #   no ptrace and /proc/1/* root-only), its environment blanked (gVisor shows
 #   /proc/1/environ to anyone), working directory /, `python3 -I` (nothing of

@@ -62,6 +62,28 @@ def _drop_caps(keep=0):
         raise OSError(ctypes.get_errno(), "capset")
 
 
+def _drop_bounding():
+    # The bounding and ambient sets emptied (CAP_SETPCAP, the loader's for
+    # this alone), as the process tier's program has them: no exec gives the
+    # program a capability back, whatever file capabilities a binary in the
+    # image carries (no_new_privs refuses those too; this holds without it).
+    cap = 0
+    while _libc.prctl(23, cap, 0, 0, 0) >= 0:  # PR_CAPBSET_READ: fails past the last
+        if _libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP %d" % cap)
+        cap += 1
+    err = 0
+    if _libc.prctl(47, 4, 0, 0, 0) != 0:  # PR_CAP_AMBIENT, CLEAR_ALL
+        err = ctypes.get_errno()
+    # Read back from the kernel: the bounding set empty (a first
+    # PR_CAPBSET_READ that failed would have dropped nothing), the ambient set
+    # empty, or absent where the kernel does not know the call.
+    with open("/proc/self/status") as fh:
+        sets = dict(l.split(":", 1) for l in fh.read().splitlines() if l.startswith(("CapBnd:", "CapAmb:")))
+    if int(sets.get("CapBnd", "1"), 16) or int(sets.get("CapAmb", "0"), 16) or err not in (0, 22):
+        raise OSError(err, "the bounding or ambient set is not empty: %r" % sets)
+
+
 def _remove(dfd, name):
     # Whatever the program left at `name` in the directory `dfd` (a link, a
     # FIFO, a socket, a directory tree), removed without following it. Run
@@ -260,6 +282,7 @@ def _become_program(uid, gid, keep):
     except OSError:
         pass
     os.setgroups([])
+    _drop_bounding()
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid:
@@ -515,7 +538,7 @@ if not _session:
     # The program is its own uid now. A one-shot loader keeps SETUID alone:
     # at the program's end it takes the program's uid as its effective uid
     # to kill whatever the program left (as a session's loader does), then
-    # drops it too. SETGID has no use left.
+    # drops it too. SETGID and SETPCAP have no use left.
     try:
         _drop_caps(1 << 7)
     except OSError:

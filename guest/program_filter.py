@@ -9,11 +9,17 @@
 # guest/scratch_guard.py; it defines names only and imports nothing until
 # used.
 #
-# Denied (EPERM): io_uring, namespaces (unshare, setns, clone with any
-# CLONE_NEW* flag), mounts, keyrings, bpf, perf events, userfaultfd, module
-# and kexec loading, file handles, swap, reboot, syslog, quotas, fanotify,
-# kcmp; clone3 gives ENOSYS (its flags cannot be inspected; libc falls back
-# to clone); calls of any other ABI (i386, x32) are refused.
+# Denied (EPERM): the process tier's table, row for row
+# (crates/sandbench-core/src/tier/process/seccomp.rs: DENIED, CLONE_FLAGS,
+# FAMILIES, the source of truth; its test runs this filter and that one over
+# every syscall number, clone flag and socket family and fails on any
+# difference): ptrace, process_vm_readv/writev, pidfd_getfd, kcmp, io_uring,
+# namespaces (unshare, setns, clone with any CLONE_NEW* flag or
+# CLONE_PARENT), mounts, keyrings, bpf, perf events, userfaultfd, module and
+# kexec loading, file handles, swap, reboot, syslog, quotas, setting the
+# clocks, vhangup, fanotify, iopl/ioperm; clone3 gives ENOSYS (its flags
+# cannot be inspected; libc falls back to clone); calls of any other ABI
+# (i386, x32) are refused.
 #
 # Socket address families: an allow list, the process tier's
 # (src/tier/process/seccomp.rs, FAMILIES, which says why each): unix, inet,
@@ -23,7 +29,11 @@
 # anything but unix too.
 
 PROGRAM_DENY = {
-    # name: (x86_64, aarch64)
+    # name: (x86_64, aarch64); None: the arch has no such call.
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+    "pidfd_getfd": (438, 438), "settimeofday": (164, 170), "clock_settime": (227, 112),
+    "clock_adjtime": (305, 266), "adjtimex": (159, 171), "vhangup": (153, 58),
+    "iopl": (172, None), "ioperm": (173, None),
     "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
     "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39),
     "pivot_root": (155, 41), "chroot": (161, 51), "open_tree": (428, 428), "move_mount": (429, 429),
@@ -38,7 +48,7 @@ PROGRAM_DENY = {
 }
 PROGRAM_CLONE = (56, 220)
 PROGRAM_CLONE3 = (435, 435)
-PROGRAM_CLONE_NEW_ANY = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+PROGRAM_CLONE_REFUSED = 0x7E028000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|PARENT
 PROGRAM_SOCKET = (41, 198)
 PROGRAM_SOCKETPAIR = (53, 199)
 # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK; NETLINK_ROUTE is protocol 0.
@@ -65,9 +75,10 @@ def program_filter():
     if col == 0:
         prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, errno | 1)]
     for nrs in PROGRAM_DENY.values():
-        prog += [(jeq, 0, 1, nrs[col]), (ret, 0, 0, errno | 1)]
+        if nrs[col] is not None:
+            prog += [(jeq, 0, 1, nrs[col]), (ret, 0, 0, errno | 1)]
     prog += [(jeq, 0, 1, PROGRAM_CLONE3[col]), (ret, 0, 0, errno | 38)]
-    prog += [(jeq, 0, 3, PROGRAM_CLONE[col]), (ld, 0, 0, 16), (jset, 0, 1, PROGRAM_CLONE_NEW_ANY), (ret, 0, 0, errno | 1)]
+    prog += [(jeq, 0, 3, PROGRAM_CLONE[col]), (ld, 0, 0, 16), (jset, 0, 1, PROGRAM_CLONE_REFUSED), (ret, 0, 0, errno | 1)]
     # socket(family, type, protocol): the allowed families go on; netlink
     # only with protocol 0 (NETLINK_ROUTE).
     prog += [

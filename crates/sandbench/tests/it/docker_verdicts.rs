@@ -575,6 +575,23 @@ fn gvisor_refuses_socket_families_it_does_not_need() {
     }
 }
 
+/// The loader's filter refuses every call of the process tier's table
+/// (issue 42, item 8: it let ptrace, process_vm_readv/writev and
+/// pidfd_getfd through).
+#[sandbench_testkit::test(needs = ["docker"])]
+fn docker_refuses_the_calls_every_tier_refuses() {
+    if tier_ready("docker") {
+        crate::support::parity::refused_calls("docker");
+    }
+}
+
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn gvisor_refuses_the_calls_every_tier_refuses() {
+    if tier_ready("gvisor") {
+        crate::support::parity::refused_calls("gvisor");
+    }
+}
+
 /// The memory limit is resident memory: 64 threads under 256M run, 300M
 /// resident under 256M is a memory violation (issue 21, item 8: the same
 /// test on every tier).

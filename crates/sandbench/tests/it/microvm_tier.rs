@@ -498,6 +498,15 @@ fn microvm_refuses_socket_families_it_does_not_need() {
     }
 }
 
+/// The agent's filter for the program refuses every call of the process
+/// tier's table in the guest too (issue 42, item 8). One run.
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_refuses_the_calls_every_tier_refuses() {
+    if crate::support::docker_common::tier_ready("microvm") {
+        crate::support::parity::refused_calls("microvm");
+    }
+}
+
 /// The memory limit is the guest cgroup's memory.max, resident memory: 64
 /// threads under 256M run (RLIMIT_DATA = limit + 64 MiB refused the 40th
 /// and the report said ok), 300M resident under 256M is a memory

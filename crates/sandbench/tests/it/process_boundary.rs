@@ -460,3 +460,10 @@ fn process_memory_limit_is_resident_memory_where_a_cgroup_enforces_it() {
 fn process_refuses_socket_families_it_does_not_need() {
     crate::support::parity::socket_families("process");
 }
+
+/// Every call of the one table of refused calls is refused (issue 42, item
+/// 8: the same table on every tier).
+#[sandbench_testkit::test]
+fn process_refuses_the_calls_every_tier_refuses() {
+    crate::support::parity::refused_calls("process");
+}

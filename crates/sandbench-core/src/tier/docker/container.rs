@@ -27,12 +27,19 @@ pub(crate) const TMPDIR: &str = "/tmp";
 pub(crate) const SHMDIR: &str = "/dev/shm";
 
 /// What sandbench's seccomp filter denies (installed by the loader in the
-/// program's process on runc and runsc alike; see guest/program_filter.py).
-pub(crate) const SECCOMP_DENIES: &str = "io_uring_*, unshare, setns, clone with any CLONE_NEW* flag, mount family, \
-     keyctl/add_key/request_key, bpf, perf_event_open, userfaultfd, module and kexec loading, \
-     name_to_handle_at/open_by_handle_at, swapon/swapoff, reboot, syslog, quotactl, lookup_dcookie, \
-     fanotify_init, kcmp, chroot, pivot_root (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32); \
-     socket families other than unix, inet, inet6 and netlink (route), socketpair other than unix (EAFNOSUPPORT)";
+/// program's process on runc and runsc alike; see guest/program_filter.py),
+/// read off the table it must match (`tier/process/seccomp.rs`).
+pub(crate) fn seccomp_denies() -> String {
+    use crate::tier::process::seccomp::{CLONE_FLAGS, DENIED};
+    let calls: Vec<&str> = DENIED.iter().map(|(n, _)| *n).collect();
+    let flags: Vec<&str> = CLONE_FLAGS.iter().map(|(n, _)| *n).collect();
+    format!(
+        "{}, clone with {} (EPERM); clone3 (ENOSYS); every call of a foreign ABI (i386, x32); \
+         socket families other than unix, inet, inet6 and netlink (route), socketpair other than unix (EAFNOSUPPORT)",
+        calls.join(", "),
+        flags.join(" or ")
+    )
+}
 
 /// Label keys. `sandbench` holds the run id (or `warm` for a pool container
 /// not yet given a program); `sandbench.owner` identifies the sandbench
@@ -158,7 +165,7 @@ impl Shape {
             "tmpfs": { WORKDIR: self.disk_bytes, TMPDIR: self.disk_bytes, SHMDIR: self.disk_bytes },
             "watched_mounts": [WORKDIR, TMPDIR, SHMDIR],
             "seccomp": {
-                "sandbench_filter": SECCOMP_DENIES,
+                "sandbench_filter": seccomp_denies(),
                 "engine_profile": if self.gvisor() { "none (gVisor's own kernel; runsc cannot load OCI profiles reliably)" } else { "Docker's default" },
             },
             "cap_drop": "ALL",
@@ -171,7 +178,7 @@ impl Shape {
             "memory_swap_bytes": self.memory_bytes,
             "cpus": self.cpus,
             "ulimits": { "fsize": self.file_size_bytes, "nofile": self.open_files, "core": 0, "cpu_secs": self.cpu_secs },
-            "init": "sandbench loader as PID 1, uid 0 with only SETUID/SETGID until the program's process has dropped to its uid, then SETUID alone until the program has exited (to kill what it left as its uid, before the exit report), then none (reaps orphans, not ptrace-able, not signalable by the program; python3 -I, nothing of the scratch on its path)",
+            "init": "sandbench loader as PID 1, uid 0 with only SETUID/SETGID/SETPCAP until the program's process has emptied its bounding set and dropped to its uid, then SETUID alone until the program has exited (to kill what it left as its uid, before the exit report), then none (reaps orphans, not ptrace-able, not signalable by the program; python3 -I, nothing of the scratch on its path)",
             "status_channel": "container stdout, written only by the loader (the program's output arrives framed by it)",
             "mounts": [],
             "devices": [],
@@ -197,7 +204,8 @@ impl Shape {
             tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".into()]),
             // Only for the loader (PID 1, uid 0) to drop the program to its
-            // own uid; the program's setresuid clears every capability.
+            // own uid and empty its bounding set; the program's setresuid
+            // clears every capability it holds.
             cap_add: Some(LOADER_CAPS.iter().map(|c| c.to_string()).collect()),
             security_opt: Some(vec!["no-new-privileges".into()]),
             privileged: Some(false),
@@ -276,8 +284,10 @@ impl Shape {
     }
 }
 
-/// Capabilities the container keeps, for the loader alone.
-pub(crate) const LOADER_CAPS: [&str; 2] = ["SETUID", "SETGID"];
+/// Capabilities the container keeps, for the loader alone: SETUID and
+/// SETGID to drop the program to its uid, SETPCAP to empty the program's
+/// bounding set first (issue 42, item 8: as the process tier's program).
+pub(crate) const LOADER_CAPS: [&str; 3] = ["SETUID", "SETGID", "SETPCAP"];
 
 /// The dedicated range per-run program uids (and gids) come from: far above
 /// any distribution's system and login ranges and the usual subordinate-id

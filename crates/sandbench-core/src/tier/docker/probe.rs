@@ -152,8 +152,8 @@ impl DockerTier {
                 ));
                 checks.push(Check::ok(
                     "holds",
-                    "no capability but SETUID/SETGID in the container's bounding set; a one-shot loader drops SETGID once \
-the program is its own uid and SETUID once it has killed, as that uid, what the program left; a session's agent (PID 1, not dumpable, another uid than the program's) and its loaders keep them \
+                    "no capability but SETUID/SETGID/SETPCAP in the container's bounding set, none in the program's; a one-shot loader drops \
+SETGID and SETPCAP once the program is its own uid and SETUID once it has killed, as that uid, what the program left; a session's agent (PID 1, not dumpable, another uid than the program's) and its loaders keep them \
 (as root) to make each call's program the session's uid and end the call's processes",
                 ));
                 checks.push(node_check(&report.stdout, &self.image, self.name));

@@ -1,7 +1,7 @@
 //! Docker and gVisor sessions: the container stays between calls.
 //!
 //! A session container has the hardened shape of a one-shot run (no
-//! network, read-only root, tmpfs scratch, no capabilities but SETUID/SETGID,
+//! network, read-only root, tmpfs scratch, no capabilities but SETUID/SETGID/SETPCAP,
 //! no-new-privileges, memory/pids/CPU limits, the owner labels the reapers
 //! read), with the session agent (`guest/docker_keeper.py`) as PID 1.
 //! sandbench attaches to the container's stdin and stdout once, when it
@@ -211,7 +211,7 @@ impl TierSession for DockerSession {
             details["engine"] = json!({ "host": self.engine.host, "api_version": self.engine.api_version,
                 "server_version": self.engine.server_version });
             let mut hardening = self.shape.hardening();
-            hardening["init"] = json!("sandbench's session agent as PID 1, uid 0 with SETUID/SETGID only (for its loaders), not dumpable, environment blanked, python3 -I with its working directory /, opening no path; it forks each call's loader ahead of the call; the loader drops the program to the session's uid and kills that uid's processes at the call's end, writing the program's file as the program's uid without following what is at its name");
+            hardening["init"] = json!("sandbench's session agent as PID 1, uid 0 with SETUID/SETGID/SETPCAP only (for its loaders), not dumpable, environment blanked, python3 -I with its working directory /, opening no path; it forks each call's loader ahead of the call; the loader drops the program to the session's uid and kills that uid's processes at the call's end, writing the program's file as the program's uid without following what is at its name");
             hardening["status_channel"] = json!("the container's stdin and stdout, attached once for the session: only the call's loader reads and writes them (the program's output arrives framed by it)");
             details["hardening"] = hardening;
             Ok(TierExit { usage: Some(usage), details })

@@ -1,7 +1,8 @@
 //! Checks every local tier must pass alike, each called from its tier's own
 //! test module (so that a tier that cannot run here shows as ignored there):
-//! the socket families a program may open (issue 21, item 4) and what the
-//! memory limit means (item 8).
+//! the socket families a program may open (issue 21, item 4), what the
+//! memory limit means (item 8) and the calls every tier refuses (issue 42,
+//! item 8).
 #![allow(dead_code)]
 
 use std::process::Command;
@@ -45,6 +46,39 @@ pub fn socket_families(tier: &str) {
     assert!(opened.is_empty(), "{tier}: families it does not need opened: {opened:?}");
     for need in ["allowed: inet\n", "allowed: inet6\n", "allowed: socketpair unix\n"] {
         assert!(r.stdout.contains(need), "{tier}: {need:?} missing (the sample did not run through?):\n{}", r.stdout);
+    }
+}
+
+/// The gauntlet's refused-calls sample on `tier`: every row of the one
+/// table (`tier/process/seccomp.rs`: `DENIED`, `CLONE_FLAGS`), clone3 and an
+/// x32 call is tried and refused with EPERM or ENOSYS; none reached the
+/// kernel (a call the kernel answered otherwise is printed ALLOWED). A row
+/// the sample does not try fails this too: adding a row to the table means
+/// trying it here. The program's bounding and ambient sets are empty and
+/// `no_new_privs` is set, on every tier.
+pub fn refused_calls(tier: &str) {
+    use sandbench::internals::process::{CLONE_FLAGS, DENIED};
+    let net = OuterNet::new();
+    let r = run_file(&net, tier, &samples_dir().join("hostile/refused_calls.py"), &[]);
+    assert_eq!(r.outcome, Outcome::Ok, "{tier}: {} {:?}\n{}\n{}", r.summary_line(), r.violations, r.stdout, r.stderr);
+    let allowed: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("ALLOWED")).collect();
+    assert!(allowed.is_empty(), "{tier}: calls every tier must refuse reached the kernel: {allowed:#?}");
+    let mut rows: Vec<String> = DENIED.iter().map(|(n, _)| n.to_string()).collect();
+    rows.extend(CLONE_FLAGS.iter().map(|(n, _)| format!("clone({n})")));
+    rows.push("clone3".into());
+    if cfg!(target_arch = "x86_64") {
+        rows.push("x32 unshare".into());
+    }
+    let refused =
+        |row: &String| ["EPERM", "ENOSYS"].iter().any(|e| r.stdout.lines().any(|l| l == format!("refused {row}: {e}")));
+    let missing: Vec<&String> = rows.iter().filter(|row| !refused(row)).collect();
+    assert!(missing.is_empty(), "{tier}: not tried, or not refused: {missing:?}\n{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.ends_with("done\n"), "{tier}: the sample did not run through:\n{}", r.stdout);
+    // And nothing an exec could grant, as the process tier's program (which
+    // keeps the caller's sets when it runs unprivileged, with no uid to drop).
+    if tier != "process" || super::common::is_root() {
+        let want = "holds: bounding=0000000000000000 ambient=0000000000000000 no_new_privs=1\n";
+        assert!(r.stdout.contains(want), "{tier}: {want:?} missing:\n{}", r.stdout);
     }
 }
 
