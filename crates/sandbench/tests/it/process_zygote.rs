@@ -265,6 +265,7 @@ async fn hostile_samples_in_a_zygote_fork_are_contained_as_declared() {
         "socket-families",
         "host-socket",
         "secrets-env",
+        "zygote-parent",
     ];
     for name in names {
         let s = samples.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no sample {name}"));
