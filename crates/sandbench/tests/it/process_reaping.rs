@@ -166,6 +166,11 @@ fn check(how: &str, r: &RunReport, also: &[&str]) -> Vec<String> {
         return vec![format!("{how}: {}\n{}", r.summary_line(), r.stderr)];
     }
     let said = serde_json::from_str::<serde_json::Value>(r.stdout.trim()).map(|v| v["clone"].clone());
+    // The filter refuses the flag; what is reaped above is checked with it
+    // and, at the commit before the rule, without it.
+    if how.contains("CLONE_PARENT") && !matches!(&said, Ok(v) if v == "EPERM") {
+        wrong.push(format!("{how}: clone(CLONE_PARENT) answered {said:?}, not EPERM"));
+    }
     let uid = uid_of(r);
     let left: Vec<Proc> = of_uid(uid)
         .into_iter()

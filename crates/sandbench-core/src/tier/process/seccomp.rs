@@ -87,16 +87,24 @@ pub(crate) const FAMILIES: &[(&str, i32)] = &[
     ("netlink (route)", libc::AF_NETLINK),
 ];
 
-/// clone(2) flags that create namespaces: refused so that a program cannot
-/// build itself a fresh user namespace with full capabilities.
-const NS_FLAGS: &[u64] = &[
-    libc::CLONE_NEWUSER as u64,
-    libc::CLONE_NEWNS as u64,
-    libc::CLONE_NEWNET as u64,
-    libc::CLONE_NEWPID as u64,
-    libc::CLONE_NEWIPC as u64,
-    libc::CLONE_NEWUTS as u64,
-    libc::CLONE_NEWCGROUP as u64,
+/// clone(2) flags refused with EPERM: those that create namespaces, so that
+/// a program cannot build itself a fresh user namespace with full
+/// capabilities, and `CLONE_PARENT` (issue 42): its process's parent would
+/// be the program's parent, not the program. A zygote's fork has the zygote
+/// there, outside the sandbox, and a process parented on it is reaped by
+/// nothing in the sandbox (the zygote reaps every child all the same: this
+/// is the second wall, not the only one). No libc, runtime or interpreter
+/// asks for it to start a process or a thread; `CLONE_THREAD` without
+/// `CLONE_VM` the kernel already refuses (EINVAL).
+pub(crate) const CLONE_FLAGS: &[(&str, u64)] = &[
+    ("CLONE_NEWUSER", libc::CLONE_NEWUSER as u64),
+    ("CLONE_NEWNS", libc::CLONE_NEWNS as u64),
+    ("CLONE_NEWNET", libc::CLONE_NEWNET as u64),
+    ("CLONE_NEWPID", libc::CLONE_NEWPID as u64),
+    ("CLONE_NEWIPC", libc::CLONE_NEWIPC as u64),
+    ("CLONE_NEWUTS", libc::CLONE_NEWUTS as u64),
+    ("CLONE_NEWCGROUP", libc::CLONE_NEWCGROUP as u64),
+    ("CLONE_PARENT", libc::CLONE_PARENT as u64),
 ];
 
 fn arch() -> Result<TargetArch, String> {
@@ -126,16 +134,16 @@ fn family_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
         .collect())
 }
 
-/// The three filters: EPERM for the deny list and namespace clones; ENOSYS
+/// The three filters: EPERM for the deny list and [`CLONE_FLAGS`]; ENOSYS
 /// for clone3, whose flags live in memory a filter cannot read (libc then
 /// falls back to clone, which the first filter checks); EAFNOSUPPORT for
 /// socket families outside [`FAMILIES`].
 pub(crate) fn programs() -> Result<Vec<BpfProgram>, String> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|(_, n)| (*n, vec![])).collect();
-    let clone_rules = NS_FLAGS
+    let clone_rules = CLONE_FLAGS
         .iter()
-        .map(|f| {
+        .map(|(_, f)| {
             let c = SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(*f), *f)
                 .map_err(|e| format!("seccomp: {e}"))?;
             SeccompRule::new(vec![c]).map_err(|e| format!("seccomp: {e}"))
