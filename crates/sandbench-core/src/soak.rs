@@ -34,6 +34,9 @@ pub struct SoakConfig {
     pub limits: Limits,
     /// Where leftovers are looked for (Docker endpoint, run folders).
     pub host: crate::config::HostEnv,
+    /// The process tier's run uids (`[process] uid_base`, `uid_count`):
+    /// no process may have one once the tiers are shut down.
+    pub run_uids: (u32, u32),
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -93,13 +96,58 @@ pub struct SoakReport {
     pub output: OutputCheck,
     pub host_true: HostLatency,
     pub leftovers: Leftovers,
+    pub processes: ProcessesLeft,
+}
+
+/// What the runs left of processes (issue 42: a few hundred runs once
+/// exhausted the host's pids with zombies nobody reaped).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ProcessesLeft {
+    /// Zombies in sandbench's own process tree once the last run is over
+    /// (before the tiers shut down, while a zygote, a spare's init or a
+    /// helper still stands to hold them): each holds a host pid for as
+    /// long as its parent lives.
+    pub zombies: usize,
+    /// Processes with one of the process tier's run uids (any of their
+    /// four uids, zombies included) once the tiers are shut down.
+    pub run_uid_processes: usize,
 }
 
 impl SoakReport {
     /// Nothing left behind, no output lost, every verdict as declared.
     pub fn passed(&self) -> bool {
-        self.leftovers.total == 0 && self.output.lost_runs == 0 && self.mismatches == 0
+        self.leftovers.total == 0
+            && self.processes.zombies == 0
+            && self.processes.run_uid_processes == 0
+            && self.output.lost_runs == 0
+            && self.mismatches == 0
     }
+}
+
+/// Zombies in this process's tree now.
+fn zombies_in_tree() -> usize {
+    crate::host::process_tree(std::process::id() as i32)
+        .into_iter()
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // The state follows the command name, which may hold `)`.
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()) == Some('Z')
+        })
+        .count()
+}
+
+/// Processes on this host with a uid in `base .. base + count`.
+fn processes_of_uids((base, count): (u32, u32)) -> usize {
+    let Ok(rd) = std::fs::read_dir("/proc") else { return 0 };
+    rd.flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|e| {
+            let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+            status.lines().find_map(|l| l.strip_prefix("Uid:")).is_some_and(|ids| {
+                ids.split_whitespace().filter_map(|u| u.parse::<u32>().ok()).any(|u| u >= base && u - base < count)
+            })
+        })
+        .count()
 }
 
 /// One program with a known output: what it prints to each stream.
@@ -308,6 +356,18 @@ pub async fn run(
         max_ms: lat.last().copied(),
     };
 
+    // A zombie is a moment's state at most: one still there after the
+    // settle was left unreaped by a parent that stands (a zygote's child,
+    // parented there by a program), looked at before shutdown takes the
+    // parents, and the zombies, along.
+    let settle = Instant::now();
+    let zombies = loop {
+        let z = zombies_in_tree();
+        if z == 0 || settle.elapsed() > SETTLE {
+            break z;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     // Warm pools and spares hold containers, guests and helpers by design:
     // drain them and drop the tiers, then everything carrying our token must
     // be gone. A spare being made in the background as the last run ended
@@ -316,10 +376,11 @@ pub async fn run(
     let _ = crate::tier::registry::shutdown().await;
     drop(tiers);
     let settle = Instant::now();
-    let leftovers = loop {
+    let (leftovers, run_uid_processes) = loop {
         let l = leftovers(&cfg.host).await;
-        if l.total == 0 || settle.elapsed() > SETTLE {
-            break l;
+        let u = processes_of_uids(cfg.run_uids);
+        if (l.total == 0 && u == 0) || settle.elapsed() > SETTLE {
+            break (l, u);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -335,6 +396,7 @@ pub async fn run(
         output,
         host_true,
         leftovers,
+        processes: ProcessesLeft { zombies, run_uid_processes },
     }
 }
 

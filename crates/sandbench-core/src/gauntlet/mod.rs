@@ -397,6 +397,14 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
         (None, Some(d)) => Some(format!("lost output: {d:?} never arrived and no cut was flagged")),
         (m, _) => m,
     };
+    // A process of the run its tier saw left after the verdict (the
+    // process tier's `processes_after`: a count, not a look it could not
+    // take) met no sample's `must`, whatever the outcome.
+    let left = |k: &str| report.details.pointer(&format!("/processes_after/{k}")).and_then(|v| v.as_u64());
+    let mismatch = match (mismatch, left("namespace_others").unwrap_or(0) + left("cgroup_pids").unwrap_or(0)) {
+        (None, n) if n > 0 => Some(format!("{n} process(es) of the run were left after its verdict")),
+        (m, _) => m,
+    };
     Cell {
         sample: sample.name.clone(),
         hostile: sample.is_hostile(),
@@ -602,6 +610,29 @@ mod tests {
         assert!(!other.as_expected, "an undeclared escape is a mismatch");
         let stale = judge(&s, "bwrap", report, Findings::default());
         assert!(!stale.as_expected, "a declared escape that did not happen is stale");
+    }
+
+    /// A report that saw a process of the run left after its verdict is a
+    /// mismatch, whatever the outcome; one that saw none, or that has no
+    /// such count (other tiers), is judged as before.
+    #[test]
+    fn a_process_seen_left_after_the_verdict_is_a_mismatch() {
+        let s = sample("zygote_parent.py");
+        let mut r = RunReport::failed("process", "python", &s.name, "");
+        r.error = None;
+        r.outcome = Outcome::Ok;
+        let cases = [
+            (serde_json::Value::Null, true),
+            (serde_json::json!({ "confirmed": true, "namespace_others": 0, "cgroup_pids": 0 }), true),
+            (serde_json::json!({ "confirmed": false, "namespace_others": 2, "cgroup_pids": 0 }), false),
+            (serde_json::json!({ "confirmed": false, "namespace_others": 0, "cgroup_pids": 1 }), false),
+            (serde_json::json!({ "confirmed": false, "namespace_others": null, "cgroup_pids": 3 }), false),
+        ];
+        for (seen, ok) in cases {
+            r.details = serde_json::json!({ "processes_after": seen });
+            let c = judge(&s, "process", r.clone(), Findings::default());
+            assert_eq!(c.as_expected, ok, "{seen}: {:?}", c.mismatch);
+        }
     }
 
     #[test]

@@ -278,6 +278,7 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         concurrency,
         limits: crate::gauntlet::default_limits(),
         host: config.host.clone(),
+        run_uids: (config.process.uid_base, config.process.uid_count),
     };
     let text = args.format == Format::Text;
     // One line every 10 s in a pipe: a soak runs for minutes.
@@ -361,6 +362,10 @@ pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
         l.containers.map(|c| c.to_string()).unwrap_or_else(|| "not checked".into()),
         l.qemu,
         l.rundirs
+    ));
+    s.push_str(&format!(
+        "processes left     {} zombie(s) under sandbench, {} process(es) of the run uids\n",
+        r.processes.zombies, r.processes.run_uid_processes
     ));
     for (n, why) in &r.skipped_tiers {
         s.push_str(&format!("skipped: {n}: {}\n", crate::sanitize::inert_line(why, 200)));

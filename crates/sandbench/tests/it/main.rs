@@ -47,6 +47,7 @@ mod process_boundary;
 mod process_cli;
 mod process_helper;
 mod process_privileges;
+mod process_reaping;
 mod process_spare;
 mod process_zygote;
 mod reaper;

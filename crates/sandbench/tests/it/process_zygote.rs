@@ -100,6 +100,10 @@ facts["sid"] = os.getsid(0) == os.getpid()
 facts["pid"] = os.getpid() < 10
 facts["procs"] = sorted(p for p in os.listdir("/proc") if p.isdigit())
 facts["modules"] = sorted(sys.modules) if (sys := __import__("sys")) else []
+import signal
+facts["sigchld"] = str(signal.getsignal(signal.SIGCHLD))
+facts["sigmask"] = sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+facts["wakeup_fd"] = signal.set_wakeup_fd(-1)
 print(json.dumps(facts))
 "#;
 
@@ -132,6 +136,9 @@ async fn a_zygote_fork_holds_what_a_fork_of_init_holds() {
     }
     assert_eq!(fa["/work/ok"], "written");
     assert_eq!(fa["fds"], serde_json::json!(["0", "1", "2", "3"]));
+    // The zygote's own SIGCHLD handler and wakeup pipe stay the zygote's
+    // (its disposition is compared with a fresh interpreter's above).
+    assert_eq!((&fa["sigmask"], &fa["wakeup_fd"]), (&serde_json::json!([]), &serde_json::json!(-1)));
     assert_eq!(fa["uid"], true);
     assert_eq!(fa["cgroup"].as_array().map(|c| !c.is_empty() && c.iter().all(|x| x == true)), Some(true), "{fa}");
 }
@@ -258,6 +265,7 @@ async fn hostile_samples_in_a_zygote_fork_are_contained_as_declared() {
         "socket-families",
         "host-socket",
         "secrets-env",
+        "zygote-parent",
     ];
     for name in names {
         let s = samples.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no sample {name}"));

@@ -57,11 +57,17 @@ fn a_short_soak_on_the_process_tier_leaves_nothing_and_loses_no_output() {
     assert!(r["host_true"]["samples"].as_u64().unwrap() >= 1, "{r:#}");
     assert!(r["host_true"]["p99_ms"].is_number(), "{r:#}");
     assert_eq!(r["leftovers"]["total"], 0, "{r:#}");
+    assert_eq!(r["processes"]["zombies"], 0, "{r:#}");
+    assert_eq!(r["processes"]["run_uid_processes"], 0, "{r:#}");
     if common::is_root() {
         assert!(net.leftover_cgroups().is_empty(), "{:?}", net.leftover_cgroups());
     }
     assert!(net.remaining().is_empty(), "processes left behind: {:?}", net.remaining());
-    let passed = r["mismatches"] == 0 && r["leftovers"]["total"] == 0 && o["lost_runs"] == 0;
+    let passed = r["mismatches"] == 0
+        && r["leftovers"]["total"] == 0
+        && r["processes"]["zombies"] == 0
+        && r["processes"]["run_uid_processes"] == 0
+        && o["lost_runs"] == 0;
     assert_eq!(out.status.code(), Some(if passed { 0 } else { 1 }), "{r:#}");
 }
 

@@ -424,6 +424,14 @@ impl RunCgroup {
         s
     }
 
+    /// Processes the run's cgroup counts now, the tier's own left out: a
+    /// zombie among them until it is reaped (the pids controller lets go of
+    /// a process at its release, not at its exit; `cgroup.procs` no longer
+    /// lists it by then). None: no pids counter to read.
+    pub(crate) fn pids_now(&self) -> Option<u64> {
+        pread_u64(&self.stat_files().pids).map(|p| p.saturating_sub(self.supervisors))
+    }
+
     /// Processes in the run's cgroup now (read from its first hierarchy).
     pub(crate) fn members(&self) -> Vec<i32> {
         self.dirs().first().map(|d| pids_in(d)).unwrap_or_default()

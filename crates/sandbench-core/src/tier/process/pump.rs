@@ -66,6 +66,9 @@ pub(super) struct Exited {
     full_mounts: Vec<String>,
     guarded: Option<u64>,
     files_watched: bool,
+    /// Other processes init still saw in its namespace after reaping (0:
+    /// none; None: it could not look).
+    pub(super) left: Option<u32>,
 }
 
 /// The state of one run or call, and what the pump found.
@@ -307,13 +310,22 @@ impl<'a> Pump<'a> {
 
     /// Init's report of the program's exit, if it made one.
     pub(super) fn exited(&mut self) -> Option<Exited> {
-        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
-            self.exit.take()
+        let Some(Status::Exit {
+            code,
+            signal,
+            cpu_ms,
+            max_rss_kb,
+            fsize_hit,
+            full_mounts,
+            guarded,
+            files_watched,
+            left,
+        }) = self.exit.take()
         else {
             return None;
         };
         let status = ExitStatus { code, signal };
-        Some(Exited { status, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched })
+        Some(Exited { status, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched, left })
     }
 
     /// Judge and emit the exit `shown` (init's, unless the caller knows
@@ -347,6 +359,86 @@ impl<'a> Pump<'a> {
         details["exit_rusage"] = json!({ "cpu_ms": e.cpu_ms, "max_rss_bytes": e.max_rss_kb * 1024 });
         details["scratch_watch"] = json!({ "file_events": e.files_watched, "guarded_calls": e.guarded });
         (details, counters)
+    }
+}
+
+/// How long a verdict waits for the run's cgroup to count no process.
+const RELEASED_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether every process of the run ended and was reaped before its verdict,
+/// from kernel facts, not assumed: `left`, what init saw of its own pid
+/// namespace once it had killed and reaped (`steps::wait_alone`; None: it
+/// could not look) when it reported the exit (`exited`), and, with `cg`, the
+/// run cgroup's count (a zombie stays in it until its parent reaps it,
+/// wherever that parent is), waited for up to [`RELEASED_WITHIN`]. A run
+/// stopped from here has no exit report: the cgroup's count alone speaks
+/// for it. The details say what was seen; anything short of a confirmation
+/// is also a `degraded` entry, so that no verdict reads as whole without
+/// one. A session's call passes no cgroup: the next call's process joins it
+/// right after the exit.
+pub(super) async fn processes_after(exited: bool, left: Option<u32>, cg: Option<&RunCgroup>) -> After {
+    let mut counted = None;
+    if let Some(c) = cg {
+        let since = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_micros(500);
+        loop {
+            counted = c.pids_now();
+            if counted.is_none_or(|n| n == 0) || since.elapsed() >= RELEASED_WITHIN {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
+    }
+    let mut gaps = vec![];
+    if exited && left != Some(0) {
+        gaps.push(match left {
+            Some(n) => format!("{n} other process(es) still in the sandbox's pid namespace after its init reaped"),
+            None => "the sandbox's init could not look at its pid namespace".into(),
+        });
+    }
+    match (cg, counted) {
+        (Some(_), Some(0)) => {}
+        (Some(_), Some(n)) => {
+            gaps.push(format!("the run's cgroup still counted {n} process(es) (a zombie counts until it is reaped)"))
+        }
+        (Some(_), None) => gaps.push("the run's cgroup has no process count to read".into()),
+        (None, _) if !exited => gaps.push("the sandbox was stopped and no cgroup counts its processes".into()),
+        (None, _) => {}
+    }
+    After {
+        seen: json!({
+            "confirmed": gaps.is_empty(),
+            "namespace_others": if exited { json!(left) } else { json!(null) },
+            "cgroup_pids": counted,
+        }),
+        gap: (!gaps.is_empty()).then(|| {
+            format!(
+                "every process of the run ended and was reaped: not confirmed within {} s ({})",
+                RELEASED_WITHIN.as_secs(),
+                gaps.join("; ")
+            )
+        }),
+    }
+}
+
+/// What [`processes_after`] found: the report's `processes_after`, and
+/// what it could not confirm, if anything.
+pub(super) struct After {
+    seen: serde_json::Value,
+    gap: Option<String>,
+}
+
+impl After {
+    /// Into a run's or call's details (a gap joins `degraded`).
+    pub(super) fn record(self, details: &mut serde_json::Value) {
+        details["processes_after"] = self.seen;
+        if let Some(msg) = self.gap {
+            match details.get_mut("degraded").and_then(|d| d.as_array_mut()) {
+                Some(d) => d.push(json!(msg)),
+                None => details["degraded"] = json!([msg]),
+            }
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use super::cgroup::RunCgroup;
 use super::launch::{launch, Launched};
 use super::probe::uid_policy;
-use super::pump::{self, isolation_details, Pump, Scope};
+use super::pump::{self, isolation_details, processes_after, Pump, Scope};
 use super::sandbox::{self, SandboxConfig};
 use super::spare::{node_waiter, waiter_with};
 use super::{netns, ProcessTier};
@@ -200,14 +200,19 @@ impl ProcessTier {
         let Some(e) = pump.exited() else {
             if pump.killed || ctx.stop.is_cancelled() {
                 ctx.emit(EventKind::Exit(ExitStatus { code: None, signal: Some(libc::SIGKILL) })).await;
+                let after = processes_after(false, None, cg).await;
                 let mut details = isolation_details(std::mem::take(&mut pump.isolation), cg, &pump.timeline);
                 details["privileges"] = json!(launched.privileges);
+                after.record(&mut details);
                 return Ok(TierExit { usage: None, details });
             }
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
         };
         let (cpu_ms, rss, status) = (e.cpu_ms, e.max_rss_kb * 1024, e.status);
-        let (details, _) = pump.conclude(e, status, final_counters, cg, launched, true).await;
+        // Before the exit goes out: the verdict is about a run that ended whole.
+        let after = processes_after(true, e.left, cg).await;
+        let (mut details, _) = pump.conclude(e, status, final_counters, cg, launched, true).await;
+        after.record(&mut details);
         Ok(TierExit { usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(rss), pids: None }), details })
     }
 }

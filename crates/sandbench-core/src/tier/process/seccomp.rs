@@ -95,11 +95,15 @@ pub(crate) const FAMILIES: &[(&str, i32)] = &[
     ("netlink (route)", libc::AF_NETLINK),
 ];
 
-/// clone(2) flags refused with EPERM on every tier: the ones that create
-/// namespaces, so that a program cannot build itself a fresh user namespace
-/// with full capabilities; and `CLONE_PARENT`, whose child would be its
-/// parent's sibling, outside the tree the program's processes are counted
-/// and killed by.
+/// clone(2) flags refused with EPERM on every tier: those that create namespaces, so that
+/// a program cannot build itself a fresh user namespace with full
+/// capabilities, and `CLONE_PARENT` (issue 42): its process's parent would
+/// be the program's parent, not the program. A zygote's fork has the zygote
+/// there, outside the sandbox, and a process parented on it is reaped by
+/// nothing in the sandbox (the zygote reaps every child all the same: this
+/// is the second wall, not the only one). No libc, runtime or interpreter
+/// asks for it to start a process or a thread; `CLONE_THREAD` without
+/// `CLONE_VM` the kernel already refuses (EINVAL).
 pub const CLONE_FLAGS: &[(&str, u64)] = &[
     ("CLONE_NEWUSER", libc::CLONE_NEWUSER as u64),
     ("CLONE_NEWNS", libc::CLONE_NEWNS as u64),

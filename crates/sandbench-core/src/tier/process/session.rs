@@ -225,7 +225,11 @@ impl ProcessSession {
             e.status
         };
         let rss = e.max_rss_kb * 1024;
+        // init's look at its namespace: the session's cgroup is the next
+        // call's as soon as this one has ended.
+        let after = super::pump::processes_after(true, e.left, None).await;
         let (mut details, counters) = pump.conclude(e, shown, final_counters, cg, launched, false).await;
+        after.record(&mut details);
         details["start"] = json!("session");
         let used = details.get("uid").cloned().unwrap_or(serde_json::Value::Null);
         let policy = uid_policy(self.uid_range.0, self.uid_range.1, &used);

@@ -40,6 +40,7 @@ def __sandbench_zygote():
     import select
     import struct
     import time
+    import _signal
     import _socket
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -151,6 +152,10 @@ def __sandbench_zygote():
         # namespaces through its pidfd (a mount namespace's root and cwd
         # come with it).
         pidfd, go, ready, guard, status, out, err, exit_w = fds
+        # SIGCHLD as a fresh interpreter has it: its default action and no
+        # wakeup descriptor (the zygote's wake the zygote's loop only).
+        _signal.set_wakeup_fd(-1)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         report.fd = status
         os.close(exit_w)
         # Should the zygote die, so does this process (init then sees the
@@ -205,14 +210,46 @@ def __sandbench_zygote():
     def rights(anc):
         return [x for _lvl, ty, d in anc if ty == _socket.SCM_RIGHTS for x in struct.unpack("%di" % (len(d) // 4), d[: len(d) // 4 * 4])]
 
+    def reap(children):
+        # Every exited child of the zygote, not only the processes it forked:
+        # a program can make processes whose parent is the zygote (clone with
+        # CLONE_PARENT, where a filter lets it), and an unreaped one would
+        # hold its pid for the zygote's life and keep its sandbox's pid
+        # namespace from ending (init waits in zap_pid_ns_processes until
+        # every process of it is reaped). A program's process: init learns
+        # how it ended from the kernel's word (its parent is this process).
+        while True:
+            try:
+                pid, st, ru = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            exit_w = children.pop(pid, None)
+            if exit_w is None:
+                continue  # parented here by a program: reaped, nothing to tell
+            code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else -1
+            sig = os.WTERMSIG(st) if os.WIFSIGNALED(st) else -1
+            cpu = int((ru.ru_utime + ru.ru_stime) * 1000)
+            try:
+                os.write(exit_w, b"x %d %d %d %d\n" % (code, sig, cpu, ru.ru_maxrss))
+            except OSError:
+                pass
+            os.close(exit_w)
+
     def serve():
         # The zygote's own pid namespace, to return to after each fork.
         own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         gc.freeze()
         poll = select.poll()
         poll.register(ctl.fileno(), select.POLLIN)
+        # Any child's end wakes the loop: SIGCHLD writes to this pipe.
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        _signal.signal(_signal.SIGCHLD, lambda _s, _f: None)
+        _signal.set_wakeup_fd(wake_w)
+        poll.register(wake_r, select.POLLIN)
         conns = {}  # connection fd -> the run's parameters (from sandbench)
-        children = {}  # pidfd -> (pid, init's exit pipe)
+        children = {}  # pid of a program's process -> init's exit pipe
         while True:
             for fd, ev in poll.poll():
                 if fd == ctl.fileno():
@@ -227,21 +264,15 @@ def __sandbench_zygote():
                     conns[got[0]] = json.loads(m)
                     poll.register(got[0], select.POLLIN)
                     continue
-                if fd in children:
-                    # A program's process ended: init learns how from the
-                    # kernel's word (its parent is this process).
-                    pid, exit_w = children.pop(fd)
-                    poll.unregister(fd)
-                    os.close(fd)
-                    _p, st, ru = os.wait4(pid, 0)
-                    code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else -1
-                    sig = os.WTERMSIG(st) if os.WIFSIGNALED(st) else -1
-                    cpu = int((ru.ru_utime + ru.ru_stime) * 1000)
+                if fd == wake_r:
+                    # Drained before the reaping: a child that ends after
+                    # it writes again and wakes the next round.
                     try:
-                        os.write(exit_w, b"x %d %d %d %d\n" % (code, sig, cpu, ru.ru_maxrss))
-                    except OSError:
+                        while os.read(wake_r, 4096):
+                            pass
+                    except BlockingIOError:
                         pass
-                    os.close(exit_w)
+                    reap(children)
                     continue
                 req = conns.pop(fd)
                 poll.unregister(fd)
@@ -279,9 +310,7 @@ def __sandbench_zygote():
                 if pid < 0:
                     os.close(got[7])
                     continue
-                cfd = os.pidfd_open(pid)
-                children[cfd] = (pid, got[7])
-                poll.register(cfd, select.POLLIN)
+                children[pid] = got[7]
 
     go, ready = serve()
     # The program's process, as `python3 -u main.py` run from /work shows

@@ -167,6 +167,11 @@ pub(crate) enum Status {
         guarded: Option<u64>,
         /// Did the watch see file events (or only mount states)?
         files_watched: bool,
+        /// Processes of the sandbox's pid namespace other than init left
+        /// once it had killed and reaped them all (`steps::wait_alone`): 0
+        /// confirms the run ended whole; None, not confirmed.
+        #[serde(default)]
+        left: Option<u32>,
     },
 }
 

@@ -203,6 +203,9 @@ pub(super) fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, 
         // Nothing of the run outlives the verdict: whatever the program left
         // (a daemon in a session of its own) goes, and is reaped, first.
         end_the_rest();
+        // ...and whatever was not init's own to reap (parented outside the
+        // namespace) is gone too, or the exit says it is not confirmed.
+        let left = wait_alone();
         mark("program_reaped");
         let Reaped { code, signal, cpu_ms, max_rss_kb, .. } = reaped;
         let guarded = guard.as_ref().map(|g| g.served());
@@ -225,6 +228,7 @@ pub(super) fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, 
             full_mounts: found.full,
             guarded,
             files_watched,
+            left,
         });
         // SAFETY: plain exit.
         unsafe { libc::_exit(0) }

@@ -270,6 +270,7 @@ pub(super) fn init_session(
         // Nothing the call started outlives it: pid 1's kill(-1) reaches
         // every other process of the namespace, and init reaps them all.
         end_the_rest();
+        let left = wait_alone();
         while let Ok(Some(_)) = sfd.read_signal() {}
         let guarded = guard.as_ref().map(|g| g.served());
         drop(guard);
@@ -283,6 +284,7 @@ pub(super) fn init_session(
                 full_mounts: vec![],
                 guarded,
                 files_watched: false,
+                left,
             };
             send(&exit);
             next = prestart_after_reply(&init, &mut watch);
@@ -311,7 +313,17 @@ pub(super) fn init_session(
         // call and untouched since is not this call's.
         let fsize_hit =
             found.capped.into_iter().next().or_else(|| init.scratch.capped(cfg.file_size_bytes, Some(since)));
-        send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts: full, guarded, files_watched });
+        send(&Status::Exit {
+            code,
+            signal,
+            cpu_ms,
+            max_rss_kb,
+            fsize_hit,
+            full_mounts: full,
+            guarded,
+            files_watched,
+            left,
+        });
         next = prestart_after_reply(&init, &mut watch);
     }
 }

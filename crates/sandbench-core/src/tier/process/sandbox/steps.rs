@@ -77,6 +77,37 @@ pub(super) fn end_the_rest() {
     }
 }
 
+/// How long init waits, once it has reaped its own children, for the rest
+/// of its namespace to be reaped by their parents outside it.
+const ALONE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Once [`end_the_rest`] is done: how many processes of the namespace other
+/// than init are left, zombies included — 0 confirms that every process of
+/// the run ended and was reaped. A process whose parent is outside the
+/// namespace (the zygote's fork, and anything a program parented on the
+/// zygote) is not init's to reap: its parent does, so init looks at its own
+/// `/proc` (which lists every process of this pid namespace, a zombie until
+/// it is reaped) until only pid 1 is there, killing again each round what
+/// is, for at most [`ALONE_WITHIN`]. None: `/proc` could not be read.
+pub(super) fn wait_alone() -> Option<u32> {
+    let deadline = std::time::Instant::now() + ALONE_WITHIN;
+    let mut pause = std::time::Duration::from_micros(200);
+    loop {
+        let others = fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n != "1" && n.bytes().all(|b| b.is_ascii_digit())))
+            .count() as u32;
+        if others == 0 || std::time::Instant::now() >= deadline {
+            return Some(others);
+        }
+        let _ = nix::sys::signal::kill(Pid::from_raw(-1), nix::sys::signal::Signal::SIGKILL);
+        while reap_orphan().is_some() {}
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A child of init that has exited, with the kernel's count of its resources.
 pub(super) struct Reaped {
     pub(super) pid: i32,
