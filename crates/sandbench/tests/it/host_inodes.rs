@@ -3,11 +3,14 @@
 //! nobody) the owner of the host's `/dev/null`: the engine had given the
 //! session container the host's `/dev/null` as its stdin. Each tier here runs
 //! a program that tries to chmod and chown the device nodes, `/tmp` and its
-//! own standard streams, as a one-shot run and through a session, between a
-//! snapshot of the host's device nodes and of every host inode the tiers
-//! bind into a sandbox (owner, group, mode, device number, inode, and the
-//! contents of small files) and another. Anything changed fails the test,
-//! and the test puts the owner and mode back (never leaving its own damage).
+//! own standard streams, set their times (utimensat with `UTIME_NOW` needs
+//! only write permission: issue 42, item 6), set extended attributes and
+//! truncate them, by path and by descriptor, as a one-shot run and through a
+//! session, between a snapshot of the host's device nodes and of every host
+//! inode the tiers bind into a sandbox (owner, group, mode, device number,
+//! inode, the contents of small files, and the times of the memory devices)
+//! and another. Anything changed fails the test, and the test puts the owner
+//! and mode back (never leaving its own damage).
 
 use crate::support::common::{self, required};
 use crate::support::docker_common::{block_on, tier_available};
@@ -48,7 +51,13 @@ const HOST_NODES: &[&str] = &[
     "/run",
 ];
 
-/// What is compared of one inode (times change with plain use; these do not).
+/// The host's device nodes a sandbox can open for writing: using them
+/// changes none of their times (the kernel stamps no read or write of a
+/// memory device), so any change of a time is a program's utimensat.
+const QUIET_NODES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+
+/// What is compared of one inode (times only of [`QUIET_NODES`]: other
+/// inodes' change with plain use).
 #[derive(Debug, Clone, PartialEq)]
 struct Inode {
     uid: u32,
@@ -58,6 +67,8 @@ struct Inode {
     ino: u64,
     /// Regular files up to 1 MiB: their bytes.
     bytes: Option<Vec<u8>>,
+    /// atime, mtime, ctime (ns) of a quiet node.
+    times: Option<[(i64, i64); 3]>,
 }
 
 /// Every host inode a tier binds into a sandbox, or reads to build one.
@@ -101,7 +112,11 @@ fn snapshot() -> BTreeMap<PathBuf, Inode> {
     for p in watched() {
         let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
         let bytes = (m.is_file() && m.len() <= 1 << 20).then(|| std::fs::read(&p).ok()).flatten();
-        out.insert(p, Inode { uid: m.uid(), gid: m.gid(), mode: m.mode(), rdev: m.rdev(), ino: m.ino(), bytes });
+        let times = QUIET_NODES
+            .iter()
+            .any(|n| Path::new(n) == p.as_path())
+            .then(|| [(m.atime(), m.atime_nsec()), (m.mtime(), m.mtime_nsec()), (m.ctime(), m.ctime_nsec())]);
+        out.insert(p, Inode { uid: m.uid(), gid: m.gid(), mode: m.mode(), rdev: m.rdev(), ino: m.ino(), bytes, times });
     }
     out
 }
@@ -127,6 +142,9 @@ fn changed(before: &BTreeMap<PathBuf, Inode>, after: &BTreeMap<PathBuf, Inode>) 
                 if a.bytes != b.bytes {
                     what.push("contents changed".into());
                 }
+                if a.times != b.times {
+                    what.push(format!("times (atime, mtime, ctime) {:?} -> {:?}", b.times, a.times));
+                }
                 out.push(format!("{}: {}", p.display(), what.join(", ")));
                 if a.ino == b.ino {
                     let _ = std::os::unix::fs::lchown(p, Some(b.uid), Some(b.gid));
@@ -148,16 +166,40 @@ fn changed(before: &BTreeMap<PathBuf, Inode>, after: &BTreeMap<PathBuf, Inode>) 
     out
 }
 
-/// Tries to change the host's nodes from inside; prints what happened.
+/// Tries to change the host's nodes from inside, one row per way a
+/// program can change an inode it does not own (or owns); prints what
+/// happened.
 const TOUCHER: &str = r#"
 import os
 uid, gid = os.getuid(), os.getgid()
 paths = ["/dev", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx",
          "/dev/shm", "/tmp", "/proc/self/fd/0", "/proc/self/fd/1", "/proc/self/fd/2", "/usr", "/etc/ld.so.cache"]
+
+def by_fd(p, f):
+    fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        f(fd)
+    finally:
+        os.close(fd)
+
+ways = [
+    ("chmod", lambda p: os.chmod(p, 0o777)),
+    ("chown", lambda p: os.chown(p, uid, gid)),
+    # UTIME_NOW needs only write permission; set times need ownership.
+    ("utimensat now", lambda p: os.utime(p)),
+    ("utimensat set", lambda p: os.utime(p, ns=(1, 1))),
+    ("futimens now", lambda p: by_fd(p, os.utime)),
+    ("fchmod", lambda p: by_fd(p, lambda fd: os.chmod(fd, 0o777))),
+    ("setxattr user", lambda p: os.setxattr(p, "user.sandbench", b"x")),
+    ("setxattr trusted", lambda p: os.setxattr(p, "trusted.sandbench", b"x")),
+    # Device nodes only: no regular host file is ever put at risk by this test.
+    ("truncate", lambda p: os.truncate(p, 0) if p.startswith("/dev/") else os.truncate("/", 0)),
+    ("ftruncate", lambda p: by_fd(p, lambda fd: os.truncate(fd, 0)) if p.startswith("/dev/") else os.truncate("/", 0)),
+]
 for p in paths:
-    for what, f in (("chmod", lambda: os.chmod(p, 0o777)), ("chown", lambda: os.chown(p, uid, gid))):
+    for what, f in ways:
         try:
-            f()
+            f(p)
             print(what, p, "CHANGED")
         except OSError as e:
             print(what, p, e.strerror)
@@ -184,11 +226,26 @@ fn tier(name: &str) -> Arc<dyn Tier> {
 /// change is put on the tier that made it.
 static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Whose times are compared: sandbench's own tiers (a peer's `--dev` binds
+/// the host's nodes as they are, which is the peer's design, not ours).
+#[derive(PartialEq)]
+enum Times {
+    Compared,
+    NotCompared,
+}
+
 /// A one-shot run, and (where the tier keeps them) a session of two calls,
 /// then closed; the host's inodes compared before and after.
-fn leaves_host_inodes_alone(name: &str, sessions: bool) {
+fn leaves_host_inodes_alone(name: &str, sessions: bool, times: Times) {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    let before = snapshot();
+    let snap = || {
+        let mut s = snapshot();
+        if times == Times::NotCompared {
+            s.values_mut().for_each(|i| i.times = None);
+        }
+        s
+    };
+    let before = snap();
     for p in ["/dev/null", "/dev/zero", "/dev/full"] {
         if before.get(Path::new(p)).is_some_and(|i| i.uid != 0) {
             eprintln!("note: {p} was not root's before the test (another run damaged it): {:?}", before[Path::new(p)]);
@@ -210,7 +267,7 @@ fn leaves_host_inodes_alone(name: &str, sessions: bool) {
     });
     // Let a container's or guest's teardown finish.
     std::thread::sleep(Duration::from_secs(1));
-    let diff = changed(&before, &snapshot());
+    let diff = changed(&before, &snap());
     assert!(diff.is_empty(), "{name} changed host inodes:\n{}", diff.join("\n"));
 }
 
@@ -224,20 +281,20 @@ fn ready(name: &str) -> bool {
 
 #[sandbench_testkit::test(needs = ["process"])]
 fn process_runs_and_sessions_leave_host_inodes_as_found() {
-    leaves_host_inodes_alone("process", true);
+    leaves_host_inodes_alone("process", true, Times::Compared);
 }
 
 #[sandbench_testkit::test(needs = ["docker"])]
 fn docker_runs_and_sessions_leave_host_inodes_as_found() {
     if ready("docker") {
-        leaves_host_inodes_alone("docker", true);
+        leaves_host_inodes_alone("docker", true, Times::Compared);
     }
 }
 
 #[sandbench_testkit::test(needs = ["gvisor"])]
 fn gvisor_runs_and_sessions_leave_host_inodes_as_found() {
     if ready("gvisor") {
-        leaves_host_inodes_alone("gvisor", true);
+        leaves_host_inodes_alone("gvisor", true, Times::Compared);
     }
 }
 
@@ -266,7 +323,7 @@ fn gvisor_bench_baseline_leaves_host_inodes_as_found() {
 #[sandbench_testkit::test(needs = ["microvm"])]
 fn microvm_runs_and_sessions_leave_host_inodes_as_found() {
     if ready("microvm") {
-        leaves_host_inodes_alone("microvm", true);
+        leaves_host_inodes_alone("microvm", true, Times::Compared);
     }
 }
 
@@ -279,7 +336,7 @@ fn peer_runs_leave_host_inodes_as_found() {
             assert!(!required(peer), "{peer} is required but unavailable");
             continue;
         }
-        leaves_host_inodes_alone(peer, false);
+        leaves_host_inodes_alone(peer, false, Times::NotCompared);
         ran.push(peer);
     }
     if ran.is_empty() {

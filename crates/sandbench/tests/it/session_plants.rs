@@ -288,6 +288,54 @@ fn process_rows() -> Vec<Row> {
     ]
 }
 
+/// Start-up hooks the interpreter runs (issue 42, item 7a): a `.pth` file,
+/// `usercustomize` and `sitecustomize` in the user site (`HOME` is /work),
+/// and the two modules in /work and /tmp. Each records whether it ran
+/// between calls (the waiter's own file still at /work/main.py: the
+/// session's next process starting ahead of its call) or in the call.
+const START_HOOKS: &str = r#"import site
+hook = """import os
+when = 'between' if '__sandbench_waiter' in open('/work/main.py').read() else 'in-call'
+with open('/dev/shm/hooks', 'a') as f:
+    f.write('%s %s\\n' % (WHERE, when))
+"""
+user = site.getusersitepackages()
+os.makedirs(user)
+with open(user + '/hook.pth', 'w') as f:
+    f.write('import os; exec(%r)\n' % hook.replace('WHERE', repr('pth')))
+for d in (user, '/work', '/tmp'):
+    for m in ('usercustomize', 'sitecustomize'):
+        with open('%s/%s.py' % (d, m), 'w') as f:
+            f.write(hook.replace('WHERE', repr(m if d == user else d + '/' + m)))
+"#;
+
+/// What a session's next call shows of the hooks: none ran between calls,
+/// and the user site's ran in the call, as `python3 -u main.py` runs them
+/// (a `sitecustomize` of the system's shadows the user site's).
+const HOOKS_SEEN: &str = r#"import os
+lines = open('/dev/shm/hooks').read().split('\n') if os.path.exists('/dev/shm/hooks') else []
+print('between', sorted(l.split()[0] for l in lines if l.endswith(' between')))
+print('in-call', sorted(l.split()[0] for l in lines if l.endswith(' in-call')))
+"#;
+
+/// The row of the pre-started interpreter: no code of the session's files
+/// runs before its call (there it has no CPU limit, is charged to no call,
+/// and can keep the session's next process from ever saying it is ready).
+fn start_hook_row() -> Row {
+    row(
+        "start-up hooks planted for the next call's pre-started interpreter",
+        START_HOOKS,
+        HOOKS_SEEN,
+        "between []\nin-call ['pth', 'usercustomize']",
+        &[],
+    )
+}
+
+#[sandbench_testkit::test(needs = ["process", "root"])]
+fn process_session_start_hooks_run_only_in_their_call() {
+    exercise("process", vec![start_hook_row()], &[]);
+}
+
 #[sandbench_testkit::test(needs = ["process", "root"])]
 fn process_session_plants_steer_no_privileged_step() {
     // The host's device nodes are what a sandbox binds; all are watched.

@@ -88,12 +88,33 @@ impl Waiter {
         self.interpreter == cfg.interpreter && self.file_name == cfg.file_name && self.env == cfg.env
     }
 
+    fn is_node(&self) -> bool {
+        matches!(self.interpreter.first().map(|c| c.rsplit('/').next().unwrap_or(c)), Some("node" | "nodejs"))
+    }
+
     /// The waiter's own source, in its interpreter's language.
     pub(crate) fn source(&self) -> &'static str {
-        match self.interpreter.first().map(|c| c.rsplit('/').next().unwrap_or(c)) {
-            Some("node" | "nodejs") => WAITER_JS,
-            _ => WAITER_PY,
+        if self.is_node() {
+            WAITER_JS
+        } else {
+            WAITER_PY
         }
+    }
+
+    /// The command line the waiter starts with: its run's, and in a
+    /// session Python's `-s` besides. There it starts between calls, next
+    /// to files the earlier calls left: the user site's `.pth` files and
+    /// `usercustomize` (`HOME` is /work) would run there, outside any call.
+    /// `waiter.py` adds the user site as start-up would have, once its call
+    /// has come. Elsewhere it starts before any program file exists, and
+    /// as the run's own command line.
+    pub(crate) fn argv(&self, session: bool) -> Vec<String> {
+        let mut argv = self.interpreter.clone();
+        if session && !self.is_node() && !argv.is_empty() {
+            argv.insert(1, "-s".into());
+        }
+        argv.push(self.file_name.clone());
+        argv
     }
 }
 

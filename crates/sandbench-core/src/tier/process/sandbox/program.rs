@@ -214,12 +214,8 @@ pub(super) fn program_main(
     drop(ready_hi);
     match waiter {
         Some((w, exe)) => {
-            let argv: Vec<CString> = w
-                .interpreter
-                .iter()
-                .chain(std::iter::once(&w.file_name))
-                .map(|a| CString::new(a.as_str()).unwrap_or_default())
-                .collect();
+            let argv: Vec<CString> =
+                w.argv(prep.session).into_iter().map(|a| CString::new(a).unwrap_or_default()).collect();
             let envp: Vec<CString> = w.env.iter().filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok()).collect();
             let err = nix::unistd::execve(&exe, &argv, &envp).unwrap_err();
             fail(format!("cannot start {}: {err}", exe.to_string_lossy()));

@@ -152,8 +152,8 @@ pub(super) fn trust_run_ca(etc: &Path, pem: &str) -> Result<(), String> {
 
 /// Build the sandbox's file system view under a fresh tmpfs root and pivot
 /// into it: the interpreters' directories read-only, a generated `/etc`,
-/// /work and /tmp private tmpfs, a minimal /dev, a /proc of the new pid
-/// namespace. Nothing else of the host.
+/// /work and /tmp private tmpfs, a /dev of its own device nodes, a /proc of
+/// the new pid namespace. Nothing else of the host.
 pub(super) fn build_root(disk_bytes: u64, owner: (u32, u32), run_ca: Option<&str>) -> Result<(), String> {
     let r = |e: nix::Error, what: &str| format!("{what}: {e}");
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
@@ -188,12 +188,19 @@ pub(super) fn build_root(disk_bytes: u64, owner: (u32, u32), run_ca: Option<&str
     )
     .map_err(|e| r(e, "mount /proc"))?;
     let dev = root.join("dev");
-    tmpfs(&dev, "size=64k,nr_inodes=64,mode=0755", MsFlags::MS_NOEXEC)?;
-    for n in ["null", "zero", "full", "random", "urandom"] {
-        let dst = dev.join(n);
-        fs::File::create(&dst).map_err(|e| format!("create /dev/{n}: {e}"))?;
-        mount(Some(&Path::new("/dev").join(n)), &dst, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-            .map_err(|e| r(e, &format!("bind /dev/{n}")))?;
+    // Not nodev: the sandbox's own device nodes live here. Only init can
+    // make one: /dev is root's, mode 0755, and no process of the program
+    // holds CAP_MKNOD.
+    mount(
+        Some("tmpfs"),
+        &dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("size=64k,nr_inodes=64,mode=0755"),
+    )
+    .map_err(|e| r(e, "mount tmpfs on /dev"))?;
+    for (n, major, minor) in DEV_NODES {
+        dev_node(&dev, n, *major, *minor)?;
     }
     for (l, t) in [
         ("fd", "/proc/self/fd"),
@@ -223,6 +230,34 @@ pub(super) fn build_root(disk_bytes: u64, owner: (u32, u32), run_ca: Option<&str
     .map_err(|e| r(e, "make the root read-only"))?;
     nix::unistd::sethostname("sandbench").map_err(|e| r(e, "sethostname"))?;
     Ok(())
+}
+
+/// The device nodes of the sandbox's `/dev`: name, major, minor (the
+/// kernel's fixed numbers for its memory devices, as runc makes them).
+const DEV_NODES: &[(&str, u64, u64)] =
+    &[("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9)];
+
+/// One device node of the sandbox's own, made with mknod: the program may
+/// set its times (write permission is enough for that) or lock it, and the
+/// host's node is not the one that changes. In a user namespace the kernel
+/// makes no device node: the host's is bound there read-only instead, which
+/// still passes writes to the device (a read-only mount refuses changes to
+/// a device node's metadata, not I/O through it) but refuses utimensat,
+/// chmod, chown and setxattr with EROFS.
+fn dev_node(dev: &Path, name: &str, major: u64, minor: u64) -> Result<(), String> {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    let dst = dev.join(name);
+    match mknod(&dst, SFlag::S_IFCHR, Mode::from_bits_truncate(0o666), makedev(major, minor)) {
+        // mknod applies init's umask: the mode is set again, whole.
+        Ok(()) => {
+            fs::set_permissions(&dst, fs::Permissions::from_mode(0o666)).map_err(|e| format!("chmod /dev/{name}: {e}"))
+        }
+        Err(nix::Error::EPERM) => {
+            fs::File::create(&dst).map_err(|e| format!("create /dev/{name}: {e}"))?;
+            bind_ro(&Path::new("/dev").join(name), &dst)
+        }
+        Err(e) => Err(format!("mknod /dev/{name}: {e}")),
+    }
 }
 
 /// Mount options of a scratch space (`work` or `tmp`) of `size` bytes.
