@@ -80,6 +80,7 @@ impl ViolationKind {
 pub struct Violation {
     pub kind: ViolationKind,
     /// Milliseconds since the run started.
+    #[serde(serialize_with = "crate::report::ms::serialize")]
     pub at_ms: f64,
     pub detail: String,
 }
@@ -222,6 +223,7 @@ pub struct NetRecord {
     /// The connection's number in its run.
     pub id: u64,
     /// When it was decided, ms since the run started.
+    #[serde(serialize_with = "crate::report::ms::serialize")]
     pub at_ms: f64,
     pub decision: Decision,
     /// CONNECT, GET, ... ("?" when the request was unreadable).
@@ -235,6 +237,7 @@ pub struct NetRecord {
     /// Bytes from the program, and to it.
     pub bytes_up: u64,
     pub bytes_down: u64,
+    #[serde(serialize_with = "crate::report::ms::serialize")]
     pub duration_ms: f64,
     /// Still going (allowed, not yet closed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -193,20 +193,16 @@ impl Judge {
             self.seen.oom_kills = kills;
             if !self.seen.memory {
                 self.seen.memory = true;
-                let at = ctx.ms() / 1000.0;
-                ctx.violation(
-                    ViolationKind::Memory,
-                    format!("memory limit {limit} hit at {at:.2} s — killed (out of memory)"),
-                )
-                .await;
+                // The violation carries its own time: the detail says what.
+                ctx.violation(ViolationKind::Memory, format!("memory limit {limit} hit — killed (out of memory)"))
+                    .await;
             }
         }
         if !self.seen.memory && c.memory_limit_hits.unwrap_or(0) > 0 {
             self.seen.memory = true;
-            let at = ctx.ms() / 1000.0;
             ctx.violation(
                 ViolationKind::Memory,
-                format!("memory limit {limit} reached at {at:.2} s — allocations refused or reclaimed"),
+                format!("memory limit {limit} reached — allocations refused or reclaimed"),
             )
             .await;
         }

@@ -6,6 +6,52 @@ use serde::{Deserialize, Serialize};
 use crate::event::{ExitStatus, Violation, ViolationKind};
 use crate::spec::Limits;
 
+/// The version of the JSON report's shape (`schema_version` in `run
+/// --format json`, `compare --format json` and error objects): raised when a
+/// field changes meaning or goes; new fields do not raise it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A report as the headless commands print it: the record with its
+/// `schema_version` first.
+#[derive(Serialize)]
+pub struct Versioned<'a> {
+    pub schema_version: u32,
+    #[serde(flatten)]
+    pub report: &'a RunReport,
+}
+
+impl RunReport {
+    pub fn versioned(&self) -> Versioned<'_> {
+        Versioned { schema_version: SCHEMA_VERSION, report: self }
+    }
+}
+
+/// Milliseconds as the report writes them: to the microsecond. A sum of
+/// clock readings carries binary noise (`62.332232000000005`) that says
+/// nothing and changes from run to run.
+pub mod ms {
+    use serde::Serializer;
+
+    fn round(v: f64) -> f64 {
+        (v * 1000.0).round() / 1000.0
+    }
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(round(*v))
+    }
+
+    pub mod opt {
+        use serde::Serializer;
+
+        pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(v) => s.serialize_some(&super::round(*v)),
+                None => s.serialize_none(),
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[derive(strum::IntoStaticStr)]
@@ -50,13 +96,18 @@ impl StartKind {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
     /// Start of the run until the program was started (sandbox creation, boot).
+    #[serde(serialize_with = "ms::serialize")]
     pub setup: f64,
     /// Start of the run until the first byte of output, if any arrived.
+    #[serde(serialize_with = "ms::opt::serialize")]
     pub first_output: Option<f64>,
     /// Program start until its exit.
+    #[serde(serialize_with = "ms::serialize")]
     pub run: f64,
     /// Program exit until everything of the run was gone.
+    #[serde(serialize_with = "ms::serialize")]
     pub teardown: f64,
+    #[serde(serialize_with = "ms::serialize")]
     pub total: f64,
 }
 
@@ -216,6 +267,26 @@ pub struct SessionRef {
 #[cfg(test)]
 mod tests {
     use super::peak_memory;
+
+    #[test]
+    fn milliseconds_are_written_to_the_microsecond_and_the_shape_is_versioned() {
+        let mut r = super::RunReport::failed("process", "python", "-", "x");
+        r.timings_ms.total = 62.332232000000005;
+        r.timings_ms.first_output = Some(0.1 + 0.2);
+        r.violations.push(crate::event::Violation {
+            kind: crate::event::ViolationKind::Memory,
+            at_ms: 829.9999999999,
+            detail: String::new(),
+        });
+        let text = serde_json::to_string(&r.versioned()).unwrap();
+        assert!(text.starts_with(&format!("{{\"schema_version\":{},", super::SCHEMA_VERSION)), "{text}");
+        assert!(text.contains("\"total\":62.332}"), "{text}");
+        assert!(text.contains("\"first_output\":0.3,"), "{text}");
+        assert!(text.contains("\"at_ms\":830.0,"), "{text}");
+        // What is written reads back as a report.
+        let back: super::RunReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.timings_ms.total, 62.332);
+    }
 
     #[test]
     fn peak_memory_is_unknown_rather_than_zero_and_at_least_a_limit_that_bit() {

@@ -412,7 +412,7 @@ async fn drive(
         Ok(x) => (None, x.details, x.usage),
         // A tier's error may quote what a sandbox or a wrapped tool said: a
         // single-line field, made inert here once like every event's text.
-        Err(e) => (Some(crate::sanitize::inert_line(&format!("{e:#}"), 1000)), serde_json::Value::Null, None),
+        Err(e) => (Some(crate::sanitize::inert_message(&format!("{e:#}"), 1000)), serde_json::Value::Null, None),
     };
     if let Some(u) = final_usage {
         f.usage(u);

@@ -122,6 +122,15 @@ pub fn inert_line(s: &str, max_chars: usize) -> String {
     out
 }
 
+/// [`inert_line`] for a message from something sandbench talks to (the
+/// Docker engine, QEMU, a tool): those end lines with `\r\n` or a bare
+/// `\r` as often as `\n`. Blank ends go; a line break in any spelling is one
+/// `␤`, never a `^M` beside it.
+pub fn inert_message(s: &str, max_chars: usize) -> String {
+    let s = s.trim_matches(|c: char| c.is_whitespace());
+    inert_line(&s.replace("\r\n", "\n").replace('\r', "\n"), max_chars)
+}
+
 /// Keep the head and the tail of `text` within about `max` bytes, cut at
 /// character boundaries, with a line saying how much was left out between.
 /// An agent needs both ends: the start says what ran, the end how it died.
@@ -146,6 +155,20 @@ pub fn head_tail(text: &str, max: usize) -> (String, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peers_message_is_one_line_in_every_line_ending() {
+        for (raw, want) in [
+            ("No such container: abc (HTTP 404)\r\n", "No such container: abc (HTTP 404)"),
+            ("cannot attach\r\nNo such container", "cannot attach␤No such container"),
+            ("a\rb\nc\r\n\r\n", "a␤b␤c"),
+            ("  \r\n x \x1b[31m\r", "x ␛[31m"),
+        ] {
+            let got = inert_message(raw, 100);
+            assert_eq!(got, want, "{raw:?}");
+            assert!(!got.contains("^M") && !got.contains('\r'), "{raw:?}: {got:?}");
+        }
+    }
 
     #[test]
     fn head_and_tail_are_kept_at_char_boundaries() {

@@ -25,17 +25,13 @@ fn main() -> ExitCode {
             // One line: clap's first line without its "error: " prefix.
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
-            eprintln!("sandbench: {first} (see sandbench --help)");
-            return ExitCode::from(2);
+            return fail(&format!("{first} (see sandbench --help)"), 2);
         }
     };
     init_logging();
     let config = match Config::load() {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("sandbench: {e:#}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(&format!("{e:#}"), 2),
     };
     // Every run a front end makes goes to the run log in the state dir
     // (doctor's probes, bench's timing runs and setup's checks do not).
@@ -58,10 +54,7 @@ fn main() -> ExitCode {
     }
     let rt = match runtime() {
         Ok(rt) => rt,
-        Err((e, code)) => {
-            eprintln!("sandbench: {e}");
-            return ExitCode::from(code);
-        }
+        Err((e, code)) => return fail(&e, code),
     };
     // `run`, `agent` and `bench` name their one tier: reap only its leftovers.
     let own_tier = match &cli.command {
@@ -131,10 +124,42 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
             let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
-            eprintln!("sandbench: {}", format!("{e:#}").replace('\n', " "));
-            ExitCode::from(code)
+            fail(&format!("{e:#}").replace('\n', " "), code)
         }
     }
+}
+
+/// A command that failed: its one line on stderr and, when the command was
+/// asked for JSON, one JSON error object on stdout too (a script reading
+/// stdout gets JSON either way); `code` is the exit status.
+fn fail(message: &str, code: u8) -> ExitCode {
+    eprintln!("sandbench: {message}");
+    if json_asked(std::env::args_os().skip(1)) {
+        let v = serde_json::json!({
+            "schema_version": sandbench::report::SCHEMA_VERSION,
+            "outcome": "error",
+            "error": message,
+            "exit_code": code,
+        });
+        println!("{v}");
+    }
+    ExitCode::from(code)
+}
+
+/// The arguments ask for `--format json` (read from the raw arguments: the
+/// error may be that they do not parse).
+fn json_asked(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let mut prev_format = false;
+    for a in args {
+        if a == "--" {
+            break;
+        }
+        if (prev_format && a == "json") || a == "--format=json" {
+            return true;
+        }
+        prev_format = a == "--format";
+    }
+    false
 }
 
 /// End the process by `sig`'s default action, so the parent sees the usual

@@ -50,9 +50,12 @@ pub async fn run(args: CompareArgs, config: &Config) -> anyhow::Result<i32> {
         tracing::warn!("could not keep the compare: {e:#}");
     }
     match args.format {
-        TableFormat::Json => {
-            super::emit_json(&serde_json::json!({ "summary": summary, "reports": reports, "skipped": skipped }))?
-        }
+        TableFormat::Json => super::emit_json(&serde_json::json!({
+            "schema_version": crate::report::SCHEMA_VERSION,
+            "summary": summary,
+            "reports": reports,
+            "skipped": skipped,
+        }))?,
         TableFormat::Text => super::emit(&compare::text(&summary))?,
         TableFormat::Markdown => super::emit(&compare::markdown(&summary))?,
         TableFormat::Csv => super::emit(&compare::csv(&summary))?,

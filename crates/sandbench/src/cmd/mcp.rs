@@ -564,7 +564,7 @@ impl Sandbench {
             Ok(s) => s,
             Err(e) => {
                 let msg =
-                    format!("cannot open a {tier_name} session: {}", sanitize::inert_line(&format!("{e:#}"), 400));
+                    format!("cannot open a {tier_name} session: {}", sanitize::inert_message(&format!("{e:#}"), 400));
                 return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]));
             }
         };

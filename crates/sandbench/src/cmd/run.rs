@@ -34,7 +34,7 @@ pub fn load_spec(path: &Path, lang: Option<Language>, config: &Config) -> anyhow
         Some(l) => l,
         None => {
             return Err(usage(format!(
-                "cannot tell the language of {} from its name; pass --lang python or --lang sh",
+                "cannot tell the language of {} from its name; pass --lang python, --lang sh or --lang javascript",
                 display(path)
             )))
         }
@@ -88,15 +88,19 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
     let tty_out = std::io::stdout().is_terminal();
     let tty_err = std::io::stderr().is_terminal();
     let mut report: Option<RunReport> = None;
-    // The program's last line on either stream is unfinished: sandbench's
-    // own lines start on a new one (and add no blank line otherwise).
-    let mut mid_line = false;
-    let own_line = |mid: &mut bool| {
-        if std::mem::take(mid) {
-            eprintln!();
-        }
-    };
-    while let Some(update) = handle.events.recv().await {
+    // sandbench's own lines never split one of the program's: while its last
+    // line is unfinished they wait for it to end (at most NOTICE_WAIT, for a
+    // program that never ends its line), then start on a line of their own.
+    let mut notices = Notices::new(|line: &str| eprintln!("{line}"));
+    loop {
+        let update = tokio::select! {
+            u = handle.events.recv() => u,
+            _ = notices.overdue() => {
+                notices.flush(true);
+                continue;
+            }
+        };
+        let Some(update) = update else { break };
         let ev = match update {
             Update::Finished(r) => {
                 report = Some(*r);
@@ -113,53 +117,126 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
                 // A terminal gets the program's bytes with every control made
                 // visible; a pipe or file gets them exactly.
                 let data = if tty { sanitize::visible_controls(&bytes).into_bytes() } else { bytes };
-                if let Some(last) = data.last() {
-                    mid_line = *last != b'\n';
-                }
-                let _ = match stream {
-                    Stream::Stdout => std::io::stdout().write_all(&data).and_then(|_| std::io::stdout().flush()),
-                    Stream::Stderr => std::io::stderr().write_all(&data),
-                };
+                notices.output(&data, |part| {
+                    let _ = match stream {
+                        Stream::Stdout => std::io::stdout().write_all(part).and_then(|_| std::io::stdout().flush()),
+                        Stream::Stderr => std::io::stderr().write_all(part),
+                    };
+                });
             }
             // Each refusal gets its own network line below.
             EventKind::Violation(v) if text && v.kind == crate::event::ViolationKind::Network => {}
             // An allowed connection is shown when it opens, not again when it ends.
             EventKind::Network(rec) if text && (rec.open || rec.decision != crate::egress::Decision::Allowed) => {
-                own_line(&mut mid_line);
-                eprintln!(
+                notices.push(format!(
                     "sandbench: network — {} (at {})",
                     sanitize::visible_controls(rec.line().as_bytes()),
                     units::duration_ms(rec.at_ms)
-                );
+                ));
             }
             EventKind::Violation(v) if text => {
-                own_line(&mut mid_line);
-                eprintln!(
+                notices.push(format!(
                     "sandbench: {} — {} (at {})",
                     v.kind.name(),
                     sanitize::visible_controls(v.detail.as_bytes()),
                     units::duration_ms(v.at_ms)
-                );
+                ));
             }
             EventKind::Note(n) if text => {
-                own_line(&mut mid_line);
-                eprintln!("sandbench: {}", sanitize::visible_controls(n.as_bytes()))
+                notices.push(format!("sandbench: {}", sanitize::visible_controls(n.as_bytes())))
             }
             _ => {}
         }
     }
+    // The program is done: what waited is shown now, and the summary below
+    // starts on a line of its own.
+    notices.finish();
     let Some(report) = report else {
         anyhow::bail!("the run ended without a report (see the log)");
     };
     crate::runlog::record(&logged, &report, None);
     match args.format {
-        Format::Json => super::emit_json(&report)?,
-        Format::Text => {
-            own_line(&mut mid_line);
-            eprintln!("{}", summary(&report))
-        }
+        Format::Json => super::emit_json(&report.versioned())?,
+        Format::Text => eprintln!("{}", summary(&report)),
     }
     Ok(exit_code(&report, interrupted.load(Ordering::SeqCst)))
+}
+
+/// How long a notice waits for the program to end its line.
+const NOTICE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// sandbench's live lines in text mode, kept out of the program's lines: a
+/// notice that comes while the program's last line (on either stream: both
+/// usually share one terminal) is unfinished waits until a line ends, or
+/// NOTICE_WAIT has passed, and never splits a line otherwise.
+struct Notices<E: FnMut(&str)> {
+    /// Writes one of sandbench's lines (without its newline).
+    emit: E,
+    /// The program's last byte written was not a newline.
+    mid_line: bool,
+    waiting: Vec<String>,
+    since: Option<tokio::time::Instant>,
+}
+
+impl<E: FnMut(&str)> Notices<E> {
+    fn new(emit: E) -> Self {
+        Notices { emit, mid_line: false, waiting: Vec::new(), since: None }
+    }
+
+    fn push(&mut self, line: String) {
+        self.waiting.push(line);
+        if !self.mid_line {
+            self.flush(false);
+        } else if self.since.is_none() {
+            self.since = Some(tokio::time::Instant::now());
+        }
+    }
+
+    /// Write the program's bytes with `write`, letting waiting notices out
+    /// right after the last line the bytes finish.
+    fn output(&mut self, data: &[u8], mut write: impl FnMut(&[u8])) {
+        let Some(&last) = data.last() else { return };
+        match data.iter().rposition(|&b| b == b'\n') {
+            Some(end) if !self.waiting.is_empty() => {
+                write(&data[..=end]);
+                self.mid_line = false;
+                self.flush(false);
+                write(&data[end + 1..]);
+            }
+            _ => write(data),
+        }
+        self.mid_line = last != b'\n';
+    }
+
+    /// Show what waits; `force` ends an unfinished line of the program first.
+    fn flush(&mut self, force: bool) {
+        if self.waiting.is_empty() || (self.mid_line && !force) {
+            return;
+        }
+        if std::mem::take(&mut self.mid_line) {
+            (self.emit)("");
+        }
+        for line in self.waiting.drain(..) {
+            (self.emit)(&line);
+        }
+        self.since = None;
+    }
+
+    /// The program's output is over: end its last line and show what waits.
+    fn finish(&mut self) {
+        self.flush(true);
+        if std::mem::take(&mut self.mid_line) {
+            (self.emit)("");
+        }
+    }
+
+    /// Resolves when a waiting notice has waited NOTICE_WAIT (never if none waits).
+    async fn overdue(&self) {
+        match self.since {
+            Some(t) => tokio::time::sleep_until(t + NOTICE_WAIT).await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// The run's secrets: `--secret` declarations (or picks of the config's
@@ -271,4 +348,50 @@ pub fn summary(r: &RunReport) -> String {
         s.push_str("\noutput    truncated at the output limit");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::Notices;
+
+    /// What a terminal would show: the program's bytes and sandbench's
+    /// lines in the order they were written.
+    fn screen(steps: &[Result<&str, &str>], finish: bool) -> String {
+        let shown = RefCell::new(String::new());
+        let mut n = Notices::new(|l: &str| shown.borrow_mut().push_str(&format!("{l}\n")));
+        for step in steps {
+            match step {
+                Ok(out) => n.output(out.as_bytes(), |b| shown.borrow_mut().push_str(std::str::from_utf8(b).unwrap())),
+                Err(note) => n.push(note.to_string()),
+            }
+        }
+        if finish {
+            n.finish();
+        }
+        drop(n);
+        shown.into_inner()
+    }
+
+    #[test]
+    fn a_notice_never_splits_a_line_of_the_program() {
+        // Each row: the program's chunks (Ok) and notices (Err) as they come; the screen.
+        let rows: &[(&[Result<&str, &str>], bool, &str)] = &[
+            // Mid-line: the notice waits for the line's end, even across chunks.
+            (&[Ok("KEY = sbx-s"), Err("N"), Ok("ecret\nnext")], false, "KEY = sbx-secret\nN\nnext"),
+            // Between lines: at once.
+            (&[Ok("a\n"), Err("N"), Ok("b\n")], false, "a\nN\nb\n"),
+            // Two notices wait together; a chunk with several lines lets them out after its last.
+            (&[Ok("x"), Err("N1"), Err("N2"), Ok("y\nz\nw")], false, "xy\nz\nN1\nN2\nw"),
+            // The program never ends its line: at the end its line is closed, then the notice.
+            (&[Ok("progress 50%"), Err("N")], true, "progress 50%\nN\n"),
+            // Nothing waits: the end still closes the program's line for the summary.
+            (&[Ok("no newline")], true, "no newline\n"),
+            (&[Ok("done\n")], true, "done\n"),
+        ];
+        for (steps, finish, want) in rows {
+            assert_eq!(screen(steps, *finish), *want, "{steps:?}");
+        }
+    }
 }

@@ -193,15 +193,31 @@ pub struct SamplesPicker {
 }
 
 impl SamplesPicker {
-    /// Indices of the items the filter lets through.
+    /// Indices of the items the filter lets through, best match first: the
+    /// name itself, then names that start with the filter, then names that
+    /// contain it, then group or "tries" (each rank in the list's order).
     pub fn visible(&self) -> Vec<usize> {
         let f = self.filter.to_lowercase();
-        (0..self.items.len())
-            .filter(|i| {
-                let (g, s) = &self.items[*i];
-                f.is_empty() || [g.as_str(), &s.name, &s.tries].iter().any(|t| t.to_lowercase().contains(&f))
-            })
-            .collect()
+        let rank = |(g, s): &(String, Sample)| -> Option<u8> {
+            let name = s.name.to_lowercase();
+            if f.is_empty() {
+                Some(0)
+            } else if name == f {
+                Some(0)
+            } else if name.starts_with(&f) {
+                Some(1)
+            } else if name.contains(&f) {
+                Some(2)
+            } else if [g.as_str(), &s.tries].iter().any(|t| t.to_lowercase().contains(&f)) {
+                Some(3)
+            } else {
+                None
+            }
+        };
+        let mut shown: Vec<(u8, usize)> =
+            self.items.iter().enumerate().filter_map(|(i, item)| rank(item).map(|r| (r, i))).collect();
+        shown.sort_by_key(|&(r, i)| (r, i));
+        shown.into_iter().map(|(_, i)| i).collect()
     }
 
     pub fn current(&self) -> Option<&(String, Sample)> {
@@ -215,10 +231,12 @@ impl SamplesPicker {
         }
     }
 
-    /// The filter changed: keep the same sample selected when it still shows.
-    fn refilter(&mut self, before: Option<String>) {
+    /// The filter changed. A character typed narrows it: the best match is
+    /// selected (Enter then loads the sample the name says, never one picked
+    /// before); a character taken away widens it: the selection stays.
+    fn refilter(&mut self, before: Option<String>, narrowed: bool) {
         self.selected = 0;
-        if let Some(n) = before {
+        if let (false, Some(n)) = (narrowed, before) {
             self.select_name(&n);
         }
     }
@@ -251,7 +269,7 @@ impl SamplesPicker {
             }
             (Some(Action::Backspace), _) => {
                 self.filter.pop();
-                self.refilter(before);
+                self.refilter(before, false);
                 Reply::Consumed
             }
             (Some(Action::Accept), _) => match self.current() {
@@ -269,7 +287,7 @@ impl SamplesPicker {
                 if self.filter.chars().count() < 40 {
                     self.filter.push(c);
                 }
-                self.refilter(before);
+                self.refilter(before, true);
                 Reply::Consumed
             }
             (a, _) => Reply::pass(a),

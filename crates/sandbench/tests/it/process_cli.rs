@@ -12,8 +12,15 @@ use sandbench::internals::processes_with;
 use sandbench::report::Outcome;
 
 fn run_err(args: &[&str]) -> (i32, String) {
+    let (code, _, err) = run_out(args);
+    (code, err)
+}
+
+/// Exit code, stdout and stderr.
+fn run_out(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(bin()).args(args).stdin(Stdio::null()).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 #[sandbench_testkit::test]
@@ -41,7 +48,26 @@ fn bad_input_is_one_line_and_exit_2() {
         assert!(err.contains(want), "{args:?}: wanted {want:?} in {err:?}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err:?}");
         assert!(!err.contains("panicked"), "{err}");
+        // Asked for JSON (either spelling of the flag, before or after the
+        // bad argument): one JSON error object on stdout, the same line on
+        // stderr, the same exit code.
+        for format in [&["--format", "json"][..], &["--format=json"][..]] {
+            let mut with = args.clone();
+            with.splice(1..1, format.iter().copied());
+            let (code, out, err) = run_out(&with);
+            assert_eq!(code, 2, "{with:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{with:?}: not one line: {err:?}");
+            let v: serde_json::Value = serde_json::from_str(&out)
+                .unwrap_or_else(|e| panic!("{with:?}: stdout is not one JSON value ({e}): {out:?}"));
+            assert_eq!(v["outcome"], "error", "{with:?}: {v}");
+            assert_eq!(v["exit_code"], 2, "{with:?}: {v}");
+            assert_eq!(v["schema_version"], 1, "{with:?}: {v}");
+            assert!(v["error"].as_str().is_some_and(|e| e.contains(want)), "{with:?}: wanted {want:?} in {v}");
+        }
     }
+    // Text (the default) prints nothing on stdout.
+    let (_, out, _) = run_out(&["run", "/nonexistent/prog.py"]);
+    assert_eq!(out, "");
 }
 
 /// `setup`'s targets are the kinds table's tiers with something to build,

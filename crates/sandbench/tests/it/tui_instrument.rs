@@ -149,6 +149,42 @@ fn the_samples_picker_filters_as_you_type_and_reopens_where_it_was() {
     assert!(screen(&mut app, 100, 30).contains("no sample matches 'zzz'"));
 }
 
+/// What is typed in F2 loads the sample it names: exact and prefix matches
+/// of the name rank before names that merely contain it and before matches
+/// in what a sample tries, whatever was selected before.
+#[sandbench_testkit::test]
+fn the_samples_picker_loads_the_sample_a_typed_name_says() {
+    let dir = tempfile::tempdir().unwrap();
+    for (rel, name, tries) in [
+        ("hostile/daemon.py", "daemon", "fork a daemon that outlives the program"),
+        ("hostile/js_memory_bomb.js", "js-memory-bomb", "allocate without end in node"),
+        ("hostile/memory_bomb.py", "memory-bomb", "allocate without end"),
+        ("hostile/fork_bomb.py", "fork-bomb", "fork without end"),
+    ] {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let c = if rel.ends_with(".js") { "//" } else { "#" };
+        let body = if rel.ends_with(".js") { "console.log(1)" } else { "print(1)" };
+        std::fs::write(p, format!("{c} name: {name}\n{c} tries: {tries}\n{c} must: x\n{c} expect: *=ok\n{body}\n"))
+            .unwrap();
+    }
+    // Each row: what is typed (after selecting another sample first), the sample Enter loads.
+    for (typed, loads) in
+        [("memory-b", "memory-bomb"), ("fork", "fork-bomb"), ("daemon", "daemon"), ("js-m", "js-memory-bomb")]
+    {
+        let mut app = ready_app();
+        app.samples_dirs = vec![dir.path().to_path_buf()];
+        app.update(key(KeyCode::F(2)));
+        // Something else selected first: the list's last sample.
+        for _ in 0..4 {
+            app.update(key(KeyCode::Down));
+        }
+        sandbench::tui::headless::type_text(&mut app, typed);
+        app.update(key(KeyCode::Enter));
+        assert_eq!(app.label, loads, "typed {typed:?}");
+    }
+}
+
 #[sandbench_testkit::test]
 fn output_search_highlights_the_matches_and_marks_the_current_one() {
     let mut app = ready_app();
