@@ -377,7 +377,8 @@ mod tests {
     #[test]
     fn a_notice_never_splits_a_line_of_the_program() {
         // Each row: the program's chunks (Ok) and notices (Err) as they come; the screen.
-        let rows: &[(&[Result<&str, &str>], bool, &str)] = &[
+        type Row<'a> = (&'a [Result<&'a str, &'a str>], bool, &'a str);
+        let rows: &[Row] = &[
             // Mid-line: the notice waits for the line's end, even across chunks.
             (&[Ok("KEY = sbx-s"), Err("N"), Ok("ecret\nnext")], false, "KEY = sbx-secret\nN\nnext"),
             // Between lines: at once.

@@ -200,9 +200,7 @@ impl SamplesPicker {
         let f = self.filter.to_lowercase();
         let rank = |(g, s): &(String, Sample)| -> Option<u8> {
             let name = s.name.to_lowercase();
-            if f.is_empty() {
-                Some(0)
-            } else if name == f {
+            if f.is_empty() || name == f {
                 Some(0)
             } else if name.starts_with(&f) {
                 Some(1)
