@@ -45,6 +45,7 @@ pub(crate) struct Encoding {
     /// Its name, as the counters show it.
     pub(crate) name: &'static str,
     /// What common encoders write (each must be found: the tests run them all).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) encoders: &'static [Encoder],
     /// How the scrubber finds it (`None`: the raw value, by aho-corasick).
     spelled: Option<Spelled>,
