@@ -551,28 +551,26 @@ fn spell_js(text: &[u8], at: usize, unit: &[u8], out: &mut Vec<usize>) {
             }
             match hex_at(text, at + 2, 4) {
                 Some(u) if u == c => out.push(6),
-                Some(hi @ 0xd800..=0xdbff) if c > 0xffff => {
-                    if text.get(at + 6..at + 8) == Some(b"\\u") {
-                        if let Some(lo @ 0xdc00..=0xdfff) = hex_at(text, at + 8, 4) {
-                            if 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00) == c {
-                                out.push(12);
-                            }
-                        }
-                    }
+                Some(hi @ 0xd800..=0xdbff)
+                    if text.get(at + 6..at + 8) == Some(b"\\u") && pair(hi, hex_at(text, at + 8, 4)) == Some(c) =>
+                {
+                    out.push(12)
                 }
                 _ => {}
             }
         }
-        Some(b'x') => {
-            if hex_at(text, at + 2, 2) == Some(c) {
-                out.push(4);
-            }
-        }
+        Some(b'x') if hex_at(text, at + 2, 2) == Some(c) => out.push(4),
         // `\b`, `\n`, `\0`... stand for other characters; any other
         // character escaped is itself.
-        Some(&n) if unit.len() == 1 && n == unit[0] && !b"bfnrtv0123456789".contains(&n) => out.push(2),
+        Some(&n) if unit.len() == 1 && n == unit[0] && !b"bfnrtvux0123456789".contains(&n) => out.push(2),
         _ => {}
     }
+}
+
+/// The character a UTF-16 surrogate pair stands for.
+fn pair(hi: u32, lo: Option<u32>) -> Option<u32> {
+    let lo = lo.filter(|lo| (0xdc00..=0xdfff).contains(lo))?;
+    Some(0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00))
 }
 
 /// HTML names for ASCII characters an escaper may write (HTML5), and the
