@@ -176,6 +176,10 @@ pub struct SecretUse {
     pub substituted: u64,
     /// Forms of its value the proxy took out of responses.
     pub scrubbed: u64,
+    /// The same by spelling, a row of the scrubber's table (`raw`,
+    /// `percent`, `base64`, ...): what the bound hosts sent back.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub scrubbed_by: std::collections::BTreeMap<String, u64>,
     /// Requests refused because its placeholder was where it may not go.
     pub misdirected: u64,
     /// Forms of its value found in what the run produced (the program's

@@ -622,6 +622,10 @@ fn secret_uses(
                 places: places.clone(),
                 substituted: n("substituted"),
                 scrubbed: n("scrubbed"),
+                scrubbed_by: p
+                    .and_then(|p| p["scrubbed_by"].as_object())
+                    .map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect())
+                    .unwrap_or_default(),
                 misdirected: n("misdirected"),
                 redacted: *r,
             }
@@ -699,6 +703,75 @@ mod tests {
                 })
             })
         }
+    }
+
+    /// Prints what it is given, 3 bytes at a time, and says one of them in a note.
+    struct Prints(Vec<u8>, String);
+
+    impl Tier for Prints {
+        fn name(&self) -> &'static str {
+            "prints"
+        }
+        fn describe(&self) -> &'static str {
+            "prints given bytes (test)"
+        }
+        fn probe(&self) -> BoxFuture<'_, Availability> {
+            Box::pin(async {
+                Availability { tier: "prints".into(), available: true, summary: "test".into(), checks: vec![] }
+            })
+        }
+        fn check_network(&self, _: &crate::egress::policy::Network) -> Result<(), String> {
+            Ok(())
+        }
+        fn check_secrets(&self, _: &crate::egress::secrets::Secrets) -> Result<(), String> {
+            Ok(())
+        }
+        fn run(&self, _spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+            Box::pin(async move {
+                ctx.emit(EventKind::Phase(Phase::Running)).await;
+                ctx.emit(EventKind::Note(self.1.clone())).await;
+                for c in self.0.chunks(3) {
+                    ctx.emit(EventKind::Output(Stream::Stdout, c.to_vec())).await;
+                }
+                ctx.emit(EventKind::Exit(ExitStatus { code: Some(0), signal: None })).await;
+                Ok(TierExit::default())
+            })
+        }
+    }
+
+    /// The program's output, a note, the live events and the report are
+    /// scrubbed of a secret's value in every spelling of the scrubber's table.
+    #[tokio::test]
+    async fn every_spelling_of_a_secret_is_taken_out_of_what_a_run_shows() {
+        const VALUE: &str = "sk-live Zq8v/3Tz+P0a=W7~nY!4kR";
+        let d = crate::egress::secrets::Declared::parse("K=env:K@api.test").unwrap();
+        let mut spec = RunSpec::new(crate::spec::Language::Sh, "x");
+        spec.limits.network = "allow=api.test".parse().unwrap();
+        spec.secrets = crate::egress::secrets::Secrets::new(vec![d.resolve(&|_| Some(VALUE.into())).unwrap()]).unwrap();
+        let mut spellings = vec![];
+        for row in crate::egress::scrub::TABLE {
+            for (_, e) in row.encoders {
+                spellings.push(e(VALUE.as_bytes()));
+            }
+        }
+        let printed: Vec<u8> = spellings.iter().flat_map(|s| [s.as_slice(), b"\n"].concat()).collect();
+        let note = format!("seen: {}", String::from_utf8_lossy(&spellings[spellings.len() / 2]));
+        let mut h = start_keeping(Arc::new(Prints(printed, note)), spec, usize::MAX);
+        let mut live = vec![];
+        let report = loop {
+            match h.events.recv().await.expect("a report") {
+                Update::Event(RunEvent { kind: EventKind::Output(_, b), .. }) => live.extend(b),
+                Update::Event(RunEvent { kind: EventKind::Note(n), .. }) => live.extend(n.into_bytes()),
+                Update::Event(_) => {}
+                Update::Finished(r) => break r,
+            }
+        };
+        let all = [live, serde_json::to_vec(&report).unwrap()].concat();
+        for s in &spellings {
+            assert!(!all.windows(s.len()).any(|w| w == s.as_slice()), "{}", String::from_utf8_lossy(s));
+        }
+        assert_eq!(report.secrets.len(), 1, "{:?}", report.error);
+        assert!(report.secrets[0].redacted > spellings.len() as u64, "{:?}", report.secrets);
     }
 
     #[tokio::test]

@@ -28,7 +28,6 @@ use std::task::{Context, Poll};
 
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::ClientConfig;
-use serde::Serialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use zeroize::Zeroizing;
@@ -37,7 +36,7 @@ use super::ca::{self, RunCa};
 use super::framing::{self, Body, Feed, Pieces, Stop};
 use super::policy::Host;
 use super::proxy::{self, Conn, Head, Shared, CONNECT_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT};
-use super::scrub::{Needles, Refused, Scrubber};
+use super::scrub::{ByForm, Needles, Refused, Scrubber, FORMS, TABLE};
 use super::secrets::{placeholder, Binding, Place, Places, Secrets};
 
 /// Largest request body a secret may be substituted into (it is read whole
@@ -54,12 +53,14 @@ struct RunSecret {
 }
 
 /// What the proxy did with one secret, for the report.
-#[derive(Debug, Default, Clone, Copy, Serialize)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Counts {
     /// Requests that carried the value to a bound host.
     pub substituted: u64,
     /// Forms of the value taken out of responses.
     pub scrubbed: u64,
+    /// The same, by row of the encodings' table.
+    pub scrubbed_by: ByForm,
     /// Requests refused because the placeholder was where it may not go.
     pub misdirected: u64,
 }
@@ -163,6 +164,7 @@ impl RunSecrets {
                 "in": s.places.to_string(),
                 "substituted": c.substituted,
                 "scrubbed": c.scrubbed,
+                "scrubbed_by": by_form(&c.scrubbed_by),
                 "misdirected": c.misdirected,
             }))
             .collect::<Vec<_>>())
@@ -253,6 +255,11 @@ impl RunSecrets {
     fn server_config(&self, host: &Host) -> Result<Arc<rustls::ServerConfig>, String> {
         self.ca.as_ref().ok_or_else(|| "no run CA (no secret goes over TLS)".to_string())?.server_config(host)
     }
+}
+
+/// Counts by row, named; rows with none left out.
+pub(crate) fn by_form(f: &ByForm) -> serde_json::Map<String, serde_json::Value> {
+    TABLE.iter().zip(f).filter(|(_, n)| **n > 0).map(|(r, n)| (r.name.to_string(), json!(n))).collect()
 }
 
 /// The bytes a ClientHello already brought, then the stream.
@@ -672,10 +679,41 @@ impl Decoder {
 /// stays small whatever the ratio.
 const INFLATE_STEP: usize = 512;
 
+/// How many of a body's first bytes (decoded) are looked at for a packed format.
+const SNIFF: usize = 10;
+
+/// A packed format at the start of a body the proxy has decoded: inside it
+/// a value is in no spelling the scrubber knows, so the body is refused.
+/// (Brotli has no signature: as a Content-Encoding it is refused; as the
+/// body itself it is not seen.)
+fn packed(b: &[u8]) -> Option<&'static str> {
+    const SIGNATURES: &[(&[u8], &str)] = &[
+        (b"\x1f\x8b", "gzip"),
+        (b"\x78\x01", "zlib"),
+        (b"\x78\x9c", "zlib"),
+        (b"\x78\xda", "zlib"),
+        (b"\x28\xb5\x2f\xfd", "zstd"),
+        (b"\xfd7zXZ\x00", "xz"),
+        (b"PK\x03\x04", "zip"),
+        (b"7z\xbc\xaf\x27\x1c", "7z"),
+        (b"\x04\x22\x4d\x18", "lz4"),
+    ];
+    if let Some((_, name)) = SIGNATURES.iter().find(|(sig, _)| b.starts_with(sig)) {
+        return Some(name);
+    }
+    // bzip2: `BZh`, the block size, then the block magic (text may start with `BZh`).
+    let bz = b.len() >= 10
+        && b.starts_with(b"BZh")
+        && (b'1'..=b'9').contains(&b[3])
+        && b[4..10] == *b"\x31\x41\x59\x26\x53\x59";
+    bz.then_some("bzip2")
+}
+
 /// A response from a host a secret went to: read strictly, every form of
 /// every value replaced by its placeholder in the head and the body (decoded
-/// first), written to the program re-chunked. Err carries whether the head
-/// had already been written.
+/// first), written to the program re-chunked. The head waits for the body's
+/// first bytes: a body in a packed format is refused before anything of the
+/// response is written. Err carries whether the head had already been written.
 async fn relay_scrubbed<U, W>(
     rs: &RunSecrets,
     up: &mut U,
@@ -691,51 +729,103 @@ where
     let (code, reason, fields) = proxy::response_head(&mut feed).await?;
     let body = framing::response_body(code, head_request, &fields).map_err(refused)?;
     let mut decoder = if body == Body::Empty { Decoder::Identity } else { Decoder::of(&fields).map_err(refused)? };
-    let mut counts = vec![0u64; rs.list.len()];
-    let scrub = |b: &[u8], counts: &mut Vec<u64>| -> Vec<u8> {
-        rs.scrub.replace_all(b, counts).ok().flatten().unwrap_or_else(|| b.to_vec())
+    let n = rs.list.len();
+    let (mut counts, mut forms) = (vec![0u64; n], vec![[0u64; FORMS]; n]);
+    let scrub = |b: &[u8], counts: &mut Vec<u64>, forms: &mut Vec<ByForm>| -> Vec<u8> {
+        rs.scrub.replace_all_by_form(b, counts, forms).ok().flatten().unwrap_or_else(|| b.to_vec())
     };
-    let reason = String::from_utf8_lossy(&scrub(reason.as_bytes(), &mut counts)).into_owned();
+    let reason = String::from_utf8_lossy(&scrub(reason.as_bytes(), &mut counts, &mut forms)).into_owned();
     let mut out = format!("HTTP/1.1 {code} {reason}\r\n").into_bytes();
     let kept: Vec<(String, Vec<u8>)> = fields
         .iter()
         .filter(|(n, _)| !(decoder.decodes() && n == "content-encoding"))
-        .map(|(n, v)| (String::from_utf8_lossy(&scrub(n.as_bytes(), &mut counts)).into_owned(), scrub(v, &mut counts)))
+        .map(|(n, v)| {
+            let name = String::from_utf8_lossy(&scrub(n.as_bytes(), &mut counts, &mut forms)).into_owned();
+            (name, scrub(v, &mut counts, &mut forms))
+        })
         .collect();
     out.extend(framing::fields_except(&kept, proxy::DROPPED_DOWN));
     if body != Body::Empty {
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
+    let mut scrubber = Scrubber::new(&rs.scrub, n);
     let result = async {
-        client.write_all(&out).await.map_err(|_| (false, Stop::Gone))?;
         if body == Body::Empty {
-            return Ok(());
+            return client.write_all(&out).await.map_err(|_| (false, Stop::Gone));
         }
-        let part = |why: String| (true, Stop::Refused(why));
-        let mut scrubber = Scrubber::new(&rs.scrub, rs.list.len());
+        // The body's first bytes, decoded, until they are judged.
+        let mut early: Option<Vec<u8>> = Some(vec![]);
         let mut pieces = Pieces::new(body);
-        while let Some(p) = feed.piece(&mut pieces).await.map_err(|e| (true, e))? {
+        loop {
+            let written = early.is_none();
+            let piece = feed.piece(&mut pieces).await.map_err(|e| (written, e))?;
+            let Some(p) = piece else { break };
             for step in p.chunks(INFLATE_STEP) {
-                let plain = decoder.feed(step).map_err(part)?;
-                let clean = scrubber.push(&plain).unwrap_or_default();
-                framing::write_chunk(client, &clean).await.map_err(|e| (true, e))?;
+                let plain = decoder.feed(step).map_err(|why| (early.is_none(), Stop::Refused(why)))?;
+                pass(client, &mut scrubber, &mut early, &out, plain, false).await?;
             }
         }
-        let plain = decoder.finish().map_err(part)?;
-        let mut clean = scrubber.push(&plain).unwrap_or_default();
-        clean.extend(scrubber.finish().unwrap_or_default());
-        framing::write_chunk(client, &clean).await.map_err(|e| (true, e))?;
-        for (c, n) in counts.iter_mut().zip(&scrubber.counts) {
-            *c += n;
-        }
+        let plain = decoder.finish().map_err(|why| (early.is_none(), Stop::Refused(why)))?;
+        pass(client, &mut scrubber, &mut early, &out, plain, true).await?;
         framing::end_chunks(client).await.map_err(|e| (true, e))
     }
     .await;
+    for (c, n) in counts.iter_mut().zip(&scrubber.counts) {
+        *c += n;
+    }
+    for (f, g) in forms.iter_mut().zip(&scrubber.forms) {
+        for (a, b) in f.iter_mut().zip(g) {
+            *a += b;
+        }
+    }
     for (i, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
-        rs.count(i, |c| c.scrubbed += n);
+        rs.count(i, |c| {
+            c.scrubbed += n;
+            for (a, b) in c.scrubbed_by.iter_mut().zip(&forms[i]) {
+                *a += b;
+            }
+        });
     }
     result
+}
+
+/// One decoded piece of a scrubbed body on its way: held with the body's
+/// first bytes until they are judged (then the head goes, or the body is
+/// refused), scrubbed, written as a chunk; at the `end`, what the scrubber
+/// held back too.
+async fn pass<W: AsyncWrite + Unpin>(
+    client: &mut W,
+    scrubber: &mut Scrubber<'_>,
+    early: &mut Option<Vec<u8>>,
+    head: &[u8],
+    plain: Vec<u8>,
+    end: bool,
+) -> Result<(), (bool, Stop)> {
+    let plain = match early.as_mut() {
+        Some(e) => {
+            e.extend_from_slice(&plain);
+            if e.len() < SNIFF && !end {
+                return Ok(());
+            }
+            if let Some(what) = packed(e) {
+                return Err((
+                    false,
+                    Stop::Refused(format!(
+                        "a body in {what} format, which the proxy cannot look inside to scrub a secret from"
+                    )),
+                ));
+            }
+            client.write_all(head).await.map_err(|_| (false, Stop::Gone))?;
+            early.take().unwrap_or_default()
+        }
+        None => plain,
+    };
+    let mut clean = scrubber.push(&plain).unwrap_or_default();
+    if end {
+        clean.extend(scrubber.finish().unwrap_or_default());
+    }
+    framing::write_chunk(client, &clean).await.map_err(|e| (true, e))
 }
 
 #[cfg(test)]

@@ -79,6 +79,18 @@ impl Operator {
     }
 }
 
+/// `text` with every spelling of `value` in the scrubber's table (raw,
+/// percent, base64, hex, JSON/JS and HTML escapes, quoted-printable)
+/// replaced by `with`: for a value sandbench must not show or write that
+/// is not a run's secret (the host's API key a gauntlet sample may print).
+pub fn redact(text: &str, value: &str, with: &str) -> String {
+    if value.is_empty() {
+        return text.to_string();
+    }
+    let n = scrub::Needles::values(&[(value.as_bytes(), with.as_bytes().to_vec())]);
+    n.replace_str(text, &mut [0]).unwrap_or_else(|| text.to_string())
+}
+
 /// Variables that make the usual clients trust a bundle: OpenSSL (Python's
 /// `ssl`, `urllib`), `requests`, curl, pip, Node.
 pub const TRUST_VARS: [&str; 5] =

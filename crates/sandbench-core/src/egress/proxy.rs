@@ -204,6 +204,20 @@ pub(super) async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> Result<He
         Err(httparse::Error::TooManyHeaders) => return Err((431, format!("more than {MAX_HEADERS} headers"))),
         Err(e) => return Err((400, format!("not an HTTP request ({e})"))),
     }
+    // A name with `_` is a token, but a server or framework that maps
+    // headers to variables (CGI, PHP, WSGI, Rails) reads `Transfer_Encoding`
+    // as `Transfer-Encoding`, framing the proxy never decided. Refused, not
+    // dropped (nginx drops them): a request that silently loses a field may
+    // mean something else upstream, and a refusal says why.
+    if let Some(h) = req.headers.iter().find(|h| h.name.contains('_')) {
+        return Err((
+            400,
+            format!(
+                "a header name with an underscore ('{}'): an upstream may read it as its hyphenated twin; use '-'",
+                inert(h.name)
+            ),
+        ));
+    }
     let head = Head {
         method: req.method.unwrap_or("").to_string(),
         target: req.path.unwrap_or("").to_string(),

@@ -576,3 +576,348 @@ async fn response_framing_is_canonical_or_refused_and_no_second_response_reaches
     }
     assert_eq!(n_refused, 6);
 }
+
+/// A TLS server for `name` that reads one request head and answers with
+/// what `reply` makes of it (`None`: closes without an answer); keeps every
+/// head it got.
+async fn tls_echo(from: u8, name: &str, ca: &Ca, reply: fn(&[u8]) -> Vec<u8>) -> Server {
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf =
+        rcgen::CertificateParams::new(vec![name.to_string()]).unwrap().signed_by(&leaf_key, &ca.ca, &ca.key).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = bind(from).await;
+    let addr = l.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<Mutex<Vec<u8>>> = Default::default();
+    let (a, s) = (accepted.clone(), seen.clone());
+    tokio::spawn(async move {
+        while let Ok((c, _)) = l.accept().await {
+            a.fetch_add(1, Ordering::SeqCst);
+            let (acceptor, s) = (acceptor.clone(), s.clone());
+            tokio::spawn(async move {
+                if let Ok(mut t) = acceptor.accept(c).await {
+                    let got = read_request_head(&mut t).await;
+                    s.lock().unwrap().extend_from_slice(&got);
+                    let _ = t.write_all(&reply(&got)).await;
+                    let _ = t.shutdown().await;
+                }
+            });
+        }
+    });
+    Server { addr, accepted, seen }
+}
+
+/// A plain HTTP server answering one request head with `reply`.
+async fn http_echo(from: u8, reply: fn(&[u8]) -> Vec<u8>) -> Server {
+    let l = bind(from).await;
+    let addr = l.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<Mutex<Vec<u8>>> = Default::default();
+    let (a, s) = (accepted.clone(), seen.clone());
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            a.fetch_add(1, Ordering::SeqCst);
+            let s = s.clone();
+            tokio::spawn(async move {
+                let got = read_request_head(&mut c).await;
+                s.lock().unwrap().extend_from_slice(&got);
+                let _ = c.write_all(&reply(&got)).await;
+                let _ = c.shutdown().await;
+            });
+        }
+    });
+    Server { addr, accepted, seen }
+}
+
+async fn read_request_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Vec<u8> {
+    let mut got = vec![];
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") && got.len() < 65536 {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    got
+}
+
+/// The test secret's value: reserved characters and a space, so that every
+/// percent-encoder writes it differently.
+const SECRET: &str = "sk-live Zq8v/3Tz+P0a=W7~nY!4kR";
+
+/// A run whose secret `K` is bound to `api.test` (TLS, the test CA trusted
+/// upstream) and to `http://plain.test` (in clear).
+fn secret_run(ca: &Ca, tls: SocketAddr, plain: SocketAddr) -> Run {
+    let (tx, events) = mpsc::channel(1024);
+    let ctx = RunContext { started: std::time::Instant::now(), tx, stop: CancellationToken::new() };
+    let mut spec = crate::spec::RunSpec::new(crate::spec::Language::Sh, "");
+    let (tp, pp) = (tls.port(), plain.port());
+    spec.limits.network = format!("allow=api.test:{tp},plain.test:{pp}").parse().unwrap();
+    spec.hosts.insert("api.test", vec![tls.ip()]);
+    spec.hosts.insert("plain.test", vec![plain.ip()]);
+    let d = secrets::Declared::parse(&format!("K=env:K@api.test:{tp},http://plain.test:{pp}")).unwrap();
+    let s = d.resolve(&|_| Some(SECRET.into())).unwrap();
+    spec.secrets = secrets::Secrets::new(vec![s]).unwrap();
+    let op = Operator { hosts: Hosts::default(), upstream_ca: vec![ca.ca.pem()] };
+    Run { eg: Egress::start(&spec, &op, &ctx).unwrap().unwrap(), events }
+}
+
+impl Run {
+    fn placeholder(&self) -> String {
+        let env = self.eg.sandbox_env(&Default::default(), "/bundle");
+        env.into_iter().find(|(k, _)| k == "K").unwrap().1
+    }
+
+    /// One request inside an intercepted tunnel to `api.test:port`: the
+    /// answer, as the program reads it.
+    async fn intercepted(&self, port: u16, req: &[u8]) -> String {
+        let mut c = self.client();
+        c.write_all(format!("CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut head = [0u8; 39];
+        c.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head[..], b"HTTP/1.1 200 Connection established\r\n\r\n");
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in ca::certs_from_pem(self.eg.ca_pem().unwrap().as_bytes()).unwrap() {
+            roots.add(cert).unwrap();
+        }
+        let cfg = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("api.test").unwrap();
+        let mut t = tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, c).await.expect("the run CA's TLS");
+        t.write_all(req).await.unwrap();
+        let mut out = vec![];
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), t.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// Header names an upstream may read as another name (or as framing): not
+/// a token of RFC 9110, or a token with `_`. Each through the plain proxy
+/// path and inside an intercepted tunnel: a 400 to the program, a denied
+/// record saying why, nothing upstream.
+#[tokio::test]
+async fn header_names_that_are_not_plain_tokens_are_refused_on_both_paths() {
+    let ca = ca();
+    let ok = |_: &[u8]| b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".to_vec();
+    let tls = tls_echo(110, "api.test", &ca, ok).await;
+    let plain = http_echo(120, ok).await;
+    let r = secret_run(&ca, tls.addr, plain.addr);
+    let (tp, pp) = (tls.addr.port(), plain.addr.port());
+    let cases: &[(&str, &[u8])] = &[
+        ("underscore for a framing name", b"Transfer_Encoding: chunked"),
+        ("underscore for a length", b"Content_Length: 5"),
+        ("underscore in any name", b"X_Api_Key: 1"),
+        ("underscore at the end", b"Host_: evil.test"),
+        ("space before the colon", b"transfer-encoding : chunked"),
+        ("tab before the colon", b"Transfer-Encoding\t: chunked"),
+        ("folded line", b"X-A: 1\r\n  folded"),
+        ("folded with a tab", b"X-A: 1\r\n\tTransfer-Encoding: chunked"),
+        ("non-ASCII", "Tr\u{e4}nsfer-Encoding: chunked".as_bytes()),
+        ("Latin-1 byte", b"Transfer-Encodin\xe7: chunked"),
+        ("NUL", b"X-A\x00: 1"),
+        ("control", b"X-\x01A: 1"),
+        ("DEL", b"X-A\x7f: 1"),
+        ("empty name", b": value"),
+        ("pseudo-header", b":authority: api.test"),
+        ("quote", b"X-\"A\": 1"),
+        ("slash", b"X/A: 1"),
+        ("brackets", b"X-[A]: 1"),
+        ("no colon", b"Transfer-Encoding chunked"),
+    ];
+    let mut refused = 0;
+    for (what, line) in cases {
+        let plain_req = [
+            format!("GET http://plain.test:{pp}/ HTTP/1.1\r\nHost: plain.test:{pp}\r\n").as_bytes(),
+            line,
+            b"\r\n\r\n",
+        ]
+        .concat();
+        let mut c = r.client();
+        let answer = exchange(&mut c, &plain_req).await;
+        assert!(answer.starts_with("HTTP/1.1 400 ") && !answer.contains("Host header"), "plain, {what}: {answer}");
+        let tunnel_req = [format!("GET / HTTP/1.1\r\nHost: api.test:{tp}\r\n").as_bytes(), line, b"\r\n\r\n"].concat();
+        let answer = r.intercepted(tp, &tunnel_req).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400 ") && !answer.contains("Host header"),
+            "intercepted, {what}: {answer}"
+        );
+        refused += 2;
+    }
+    // The same requests with an honest name pass both ways (the harness is not what refuses).
+    let mut c = r.client();
+    let good = format!("GET http://plain.test:{pp}/ HTTP/1.1\r\nHost: plain.test:{pp}\r\nX-Api-Key: 1\r\n\r\n");
+    assert!(exchange(&mut c, good.as_bytes()).await.starts_with("HTTP/1.1 200 "));
+    let good = format!("GET / HTTP/1.1\r\nHost: api.test:{tp}\r\nX-Api-Key: 1\r\n\r\n");
+    let answer = r.intercepted(tp, good.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert_eq!(plain.accepted.load(Ordering::SeqCst), 1, "only the honest plain request reached the upstream");
+    let seen = String::from_utf8_lossy(&tls.seen.lock().unwrap()).into_owned();
+    assert_eq!(seen.matches("GET / HTTP/1.1").count(), 1, "only the honest intercepted request: {seen}");
+    let (_, recs, violations) = r.finish().await;
+    let denied: Vec<&NetRecord> = recs.iter().filter(|r| r.decision == Decision::Denied).collect();
+    assert_eq!(denied.len(), refused, "{recs:?}");
+    let underscore = denied.iter().filter(|r| r.detail.contains("underscore")).count();
+    assert_eq!(underscore, 8, "{denied:?}");
+    assert!(!violations.is_empty());
+}
+
+/// Percent-encodings of a value as common encoders write them, by hand
+/// (the echo host): every byte (either hex case), reserved bytes
+/// only, `+` for space, mixed case.
+fn percent_spellings(v: &[u8]) -> Vec<Vec<u8>> {
+    let pct = |keep: &dyn Fn(u8) -> bool, upper: bool, plus: bool| -> Vec<u8> {
+        let mut o = vec![];
+        for b in v {
+            match *b {
+                b' ' if plus => o.push(b'+'),
+                b if keep(b) => o.push(b),
+                b if upper => o.extend(format!("%{b:02X}").into_bytes()),
+                b => o.extend(format!("%{b:02x}").into_bytes()),
+            }
+        }
+        o
+    };
+    let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
+    let mut mixed = vec![];
+    for (i, b) in v.iter().enumerate() {
+        let s = format!("%{b:02X}");
+        mixed.extend(if i % 3 == 0 { s.to_ascii_lowercase() } else { s }.into_bytes());
+    }
+    vec![
+        pct(&|_| false, true, false),
+        pct(&|_| false, false, false),
+        pct(&|_| false, true, true),
+        pct(&unreserved, true, false),
+        pct(&unreserved, false, false),
+        pct(&unreserved, true, true),
+        pct(&|b| unreserved(b) || b"!'()*".contains(&b), true, false),
+        pct(&|b| unreserved(b) || b == b'/', true, false),
+        mixed,
+    ]
+}
+
+/// The echo host: the request's Authorization value sent back
+/// percent-encoded in every spelling, one a line.
+fn percent_echo(req: &[u8]) -> Vec<u8> {
+    let head = String::from_utf8_lossy(req);
+    let value = head
+        .lines()
+        .find_map(|l| l.strip_prefix("authorization: Bearer ").or_else(|| l.strip_prefix("Authorization: Bearer ")))
+        .unwrap_or("")
+        .as_bytes()
+        .to_vec();
+    let mut body = vec![];
+    for s in percent_spellings(&value) {
+        body.extend_from_slice(b"q=");
+        body.extend(s);
+        body.push(b'\n');
+    }
+    let mut r = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
+    r.extend(body);
+    r
+}
+
+#[tokio::test]
+async fn a_bound_echo_host_never_hands_back_the_value_percent_encoded() {
+    let ca = ca();
+    let tls = tls_echo(130, "api.test", &ca, percent_echo).await;
+    let plain = http_echo(140, percent_echo).await;
+    let r = secret_run(&ca, tls.addr, plain.addr);
+    let ph = r.placeholder();
+    let (tp, pp) = (tls.addr.port(), plain.addr.port());
+    let spellings = percent_spellings(SECRET.as_bytes());
+    let tunnel = r
+        .intercepted(
+            tp,
+            format!("GET / HTTP/1.1\r\nHost: api.test:{tp}\r\nAuthorization: Bearer {ph}\r\n\r\n").as_bytes(),
+        )
+        .await;
+    let mut c = r.client();
+    let req =
+        format!("GET http://plain.test:{pp}/ HTTP/1.1\r\nHost: plain.test:{pp}\r\nAuthorization: Bearer {ph}\r\n\r\n");
+    let clear = exchange(&mut c, req.as_bytes()).await;
+    for (path, answer) in [("intercepted", &tunnel), ("plain", &clear)] {
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{path}: {answer}");
+        // Read as the program's client would: the chunks joined.
+        let (_, head, chunked) = messages(answer.as_bytes());
+        assert!(head.contains("Transfer-Encoding: chunked"), "{path}: {answer}");
+        let answer = &dechunk(&chunked);
+        assert_eq!(answer.matches(&format!("q={ph}\n")).count(), spellings.len(), "{path}: {answer}");
+        for s in &spellings {
+            assert!(!answer.contains(std::str::from_utf8(s).unwrap()), "{path}: {answer}");
+        }
+    }
+    // The upstreams got the value itself.
+    for s in [&tls, &plain] {
+        assert!(String::from_utf8_lossy(&s.seen.lock().unwrap()).contains(&format!("Bearer {SECRET}\r\n")));
+    }
+    let (summary, _, _) = r.finish().await;
+    let k = &summary["secrets"][0];
+    let n = 2 * spellings.len() as u64;
+    assert_eq!(k["scrubbed"].as_u64(), Some(n), "{summary}");
+    assert_eq!(k["scrubbed_by"]["percent"].as_u64(), Some(n), "{summary}");
+}
+
+/// A bound host's body in a packed format (a value inside is in no
+/// spelling the scrubber can find): a 502 to the program, not the bytes.
+#[tokio::test]
+async fn a_packed_body_from_a_bound_host_is_refused() {
+    fn gz(req: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(vec![], flate2::Compression::default());
+        e.write_all(req).unwrap();
+        let body = e.finish().unwrap();
+        let mut r =
+            format!("HTTP/1.1 200 OK\r\nContent-Type: application/gzip\r\nContent-Length: {}\r\n\r\n", body.len())
+                .into_bytes();
+        r.extend(body);
+        r
+    }
+    let ca = ca();
+    let tls = tls_echo(150, "api.test", &ca, gz).await;
+    let plain = http_echo(160, gz).await;
+    let r = secret_run(&ca, tls.addr, plain.addr);
+    let ph = r.placeholder();
+    let (tp, pp) = (tls.addr.port(), plain.addr.port());
+    let answer = r
+        .intercepted(
+            tp,
+            format!("GET / HTTP/1.1\r\nHost: api.test:{tp}\r\nAuthorization: Bearer {ph}\r\n\r\n").as_bytes(),
+        )
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 502 ") && answer.contains("gzip format"), "{answer}");
+    let mut c = r.client();
+    let req =
+        format!("GET http://plain.test:{pp}/ HTTP/1.1\r\nHost: plain.test:{pp}\r\nAuthorization: Bearer {ph}\r\n\r\n");
+    let answer = exchange(&mut c, req.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 502 ") && answer.contains("gzip format"), "{answer}");
+    let (_, recs, _) = r.finish().await;
+    assert_eq!(recs.iter().filter(|r| r.detail.contains("gzip format")).count(), 2, "{recs:?}");
+}
+
+fn dechunk(mut b: &[u8]) -> String {
+    let mut out = vec![];
+    while let Some(i) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..i]).unwrap(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[i + 2..i + 2 + size]);
+        b = &b[i + 4 + size..];
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -319,8 +319,15 @@ pub fn summary(r: &RunReport) -> String {
         } else {
             String::new()
         };
+        // What came back, by spelling: `scrubbed 3 (percent 2, raw 1)`.
+        let by = if x.scrubbed_by.is_empty() {
+            String::new()
+        } else {
+            let parts: Vec<String> = x.scrubbed_by.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            format!(" ({})", parts.join(", "))
+        };
         s.push_str(&format!(
-            "secret    {} → {} (in {}) · substituted {} · scrubbed {} · misdirected {}{leak}\n",
+            "secret    {} → {} (in {}) · substituted {} · scrubbed {}{by} · misdirected {}{leak}\n",
             x.name,
             x.hosts.join(", "),
             x.places,

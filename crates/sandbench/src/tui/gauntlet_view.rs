@@ -297,9 +297,8 @@ pub fn redact_secret(ev: &mut GauntletEvent, secret: &str) {
     }
     let fix = |c: &mut Cell| {
         for s in [&mut c.report.stdout, &mut c.report.stderr] {
-            if s.contains(secret) {
-                *s = s.replace(secret, "[the host's ANTHROPIC_API_KEY, redacted]");
-            }
+            // Every spelling of the scrubber's table, not only the raw value.
+            *s = crate::egress::redact(s, secret, "[the host's ANTHROPIC_API_KEY, redacted]");
         }
     };
     match ev {
@@ -357,12 +356,12 @@ mod tests {
             error: None,
             ..crate::report::RunReport::failed("process", "python", "-", "")
         };
-        r.stdout = "found: sk-secret-1 twice sk-secret-1".into();
+        r.stdout = "found: sk-secret-1 twice sk-secret-1 c2stc2VjcmV0LTE= &#115;&#107;-secret-1".into();
         let cell = crate::gauntlet::judge(&sample, "process", r, Default::default());
         let mut ev = GauntletEvent::CellDone(Box::new(cell));
         redact_secret(&mut ev, "sk-secret-1");
         let GauntletEvent::CellDone(c) = ev else { unreachable!() };
         assert!(!c.report.stdout.contains("sk-secret-1"), "{}", c.report.stdout);
-        assert!(c.report.stdout.contains("redacted"));
+        assert_eq!(c.report.stdout.matches("redacted").count(), 4, "{}", c.report.stdout);
     }
 }
