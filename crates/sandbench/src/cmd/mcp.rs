@@ -739,8 +739,9 @@ impl Sandbench {
     #[tool(description = "List a directory of a session's working directory (/work; path relative to it or absolute \
         under it, default /work), depth levels deep (default 1, at most 8), at most 1000 entries: each with its \
         path relative to the listed directory, type (file, dir, symlink, fifo, socket, ...), size, octal mode, mtime \
-        and, for a symbolic link, where it points (links are never followed). Names are the program's: path_hex has \
-        the exact bytes of a name that is not UTF-8.")]
+        and, for a symbolic link, where it points (links are never followed). Names are the program's, shown with \
+        control and invisible characters by name: path_hex has the exact bytes of a name that is not UTF-8 or \
+        holds such a character.")]
     async fn list_files(
         &self,
         Parameters(args): Parameters<ListFilesArgs>,
@@ -761,16 +762,8 @@ impl Sandbench {
             if truncated { " (cut: more exist)" } else { "" }
         );
         for e in &entries {
-            let link =
-                e.link_target.as_deref().map(|t| format!(" -> {}", sanitize::inert_line(t, 200))).unwrap_or_default();
-            text.push_str(&format!(
-                "{:<7} {:>10} {:>4} {}{}\n",
-                e.kind,
-                e.size,
-                e.mode,
-                sanitize::inert_line(&e.path, 300),
-                link
-            ));
+            let link = e.link_target.as_ref().map(|t| format!(" -> {}", t.line(200))).unwrap_or_default();
+            text.push_str(&format!("{:<7} {:>10} {:>4} {}{}\n", e.kind, e.size, e.mode, e.path.line(300), link));
         }
         let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
         out.structured_content =

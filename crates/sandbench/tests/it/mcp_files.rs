@@ -135,7 +135,12 @@ fn round_trip(tier: &str, server_args: &[&str], envs: &[(&str, String)], limits_
     assert_eq!(find("proj/notes.txt")["type"], "file");
     assert_eq!(find("bin/tool.sh")["mode"], "755");
     assert_eq!(find("sparse")["size"], 6 << 20);
-    assert_eq!(find("weird\nname\u{202e}x")["type"], "file");
+    // A name with a newline and a bidi override: shown by name, exact in hex.
+    let weird = find("weird␤name<U+202E>x");
+    assert_eq!(
+        (&weird["type"], &weird["path_hex"]),
+        (&json!("file"), &json!("weird\nname\u{202e}x".bytes().map(|b| format!("{b:02x}")).collect::<String>()))
+    );
     assert!(entries.iter().any(|e| e["path_hex"] == "ff1b5b324a"), "{entries:?}");
     assert!(!entries.iter().any(|e| e["path"].as_str().unwrap().starts_with("root/")), "followed the link to /");
     assert!(!entries.iter().any(|e| e["path"] == "main.py"), "the helper's own file is listed: {entries:?}");
