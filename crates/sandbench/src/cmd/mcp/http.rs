@@ -69,6 +69,11 @@ fn parts(ctx: &RequestContext<RoleServer>) -> Option<&http::request::Parts> {
     ctx.extensions.get::<http::request::Parts>()
 }
 
+/// The token a request carried (every request that reaches a tool has one).
+pub fn principal(ctx: &RequestContext<RoleServer>) -> Option<Principal> {
+    parts(ctx)?.extensions.get::<Principal>().copied()
+}
+
 pub fn call_gone(ctx: &RequestContext<RoleServer>) -> Option<CancellationToken> {
     parts(ctx)?.extensions.get::<CallGone>().map(|c| c.0.clone())
 }
