@@ -2,7 +2,7 @@
 //! requests take: MCP sessions (the `initialize` handshake of the revisions
 //! before 2026-07-28), the stateless requests of 2026-07-28 (each served by
 //! a handler of its own), or both at once. Every per-client bound counts
-//! them all.
+//! them all, and no client's run holds up another client's requests.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -266,4 +266,35 @@ fn the_sessions_bound_counts_a_client_by_its_token_in_every_form() {
         server.stop();
         assert!(net.leftover_cgroups().is_empty(), "{form_name}: cgroups left: {:?}", net.leftover_cgroups());
     }
+}
+
+#[sandbench_testkit::test(needs = ["mcp"])]
+fn one_clients_long_run_holds_up_no_other_clients_requests() {
+    let home = Home::new("[process]\nspare = false\n");
+    let net = OuterNet::new();
+    let server = server(&home, &net, &[]);
+    let port = server.port;
+    let host = format!("127.0.0.1:{port}");
+    let bob = Caller::new(port, BOB, Session);
+    let mut threads = vec![];
+    for (i, form) in [Stateless, Session].into_iter().enumerate() {
+        // No progress token: a stateless call's answer waits for its run's end.
+        let req = Caller::new(port, ALICE, form).tool("run_code", long_run(), false);
+        threads.push(std::thread::spawn(move || send(port, req, Duration::from_secs(200))));
+        assert!(eventually(90, || bob.load().0 == i as u64 + 1), "{form:?}: Alice's run never started");
+        // Another token's handshake and a stateless request answer while it runs.
+        let r = post(port, &host, &[&format!("Authorization: Bearer {BOB}")], &initialize());
+        assert_eq!(r.status, 200, "{form:?}: Bob's initialize did not answer while Alice's run was in flight: {r:?}");
+        assert!(r.header("mcp-session-id").is_some(), "{r:?}");
+        let tools = Caller::new(port, BOB, Stateless).rpc("tools/list", json!({}));
+        assert!(tools["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{form:?}: {tools}");
+        // ... and all that before her run ended.
+        assert_eq!(bob.load().0, i as u64 + 1, "{form:?}: Alice's run ended first; the order says nothing");
+        assert!(threads.iter().all(|t| !t.is_finished()), "{form:?}: a run of Alice's was answered");
+    }
+    server.stop();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(net.leftover_cgroups().is_empty(), "cgroups left: {:?}", net.leftover_cgroups());
 }
