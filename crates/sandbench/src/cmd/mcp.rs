@@ -33,6 +33,11 @@
 //! (`sandbench_core::session_files`). A long call streams its output and
 //! violations to a client that asked (`mcp/stream.rs`); a call the client
 //! cancels, or whose HTTP stream it drops, is stopped.
+//!
+//! Every tool reply leaves through one exit (`call_tool`, [`inert_reply`]):
+//! each string of its text and of its structured content is made inert
+//! there, whatever the tool built, so a program's text (output, file names,
+//! link targets, an echoed path) reaches no client raw.
 
 mod http;
 mod stream;
@@ -740,8 +745,9 @@ impl Sandbench {
     /// Read a file from a session's /work.
     #[tool(description = "Read a file from a session's working directory (/work): path relative to /work or absolute \
         under /work; offset and length pick a part (at most 1 MiB per call, less when the session's output limit is \
-        lower: next_offset says where to go on). structuredContent has the exact bytes: content (UTF-8 text) or \
-        content_base64 (anything else); the text block shows them with control characters made visible. Symbolic \
+        lower: next_offset says where to go on). structuredContent has the exact bytes: content (UTF-8 text with no \
+        control or invisible character but newlines and tabs) or content_base64 (anything else); the text block \
+        shows them with control and invisible characters made visible. Symbolic \
         links, directories, FIFOs and devices are refused with the reason.")]
     async fn read_file(
         &self,
@@ -771,8 +777,16 @@ impl Sandbench {
         let text = match String::from_utf8(data) {
             Ok(t) => {
                 let shown = inert_text(t.as_bytes());
-                value["encoding"] = json!("utf-8");
-                value["content"] = json!(t);
+                // Exact bytes as text only when the text is inert as it is;
+                // else as base64, inert too (the reply's one exit would
+                // otherwise change them).
+                if shown == t {
+                    value["encoding"] = json!("utf-8");
+                    value["content"] = json!(t);
+                } else {
+                    value["encoding"] = json!("base64");
+                    value["content_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(t.as_bytes()));
+                }
                 format!("{path}: bytes {offset}..{end} of {size}{more}\n{shown}")
             }
             Err(e) => {
@@ -930,6 +944,28 @@ impl ServerHandler for Sandbench {
         self.negotiate_initialize(&request)
     }
 
+    /// Every tool's reply, through the one exit that makes it inert.
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        match self.tool_router.call(tcc).await {
+            Ok(rmcp::model::CallToolResponse::Complete(r)) => {
+                Ok(rmcp::model::CallToolResponse::Complete(inert_reply(r)))
+            }
+            Ok(other) => Ok(other),
+            Err(mut e) => {
+                e.message = inert_text(e.message.as_bytes()).into();
+                if let Some(d) = e.data.as_mut() {
+                    inert_value(d);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// The level below which this connection's log messages are not sent.
     #[allow(deprecated)] // what clients before the 2026-07-28 revision use
     async fn set_level(
@@ -941,6 +977,48 @@ impl ServerHandler for Sandbench {
         let rank = name.as_deref().and_then(stream::level_rank).ok_or_else(|| bad("unknown log level"))?;
         self.conn.log_level.store(rank, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// A tool's reply made inert: every string of its text blocks and of its
+/// structured content (keys too) with its hidden characters shown by name
+/// (`sanitize::visible_controls`; newlines and tabs kept, which JSON escapes
+/// anyway). What is inert already is left as it is, so the tools' own
+/// sanitizing (head and tail, single-line names) stays what the client sees.
+pub fn inert_reply(mut r: CallToolResult) -> CallToolResult {
+    for c in r.content.iter_mut() {
+        if let ContentBlock::Text(t) = c {
+            if needs_inert(&t.text) {
+                t.text = inert_text(t.text.as_bytes());
+            }
+        }
+    }
+    if let Some(v) = r.structured_content.as_mut() {
+        inert_value(v);
+    }
+    r
+}
+
+fn needs_inert(s: &str) -> bool {
+    s.chars().any(|c| c != '\n' && c != '\t' && sanitize::is_hidden(c))
+}
+
+/// Every string in `v`, and every key, made inert.
+pub fn inert_value(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) if needs_inert(s) => *s = inert_text(s.as_bytes()),
+        Value::Array(a) => a.iter_mut().for_each(inert_value),
+        Value::Object(o) => {
+            if o.keys().any(|k| needs_inert(k)) {
+                *o = std::mem::take(o)
+                    .into_iter()
+                    .map(|(k, v)| if needs_inert(&k) { (inert_text(k.as_bytes()), v) } else { (k, v) })
+                    .collect();
+            }
+            o.values_mut().for_each(inert_value);
+        }
+        _ => {}
     }
 }
 
