@@ -16,6 +16,11 @@
 //! The queue is bounded, and so is what one client may have waiting (as
 //! many as it may run, or half the queue): a call beyond either is refused
 //! at once, with the limit and the flag that raises it in the message.
+//!
+//! A client is a key the caller gives: who authenticated (the stdio client,
+//! one bearer token), never a connection or an MCP session, since one client
+//! may open many of those or none at all (stateless requests), and each
+//! would otherwise get a fresh allowance.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -60,6 +65,7 @@ struct State {
 struct Client {
     running: usize,
     waiting: usize,
+    sessions: usize,
 }
 
 struct Waiter {
@@ -147,6 +153,17 @@ impl Admission {
             if !ahead && self.global_fits(&st, need) && c.running < b.max_runs_per_client {
                 return Ok(self.take(&mut st, client, Kind::Run, need));
             }
+            if st.queue.len() >= b.max_queue && c.running >= b.max_runs_per_client {
+                return Err(format!(
+                    "this client already has {} run(s) in flight, the most one client may have (sandbench mcp \
+                     --max-runs-per-client {}), and this server's queue is full ({} waiting, --max-queue {}); \
+                     wait for one to finish",
+                    c.running,
+                    b.max_runs_per_client,
+                    st.queue.len(),
+                    b.max_queue
+                ));
+            }
             if st.queue.len() >= b.max_queue {
                 return Err(format!(
                     "this server has {} run(s) in flight (its most: sandbench mcp --max-runs {}) and {} call(s) \
@@ -176,6 +193,14 @@ impl Admission {
                 "this server already has {} session(s) open (or being opened or torn down), its most (the \
                  operator sets it with sandbench mcp --max-sessions); close one with close_session",
                 st.sessions
+            ));
+        }
+        let held = st.clients.get(&client).map_or(0, |c| c.sessions);
+        if held >= self.bounds.max_sessions_per_client {
+            return Err(format!(
+                "this client already has {held} session(s) open (or being opened or torn down), the most one \
+                 client may hold (sandbench mcp --max-sessions-per-client {}); close one with close_session",
+                self.bounds.max_sessions_per_client
             ));
         }
         if !self.budget_fits(&st, need) {
@@ -235,7 +260,10 @@ impl Admission {
                 st.runs += 1;
                 st.clients.entry(client).or_default().running += 1;
             }
-            Kind::Session => st.sessions += 1,
+            Kind::Session => {
+                st.sessions += 1;
+                st.clients.entry(client).or_default().sessions += 1;
+            }
         }
         st.memory += need.memory;
         st.pids += need.pids;
@@ -250,7 +278,12 @@ impl Admission {
                     c.running = c.running.saturating_sub(1);
                 }
             }
-            Kind::Session => st.sessions = st.sessions.saturating_sub(1),
+            Kind::Session => {
+                st.sessions = st.sessions.saturating_sub(1);
+                if let Some(c) = st.clients.get_mut(&client) {
+                    c.sessions = c.sessions.saturating_sub(1);
+                }
+            }
         }
         st.memory = st.memory.saturating_sub(need.memory);
         st.pids = st.pids.saturating_sub(need.pids);
@@ -258,7 +291,7 @@ impl Admission {
     }
 
     fn forget_idle(&self, st: &mut State, client: u64) {
-        if st.clients.get(&client).is_some_and(|c| c.running == 0 && c.waiting == 0) {
+        if st.clients.get(&client).is_some_and(|c| c.running == 0 && c.waiting == 0 && c.sessions == 0) {
             st.clients.remove(&client);
         }
     }
@@ -320,6 +353,7 @@ mod tests {
         Bounds {
             max_runs: runs,
             max_runs_per_client: per_client,
+            max_sessions_per_client: 4,
             max_queue: queue,
             budget_memory: memory,
             budget_pids: 1000,
@@ -403,6 +437,27 @@ mod tests {
         drop(p);
         assert!(ready(&mut w3).await.is_some());
         assert_eq!(a.load().queued, 0);
+    }
+
+    #[tokio::test]
+    async fn a_client_holds_at_most_its_sessions_and_others_are_not_held_up() {
+        let mut b = bounds(4, 4, 4, 1 << 40);
+        b.max_sessions_per_client = 1;
+        let a = Admission::new(b, 4);
+        let s1 = a.session(1, need(M)).unwrap();
+        let e = a.session(1, need(M)).unwrap_err();
+        assert!(
+            e.contains("this client already has 1 session(s) open") && e.contains("--max-sessions-per-client 1"),
+            "{e}"
+        );
+        let _s2 = a.session(2, need(M)).unwrap();
+        // Runs of the client do not free or take its session share.
+        let r = a.run(1, need(M)).await.unwrap();
+        assert!(a.session(1, need(M)).is_err());
+        drop(r);
+        assert!(a.session(1, need(M)).is_err(), "the client's session is still open");
+        drop(s1);
+        let _s3 = a.session(1, need(M)).unwrap();
     }
 
     #[tokio::test]

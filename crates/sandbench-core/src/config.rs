@@ -199,6 +199,8 @@ pub struct McpConfig {
     pub max_runs: Option<usize>,
     /// Runs one client may have in flight at once.
     pub max_runs_per_client: Option<usize>,
+    /// Sessions one client may hold open at once (default: `max_sessions`).
+    pub max_sessions_per_client: Option<usize>,
     /// Calls waiting for a slot, all clients together.
     pub max_queue: Option<usize>,
     /// Memory limits of everything in flight together (bytes).

@@ -77,9 +77,13 @@ pub struct Policy {
 pub struct Bounds {
     /// Runs in flight, all clients together.
     pub max_runs: usize,
-    /// Runs one client (a stdio connection, an MCP session over HTTP) may
-    /// have in flight; it may have as many more waiting, or half the queue.
+    /// Runs one client may have in flight; it may have as many more
+    /// waiting, or half the queue. A client is who authenticated: the stdio
+    /// client, or one bearer token over HTTP, whatever the form of its
+    /// requests (MCP sessions, or the stateless requests of 2026-07-28).
     pub max_runs_per_client: usize,
+    /// Sessions (`open_session`) one client may hold open at once.
+    pub max_sessions_per_client: usize,
     /// Calls waiting for a slot, all clients together; one more is refused.
     pub max_queue: usize,
     /// Bytes of memory limits across runs in flight and open sessions.
@@ -94,6 +98,7 @@ impl Default for Bounds {
         Bounds {
             max_runs: DEFAULT_MAX_RUNS,
             max_runs_per_client: DEFAULT_MAX_RUNS_PER_CLIENT,
+            max_sessions_per_client: DEFAULT_MAX_SESSIONS,
             max_queue: DEFAULT_MAX_QUEUE,
             budget_memory: crate::host::memory_total().map(|m| m / 2).unwrap_or(2 << 30),
             budget_pids: DEFAULT_BUDGET_PIDS,
@@ -152,6 +157,9 @@ impl Policy {
         }
         if bounds.max_runs_per_client == 0 {
             return Err("--max-runs-per-client must be at least 1".into());
+        }
+        if bounds.max_sessions_per_client == 0 {
+            return Err("--max-sessions-per-client must be at least 1 (--max-sessions 0 keeps no sessions)".into());
         }
         if bounds.budget_memory < self.base.memory_bytes {
             return Err(format!(
@@ -410,6 +418,7 @@ mod tests {
         let b = |runs, memory, pids| Bounds {
             max_runs: runs,
             max_runs_per_client: 1,
+            max_sessions_per_client: 1,
             max_queue: 4,
             budget_memory: memory,
             budget_pids: pids,

@@ -131,6 +131,66 @@ pub fn inert_message(s: &str, max_chars: usize) -> String {
     inert_line(&s.replace("\r\n", "\n").replace('\r', "\n"), max_chars)
 }
 
+/// Most characters of one untrusted name (a file name, a link target) as
+/// it leaves sandbench: a Linux path is at most 4096 bytes.
+pub const MAX_NAME_CHARS: usize = 4096;
+
+/// Text a program produced that sandbench hands on as data: a file name, a
+/// link target. It is hostile, so it has no raw way out: no `Display`, no
+/// `Deref<Target = str>`, and its `Serialize` and `Debug` write the inert
+/// form ([`inert_line`], newlines and tabs shown too), so a structured
+/// reply, a JSON report or a log line built from it cannot carry an escape
+/// or a hidden character whatever code forgets. [`Untrusted::raw`] is for
+/// comparisons inside sandbench only.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Untrusted(String);
+
+impl Untrusted {
+    pub fn new(s: impl Into<String>) -> Untrusted {
+        Untrusted(s.into())
+    }
+
+    /// From bytes; invalid UTF-8 becomes U+FFFD (keep the bytes elsewhere,
+    /// hex-encoded, when they must be exact).
+    pub fn from_bytes(b: &[u8]) -> Untrusted {
+        Untrusted(String::from_utf8_lossy(b).into_owned())
+    }
+
+    /// The inert form, cut at `max_chars` characters.
+    pub fn line(&self, max_chars: usize) -> String {
+        inert_line(&self.0, max_chars)
+    }
+
+    /// The text as it came: to compare with, never to show or send.
+    pub fn raw(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for Untrusted {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Untrusted {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl std::fmt::Debug for Untrusted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.line(MAX_NAME_CHARS), f)
+    }
+}
+
+impl serde::Serialize for Untrusted {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.line(MAX_NAME_CHARS))
+    }
+}
+
 /// Keep the head and the tail of `text` within about `max` bytes, cut at
 /// character boundaries, with a line saying how much was left out between.
 /// An agent needs both ends: the start says what ran, the end how it died.
@@ -178,6 +238,15 @@ mod tests {
         assert!(out.starts_with('é') && out.ends_with('z'));
         assert!(out.contains(&format!("… {omitted} bytes omitted …")));
         assert_eq!(text.len(), omitted + out.lines().next().unwrap().len() + out.lines().last().unwrap().len());
+    }
+
+    #[test]
+    fn untrusted_text_leaves_only_inert() {
+        let u = Untrusted::from_bytes(b"a\x1b]52;c;aGk=\x07\n\xff\xe2\x80\xae");
+        let json = serde_json::to_string(&u).unwrap();
+        assert_eq!(json, "\"a␛]52;c;aGk=^G␤\u{FFFD}<U+202E>\"");
+        assert_eq!(format!("{u:?}"), format!("{:?}", u.line(MAX_NAME_CHARS)));
+        assert!(u == "a\x1b]52;c;aGk=\x07\n\u{FFFD}\u{202e}", "raw stays for comparisons");
     }
 
     #[test]

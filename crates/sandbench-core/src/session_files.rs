@@ -27,6 +27,7 @@ use std::time::Duration;
 use base64::Engine;
 
 use crate::report::{Outcome, RunReport};
+use crate::sanitize::Untrusted;
 use crate::spec::{format_size, Language, Limits, RunSpec};
 
 /// Most bytes one `write_file` or `read_file` moves.
@@ -125,13 +126,14 @@ pub enum FileReply {
     Listed { path: String, entries: Vec<Entry>, truncated: bool },
 }
 
-/// One entry of a listing. Names come from the program: `path` is shown
-/// as text (invalid UTF-8 replaced), `path_hex` is exact when it was not
-/// UTF-8.
+/// One entry of a listing. Names come from the program: `path` and
+/// `link_target` are [`Untrusted`] (serialized inert: hidden characters
+/// shown by name, invalid UTF-8 replaced); `path_hex` has the exact bytes of
+/// a name that is not UTF-8 or that holds a character shown by name.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Entry {
     /// Relative to the listed directory.
-    pub path: String,
+    pub path: Untrusted,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path_hex: Option<String>,
     /// file, dir, symlink, fifo, socket, char_device, block_device, other.
@@ -144,7 +146,7 @@ pub struct Entry {
     pub mtime: i64,
     /// Where a symbolic link points (never followed).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub link_target: Option<String>,
+    pub link_target: Option<Untrusted>,
     /// On another file system (not descended into).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub other_mount: bool,
@@ -348,11 +350,11 @@ fn entry(f: &[&str]) -> Option<Entry> {
     };
     let mode = u32::from_str_radix(f[3], 8).ok().filter(|m| *m <= 0o7777)?;
     let raw = unhex(f[5])?;
-    let (path, path_hex) = match String::from_utf8(raw.clone()) {
-        Ok(s) => (s, None),
-        Err(_) => (String::from_utf8_lossy(&raw).into_owned(), Some(f[5].to_string())),
-    };
-    let link_target = if f[6] == "-" { None } else { Some(String::from_utf8_lossy(&unhex(f[6])?).into_owned()) };
+    let path = Untrusted::from_bytes(&raw);
+    // Exact bytes whenever the inert form is not the name itself.
+    let exact = std::str::from_utf8(&raw).is_ok_and(|s| !s.chars().any(crate::sanitize::is_hidden));
+    let path_hex = (!exact).then(|| f[5].to_string());
+    let link_target = if f[6] == "-" { None } else { Some(Untrusted::from_bytes(&unhex(f[6])?)) };
     Some(Entry {
         path,
         path_hex,
@@ -512,8 +514,8 @@ mod tests {
         let FileReply::Listed { entries, truncated, .. } = list.parse("N", &report(out), &l).unwrap() else { panic!() };
         assert!(!truncated);
         assert_eq!(entries[0].path, "a/b");
-        assert_eq!(entries[1].link_target.as_deref(), Some("/etc/passwd"));
-        assert_eq!((entries[2].path.as_str(), entries[2].path_hex.as_deref()), ("\u{FFFD}\n", Some("ff0a")));
+        assert_eq!(entries[1].link_target.as_ref().map(Untrusted::raw), Some("/etc/passwd"));
+        assert_eq!((entries[2].path.raw(), entries[2].path_hex.as_deref()), ("\u{FFFD}\n", Some("ff0a")));
         assert!(list.parse("N", &report("N E f 3 644 100 zz - -\nN OK list 1 all"), &l).is_err());
         assert!(list.parse("N", &report("N E q 3 644 100 61 - -\nN OK list 1 all"), &l).is_err());
     }
@@ -606,14 +608,14 @@ mod tests {
         assert_eq!(find("sub/dir/notes.txt").kind, "file");
         assert_eq!(find("sub/dir").kind, "dir");
         assert_eq!(find("etc").kind, "symlink");
-        assert_eq!(find("etc").link_target.as_deref(), Some("/etc"));
+        assert_eq!(find("etc").link_target.as_ref().map(Untrusted::raw), Some("/etc"));
         assert_eq!(find("fifo").kind, "fifo");
         assert_eq!(find("a\nb\u{202e}c").size, 1);
         assert!(entries.iter().any(|e| e.path_hex.as_deref() == Some("ff1b5b324a")));
-        assert!(!entries.iter().any(|e| e.path.starts_with("etc/")), "the link to /etc was not descended into");
+        assert!(!entries.iter().any(|e| e.path.raw().starts_with("etc/")), "the link to /etc was not descended into");
         let FileReply::Listed { entries, .. } = helper(d, &FileOp::list(None, Some(1)).unwrap()).unwrap() else {
             panic!()
         };
-        assert!(!entries.iter().any(|e| e.path.contains('/')), "depth 1 lists the directory's own entries");
+        assert!(!entries.iter().any(|e| e.path.raw().contains('/')), "depth 1 lists the directory's own entries");
     }
 }

@@ -446,8 +446,13 @@ pub struct McpArgs {
     #[arg(long, value_name = "N", value_parser = spec::parse_count)]
     pub max_runs: Option<u64>,
     /// Runs one client may have in flight at once (default 2); as many more, or half the queue, may wait.
+    /// A client is one bearer token over HTTP (all its MCP sessions and stateless requests together).
     #[arg(long, value_name = "N", value_parser = spec::parse_count)]
     pub max_runs_per_client: Option<u64>,
+    /// Sessions one client may hold open at once (default: --max-sessions). A client is one bearer token
+    /// over HTTP (all its MCP sessions and stateless requests together), or the stdio client.
+    #[arg(long, value_name = "N", value_parser = spec::parse_count)]
+    pub max_sessions_per_client: Option<u64>,
     /// Calls waiting for a slot, all clients together; one more is refused (default 16).
     #[arg(long, value_name = "N")]
     pub max_queue: Option<usize>,

@@ -16,22 +16,35 @@
 //! runner and judge as every other front end and are appended to the run log
 //! with the client's name.
 //!
+//! A client, for every per-client bound, is who authenticated: the stdio
+//! client, or one bearer token over HTTP, whatever form its requests take —
+//! any number of MCP sessions, or the stateless requests of the 2026-07-28
+//! transport, each of which gets a handler of its own (`client_of`).
+//!
 //! Sessions (`open_session`, `run_code {session}`, `close_session`) belong
 //! to the connection that opened them: another client never sees them, and
 //! they are closed when their client goes (stdio: the server exits; HTTP:
-//! the MCP session ends), when they idle out or reach their cap. Files move
+//! the MCP session ends), when they idle out or reach their cap. One opened
+//! by a stateless request belongs to its token, seen by that token's
+//! stateless requests only, and closes by `close_session`, idling out or its
+//! cap (there is no connection whose end would close it). Files move
 //! in and out of a session with `write_file`, `read_file` and `list_files`,
 //! each a call of sandbench's own helper inside the session's sandbox
 //! (`sandbench_core::session_files`). A long call streams its output and
 //! violations to a client that asked (`mcp/stream.rs`); a call the client
 //! cancels, or whose HTTP stream it drops, is stopped.
+//!
+//! Every tool reply leaves through one exit (`call_tool`, [`inert_reply`]):
+//! each string of its text and of its structured content is made inert
+//! there, whatever the tool built, so a program's text (output, file names,
+//! link targets, an echoed path) reaches no client raw.
 
 mod http;
 mod stream;
 mod token;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -199,8 +212,8 @@ struct Shared {
     /// so nothing of a run outlives it.
     runs: TaskTracker,
     shutdown: CancellationToken,
-    /// Open sessions, each with the connection that opened it.
-    sessions: Mutex<HashMap<String, (u64, Session)>>,
+    /// Open sessions, each with who may use it.
+    sessions: Mutex<HashMap<String, (Owner, Session)>>,
     /// Runs in flight, the queue, sessions and the budget.
     admission: Arc<Admission>,
     /// Each tier's last probe; held while probing, so one probe at a time.
@@ -209,27 +222,56 @@ struct Shared {
 }
 
 impl Shared {
-    /// Close the sessions of one connection (None: of every connection).
+    /// Close the sessions of one connection (None: every session).
     fn sessions_of(&self, conn: Option<u64>) -> Vec<Session> {
         let Ok(mut m) = self.sessions.lock() else { return vec![] };
-        let ids: Vec<String> =
-            m.iter().filter(|(_, (c, _))| conn.is_none_or(|k| *c == k)).map(|(id, _)| id.clone()).collect();
+        let ids: Vec<String> = m
+            .iter()
+            .filter(|(_, (o, _))| conn.is_none_or(|k| *o == Owner::Conn(k)))
+            .map(|(id, _)| id.clone())
+            .collect();
         ids.iter().filter_map(|id| m.remove(id)).map(|(_, s)| s).collect()
     }
 }
 
-/// One client connection: stdio's one client, or one MCP session over HTTP.
-/// When the last handle to it goes (the client is gone), its sessions close.
+/// Who may use a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// The connection that opened it (stdio's, or one MCP session over
+    /// HTTP); closed when that goes.
+    Conn(u64),
+    /// A client's stateless requests (`client_of`): they have no connection
+    /// to outlive, so the session lasts to its close, idle timeout or cap.
+    Client(u64),
+}
+
+/// The client stdio serves (there is one): bearer tokens are 1 and up.
+const STDIO_CLIENT: u64 = 0;
+
+/// Who sent a request, for the per-client bounds: the bearer token it
+/// carried over HTTP, else the stdio client. Never the handler or the MCP
+/// session: a stateless request gets a handler of its own, and one token may
+/// open many MCP sessions, so either would give each request a fresh
+/// allowance.
+fn client_of(ctx: &RequestContext<RoleServer>) -> u64 {
+    http::principal(ctx).map_or(STDIO_CLIENT, |p| p.0 as u64 + 1)
+}
+
+/// One handler: stdio's one client, one MCP session over HTTP, or one
+/// stateless request (which never says `initialize`). When the last handle
+/// to it goes (the client is gone), the sessions it owns close.
 struct Conn {
     id: u64,
     shared: Arc<Shared>,
     /// The log level the client set (`logging/setLevel`; `u8::MAX`: none).
     log_level: AtomicU8,
+    /// It answered `initialize`: a connection, not a stateless request.
+    initialized: AtomicBool,
 }
 
 impl Conn {
     fn new(id: u64, shared: Arc<Shared>) -> Conn {
-        Conn { id, shared, log_level: AtomicU8::new(u8::MAX) }
+        Conn { id, shared, log_level: AtomicU8::new(u8::MAX), initialized: AtomicBool::new(false) }
     }
 
     fn log_level(&self) -> Option<u8> {
@@ -333,16 +375,26 @@ impl Sandbench {
     ) -> Result<Permit, Result<CallToolResult, ErrorData>> {
         let adm = self.shared.admission.clone();
         tokio::select! {
-            r = adm.run(self.conn.id, need) => r.map_err(|e| Ok(refused(e))),
+            r = adm.run(client_of(ctx), need) => r.map_err(|e| Ok(refused(e))),
             _ = abandoned(ctx) => Err(Err(cancelled())),
         }
     }
 
-    /// This connection's open session `id`.
-    fn session(&self, id: &str) -> Result<Session, ErrorData> {
+    /// Who the sessions this request opens belong to, and which it sees.
+    fn owner(&self, ctx: &RequestContext<RoleServer>) -> Owner {
+        if self.conn.initialized.load(Ordering::Relaxed) {
+            Owner::Conn(self.conn.id)
+        } else {
+            Owner::Client(client_of(ctx))
+        }
+    }
+
+    /// This requester's open session `id`.
+    fn session(&self, id: &str, ctx: &RequestContext<RoleServer>) -> Result<Session, ErrorData> {
+        let me = self.owner(ctx);
         let m = self.shared.sessions.lock().map_err(|_| ErrorData::internal_error("session table poisoned", None))?;
         match m.get(id) {
-            Some((c, s)) if *c == self.conn.id => Ok(s.clone()),
+            Some((o, s)) if *o == me => Ok(s.clone()),
             _ => Err(bad(format!(
                 "unknown session '{}': open one with open_session (a client sees only its own sessions)",
                 sanitize::inert_line(id, 40)
@@ -421,7 +473,7 @@ impl Sandbench {
         op: FileOp,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<(Session, FileReply), CallToolResult>, ErrorData> {
-        let s = self.session(id)?;
+        let s = self.session(id, ctx)?;
         let (spec, nonce) = op.spec(s.limits()).map_err(|e| ErrorData::internal_error(format!("{e:#}"), None))?;
         let permit = match self.admit(Need::default(), ctx).await {
             Ok(p) => p,
@@ -475,7 +527,7 @@ impl Sandbench {
                     "a session is offline (no egress proxy), so it cannot use secrets: run without a session",
                 ));
             }
-            let s = self.session(id)?;
+            let s = self.session(id, &ctx)?;
             if let Some(t) = args.tier.as_deref().filter(|t| *t != s.tier()) {
                 return Err(bad(format!(
                     "session {id} keeps a {} sandbox, not {}: leave tier out, or open a session on that tier",
@@ -549,7 +601,7 @@ impl Sandbench {
         // down, whatever the client does meanwhile: the permit goes with
         // the sandbox (`Session::open_holding`).
         let need = Need { memory: spec.limits.memory_bytes, pids: spec.limits.pids };
-        let permit = match sh.admission.session(self.conn.id, need) {
+        let permit = match sh.admission.session(client_of(&ctx), need) {
             Ok(p) => p,
             Err(e) => return Ok(refused(e)),
         };
@@ -577,7 +629,7 @@ impl Sandbench {
         }
         let info = s.info();
         if let Ok(mut m) = sh.sessions.lock() {
-            m.insert(s.id().to_string(), (self.conn.id, s.clone()));
+            m.insert(s.id().to_string(), (self.owner(&ctx), s.clone()));
         }
         let value = json!({
             "session": info.id,
@@ -604,8 +656,12 @@ impl Sandbench {
     /// Close a session and tear its sandbox down.
     #[tool(description = "Close a session from open_session: a call still running in it is cancelled, and its \
         sandbox and every file in it are gone when this returns.")]
-    async fn close_session(&self, Parameters(args): Parameters<CloseSessionArgs>) -> Result<CallToolResult, ErrorData> {
-        let s = self.session(&args.session)?;
+    async fn close_session(
+        &self,
+        Parameters(args): Parameters<CloseSessionArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let s = self.session(&args.session, &ctx)?;
         if let Ok(mut m) = self.shared.sessions.lock() {
             m.remove(s.id());
         }
@@ -627,9 +683,10 @@ impl Sandbench {
         calls so far, age and idle time in ms, when it closes (idle_timeout_ms, max_life_ms) and its limits. Use it to \
         find a session whose open_session answer was lost (a call cancelled just as the session was made) and \
         close it.")]
-    async fn list_sessions(&self) -> Result<CallToolResult, ErrorData> {
+    async fn list_sessions(&self, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+        let me = self.owner(&ctx);
         let mut mine: Vec<SessionInfo> = match self.shared.sessions.lock() {
-            Ok(m) => m.values().filter(|(c, s)| *c == self.conn.id && !s.is_closed()).map(|(_, s)| s.info()).collect(),
+            Ok(m) => m.values().filter(|(o, s)| *o == me && !s.is_closed()).map(|(_, s)| s.info()).collect(),
             Err(_) => return Err(ErrorData::internal_error("session table poisoned", None)),
         };
         mine.sort_by(|a, b| a.age_ms.cmp(&b.age_ms).reverse());
@@ -688,8 +745,9 @@ impl Sandbench {
     /// Read a file from a session's /work.
     #[tool(description = "Read a file from a session's working directory (/work): path relative to /work or absolute \
         under /work; offset and length pick a part (at most 1 MiB per call, less when the session's output limit is \
-        lower: next_offset says where to go on). structuredContent has the exact bytes: content (UTF-8 text) or \
-        content_base64 (anything else); the text block shows them with control characters made visible. Symbolic \
+        lower: next_offset says where to go on). structuredContent has the exact bytes: content (UTF-8 text with no \
+        control or invisible character but newlines and tabs) or content_base64 (anything else); the text block \
+        shows them with control and invisible characters made visible. Symbolic \
         links, directories, FIFOs and devices are refused with the reason.")]
     async fn read_file(
         &self,
@@ -719,8 +777,16 @@ impl Sandbench {
         let text = match String::from_utf8(data) {
             Ok(t) => {
                 let shown = inert_text(t.as_bytes());
-                value["encoding"] = json!("utf-8");
-                value["content"] = json!(t);
+                // Exact bytes as text only when the text is inert as it is;
+                // else as base64, inert too (the reply's one exit would
+                // otherwise change them).
+                if shown == t {
+                    value["encoding"] = json!("utf-8");
+                    value["content"] = json!(t);
+                } else {
+                    value["encoding"] = json!("base64");
+                    value["content_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(t.as_bytes()));
+                }
                 format!("{path}: bytes {offset}..{end} of {size}{more}\n{shown}")
             }
             Err(e) => {
@@ -739,8 +805,9 @@ impl Sandbench {
     #[tool(description = "List a directory of a session's working directory (/work; path relative to it or absolute \
         under it, default /work), depth levels deep (default 1, at most 8), at most 1000 entries: each with its \
         path relative to the listed directory, type (file, dir, symlink, fifo, socket, ...), size, octal mode, mtime \
-        and, for a symbolic link, where it points (links are never followed). Names are the program's: path_hex has \
-        the exact bytes of a name that is not UTF-8.")]
+        and, for a symbolic link, where it points (links are never followed). Names are the program's, shown with \
+        control and invisible characters by name: path_hex has the exact bytes of a name that is not UTF-8 or \
+        holds such a character.")]
     async fn list_files(
         &self,
         Parameters(args): Parameters<ListFilesArgs>,
@@ -761,16 +828,8 @@ impl Sandbench {
             if truncated { " (cut: more exist)" } else { "" }
         );
         for e in &entries {
-            let link =
-                e.link_target.as_deref().map(|t| format!(" -> {}", sanitize::inert_line(t, 200))).unwrap_or_default();
-            text.push_str(&format!(
-                "{:<7} {:>10} {:>4} {}{}\n",
-                e.kind,
-                e.size,
-                e.mode,
-                sanitize::inert_line(&e.path, 300),
-                link
-            ));
+            let link = e.link_target.as_ref().map(|t| format!(" -> {}", t.line(200))).unwrap_or_default();
+            text.push_str(&format!("{:<7} {:>10} {:>4} {}{}\n", e.kind, e.size, e.mode, e.path.line(300), link));
         }
         let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
         out.structured_content =
@@ -826,6 +885,7 @@ impl Sandbench {
             "bounds": {
                 "max_runs": p.bounds.max_runs,
                 "max_runs_per_client": p.bounds.max_runs_per_client,
+                "max_sessions_per_client": p.bounds.max_sessions_per_client,
                 "max_queue": p.bounds.max_queue,
                 "budget_memory_bytes": p.bounds.budget_memory,
                 "budget_pids": p.bounds.budget_pids,
@@ -872,6 +932,40 @@ impl ServerHandler for Sandbench {
         .with_instructions(INSTRUCTIONS.to_string())
     }
 
+    /// A handler that answers `initialize` is a connection's (stdio, an MCP
+    /// session); one that never does serves a stateless request.
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        self.conn.initialized.store(true, Ordering::Relaxed);
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    /// Every tool's reply, through the one exit that makes it inert.
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        match self.tool_router.call(tcc).await {
+            Ok(rmcp::model::CallToolResponse::Complete(r)) => {
+                Ok(rmcp::model::CallToolResponse::Complete(inert_reply(r)))
+            }
+            Ok(other) => Ok(other),
+            Err(mut e) => {
+                e.message = inert_text(e.message.as_bytes()).into();
+                if let Some(d) = e.data.as_mut() {
+                    inert_value(d);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// The level below which this connection's log messages are not sent.
     #[allow(deprecated)] // what clients before the 2026-07-28 revision use
     async fn set_level(
@@ -883,6 +977,48 @@ impl ServerHandler for Sandbench {
         let rank = name.as_deref().and_then(stream::level_rank).ok_or_else(|| bad("unknown log level"))?;
         self.conn.log_level.store(rank, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// A tool's reply made inert: every string of its text blocks and of its
+/// structured content (keys too) with its hidden characters shown by name
+/// (`sanitize::visible_controls`; newlines and tabs kept, which JSON escapes
+/// anyway). What is inert already is left as it is, so the tools' own
+/// sanitizing (head and tail, single-line names) stays what the client sees.
+pub fn inert_reply(mut r: CallToolResult) -> CallToolResult {
+    for c in r.content.iter_mut() {
+        if let ContentBlock::Text(t) = c {
+            if needs_inert(&t.text) {
+                t.text = inert_text(t.text.as_bytes());
+            }
+        }
+    }
+    if let Some(v) = r.structured_content.as_mut() {
+        inert_value(v);
+    }
+    r
+}
+
+fn needs_inert(s: &str) -> bool {
+    s.chars().any(|c| c != '\n' && c != '\t' && sanitize::is_hidden(c))
+}
+
+/// Every string in `v`, and every key, made inert.
+pub fn inert_value(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) if needs_inert(s) => *s = inert_text(s.as_bytes()),
+        Value::Array(a) => a.iter_mut().for_each(inert_value),
+        Value::Object(o) => {
+            if o.keys().any(|k| needs_inert(k)) {
+                *o = std::mem::take(o)
+                    .into_iter()
+                    .map(|(k, v)| if needs_inert(&k) { (inert_text(k.as_bytes()), v) } else { (k, v) })
+                    .collect();
+            }
+            o.values_mut().for_each(inert_value);
+        }
+        _ => {}
     }
 }
 
@@ -1005,6 +1141,11 @@ pub fn policy(args: &McpArgs, config: &Config) -> anyhow::Result<Policy> {
             .map(|n| n as usize)
             .or(m.max_runs_per_client)
             .unwrap_or(d.max_runs_per_client),
+        max_sessions_per_client: args
+            .max_sessions_per_client
+            .map(|n| n as usize)
+            .or(m.max_sessions_per_client)
+            .unwrap_or(max.max(1)),
         max_queue: args.max_queue.or(m.max_queue).unwrap_or(d.max_queue),
         budget_memory: args.budget_memory.or(m.budget_memory_bytes).unwrap_or(d.budget_memory),
         budget_pids: args.budget_pids.or(m.budget_pids).unwrap_or(d.budget_pids),

@@ -34,6 +34,7 @@ mod headless;
 mod host_inodes;
 mod javascript;
 mod mcp_bounds;
+mod mcp_clients;
 mod mcp_files;
 mod mcp_http_auth;
 mod mcp_stdio;

@@ -114,11 +114,13 @@ fn round_trip(tier: &str, server_args: &[&str], envs: &[(&str, String)], limits_
     assert_eq!(ok(2)["mode"], "755");
     assert_eq!(ok(3)["stdout"], format!("tool-ran\n755\n{}\n", NOTES.len()), "{}", o[3]["structured"]["stderr"]);
     assert_eq!(ok(4)["stdout"], "planted\n", "{}", o[4]);
-    // Read back exactly; the text block shows controls and bidi inert.
+    // Read back exactly, as base64 (the text holds an escape and a bidi
+    // override, which no structured string carries raw); the text block
+    // shows controls and bidi inert.
     let r = ok(5);
     assert_eq!(
-        (r["content"].as_str(), r["encoding"].as_str(), r["eof"].as_bool()),
-        (Some(NOTES), Some("utf-8"), Some(true))
+        (r["content_base64"].as_str(), r["encoding"].as_str(), r["eof"].as_bool(), r.get("content")),
+        (Some(b64(NOTES.as_bytes()).as_str()), Some("base64"), Some(true), None)
     );
     let text = o[5]["text"].as_str().unwrap();
     assert!(!text.contains('\x1b') && !text.contains('\u{202e}'), "{text:?}");
@@ -135,7 +137,12 @@ fn round_trip(tier: &str, server_args: &[&str], envs: &[(&str, String)], limits_
     assert_eq!(find("proj/notes.txt")["type"], "file");
     assert_eq!(find("bin/tool.sh")["mode"], "755");
     assert_eq!(find("sparse")["size"], 6 << 20);
-    assert_eq!(find("weird\nname\u{202e}x")["type"], "file");
+    // A name with a newline and a bidi override: shown by name, exact in hex.
+    let weird = find("weird␤name<U+202E>x");
+    assert_eq!(
+        (&weird["type"], &weird["path_hex"]),
+        (&json!("file"), &json!("weird\nname\u{202e}x".bytes().map(|b| format!("{b:02x}")).collect::<String>()))
+    );
     assert!(entries.iter().any(|e| e["path_hex"] == "ff1b5b324a"), "{entries:?}");
     assert!(!entries.iter().any(|e| e["path"].as_str().unwrap().starts_with("root/")), "followed the link to /");
     assert!(!entries.iter().any(|e| e["path"] == "main.py"), "the helper's own file is listed: {entries:?}");

@@ -4,6 +4,8 @@
 //! Skipped with a reason when the SDK is not installed, unless
 //! `SANDBENCH_REQUIRE_TIERS` names `mcp`.
 
+use base64::Engine;
+
 use crate::support::common;
 use crate::support::docker_common::{eventually, tier_available, tier_ready};
 use crate::support::mcp::{call, drive, Home, HttpServer, SECRET};
@@ -123,6 +125,125 @@ fn mcp_replies_show_invisible_and_bidi_characters_by_name() {
     let raw: Vec<String> =
         all.chars().filter(|c| sandbench::sanitize::is_hidden(*c)).map(|c| format!("U+{:04X}", c as u32)).collect();
     assert!(raw.is_empty(), "raw hidden characters in the reply: {raw:?}");
+}
+
+/// Hostile text, one row per class: what a program puts in file names, link
+/// targets, stdout and stderr.
+const HOSTILE: &[(&str, &[u8])] = &[
+    ("osc52", b"\x1b]52;c;aGk=\x07"),
+    ("csi", b"\x1b[2J\x1b[31m"),
+    ("c1-nel", "\u{85}".as_bytes()),
+    ("c1-csi", "\u{9b}31m".as_bytes()),
+    ("bidi-override", "\u{202a}\u{202e}".as_bytes()),
+    ("bidi-isolate", "\u{2066}\u{2069}".as_bytes()),
+    ("tags", "\u{e0001}\u{e0041}\u{e007f}".as_bytes()),
+    ("zero-width", "\u{200b}\u{200f}\u{feff}".as_bytes()),
+    ("line-sep", "\u{2028}".as_bytes()),
+    ("para-sep", "\u{2029}".as_bytes()),
+    ("newline", b"\r\n\t"),
+    ("nul", b"a\x00b"),
+    ("lone-surrogate", b"\xed\xa0\x80"),
+    ("invalid-utf8", b"\xff\xfe\xc0"),
+];
+
+/// Every string in `v` (keys too) holding a hidden character: none may,
+/// but newlines and tabs.
+fn raw_hidden(v: &Value, at: &str, out: &mut Vec<String>) {
+    let bad = |s: &str| s.chars().any(|c| c != '\n' && c != '\t' && sandbench::sanitize::is_hidden(c));
+    match v {
+        Value::String(s) if bad(s) => out.push(format!("{at}: {s:?}")),
+        Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| raw_hidden(v, &format!("{at}[{i}]"), out)),
+        Value::Object(o) => {
+            for (k, v) in o {
+                if bad(k) {
+                    out.push(format!("{at}: key {k:?}"));
+                }
+                raw_hidden(v, &format!("{at}.{k}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[sandbench_testkit::test(needs = ["mcp"])]
+fn hostile_text_leaves_every_tool_inert_in_text_and_structured_content() {
+    let Some(py) = sdk_python() else { return };
+    let home = Home::new("[process]\nspare = false\n");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let rows: Vec<String> = HOSTILE.iter().map(|(tag, b)| format!("('{tag}', '{}')", hex(b))).collect();
+    // Names (no NUL or slash can be in one), a link to each, both streams, an exit code.
+    let plant = format!(
+        "import os, sys\nrows = [{}]\nfor tag, h in rows:\n    b = bytes.fromhex(h)\n    t = tag.encode()\n    \
+         if b'\\0' not in b and b'/' not in b:\n        open(b'n-' + t + b'-' + b + b'-end', 'wb').write(b)\n        \
+         os.symlink(b'/t-' + b, b'k-' + t)\n    sys.stdout.buffer.write(b'o-' + t + b'-' + b + b'-end\\n')\n    \
+         sys.stderr.buffer.write(b'e-' + t + b'-' + b + b'-end\\n')\nsys.exit(3)\n",
+        rows.join(", ")
+    );
+    let session = |mut a: Value| {
+        a["session"] = json!("$session");
+        a
+    };
+    let named: Vec<(&str, String)> = HOSTILE
+        .iter()
+        .filter(|(_, b)| !b.contains(&0))
+        .filter_map(|(tag, b)| Some((*tag, std::str::from_utf8(b).ok()?.to_string())))
+        .collect();
+    let mut steps = vec![
+        call("open_session", json!({"tier": "process"})),
+        call("run_code", session(json!({"language": "python", "code": plant}))),
+        call("list_files", session(json!({}))),
+        call("run_code", json!({"language": "python", "code": plant, "tier": "process"})),
+    ];
+    for (tag, s) in &named {
+        steps.push(call("read_file", session(json!({"path": format!("n-{tag}-{s}-end")}))));
+        steps.push(call("write_file", session(json!({"path": format!("w-{tag}-{s}"), "content": s}))));
+        steps.push(call("read_file", session(json!({"path": format!("missing-{tag}-{s}")}))));
+    }
+    steps.extend([
+        call("list_sessions", json!({})),
+        call("list_tiers", json!({})),
+        call("close_session", json!({"session": "$session"})),
+    ]);
+    let out = drive(&home, &py, Value::Array(steps), &["--tiers", "process"]);
+    // Nothing hidden anywhere: no reply's text, structured content or error.
+    for (i, o) in out.iter().enumerate() {
+        let mut found = vec![];
+        raw_hidden(o, &format!("step {i}"), &mut found);
+        assert!(found.is_empty(), "raw hidden characters in a reply: {found:#?}");
+    }
+    // And everything is there, by name: the output of both runs ...
+    for run in [&out[1], &out[3]] {
+        let s = &run["structured"];
+        assert_eq!(s["exit"]["code"], 3, "{run}");
+        for (tag, _) in HOSTILE {
+            for (stream, p) in [("stdout", "o"), ("stderr", "e")] {
+                assert!(s[stream].as_str().unwrap().contains(&format!("{p}-{tag}-")), "{tag}: {run}");
+            }
+        }
+        assert!(s["stdout"].as_str().unwrap().contains("o-osc52-␛]52;c;aGk=^G-end"), "{run}");
+        assert!(s["stdout"].as_str().unwrap().contains("o-bidi-override-<U+202A><U+202E>-end"), "{run}");
+    }
+    // ... the names and link targets, with the exact bytes in hex ...
+    let entries = out[2]["structured"]["entries"].as_array().unwrap();
+    for (tag, b) in HOSTILE.iter().filter(|(_, b)| !b.contains(&0)) {
+        let name = [format!("n-{tag}-").as_bytes(), b, b"-end"].concat();
+        let e = entries
+            .iter()
+            .find(|e| e["path"].as_str().unwrap().starts_with(&format!("n-{tag}-")))
+            .unwrap_or_else(|| panic!("{tag}: no entry in {entries:?}"));
+        assert_eq!(e["path_hex"], hex(&name), "{tag}: {e}");
+        let link = entries.iter().find(|e| e["path"] == format!("k-{tag}")).unwrap();
+        assert!(link["link_target"].as_str().unwrap().starts_with("/t-"), "{tag}: {link}");
+    }
+    // ... and each file's content, exact in base64; names echoed inert.
+    for (j, (tag, s)) in named.iter().enumerate() {
+        let (read, write, missing) = (&out[4 + 3 * j], &out[5 + 3 * j], &out[6 + 3 * j]);
+        let r = &read["structured"];
+        assert_eq!(r["encoding"], "base64", "{tag}: {read}");
+        assert_eq!(r["content_base64"], base64::engine::general_purpose::STANDARD.encode(s), "{tag}: {read}");
+        assert_eq!(write["structured"]["bytes"], s.len(), "{tag}: {write}");
+        assert!(crate::support::mcp::message(missing).contains("does not exist"), "{tag}: {missing}");
+    }
 }
 
 #[sandbench_testkit::test(needs = ["mcp"])]

@@ -69,6 +69,11 @@ fn parts(ctx: &RequestContext<RoleServer>) -> Option<&http::request::Parts> {
     ctx.extensions.get::<http::request::Parts>()
 }
 
+/// The token a request carried (every request that reaches a tool has one).
+pub fn principal(ctx: &RequestContext<RoleServer>) -> Option<Principal> {
+    parts(ctx)?.extensions.get::<Principal>().copied()
+}
+
 pub fn call_gone(ctx: &RequestContext<RoleServer>) -> Option<CancellationToken> {
     parts(ctx)?.extensions.get::<CallGone>().map(|c| c.0.clone())
 }
@@ -89,8 +94,6 @@ struct Front<S: rmcp::ServerHandler + Send + 'static> {
     tokens: Tokens,
     /// MCP session id → the principal that opened it.
     owners: Mutex<std::collections::HashMap<String, Principal>>,
-    /// Serializes `initialize`, so the session count cannot be overrun.
-    opening: tokio::sync::Mutex<()>,
     max_sessions: usize,
     max_message_bytes: usize,
 }
@@ -124,7 +127,6 @@ pub async fn serve<S: rmcp::ServerHandler + Send + 'static>(
         manager,
         tokens: opts.tokens,
         owners: Mutex::default(),
-        opening: tokio::sync::Mutex::new(()),
         max_sessions: opts.max_sessions,
         max_message_bytes: opts.max_message_bytes,
     });
@@ -227,38 +229,43 @@ impl<S: rmcp::ServerHandler + Send + 'static> Front<S> {
         let gone = CancellationToken::new();
         req.extensions_mut().insert(who);
         req.extensions_mut().insert(CallGone(gone.clone()));
+        // A POST without a session may open one (`initialize`), or be a
+        // stateless request that runs a whole call before rmcp answers (and
+        // opens no MCP session): so no lock is held across it, and the count
+        // is checked once a session is made. An opener that finds more than
+        // the most closes its own (openers that race may all do so), so at
+        // most `max_sessions` ever stay, and a stateless request is never
+        // refused for them.
         let opening = session.is_none() && req.method() == Method::POST;
-        let _serial = if opening {
-            let g = self.opening.lock().await;
-            let live: std::collections::HashSet<String> =
-                self.manager.sessions.read().await.keys().map(|k| k.to_string()).collect();
-            if let Ok(mut o) = self.owners.lock() {
-                o.retain(|id, _| live.contains(id));
-            }
-            if live.len() >= self.max_sessions {
-                return text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &format!(
-                        "Service Unavailable: this server has {} MCP sessions, its most (sandbench mcp \
-                         --max-http-sessions); end one (DELETE) or wait for an idle one to expire",
-                        live.len()
-                    ),
-                );
-            }
-            Some(g)
-        } else {
-            None
-        };
         let resp = self.mcp.handle(req).await;
         if opening {
-            if let Some(id) = resp.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+            if let Some(id) = resp.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string) {
                 if let Ok(mut o) = self.owners.lock() {
-                    o.insert(id.to_string(), who);
+                    o.insert(id.clone(), who);
+                }
+                let live = self.live_sessions().await;
+                if live > self.max_sessions {
+                    use rmcp::transport::streamable_http_server::session::SessionManager;
+                    let _ = self.manager.close_session(&id.clone().into()).await;
+                    if let Ok(mut o) = self.owners.lock() {
+                        o.remove(&id);
+                    }
+                    return too_many_sessions(live - 1);
                 }
             }
         }
         let (head, body) = resp.into_parts();
         Response::from_parts(head, Out::Mcp(Watched { inner: body, gone: Some(gone.drop_guard()) }))
+    }
+
+    /// MCP sessions alive now; the owners of ended ones are forgotten.
+    async fn live_sessions(&self) -> usize {
+        let live: std::collections::HashSet<String> =
+            self.manager.sessions.read().await.keys().map(|k| k.to_string()).collect();
+        if let Ok(mut o) = self.owners.lock() {
+            o.retain(|id, _| live.contains(id));
+        }
+        live.len()
     }
 
     /// rmcp's own Host and Origin checks (its `StreamableHttpServerConfig`),
@@ -279,6 +286,16 @@ impl<S: rmcp::ServerHandler + Send + 'static> Front<S> {
         let (head, body) = verdict.into_parts();
         Some(Response::from_parts(head, Out::Mcp(Watched { inner: body, gone: None })))
     }
+}
+
+fn too_many_sessions(live: usize) -> Reply {
+    text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!(
+            "Service Unavailable: this server has {live} MCP sessions, its most (sandbench mcp \
+             --max-http-sessions); end one (DELETE) or wait for an idle one to expire"
+        ),
+    )
 }
 
 fn text(status: StatusCode, body: &str) -> Reply {
