@@ -66,6 +66,7 @@ pub(super) struct Exited {
     full_mounts: Vec<String>,
     guarded: Option<u64>,
     files_watched: bool,
+    bounds: Vec<judge::BoundHit>,
 }
 
 /// The state of one run or call, and what the pump found.
@@ -307,13 +308,22 @@ impl<'a> Pump<'a> {
 
     /// Init's report of the program's exit, if it made one.
     pub(super) fn exited(&mut self) -> Option<Exited> {
-        let Some(Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched }) =
-            self.exit.take()
+        let Some(Status::Exit {
+            code,
+            signal,
+            cpu_ms,
+            max_rss_kb,
+            fsize_hit,
+            full_mounts,
+            guarded,
+            files_watched,
+            bounds,
+        }) = self.exit.take()
         else {
             return None;
         };
         let status = ExitStatus { code, signal };
-        Some(Exited { status, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched })
+        Some(Exited { status, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched, bounds })
     }
 
     /// Judge and emit the exit `shown` (init's, unless the caller knows
@@ -338,6 +348,7 @@ impl<'a> Pump<'a> {
             rlimit_signals_trusted: false,
             capped_files: e.fsize_hit.into_iter().collect(),
             full_mounts: e.full_mounts,
+            bounds: e.bounds,
         };
         self.judge.exit(self.ctx, &facts).await;
         self.ctx.emit(EventKind::Exit(shown)).await;

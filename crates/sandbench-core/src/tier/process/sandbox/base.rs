@@ -167,6 +167,10 @@ pub(crate) enum Status {
         guarded: Option<u64>,
         /// Did the watch see file events (or only mount states)?
         files_watched: bool,
+        /// Bounds the watch and the exit scan hit (the run is then
+        /// `incomplete` unless a violation is found).
+        #[serde(default)]
+        bounds: Vec<crate::judge::BoundHit>,
     },
 }
 

@@ -225,6 +225,7 @@ pub(super) fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, 
             full_mounts: found.full,
             guarded,
             files_watched,
+            bounds: found.bounds,
         });
         // SAFETY: plain exit.
         unsafe { libc::_exit(0) }

@@ -283,6 +283,7 @@ pub(super) fn init_session(
                 full_mounts: vec![],
                 guarded,
                 files_watched: false,
+                bounds: vec![],
             };
             send(&exit);
             next = prestart_after_reply(&init, &mut watch);
@@ -309,9 +310,26 @@ pub(super) fn init_session(
         }
         // The watch saw this call's writes; a file capped by an earlier
         // call and untouched since is not this call's.
-        let fsize_hit =
-            found.capped.into_iter().next().or_else(|| init.scratch.capped(cfg.file_size_bytes, Some(since)));
-        send(&Status::Exit { code, signal, cpu_ms, max_rss_kb, fsize_hit, full_mounts: full, guarded, files_watched });
+        let mut bounds = found.bounds;
+        let fsize_hit = match found.capped.into_iter().next() {
+            Some(f) => Some(f),
+            None => {
+                let (hit, b) = init.scratch.capped(cfg.file_size_bytes, Some(since));
+                bounds.extend(b);
+                hit
+            }
+        };
+        send(&Status::Exit {
+            code,
+            signal,
+            cpu_ms,
+            max_rss_kb,
+            fsize_hit,
+            full_mounts: full,
+            guarded,
+            files_watched,
+            bounds,
+        });
         next = prestart_after_reply(&init, &mut watch);
     }
 }
