@@ -99,7 +99,7 @@ impl BoundHit {
     /// counts (as `judge_bound`): a bound never reads as nothing.
     pub(crate) fn parse(text: &str) -> BoundHit {
         let mut it = text.splitn(3, ':');
-        let bound = it.next().and_then(|b| b.parse().ok()).unwrap_or(Bound::JudgeBound);
+        let bound = it.next().and_then(|b| b.parse().ok()).unwrap_or(Bound::Unnamed);
         let limit = it.next().and_then(|l| l.parse().ok());
         let at = crate::sanitize::inert_line(it.next().unwrap_or("?"), 120);
         BoundHit { bound, limit, at }
@@ -123,8 +123,10 @@ pub(crate) enum Bound {
     /// for an event's file).
     FileEventsLost,
     /// A judge in a guest or container named a bound this build does not
-    /// know.
-    JudgeBound,
+    /// know (`judge_bound` in reports).
+    #[serde(rename = "judge_bound")]
+    #[strum(serialize = "judge_bound")]
+    Unnamed,
 }
 
 impl Bound {
@@ -146,7 +148,7 @@ impl Bound {
                 format!("{at} could not open a directory: a file at the size limit in it would go unseen")
             }
             Bound::FileEventsLost => format!("{at} lost file events: a file at the size limit may have gone unseen"),
-            Bound::JudgeBound => format!("{at} stopped short of what it had to look at"),
+            Bound::Unnamed => format!("{at} stopped short of what it had to look at"),
         }
     }
 }
@@ -479,7 +481,7 @@ mod tests {
             (Bound::ScratchWalkDepth, Some(64), "scratch_walk_depth", "below 64 levels"),
             (Bound::ScratchWalkUnreadable, None, "scratch_walk_unreadable", "could not open a directory"),
             (Bound::FileEventsLost, None, "file_events_lost", "lost file events"),
-            (Bound::JudgeBound, None, "judge_bound", "stopped short"),
+            (Bound::Unnamed, None, "judge_bound", "stopped short"),
         ];
         for (bound, limit, name, words) in rows {
             let (c, mut rx) = ctx();
@@ -528,7 +530,7 @@ mod tests {
             let b = BoundHit::parse(text);
             assert!(!b.at.chars().any(|ch| ch.is_control()), "{text:?} → {b:?}");
             if !text.starts_with("scratch") {
-                assert_eq!(b.bound, Bound::JudgeBound, "{text:?}");
+                assert_eq!(b.bound, Bound::Unnamed, "{text:?}");
             }
         }
     }
