@@ -1229,9 +1229,12 @@ def run(port, spec, steps, zyg):
     steps.mark("counters_read")
     watch.drain()
     watch.check()
-    hit, full = scan_scratch(limit, since, prior_full)
+    hit, full, bounds = scan_scratch(limit, since, prior_full)
     steps.mark("scratch_scanned")
     ex["fsize_hit"] = watch.capped or hit
+    if watch.lost:
+        bounds.append("file_events_lost::the agent's scratch watch")
+    ex["incomplete"] = bounds[:8]
     # A mount already full before a session's call was that earlier call's.
     newly_full = [m for m in watch.full if m not in prior_full]
     ex["disk_full"] = full or bool(newly_full)
@@ -1265,37 +1268,66 @@ def scratch_full(top):
     return st.f_bavail == 0 or (st.f_files > 0 and st.f_favail == 0)
 
 
+# How much of each scratch mount the exit scan looks at (entries, levels).
+# A scan that stops short says so ("incomplete" in the exit message) and
+# the run reads incomplete, never ok: raising these is not a fix by itself.
+SCAN_ENTRIES = 100000
+SCAN_DEPTH = 64
+
+
 def scan_scratch(limit, since=0, skip_full=()):
     """After the program: a file at the file-size limit, or a full scratch
     file system (space or inodes)? Facts the program cannot fake by printing.
-    Bounded walk, symlinks not followed."""
-    hit, full = None, False
+    Bounded walk, symlinks not followed; the bounds it hit, and directories
+    it could not read, are returned as "NAME:LIMIT:WHERE" (host: judge.rs)."""
+    hit, full, bounds = None, False, []
     for top in ("/work", "/tmp"):
         if top not in skip_full and scratch_full(top):
             full = True
-        budget = 20000
-        stack = [top]
-        while stack and hit is None and budget > 0:
-            d = stack.pop()
+        if hit is not None:
+            continue
+        where = "the agent's scan of " + top
+        budget = SCAN_ENTRIES
+        stack = [(top, 0)]
+        unreadable = deep = False
+        while stack and hit is None:
+            d, depth = stack.pop()
+            # Read as it goes (one directory can hold millions of names: links
+            # to one file cost no inode), never more than the budget.
             try:
-                entries = list(os.scandir(d))
-            except OSError:
-                continue
-            for e in entries:
-                budget -= 1
-                if budget <= 0:
-                    break
-                try:
-                    if e.is_file(follow_symlinks=False):
-                        st = e.stat(follow_symlinks=False)
-                        if st.st_size >= limit and st.st_ctime >= since:
-                            hit = e.path[:200]
+                with os.scandir(d) as it:
+                    for e in it:
+                        if budget <= 0:
+                            bounds.append("scratch_walk_entries:%d:%s" % (SCAN_ENTRIES, where))
+                            stack = []
                             break
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-                except OSError:
-                    continue
-    return hit, full
+                        budget -= 1
+                        try:
+                            if e.is_file(follow_symlinks=False):
+                                st = e.stat(follow_symlinks=False)
+                                if st.st_size >= limit and st.st_ctime >= since:
+                                    hit = e.path[:200]
+                                    break
+                            elif e.is_dir(follow_symlinks=False):
+                                if depth < SCAN_DEPTH:
+                                    stack.append((e.path, depth + 1))
+                                else:
+                                    deep = True
+                        except FileNotFoundError:
+                            continue
+            except FileNotFoundError:
+                continue
+            except OSError:
+                unreadable = True
+                continue
+        if hit is None:
+            if unreadable:
+                bounds.append("scratch_walk_unreadable::%s" % where)
+            if deep:
+                bounds.append("scratch_walk_depth:%d:%s" % (SCAN_DEPTH, where))
+    if hit is not None:
+        bounds = []
+    return hit, full, bounds
 
 
 def kill_everything():

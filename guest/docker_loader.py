@@ -593,10 +593,103 @@ if _prior_full:
 
 
 def _say(found):
-    parts = [b"pids=%d" % found["pids"]] if "pids" in found else []
+    # Bounds first: the frame is cut at 4000 bytes, and a cut name is still a
+    # name, while a lost bound would read as a walk that saw everything.
+    parts = [b"bound=" + os.fsencode(b).hex().encode() for b in found.get("bound", [])]
+    parts += [b"pids=%d" % found["pids"]] if "pids" in found else []
     parts += [b"disk=" + os.fsencode(d).hex().encode() for d in found.get("disk", [])]
     parts += [b"fsize=" + os.fsencode(q).hex().encode() for q in found.get("fsize", [])]
     _frame(b"s", b" ".join(parts)[:4000])
+
+
+# How much of each scratch mount the exit walk looks at: entries (names)
+# and directory levels. A walk that stops short says so (a "bound" the host
+# reports, and the run reads incomplete, never ok): raising these is not a
+# fix by itself (issue 42, item 4: 10,002 empty names hid a capped file
+# from a 5,000-name walk). Sized like the process tier's scan, so that a
+# session's installed packages stay within them.
+_WALK_ENTRIES = 100000
+_WALK_DEPTH = 64
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _bound(found, name, limit, where):
+    b = "%s:%s:%s" % (name, limit, where)
+    if b not in found.setdefault("bound", []):
+        found["bound"].append(b)
+
+
+def _walk(top, found):
+    # Files at the size limit under `top`, changed since the call began.
+    # fd-relative and no link followed (the program may swap a directory
+    # for a link while this root process walks); depth first with one open
+    # directory per level, however wide the tree (a descriptor per pending
+    # directory would run out, and a directory not opened goes unseen).
+    where = "the loader's walk of " + top
+    try:
+        fd = os.open(top, _OPEN_DIR)
+    except OSError:
+        _bound(found, "scratch_walk_unreadable", "", where)
+        return
+    left = _WALK_ENTRIES
+    unreadable = deep = False
+    stack = []
+    cur = (fd, top)
+    try:
+        while True:
+            if cur is not None:
+                fd, path = cur
+                cur = None
+                subs = []
+                stack.append((fd, path, subs))
+                try:
+                    with os.scandir(fd) as it:
+                        for e in it:
+                            if left <= 0:
+                                _bound(found, "scratch_walk_entries", _WALK_ENTRIES, where)
+                                return
+                            left -= 1
+                            try:
+                                if e.is_dir(follow_symlinks=False):
+                                    if len(stack) <= _WALK_DEPTH:
+                                        subs.append(e.name)
+                                    else:
+                                        deep = True
+                                elif e.is_file(follow_symlinks=False):
+                                    st = e.stat(follow_symlinks=False)
+                                    if st.st_size >= _fsize and st.st_ctime >= _since:
+                                        found.setdefault("fsize", []).append(os.path.join(path, e.name))
+                                        if len(found["fsize"]) > 5:
+                                            return
+                            except FileNotFoundError:
+                                pass
+                except OSError:
+                    unreadable = True
+            if not stack:
+                break
+            fd, path, subs = stack[-1]
+            if not subs:
+                stack.pop()
+                os.close(fd)
+                continue
+            n = subs.pop()
+            try:
+                cur = (os.open(n, _OPEN_DIR, dir_fd=fd), os.path.join(path, n))
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+            except OSError as ex:
+                # ELOOP: swapped for a link since the listing, refused.
+                if ex.errno != 40:
+                    unreadable = True
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+        if cur is not None:
+            os.close(cur[0])
+    if unreadable:
+        _bound(found, "scratch_walk_unreadable", "", where)
+    if deep:
+        _bound(found, "scratch_walk_depth", _WALK_DEPTH, where)
 
 
 def _watch(final):
@@ -618,24 +711,12 @@ def _watch(final):
             if st.f_bavail * st.f_frsize < 1 << 20 or (st.f_files > 0 and st.f_favail == 0):
                 if "disk:" + d not in _said:
                     found.setdefault("disk", []).append(d)
-            if not final:
-                continue
-            n = 0
-            # fd-relative, no link followed: the program may swap a directory
-            # for a link while this (root) process walks.
-            for root, dirs, files, rfd in os.fwalk(d):
-                for f in files:
-                    n += 1
-                    try:
-                        st = os.stat(f, dir_fd=rfd, follow_symlinks=False)
-                        if st.st_size >= _fsize and st.st_ctime >= _since:
-                            found.setdefault("fsize", []).append(os.path.join(root, f))
-                    except OSError:
-                        pass
-                if n > 5000 or len(found.get("fsize", ())) > 5:
-                    break
+            if final and len(found.get("fsize", ())) <= 5:
+                _walk(d, found)
     except Exception:
-        pass
+        if final:
+            # A walk that failed saw nothing past where it failed.
+            _bound(found, "scratch_walk_unreadable", "", "the loader's walk (it failed)")
     if found:
         _said.update(["pids"] if "pids" in found else [])
         _said.update("disk:" + d for d in found.get("disk", []))

@@ -85,6 +85,24 @@ pub struct Violation {
     pub detail: String,
 }
 
+/// A bound a judge hit: what it did not look at, so the verdict cannot be
+/// `ok` (`report::Outcome::Incomplete`). Words from sandbench's own judges,
+/// never the program's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incomplete {
+    /// Which bound (stable names, listed in docs/SECURITY.md, "Bounds of
+    /// the judges"): `scratch_walk_entries`, `scratch_walk_depth`,
+    /// `scratch_walk_unreadable`, `file_events_lost`.
+    pub bound: String,
+    /// The bound's value (entries, levels); null when it has none.
+    pub limit: Option<u64>,
+    /// Which judge hit it, and where (`loader walk of /work`).
+    #[serde(rename = "where")]
+    pub at: String,
+    /// One human line: what went unseen.
+    pub detail: String,
+}
+
 /// One resource sample of the sandbox as a whole.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageSample {
@@ -149,6 +167,8 @@ pub enum EventKind {
     /// A decision of the run's egress proxy (and, later, the same
     /// connection's end with its bytes).
     Network(NetRecord),
+    /// A judge hit one of its bounds: the run cannot read `ok`.
+    Incomplete(Incomplete),
 }
 
 #[derive(Debug, Clone)]
@@ -187,6 +207,14 @@ impl RunContext {
         let detail = crate::sanitize::inert_line(&detail.into(), MAX_DETAIL);
         let v = Violation { kind, at_ms: self.ms(), detail };
         self.emit(EventKind::Violation(v)).await;
+    }
+
+    /// A bound a judge hit (its detail made inert like a violation's).
+    pub async fn incomplete(&self, mut b: Incomplete) {
+        b.at = crate::sanitize::inert_line(&b.at, 200);
+        b.detail = crate::sanitize::inert_line(&b.detail, MAX_DETAIL);
+        b.bound = crate::sanitize::inert_line(&b.bound, 60);
+        self.emit(EventKind::Incomplete(b)).await;
     }
 
     /// A status line for the run's notes, made inert like a violation's detail.

@@ -116,7 +116,10 @@ pub fn points<'a>(
         let escaped = count(|v| matches!(v, Verdict::Escaped { .. }));
         let cancelled = count(|v| *v == Verdict::Cancelled);
         let errors = count(|v| matches!(v, Verdict::Error { .. }));
-        let judged = contained + escaped;
+        // A cell a judge could not see whole is not contained: it counts
+        // against the tier, never for it.
+        let incomplete = count(|v| matches!(v, Verdict::Incomplete { .. }));
+        let judged = contained + escaped + incomplete;
         if judged == 0 {
             missing.push((t.clone(), format!("no hostile cell judged ({cancelled} cancelled, {errors} error(s))")));
             continue;

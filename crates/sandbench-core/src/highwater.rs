@@ -80,6 +80,9 @@ pub(crate) struct Found {
     /// Why the watch may have missed something; empty when it saw all it is
     /// built to see.
     pub gaps: Vec<String>,
+    /// Bounds hit (events lost; a scan's walk stopped short): with no
+    /// violation, the run reads `incomplete`.
+    pub bounds: Vec<crate::judge::BoundHit>,
 }
 
 impl Found {
@@ -96,6 +99,7 @@ impl Found {
             }
         }
         self.gaps.extend(other.gaps);
+        self.bounds.extend(other.bounds);
     }
 }
 
@@ -346,13 +350,16 @@ impl Watch {
                 "scratch files not watched ({why}): a capped file deleted or truncated before exit may go unreported"
             ));
         }
+        let mut bounds = vec![];
         if self.lost {
             gaps.push("file events were lost: a hidden limit hit may go unreported".into());
+            bounds.push(crate::judge::BoundHit::new(crate::judge::Bound::FileEventsLost, None, "the scratch watch"));
         }
         let found = Found {
             capped: self.capped.iter().map(|(_, n)| n.clone()).collect(),
             full: self.roots.iter().zip(&self.full).filter(|(_, f)| **f).map(|(r, _)| r.name.clone()).collect(),
             gaps,
+            bounds,
         };
         self.capped.clear();
         self.full.iter_mut().for_each(|f| *f = false);
@@ -793,6 +800,11 @@ impl Running {
             (
                 Found {
                     gaps: vec!["the scratch watch failed: hidden limit hits may go unreported".into()],
+                    bounds: vec![crate::judge::BoundHit::new(
+                        crate::judge::Bound::FileEventsLost,
+                        None,
+                        "the scratch watch (it failed)",
+                    )],
                     ..Default::default()
                 },
                 0,

@@ -14,6 +14,11 @@
 //! - No violation is reported that did not happen: a program that sends
 //!   itself SIGXCPU has not used its CPU time unless the CPU counter says so.
 //! - One entry per kind; the wording is the same on every tier.
+//! - Every bound fails closed: a source that stopped short (a scratch walk
+//!   at its entry or depth bound, a directory it could not read, file
+//!   events lost) is reported as a [`BoundHit`], and a run with one and no
+//!   violation reads `incomplete`, never `ok` (docs/SECURITY.md, "Bounds of
+//!   the judges").
 
 use crate::event::{ExitStatus, RunContext, ViolationKind};
 use crate::sanitize::inert_line;
@@ -21,6 +26,8 @@ use crate::spec::{format_duration, format_size, Limits};
 
 /// Longest file or mount name quoted in a violation.
 const MAX_NAME: usize = 160;
+/// Bound hits reported per run (a handful of sources, a few bounds each).
+const MAX_BOUNDS: usize = 12;
 
 /// Counters read while the program runs (and once more at the end), each from
 /// a source the program cannot write. `None`: the tier cannot know.
@@ -54,6 +61,98 @@ impl Counters {
     }
 }
 
+/// A bound one of the judge's sources hit: what it did not look at.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct BoundHit {
+    pub bound: Bound,
+    /// The bound's value (entries, levels); None when it has none.
+    pub limit: Option<u64>,
+    /// Which source, and where (`loader walk of /work`).
+    pub at: String,
+}
+
+impl BoundHit {
+    pub(crate) fn new(bound: Bound, limit: Option<u64>, at: impl Into<String>) -> BoundHit {
+        BoundHit { bound, limit, at: at.into() }
+    }
+
+    /// The hits a walk's end stands for.
+    pub(crate) fn of_walk(end: &crate::fsafe::WalkEnd, walk: crate::fsafe::Walk, at: &str) -> Vec<BoundHit> {
+        let mut v = vec![];
+        if end.whole() {
+            return v;
+        }
+        if end.entries {
+            v.push(BoundHit::new(Bound::ScratchWalkEntries, Some(walk.max_entries as u64), at));
+        }
+        if end.depth {
+            v.push(BoundHit::new(Bound::ScratchWalkDepth, Some(walk.max_depth as u64), at));
+        }
+        if end.unreadable > 0 {
+            v.push(BoundHit::new(Bound::ScratchWalkUnreadable, None, at));
+        }
+        v
+    }
+
+    /// A hit as a guest or container judge words it: `NAME:LIMIT:WHERE`
+    /// (LIMIT empty when none). A name this build does not know still
+    /// counts (as `judge_bound`): a bound never reads as nothing.
+    pub(crate) fn parse(text: &str) -> BoundHit {
+        let mut it = text.splitn(3, ':');
+        let bound = it.next().and_then(|b| b.parse().ok()).unwrap_or(Bound::Unnamed);
+        let limit = it.next().and_then(|l| l.parse().ok());
+        let at = crate::sanitize::inert_line(it.next().unwrap_or("?"), 120);
+        BoundHit { bound, limit, at }
+    }
+}
+
+/// The bounds of the judges' sources (stable names, in reports).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, strum::IntoStaticStr, strum::EnumString,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub(crate) enum Bound {
+    /// A scratch walk reached its entry budget with entries left.
+    ScratchWalkEntries,
+    /// A scratch walk did not enter directories below its depth bound.
+    ScratchWalkDepth,
+    /// A scratch walk could not open or list a directory.
+    ScratchWalkUnreadable,
+    /// The scratch watch lost file events (queue overflow, no descriptor
+    /// for an event's file).
+    FileEventsLost,
+    /// A judge in a guest or container named a bound this build does not
+    /// know (`judge_bound` in reports).
+    #[serde(rename = "judge_bound")]
+    #[strum(serialize = "judge_bound")]
+    Unnamed,
+}
+
+impl Bound {
+    pub(crate) fn name(self) -> &'static str {
+        self.into()
+    }
+
+    /// What went unseen, in words.
+    fn detail(self, limit: Option<u64>, at: &str) -> String {
+        let n = limit.map(|l| l.to_string()).unwrap_or_else(|| "?".into());
+        match self {
+            Bound::ScratchWalkEntries => {
+                format!("{at} stopped after {n} names: a file at the size limit past them would go unseen")
+            }
+            Bound::ScratchWalkDepth => {
+                format!("{at} did not go below {n} levels: a file at the size limit deeper would go unseen")
+            }
+            Bound::ScratchWalkUnreadable => {
+                format!("{at} could not open a directory: a file at the size limit in it would go unseen")
+            }
+            Bound::FileEventsLost => format!("{at} lost file events: a file at the size limit may have gone unseen"),
+            Bound::Unnamed => format!("{at} stopped short of what it had to look at"),
+        }
+    }
+}
+
 /// What a tier knows once the program is gone.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ExitFacts {
@@ -70,6 +169,9 @@ pub(crate) struct ExitFacts {
     pub capped_files: Vec<String>,
     /// Writable mounts that were full (space or inodes) at any time.
     pub full_mounts: Vec<String>,
+    /// Bounds the sources of these facts hit: with no violation, the run
+    /// reads `incomplete`.
+    pub bounds: Vec<BoundHit>,
 }
 
 /// What the judge has reported so far in one run.
@@ -81,6 +183,7 @@ struct Seen {
     cpu: bool,
     file_size: bool,
     disk: bool,
+    bounds: Vec<(Bound, String)>,
 }
 
 /// Judges one run. Create one per run; feed it live counters with
@@ -171,6 +274,17 @@ impl Judge {
                 ),
             )
             .await;
+        }
+        // Listed even beside a violation: the report says what went unseen
+        // whatever was found.
+        for b in f.bounds.iter().take(MAX_BOUNDS) {
+            let at = inert_line(&b.at, MAX_NAME);
+            if self.seen.bounds.iter().any(|(k, a)| *k == b.bound && *a == at) {
+                continue;
+            }
+            self.seen.bounds.push((b.bound, at.clone()));
+            let detail = b.bound.detail(b.limit, &at);
+            ctx.incomplete(crate::event::Incomplete { bound: b.bound.name().into(), limit: b.limit, at, detail }).await;
         }
     }
 
@@ -343,6 +457,90 @@ mod tests {
         j.exit(&c, &ExitFacts { counters: more, ..Default::default() }).await;
         let kinds: Vec<_> = violations(&mut rx).into_iter().map(|v| v.kind).collect();
         assert_eq!(kinds, [ViolationKind::Memory, ViolationKind::Pids, ViolationKind::CpuTime]);
+    }
+
+    fn incompletes(rx: &mut mpsc::Receiver<RunEvent>) -> Vec<crate::event::Incomplete> {
+        let mut out = vec![];
+        while let Ok(ev) = rx.try_recv() {
+            if let EventKind::Incomplete(b) = ev.kind {
+                out.push(b);
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn every_bound_hit_is_reported_once_and_never_dropped() {
+        // One row per bound a source can hit, each as a tier hands it over.
+        let rows = [
+            (Bound::ScratchWalkEntries, Some(100_000), "scratch_walk_entries", "stopped after 100000 names"),
+            (Bound::ScratchWalkDepth, Some(64), "scratch_walk_depth", "below 64 levels"),
+            (Bound::ScratchWalkUnreadable, None, "scratch_walk_unreadable", "could not open a directory"),
+            (Bound::FileEventsLost, None, "file_events_lost", "lost file events"),
+            (Bound::Unnamed, None, "judge_bound", "stopped short"),
+        ];
+        for (bound, limit, name, words) in rows {
+            let (c, mut rx) = ctx();
+            let mut j = Judge::new(&limits());
+            let hit = BoundHit::new(bound, limit, "the loader's walk of /work");
+            let f = ExitFacts { bounds: vec![hit.clone(), hit], ..Default::default() };
+            j.exit(&c, &f).await;
+            j.exit(&c, &f).await;
+            let got = incompletes(&mut rx);
+            assert_eq!(got.len(), 1, "{name}: {got:?}");
+            assert_eq!((got[0].bound.as_str(), got[0].limit), (name, limit));
+            assert!(got[0].detail.contains(words), "{name}: {}", got[0].detail);
+            assert_eq!(got[0].at, "the loader's walk of /work");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bound_is_listed_beside_a_violation_too() {
+        let (c, mut rx) = ctx();
+        let mut j = Judge::new(&limits());
+        let f = ExitFacts {
+            capped_files: vec!["/work/z/big".into()],
+            bounds: vec![BoundHit::new(Bound::ScratchWalkEntries, Some(5), "the exit scan of /work")],
+            ..Default::default()
+        };
+        j.exit(&c, &f).await;
+        let (mut v, mut b) = (0, 0);
+        while let Ok(ev) = rx.try_recv() {
+            match ev.kind {
+                EventKind::Violation(_) => v += 1,
+                EventKind::Incomplete(_) => b += 1,
+                _ => {}
+            }
+        }
+        assert_eq!((v, b), (1, 1));
+    }
+
+    #[test]
+    fn a_guest_bound_parses_into_a_known_one_or_still_counts() {
+        let b = BoundHit::parse("scratch_walk_entries:100000:the loader's walk of /work");
+        assert_eq!(b, BoundHit::new(Bound::ScratchWalkEntries, Some(100_000), "the loader's walk of /work"));
+        let b = BoundHit::parse("scratch_walk_unreadable::the agent's scan of /tmp");
+        assert_eq!((b.bound, b.limit), (Bound::ScratchWalkUnreadable, None));
+        // A name this build does not know, garbage, controls: still a bound.
+        for text in ["bogus:1:x", "", ":::", "\u{1b}]52;c;aGk=\u{7}:9:\u{1b}[2J/work"] {
+            let b = BoundHit::parse(text);
+            assert!(!b.at.chars().any(|ch| ch.is_control()), "{text:?} → {b:?}");
+            if !text.starts_with("scratch") {
+                assert_eq!(b.bound, Bound::Unnamed, "{text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_walk_that_stopped_short_is_a_bound_and_one_that_found_its_file_is_not() {
+        use crate::fsafe::{Walk, WalkEnd};
+        let w = Walk { max_entries: 7, max_depth: 3 };
+        let kinds = |e: WalkEnd| BoundHit::of_walk(&e, w, "x").into_iter().map(|b| b.bound).collect::<Vec<_>>();
+        assert_eq!(kinds(WalkEnd::default()), []);
+        assert_eq!(kinds(WalkEnd { entries: true, ..Default::default() }), [Bound::ScratchWalkEntries]);
+        assert_eq!(kinds(WalkEnd { depth: true, ..Default::default() }), [Bound::ScratchWalkDepth]);
+        assert_eq!(kinds(WalkEnd { unreadable: 2, ..Default::default() }), [Bound::ScratchWalkUnreadable]);
+        assert_eq!(kinds(WalkEnd { stopped: true, depth: true, unreadable: 1, ..Default::default() }), []);
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::event::Incomplete;
 use crate::event::{ExitStatus, Violation, ViolationKind};
 use crate::spec::Limits;
 
@@ -65,6 +66,13 @@ pub enum Outcome {
     Error,
     /// The user cancelled the run.
     Cancelled,
+    /// A judge stopped short of what it had to look at (a bound on the
+    /// entries it walks, the events it queues, ...): nothing over a limit
+    /// was found, but the run was not seen whole, so it is not `ok`.
+    /// `RunReport::incomplete` names the bound(s). Precedence: a violation
+    /// found still reads `violation` (the bound is listed all the same),
+    /// an error `error`, a cancel `cancelled`.
+    Incomplete,
 }
 
 impl Outcome {
@@ -161,6 +169,10 @@ pub struct RunReport {
     /// to be taken out of what the run produced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<SecretUse>,
+    /// Bounds the judges hit in this run (each once): with no violation,
+    /// the outcome is `incomplete`; empty when every judge saw it all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incomplete: Vec<Incomplete>,
 }
 
 /// One secret of a run, as its report shows it.
@@ -237,6 +249,7 @@ impl RunReport {
             network: vec![],
             session: None,
             secrets: vec![],
+            incomplete: vec![],
         }
     }
 
@@ -252,6 +265,9 @@ impl RunReport {
         }
         for v in &self.violations {
             s.push_str(&format!(" · {} at {}", v.kind.name(), crate::units::duration_ms(v.at_ms)));
+        }
+        for b in &self.incomplete {
+            s.push_str(&format!(" · incomplete: {}", b.detail));
         }
         s.push_str(&format!(" · {} total", crate::units::duration_ms(self.timings_ms.total)));
         if let Some(k) = self.start() {

@@ -164,6 +164,7 @@ struct Fold {
     last: UsageSample,
     exit: Option<ExitStatus>,
     network: Vec<crate::event::NetRecord>,
+    incomplete: Vec<crate::event::Incomplete>,
 }
 
 impl Fold {
@@ -266,6 +267,7 @@ async fn drive(
         last: UsageSample::default(),
         exit: None,
         network: vec![],
+        incomplete: vec![],
     };
     let mut stop_reason: Option<StopReason> = None;
     let mut deadline = tokio::time::Instant::now() + limits.wall_time + SETUP_GRACE;
@@ -384,6 +386,17 @@ async fn drive(
                 forward(ev).await;
             }
             EventKind::Note(_) => forward(ev).await,
+            EventKind::Incomplete(ref b) => {
+                // Each bound once per place (a judge may look twice). Kept
+                // after a cancel or an error too: the report says what went
+                // unseen whatever its outcome. Bounded: a handful of judges,
+                // each with a handful of bounds.
+                if f.incomplete.iter().any(|o| o.bound == b.bound && o.at == b.at) || f.incomplete.len() >= 16 {
+                    continue;
+                }
+                f.incomplete.push(b.clone());
+                forward(ev).await;
+            }
             EventKind::Network(ref rec) => {
                 // One entry per connection: its end replaces its decision.
                 match f.network.iter().position(|r| r.id == rec.id) {
@@ -431,6 +444,11 @@ async fn drive(
         Outcome::Error
     } else if !f.violations.is_empty() {
         Outcome::Violation
+    } else if !f.incomplete.is_empty() {
+        // Nothing over a limit was found, but a judge stopped short: the
+        // run was not seen whole, and never reads `ok` (docs/SECURITY.md,
+        // "Bounds of the judges").
+        Outcome::Incomplete
     } else {
         Outcome::Ok
     };
@@ -474,6 +492,7 @@ async fn drive(
         network: f.network,
         session,
         secrets: vec![],
+        incomplete: f.incomplete,
     };
     drop(streams);
     let report = match &redact {
@@ -540,6 +559,11 @@ impl Redact {
             EventKind::Violation(mut v) => {
                 self.text(&mut v.detail, counts);
                 EventKind::Violation(v)
+            }
+            EventKind::Incomplete(mut b) => {
+                self.text(&mut b.detail, counts);
+                self.text(&mut b.at, counts);
+                EventKind::Incomplete(b)
             }
             EventKind::Network(mut rec) => {
                 for t in [&mut rec.method, &mut rec.host, &mut rec.detail] {
@@ -791,6 +815,62 @@ mod tests {
         assert_eq!(report.usage.cpu_ms, Some(4860));
         // The figure over the limit comes with the violation that says so.
         assert!(report.has_violation(ViolationKind::CpuTime), "{:?}", report.violations);
+    }
+
+    /// Exits 0 after its judge hit a bound (and, when asked, found a file
+    /// at the size limit too).
+    struct Blinded {
+        violation: bool,
+    }
+
+    impl Tier for Blinded {
+        fn name(&self) -> &'static str {
+            "blinded"
+        }
+        fn describe(&self) -> &'static str {
+            "a judge hits a bound (test)"
+        }
+        fn probe(&self) -> BoxFuture<'_, Availability> {
+            Box::pin(async {
+                Availability { tier: "blinded".into(), available: true, summary: "test".into(), checks: vec![] }
+            })
+        }
+        fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
+            Box::pin(async move {
+                ctx.emit(EventKind::Phase(Phase::Running)).await;
+                let mut judge = crate::judge::Judge::new(&spec.limits);
+                let facts = crate::judge::ExitFacts {
+                    status: ExitStatus { code: Some(0), signal: None },
+                    capped_files: if self.violation { vec!["/work/z/big".into()] } else { vec![] },
+                    bounds: vec![crate::judge::BoundHit::new(
+                        crate::judge::Bound::ScratchWalkEntries,
+                        Some(5000),
+                        "the loader's walk of /work",
+                    )],
+                    ..Default::default()
+                };
+                judge.exit(&ctx, &facts).await;
+                ctx.emit(EventKind::Exit(facts.status)).await;
+                Ok(TierExit::default())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bound_hit_reads_incomplete_and_a_violation_still_wins() {
+        let spec = || RunSpec::new(crate::spec::Language::Sh, "x");
+        let r = run(Arc::new(Blinded { violation: false }), spec()).await;
+        assert_eq!(r.outcome, Outcome::Incomplete, "{r:#?}");
+        assert_eq!(r.incomplete.len(), 1);
+        assert_eq!((r.incomplete[0].bound.as_str(), r.incomplete[0].limit), ("scratch_walk_entries", Some(5000)));
+        assert!(r.summary_line().starts_with("incomplete · "), "{}", r.summary_line());
+        assert!(r.summary_line().contains("stopped after 5000 names"), "{}", r.summary_line());
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["outcome"], "incomplete");
+        assert_eq!(json["incomplete"][0]["where"], "the loader's walk of /work");
+        let r = run(Arc::new(Blinded { violation: true }), spec()).await;
+        assert_eq!(r.outcome, Outcome::Violation, "{r:#?}");
+        assert_eq!(r.incomplete.len(), 1, "the bound is still listed");
     }
 
     #[tokio::test]

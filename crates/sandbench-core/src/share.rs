@@ -347,7 +347,8 @@ pub fn build(
                 hostile: hostile.len(),
                 contained: count(|v| matches!(v, Verdict::Contained { .. })),
                 escaped: count(|v| matches!(v, Verdict::Escaped { .. })),
-                errors: count(|v| matches!(v, Verdict::Error { .. })),
+                // Not seen whole: never contained (counted with the errors).
+                errors: count(|v| matches!(v, Verdict::Error { .. } | Verdict::Incomplete { .. })),
                 benign_ran: mine.iter().filter(|c| !c.hostile && c.verdict == Verdict::Ran).count(),
                 benign: mine.iter().filter(|c| !c.hostile).count(),
                 mismatches: mine.iter().filter(|c| c.is_mismatch()).count(),
@@ -544,7 +545,7 @@ failed to judge is left out, and counted). Up and to the left is better.</p>\n",
 
 fn verdict_class(c: &Cell) -> &'static str {
     match c.verdict {
-        Verdict::Escaped { .. } => "bad",
+        Verdict::Escaped { .. } | Verdict::Incomplete { .. } => "bad",
         Verdict::Error { .. } | Verdict::Cancelled | Verdict::NotAvailable { .. } => "err",
         _ if !c.as_expected => "bad",
         _ => "ok",
@@ -673,6 +674,9 @@ fn evidence(h: &mut String, i: usize, c: &Cell) {
     }
     if let Verdict::Error { why } = &c.verdict {
         row(h, "error", esc(why));
+    }
+    if let Verdict::Incomplete { bounds } = &c.verdict {
+        row(h, "incomplete", bounds.iter().map(|b| esc(b)).collect::<Vec<_>>().join("<br>"));
     }
     let viol: Vec<String> = rep
         .violations

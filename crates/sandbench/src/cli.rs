@@ -479,7 +479,7 @@ pub struct LogArgs {
     /// Only runs on this tier.
     #[arg(long, value_name = "TIER")]
     pub tier: Option<String>,
-    /// Only runs with this outcome: ok, violation, error, cancelled.
+    /// Only runs with this outcome: ok, violation, incomplete, error, cancelled.
     #[arg(long, value_name = "OUTCOME")]
     pub outcome: Option<String>,
     /// Only runs since this long ago (30m, 2h, 7d) or this UTC time (2026-12-01T10:00:00Z).

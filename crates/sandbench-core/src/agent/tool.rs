@@ -96,6 +96,9 @@ pub(crate) fn compact_report(r: &RunReport) -> String {
             s.push_str(&format!("- {} at {}: {}\n", v.kind.name(), crate::units::duration_ms(v.at_ms), v.detail));
         }
     }
+    for b in &r.incomplete {
+        s.push_str(&format!("incomplete: {} — {}\n", b.bound, b.detail));
+    }
     s.push_str(&format!("time: {}\n", crate::units::duration_ms(r.timings_ms.total)));
     for (name, text, cut) in [("stdout", &r.stdout, r.stdout_truncated), ("stderr", &r.stderr, r.stderr_truncated)] {
         if text.is_empty() {

@@ -38,6 +38,10 @@ pub enum Verdict {
     /// about the tier, left out of the counts (the violations seen until
     /// then are still in the report).
     Cancelled,
+    /// A judge stopped short (a bound it hit, named) and found nothing over
+    /// a limit: not seen whole, so never a pass — counted as not contained
+    /// (a hostile cell) or not run cleanly (a benign one).
+    Incomplete { bounds: Vec<String> },
     /// The tier cannot start the sample's language here (no node in its
     /// image, say): not run, no verdict, left out of the counts — never a pass.
     NotAvailable { why: String },
@@ -56,6 +60,12 @@ impl Verdict {
             Verdict::Escaped { what } => format!("ESCAPED ({})", what.first().map(String::as_str).unwrap_or("?")),
             Verdict::Error { why } => format!("error ({})", why.chars().take(60).collect::<String>()),
             Verdict::Cancelled => "cancelled (no verdict)".into(),
+            Verdict::Incomplete { bounds } => {
+                format!(
+                    "INCOMPLETE ({})",
+                    bounds.first().map(|b| b.chars().take(60).collect::<String>()).unwrap_or_default()
+                )
+            }
             Verdict::NotAvailable { why } => format!("n/a ({})", why.chars().take(60).collect::<String>()),
         }
     }
@@ -367,6 +377,8 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
         Verdict::Cancelled
     } else if report.outcome == Outcome::Error {
         Verdict::Error { why: report.error.clone().unwrap_or_else(|| "unknown".into()) }
+    } else if report.outcome == Outcome::Incomplete {
+        Verdict::Incomplete { bounds: report.incomplete.iter().map(|b| b.detail.clone()).collect() }
     } else if !sample.is_hostile() && report.outcome == Outcome::Ok {
         Verdict::Ran
     } else if report.violations.is_empty() {
@@ -383,6 +395,7 @@ pub fn judge(sample: &Sample, tier: &str, report: RunReport, mut findings: Findi
         (Verdict::Escaped { what }, _) => Some(format!("escaped: {}", what.join("; "))),
         (Verdict::Error { why }, _) => Some(format!("error: {why}")),
         (Verdict::Cancelled, _) => Some("cancelled before the end: no verdict".into()),
+        (Verdict::Incomplete { bounds }, _) => Some(format!("incomplete: {}", bounds.join("; "))),
         (Verdict::NotAvailable { why }, _) => Some(format!("not run: {why}")),
         (_, None) => Some(format!("the sample declares no expectation for {tier}")),
         (_, Some(e)) => e.check(&report).err(),
@@ -588,6 +601,42 @@ mod tests {
     fn sample(name: &str) -> Sample {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/hostile").join(name);
         Sample::parse(&path, std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// A hostile cell whose judge stopped short is never contained, and a
+    /// benign one never ran cleanly: incomplete is no pass on either.
+    #[test]
+    fn an_incomplete_cell_is_no_pass() {
+        let bound = crate::event::Incomplete {
+            bound: "scratch_walk_entries".into(),
+            limit: Some(100_000),
+            at: "the loader's walk of /work".into(),
+            detail: "the loader's walk of /work stopped after 100000 names".into(),
+        };
+        for name in ["blinded_scan.py", "hidden_deep_file.py"] {
+            let s = sample(name);
+            let mut r = RunReport::failed("docker", "python", &s.name, "");
+            r.error = None;
+            r.outcome = Outcome::Incomplete;
+            r.incomplete = vec![bound.clone()];
+            let c = judge(&s, "docker", r, Findings::default());
+            assert!(matches!(c.verdict, Verdict::Incomplete { .. }), "{name}: {:?}", c.verdict);
+            assert!(!c.as_expected && c.is_mismatch(), "{name}: {:?}", c.mismatch);
+            assert!(c.verdict.short().starts_with("INCOMPLETE"), "{}", c.verdict.short());
+        }
+        let benign = Sample::parse(
+            std::path::Path::new("benign/x.py"),
+            "# expect: *=ok
+"
+            .into(),
+        )
+        .unwrap();
+        let mut r = RunReport::failed("docker", "python", "x", "");
+        r.error = None;
+        r.outcome = Outcome::Incomplete;
+        r.incomplete = vec![bound];
+        let c = judge(&benign, "docker", r, Findings::default());
+        assert!(matches!(c.verdict, Verdict::Incomplete { .. }) && c.is_mismatch(), "{:?}", c.verdict);
     }
 
     /// A peer's declared hole is shown as ESCAPED and counts as declared;

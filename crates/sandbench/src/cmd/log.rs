@@ -48,10 +48,10 @@ impl Filter {
 }
 
 fn parse_outcome(s: &str) -> Result<Outcome, String> {
-    [Outcome::Ok, Outcome::Violation, Outcome::Error, Outcome::Cancelled]
+    [Outcome::Ok, Outcome::Violation, Outcome::Incomplete, Outcome::Error, Outcome::Cancelled]
         .into_iter()
         .find(|o| o.name() == s)
-        .ok_or_else(|| format!("invalid --outcome '{s}': expected ok, violation, error or cancelled"))
+        .ok_or_else(|| format!("invalid --outcome '{s}': expected ok, violation, incomplete, error or cancelled"))
 }
 
 /// `30m`, `2h`, `7d`, `90s` ago, or an RFC 3339 time; as unix milliseconds.

@@ -1066,6 +1066,9 @@ pub fn reply(report: &RunReport) -> CallToolResult {
             v.detail
         ));
     }
+    for b in &report.incomplete {
+        text.push_str(&format!("incomplete: {}: {}\n", b.bound, b.detail));
+    }
     for n in report.network.iter().filter(|n| n.decision == crate::egress::Decision::Denied).take(10) {
         text.push_str(&format!("network: {}\n", sanitize::visible_controls(n.line().as_bytes())));
     }

@@ -145,6 +145,10 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
             EventKind::Note(n) if text => {
                 notices.push(format!("sandbench: {}", sanitize::visible_controls(n.as_bytes())))
             }
+            EventKind::Incomplete(b) if text => {
+                own_line(&mut mid_line);
+                eprintln!("sandbench: incomplete — {}", sanitize::visible_controls(b.detail.as_bytes()));
+            }
             _ => {}
         }
     }
@@ -249,11 +253,14 @@ fn secrets(args: &RunArgs, config: &Config) -> anyhow::Result<crate::egress::sec
 }
 
 /// `run`'s exit status: 130 when Ctrl-C cancelled it (as shells report an
-/// interrupted command), 1 when the run could not happen, else 0.
-fn exit_code(r: &RunReport, interrupted: bool) -> i32 {
+/// interrupted command), 1 when the run could not happen, 4 when it ran but
+/// a judge stopped short (`incomplete`: no verdict a script may take for
+/// `ok`), else 0.
+pub(crate) fn exit_code(r: &RunReport, interrupted: bool) -> i32 {
     match r.outcome {
         Outcome::Cancelled if interrupted => 130,
         Outcome::Error => 1,
+        Outcome::Incomplete => 4,
         _ => 0,
     }
 }
@@ -308,6 +315,9 @@ pub fn summary(r: &RunReport) -> String {
     }
     for v in &r.violations {
         s.push_str(&format!("violation {} at {}: {}\n", v.kind.name(), units::duration_ms(v.at_ms), v.detail));
+    }
+    for b in &r.incomplete {
+        s.push_str(&format!("INCOMPLETE {}: {}\n", b.bound, b.detail));
     }
     if !r.limits.network.is_none() || !r.network.is_empty() {
         s.push_str(&network_summary(r));

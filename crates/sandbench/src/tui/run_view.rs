@@ -212,6 +212,11 @@ impl RunView {
                 }
             }
             EventKind::Note(n) => self.meta(Origin::Note, format!("· {}", visible_controls(n.as_bytes()))),
+            // A judge stopped short: shown like a violation (never quietly),
+            // with its own mark.
+            EventKind::Incomplete(b) => {
+                self.meta(Origin::Violation, format!("◐ incomplete at {at}: {}", visible_controls(b.detail.as_bytes())))
+            }
             EventKind::Exit(x) => {
                 self.exit = Some(x);
                 self.meta(Origin::Exit, format!("── {} at {at}", x.describe()));

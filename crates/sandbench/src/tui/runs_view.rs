@@ -16,7 +16,8 @@ use crate::runlog::Entry;
 /// Entries kept in the view (the oldest go first).
 pub const MAX_ENTRIES: usize = 2000;
 
-const OUTCOMES: [Outcome; 4] = [Outcome::Violation, Outcome::Error, Outcome::Ok, Outcome::Cancelled];
+const OUTCOMES: [Outcome; 5] =
+    [Outcome::Violation, Outcome::Incomplete, Outcome::Error, Outcome::Ok, Outcome::Cancelled];
 
 #[derive(Debug, Default)]
 pub struct RunsView {

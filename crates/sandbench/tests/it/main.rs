@@ -33,6 +33,7 @@ mod gauntlet;
 mod headless;
 mod host_inodes;
 mod javascript;
+mod judge_bounds;
 mod mcp_bounds;
 mod mcp_clients;
 mod mcp_files;

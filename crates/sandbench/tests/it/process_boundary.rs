@@ -407,6 +407,7 @@ fn process_hidden_limit_hits_are_reported_and_nothing_else_is() {
         ("hidden_deep_file.py", ViolationKind::FileSize),
         ("hidden_deleted_file.py", ViolationKind::FileSize),
         ("hidden_full_scratch.py", ViolationKind::Disk),
+        ("blinded_scan.py", ViolationKind::FileSize),
     ] {
         let out = net.output(
             Command::new(bin())

@@ -60,6 +60,7 @@ fn report(tier: &str, outcome: Outcome, exit: ExitStatus, violations: Vec<Violat
         network: vec![],
         session: None,
         secrets: vec![],
+        incomplete: vec![],
     }
 }
 

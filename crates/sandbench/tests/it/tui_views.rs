@@ -81,6 +81,7 @@ fn report(tier: &str, outcome: Outcome, violations: Vec<Violation>, stdout: &str
         network: vec![],
         session: None,
         secrets: vec![],
+        incomplete: vec![],
     }
 }
 

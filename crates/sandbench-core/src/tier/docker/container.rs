@@ -492,7 +492,9 @@ fn parse_exit(data: &[u8]) -> Option<Frame> {
 
 /// `pids=N disk=HEX fsize=HEX ...` (paths hex-encoded: a hostile file name
 /// cannot break the frame) → {"pids": N, "disk": [..], "fsize": [..]};
-/// `prior=HEX`: a session's scratch mount full before the call began.
+/// `prior=HEX`: a session's scratch mount full before the call began;
+/// `bound=HEX`: a bound the loader's walk hit (`NAME:LIMIT:WHERE`, see
+/// `judge::BoundHit::parse`).
 fn parse_status(line: &[u8]) -> serde_json::Value {
     let mut v = json!({});
     for tok in line.split(|&b| b == b' ') {
@@ -504,7 +506,7 @@ fn parse_status(line: &[u8]) -> serde_json::Value {
                     v[k] = json!(n);
                 }
             }
-            "disk" | "fsize" | "prior" => {
+            "disk" | "fsize" | "prior" | "bound" => {
                 let bytes: Option<Vec<u8>> =
                     (0..val.len() / 2 * 2).step_by(2).map(|i| u8::from_str_radix(&val[i..i + 2], 16).ok()).collect();
                 if let Some(b) = bytes {

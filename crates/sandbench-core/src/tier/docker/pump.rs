@@ -182,6 +182,7 @@ impl<'a> Pump<'a> {
             rlimit_signals_trusted: false,
             capped_files: self.loader.fsize.clone(),
             full_mounts: self.loader.disk.clone(),
+            bounds: self.loader.bounds.clone(),
         }
     }
 
@@ -374,6 +375,8 @@ pub(super) struct LoaderFacts {
     pids_refused: u64,
     pub(super) fsize: Vec<String>,
     pub(super) disk: Vec<String>,
+    /// Bounds the loader's walk or the host's watch hit.
+    pub(super) bounds: Vec<judge::BoundHit>,
 }
 
 impl LoaderFacts {
@@ -387,6 +390,15 @@ impl LoaderFacts {
         for d in found.full {
             if self.disk.len() < 16 && !self.disk.contains(&d) {
                 self.disk.push(d);
+            }
+        }
+        self.add_bounds(found.bounds);
+    }
+
+    fn add_bounds(&mut self, bounds: impl IntoIterator<Item = judge::BoundHit>) {
+        for b in bounds {
+            if self.bounds.len() < 16 && !self.bounds.contains(&b) {
+                self.bounds.push(b);
             }
         }
     }
@@ -412,6 +424,7 @@ impl LoaderFacts {
                 self.disk.push(d);
             }
         }
+        self.add_bounds(names("bound").iter().map(|b| judge::BoundHit::parse(b)));
     }
 
     /// The loader's counts combined with the host's cgroup counters.

@@ -194,6 +194,9 @@ pub(super) async fn execute(
             (_, true) => vec!["/work or /tmp".into()],
             _ => vec![],
         },
+        // Guest text: a bounded few, each parsed into a known bound (or
+        // `judge_bound`), its place made inert.
+        bounds: x.incomplete.iter().take(8).map(|b| judge::BoundHit::parse(b)).collect(),
     };
     judge.exit(ctx, &facts).await;
     ctx.emit(EventKind::Exit(status)).await;

@@ -88,6 +88,9 @@ pub struct GuestExit {
     /// or what the previous call left at its name could not be removed):
     /// nothing ran. Guest text: shown inert.
     pub refused: Option<String>,
+    /// Bounds the agent's scan and watch hit (`NAME:LIMIT:WHERE`, see
+    /// `judge::BoundHit::parse`): with no violation, the run is incomplete.
+    pub incomplete: Vec<String>,
     /// Where the call's time went inside the guest: `name:ms` pairs,
     /// space-separated, ms since the agent read the RUN frame
     /// ([`guest_steps`] keeps the known names only).

@@ -659,6 +659,7 @@ impl PeerTier {
             } else {
                 vec![]
             },
+            bounds: seen.bounds.clone(),
         };
         judge.exit(ctx, &facts).await;
         ctx.emit(EventKind::Exit(if killed { ExitStatus { code: None, signal: Some(libc::SIGKILL) } } else { exit }))
@@ -678,15 +679,18 @@ struct Seen {
     /// A file (relative path) that reached the file-size limit.
     capped: Option<String>,
     scratch_full: bool,
+    /// Bounds the last scan hit (the last one looks at the end state).
+    bounds: Vec<crate::judge::BoundHit>,
 }
 
 impl Seen {
     fn note(&mut self, dir: &RunDir) {
-        let (capped, full) = dir.scan(self.file_limit);
+        let (capped, full, bounds) = dir.scan(self.file_limit);
         if self.capped.is_none() {
             self.capped = capped;
         }
         self.scratch_full |= full;
+        self.bounds = bounds;
     }
 }
 

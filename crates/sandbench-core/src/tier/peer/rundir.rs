@@ -250,12 +250,15 @@ impl RunDir {
     /// (a file that reached `limit` bytes, whether the scratch tmpfs is
     /// full), read from the host through descriptors: a folder the program
     /// swaps for a link is skipped, never followed. Bounded: a flood of
-    /// files is looked at in part.
-    pub fn scan(&self, limit: u64) -> (Option<String>, bool) {
-        let Ok(top) = open_dir(&self.dir, Path::new(SCRATCH)) else { return (None, false) };
-        let Ok(top) = crate::fsafe::Dir::from_fd(top) else { return (None, false) };
+    /// files is looked at in part, and the bounds the walk hit are returned
+    /// (the run is then incomplete unless something is found).
+    pub(crate) fn scan(&self, limit: u64) -> (Option<String>, bool, Vec<crate::judge::BoundHit>) {
+        use crate::judge::{Bound, BoundHit};
+        let unreadable = || vec![BoundHit::new(Bound::ScratchWalkUnreadable, None, "the scan of the scratch folder")];
+        let Ok(top) = open_dir(&self.dir, Path::new(SCRATCH)) else { return (None, false, unreadable()) };
+        let Ok(top) = crate::fsafe::Dir::from_fd(top) else { return (None, false, unreadable()) };
         let mut capped = None;
-        top.walk(crate::fsafe::Walk { max_entries: 20_000, max_depth: 32 }, |rel, e| {
+        let end = top.walk(PEER_SCAN, |rel, e| {
             if e.is_file() && e.size >= limit {
                 capped = Some(rel.display().to_string());
                 return false;
@@ -269,9 +272,13 @@ impl RunDir {
             && nix::sys::statvfs::fstatvfs(&top)
                 .map(|s| s.blocks_available() <= s.blocks() / 32 || s.files_available() <= s.files() / 64)
                 .unwrap_or(false);
-        (capped, full)
+        let bounds = crate::judge::BoundHit::of_walk(&end, PEER_SCAN, "the scan of the scratch folder");
+        (capped, full, bounds)
     }
 }
+
+/// How much of a peer's scratch folder a scan looks at.
+const PEER_SCAN: crate::fsafe::Walk = crate::fsafe::Walk { max_entries: 100_000, max_depth: 64 };
 
 /// The host's passwd and group with the run's account added: some tools
 /// (firejail) look their user up and refuse a uid without an entry. The

@@ -69,6 +69,7 @@ pub(super) struct Exited {
     /// Other processes init still saw in its namespace after reaping (0:
     /// none; None: it could not look).
     pub(super) left: Option<u32>,
+    bounds: Vec<judge::BoundHit>,
 }
 
 /// The state of one run or call, and what the pump found.
@@ -320,12 +321,13 @@ impl<'a> Pump<'a> {
             guarded,
             files_watched,
             left,
+            bounds,
         }) = self.exit.take()
         else {
             return None;
         };
         let status = ExitStatus { code, signal };
-        Some(Exited { status, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched, left })
+        Some(Exited { status, cpu_ms, max_rss_kb, fsize_hit, full_mounts, guarded, files_watched, left, bounds })
     }
 
     /// Judge and emit the exit `shown` (init's, unless the caller knows
@@ -350,6 +352,7 @@ impl<'a> Pump<'a> {
             rlimit_signals_trusted: false,
             capped_files: e.fsize_hit.into_iter().collect(),
             full_mounts: e.full_mounts,
+            bounds: e.bounds,
         };
         self.judge.exit(self.ctx, &facts).await;
         self.ctx.emit(EventKind::Exit(shown)).await;

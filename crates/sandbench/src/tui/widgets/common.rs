@@ -40,5 +40,7 @@ pub(super) fn outcome_style(theme: &Theme, o: crate::report::Outcome) -> (Style,
         Violation => (bold(Style::new().fg(t.ui.violation)), "✖"),
         Error => (bold(Style::new().fg(t.ui.error)), "‼"),
         Cancelled => (bold(Style::new().fg(t.ui.warn)), "■"),
+        // Not seen whole: never the ok colour or mark.
+        Incomplete => (bold(Style::new().fg(t.ui.violation)), "◐"),
     }
 }

@@ -211,6 +211,7 @@ fn short_text(cv: &CellView) -> String {
         Verdict::Escaped { .. } => "ESCAPED".into(),
         Verdict::Error { .. } => "error".into(),
         Verdict::Cancelled => "cancelled".into(),
+        Verdict::Incomplete { .. } => "INCOMPLETE".into(),
         Verdict::NotAvailable { .. } => "n/a".into(),
     };
     format!("{mark} {}{what}", if cv.cell.degraded { "⚠ " } else { "" })
@@ -328,7 +329,7 @@ pub fn verdict_style(theme: &Theme, v: &Verdict) -> Style {
     let t = &theme.ui;
     match v {
         Verdict::Ran | Verdict::Contained { .. } => Style::new().fg(t.ok),
-        Verdict::Escaped { .. } => bold(Style::new().fg(t.violation)),
+        Verdict::Escaped { .. } | Verdict::Incomplete { .. } => bold(Style::new().fg(t.violation)),
         Verdict::Error { .. } | Verdict::Cancelled | Verdict::NotAvailable { .. } => Style::new().fg(t.warn),
     }
 }

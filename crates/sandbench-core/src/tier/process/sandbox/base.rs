@@ -193,6 +193,10 @@ pub(crate) enum Status {
         /// confirms the run ended whole; None, not confirmed.
         #[serde(default)]
         left: Option<u32>,
+        /// Bounds the watch and the exit scan hit (the run is then
+        /// `incomplete` unless a violation is found).
+        #[serde(default)]
+        bounds: Vec<crate::judge::BoundHit>,
     },
 }
 

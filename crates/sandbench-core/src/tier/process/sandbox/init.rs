@@ -229,6 +229,7 @@ pub(super) fn init_main(prep: &Prepare, owner: (u32, u32), procs: Vec<OwnedFd>, 
             guarded,
             files_watched,
             left,
+            bounds: found.bounds,
         });
         // SAFETY: plain exit.
         unsafe { libc::_exit(0) }

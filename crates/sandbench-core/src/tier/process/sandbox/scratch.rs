@@ -16,8 +16,11 @@ use crate::fsafe::{Dir, Walk};
 /// The scratch mounts: the only places the program can write.
 pub(super) const SCRATCH: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
 
-/// How much of a scratch mount a scan looks at (per mount).
-const SCAN: Walk = Walk { max_entries: 20_000, max_depth: 16 };
+/// How much of a scratch mount a scan looks at (per mount). Hitting either
+/// bound makes the run `incomplete` (unless a violation is found): sized so
+/// that a session's installed packages (tens of thousands of files, deep
+/// `node_modules`) stay within it, in ~0.1 s at the bound.
+pub(crate) const SCAN: Walk = Walk { max_entries: 100_000, max_depth: 64 };
 
 /// Longest name reported for a capped file (the program chose it).
 const MAX_NAME: usize = 200;
@@ -83,14 +86,20 @@ impl Scratch {
     /// Run as the sandbox's uid (a session's init), it sees what that uid
     /// may search: the scratch watch, which sees every write, is the
     /// primary evidence, this scan its backstop.
-    pub(super) fn capped(&self, file_size: u64, since: Option<SystemTime>) -> Option<String> {
+    /// Also the bounds its walk hit (none when it found a capped file).
+    pub(super) fn capped(
+        &self,
+        file_size: u64,
+        since: Option<SystemTime>,
+    ) -> (Option<String>, Vec<crate::judge::BoundHit>) {
         let since = since.map(|t| {
             let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
             (d.as_secs() as i64, d.subsec_nanos() as i64)
         });
         let mut hit = None;
+        let mut bounds = vec![];
         for (mount, dir) in &self.dirs {
-            dir.walk(SCAN, |rel, e| {
+            let end = dir.walk(SCAN, |rel, e| {
                 if e.is_file() && e.size >= file_size && since.is_none_or(|s| e.ctime >= s) {
                     hit = Some(format!("{mount}/{}", rel.display()).chars().take(MAX_NAME).collect());
                     return false;
@@ -98,18 +107,21 @@ impl Scratch {
                 true
             });
             if hit.is_some() {
-                break;
+                return (hit, vec![]);
             }
+            bounds.extend(crate::judge::BoundHit::of_walk(&end, SCAN, &format!("the exit scan of {mount}")));
         }
-        hit
+        (hit, bounds)
     }
 
     /// After a one-shot run's program: a capped file and the full mounts.
     pub(super) fn judge(&self, file_size: u64) -> crate::highwater::Found {
+        let (capped, bounds) = self.capped(file_size, None);
         crate::highwater::Found {
-            capped: self.capped(file_size, None).into_iter().collect(),
+            capped: capped.into_iter().collect(),
             full: self.full_mounts().into_iter().map(String::from).collect(),
             gaps: vec![],
+            bounds,
         }
     }
 }

@@ -285,6 +285,7 @@ pub(super) fn init_session(
                 guarded,
                 files_watched: false,
                 left,
+                bounds: vec![],
             };
             send(&exit);
             next = prestart_after_reply(&init, &mut watch);
@@ -311,8 +312,15 @@ pub(super) fn init_session(
         }
         // The watch saw this call's writes; a file capped by an earlier
         // call and untouched since is not this call's.
-        let fsize_hit =
-            found.capped.into_iter().next().or_else(|| init.scratch.capped(cfg.file_size_bytes, Some(since)));
+        let mut bounds = found.bounds;
+        let fsize_hit = match found.capped.into_iter().next() {
+            Some(f) => Some(f),
+            None => {
+                let (hit, b) = init.scratch.capped(cfg.file_size_bytes, Some(since));
+                bounds.extend(b);
+                hit
+            }
+        };
         send(&Status::Exit {
             code,
             signal,
@@ -323,6 +331,7 @@ pub(super) fn init_session(
             guarded,
             files_watched,
             left,
+            bounds,
         });
         next = prestart_after_reply(&init, &mut watch);
     }
