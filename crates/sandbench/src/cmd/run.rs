@@ -146,8 +146,7 @@ pub async fn run(args: RunArgs, config: &Config) -> anyhow::Result<i32> {
                 notices.push(format!("sandbench: {}", sanitize::visible_controls(n.as_bytes())))
             }
             EventKind::Incomplete(b) if text => {
-                own_line(&mut mid_line);
-                eprintln!("sandbench: incomplete — {}", sanitize::visible_controls(b.detail.as_bytes()));
+                notices.push(format!("sandbench: incomplete — {}", sanitize::visible_controls(b.detail.as_bytes())))
             }
             _ => {}
         }
