@@ -82,7 +82,7 @@ pub(crate) struct Found {
     pub gaps: Vec<String>,
     /// Bounds hit (events lost; a scan's walk stopped short): with no
     /// violation, the run reads `incomplete`.
-    pub bounds: Vec<crate::judge::BoundHit>,
+    pub bounds: Vec<crate::bound::BoundHit>,
 }
 
 impl Found {
@@ -353,7 +353,7 @@ impl Watch {
         let mut bounds = vec![];
         if self.lost {
             gaps.push("file events were lost: a hidden limit hit may go unreported".into());
-            bounds.push(crate::judge::BoundHit::new(crate::judge::Bound::FileEventsLost, None, "the scratch watch"));
+            bounds.push(crate::bound::BoundHit::new(crate::bound::Bound::FileEventsLost, None, "the scratch watch"));
         }
         let found = Found {
             capped: self.capped.iter().map(|(_, n)| n.clone()).collect(),
@@ -800,8 +800,8 @@ impl Running {
             (
                 Found {
                     gaps: vec!["the scratch watch failed: hidden limit hits may go unreported".into()],
-                    bounds: vec![crate::judge::BoundHit::new(
-                        crate::judge::Bound::FileEventsLost,
+                    bounds: vec![crate::bound::BoundHit::new(
+                        crate::bound::Bound::FileEventsLost,
                         None,
                         "the scratch watch (it failed)",
                     )],

@@ -33,6 +33,7 @@ const LAYERS: &Table = &[
             "http",
             "stats",
             "highwater",
+            "bound",
             "owner",
             "setup",
             "spec",

@@ -56,6 +56,7 @@ pub mod soak;
 pub mod state;
 
 // Beneath the API.
+mod bound;
 mod fsafe;
 mod highwater;
 mod judge;
