@@ -376,8 +376,8 @@ const RELEASED_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// wherever that parent is), waited for up to [`RELEASED_WITHIN`]. A run
 /// stopped from here has no exit report: the cgroup's count alone speaks
 /// for it. The details say what was seen; anything short of a confirmation
-/// is also a `degraded` entry, so that no verdict reads as whole without
-/// one. A session's call passes no cgroup: the next call's process joins it
+/// is a bound of the judge (`processes_after`): the verdict is then
+/// `incomplete`, never `ok` (docs/SECURITY.md, "Bounds of the judges"). A session's call passes no cgroup: the next call's process joins it
 /// right after the exit.
 pub(super) async fn processes_after(exited: bool, left: Option<u32>, cg: Option<&RunCgroup>) -> After {
     let mut counted = None;
@@ -433,14 +433,18 @@ pub(super) struct After {
 }
 
 impl After {
-    /// Into a run's or call's details (a gap joins `degraded`).
-    pub(super) fn record(self, details: &mut serde_json::Value) {
+    /// Into a run's or call's details; a gap is a bound hit, said on `ctx`
+    /// before the exit's verdict is made.
+    pub(super) async fn record(self, details: &mut serde_json::Value, ctx: &RunContext) {
         details["processes_after"] = self.seen;
-        if let Some(msg) = self.gap {
-            match details.get_mut("degraded").and_then(|d| d.as_array_mut()) {
-                Some(d) => d.push(json!(msg)),
-                None => details["degraded"] = json!([msg]),
-            }
+        if let Some(detail) = self.gap {
+            ctx.incomplete(crate::event::Incomplete {
+                bound: "processes_after".into(),
+                limit: Some(RELEASED_WITHIN.as_millis() as u64),
+                at: "the run's end: its pid namespace and cgroup".into(),
+                detail,
+            })
+            .await;
         }
     }
 }
@@ -498,5 +502,47 @@ pub(super) fn proc_tree_sample(root: i32) -> UsageSample {
         cpu_ms: Some(ours.iter().map(|p| p.2).sum::<u64>() * 1000 / tick),
         memory_bytes: Some(ours.iter().map(|p| p.3).sum::<u64>() * page),
         pids: Some(ours.len() as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::event::{EventKind, RunContext};
+    use tokio_util::sync::CancellationToken;
+
+    /// A run's end that is not confirmed whole is a bound hit (the verdict
+    /// reads `incomplete`), never only a note beside an `ok`; a confirmed one
+    /// says nothing. Rows: (exited, init's count of others left, the words).
+    #[tokio::test]
+    async fn an_end_not_confirmed_whole_is_a_bound_hit() {
+        let rows = [
+            (true, Some(0), None),
+            (true, Some(2), Some("2 other process(es) still in the sandbox's pid namespace")),
+            (true, None, Some("could not look at its pid namespace")),
+            (false, None, Some("no cgroup counts its processes")),
+        ];
+        for (exited, left, words) in rows {
+            let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+            let ctx = RunContext { started: std::time::Instant::now(), tx, stop: CancellationToken::new() };
+            let mut details = serde_json::json!({});
+            super::processes_after(exited, left, None).await.record(&mut details, &ctx).await;
+            drop(ctx);
+            let mut hits = vec![];
+            while let Some(ev) = rx.recv().await {
+                if let EventKind::Incomplete(b) = ev.kind {
+                    hits.push(b);
+                }
+            }
+            assert_eq!(details["processes_after"]["confirmed"], words.is_none(), "{left:?}");
+            match words {
+                None => assert!(hits.is_empty(), "{left:?}: {hits:?}"),
+                Some(w) => {
+                    assert_eq!(hits.len(), 1, "{left:?}: {hits:?}");
+                    assert_eq!(hits[0].bound, "processes_after");
+                    assert!(hits[0].detail.contains(w), "{left:?}: {}", hits[0].detail);
+                }
+            }
+            assert!(details.get("degraded").is_none(), "a gap is not a missing protection: {details}");
+        }
     }
 }

@@ -203,7 +203,7 @@ impl ProcessTier {
                 let after = processes_after(false, None, cg).await;
                 let mut details = isolation_details(std::mem::take(&mut pump.isolation), cg, &pump.timeline);
                 details["privileges"] = json!(launched.privileges);
-                after.record(&mut details);
+                after.record(&mut details, ctx).await;
                 return Ok(TierExit { usage: None, details });
             }
             return Err(anyhow!("the sandbox ended without reporting the program's exit (see the log)"));
@@ -212,7 +212,7 @@ impl ProcessTier {
         // Before the exit goes out: the verdict is about a run that ended whole.
         let after = processes_after(true, e.left, cg).await;
         let (mut details, _) = pump.conclude(e, status, final_counters, cg, launched, true).await;
-        after.record(&mut details);
+        after.record(&mut details, ctx).await;
         Ok(TierExit { usage: Some(UsageSample { cpu_ms: Some(cpu_ms), memory_bytes: Some(rss), pids: None }), details })
     }
 }

@@ -229,7 +229,7 @@ impl ProcessSession {
         // call's as soon as this one has ended.
         let after = super::pump::processes_after(true, e.left, None).await;
         let (mut details, counters) = pump.conclude(e, shown, final_counters, cg, launched, false).await;
-        after.record(&mut details);
+        after.record(&mut details, ctx).await;
         details["start"] = json!("session");
         let used = details.get("uid").cloned().unwrap_or(serde_json::Value::Null);
         let policy = uid_policy(self.uid_range.0, self.uid_range.1, &used);
