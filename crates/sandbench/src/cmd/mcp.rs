@@ -144,7 +144,8 @@ pub struct CloseSessionArgs {
 /// or escaped text, fits.
 pub const MAX_MESSAGE_BYTES: usize = 8 << 20;
 
-/// Longest a run's slot waits for its sandbox's background teardown.
+/// How long a run's slot waits for its sandbox's background teardown before
+/// the log says so (the slot stays taken until the sandbox is gone).
 const TEARDOWN_WAIT: Duration = Duration::from_secs(120);
 /// How long `list_tiers` reuses a tier's probe (each probe builds a sandbox).
 const PROBE_TTL: Duration = Duration::from_secs(60);
@@ -418,6 +419,7 @@ impl Sandbench {
         let cancel = handle.canceller();
         let on_drop = cancel.clone().drop_guard();
         let shutdown = self.shared.shutdown.clone();
+        let shutdown_after = shutdown.clone();
         let stop = cancel.clone();
         let streamer = if log.file_tool { None } else { stream::Streamer::for_call(ctx, self.conn.log_level()) };
         let torn_down = handle.torn_down();
@@ -434,11 +436,21 @@ impl Sandbench {
             };
             // The reply goes out now; the run's share goes back once its
             // sandbox is gone (some tiers remove it in the background).
+            let server_ends = shutdown_after.clone();
             runs.spawn(async move {
-                if tokio::time::timeout(TEARDOWN_WAIT, torn_down.wait()).await.is_err() {
+                // The slot is the bound on what a client holds: it goes back
+                // when the sandbox is gone, never before (a teardown that
+                // hangs keeps it taken, fail closed), or when the server ends.
+                let gone = torn_down.wait();
+                tokio::pin!(gone);
+                if tokio::time::timeout(TEARDOWN_WAIT, &mut gone).await.is_err() {
                     tracing::warn!(
-                        "a run's sandbox was not torn down within {TEARDOWN_WAIT:?}; its slot is given back"
+                        "a run's sandbox was not torn down within {TEARDOWN_WAIT:?}; its slot stays taken until it is"
                     );
+                    tokio::select! {
+                        _ = &mut gone => {}
+                        _ = server_ends.cancelled() => {}
+                    }
                 }
                 drop(permit);
             });
