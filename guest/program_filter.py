@@ -44,7 +44,8 @@ PROGRAM_DENY = {
     "finit_module": (313, 273), "delete_module": (176, 106), "name_to_handle_at": (303, 264),
     "open_by_handle_at": (304, 265), "acct": (163, 89), "swapon": (167, 224), "swapoff": (168, 225),
     "reboot": (169, 142), "syslog": (103, 116), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
-    "fanotify_init": (300, 262), "kcmp": (312, 272),
+    "fanotify_init": (300, 262), "kcmp": (312, 272), "quotactl_fd": (443, 443),
+    "open_tree_attr": (467, 467), "sync": (162, 81), "syncfs": (306, 267),
 }
 PROGRAM_CLONE = (56, 220)
 PROGRAM_CLONE3 = (435, 435)

@@ -99,6 +99,10 @@ CALLS = {
     "quotactl": ((179, 60), (0xFFFFFFFF, BAD, 0, None)),
     "lookup_dcookie": ((212, 18), (0, None, 0)),
     "fanotify_init": ((300, 262), (0x200, 0)),  # FAN_REPORT_FID: open to anyone since 5.13
+    "quotactl_fd": ((443, 443), (-1, 0, 0, None)),  # EBADF
+    "open_tree_attr": ((467, 467), (-1, BAD, 0, None, 0)),  # EBADF (ENOSYS before 6.15)
+    "syncfs": ((306, 267), (-1,)),  # EBADF
+    "sync": ((162, 81), ()),  # returns 0: it cannot fail
 }
 # The refused clone flags (the table's CLONE_FLAGS), each with SIGCHLD.
 CLONE = (56, 220)
