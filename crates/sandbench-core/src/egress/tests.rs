@@ -79,7 +79,8 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-async fn tls_server(from: u8, name: &str, ca: &Ca) -> Server {
+/// A TLS acceptor with a leaf for `name` signed by `ca`.
+fn acceptor(name: &str, ca: &Ca) -> tokio_rustls::TlsAcceptor {
     let leaf_key = rcgen::KeyPair::generate().unwrap();
     let leaf =
         rcgen::CertificateParams::new(vec![name.to_string()]).unwrap().signed_by(&leaf_key, &ca.ca, &ca.key).unwrap();
@@ -92,7 +93,11 @@ async fn tls_server(from: u8, name: &str, ca: &Ca) -> Server {
             rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
         )
         .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    tokio_rustls::TlsAcceptor::from(Arc::new(cfg))
+}
+
+async fn tls_server(from: u8, name: &str, ca: &Ca) -> Server {
+    let acceptor = acceptor(name, ca);
     let l = bind(from).await;
     let addr = l.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -581,19 +586,7 @@ async fn response_framing_is_canonical_or_refused_and_no_second_response_reaches
 /// what `reply` makes of it (`None`: closes without an answer); keeps every
 /// head it got.
 async fn tls_echo(from: u8, name: &str, ca: &Ca, reply: fn(&[u8]) -> Vec<u8>) -> Server {
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf =
-        rcgen::CertificateParams::new(vec![name.to_string()]).unwrap().signed_by(&leaf_key, &ca.ca, &ca.key).unwrap();
-    let cfg = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let acceptor = acceptor(name, ca);
     let l = bind(from).await;
     let addr = l.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));

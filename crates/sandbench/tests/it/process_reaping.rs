@@ -7,6 +7,9 @@
 //! the sandbox's own init on its way out; and the report says it checked.
 //! On the zygote's path, the cold path and a session's call alike.
 
+// The process tier is here and this is root (runs of their own uid, the
+// zygote too, are root's).
+use crate::process_zygote::available;
 use crate::support::common;
 
 use std::sync::Arc;
@@ -105,16 +108,6 @@ fn tier(zygote: bool, uid_base: u32) -> Arc<dyn Tier> {
     c.process.uid_base = uid_base;
     c.process.uid_count = 64;
     Arc::new(ProcessTier::new(&c))
-}
-
-async fn available(t: &Arc<dyn Tier>) -> bool {
-    let a = t.probe().await;
-    if !a.available {
-        assert!(!common::required("process"), "process tier unavailable: {}", a.summary);
-        return false;
-    }
-    // Runs of their own uid (the zygote too) are root's.
-    common::is_root()
 }
 
 /// A process of `uid` (any of its four uids).

@@ -23,7 +23,7 @@ fn tier(zygote: bool) -> Arc<dyn Tier> {
     Arc::new(ProcessTier::new(&c))
 }
 
-async fn available(t: &Arc<dyn Tier>) -> bool {
+pub(crate) async fn available(t: &Arc<dyn Tier>) -> bool {
     let a = t.probe().await;
     if !a.available {
         assert!(!common::required("process"), "process tier unavailable: {}", a.summary);
