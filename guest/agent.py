@@ -109,7 +109,13 @@ def mount(src, target, fstype, flags, data):
 
 
 def dumps(d):
-    """JSON for the flat dicts the agent sends (int, float, bool, None, str)."""
+    """JSON for the flat dicts the agent sends (int, float, bool, None, str,
+    and lists of str: a list written as its str() is a string to the host,
+    which refuses the frame)."""
+
+    def text(v):
+        return '"%s"' % "".join(c if c.isalnum() or c in " .-_+:/" else "\\u%04x" % ord(c) for c in str(v))
+
     parts = []
     for k, v in d.items():
         if v is None:
@@ -120,8 +126,10 @@ def dumps(d):
             t = "false"
         elif isinstance(v, (int, float)):
             t = repr(v)
+        elif isinstance(v, (list, tuple)):
+            t = "[" + ", ".join(text(x) for x in v) + "]"
         else:
-            t = '"%s"' % "".join(c if c.isalnum() or c in " .-_+:/" else "\\u%04x" % ord(c) for c in str(v))
+            t = text(v)
         parts.append('"%s": %s' % (k, t))
     return "{" + ", ".join(parts) + "}"
 
