@@ -176,7 +176,15 @@ fn process_limits_beyond_the_tier_are_refused_before_any_sandbox_work() {
             assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
             assert!(err.contains(what) && err.contains("at most"), "{args:?}: {err}");
             assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
-            assert!(out.stdout.is_empty(), "the program ran: {}", String::from_utf8_lossy(&out.stdout));
+            // Text: nothing on stdout; JSON: only the error object (never the program's output).
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if format == "text" {
+                assert!(stdout.is_empty(), "the program ran: {stdout}");
+            } else {
+                let v: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON error object");
+                assert_eq!(v["outcome"], "error", "the program ran: {stdout}");
+                assert!(!stdout.contains("hello from"), "the program ran: {stdout}");
+            }
         }
     }
     assert!(net.leftover_cgroups().is_empty(), "a cgroup was made for a refused run");
