@@ -78,6 +78,7 @@ fn runs_of_another_process_show_up_open_and_load_into_the_editor() {
     assert!(s.contains("violation wall_timeout at"), "{s}");
     assert!(s.contains("spin.sh") && s.contains("code (20 bytes"), "{s}");
     app.update(key(KeyCode::Esc));
+    app.update(key(KeyCode::Char('o'))); // incomplete
     app.update(key(KeyCode::Char('o'))); // error
     app.update(key(KeyCode::Char('o'))); // ok
     let s = screen(&mut app, 140, 30);
