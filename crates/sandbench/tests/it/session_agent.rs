@@ -115,8 +115,6 @@ fn a_hostile_call_cannot_reach_the_docker_session_agent_or_its_stream() {
     if !tier_ready("docker") {
         return;
     }
-    // sessions.rs counts this process's docker containers.
-    let _one = crate::sessions::DOCKER.lock().unwrap_or_else(|e| e.into_inner());
     block_on(hostile_calls_on("docker"));
 }
 
@@ -125,8 +123,6 @@ fn a_hostile_call_cannot_reach_the_gvisor_session_agent_or_its_stream() {
     if !tier_ready("gvisor") {
         return;
     }
-    // sessions.rs counts this process's gvisor containers.
-    let _one = crate::sessions::GVISOR.lock().unwrap_or_else(|e| e.into_inner());
     block_on(hostile_calls_on("gvisor"));
 }
 
@@ -154,7 +150,7 @@ sys.exit("bye")
 
 async fn endings_on(name: &str) {
     // No warm pool: its containers would outlive this test (they are
-    // drained only at shutdown) and count as sessions.rs's leftovers.
+    // drained only at shutdown).
     let mut config = Config::load().unwrap();
     config.docker.pool_size = 0;
     let t = sandbench::tier::by_name(name, &config).unwrap();
@@ -190,8 +186,6 @@ fn a_session_call_ends_as_a_run_does_on_docker() {
     if !tier_ready("docker") {
         return;
     }
-    // sessions.rs counts this process's docker containers.
-    let _one = crate::sessions::DOCKER.lock().unwrap_or_else(|e| e.into_inner());
     block_on(endings_on("docker"));
 }
 
@@ -200,7 +194,5 @@ fn a_session_call_ends_as_a_run_does_on_gvisor() {
     if !tier_ready("gvisor") {
         return;
     }
-    // sessions.rs counts this process's gvisor containers.
-    let _one = crate::sessions::GVISOR.lock().unwrap_or_else(|e| e.into_inner());
     block_on(endings_on("gvisor"));
 }

@@ -163,9 +163,13 @@ fn process_sessions_keep_files_and_nothing_else() {
     block_on(exercise("process"));
 }
 
-/// Containers of this test process on `tier` (tests of the other runtime run alongside).
-fn containers(tier: &str) -> Vec<String> {
+/// Which of `made` (short container ids from the calls' details) are still
+/// containers of this test process on `tier`. Only the test's own: other
+/// modules' in-process sessions (session_plants, host_inodes) carry the same
+/// process label and may be alive now.
+fn left_of(tier: &str, made: &[String]) -> Vec<String> {
     use bollard::query_parameters::ListContainersOptions;
+    assert!(!made.is_empty(), "the calls name their containers");
     let filters = std::collections::HashMap::from([(
         "label".to_string(),
         vec![format!("sandbench.pid={}", std::process::id()), format!("sandbench.tier={tier}")],
@@ -174,25 +178,24 @@ fn containers(tier: &str) -> Vec<String> {
         let at = sandbench::internals::docker::Endpoint::of(&sandbench::config::HostEnv::from_process());
         let engine = sandbench::internals::docker::Engine::connect(&at).await.expect("docker answers");
         let opts = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-        engine.docker.list_containers(Some(opts)).await.expect("list").into_iter().filter_map(|c| c.id).collect()
+        let all = engine.docker.list_containers(Some(opts)).await.expect("list");
+        all.into_iter().filter_map(|c| c.id).filter(|id| made.iter().any(|m| id.starts_with(m.as_str()))).collect()
     })
 }
 
-/// The docker tests here count this process's docker containers: one at a
-/// time, and not while another module's docker sessions run
-/// (`session_agent`).
-pub(crate) static DOCKER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-/// The same for gVisor's containers.
-pub(crate) static GVISOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The containers the calls of `details` ran in.
+fn containers_of(details: &[serde_json::Value]) -> Vec<String> {
+    details.iter().filter_map(|d| d["container"].as_str().map(String::from)).collect()
+}
 
 #[sandbench_testkit::test(needs = ["docker"])]
 fn docker_sessions_keep_files_and_nothing_else() {
     if !tier_ready("docker") {
         return;
     }
-    let _one = DOCKER.lock().unwrap_or_else(|e| e.into_inner());
-    block_on(exercise("docker"));
-    assert!(eventually(20, || containers("docker").is_empty()), "containers left: {:?}", containers("docker"));
+    let made = containers_of(&block_on(exercise("docker")));
+    assert_eq!(made.len(), 2, "each session names its container");
+    assert!(eventually(20, || left_of("docker", &made).is_empty()), "containers left: {:?}", left_of("docker", &made));
 }
 
 #[sandbench_testkit::test(needs = ["gvisor"])]
@@ -200,9 +203,9 @@ fn gvisor_sessions_keep_files_and_nothing_else() {
     if !tier_ready("gvisor") {
         return;
     }
-    let _one = GVISOR.lock().unwrap_or_else(|e| e.into_inner());
-    block_on(exercise("gvisor"));
-    assert!(eventually(20, || containers("gvisor").is_empty()), "containers left: {:?}", containers("gvisor"));
+    let made = containers_of(&block_on(exercise("gvisor")));
+    assert_eq!(made.len(), 2, "each session names its container");
+    assert!(eventually(20, || left_of("gvisor", &made).is_empty()), "containers left: {:?}", left_of("gvisor", &made));
 }
 
 #[sandbench_testkit::test(needs = ["microvm"])]
@@ -282,12 +285,12 @@ fn idle_and_capped_sessions_leave_no_container() {
     if !tier_ready("docker") {
         return;
     }
-    let _one = DOCKER.lock().unwrap_or_else(|e| e.into_inner());
-    block_on(async {
+    let made = block_on(async {
         let t = tier("docker");
         let idle = SessionSpec { idle_timeout: Duration::from_secs(1), ..SessionSpec::new(session_limits()) };
         let a = Session::open(t.clone(), idle).await.unwrap();
-        ok(&a.run(py("print(1)")).await.unwrap());
+        let first = a.run(py("print(1)")).await.unwrap();
+        ok(&first);
         let capped = SessionSpec { max_life: Duration::from_secs(4), ..SessionSpec::new(session_limits()) };
         let b = Session::open(t, capped).await.unwrap();
         // A call running into the cap is cut to what is left of it.
@@ -298,6 +301,8 @@ fn idle_and_capped_sessions_leave_no_container() {
         }
         assert!(a.info().closed.unwrap().contains("idle"));
         assert!(b.info().closed.unwrap().contains("lifetime cap"));
+        containers_of(&[first.details, r.details])
     });
-    assert!(eventually(20, || containers("docker").is_empty()), "containers left: {:?}", containers("docker"));
+    assert_eq!(made.len(), 2, "each session names its container");
+    assert!(eventually(20, || left_of("docker", &made).is_empty()), "containers left: {:?}", left_of("docker", &made));
 }
