@@ -962,12 +962,20 @@ impl ServerHandler for Sandbench {
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        let known = self.tool_router.has_route(&request.name);
         let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
         match self.tool_router.call(tcc).await {
             Ok(rmcp::model::CallToolResponse::Complete(r)) => {
                 Ok(rmcp::model::CallToolResponse::Complete(inert_reply(r)))
             }
             Ok(other) => Ok(other),
+            // A known tool's bad arguments are a result the model can read
+            // and correct (`isError: true`), as the MCP spec asks of input
+            // validation; an unknown tool stays a protocol error.
+            Err(e) if known && e.code == rmcp::model::ErrorCode::INVALID_PARAMS => {
+                let text = inert_text(e.message.as_bytes());
+                Ok(rmcp::model::CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text)])))
+            }
             Err(mut e) => {
                 e.message = inert_text(e.message.as_bytes()).into();
                 if let Some(d) = e.data.as_mut() {

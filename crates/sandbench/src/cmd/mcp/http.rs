@@ -237,6 +237,7 @@ impl<S: rmcp::ServerHandler + Send + 'static> Front<S> {
         // most `max_sessions` ever stay, and a stateless request is never
         // refused for them.
         let opening = session.is_none() && req.method() == Method::POST;
+        let deleting = req.method() == Method::DELETE;
         let resp = self.mcp.handle(req).await;
         if opening {
             if let Some(id) = resp.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string) {
@@ -254,7 +255,13 @@ impl<S: rmcp::ServerHandler + Send + 'static> Front<S> {
                 }
             }
         }
-        let (head, body) = resp.into_parts();
+        let (mut head, body) = resp.into_parts();
+        if deleting && head.status == StatusCode::ACCEPTED {
+            // rmcp answers a session's end 202; the SDKs take 200 or 204 as
+            // "ended" (the Python one logs `Session termination failed: 202`
+            // at every close of an HTTP client).
+            head.status = StatusCode::OK;
+        }
         Response::from_parts(head, Out::Mcp(Watched { inner: body, gone: Some(gone.drop_guard()) }))
     }
 

@@ -197,6 +197,10 @@ impl HttpServer {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
+        // The SDK ends its MCP session (DELETE) as it closes, and logs any
+        // answer but 200 or 204 as a failure the user sees.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("Session termination failed"), "{stderr}");
         lines_of(&stdout)
     }
 
