@@ -69,6 +69,7 @@ fn a_long_call_streams_its_output_to_a_client_that_asked() {
     let messages: String =
         r["progress"].as_array().unwrap().iter().map(|p| p["message"].as_str().unwrap_or("")).collect();
     assert!(messages.contains("violation: memory at"), "{messages}");
+    assert!(!messages.contains("violation: violation"), "the prefix is said once: {messages}");
     // No level set: no log messages.
     assert_eq!(out[2]["logs"], json!([]), "{}", out[2]);
     // After logging/setLevel info: the output as log messages from the logger "sandbench".

@@ -113,8 +113,10 @@ impl Streamer {
                 add(&mut p, name, inert_text(&data));
             }
             EventKind::Violation(v) => {
+                // The stream's name ("violation: ") leads the message: the
+                // text does not repeat it.
                 let text = format!(
-                    "violation: {} at {:.0} ms: {}\n",
+                    "{} at {:.0} ms: {}\n",
                     v.kind.name(),
                     v.at_ms,
                     sanitize::inert_line(&v.detail, 300)
@@ -275,7 +277,7 @@ mod tests {
     #[test]
     fn the_buffer_is_bounded_and_keeps_violations() {
         let mut p = Pending::default();
-        add(&mut p, "violation", "violation: memory\n".into());
+        add(&mut p, "violation", "memory\n".into());
         for _ in 0..100 {
             add(&mut p, "stdout", "x".repeat(4096));
         }
@@ -284,7 +286,7 @@ mod tests {
         assert_eq!(p.pieces[0].0, "violation");
         let (name, text, dropped) = next_message(&mut p).unwrap();
         assert_eq!((name, dropped > 0), ("violation", true));
-        assert!(text.starts_with("violation"));
+        assert!(text.starts_with("memory"));
         let (_, text, _) = next_message(&mut p).unwrap();
         assert_eq!(text.len(), MAX_MESSAGE);
     }
