@@ -879,6 +879,19 @@ def zygote(out_w, err_w, spec_r, sock):
         os._exit(127)
 
 
+# Every signal at its default and none blocked, as a program started from a
+# terminal has them: Python ignores SIGPIPE and SIGXFSZ, and an exec keeps an
+# ignored signal ignored (`yes | head -1` then says "Broken pipe", and a file
+# at the size limit reads as EFBIG instead of SIGXFSZ).
+def default_signals():
+    for _s in range(1, signal.NSIG):
+        try:
+            signal.signal(_s, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
 def become_program(spec, sock):
     """The call's own part, in the zygote: its limits, the program's uid,
     then the program. `sock` carries the steps to the agent and is closed
@@ -930,7 +943,7 @@ def become_program(spec, sock):
     if spec["language"] in INTERPRETERS:
         # Its own process image (exec), never this interpreter: a Node
         # program shares nothing of the agent's address space.
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        default_signals()
         argv = INTERPRETERS[spec["language"]] + [program_path(spec)]
         os.execve(argv[0], argv, env)
     os.environ.clear()

@@ -306,11 +306,25 @@ def _program_environ(fields):
     os.environ.update(env)
 
 
+# Every signal at its default and none blocked, as a program started from a
+# terminal has them: Python ignores SIGPIPE and SIGXFSZ, and an exec keeps an
+# ignored signal ignored (`yes | head -1` then says "Broken pipe", and a file
+# at the size limit reads as EFBIG instead of SIGXFSZ).
+def _default_signals():
+    for _s in range(1, _signal.NSIG):
+        try:
+            _signal.signal(_s, _signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+
+
 def _run_program(lang, argv, path, code):
     # Never returns: the program's interpreter, or its code in this one.
     if lang != "python":
         argv = argv + [path]
         try:
+            _default_signals()
             os.execvpe(argv[0], argv, dict(os.environ))
         finally:
             os._exit(127)

@@ -52,6 +52,7 @@ mod process_privileges;
 mod process_reaping;
 mod process_spare;
 mod process_zygote;
+mod program_start;
 mod reaper;
 mod report;
 mod runlog_cli;

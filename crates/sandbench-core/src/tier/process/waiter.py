@@ -73,6 +73,18 @@ def __sandbench_waiter(g, init):
         f = data[5:].split(b"\0")
         end = f.index(b"", 1)
         env = dict(kv.split(b"=", 1) for kv in f[end + 1 :] if b"=" in kv)
+        # Every signal at its default and none blocked, as a program started from a
+        # terminal has them: Python ignores SIGPIPE and SIGXFSZ, and an exec keeps an
+        # ignored signal ignored (`yes | head -1` then says "Broken pipe", and a file
+        # at the size limit reads as EFBIG instead of SIGXFSZ).
+        import _signal as signal
+
+        for _s in range(1, signal.NSIG):
+            try:
+                signal.signal(_s, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
         os.execve(f[0], f[1:end], env)
     if data != b"run":
         os._exit(121)

@@ -353,6 +353,18 @@ def __sandbench_run(g, go, ready):
         f = data[5:].split(b"\0")
         end = f.index(b"", 1)
         env = dict(kv.split(b"=", 1) for kv in f[end + 1 :] if b"=" in kv)
+        # Every signal at its default and none blocked, as a program started from a
+        # terminal has them: Python ignores SIGPIPE and SIGXFSZ, and an exec keeps an
+        # ignored signal ignored (`yes | head -1` then says "Broken pipe", and a file
+        # at the size limit reads as EFBIG instead of SIGXFSZ).
+        import _signal
+
+        for _s in range(1, _signal.NSIG):
+            try:
+                _signal.signal(_s, _signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
         os.execve(f[0], f[1:end], env)
     if data != b"run":
         os._exit(121)

@@ -115,12 +115,8 @@ impl Streamer {
             EventKind::Violation(v) => {
                 // The stream's name ("violation: ") leads the message: the
                 // text does not repeat it.
-                let text = format!(
-                    "{} at {:.0} ms: {}\n",
-                    v.kind.name(),
-                    v.at_ms,
-                    sanitize::inert_line(&v.detail, 300)
-                );
+                let text =
+                    format!("{} at {:.0} ms: {}\n", v.kind.name(), v.at_ms, sanitize::inert_line(&v.detail, 300));
                 p.seen += 1;
                 add(&mut p, "violation", text);
             }

@@ -86,13 +86,11 @@ pub(super) fn program_main(
         }
         Err(e) => fail(format!("cannot open /dev/null: {e}")),
     }
-    // sandbench ignores SIGPIPE; an exec keeps an ignored signal ignored, and
-    // a shell pipeline expects the default.
-    // SAFETY: restoring a default disposition installs no handler code.
-    if let Err(e) =
-        unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) }
-    {
-        fail(format!("cannot restore SIGPIPE: {e}"));
+    // Every signal at its default and none blocked, as a program started
+    // from a terminal has them: sandbench ignores SIGPIPE, and an exec keeps
+    // an ignored signal ignored (a shell pipeline then sees EPIPE).
+    if let Err(e) = default_signals() {
+        fail(format!("cannot restore the default signal dispositions: {e}"));
     }
     let landlock = landlock(prep.network_port);
     let mut degraded = vec![];
@@ -240,4 +238,24 @@ pub(super) fn program_main(
             fail(format!("cannot start {}: {err}", exe.to_string_lossy()));
         }
     }
+}
+
+/// Every catchable signal to `SIG_DFL`, and an empty signal mask. The raw
+/// call: the C library refuses to touch the two signals it keeps for
+/// itself (32 and 33), which sandbench's own parent may have left ignored.
+fn default_signals() -> nix::Result<()> {
+    use nix::sys::signal::{SigSet, SigmaskHow};
+    // The kernel's struct sigaction (handler, flags, restorer, mask), all
+    // zero: SIG_DFL, no flags, an empty mask.
+    let dfl = [0u64; 4];
+    for sig in (1..=64).filter(|s| ![libc::SIGKILL, libc::SIGSTOP].contains(s)) {
+        // SAFETY: the kernel reads 32 bytes at `dfl` (the struct is smaller)
+        // and writes nothing (no old action asked for); no handler code.
+        let r =
+            unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), std::ptr::null_mut::<u64>(), 8usize) };
+        if r != 0 {
+            return Err(nix::errno::Errno::last());
+        }
+    }
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
 }

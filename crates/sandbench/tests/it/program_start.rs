@@ -1,0 +1,117 @@
+//! A program starts as it would from a terminal, on every tier and on a
+//! one-shot run and a session's call alike (issue 46, fidelity): every
+//! signal at its default and none blocked. The processes that start it are
+//! Rust (which ignores SIGPIPE) and Python (SIGPIPE and SIGXFSZ), and an
+//! exec keeps an ignored signal ignored: `yes | head -n 1` then said
+//! "Broken pipe", and a write past the file-size limit read as EFBIG where
+//! a terminal's shell sees its command killed by SIGXFSZ. A Python program
+//! sees what `python3 prog.py` sees (Python's own choices, its subprocesses
+//! the defaults again).
+
+use crate::support::docker_common::{block_on, tier_available};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbench::config::Config;
+use sandbench::report::RunReport;
+use sandbench::runner;
+use sandbench::session::{Session, SessionSpec};
+use sandbench::spec::{Language, Limits, RunSpec};
+use sandbench::tier::Tier;
+
+fn limits() -> Limits {
+    Limits { wall_time: Duration::from_secs(30), file_size_bytes: 1 << 20, ..Limits::default() }
+}
+
+/// (what, language, code, what its output must hold, what it must not).
+const ROWS: &[(&str, Language, &str, &str, &str)] = &[
+    (
+        "a shell pipeline's writer ends by SIGPIPE",
+        Language::Sh,
+        "yes | head -n 1\necho done\n",
+        "y\ndone\n",
+        "Broken pipe",
+    ),
+    (
+        "a write past the file-size limit ends by SIGXFSZ",
+        Language::Sh,
+        "head -c 2097152 /dev/zero > big\necho \"rc=$?\"\nrm -f big\n",
+        "rc=153",
+        "File too large",
+    ),
+    (
+        "no signal ignored or blocked where /proc says",
+        Language::Sh,
+        "grep -E '^Sig(Ign|Blk)' /proc/self/status | grep -v ':\t0000000000000000$' || echo clean\n",
+        "clean",
+        "Sig",
+    ),
+    (
+        "Python keeps its own choices, its subprocess the defaults",
+        Language::Python,
+        "import signal, subprocess\nprint(signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN, signal.getsignal(signal.SIGINT) is signal.default_int_handler)\nsubprocess.run(['sh', '-c', 'yes | head -n 1'])\n",
+        "True True\ny\n",
+        "Broken pipe",
+    ),
+];
+
+fn check(what: &str, r: &RunReport, want: &str, never: &str) -> Option<String> {
+    let all = format!("{}{}", r.stdout, r.stderr);
+    (!r.stdout.contains(want) || all.contains(never)).then(|| {
+        format!(
+            "{what}: wanted {want:?}, never {never:?}; got {}\nstdout {:?}\nstderr {:?}",
+            r.summary_line(),
+            r.stdout,
+            r.stderr
+        )
+    })
+}
+
+async fn rows_on(name: &str) -> Vec<String> {
+    std::env::set_var("SANDBENCH_HELPER", env!("CARGO_BIN_EXE_sandbench"));
+    let t: Arc<dyn Tier> = sandbench::tier::by_name(name, &Config::load().unwrap()).unwrap();
+    let mut wrong = vec![];
+    for (what, lang, code, want, never) in ROWS {
+        let r = runner::run(t.clone(), RunSpec { limits: limits(), ..RunSpec::new(*lang, *code) }).await;
+        wrong.extend(check(&format!("{name}, one run: {what}"), &r, want, never));
+    }
+    if t.sessions().is_ok() {
+        let s = Session::open(t.clone(), SessionSpec::new(limits())).await.unwrap();
+        for (what, lang, code, want, never) in ROWS {
+            let r = s.run(RunSpec::new(*lang, *code)).await.unwrap();
+            wrong.extend(check(&format!("{name}, a session's call: {what}"), &r, want, never));
+        }
+        s.close().await;
+    }
+    wrong
+}
+
+fn on(name: &str) {
+    if let Err(why) = tier_available(name) {
+        assert!(!crate::support::common::required(name), "{name} required: {why}");
+        return;
+    }
+    let wrong = block_on(rows_on(name));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+#[sandbench_testkit::test(needs = ["process", "root"])]
+fn process_programs_start_with_default_signals() {
+    on("process");
+}
+
+#[sandbench_testkit::test(needs = ["docker"])]
+fn docker_programs_start_with_default_signals() {
+    on("docker");
+}
+
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn gvisor_programs_start_with_default_signals() {
+    on("gvisor");
+}
+
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn microvm_programs_start_with_default_signals() {
+    on("microvm");
+}
