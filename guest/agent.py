@@ -136,7 +136,7 @@ def dumps(d):
 
 def decode_run(payload):
     """The RUN payload: (key, value) pairs of u32-length-prefixed bytes."""
-    spec = {"env": [], "limits": {}}
+    spec = {"env": [], "limits": {}, "argv": []}
     pos = 0
     fields = []
     while pos < len(payload):
@@ -148,6 +148,8 @@ def decode_run(payload):
         if k == "env":
             name, _, val = v.decode("utf-8", "surrogateescape").partition("=")
             spec["env"].append((name, val))
+        elif k == "argv":
+            spec["argv"].append(v.decode())
         elif k in ("language", "file", "seed", "now", "net_port", "session", "since"):
             spec[k] = v.decode()
         elif k in ("code", "ca"):
@@ -944,7 +946,9 @@ def become_program(spec, sock):
         # Its own process image (exec), never this interpreter: a Node
         # program shares nothing of the agent's address space.
         default_signals()
-        argv = INTERPRETERS[spec["language"]] + [program_path(spec)]
+        # The host's command line for a shell program (bash when its #!
+        # line says so), else this table's.
+        argv = (spec["argv"] or INTERPRETERS[spec["language"]]) + [program_path(spec)]
         os.execve(argv[0], argv, env)
     os.environ.clear()
     os.environ.update(env)

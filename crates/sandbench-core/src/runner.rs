@@ -242,6 +242,7 @@ async fn drive(
     let limits = spec.limits.clone();
     let language = spec.language.name().to_string();
     let label = spec.label.clone();
+    let shell = spec.shell().describe();
     let redact = Redact::new(&spec.secrets);
     let mut streams = redact.as_ref().map(|r| [Scrubber::new(&r.needles, r.n()), Scrubber::new(&r.needles, r.n())]);
     let mut redacted = vec![0u64; spec.secrets.iter().count()];
@@ -421,7 +422,7 @@ async fn drive(
         Err(e) => Err(anyhow::anyhow!("the {tier_name} tier crashed: {e}")),
     };
     let end = ms();
-    let (error, details, final_usage) = match result {
+    let (error, mut details, final_usage) = match result {
         Ok(x) => (None, x.details, x.usage),
         // A tier's error may quote what a sandbox or a wrapped tool said: a
         // single-line field, made inert here once like every event's text.
@@ -429,6 +430,10 @@ async fn drive(
     };
     if let Some(u) = final_usage {
         f.usage(u);
+    }
+    // Which shell ran a shell program (its #! line may ask for bash).
+    if let (Some(shell), Some(d)) = (shell, details.as_object_mut()) {
+        d.insert("shell".into(), shell.into());
     }
     let running = f.phase_at(Phase::Running);
     let teardown = f.phase_at(Phase::TearingDown);

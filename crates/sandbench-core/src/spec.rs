@@ -226,6 +226,50 @@ impl RunSpec {
         }
     }
 
+    /// The interpreter command line, the program's path to be appended by
+    /// the tier: the language's, except that a shell program whose `#!`
+    /// line names bash runs under bash, which every tier has (under `sh`,
+    /// dash, its `[[ ]]`, arrays and `<(...)` fail).
+    pub fn interpreter(&self) -> Vec<String> {
+        match self.shell() {
+            Shell::Bash(arg) => std::iter::once("/bin/bash".to_string()).chain(arg).collect(),
+            Shell::Sh(arg) => std::iter::once("/bin/sh".to_string()).chain(arg).collect(),
+            _ => self.language.interpreter().iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Which shell runs a shell program, from its `#!` line as the kernel
+    /// reads it (`#!/bin/bash`, `#!/usr/bin/bash -e`, `#!/usr/bin/env
+    /// bash`: the interpreter and at most one argument, the rest of the
+    /// line). `None` for the other languages.
+    pub fn shell(&self) -> Shell {
+        if self.language != Language::Sh {
+            return Shell::None;
+        }
+        let first = self.code.lines().next().unwrap_or("");
+        let Some(line) = first.strip_prefix("#!") else { return Shell::Sh(None) };
+        let line = line.trim();
+        let (path, arg) = match line.split_once([' ', '\t']) {
+            Some((p, a)) => (p, Some(a.trim()).filter(|a| !a.is_empty())),
+            None => (line, None),
+        };
+        let (name, arg) = match (path.rsplit('/').next().unwrap_or(path), arg) {
+            // env's one argument is the command (no further argument: the
+            // kernel passes "bash -e" as one word, which env cannot run).
+            ("env", Some(cmd)) => (cmd, None),
+            (name, arg) => (name, arg),
+        };
+        // An option word, as the kernel passes it (`-e`, `-eu`; `-o x` would
+        // need a second word): anything else is not a shell's option.
+        let option = |a: &str| a.len() > 1 && a.starts_with('-') && a[1..].chars().all(|c| c.is_ascii_alphabetic());
+        match (name, arg) {
+            (_, Some(a)) if !option(a) => Shell::Other(sanitize_word(first)),
+            ("bash", arg) => Shell::Bash(arg.map(str::to_string)),
+            ("sh" | "dash", arg) => Shell::Sh(arg.map(str::to_string)),
+            _ => Shell::Other(sanitize_word(first)),
+        }
+    }
+
     /// The fixed environment every sandbox starts from, plus the user's additions.
     /// `home` is the sandbox's own working directory, never the host's home.
     pub fn sandbox_env(&self, home: &str, tmp: &str) -> Vec<(String, String)> {
@@ -241,6 +285,37 @@ impl RunSpec {
         }
         env
     }
+}
+
+/// The shell a shell program runs under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shell {
+    /// Not a shell program.
+    None,
+    /// `/bin/sh` (dash): no `#!` line, or one naming sh (with its one
+    /// option word).
+    Sh(Option<String>),
+    /// `/bin/bash`, with the `#!` line's one option word.
+    Bash(Option<String>),
+    /// A `#!` line naming what sandbench does not run (it runs under sh),
+    /// as a short printable word.
+    Other(String),
+}
+
+impl Shell {
+    /// What a report says ran the program (`details.shell`).
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            Shell::None => None,
+            Shell::Sh(_) => Some("sh (dash)".into()),
+            Shell::Bash(_) => Some("bash (the program's #! line)".into()),
+            Shell::Other(line) => Some(format!("sh (dash): the program's {line} is not run here; use #!/bin/bash or none")),
+        }
+    }
+}
+
+fn sanitize_word(line: &str) -> String {
+    crate::sanitize::inert_line(line, 60)
 }
 
 /// Parse a byte size such as `256M`, `1G`, `512k`, `64MiB` or `1048576`.
@@ -333,6 +408,41 @@ pub fn parse_env(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shell_programs_hash_bang_line_picks_its_shell() {
+        let sh = |code: &str| RunSpec::new(Language::Sh, code);
+        let bash = |arg: Option<&str>| Shell::Bash(arg.map(str::to_string));
+        for (code, want) in [
+            ("echo hi\n", Shell::Sh(None)),
+            ("", Shell::Sh(None)),
+            ("#!/bin/sh\necho\n", Shell::Sh(None)),
+            ("#!/usr/bin/env sh\n", Shell::Sh(None)),
+            ("#! /bin/dash\n", Shell::Sh(None)),
+            ("#!/bin/sh -e\n", Shell::Sh(Some("-e".into()))),
+            ("#!/bin/bash\n[[ 1 ]]\n", bash(None)),
+            ("#!/usr/bin/bash\n", bash(None)),
+            ("#!/usr/bin/env bash\n", bash(None)),
+            ("#!/bin/bash -eu\n", bash(Some("-eu"))),
+            ("#!/bin/bash\t-e \n", bash(Some("-e"))),
+            // The kernel passes "-e -u" as one word, which bash refuses.
+            ("#!/bin/bash -e -u\n", Shell::Other("#!/bin/bash -e -u".into())),
+            ("#!/bin/bash ; rm -rf /\n", Shell::Other("#!/bin/bash ; rm -rf /".into())),
+            ("#!/usr/bin/env bash -e\n", Shell::Other("#!/usr/bin/env bash -e".into())),
+            ("#!/usr/bin/zsh\n", Shell::Other("#!/usr/bin/zsh".into())),
+            // A second line is never the #! line.
+            ("echo\n#!/bin/bash\n", Shell::Sh(None)),
+        ] {
+            assert_eq!(sh(code).shell(), want, "{code:?}");
+        }
+        assert_eq!(sh("#!/bin/bash -e\n").interpreter(), ["/bin/bash", "-e"]);
+        assert_eq!(sh("#!/usr/bin/zsh\n").interpreter(), ["/bin/sh"]);
+        assert_eq!(RunSpec::new(Language::Python, "#!/bin/bash\n").shell(), Shell::None);
+        assert_eq!(RunSpec::new(Language::Python, "#!/bin/bash\n").interpreter(), ["python3", "-u"]);
+        // What a report says is one inert line.
+        let raw = sh("#!/usr/bin/\x1b[31mzsh\n").shell().describe().unwrap();
+        assert!(!raw.contains('\x1b'), "{raw:?}");
+    }
 
     #[test]
     fn javascript_names_extensions_and_module_files() {

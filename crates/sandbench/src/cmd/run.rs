@@ -306,6 +306,9 @@ pub fn summary(r: &RunReport) -> String {
     if let Some(start) = r.start() {
         s.push_str(&format!("start     {}\n", start.name()));
     }
+    if let Some(shell) = r.details["shell"].as_str() {
+        s.push_str(&format!("shell     {}\n", crate::sanitize::inert_line(shell, 120)));
+    }
     if let Some(e) = &r.error {
         s.push_str(&format!("error     {e}\n"));
     }

@@ -6,7 +6,8 @@
 //! "Broken pipe", and a write past the file-size limit read as EFBIG where
 //! a terminal's shell sees its command killed by SIGXFSZ. A Python program
 //! sees what `python3 prog.py` sees (Python's own choices, its subprocesses
-//! the defaults again).
+//! the defaults again). A shell program's `#!` line picks bash (or sh's
+//! option word) as a terminal would, and its report says which shell ran.
 
 use crate::support::docker_common::{block_on, tier_available};
 
@@ -48,6 +49,20 @@ const ROWS: &[(&str, Language, &str, &str, &str)] = &[
         "Sig",
     ),
     (
+        "a #!/bin/bash program runs under bash (arrays, [[ ]], process substitution)",
+        Language::Sh,
+        "#!/bin/bash\na=(x y)\n[[ ${a[1]} == y ]] && echo arrays\ncat <(echo procsub)\necho \"$BASH_VERSINFO\" | grep -q '^[0-9]' && echo bash\n",
+        "arrays\nprocsub\nbash\n",
+        "not found",
+    ),
+    (
+        "a #!/bin/sh -e program stops at its first failure",
+        Language::Sh,
+        "#!/bin/sh -e\necho before\nfalse\necho unreached\n",
+        "before\n",
+        "unreached",
+    ),
+    (
         "Python keeps its own choices, its subprocess the defaults",
         Language::Python,
         "import signal, subprocess\nprint(signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN, signal.getsignal(signal.SIGINT) is signal.default_int_handler)\nsubprocess.run(['sh', '-c', 'yes | head -n 1'])\n",
@@ -58,7 +73,14 @@ const ROWS: &[(&str, Language, &str, &str, &str)] = &[
 
 fn check(what: &str, r: &RunReport, want: &str, never: &str) -> Option<String> {
     let all = format!("{}{}", r.stdout, r.stderr);
-    (!r.stdout.contains(want) || all.contains(never)).then(|| {
+    // A shell program's report says which shell ran it.
+    let shell = r.details["shell"].as_str().unwrap_or("");
+    let said = match r.language.as_str() {
+        "sh" if what.contains("bash") => shell.starts_with("bash"),
+        "sh" => shell.starts_with("sh (dash)"),
+        _ => shell.is_empty(),
+    };
+    (!r.stdout.contains(want) || all.contains(never) || !said).then(|| {
         format!(
             "{what}: wanted {want:?}, never {never:?}; got {}\nstdout {:?}\nstderr {:?}",
             r.summary_line(),

@@ -558,9 +558,9 @@ pub(crate) fn payload(spec: &RunSpec, uid: u32, gid: u32, guard: bool, net: Opti
         net.and_then(|n| n.ca.as_ref()).map_or(0, |c| c.len()).to_string(),
         spec.language.name().into(),
         spec.language.program_file(&spec.code).into(),
-        spec.language.interpreter().len().to_string(),
+        spec.interpreter().len().to_string(),
     ];
-    fields.extend(spec.language.interpreter().iter().map(|a| a.to_string()));
+    fields.extend(spec.interpreter());
     for (k, v) in net.map(|n| n.env.as_slice()).unwrap_or_default() {
         fields.push(clean(k));
         fields.push(clean(v));

@@ -28,7 +28,7 @@ const ENVD_DEADLINE_GRACE: Duration = Duration::from_secs(5);
 pub(crate) fn command(spec: &RunSpec) -> (String, Vec<String>) {
     let l = &spec.limits;
     let file = format!("{WORK_DIR}/{}", spec.language.program_file(&spec.code));
-    let interp = spec.language.interpreter().join(" ");
+    let interp = spec.interpreter().join(" ");
     // The CPU hard limit sits one second above the soft one: at the soft
     // limit the kernel sends SIGXCPU (reported as a cpu_time violation); with
     // soft == hard it would SIGKILL, indistinguishable from any other kill.

@@ -61,6 +61,7 @@ pub(super) async fn execute(
         seed,
         now: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0),
         session_since: session,
+        argv: if spec.language == crate::spec::Language::Sh { spec.interpreter() } else { vec![] },
     };
     let vm_cpu = VmCpu::start(guest.pid());
     guest.send(&proto::encode_run(&req)).await?;

@@ -333,6 +333,7 @@ async fn warm_up(g: &mut Guest) -> anyhow::Result<()> {
         net_port: None,
         ca: None,
         session_since: Some(now),
+        argv: vec![],
     };
     let deadline = tokio::time::Instant::now() + WARM_UP_TIMEOUT;
     g.send(&proto::encode_run(&req)).await?;

@@ -193,6 +193,10 @@ pub struct RunRequest {
     /// ctime is before `since` (host clock) are earlier calls'.
     #[serde(default)]
     pub session_since: Option<f64>,
+    /// A shell program's interpreter command line (`RunSpec::interpreter`:
+    /// bash when its `#!` line says so); empty: the agent's for the language.
+    #[serde(default)]
+    pub argv: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -265,6 +269,9 @@ pub fn encode_run(req: &RunRequest) -> Vec<u8> {
     }
     for (k, v) in &req.env {
         field("env", format!("{k}={v}").as_bytes());
+    }
+    for a in &req.argv {
+        field("argv", a.as_bytes());
     }
     if let Some(since) = req.session_since {
         field("session", b"1");
@@ -474,6 +481,7 @@ mod tests {
             net_port: None,
             ca: None,
             session_since: None,
+            argv: vec![],
         };
         let f = encode_run(&req);
         assert_eq!(&f[..3], b"SB\x01");

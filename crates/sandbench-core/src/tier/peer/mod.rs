@@ -250,7 +250,11 @@ pub(crate) async fn tool_version(p: &Profile) -> String {
 
 /// The interpreter on the host (peers see the host's /usr).
 fn interpreter(lang: Language) -> Option<Vec<String>> {
-    let mut argv: Vec<String> = lang.interpreter().iter().map(|s| s.to_string()).collect();
+    host_argv(lang.interpreter().iter().map(|s| s.to_string()).collect())
+}
+
+/// `argv` with its command found on the host's PATH.
+fn host_argv(mut argv: Vec<String>) -> Option<Vec<String>> {
     if !argv[0].starts_with('/') {
         argv[0] = ["/usr/bin", "/bin", "/usr/local/bin"]
             .iter()
@@ -388,8 +392,8 @@ impl PeerTier {
         let layout = outer_layout(self.try_user_cgroup)
             .as_ref()
             .map_err(|e| anyhow!("no outer cgroup for the {} peer ({e}); peers run only inside one", p.name))?;
-        let interp = interpreter(spec.language)
-            .ok_or_else(|| anyhow!("{} is not installed on the host", spec.language.interpreter()[0]))?;
+        let interp =
+            host_argv(spec.interpreter()).ok_or_else(|| anyhow!("{} is not installed on the host", spec.interpreter()[0]))?;
         let version = self.version().await;
         let sh =
             interpreter(Language::Sh).ok_or_else(|| anyhow!("no /bin/sh on the host to start the program with"))?;

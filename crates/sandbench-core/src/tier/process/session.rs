@@ -175,7 +175,7 @@ impl ProcessSession {
         let config = SandboxConfig {
             code: spec.code.clone(),
             file_name: spec.language.program_file(&spec.code).into(),
-            interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
+            interpreter: spec.interpreter(),
             env: spec.sandbox_env("/work", "/tmp"),
             cpu_secs: limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64,
             data_limit: cg.is_none().then_some(limits.memory_bytes),

@@ -20,7 +20,7 @@ pub(super) fn waiter_for(spec: &RunSpec) -> sandbox::Waiter {
 /// that the interpreter started ahead can run the program itself.
 pub(super) fn waiter_with(spec: &RunSpec, env: Vec<(String, String)>) -> sandbox::Waiter {
     sandbox::Waiter {
-        interpreter: spec.language.interpreter().iter().map(|s| s.to_string()).collect(),
+        interpreter: spec.interpreter(),
         file_name: spec.language.program_file(&spec.code).into(),
         env,
     }
