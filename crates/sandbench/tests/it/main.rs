@@ -25,6 +25,7 @@ mod bench_throughput;
 mod docker_lifecycle;
 mod docker_output;
 mod docker_verdicts;
+mod docs_snippets;
 mod e2b_cli;
 mod e2b_dialect;
 mod e2b_lifecycle;
