@@ -309,7 +309,9 @@ impl Shell {
             Shell::None => None,
             Shell::Sh(_) => Some("sh (dash)".into()),
             Shell::Bash(_) => Some("bash (the program's #! line)".into()),
-            Shell::Other(line) => Some(format!("sh (dash): the program's {line} is not run here; use #!/bin/bash or none")),
+            Shell::Other(line) => {
+                Some(format!("sh (dash): the program's {line} is not run here; use #!/bin/bash or none"))
+            }
         }
     }
 }

@@ -15,19 +15,38 @@ use crate::config::DockerConfig;
 use crate::spec::{Language, RunSpec};
 use crate::tier::contract::{Availability, Check};
 
-/// Whether the image has Node, from the probe's `command -v node` (the
-/// image is the user's choice: its answer is bounded and made inert).
-fn node_check(stdout: &str, image: &str, tier: &str) -> Check {
-    let line = stdout.lines().next().unwrap_or("").trim();
-    if line.starts_with('/') && line.len() <= 200 {
-        Check::ok("javascript", format!("node at {} in the image", crate::sanitize::inert_line(line, 200)))
+/// The probe's program: where Node is, and each interpreter's version (its
+/// `--version` only: nothing is loaded, so the probe stays short).
+const PROBE: &str =
+    "command -v node || echo none\nnode --version 2>/dev/null || echo none\npython3 --version 2>&1 || echo none\n";
+
+/// The image's interpreters, from the probe's answer (the image is the
+/// user's choice: its answer is bounded and made inert): Node's path and
+/// version, Python's version.
+fn interpreter_checks(stdout: &str, image: &str, tier: &str) -> Vec<Check> {
+    let mut lines = stdout.lines().map(str::trim);
+    let (node, node_version, python) =
+        (lines.next().unwrap_or(""), lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+    let version = |l: &str| (l != "none").then(|| crate::tier::process::version_word(l)).filter(|v| !v.is_empty());
+    let python = match version(python) {
+        Some(v) => Check::ok("python", format!("python3 {v} in the image")),
+        None => Check::fail(
+            "python",
+            format!("no python3 in {image}"),
+            format!("sandbench setup {tier}, or set [docker] image to one with python3"),
+        ),
+    };
+    let node = if node.starts_with('/') && node.len() <= 200 {
+        let v = version(node_version).map(|v| format!(" {v}")).unwrap_or_default();
+        Check::ok("javascript", format!("node{v} at {} in the image", crate::sanitize::inert_line(node, 200)))
     } else {
         Check::warn(
             "javascript",
             format!("no node in {image}: JavaScript programs cannot run"),
             format!("sandbench setup {tier} (builds the sandbench/runtime image with nodejs), or set [docker] image to one with node"),
         )
-    }
+    };
+    vec![python, node]
 }
 
 impl DockerTier {
@@ -124,9 +143,8 @@ impl DockerTier {
         }
         if ok {
             // The honest test: a real container runs a trivial program,
-            // which also says whether the image has Node (a shell builtin:
-            // nothing more is started).
-            let mut spec = RunSpec::new(Language::Sh, "command -v node || true\n");
+            // which also says which interpreters the image has.
+            let mut spec = RunSpec::new(Language::Sh, PROBE);
             spec.label = "doctor probe".into();
             let probe = DockerTier {
                 name: self.name,
@@ -156,7 +174,7 @@ impl DockerTier {
 SETGID and SETPCAP once the program is its own uid and SETUID once it has killed, as that uid, what the program left; a session's agent (PID 1, not dumpable, another uid than the program's) and its loaders keep them \
 (as root) to make each call's program the session's uid and end the call's processes",
                 ));
-                checks.push(node_check(&report.stdout, &self.image, self.name));
+                checks.extend(interpreter_checks(&report.stdout, &self.image, self.name));
                 checks.push(Check::ok("warm", self.warm_check(engine).await));
             } else {
                 ok = false;
@@ -191,16 +209,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn node_check_reads_only_a_path_and_keeps_it_inert() {
+    fn interpreter_checks_read_a_path_and_versions_and_keep_them_inert() {
         use crate::tier::contract::CheckLevel;
-        let c = node_check("/usr/bin/node\n", "img", "docker");
-        assert_eq!((c.level, c.detail.as_str()), (CheckLevel::Ok, "node at /usr/bin/node in the image"));
-        for out in ["", "sh: node: not found\n", "v20\n"] {
-            let c = node_check(out, "img", "gvisor");
-            assert_eq!(c.level, CheckLevel::Warn, "{out:?}");
-            assert!(c.fix.unwrap().contains("sandbench setup gvisor"));
+        let c = interpreter_checks("/usr/bin/node\nv18.19.0\nPython 3.11.2\n", "img", "docker");
+        assert_eq!((c[0].level, c[0].detail.as_str()), (CheckLevel::Ok, "python3 3.11.2 in the image"));
+        assert_eq!((c[1].level, c[1].detail.as_str()), (CheckLevel::Ok, "node v18.19.0 at /usr/bin/node in the image"));
+        for out in ["", "none\nnone\nPython 3.11.2\n", "v20\n"] {
+            let c = interpreter_checks(out, "img", "gvisor");
+            assert_eq!(c[1].level, CheckLevel::Warn, "{out:?}");
+            assert!(c[1].fix.clone().unwrap().contains("sandbench setup gvisor"));
         }
-        let c = node_check("/x\x1b]52;c;AAAA\x07\n", "img", "docker");
-        assert!(!c.detail.contains('\x1b') && !c.detail.contains('\x07'), "{}", c.detail);
+        let c = interpreter_checks("none\nnone\nnone\n", "img", "docker");
+        assert_eq!(c[0].level, CheckLevel::Fail);
+        let c = interpreter_checks("/x\x1b]52;c;AAAA\x07\nv1\x1b[2J\nPython \x1b]0;t\x07\n", "img", "docker");
+        for c in c {
+            assert!(!c.detail.contains('\x1b') && !c.detail.contains('\x07'), "{}", c.detail);
+        }
     }
 }

@@ -266,6 +266,29 @@ fn busybox() -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("busybox is not installed: apt-get install busybox-static"))
 }
 
+/// The version of each of the guest's packages its root tree holds (dpkg's
+/// status file; the tree is sandbench's own, built by `setup`): None where
+/// it cannot be read.
+pub(crate) fn guest_versions(tree: &Path) -> Vec<(&'static str, Option<String>)> {
+    use std::io::Read;
+    let mut status = String::new();
+    let read = std::fs::File::open(tree.join("var/lib/dpkg/status"))
+        .and_then(|f| f.take(16 << 20).read_to_string(&mut status));
+    let version = |pkg: &str| {
+        status.split("\n\n").find(|s| s.lines().any(|l| l == format!("Package: {pkg}"))).and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Version: ")).map(|v| crate::sanitize::inert_line(v, 60))
+        })
+    };
+    GUEST_PACKAGES.split(',').map(|pkg| (pkg, read.is_ok().then(|| version(pkg)).flatten())).collect()
+}
+
+/// The guest's packages, each with its version when known.
+fn guest_packages(tree: &Path) -> String {
+    let named =
+        guest_versions(tree).into_iter().map(|(pkg, v)| v.map_or_else(|| pkg.to_string(), |v| format!("{pkg} {v}")));
+    named.collect::<Vec<_>>().join(", ")
+}
+
 /// Debian packages the guest's root tree has besides the essential set:
 /// the agent's python3 and the programs' interpreters.
 pub(crate) const GUEST_PACKAGES: &str = "python3,nodejs";
@@ -335,7 +358,7 @@ pub(crate) fn status(cfg: &MicrovmConfig) -> Vec<ArtefactState> {
             &p.rootfs,
             &m.rootfs,
             w_ok.map(|w| &w.rootfs),
-            format!("Debian {} + {GUEST_PACKAGES}, read-only ext4", cfg.suite),
+            format!("Debian {} + {}, read-only ext4", cfg.suite, guest_packages(&p.tree)),
         ),
         state("agent", &p.agent, &m.agent, w_ok.map(|w| &w.agent), "guest/agent.py on the guest's python3".into()),
     ];

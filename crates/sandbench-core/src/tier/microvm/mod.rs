@@ -332,6 +332,18 @@ impl MicrovmTier {
         }
         let ready = qemu.is_some() && arts.iter().all(|a| a.fresh);
         let has_node = p.tree.join("usr/bin/node").is_file();
+        let versions = artefacts::guest_versions(&p.tree);
+        let version = |pkg: &str| versions.iter().find(|(p, _)| *p == pkg).and_then(|(_, v)| v.clone());
+        if ready {
+            checks.push(Check::ok(
+                "python",
+                format!(
+                    "python3 {} in the guest's root disk",
+                    version("python3").unwrap_or_else(|| "(version unknown)".into())
+                ),
+            ));
+        }
+        let node = version("nodejs").map(|v| format!("node {v}")).unwrap_or_else(|| "node".into());
         let mut accel_name = "?";
         if ready {
             let c = accel::choose(&self.cfg, &p).await;
@@ -346,10 +358,10 @@ impl MicrovmTier {
                 ),
                 (true, Accel::Tcg) => Check::warn(
                     "javascript",
-                    "node in the guest, but its start-up alone takes seconds of CPU under TCG",
+                    format!("{node} in the guest, but its start-up alone takes seconds of CPU under TCG"),
                     "give JavaScript runs a larger --cpu and --timeout, or the host working KVM",
                 ),
-                (true, _) => Check::ok("javascript", "node (Debian's nodejs) in the guest's root disk"),
+                (true, _) => Check::ok("javascript", format!("{node} (Debian's nodejs) in the guest's root disk")),
             });
             // Software emulation because KVM did not work is a fallback that
             // works, many times slower: a warning with its reason. TCG asked

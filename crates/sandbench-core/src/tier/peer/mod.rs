@@ -392,8 +392,8 @@ impl PeerTier {
         let layout = outer_layout(self.try_user_cgroup)
             .as_ref()
             .map_err(|e| anyhow!("no outer cgroup for the {} peer ({e}); peers run only inside one", p.name))?;
-        let interp =
-            host_argv(spec.interpreter()).ok_or_else(|| anyhow!("{} is not installed on the host", spec.interpreter()[0]))?;
+        let interp = host_argv(spec.interpreter())
+            .ok_or_else(|| anyhow!("{} is not installed on the host", spec.interpreter()[0]))?;
         let version = self.version().await;
         let sh =
             interpreter(Language::Sh).ok_or_else(|| anyhow!("no /bin/sh on the host to start the program with"))?;

@@ -44,19 +44,23 @@ pub(super) fn interpreter_on_host(lang: Language) -> Option<String> {
         .find(|p| std::path::Path::new(p).exists())
 }
 
-/// What doctor shows for an interpreter found on the host: Node's version
-/// too (`node --version`, bounded), since Debian's and NodeSource's differ.
-pub(super) fn node_detail(lang: Language, path: String) -> String {
-    if lang != Language::Javascript {
+/// What doctor shows for an interpreter found on the host: its version
+/// too (`--version`, bounded), since tiers differ (Debian's Node beside
+/// NodeSource's, the image's Python beside the host's).
+pub(super) fn interpreter_detail(lang: Language, path: String) -> String {
+    if lang == Language::Sh {
         return path;
     }
     let out = std::process::Command::new(&path).arg("--version").stdin(std::process::Stdio::null()).output();
     match out {
-        Ok(o) if o.status.success() => {
-            let v: String =
-                String::from_utf8_lossy(&o.stdout).trim().chars().filter(char::is_ascii_graphic).take(40).collect();
-            format!("{path} {v}")
-        }
+        Ok(o) if o.status.success() => format!("{path} {}", version_word(&String::from_utf8_lossy(&o.stdout))),
         _ => path,
     }
+}
+
+/// The version in an interpreter's `--version` answer (`v20.19.2`,
+/// `Python 3.11.2`): its last word, printable and short.
+pub(crate) fn version_word(answer: &str) -> String {
+    let word = answer.lines().next().unwrap_or("").split_whitespace().last().unwrap_or("");
+    word.chars().filter(char::is_ascii_graphic).take(40).collect()
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::spec::{Language, Limits};
-pub(crate) use facts::host_maxima;
+pub(crate) use facts::{host_maxima, version_word};
 use launch::{layout, Host, Launched, Shape};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);

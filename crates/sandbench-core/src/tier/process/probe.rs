@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::cgroup;
-use super::facts::{interpreter_on_host, node_detail};
+use super::facts::{interpreter_detail, interpreter_on_host};
 use super::launch::layout;
 use super::{seccomp, ProcessTier};
 use crate::spec::{Language, RunSpec};
@@ -54,7 +54,7 @@ each run's helper then starts in about half the CPU time",
             let missing = format!("{} not found in /usr/local/bin:/usr/bin:/bin", lang.interpreter()[0]);
             let fix = format!("apt-get install {}", lang.debian_package());
             match interpreter_on_host(lang) {
-                Some(p) => checks.push(Check::ok(lang.name(), node_detail(lang, p))),
+                Some(p) => checks.push(Check::ok(lang.name(), interpreter_detail(lang, p))),
                 // Python and sh are the tier's own (spares, probes); without
                 // Node only JavaScript programs fail.
                 None if lang == Language::Javascript => {

@@ -19,11 +19,7 @@ pub(super) fn waiter_for(spec: &RunSpec) -> sandbox::Waiter {
 /// The same with the run's whole environment (its egress variables too), so
 /// that the interpreter started ahead can run the program itself.
 pub(super) fn waiter_with(spec: &RunSpec, env: Vec<(String, String)>) -> sandbox::Waiter {
-    sandbox::Waiter {
-        interpreter: spec.interpreter(),
-        file_name: spec.language.program_file(&spec.code).into(),
-        env,
-    }
+    sandbox::Waiter { interpreter: spec.interpreter(), file_name: spec.language.program_file(&spec.code).into(), env }
 }
 
 /// Node started ahead of a JavaScript run (`waiter.js`), in a run built for

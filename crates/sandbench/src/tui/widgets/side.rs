@@ -48,6 +48,18 @@ fn detail_lines(sc: &Scene) -> Vec<Line<'static>> {
         if let (true, Some(w)) = (a.available, &sc.selected_tier().warm) {
             lines.push(Line::from(vec![Span::styled("warm: ", t.key()), Span::styled(w.clone(), t.dim())]));
         }
+        // The interpreters programs get here (tiers differ: the host's Node
+        // beside the image's).
+        let interpreters: Vec<&str> = ["python", "javascript"]
+            .iter()
+            .filter_map(|n| a.checks.iter().find(|c| c.name == *n && c.ok).map(|c| c.detail.as_str()))
+            .collect();
+        if a.available && !interpreters.is_empty() {
+            lines.push(Line::from(vec![
+                Span::styled("runs: ", t.key()),
+                Span::styled(interpreters.join(" · "), t.dim()),
+            ]));
+        }
         // A tier that works through a slower or weaker fallback says so.
         for c in a.checks.iter().filter(|c| a.available && c.level == crate::tier::CheckLevel::Warn) {
             lines.push(Line::from(Span::styled(format!("⚠ {}: {}", c.name, c.detail), Style::new().fg(t.ui.warn))));
@@ -100,6 +112,11 @@ pub fn draw_tiers(sc: &Scene, f: &mut Frame, area: Rect) {
         let sel = i == sc.tier;
         let (glyph, state, st) = match &tier.avail {
             None => ("…", "probing".to_string(), t.dim()),
+            // As doctor marks it: a tier that works through a slower or
+            // weaker fallback (the microVM under TCG) is ready with a warning.
+            Some(a) if a.available && a.checks.iter().any(|c| c.level == crate::tier::CheckLevel::Warn) => {
+                ("⚠", "ready".to_string(), Style::new().fg(t.ui.warn))
+            }
             Some(a) if a.available => ("✔", "ready".to_string(), Style::new().fg(t.ui.ok)),
             Some(_) => ("✖", "unavailable".to_string(), Style::new().fg(t.ui.error)),
         };
