@@ -386,6 +386,10 @@ pub fn text(s: &Summary) -> String {
 
 fn tail(s: &Summary) -> String {
     let mut out = String::new();
+    if let Some(note) = mixed_starts(s) {
+        out.push_str(&note);
+        out.push('\n');
+    }
     for t in &s.tiers {
         if let Some(e) = &t.error {
             out.push_str(&format!("{}: error: {e}\n", t.tier));
@@ -395,6 +399,24 @@ fn tail(s: &Summary) -> String {
         out.push_str(&format!("{t}: unavailable: {}\n", crate::sanitize::inert_line(why, 200)));
     }
     out
+}
+
+/// When the tiers' runs started differently (one cold, another warm), the
+/// times compare unlike things: said, never silent (a JavaScript run had
+/// left the process tier's spare to Node, and the first F6 compared its
+/// cold run with the others' warm ones).
+pub fn mixed_starts(s: &Summary) -> Option<String> {
+    let kinds: std::collections::BTreeSet<&str> =
+        s.tiers.iter().flat_map(|t| t.starts.keys().map(String::as_str)).collect();
+    if kinds.len() < 2 {
+        return None;
+    }
+    let each: Vec<String> =
+        s.tiers.iter().filter(|t| !t.starts.is_empty()).map(|t| format!("{} {}", t.tier, t.starts_line())).collect();
+    Some(format!(
+        "mixed starts: {} — times of unlike starts compare unlike things (repeat with --repeat for warm runs on every tier)",
+        each.join(", ")
+    ))
 }
 
 /// A markdown table (pasteable); the headline above, the notes below.
@@ -487,6 +509,18 @@ mod tests {
         let s: Vec<String> = schedule(&t, 2).into_iter().map(|(_, n)| n).collect();
         assert_eq!(s, ["a", "b", "c", "b", "c", "a"]);
         assert!(schedule(&t, 0).is_empty());
+    }
+
+    #[test]
+    fn unlike_starts_are_said_never_silent() {
+        let sum = |reps: Vec<RunReport>| summarize(&["a".into(), "b".into()], &reps, Mode::Sequential, 1, "p.py", vec![]);
+        let alike = sum(vec![rep("a", 1.0, 1.0, None, "warm", None), rep("b", 1.0, 1.0, None, "warm", None)]);
+        assert_eq!(mixed_starts(&alike), None);
+        assert!(!text(&alike).contains("mixed starts"));
+        let unlike = sum(vec![rep("a", 9.0, 1.0, None, "cold", None), rep("b", 1.0, 1.0, None, "warm", None)]);
+        let note = mixed_starts(&unlike).unwrap();
+        assert!(note.contains("a 1 cold, b 1 warm"), "{note}");
+        assert!(text(&unlike).contains(&note) && markdown(&unlike).contains("mixed starts"));
     }
 
     #[test]

@@ -647,7 +647,9 @@ fn http_clients_see_only_their_own_sessions_which_close_when_they_go() {
     assert_eq!(listed.len(), 1, "{stdout}");
     assert_eq!(listed[0]["structured"]["sessions"], json!([]), "another client's session was listed: {stdout}");
     let b: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_default();
-    assert!(b["mcp_error"]["message"].as_str().unwrap_or("").contains("unknown session"), "{stdout}");
+    // A tool result the model reads (isError), as every bad argument is.
+    assert_eq!(b["is_error"], true, "{stdout}");
+    assert!(b["text"].as_str().unwrap_or("").contains("unknown session"), "{stdout}");
     // A ends its MCP session: its sandbox goes, the server stays.
     let _ = a.wait();
     assert!(eventually(30, || net.leftover_cgroups().is_empty()), "cgroups left: {:?}", net.leftover_cgroups());

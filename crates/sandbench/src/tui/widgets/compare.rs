@@ -174,8 +174,10 @@ fn draw_summary(sc: &Scene, runs: &[&RunView], f: &mut Frame, area: Rect) {
         Mode::Sequential => "one tier at a time".to_string(),
         Mode::Concurrent => "CONCURRENT (timings skew each other)".to_string(),
     };
+    // Unlike starts (cold beside warm) are said where the times are.
+    let mixed = if compare::mixed_starts(&s).is_some() { " · MIXED STARTS (see starts)" } else { "" };
     let title = format!(
-        " summary{} · {}/{} runs · {mode} · ←→ columns · m/j/v export ",
+        " summary{} · {}/{} runs · {mode}{mixed} · ←→ columns · m/j/v export ",
         if live { " (live)" } else { "" },
         c.reports.len(),
         c.total()
