@@ -513,7 +513,8 @@ mod tests {
 
     #[test]
     fn unlike_starts_are_said_never_silent() {
-        let sum = |reps: Vec<RunReport>| summarize(&["a".into(), "b".into()], &reps, Mode::Sequential, 1, "p.py", vec![]);
+        let sum =
+            |reps: Vec<RunReport>| summarize(&["a".into(), "b".into()], &reps, Mode::Sequential, 1, "p.py", vec![]);
         let alike = sum(vec![rep("a", 1.0, 1.0, None, "warm", None), rep("b", 1.0, 1.0, None, "warm", None)]);
         assert_eq!(mixed_starts(&alike), None);
         assert!(!text(&alike).contains("mixed starts"));

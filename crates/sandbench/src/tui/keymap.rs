@@ -282,6 +282,8 @@ pub static BINDINGS: &[Binding] = &[
     b!(GauntletSetup, K::Char(' '), NONE, A::Toggle, "Space", "choose or leave out the tier or sample under the cursor", "toggle"),
     b!(GauntletSetup, K::Char('a'), NONE, A::ToggleAll, "a", "all of the list (again: none)", "all"),
     b!(GauntletSetup, K::Tab, NONE, A::NextList, "Tab", "switch between the tiers and the samples", "tiers/samples"),
+    b!(GauntletSetup, K::Char('/'), NONE, A::Search, "/", "filter the samples by name or what they try (Enter keeps it, Esc clears it)", "filter"),
+    b!(GauntletSetup, K::Backspace, NONE, A::Backspace, "Bksp", "delete a character of the filter"),
     b!(GauntletSetup, K::Enter, NONE, A::Accept, "Enter", "run the chosen samples on the chosen tiers", "run"),
     b!(GauntletSetup, K::Esc, NONE, A::Close, "Esc", "close without running", "close"),
     // Help

@@ -51,7 +51,14 @@ pub struct GauntletSetup {
     pub samples: Vec<(Sample, bool)>,
     /// The list the keys move in: false = tiers, true = samples.
     pub in_samples: bool,
+    /// The cursor in the tiers, and in the samples the filter shows.
     pub cursor: [usize; 2],
+    /// Typed after `/`: only the samples it matches show (as F2's filter),
+    /// and `a` chooses or leaves out those.
+    pub filter: String,
+    /// `/` was pressed: typed characters go to the filter until Enter (keep
+    /// it) or Esc (clear it).
+    pub filtering: bool,
 }
 
 impl GauntletSetup {
@@ -78,7 +85,7 @@ impl GauntletSetup {
                 (s, on)
             })
             .collect();
-        GauntletSetup { tiers, samples, in_samples: false, cursor: [0, 0] }
+        GauntletSetup { tiers, samples, in_samples: false, cursor: [0, 0], filter: String::new(), filtering: false }
     }
 
     pub fn chosen_tiers(&self) -> Vec<String> {
@@ -94,9 +101,15 @@ impl GauntletSetup {
         self.chosen_tiers().len() * self.samples.iter().filter(|(_, on)| *on).count()
     }
 
+    /// Indices of the samples the filter shows, best match first.
+    pub fn visible_samples(&self) -> Vec<usize> {
+        let group = |s: &Sample| if s.is_hostile() { "hostile" } else { "benign" };
+        ranked(&self.filter, self.samples.iter().map(|(s, _)| (group(s), s)))
+    }
+
     fn len(&self) -> usize {
         if self.in_samples {
-            self.samples.len()
+            self.visible_samples().len()
         } else {
             self.tiers.len()
         }
@@ -104,7 +117,8 @@ impl GauntletSetup {
 
     fn toggle(&mut self, i: usize) {
         if self.in_samples {
-            if let Some((_, on)) = self.samples.get_mut(i) {
+            let shown = self.visible_samples();
+            if let Some((_, on)) = shown.get(i).and_then(|j| self.samples.get_mut(*j)) {
                 *on = !*on;
             }
         } else if let Some((_, None, on)) = self.tiers.get_mut(i) {
@@ -112,10 +126,47 @@ impl GauntletSetup {
         }
     }
 
+    /// A key while the filter is being typed: characters (`a` and Space
+    /// too) go to it; Enter keeps it, Esc clears it.
+    fn filter_key(&mut self, k: Key) -> Reply {
+        match (k.action, k.typed) {
+            (Some(Action::Accept), _) => self.filtering = false,
+            (Some(Action::Close), _) => {
+                self.filtering = false;
+                self.filter.clear();
+            }
+            (Some(Action::Backspace), _) => {
+                self.filter.pop();
+            }
+            (Some(Action::Up | Action::Down | Action::PageUp | Action::PageDown), _) => {
+                self.filtering = false;
+                return self.key(k);
+            }
+            (_, Some(c)) if self.filter.chars().count() < 40 => self.filter.push(c),
+            _ => {}
+        }
+        // The best match under the cursor, as F2's filter does.
+        self.cursor[1] = 0;
+        Reply::Consumed
+    }
+
     pub fn key(&mut self, k: Key) -> Reply {
+        if self.filtering {
+            return self.filter_key(k);
+        }
         let list = usize::from(self.in_samples);
         let n = self.len();
         match k.action {
+            Some(Action::Search) => {
+                self.in_samples = true;
+                self.filtering = true;
+                Reply::Consumed
+            }
+            Some(Action::Close) if !self.filter.is_empty() => {
+                self.filter.clear();
+                self.cursor[1] = 0;
+                Reply::Consumed
+            }
             Some(Action::Close) => Reply::Do(Intent::Close(Some("no gauntlet started".into()))),
             Some(Action::Up) => {
                 self.cursor[list] = self.cursor[list].saturating_sub(1);
@@ -144,8 +195,10 @@ impl GauntletSetup {
             Some(Action::ToggleAll) => {
                 // All on, unless all are on already: then all off.
                 if self.in_samples {
-                    let all = self.samples.iter().all(|(_, on)| *on);
-                    self.samples.iter_mut().for_each(|(_, on)| *on = !all);
+                    // Those the filter shows.
+                    let shown = self.visible_samples();
+                    let all = shown.iter().all(|i| self.samples[*i].1);
+                    shown.iter().for_each(|i| self.samples[*i].1 = !all);
                 } else {
                     let all = self.tiers.iter().filter(|(_, why, _)| why.is_none()).all(|(_, _, on)| *on);
                     self.tiers.iter_mut().filter(|(_, why, _)| why.is_none()).for_each(|(_, _, on)| *on = !all);
@@ -180,6 +233,31 @@ impl Help {
     }
 }
 
+/// Indices of the samples `filter` lets through, best match first: the
+/// name itself, then names that start with it, then names that contain it,
+/// then group or "tries" (each rank in the list's order). F2's picker and
+/// F9's set-up filter alike.
+fn ranked<'a>(filter: &str, items: impl Iterator<Item = (&'a str, &'a Sample)>) -> Vec<usize> {
+    let f = filter.to_lowercase();
+    let rank = |g: &str, s: &Sample| -> Option<u8> {
+        let name = s.name.to_lowercase();
+        if f.is_empty() || name == f {
+            Some(0)
+        } else if name.starts_with(&f) {
+            Some(1)
+        } else if name.contains(&f) {
+            Some(2)
+        } else if [g, &s.tries].iter().any(|t| t.to_lowercase().contains(&f)) {
+            Some(3)
+        } else {
+            None
+        }
+    };
+    let mut shown: Vec<(u8, usize)> = items.enumerate().filter_map(|(i, (g, s))| rank(g, s).map(|r| (r, i))).collect();
+    shown.sort_by_key(|&(r, i)| (r, i));
+    shown.into_iter().map(|(_, i)| i).collect()
+}
+
 pub struct SamplesPicker {
     /// (group: "benign" / "hostile", sample)
     pub items: Vec<(String, Sample)>,
@@ -197,25 +275,7 @@ impl SamplesPicker {
     /// name itself, then names that start with the filter, then names that
     /// contain it, then group or "tries" (each rank in the list's order).
     pub fn visible(&self) -> Vec<usize> {
-        let f = self.filter.to_lowercase();
-        let rank = |(g, s): &(String, Sample)| -> Option<u8> {
-            let name = s.name.to_lowercase();
-            if f.is_empty() || name == f {
-                Some(0)
-            } else if name.starts_with(&f) {
-                Some(1)
-            } else if name.contains(&f) {
-                Some(2)
-            } else if [g.as_str(), &s.tries].iter().any(|t| t.to_lowercase().contains(&f)) {
-                Some(3)
-            } else {
-                None
-            }
-        };
-        let mut shown: Vec<(u8, usize)> =
-            self.items.iter().enumerate().filter_map(|(i, item)| rank(item).map(|r| (r, i))).collect();
-        shown.sort_by_key(|&(r, i)| (r, i));
-        shown.into_iter().map(|(_, i)| i).collect()
+        ranked(&self.filter, self.items.iter().map(|(g, s)| (g.as_str(), s)))
     }
 
     pub fn current(&self) -> Option<&(String, Sample)> {
@@ -655,6 +715,51 @@ mod tests {
         let last = (t, vec!["hello".to_string(), "mount".to_string()]);
         let again = GauntletSetup::new(tiers, samples, Some(&last));
         assert_eq!((again.chosen_tiers().len(), again.runs()), (3, 3));
+    }
+
+    #[test]
+    fn the_gauntlet_set_ups_filter_ranks_like_f2_and_all_means_those_shown() {
+        let tiers = vec![("process".to_string(), None)];
+        let samples = vec![
+            sample("js-memory-bomb", "hostile"),
+            sample("daemon", "hostile"),
+            sample("memory-bomb", "hostile"),
+            sample("fork-bomb", "hostile"),
+            sample("hello", "benign"),
+        ];
+        let mut s = GauntletSetup::new(tiers, samples, None);
+        let chars = |s: &mut GauntletSetup, text: &str| text.chars().for_each(|c| drop(s.key(typed(c))));
+        // `/` starts the filter in the samples list; `a` and Space are typed.
+        s.key(act(Action::Search));
+        assert!(s.in_samples && s.filtering);
+        chars(&mut s, "memory-b");
+        let names =
+            |s: &GauntletSetup| s.visible_samples().iter().map(|i| s.samples[*i].0.name.clone()).collect::<Vec<_>>();
+        // The name's prefix first, then names that contain it.
+        assert_eq!(names(&s), ["memory-bomb", "js-memory-bomb"]);
+        assert_eq!(s.cursor[1], 0);
+        s.key(act(Action::Accept));
+        assert!(!s.filtering && s.filter == "memory-b");
+        // `a` leaves out (then chooses) only the samples shown.
+        s.key(act(Action::ToggleAll));
+        assert_eq!(s.runs(), 3);
+        // Space toggles the one under the cursor, among those shown.
+        s.key(act(Action::Toggle));
+        let chosen: Vec<String> = s.chosen_samples().iter().map(|x| x.name.clone()).collect();
+        assert_eq!(chosen, ["daemon", "memory-bomb", "fork-bomb", "hello"]);
+        // Esc clears the filter first, then closes.
+        assert!(matches!(s.key(act(Action::Close)), Reply::Consumed));
+        assert_eq!(s.visible_samples().len(), 5);
+        s.key(act(Action::Search));
+        chars(&mut s, "fork ab");
+        assert!(s.visible_samples().is_empty(), "typed `a` and Space are the filter's");
+        s.key(act(Action::Backspace));
+        s.key(act(Action::Backspace));
+        s.key(act(Action::Backspace));
+        assert_eq!(names(&s), ["fork-bomb"]);
+        s.key(act(Action::Close));
+        assert!(s.filter.is_empty() && !s.filtering);
+        assert!(matches!(s.key(act(Action::Close)), Reply::Do(Intent::Close(_))));
     }
 
     #[test]

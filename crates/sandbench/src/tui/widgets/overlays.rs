@@ -183,8 +183,9 @@ fn gauntlet_setup(t: &Theme, f: &mut Frame, area: Rect, s: &GauntletSetup) {
         .collect();
     draw_list(f, left, head("tiers (Tab: samples)", !s.in_samples), tiers, (!s.in_samples).then_some(s.cursor[0]));
     let samples: Vec<ListItem> = s
-        .samples
-        .iter()
+        .visible_samples()
+        .into_iter()
+        .map(|i| &s.samples[i])
         .map(|(sample, on)| {
             let tag = if sample.is_hostile() { "☠" } else { "·" };
             ListItem::new(Line::from(vec![
@@ -196,7 +197,21 @@ fn gauntlet_setup(t: &Theme, f: &mut Frame, area: Rect, s: &GauntletSetup) {
     draw_list(
         f,
         right.inner(ratatui::layout::Margin { horizontal: 1, vertical: 0 }),
-        head("samples (Space chooses, a: all or none)", s.in_samples),
+        head(
+            &match (s.filtering, s.filter.is_empty()) {
+                (true, _) => format!(
+                    "samples · filter: {}▏ (Enter keeps, Esc clears)",
+                    crate::sanitize::inert_line(&s.filter, 40)
+                ),
+                (false, false) => format!(
+                    "samples · filter: {} ({} shown; / changes, Esc clears; a: all shown)",
+                    crate::sanitize::inert_line(&s.filter, 40),
+                    s.visible_samples().len()
+                ),
+                (false, true) => "samples (Space chooses, a: all or none, / filters)".to_string(),
+            },
+            s.in_samples,
+        ),
         samples,
         s.in_samples.then_some(s.cursor[1]),
     );
