@@ -232,8 +232,8 @@ pub static BINDINGS: &[Binding] = &[
     b!(Output, K::Char('N'), NONE, A::SearchPrev, "N", "previous (older) match"),
     // Compare
     b!(Compare, K::Char('r'), NONE, A::Rerun, "r", "compare again with the current rounds and mode", "rerun"),
-    b!(Compare, K::Char('+'), NONE, A::RepeatMore, "+", "one round more for the next compare"),
-    b!(Compare, K::Char('-'), NONE, A::RepeatLess, "-", "one round less for the next compare"),
+    b!(Compare, K::Char('+'), NONE, A::RepeatMore, "+", "one round more for the next compare", "rounds"),
+    b!(Compare, K::Char('-'), NONE, A::RepeatLess, "-", "one round less for the next compare", "fewer"),
     b!(Compare, K::Char('c'), NONE, A::ToggleConcurrent, "c", "next compare: all tiers of a round at once (skews timings) or one at a time"),
     b!(Compare, K::Char('d'), NONE, A::ToggleDist, "d", "show the latency histograms per tier or the live columns", "histograms"),
     b!(Compare, K::Left, NONE, A::Left, "←", "summary: scroll the columns left"),

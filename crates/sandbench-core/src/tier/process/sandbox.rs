@@ -51,6 +51,7 @@ mod steps; // init's steps, for a one-shot run and a session's calls alike
 use base::*;
 pub(crate) use base::{frame_prepare, mono_ns, parse_status, Prepare, SandboxConfig, Status, Waiter};
 use init::*;
+pub(crate) use program::default_signals;
 pub(crate) use root::SYSTEM_BUNDLE;
 pub use root::{ETC_COPIED, HOST_BINDS, PYTHON_ETC};
 pub(crate) use session::{frame_call, KILL_FRAME};

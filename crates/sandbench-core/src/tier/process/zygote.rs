@@ -282,6 +282,13 @@ pub fn trampoline_main() -> ! {
             CString::new(kv).unwrap_or_default()
         })
         .collect();
+    // The zygote's interpreter starts as a terminal's would, whatever
+    // sandbench inherited (a shell's background job has SIGINT ignored, and
+    // Python then installs no KeyboardInterrupt handler): every program
+    // forked from it inherits what it starts with.
+    if let Err(e) = super::sandbox::default_signals() {
+        die(format!("default signal dispositions: {e}"));
+    }
     let e = nix::unistd::execve(&exe, &argv, &envp).unwrap_err();
     die(format!("exec: {e}"))
 }

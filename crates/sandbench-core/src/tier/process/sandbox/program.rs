@@ -243,7 +243,7 @@ pub(super) fn program_main(
 /// Every catchable signal to `SIG_DFL`, and an empty signal mask. The raw
 /// call: the C library refuses to touch the two signals it keeps for
 /// itself (32 and 33), which sandbench's own parent may have left ignored.
-fn default_signals() -> nix::Result<()> {
+pub(crate) fn default_signals() -> nix::Result<()> {
     use nix::sys::signal::{SigSet, SigmaskHow};
     // The kernel's struct sigaction (handler, flags, restorer, mask), all
     // zero: SIG_DFL, no flags, an empty mask.
