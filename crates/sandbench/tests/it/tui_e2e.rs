@@ -39,10 +39,15 @@ impl Tmux {
     }
 
     fn wait_for(&self, what: &str, timeout: Duration) -> String {
+        self.wait_for_any(&[what], timeout)
+    }
+
+    fn wait_for_any(&self, any: &[&str], timeout: Duration) -> String {
+        let what = any.join("' or '");
         let start = Instant::now();
         loop {
             let s = self.screen();
-            if s.contains(what) {
+            if any.iter().any(|w| s.contains(w)) {
                 return s;
             }
             if start.elapsed() > timeout {
@@ -109,7 +114,7 @@ fn workbench_runs_a_sample_on_the_process_tier_in_tmux() {
     let out = tmux.cmd(&["-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", &cmd]);
     assert!(out.status.success(), "tmux new-session: {}", String::from_utf8_lossy(&out.stderr));
 
-    tmux.wait_for("✔ ready", Duration::from_secs(30));
+    tmux.wait_for_any(&["✔ ready", "⚠ ready"], Duration::from_secs(30));
     tmux.keys(&["F2"]);
     tmux.wait_for("print a computed marker", Duration::from_secs(10));
     tmux.keys(&["Enter"]);
@@ -147,7 +152,7 @@ fn the_runs_view_follows_a_run_made_by_a_separate_process_in_tmux() {
     let tmux = Tmux { socket: format!("sandbench-e2e-runs-{}", std::process::id()) };
     let out = tmux.cmd(&["-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-x", "120", "-y", "30", &cmd]);
     assert!(out.status.success(), "tmux new-session: {}", String::from_utf8_lossy(&out.stderr));
-    tmux.wait_for("✔ ready", Duration::from_secs(30));
+    tmux.wait_for_any(&["✔ ready", "⚠ ready"], Duration::from_secs(30));
     tmux.keys(&["F11"]);
     tmux.wait_for("no runs yet", Duration::from_secs(10));
 
