@@ -459,3 +459,33 @@ fn only_the_selected_ready_tier_is_warmed() {
     app.update(key(KeyCode::F(4)));
     assert!(app.take_effects().is_empty());
 }
+
+/// The tier pane marks a tier that works through a fallback as doctor does
+/// (⚠, never ✔), and names the interpreters programs get there (issue 46:
+/// the pane said `microvm ✔ ready` where doctor said ⚠ under TCG).
+#[sandbench_testkit::test]
+fn the_tier_pane_says_what_doctor_says_and_names_the_interpreters() {
+    use sandbench::tier::Check;
+    let mut app = App::new(Theme::dark(), &["process", "microvm"], "microvm", Limits::default());
+    app.live_clock = false;
+    app.update(Msg::Probed(Availability {
+        tier: "process".into(),
+        available: true,
+        summary: "ready".into(),
+        checks: vec![Check::ok("python", "/usr/bin/python3 3.11.2"), Check::ok("javascript", "/usr/bin/node v20.19.2")],
+    }));
+    app.update(Msg::Probed(Availability {
+        tier: "microvm".into(),
+        available: true,
+        summary: "ready (tcg)".into(),
+        checks: vec![
+            Check::ok("python", "python3 3.11.2-1+b1 in the guest's root disk"),
+            Check::warn("accel", "KVM guests hang here: software emulation", "give the host working KVM"),
+        ],
+    }));
+    let s = screen(&mut app, 120, 36);
+    assert!(s.contains("process  ✔ ready"), "{s}");
+    assert!(s.contains("microvm  ⚠ ready"), "{s}");
+    assert!(s.contains("runs: python3 3.11.2-1+b1"), "{s}");
+    assert!(s.contains("⚠ accel: KVM guests hang"), "{s}");
+}
