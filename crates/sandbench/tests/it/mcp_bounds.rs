@@ -241,6 +241,9 @@ fn a_misbehaving_http_client_leaves_nothing_behind_and_the_server_still_answers(
         );
         let r = mcp::raw(port, del.as_bytes(), Duration::from_secs(20));
         assert_eq!(r.status, 200, "an ended session is answered 200 (the SDKs log 202 as a failure): {r:?}");
+        // Ended already, or never opened: nothing is ended, so not 200.
+        let r = mcp::raw(port, del.as_bytes(), Duration::from_secs(20));
+        assert_eq!(r.status, 404, "a second DELETE of {id}: {r:?}");
     }
     // 4. Half-open and slow connections: headers never finished, a body
     //    never sent, many idle sockets, past the most connections.

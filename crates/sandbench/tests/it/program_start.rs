@@ -137,3 +137,22 @@ fn gvisor_programs_start_with_default_signals() {
 fn microvm_programs_start_with_default_signals() {
     on("microvm");
 }
+
+/// A peer's wrapper, and the program through it, start with the defaults
+/// too, whatever sandbench inherited: sandbench is started here with SIGINT
+/// and SIGHUP ignored, as a background job under nohup is.
+#[sandbench_testkit::test(needs = ["bwrap", "root"])]
+fn peer_programs_start_with_default_signals() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("sig.sh");
+    std::fs::write(&prog, ROWS[2].2).unwrap();
+    let net = crate::support::common::OuterNet::new();
+    // The shell's `trap ''` ignores them, and its exec keeps them ignored.
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg("trap '' INT HUP; exec \"$0\" run --format json --tier bwrap \"$1\"")
+        .arg(crate::support::common::bin())
+        .arg(&prog);
+    let r = crate::support::common::report(&net.output(&mut cmd, Duration::from_secs(60)));
+    assert!(r.stdout.contains("clean"), "{}\nstdout {:?}\nstderr {:?}", r.summary_line(), r.stdout, r.stderr);
+}

@@ -27,7 +27,12 @@ fn interpreter_checks(stdout: &str, image: &str, tier: &str) -> Vec<Check> {
     let mut lines = stdout.lines().map(str::trim);
     let (node, node_version, python) =
         (lines.next().unwrap_or(""), lines.next().unwrap_or(""), lines.next().unwrap_or(""));
-    let version = |l: &str| (l != "none").then(|| crate::tier::process::version_word(l)).filter(|v| !v.is_empty());
+    // A version starts with a digit (after Node's `v`): a shell's "not
+    // found" or anything else is no version.
+    let version = |l: &str| {
+        Some(crate::tier::process::version_word(l))
+            .filter(|v| v.trim_start_matches('v').starts_with(|c: char| c.is_ascii_digit()))
+    };
     let python = match version(python) {
         Some(v) => Check::ok("python", format!("python3 {v} in the image")),
         None => Check::fail(
@@ -219,8 +224,10 @@ mod tests {
             assert_eq!(c[1].level, CheckLevel::Warn, "{out:?}");
             assert!(c[1].fix.clone().unwrap().contains("sandbench setup gvisor"));
         }
-        let c = interpreter_checks("none\nnone\nnone\n", "img", "docker");
-        assert_eq!(c[0].level, CheckLevel::Fail);
+        for out in ["none\nnone\nnone\n", "none\nnone\n/bin/sh: 1: python3: not found\n", "none\nnone\n"] {
+            let c = interpreter_checks(out, "img", "docker");
+            assert_eq!(c[0].level, CheckLevel::Fail, "{out:?}");
+        }
         let c = interpreter_checks("/x\x1b]52;c;AAAA\x07\nv1\x1b[2J\nPython \x1b]0;t\x07\n", "img", "docker");
         for c in c {
             assert!(!c.detail.contains('\x1b') && !c.detail.contains('\x07'), "{}", c.detail);

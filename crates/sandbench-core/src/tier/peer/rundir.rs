@@ -375,10 +375,16 @@ pub(crate) fn enter_outer_net(
         None => None,
     };
     // SAFETY: the closure runs in the forked child before exec and makes only
-    // async-signal-safe calls (open, write, close, unshare, mount, setsid,
-    // setgroups, setresgid, setresuid, prctl) on memory prepared before the fork.
+    // async-signal-safe calls (rt_sigaction, sigprocmask, open, write, close,
+    // unshare, mount, setsid, setgroups, setresgid, setresuid, prctl) on
+    // memory prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
+            // The wrapper, and the program through it, start with every
+            // signal at its default, whatever sandbench inherited (a
+            // background shell's ignored SIGINT, nohup's SIGHUP): as on
+            // sandbench's own tiers.
+            crate::tier::process::sandbox::default_signals().map_err(|e| io::Error::from_raw_os_error(e as i32))?;
             for p in &procs {
                 let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
                 if fd < 0 {

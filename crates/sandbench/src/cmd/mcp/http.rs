@@ -204,6 +204,11 @@ impl<S: rmcp::ServerHandler + Send + 'static> Front<S> {
                 // Another token's session: as if it did not exist.
                 return text(StatusCode::NOT_FOUND, "Not Found: Session not found");
             }
+            if owner.is_none() && req.method() == Method::DELETE {
+                // rmcp ends an unknown id "successfully": no session was
+                // ended, so none is said to be.
+                return text(StatusCode::NOT_FOUND, "Not Found: Session not found");
+            }
         }
         // The body, whole, within its time and size: a client that sends it
         // slowly, or without end, holds a connection only so long.
@@ -261,6 +266,9 @@ impl<S: rmcp::ServerHandler + Send + 'static> Front<S> {
             // "ended" (the Python one logs `Session termination failed: 202`
             // at every close of an HTTP client).
             head.status = StatusCode::OK;
+            if let (Some(id), Ok(mut o)) = (&session, self.owners.lock()) {
+                o.remove(id);
+            }
         }
         Response::from_parts(head, Out::Mcp(Watched { inner: body, gone: Some(gone.drop_guard()) }))
     }
