@@ -86,9 +86,15 @@ fn client_for(host: &str, tls_verify: bool) -> anyhow::Result<Docker> {
 /// Why a request to the daemon failed, in one line without bollard's
 /// internals: "connection refused", "no such file or directory", ...
 pub(crate) fn cause(e: &bollard::errors::Error) -> String {
+    // The engine ends its messages with `\r\n`: one inert line, never a
+    // raw `^M` in a report or on the terminal.
+    crate::sanitize::inert_message(&raw_cause(e), 600)
+}
+
+fn raw_cause(e: &bollard::errors::Error) -> String {
     use bollard::errors::Error as E;
     match e {
-        E::DockerResponseServerError { status_code, message } => format!("{message} (HTTP {status_code})"),
+        E::DockerResponseServerError { status_code, message } => format!("{} (HTTP {status_code})", message.trim()),
         E::RequestTimeoutError => "no answer in time".into(),
         other => {
             // Walk to the innermost source: io errors say it best.
@@ -186,5 +192,14 @@ mod tests {
         let c = cause(&e);
         assert!(c.contains("refused"), "{c}");
         assert!(!c.contains('\n'));
+    }
+
+    #[test]
+    fn the_engines_line_ends_are_not_shown_raw() {
+        let e = bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            message: "No such container: abc\r\n".into(),
+        };
+        assert_eq!(cause(&e), "No such container: abc (HTTP 404)");
     }
 }

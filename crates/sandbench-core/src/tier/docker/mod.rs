@@ -60,7 +60,10 @@ pub struct DockerTier {
     cfg: DockerConfig,
     image: String,
     endpoint: engine::Endpoint,
-    engine: tokio::sync::OnceCell<Engine>,
+    /// The connected engine, until something says it changed (a probe, a
+    /// runtime missing): then the next use connects again, so a restarted
+    /// daemon or a runtime registered since is found without a restart.
+    engine: tokio::sync::Mutex<Option<Engine>>,
     pool: OnceLock<Arc<Pool>>,
     runs: AtomicU64,
     prewarmed: AtomicBool,
@@ -93,7 +96,7 @@ impl DockerTier {
             cfg: config.docker.clone(),
             image: configured_image(config),
             endpoint: engine::Endpoint::of(&config.host),
-            engine: tokio::sync::OnceCell::new(),
+            engine: tokio::sync::Mutex::new(None),
             pool: OnceLock::new(),
             runs: AtomicU64::new(0),
             prewarmed: AtomicBool::new(false),
@@ -102,9 +105,39 @@ impl DockerTier {
         }
     }
 
-    /// The engine, connected once per tier (a failure is retried next time).
-    pub async fn engine(&self) -> anyhow::Result<&Engine> {
-        self.engine.get_or_try_init(|| Engine::connect(&self.endpoint)).await
+    /// The engine, connected at first use and kept (a failure is retried
+    /// next time).
+    pub async fn engine(&self) -> anyhow::Result<Engine> {
+        let mut slot = self.engine.lock().await;
+        if let Some(e) = slot.as_ref() {
+            return Ok(e.clone());
+        }
+        let e = Engine::connect(&self.endpoint).await?;
+        *slot = Some(e.clone());
+        Ok(e)
+    }
+
+    /// Connect again at the next use: what the engine said about itself
+    /// (its runtimes, its version) may have changed.
+    pub(crate) async fn reconnect(&self) {
+        *self.engine.lock().await = None;
+    }
+
+    /// The engine, with the runtime this tier needs: when the one known
+    /// lacks it, ask again once (it may have been registered since).
+    async fn engine_with_runtime(&self) -> anyhow::Result<Engine> {
+        let engine = self.engine().await?;
+        match self.runtime {
+            Some(rt) if !engine.runtimes.contains(rt) => {
+                self.reconnect().await;
+                let engine = self.engine().await?;
+                if !engine.runtimes.contains(rt) {
+                    anyhow::bail!("the Docker daemon at {} has no '{rt}' runtime: {}", engine.host, runsc_fix());
+                }
+                Ok(engine)
+            }
+            _ => Ok(engine),
+        }
     }
 
     fn runtime_name(&self) -> &'static str {
@@ -126,10 +159,10 @@ impl DockerTier {
     /// full (or cannot fill). Front ends that will run many programs call it;
     /// without it the pool starts filling at the second run of a process.
     pub async fn prewarm_for(&self, limits: &crate::spec::Limits) -> anyhow::Result<usize> {
-        let engine = self.engine().await?;
-        self.check_ready(engine).await?;
+        let engine = self.engine_with_runtime().await?;
+        self.check_ready(&engine).await?;
         self.prewarmed.store(true, Ordering::Relaxed);
-        let Some(pool) = self.pool(engine) else {
+        let Some(pool) = self.pool(&engine) else {
             return Ok(0);
         };
         let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, limits);
@@ -141,6 +174,11 @@ impl DockerTier {
             }
         }
         Ok(pool.ready())
+    }
+
+    /// The containers the warm pool holds now (what `warm` counts).
+    pub fn pool_ids(&self) -> Vec<String> {
+        self.pool.get().map(|p| p.ready_ids()).unwrap_or_default()
     }
 
     /// Wait for background refills to finish (benchmarks use this so a
@@ -327,10 +365,10 @@ impl Tier for DockerTier {
         spec: crate::tier::contract::SessionSpec,
     ) -> BoxFuture<'_, anyhow::Result<Arc<dyn crate::tier::contract::TierSession>>> {
         Box::pin(async move {
-            let engine = self.engine().await?;
-            self.check_ready(engine).await?;
+            let engine = self.engine_with_runtime().await?;
+            self.check_ready(&engine).await?;
             let shape = Shape::new(&self.image, self.runtime, &self.cfg.user, &spec.limits);
-            let s = session::open(engine, shape, &self.cfg.user, self.name).await?;
+            let s = session::open(&engine, shape, &self.cfg.user, self.name).await?;
             Ok(Arc::new(s) as Arc<dyn crate::tier::contract::TierSession>)
         })
     }

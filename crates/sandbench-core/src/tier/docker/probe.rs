@@ -82,6 +82,9 @@ impl DockerTier {
     pub(super) async fn probe_inner(&self) -> Availability {
         let mut checks = vec![];
         let name = self.name.to_string();
+        // A probe asks afresh: the daemon may have restarted, or a runtime
+        // been registered, since the last one.
+        self.reconnect().await;
         let engine = match self.engine().await {
             Ok(e) => e,
             Err(e) => {
@@ -157,7 +160,7 @@ impl DockerTier {
                 cfg: DockerConfig { pool_size: 0, ..self.cfg.clone() },
                 image: self.image.clone(),
                 endpoint: self.endpoint.clone(),
-                engine: self.engine.clone(),
+                engine: tokio::sync::Mutex::new(Some(engine.clone())),
                 pool: OnceLock::new(),
                 runs: AtomicU64::new(0),
                 prewarmed: AtomicBool::new(false),
@@ -180,7 +183,7 @@ SETGID and SETPCAP once the program is its own uid and SETUID once it has killed
 (as root) to make each call's program the session's uid and end the call's processes",
                 ));
                 checks.extend(interpreter_checks(&report.stdout, &self.image, self.name));
-                checks.push(Check::ok("warm", self.warm_check(engine).await));
+                checks.push(Check::ok("warm", self.warm_check(&engine).await));
             } else {
                 ok = false;
                 let why = report.error.clone().unwrap_or_else(|| report.summary_line());
