@@ -272,8 +272,18 @@ impl RunReport {
         s.push_str(&format!(" · {} total", crate::units::duration_ms(self.timings_ms.total)));
         if let Some(k) = self.start() {
             s.push_str(&format!(" · {}", k.name()));
+            if let Some(why) = self.start_note() {
+                s.push_str(&format!(" ({why})"));
+            }
         }
         s
+    }
+
+    /// Why the run started as it did, when that is news (a warm member
+    /// was gone: `pool member gone: removed outside sandbench`).
+    pub fn start_note(&self) -> Option<String> {
+        let n = self.details.get("start_note")?.as_str()?;
+        Some(crate::sanitize::inert_line(n, 200))
     }
 }
 

@@ -304,7 +304,10 @@ pub fn summary(r: &RunReport) -> String {
         r.exit.describe()
     );
     if let Some(start) = r.start() {
-        s.push_str(&format!("start     {}\n", start.name()));
+        match r.start_note() {
+            Some(why) => s.push_str(&format!("start     {} ({why})\n", start.name())),
+            None => s.push_str(&format!("start     {}\n", start.name())),
+        }
     }
     if let Some(shell) = r.details["shell"].as_str() {
         s.push_str(&format!("shell     {}\n", crate::sanitize::inert_line(shell, 120)));

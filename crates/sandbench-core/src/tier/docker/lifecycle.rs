@@ -130,6 +130,36 @@ pub(crate) async fn remove(docker: &Docker, id: &str) {
     }
 }
 
+/// A container's state, from the engine: its loader's pid (None when
+/// unknown or remote) while it runs, else why it does not, in words for a
+/// run's note or a session's end ("removed outside sandbench", …).
+pub(super) async fn state_of(engine: &Engine, id: &str) -> Result<Option<i32>, String> {
+    let opts = None::<bollard::query_parameters::InspectContainerOptions>;
+    match engine.docker.inspect_container(id, opts).await {
+        Ok(i) => {
+            let state = i.state.unwrap_or_default();
+            if state.running == Some(true) && state.restarting != Some(true) && state.paused != Some(true) {
+                return Ok(state.pid.filter(|p| *p > 0).map(|p| p as i32));
+            }
+            // A paused container says it runs: its loader is frozen all the same.
+            let action = match (state.oom_killed, state.paused) {
+                (Some(true), _) => "oom",
+                (_, Some(true)) => "pause",
+                _ => "die",
+            };
+            let code = state.exit_code.map(|c| c.to_string());
+            Err(super::pool::reason(action, code.as_deref()).unwrap_or_else(|| "not running".into()))
+        }
+        Err(e) if engine::is_not_found(&e) => {
+            Err(super::pool::reason("destroy", None).unwrap_or_else(|| "removed".into()))
+        }
+        Err(e) => Err(format!("{ENGINE_SILENT} ({}): stopped or restarting?", engine::cause(&e))),
+    }
+}
+
+/// How `state_of` starts when the engine, not the container, is the news.
+pub(super) const ENGINE_SILENT: &str = "the Docker engine does not answer";
+
 pub(super) fn short(id: &str) -> &str {
     &id[..12.min(id.len())]
 }

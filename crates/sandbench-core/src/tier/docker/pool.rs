@@ -3,6 +3,16 @@
 //! stdin. Single use — a container runs one program and is removed — and
 //! refilled in the background. Sized by `[docker] pool_size`; drained at exit
 //! (`tier::shutdown`), and reaped by the next start if sandbench was killed.
+//!
+//! What the pool holds is true when it is shown or handed out: a watch on
+//! the engine's event stream (this process's containers only) drops a
+//! container that died or was removed by anything else (`docker rm -f`, a
+//! prune, an OOM, a daemon restart) the moment the engine says so, and the
+//! pool refills. When the stream breaks (the engine restarted or went
+//! away) the watch reconnects with backoff and first lists what still
+//! runs, so nothing that died in between stays. A run that takes a
+//! container checks it once more (see run.rs): the window between the
+//! event and the take is closed there.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -22,6 +32,17 @@ struct State {
     /// next take or want.
     failures: u32,
     last_error: Option<String>,
+    /// Why the last ready container went before a run could take it
+    /// (`removed outside sandbench`, …): the next run that starts cold
+    /// because of it says so, once.
+    dropped: Option<(String, String)>,
+}
+
+/// What a run got from the pool.
+pub(crate) struct Taken {
+    pub(crate) id: Option<String>,
+    /// Why a container the pool had was gone before this take, if one was.
+    pub(crate) gone: Option<String>,
 }
 
 pub(crate) struct Pool {
@@ -32,6 +53,8 @@ pub(crate) struct Pool {
     changed: Notify,
     /// One drain at a time; a second waits for the first to finish.
     draining: tokio::sync::Mutex<()>,
+    /// The engine-event watch (see the module's doc), ended by a drain.
+    watch: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 const MAX_FAILURES: u32 = 3;
@@ -70,12 +93,61 @@ impl Pool {
                 closed: false,
                 failures: 0,
                 last_error: None,
+                dropped: None,
             }),
             changed: Notify::new(),
             draining: tokio::sync::Mutex::new(()),
+            watch: Mutex::new(None),
         });
+        if size > 0 {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                // Weak: the watch must not keep a dropped tier's pool alive.
+                // Its handle is stored before the pool is registered, so
+                // every drain finds it.
+                let task = rt.spawn(watch(Arc::downgrade(&p)));
+                *p.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(task.abort_handle());
+            }
+        }
         registry().lock().unwrap_or_else(|e| e.into_inner()).push(p.clone());
         p
+    }
+
+    /// Drop a ready container that is gone (or going) for a reason outside
+    /// this pool, and refill. Containers the pool no longer holds (taken by
+    /// a run, removed by a drain) are not its business.
+    pub(crate) fn forget(self: &Arc<Self>, id: &str, why: &str) -> bool {
+        let held = {
+            let mut st = self.lock();
+            let before = st.ready.len();
+            st.ready.retain(|r| r != id);
+            let held = st.ready.len() != before;
+            if held {
+                st.dropped = Some((id.to_string(), why.to_string()));
+                // A member that dies before any run took it counts as a
+                // failed fill: a shape whose containers cannot stay up (a
+                // memory limit the loader does not fit in, a broken image)
+                // stops the refills after a few, until the next take,
+                // instead of making containers as fast as the engine can.
+                st.failures += 1;
+            } else if let Some((_, w)) = st.dropped.as_mut().filter(|(d, _)| d == id) {
+                // Later events of the same container: its `die` after an
+                // `oom`, the `destroy` of the removal below. The first
+                // reason stands, except that an OOM says the most.
+                if why == OOM {
+                    *w = why.to_string();
+                }
+            }
+            held
+        };
+        if held {
+            tracing::info!("warm pool ({}): container {} gone: {why}", self.tier, super::lifecycle::short(id));
+            let (docker, id) = (self.engine.docker.clone(), id.to_string());
+            // Whatever is left of it (a stopped container) goes too.
+            crate::tier::background::spawn(async move { super::lifecycle::remove(&docker, &id).await });
+            self.changed.notify_waiters();
+            self.refill();
+        }
+        held
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -95,6 +167,7 @@ impl Pool {
             } else {
                 st.shape = Some(shape.clone());
                 st.failures = 0;
+                st.dropped = None;
                 st.ready.drain(..).collect()
             }
         };
@@ -116,17 +189,12 @@ impl Pool {
     /// A ready container of `shape`, if there is one. Does not refill: the
     /// caller calls `want` once its run is over, so that creating the next
     /// container never competes with the run for the daemon and the CPU.
-    pub(crate) fn take(self: &Arc<Self>, shape: &Shape) -> Option<String> {
-        let got = {
-            let mut st = self.lock();
-            st.failures = 0;
-            if st.shape.as_ref() == Some(shape) {
-                st.ready.pop_front()
-            } else {
-                None
-            }
-        };
-        got
+    pub(crate) fn take(self: &Arc<Self>, shape: &Shape) -> Taken {
+        let mut st = self.lock();
+        st.failures = 0;
+        let id = if st.shape.as_ref() == Some(shape) { st.ready.pop_front() } else { None };
+        let gone = if id.is_none() { st.dropped.take().map(|(_, why)| why) } else { None };
+        Taken { id, gone }
     }
 
     fn refill(self: &Arc<Self>) {
@@ -151,8 +219,11 @@ impl Pool {
                     st.filling -= 1;
                     match r {
                         Ok(id) if !st.closed && st.shape.as_ref() == Some(&shape) => {
-                            st.failures = 0;
+                            // Not a success yet (see `forget`): failures are
+                            // reset when a run takes a member.
                             st.ready.push_back(id);
+                            // Full again: an old reason would mislead a later cold start.
+                            st.dropped = None;
                             None
                         }
                         Ok(id) => Some(id),
@@ -206,6 +277,9 @@ impl Pool {
     pub(crate) async fn drain(&self) {
         let _one = self.draining.lock().await;
         self.lock().closed = true;
+        if let Some(w) = self.watch.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            w.abort();
+        }
         loop {
             let notified = self.changed.notified();
             if self.lock().filling == 0 {
@@ -216,5 +290,110 @@ impl Pool {
         let ids: Vec<String> = self.lock().ready.drain(..).collect();
         let docker = &self.engine.docker;
         futures_util::future::join_all(ids.iter().map(|id| super::lifecycle::remove(docker, id))).await;
+    }
+}
+
+const OOM: &str = "killed at its memory limit (OOM)";
+
+/// Why the engine says a container of ours ended, in words for a run's
+/// note. Spellings of other engines too (Podman's compatible API says
+/// `died`); an action that does not end a container is None.
+pub(super) fn reason(action: &str, exit: Option<&str>) -> Option<String> {
+    Some(match (action, exit) {
+        ("destroy" | "remove", _) => "removed outside sandbench".into(),
+        ("oom", _) => OOM.into(),
+        ("pause", _) => "paused outside sandbench".into(),
+        ("die" | "died", Some("137")) => "killed (SIGKILL)".into(),
+        ("die" | "died", Some(code)) => format!("ended (exit {})", crate::sanitize::inert_line(code, 12)),
+        ("die" | "died", None) => "ended".into(),
+        _ => return None,
+    })
+}
+
+/// Follow the engine's events for this process's containers and drop pool
+/// members that die or go; reconnect with backoff when the stream breaks,
+/// reconciling with the engine's list first (events missed meanwhile).
+async fn watch(pool: std::sync::Weak<Pool>) {
+    use bollard::query_parameters::{EventsOptions, ListContainersOptions};
+    use futures_util::StreamExt;
+    use std::collections::HashMap;
+
+    let Ok(token) = crate::owner::token() else { return };
+    let owner = format!("{}={}", super::container::LABEL_OWNER, super::reap::owner_label(token));
+    let mut backoff = std::time::Duration::from_millis(250);
+    let mut first = true;
+    let mut last: Option<i64> = None;
+    loop {
+        let Some(docker) = pool.upgrade().map(|p| p.engine.docker.clone()) else { return };
+        let filters = HashMap::from([
+            ("type".to_string(), vec!["container".to_string()]),
+            ("label".to_string(), vec![owner.clone()]),
+            ("event".to_string(), ["die", "destroy", "oom", "pause"].map(String::from).to_vec()),
+        ]);
+        // Resumed from the last event seen: the engine replays what came
+        // while the stream was down (its event log is bounded; the list
+        // below covers the rest).
+        let since = last.map(|t| t.to_string());
+        let mut events = docker.events(Some(EventsOptions { filters: Some(filters), since, ..Default::default() }));
+        if !first {
+            // What still runs, asked after the stream broke: a container
+            // that died meanwhile is not in the list. The members are read
+            // first, so one a refill adds after the list is not judged by it.
+            let Some(members) = pool.upgrade().map(|p| p.ready_ids()) else { return };
+            let filters = HashMap::from([
+                ("label".to_string(), vec![owner.clone()]),
+                ("status".to_string(), vec!["running".to_string()]),
+            ]);
+            let listed =
+                docker.list_containers(Some(ListContainersOptions { filters: Some(filters), ..Default::default() }));
+            if let Ok(list) = listed.await {
+                let running: std::collections::HashSet<String> = list.into_iter().filter_map(|c| c.id).collect();
+                let Some(p) = pool.upgrade() else { return };
+                for id in members.iter().filter(|id| !running.contains(*id)) {
+                    p.forget(id, "gone while the engine was unreachable (restarted?)");
+                }
+            }
+        }
+        first = false;
+        while let Some(ev) = events.next().await {
+            let Ok(ev) = ev else { break };
+            backoff = std::time::Duration::from_millis(250);
+            last = ev.time.or(last);
+            let Some(actor) = ev.actor else { continue };
+            let (Some(id), Some(action)) = (actor.id, ev.action) else { continue };
+            let exit = actor
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get("exitCode").or_else(|| a.get("containerExitCode")))
+                .map(String::as_str);
+            let Some(why) = reason(&action, exit) else { continue };
+            let Some(p) = pool.upgrade() else { return };
+            if p.lock().closed {
+                return;
+            }
+            p.forget(&id, &why);
+        }
+        if pool.upgrade().is_none_or(|p| p.lock().closed) {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reason;
+
+    #[test]
+    fn an_ended_member_is_named_by_what_ended_it() {
+        assert_eq!(reason("destroy", None).unwrap(), "removed outside sandbench");
+        assert_eq!(reason("die", Some("137")).unwrap(), "killed (SIGKILL)");
+        assert_eq!(reason("died", Some("3")).unwrap(), "ended (exit 3)");
+        assert_eq!(reason("pause", None).unwrap(), "paused outside sandbench");
+        assert_eq!(reason("oom", None).unwrap(), "killed at its memory limit (OOM)");
+        assert!(reason("start", None).is_none());
+        // The engine's attribute is text: a hostile one stays one inert line.
+        assert!(!reason("die", Some("1\x1b[2J\n")).unwrap().contains('\x1b'));
     }
 }

@@ -17,6 +17,11 @@ use super::engine::Engine;
 /// and leave the container alone, so old and new versions can share an engine.
 const OWNER_SUFFIX: &str = ":owner-lock:v2";
 
+/// The owner label's value for `token`.
+pub(crate) fn owner_label(token: &str) -> String {
+    format!("{token}{OWNER_SUFFIX}")
+}
+
 /// The owner token in an owner label; None for labels of earlier versions.
 pub(crate) fn token_of(label: &str) -> Option<&str> {
     label.strip_suffix(OWNER_SUFFIX)
@@ -28,14 +33,14 @@ pub(crate) fn labels(run_id: &str, tier: &str) -> anyhow::Result<HashMap<String,
     Ok(HashMap::from([
         (LABEL_RUN.to_string(), run_id.to_string()),
         (LABEL_PID.to_string(), std::process::id().to_string()),
-        (LABEL_OWNER.to_string(), format!("{}{OWNER_SUFFIX}", crate::owner::token()?)),
+        (LABEL_OWNER.to_string(), owner_label(crate::owner::token()?)),
         (super::container::LABEL_TIER.to_string(), tier.to_string()),
     ]))
 }
 
 /// Containers (any state) whose owner label names `token`.
 pub(crate) async fn owned(engine: &Engine, token: &str) -> anyhow::Result<Vec<String>> {
-    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_OWNER}={token}{OWNER_SUFFIX}")])]);
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_OWNER}={}", owner_label(token))])]);
     let list = engine
         .docker
         .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))

@@ -21,7 +21,7 @@ use super::engine::{self, Engine};
 use super::lifecycle::{attach, kill, launch, remove, short, OOM_FLAG_WAIT};
 use super::pump::{Beside, LoaderFacts, Pump, Scope, Side};
 use super::watch::start_watch;
-use super::{runsc_fix, scratch, DockerTier};
+use super::{scratch, DockerTier};
 use crate::event::{EventKind, ExitStatus, Phase, RunContext, UsageSample};
 use crate::highwater;
 use crate::spec::RunSpec;
@@ -30,17 +30,31 @@ use crate::tier::contract::TierExit;
 impl DockerTier {
     pub(super) async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
         ctx.emit(EventKind::Phase(Phase::Preparing)).await;
-        let engine = self.engine().await?;
-        if let Some(rt) = self.runtime {
-            if !engine.runtimes.contains(rt) {
-                anyhow::bail!("the Docker daemon at {} has no '{rt}' runtime: {}", engine.host, runsc_fix());
-            }
-        }
+        let engine = &self.engine_with_runtime().await?;
         let shape = self.shape(&spec);
         let nth = self.runs.fetch_add(1, Ordering::Relaxed);
         let pool = self.pool(engine);
         let use_pool = pool.filter(|_| self.prewarmed.load(Ordering::Relaxed) || nth >= 1);
-        let warm = use_pool.and_then(|p| p.take(&shape));
+        let (mut warm, mut pool_gone) = match use_pool.map(|p| p.take(&shape)) {
+            Some(t) => (t.id, t.gone),
+            None => (None, None),
+        };
+        // The event watch drops a member the moment the engine says it
+        // died; this closes the window between that event and the take (a
+        // container killed a moment ago would take the run with it).
+        let mut known_pid = None;
+        if let (Some(id), Some(p)) = (warm.clone(), use_pool) {
+            match super::lifecycle::state_of(engine, &id).await {
+                Ok(pid) => known_pid = pid,
+                Err(why) => {
+                    p.forget(&id, &why);
+                    let (docker, id) = (engine.docker.clone(), id);
+                    crate::tier::background::spawn(async move { remove(&docker, &id).await });
+                    warm = None;
+                    pool_gone = Some(why);
+                }
+            }
+        }
         let run_id = container::new_run_id();
         let (id, start) = match warm {
             Some(id) => {
@@ -48,14 +62,20 @@ impl DockerTier {
                 (id, "warm")
             }
             None => {
-                ctx.note(format!("creating a {} container", self.runtime_name())).await;
+                match &pool_gone {
+                    Some(why) => {
+                        ctx.note(format!("creating a {} container (pool member gone: {why})", self.runtime_name()))
+                            .await
+                    }
+                    None => ctx.note(format!("creating a {} container", self.runtime_name())).await,
+                }
                 (launch(engine, &shape, &run_id, self.name).await?, "cold")
             }
         };
         let mut timeline: Vec<(&'static str, f64)> =
             vec![(if start == "warm" { "container_taken" } else { "container_started" }, ctx.ms())];
         let host_binds = scratch::of(&id).map(|d| scratch::binds(&d));
-        let result = self.execute(engine, &id, &spec, &ctx, &mut timeline).await;
+        let result = self.execute(engine, &id, known_pid, &spec, &ctx, &mut timeline).await;
         ctx.emit(EventKind::Phase(Phase::TearingDown)).await;
         // The program has exited and its output is in (the loader's exit
         // frame comes after every output frame): the report is final now.
@@ -94,6 +114,9 @@ impl DockerTier {
         details["timeline_ms"] = serde_json::Value::Object(t);
         details["runtime"] = json!(self.runtime_name());
         details["start"] = json!(start);
+        if let (Some(why), "cold") = (&pool_gone, start) {
+            details["start_note"] = json!(format!("pool member gone: {why}"));
+        }
         details["image"] = json!(self.image);
         details["container"] = json!(short(&id));
         details["engine"] =
@@ -112,6 +135,7 @@ impl DockerTier {
         &self,
         engine: &Engine,
         id: &str,
+        known_pid: Option<i32>,
         spec: &RunSpec,
         ctx: &RunContext,
         timeline: &mut Vec<(&'static str, f64)>,
@@ -136,7 +160,7 @@ impl DockerTier {
         ctx.usage(UsageSample { cpu_ms: None, memory_bytes: None, pids: Some(1) }).await;
         // High-water marks of the scratch space, from the host where it can
         // (see host_watch); the loader's own checks stay as the fallback.
-        let (watch, loader_pid) = self.host_watch(engine, id, limits, ctx).await;
+        let (watch, loader_pid) = self.host_watch(engine, id, known_pid, limits, ctx).await;
         let guard_wanted = watch.as_ref().is_some_and(|w| w.sees_files()) && loader_pid.is_some();
         let files_watched = watch.as_ref().is_some_and(|w| w.sees_files());
         let egress = crate::egress::Egress::start(spec, &self.egress, ctx)?;

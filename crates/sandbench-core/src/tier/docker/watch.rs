@@ -21,6 +21,7 @@ impl DockerTier {
         &self,
         engine: &Engine,
         id: &str,
+        known_pid: Option<i32>,
         limits: &crate::spec::Limits,
         ctx: &RunContext,
     ) -> (Option<highwater::Watch>, Option<i32>) {
@@ -45,15 +46,20 @@ impl DockerTier {
             ctx.note("scratch space judged by the loader alone (sandbench is not root): a full scratch emptied at once, or a capped file deleted or truncated, may go unreported").await;
             return (None, None);
         }
-        let pid =
-            match engine.docker.inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>).await
+        let pid = match known_pid {
+            Some(p) => Some(p),
+            None => match engine
+                .docker
+                .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+                .await
             {
                 Ok(i) => i.state.and_then(|s| s.pid).filter(|p| *p > 0).map(|p| p as i32),
                 Err(e) => {
                     tracing::debug!("inspect {}: {}", short(id), engine::cause(&e));
                     None
                 }
-            };
+            },
+        };
         let Some(pid) = pid else {
             ctx.note("scratch space judged by the loader alone (the container's process was not found)").await;
             return (None, None);
