@@ -161,6 +161,14 @@ impl MicrovmTier {
         pool.fill().await
     }
 
+    /// The QEMU processes of the guests the pool holds now, the dead ones
+    /// dropped first (what `warm` counts; the chaos tests kill them).
+    pub fn pool_pids() -> Vec<u32> {
+        let Some(p) = pool::Pool::current() else { return vec![] };
+        p.held();
+        p.pids()
+    }
+
     /// Kill every pooled guest (tests, shutdown).
     pub async fn drain_pool() {
         if let Some(p) = pool::Pool::current() {

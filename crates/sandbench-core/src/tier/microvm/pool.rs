@@ -166,13 +166,28 @@ impl Pool {
     }
 
     /// Guests waiting and the resident memory (PSS) of their QEMU processes.
-    pub(crate) fn held(&self) -> (usize, u64) {
-        let pids: Vec<i32> = self
-            .state
-            .lock()
-            .map(|s| s.ready.iter().filter_map(|(g, _)| g.pid()).map(|p| p as i32).collect())
-            .unwrap_or_default();
+    pub(crate) fn held(self: &Arc<Self>) -> (usize, u64) {
+        let (pids, dropped) = match self.state.lock() {
+            Ok(mut s) => {
+                // What is shown is what runs: a guest whose QEMU died (killed
+                // by anything) is dropped here, not only at the next take.
+                let before = s.ready.len();
+                s.ready.retain_mut(|(g, _)| g.alive() && g.channel_open());
+                let pids: Vec<i32> = s.ready.iter().filter_map(|(g, _)| g.pid()).map(|p| p as i32).collect();
+                (pids, before - s.ready.len())
+            }
+            Err(_) => (vec![], 0),
+        };
+        if dropped > 0 {
+            tracing::info!("microvm pool: {dropped} guest(s) gone outside sandbench; refilling");
+            self.refill();
+        }
         (pids.len(), crate::host::pss_bytes(&pids))
+    }
+
+    /// The QEMU pids of the guests held now.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.state.lock().map(|s| s.ready.iter().filter_map(|(g, _)| g.pid()).collect()).unwrap_or_default()
     }
 
     /// Boot guests in the background until the pool is full.

@@ -19,11 +19,24 @@ impl Tier for ProcessTier {
         if !self.keep_spare {
             return None;
         }
+        let mut dead = None;
         let mem = self.spare.lock().ok().and_then(|mut s| {
             let (l, language) = s.as_mut().filter(|(l, _)| l.ready)?;
             let language = *language;
-            l.alive().then(|| (l.memory(), language, l.zygote.is_some()))
+            // Outside a runtime (nothing could tear it down) it is only not shown.
+            if l.waiting() || tokio::runtime::Handle::try_current().is_err() {
+                return l.waiting().then(|| (l.memory(), language, l.zygote.is_some()));
+            }
+            // Killed from outside (its init, its zygote): what is shown is
+            // what runs, so it goes now and another is made.
+            dead = s.take();
+            None
         });
+        if let Some((mut l, _)) = dead {
+            let _ = l.child.start_kill();
+            crate::tier::background::spawn(l.teardown());
+            self.refill();
+        }
         Some(match mem {
             Some((b, language, forked)) => {
                 let (b, zygote) = self.spare_memory(b, forked);

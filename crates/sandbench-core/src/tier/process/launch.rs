@@ -76,11 +76,24 @@ pub(super) struct Launched {
     /// The program's process comes from the zygote, started with this
     /// interpreter and environment (`zygote.rs`).
     pub(super) zygote: Option<sandbox::Waiter>,
+    /// The zygote that forked the program's process, and its pid then.
+    pub(super) forked_by: Option<(std::sync::Arc<super::zygote::Zygote>, u32)>,
 }
 
 impl Launched {
     pub(super) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Whether a spare, built and waiting, can still take a program, from
+    /// what the kernel says: its helper runs, its cgroup still holds its
+    /// init (a process killed from outside leaves `cgroup.procs` at its
+    /// exit), and the zygote that watches its program's process (if one
+    /// does) is still the one that did.
+    pub(super) fn waiting(&mut self) -> bool {
+        self.alive()
+            && self.cg.as_ref().is_none_or(|c| !c.members().is_empty())
+            && self.forked_by.as_ref().is_none_or(|(z, pid)| z.serving(*pid))
     }
 
     /// Read status lines until the sandbox says it is ready.
@@ -238,9 +251,11 @@ pub(super) async fn launch(
     .await
     .context("sandbox preparation")??;
     timeline.push(at("uid_and_cgroup"));
+    let mut forked_by = None;
     if let (Some(z), Some(conn)) = (zygote, zygote_conn) {
         let id = uid.as_ref().map_or(0, |l| l.uid);
-        z.hand(conn, id, id, network_port).map_err(|e| anyhow!("cannot start the program's process: {e}"))?;
+        let pid = z.hand(conn, id, id, network_port).map_err(|e| anyhow!("cannot start the program's process: {e}"))?;
+        forked_by = Some((z.clone(), pid));
     }
     let prep = sandbox::Prepare {
         host_pid: std::process::id() as i32,
@@ -276,6 +291,7 @@ pub(super) async fn launch(
         net: Some(net_host),
         privileges: Default::default(),
         zygote: zygote.map(|z| z.waiter.clone()),
+        forked_by,
     })
 }
 

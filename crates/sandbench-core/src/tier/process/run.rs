@@ -36,7 +36,10 @@ impl ProcessTier {
             env.extend(eg.sandbox_env(&spec.env, sandbox::SYSTEM_BUNDLE));
         }
         let run_ca = egress.as_ref().and_then(|e| e.ca_pem());
-        let spare = if port.is_none() { self.take_spare(&spec) } else { None };
+        let (spare, spare_gone) = if port.is_none() { self.take_spare(&spec) } else { (None, None) };
+        if let Some(why) = spare_gone {
+            ctx.note(format!("starting cold: the spare is gone ({why})")).await;
+        }
         let (mut launched, start) = match spare {
             Some(mut l) => {
                 if let Some(c) = &mut l.cg {
@@ -140,6 +143,9 @@ impl ProcessTier {
             obj.insert("uid_policy".into(), json!(uid_policy(self.uid_base, self.uid_count, &used)));
             obj.insert("warnings".into(), json!(warnings));
             obj.insert("start".into(), json!(start));
+            if let (Some(why), "cold") = (spare_gone, start) {
+                obj.insert("start_note".into(), json!(format!("spare gone: {why}")));
+            }
             obj.insert("interpreter".into(), json!(interpreter));
         }
         Ok(out)

@@ -110,6 +110,12 @@ impl ProcessTier {
         });
     }
 
+    /// The zygote's process id while one runs: what a chaos test kills to
+    /// check that the next run is still served.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.zygote.as_ref()?.pid()
+    }
+
     /// The cgroup directories of the spare waiting now, if any: what a
     /// caller checks is gone once this tier is (other tiers of the same
     /// process share its cgroups' name prefix).
@@ -121,28 +127,30 @@ impl ProcessTier {
     /// The spare, if it can run `spec`; the next one is made for `spec`'s
     /// language. A spare that cannot run it is torn down in the background
     /// (off this run's path), so the refill after this run makes one that can.
-    pub(super) fn take_spare(&self, spec: &RunSpec) -> Option<Launched> {
+    pub(super) fn take_spare(&self, spec: &RunSpec) -> (Option<Launched>, Option<&'static str>) {
         let next = spare_language_after(spec);
         if let Ok(mut l) = self.spare_language.lock() {
             *l = next;
         }
-        let mut slot = self.spare.lock().ok()?;
-        let (mut l, language) = slot.take()?;
-        let usable = l.ready && l.alive();
+        let Ok(mut slot) = self.spare.lock() else { return (None, None) };
+        let Some((mut l, language)) = slot.take() else { return (None, None) };
+        let alive = l.waiting();
+        let usable = l.ready && alive;
         if usable && spare_fits(language, spec) {
-            return Some(l);
+            return (Some(l), None);
         }
         if usable && language == next {
             // Still the right one for the run after this (a JavaScript run
             // with variables of its own meeting a Node spare): it stays.
             *slot = Some((l, language));
-            return None;
+            return (None, None);
         }
         drop(slot);
         // An idle spare's helper waits for a program that never comes.
         let _ = l.child.start_kill();
         crate::tier::background::spawn(l.teardown());
-        None
+        let gone = (!alive).then_some("the waiting sandbox or its zygote ended outside sandbench");
+        (None, gone)
     }
 
     /// Wait until a spare is ready (or making one failed), at most 30 s.

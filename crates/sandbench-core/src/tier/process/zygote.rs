@@ -99,6 +99,14 @@ impl Zygote {
         !allow_degraded && abi >= 6
     }
 
+    /// The zygote's process id while it runs (the chaos tests kill it).
+    pub(super) fn pid(&self) -> Option<u32> {
+        let mut live = self.live.lock().ok()?;
+        let l = live.as_mut()?;
+        // Once it has exited (and been reaped) its pid may be anyone's.
+        matches!(l.child.try_wait(), Ok(None)).then(|| l.child.id())
+    }
+
     /// The zygote's resident memory (PSS), while it runs.
     pub(super) fn memory(&self) -> Option<u64> {
         let pid = self.live.lock().ok()?.as_ref()?.child.id();
@@ -124,9 +132,10 @@ impl Zygote {
     /// the other) with the uid and gid that sandbox's program runs as and
     /// its egress port: what decides the program's identity and reach
     /// comes from here, never from the sandbox.
-    pub(super) fn hand(&self, conn: OwnedFd, uid: u32, gid: u32, port: Option<u16>) -> Result<(), String> {
+    pub(super) fn hand(&self, conn: OwnedFd, uid: u32, gid: u32, port: Option<u16>) -> Result<u32, String> {
         let mut live = self.live.lock().map_err(|_| "zygote lock poisoned".to_string())?;
         let Some(l) = live.as_ref() else { return Err("the zygote is not running".into()) };
+        let pid = l.child.id();
         let params = serde_json::json!({ "uid": uid, "gid": gid, "port": port }).to_string();
         let fds = [conn.as_raw_fd()];
         let iov = [std::io::IoSlice::new(params.as_bytes())];
@@ -136,7 +145,19 @@ impl Zygote {
             *live = None;
             return Err(format!("the zygote is gone ({e})"));
         }
-        Ok(())
+        Ok(pid)
+    }
+
+    /// Whether the zygote that `hand` gave a sandbox to (its pid then) still
+    /// runs: a waiting sandbox's process is watched by that zygote's fork,
+    /// which dies with it, so a spare made by a zygote that died since can
+    /// only fail its run.
+    pub(super) fn serving(&self, pid: u32) -> bool {
+        let Ok(mut live) = self.live.lock() else { return false };
+        match live.as_mut() {
+            Some(l) if l.child.id() == pid => matches!(l.child.try_wait(), Ok(None)),
+            _ => false,
+        }
     }
 }
 
