@@ -355,7 +355,21 @@ impl Session {
     }
 }
 
-/// Closes the session at its cap or when it has been idle too long.
+/// Why a session whose sandbox died closes, in the tier's words when it has them.
+fn died(ts: &dyn TierSession) -> String {
+    match ts.ended_why() {
+        Some(why) => format!("its sandbox died: {}", crate::sanitize::inert_line(&why, 300)),
+        None => "its sandbox died".into(),
+    }
+}
+
+/// How often an idle session's sandbox is checked: one that died between
+/// calls (its container removed, its guest killed) is closed, with the
+/// reason, within this.
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+
+/// Closes the session at its cap, when it has been idle too long, or when
+/// its sandbox died between calls.
 async fn watchdog(s: Session) {
     let inner = &s.inner;
     let cap = tokio::time::Instant::from_std(inner.opened + inner.spec.max_life);
@@ -370,6 +384,13 @@ async fn watchdog(s: Session) {
             _ = tokio::time::sleep_until(wake) => {}
             _ = inner.changed.notified() => continue,
             _ = inner.gone.cancelled() => return,
+            _ = tokio::time::sleep(LIVENESS_CHECK), if !busy => {
+                if !inner.ts.alive() && !s.is_busy() {
+                    s.close_because(&died(&*inner.ts)).await;
+                    return;
+                }
+                continue;
+            }
         }
         let now = tokio::time::Instant::now();
         if now >= cap {
@@ -470,7 +491,8 @@ impl runner::Target for Call {
             if dead {
                 // Closed in the background: this call's report goes out now.
                 let s = self.session.clone();
-                tokio::spawn(async move { s.close_because("its sandbox died").await });
+                let why = died(&*inner.ts);
+                tokio::spawn(async move { s.close_because(&why).await });
             }
             result
         })

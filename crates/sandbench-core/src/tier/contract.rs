@@ -238,4 +238,10 @@ pub trait TierSession: Send + Sync {
     fn alive(&self) -> bool {
         true
     }
+    /// Why the kept sandbox died, once it has, as the tier learnt it (its
+    /// container removed, the guest killed, the engine gone): the session
+    /// names it when it closes.
+    fn ended_why(&self) -> Option<String> {
+        None
+    }
 }

@@ -697,21 +697,28 @@ impl Sandbench {
         close it.")]
     async fn list_sessions(&self, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
         let me = self.owner(&ctx);
-        let mut mine: Vec<SessionInfo> = match self.shared.sessions.lock() {
-            Ok(m) => m.values().filter(|(o, s)| *o == me && !s.is_closed()).map(|(_, s)| s.info()).collect(),
+        let all: Vec<SessionInfo> = match self.shared.sessions.lock() {
+            Ok(m) => m.values().filter(|(o, _)| *o == me).map(|(_, s)| s.info()).collect(),
             Err(_) => return Err(ErrorData::internal_error("session table poisoned", None)),
         };
+        // Sessions that ended by themselves (their sandbox died, a cap, idle)
+        // stay listed with the reason until the client opens another.
+        let (mut closed, mut mine): (Vec<SessionInfo>, Vec<SessionInfo>) =
+            all.into_iter().partition(|i| i.closed.is_some());
         mine.sort_by(|a, b| a.age_ms.cmp(&b.age_ms).reverse());
-        let text = if mine.is_empty() {
-            "no open sessions".to_string()
-        } else {
-            mine.iter()
-                .map(|i| format!("{} on {}: {} call(s), idle {} ms", i.id, i.tier, i.calls, i.idle_ms))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-        r.structured_content = Some(json!({ "sessions": mine }));
+        closed.sort_by(|a, b| a.age_ms.cmp(&b.age_ms).reverse());
+        let mut lines: Vec<String> = mine
+            .iter()
+            .map(|i| format!("{} on {}: {} call(s), idle {} ms", i.id, i.tier, i.calls, i.idle_ms))
+            .collect();
+        if lines.is_empty() {
+            lines.push("no open sessions".to_string());
+        }
+        lines.extend(closed.iter().map(|i| {
+            format!("{} on {}: closed — {}", i.id, i.tier, sanitize::inert_line(i.closed.as_deref().unwrap_or(""), 300))
+        }));
+        let mut r = CallToolResult::success(vec![ContentBlock::text(lines.join("\n"))]);
+        r.structured_content = Some(json!({ "sessions": mine, "closed": closed }));
         Ok(r)
     }
 

@@ -19,6 +19,7 @@
 //! call and on scratch mounts that filled during the call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -90,6 +91,9 @@ pub(crate) struct DockerSession {
     /// Fires when the engine says the container stopped (gVisor: a memory
     /// limit hit ends the whole sandbox; the stream may not end on its own).
     ended: CancellationToken,
+    /// Why the container ended, as the engine told it when the watch saw
+    /// it stop (removed, killed, OOM, the engine gone).
+    ended_why: Arc<std::sync::Mutex<Option<String>>>,
     /// Ends the watch of the container when the session closes.
     watch: tokio::task::AbortHandle,
 }
@@ -141,7 +145,9 @@ pub(crate) async fn open(
         }
     };
     let ended = CancellationToken::new();
+    let ended_why: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let (docker, cid, fire) = (engine.docker.clone(), id.clone(), ended.clone());
+    let (at, why) = (engine.clone(), ended_why.clone());
     let watch = tokio::spawn(async move {
         loop {
             let mut wait = docker.wait_container(
@@ -151,15 +157,31 @@ pub(crate) async fn open(
             let _ = wait.next().await;
             // The wait also ends when the engine's connection drops: only a
             // container the engine no longer runs ends the session.
-            let running = docker
-                .inspect_container(&cid, None::<bollard::query_parameters::InspectContainerOptions>)
-                .await
-                .ok()
-                .and_then(|i| i.state)
-                .and_then(|s| s.running);
-            if running != Some(true) {
-                fire.cancel();
-                return;
+            match super::lifecycle::state_of(&at, &cid).await {
+                Ok(_) => {}
+                // An engine that does not answer for a moment (restarting
+                // with live-restore, busy) has not ended the container:
+                // asked again, never taken as the end.
+                Err(cause) if cause.starts_with(super::lifecycle::ENGINE_SILENT) => {
+                    tracing::debug!("session {}: {cause}", short(&cid));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                Err(mut cause) => {
+                    // `docker rm -f` kills first and removes a moment later:
+                    // asked again shortly, the removal is the better reason.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    if let Err(later) = super::lifecycle::state_of(&at, &cid).await {
+                        if !later.starts_with(super::lifecycle::ENGINE_SILENT) {
+                            cause = later;
+                        }
+                    }
+                    if let Ok(mut w) = why.lock() {
+                        w.get_or_insert(cause);
+                    }
+                    fire.cancel();
+                    return;
+                }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -184,6 +206,7 @@ pub(crate) async fn open(
             in_call: false,
         })),
         ended,
+        ended_why,
         watch,
     })
 }
@@ -232,18 +255,34 @@ impl TierSession for DockerSession {
     fn alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed) && !self.ended.is_cancelled()
     }
+
+    fn ended_why(&self) -> Option<String> {
+        self.ended_why.lock().ok()?.clone()
+    }
 }
 
 impl DockerSession {
     async fn container_running(&self) -> bool {
-        self.engine
-            .docker
-            .inspect_container(&self.id, None::<bollard::query_parameters::InspectContainerOptions>)
-            .await
-            .ok()
-            .and_then(|i| i.state)
-            .and_then(|s| s.running)
-            .unwrap_or(false)
+        match super::lifecycle::state_of(&self.engine, &self.id).await {
+            Ok(_) => true,
+            Err(why) => {
+                if let Ok(mut w) = self.ended_why.lock() {
+                    w.get_or_insert(why);
+                }
+                false
+            }
+        }
+    }
+
+    /// Why the container is gone: what the watch saw, else asked now.
+    async fn why_gone(&self) -> String {
+        if let Some(w) = self.ended_why() {
+            return w;
+        }
+        match super::lifecycle::state_of(&self.engine, &self.id).await {
+            Err(why) => why,
+            Ok(_) => "its program's loader ended".into(),
+        }
     }
 
     /// One call over the session's stream: the payload to the loader that
@@ -361,7 +400,8 @@ impl DockerSession {
             false
         };
         if container_ended && !oom_ended && reported.is_none() {
-            anyhow::bail!("the session's container ended during the call; the session closes");
+            let why = self.why_gone().await;
+            anyhow::bail!("the session's container ended during the call ({why}); the session closes");
         }
         if oom_ended {
             // The engine saw the memory limit end the container: the call was
