@@ -267,7 +267,14 @@ impl App {
             }
             Msg::Probed(a) => {
                 if let Some(t) = self.tiers.iter_mut().find(|t| t.name == a.tier) {
-                    t.avail = Some(a);
+                    let was_down = t.avail.as_ref().is_some_and(|old| !old.available);
+                    if was_down && a.available {
+                        let m = format!("{} is available now", t.name);
+                        t.avail = Some(a);
+                        self.say(Level::Info, m);
+                    } else {
+                        t.avail = Some(a);
+                    }
                 }
                 self.prewarm_selected();
             }
@@ -865,6 +872,10 @@ impl App {
                 if let Some(f) = fix {
                     m.push_str(&format!(" — fix: {f}"));
                 }
+                // The key is also the way to ask again: a fixed tier is
+                // found without a restart.
+                m.push_str(" — probing it again");
+                self.effects.push(Effect::Probe(t.name.clone()));
                 return self.say(Level::Error, m);
             }
             Some(_) => {}

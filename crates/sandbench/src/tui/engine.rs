@@ -19,6 +19,10 @@ use crate::{runner, tier};
 const LOG_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 /// How often the tier pane's "warm" line is refreshed.
 const WARM_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+/// An unavailable tier is probed again after this, then twice as long each
+/// time up to `REPROBE_MAX` (a probe builds a real sandbox: never a loop).
+const REPROBE_FIRST: std::time::Duration = std::time::Duration::from_secs(15);
+const REPROBE_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 /// Bytes of each stream a workbench run's report keeps (the run log keeps 8 KiB).
 const REPORT_KEEPS: usize = 64 << 10;
 /// Runs and probes: the only part that touches tiers.
@@ -73,8 +77,17 @@ impl Engine {
 
     pub fn probe_all(&mut self, names: &[String]) {
         for name in names {
+            self.probe_one(name, true);
+        }
+    }
+
+    /// Probe one tier; with `again`, an unavailable one is probed again in
+    /// the background with backoff (a daemon started later, a runtime
+    /// registered, a guest built become available without a restart).
+    pub fn probe_one(&mut self, name: &str, again: bool) {
+        {
             let found = self.tier(name);
-            let (name, tx) = (name.clone(), self.ctl_tx.clone());
+            let (name, tx) = (name.to_string(), self.ctl_tx.clone());
             let all = self.config.prewarm == crate::config::Prewarm::All;
             tokio::spawn(async move {
                 let t = match found {
@@ -90,7 +103,16 @@ impl Engine {
                         return;
                     }
                 };
-                let avail = t.probe().await;
+                let mut avail = t.probe().await;
+                let mut wait = REPROBE_FIRST;
+                while !avail.available && again && !tx.is_closed() {
+                    if tx.send(Msg::Probed(avail)).is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(REPROBE_MAX);
+                    avail = t.probe().await;
+                }
                 let ready = avail.available;
                 let _ = tx.send(Msg::Probed(avail));
                 // With `prewarm = "all"` every ready tier warms now; else the
@@ -172,6 +194,10 @@ impl Engine {
                         }
                     }
                 });
+            }
+            Effect::Probe(name) => {
+                tracing::info!(tier = %name, "tui probe again");
+                self.probe_one(&name, false);
             }
             Effect::Prewarm(name) => {
                 if self.config.prewarm == crate::config::Prewarm::None {

@@ -77,6 +77,9 @@ pub enum Effect {
     },
     /// Warm this tier (a spare, a pool, a guest) for the runs to come.
     Prewarm(String),
+    /// Probe this tier again now (it was unavailable, or a run on it could
+    /// not build its sandbox): what the tier list shows follows.
+    Probe(String),
     /// Start an agent session on `tier` with `limits`.
     Agent {
         id: u64,

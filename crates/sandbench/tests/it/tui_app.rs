@@ -489,3 +489,35 @@ fn the_tier_pane_says_what_doctor_says_and_names_the_interpreters() {
     assert!(s.contains("runs: python3 3.11.2-1+b1"), "{s}");
     assert!(s.contains("⚠ accel: KVM guests hang"), "{s}");
 }
+
+/// A tier that was unavailable is not written off for the session: F5 on it
+/// says why and asks for a new probe, and once a probe finds it ready (a
+/// daemon started, a runtime registered since) the list and a message say
+/// so and a run goes ahead.
+#[sandbench_testkit::test]
+fn an_unavailable_tier_is_probed_again_and_found_when_it_recovers() {
+    let mut app = App::new(Theme::dark(), &["gvisor"], "gvisor", Limits::default());
+    let down = |summary: &str| Availability {
+        tier: "gvisor".into(),
+        available: false,
+        summary: summary.into(),
+        checks: vec![],
+    };
+    app.update(Msg::Probed(down("unavailable: no Docker daemon answers")));
+    assert!(app.take_effects().is_empty(), "an unavailable tier is not warmed");
+    app.update(key(KeyCode::F(5)));
+    let said = app.status.as_ref().unwrap().text.clone();
+    assert!(said.contains("gvisor is unavailable") && said.contains("probing it again"), "{said}");
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Probe(t)] if t == "gvisor"));
+    app.update(Msg::Probed(Availability {
+        tier: "gvisor".into(),
+        available: true,
+        summary: "ready".into(),
+        checks: vec![],
+    }));
+    let said = app.status.as_ref().unwrap().text.clone();
+    assert!(said.contains("gvisor is available now"), "{said}");
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Prewarm(t)] if t == "gvisor"));
+    app.update(key(KeyCode::F(5)));
+    assert!(matches!(app.take_effects().as_slice(), [Effect::Start { tier, .. }] if tier == "gvisor"));
+}
