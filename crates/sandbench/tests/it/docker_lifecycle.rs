@@ -278,15 +278,11 @@ fn a_killed_sandbench_is_reaped_at_the_next_start_on_gvisor() {
     killed_sandbench_on("gvisor");
 }
 
-/// Pools are process-wide (`tier::shutdown` drains them all): one warm-pool
-/// test at a time.
-static WARM: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn warm_pool_on(tier: &str) {
     if !tier_ready(tier) {
         return;
     }
-    let _one = WARM.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = docker_common::WARM_POOLS.lock().unwrap_or_else(|e| e.into_inner());
     block_on(async {
         let mut config = Config::load().unwrap();
         config.docker.pool_size = 1;

@@ -22,6 +22,7 @@ mod agent_dialect;
 mod agent_loop;
 mod bench_session;
 mod bench_throughput;
+mod chaos;
 mod docker_lifecycle;
 mod docker_output;
 mod docker_verdicts;

@@ -650,3 +650,38 @@ fn the_set_up_of_a_programs_process_is_not_charged_to_the_program() {
         "charged {charged} ms, the process's own count (set-up included) {own} ms: the set-up was charged"
     );
 }
+
+/// Chaos: a pooled guest's QEMU killed from outside. The pool stops counting
+/// it within a second (what the tier pane shows is what runs), the run right
+/// after is served, and nothing of the dead guest is left.
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn a_pooled_guest_killed_outside_is_dropped_and_the_next_run_served() {
+    let Some(e) = env() else { return };
+    let killed = rt().block_on(async {
+        let _g = e.serial.lock().await;
+        e.tier.prewarm().await.expect("fill the microvm pool");
+        let pids = MicrovmTier::pool_pids();
+        assert!(!pids.is_empty(), "a full pool holds no guest");
+        for p in &pids {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        }
+        let t = std::time::Instant::now();
+        while MicrovmTier::pool_pids().iter().any(|p| pids.contains(p)) {
+            assert!(t.elapsed() < Duration::from_secs(1), "the pool still counts a killed guest after 1 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        pids
+    });
+    let Some(r) = run(spec(Language::Python, "print(6 * 7)\n")) else { return };
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert_eq!(r.stdout, "42\n");
+    for p in killed {
+        // Reaped: not even a zombie of ours keeps its pid.
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let ours = stat
+            .rsplit_once(") ")
+            .and_then(|(_, r)| r.split(' ').nth(1))
+            .map(|pp| pp == std::process::id().to_string());
+        assert!(ours != Some(true), "killed QEMU {p} is still our child: {stat}");
+    }
+}

@@ -9,6 +9,10 @@ use std::process::{Command, Stdio};
 use bollard::query_parameters::ListContainersOptions;
 use sandbench::internals::docker::Engine;
 
+/// Pools are process-wide (`tier::shutdown` drains them all): one warm-pool
+/// test at a time.
+pub static WARM_POOLS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// True when `tier` can run here; a test that uses it names the tier in its
 /// needs, so the harness has already checked: unavailable is a failure.
 pub fn tier_ready(tier: &str) -> bool {
