@@ -45,6 +45,11 @@ pub struct TierSoak {
     pub runs: usize,
     pub mismatches: usize,
     pub errors: usize,
+    /// What this tier cannot run on this machine, with the tier's reason
+    /// (`javascript: node under TCG needs seconds …`): never scheduled, so
+    /// never a pass and never a mismatch — the gauntlet's n/a, by the same
+    /// rule (`Tier::language_support`).
+    pub not_applicable: Vec<String>,
     /// Its measured slowdown against the host (the last measure), and the
     /// scale its limits got.
     pub slowdown: crate::slowdown::Slowdown,
@@ -219,6 +224,18 @@ enum Done {
     Measured(usize, Result<crate::slowdown::Round, String>),
 }
 
+/// The (job, tier) slots of the soak's cycle: every job on every tier but
+/// the languages a tier refused up front (`refused[tier]`).
+fn schedulable(
+    languages: &[crate::spec::Language],
+    refused: &[Vec<(crate::spec::Language, String)>],
+) -> Vec<(usize, usize)> {
+    (0..languages.len())
+        .flat_map(|j| (0..refused.len()).map(move |t| (j, t)))
+        .filter(|(j, t)| !refused[*t].iter().any(|(l, _)| *l == languages[*j]))
+        .collect()
+}
+
 /// Run the soak. The mix cycles through (output programs, then samples) ×
 /// tiers, so even a short soak starts with the output check on every tier.
 pub async fn run(
@@ -237,7 +254,28 @@ pub async fn run(
     for i in 0..samples.len() {
         mix.push(Job::Sample(i));
     }
-    let slots: Vec<(usize, usize)> = (0..mix.len()).flat_map(|j| (0..tiers.len()).map(move |t| (j, t))).collect();
+    // One rule for what a tier cannot run here, the gauntlet's: a language
+    // the tier refuses up front is n/a on it, with its reason, and left out.
+    let mut refused: Vec<Vec<(crate::spec::Language, String)>> = vec![vec![]; tiers.len()];
+    for (t, tier) in tiers.iter().enumerate() {
+        let mut langs: Vec<crate::spec::Language> = samples.iter().map(|s| s.language).collect();
+        langs.extend(outputs.iter().map(|o| o.sample.language));
+        langs.sort_by_key(|l| l.name());
+        langs.dedup();
+        for l in langs {
+            if let Err(why) = tier.language_support(l).await {
+                refused[t].push((l, crate::sanitize::inert_line(&why, 200)));
+            }
+        }
+    }
+    let languages: Vec<crate::spec::Language> = mix
+        .iter()
+        .map(|j| match j {
+            Job::Output(i) => outputs[*i].sample.language,
+            Job::Sample(i) => samples[*i].language,
+        })
+        .collect();
+    let slots = schedulable(&languages, &refused);
 
     let stop_probe = Arc::new(AtomicBool::new(false));
     let host = Arc::new(Mutex::new(vec![]));
@@ -252,7 +290,13 @@ pub async fn run(
     let mut per_tier: Vec<TierSoak> = tiers
         .iter()
         .zip(&measured)
-        .map(|(t, (s, _))| TierSoak { tier: t.name().to_string(), slowdown: s.clone(), ..Default::default() })
+        .zip(&refused)
+        .map(|((t, (s, _)), no)| TierSoak {
+            tier: t.name().to_string(),
+            slowdown: s.clone(),
+            not_applicable: no.iter().map(|(l, why)| format!("{}: {why}", l.name())).collect(),
+            ..Default::default()
+        })
         .collect();
     let mut scalers: Vec<crate::slowdown::Scaler> =
         measured.into_iter().map(|m| crate::slowdown::Scaler::new(&cfg.limits, m, REMEASURE)).collect();
@@ -317,6 +361,15 @@ pub async fn run(
                 continue;
             }
         };
+        if let gauntlet::Verdict::NotAvailable { why } = &cell.verdict {
+            // Refused only now (the tier changed its mind mid-soak): n/a as
+            // above, not a run and not a mismatch.
+            let line = crate::sanitize::inert_line(why, 200);
+            if !per_tier[t].not_applicable.iter().any(|l| l.ends_with(&line)) {
+                per_tier[t].not_applicable.push(line);
+            }
+            continue;
+        }
         runs += 1;
         per_tier[t].runs += 1;
         if matches!(cell.verdict, gauntlet::Verdict::Error { .. }) {
@@ -403,6 +456,17 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_language_a_tier_refuses_is_never_scheduled_on_it_and_still_on_the_others() {
+        use crate::spec::Language::{Javascript, Python};
+        let langs = [Python, Javascript, Python];
+        let refused = vec![vec![], vec![(Javascript, "node under TCG needs seconds of CPU".to_string())]];
+        let slots = schedulable(&langs, &refused);
+        assert!(slots.contains(&(1, 0)), "the other tier still runs JavaScript");
+        assert!(!slots.contains(&(1, 1)), "refused up front, so never a mismatch");
+        assert_eq!(slots.len(), 5);
+    }
 
     #[test]
     fn output_programs_parse_and_declare_ok() {

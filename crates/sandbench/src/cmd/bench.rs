@@ -313,6 +313,9 @@ pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
             "  {:<10} {:>6} runs {:>4} mismatch(es) {:>4} error(s)\n",
             t.tier, t.runs, t.mismatches, t.errors
         ));
+        for n in &t.not_applicable {
+            s.push_str(&format!("  {:<10} n/a    {}\n", "", crate::sanitize::inert_line(n, 160)));
+        }
     }
     s.push_str("limits             scaled by each tier's measured slowdown: the same Python work, tier CPU and running time vs host CPU\n");
     for t in &r.per_tier {
