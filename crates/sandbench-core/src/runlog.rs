@@ -119,13 +119,20 @@ impl RunLog {
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(self.dir.join("runs.lock"))?;
         let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| std::io::Error::from(e))?;
-        let size = std::fs::metadata(self.path()).map(|m| m.len()).unwrap_or(0);
+        let mut size = std::fs::metadata(self.path()).map(|m| m.len()).unwrap_or(0);
         if size > 0 && size + line.len() as u64 > self.max_bytes {
             self.rotate()?;
+            size = 0;
         }
         let mut f = OpenOptions::new().create(true).append(true).open(self.path())?;
         // One write: concurrent appenders never interleave within a line.
-        f.write_all(&line)
+        let wrote = f.write_all(&line);
+        if wrote.is_err() {
+            // A full disk takes part of a line: cut it off again, so that the
+            // log holds whole entries only (readers, and the next append).
+            let _ = f.set_len(size);
+        }
+        wrote
     }
 
     fn rotate(&self) -> std::io::Result<()> {
