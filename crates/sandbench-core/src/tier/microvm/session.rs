@@ -77,6 +77,21 @@ impl TierSession for MicrovmSession {
     }
 
     fn alive(&self) -> bool {
-        self.alive.load(Ordering::Relaxed)
+        if !self.alive.load(Ordering::Relaxed) {
+            return false;
+        }
+        // Between calls (the lock is free), from the kernel: a QEMU killed
+        // from outside has exited. During a call the call itself finds out.
+        if let Ok(mut held) = self.guest.try_lock() {
+            if !held.as_mut().is_some_and(|g| g.alive()) {
+                self.alive.store(false, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn ended_why(&self) -> Option<String> {
+        (!self.alive.load(Ordering::Relaxed)).then(|| "its guest's QEMU ended (killed outside sandbench?)".into())
     }
 }

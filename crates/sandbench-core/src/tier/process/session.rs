@@ -160,7 +160,18 @@ impl TierSession for ProcessSession {
     }
 
     fn alive(&self) -> bool {
-        self.alive.load(Ordering::Relaxed)
+        if !self.alive.load(Ordering::Relaxed) {
+            return false;
+        }
+        // Between calls (the lock is free): the sandbox's helper, from the
+        // kernel. During a call the call itself finds out.
+        if let Ok(mut kept) = self.kept.try_lock() {
+            if !kept.as_mut().is_some_and(|k| k.sandbox.alive()) {
+                self.alive.store(false, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
     }
 }
 
