@@ -87,6 +87,73 @@ pub struct HostLatency {
 // What the tiers leave behind is counted where the tiers are named.
 pub use crate::tier::registry::{leftovers, Leftovers};
 
+/// How much sandbench itself holds over the soak: its open descriptors
+/// and resident memory, sampled every [`SELF_EVERY`]. A leak shows as a
+/// slope; the first minute (pools filling, caches warming) is left out of it.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct SelfUse {
+    /// (seconds from the start, open descriptors, resident bytes), at most
+    /// [`SELF_MAX_SAMPLES`] (thinned evenly when a soak runs longer).
+    pub samples: Vec<(f64, u64, u64)>,
+    pub fds_max: u64,
+    pub rss_max_bytes: u64,
+    /// Least-squares slope after the first minute, per hour; None with
+    /// fewer than three samples there.
+    pub fds_per_hour: Option<f64>,
+    pub rss_mib_per_hour: Option<f64>,
+}
+
+pub const SELF_EVERY: Duration = Duration::from_secs(10);
+pub const SELF_MAX_SAMPLES: usize = 720;
+
+impl SelfUse {
+    fn from_samples(mut samples: Vec<(f64, u64, u64)>) -> SelfUse {
+        while samples.len() > SELF_MAX_SAMPLES {
+            // Every other one, the last kept: the shape stays, the size is bounded.
+            let last = samples.last().copied();
+            samples = samples.into_iter().step_by(2).collect();
+            if let (Some(l), Some(k)) = (last, samples.last().copied()) {
+                if l != k {
+                    samples.push(l);
+                }
+            }
+        }
+        let after: Vec<&(f64, u64, u64)> = samples.iter().filter(|s| s.0 >= 60.0).collect();
+        let slope = |f: &dyn Fn(&(f64, u64, u64)) -> f64| {
+            if after.len() < 3 {
+                return None;
+            }
+            let n = after.len() as f64;
+            let mx = after.iter().map(|s| s.0).sum::<f64>() / n;
+            let my = after.iter().map(|s| f(s)).sum::<f64>() / n;
+            let sxx: f64 = after.iter().map(|s| (s.0 - mx).powi(2)).sum();
+            let sxy: f64 = after.iter().map(|s| (s.0 - mx) * (f(s) - my)).sum();
+            (sxx > 0.0).then(|| sxy / sxx * 3600.0)
+        };
+        SelfUse {
+            fds_max: samples.iter().map(|s| s.1).max().unwrap_or(0),
+            rss_max_bytes: samples.iter().map(|s| s.2).max().unwrap_or(0),
+            fds_per_hour: slope(&|s| s.1 as f64),
+            rss_mib_per_hour: slope(&|s| s.2 as f64 / (1024.0 * 1024.0)),
+            samples,
+        }
+    }
+}
+
+/// This process's open descriptors and resident memory now.
+fn self_use() -> (u64, u64) {
+    let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0);
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+        })
+        .unwrap_or(0);
+    (fds, rss * 1024)
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct SoakReport {
     pub duration_s: f64,
@@ -102,6 +169,8 @@ pub struct SoakReport {
     pub host_true: HostLatency,
     pub leftovers: Leftovers,
     pub processes: ProcessesLeft,
+    /// sandbench's own descriptors and memory over the soak.
+    pub sandbench: SelfUse,
 }
 
 /// What the runs left of processes (issue 42: a few hundred runs once
@@ -280,6 +349,24 @@ pub async fn run(
     let stop_probe = Arc::new(AtomicBool::new(false));
     let host = Arc::new(Mutex::new(vec![]));
     let prober = probe_host(stop_probe.clone(), host.clone());
+    let own = Arc::new(Mutex::new(vec![]));
+    let own_sampler = {
+        let (stop, own) = (stop_probe.clone(), own.clone());
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut next = t0;
+            while !stop.load(Ordering::Relaxed) {
+                if Instant::now() >= next {
+                    let (fds, rss) = self_use();
+                    if let Ok(mut v) = own.lock() {
+                        v.push((t0.elapsed().as_secs_f64(), fds, rss));
+                    }
+                    next += SELF_EVERY;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
 
     // Every tier at once, as the soak will run them: each measure sees a
     // loaded host, as the runs will.
@@ -400,6 +487,12 @@ pub async fn run(
     let elapsed = started.elapsed();
     stop_probe.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || prober.join()).await;
+    let _ = tokio::task::spawn_blocking(move || own_sampler.join()).await;
+    let mut own = own.lock().map(|v| v.clone()).unwrap_or_default();
+    // The end too, so a short soak has its last state.
+    let (fds, rss) = self_use();
+    own.push((elapsed.as_secs_f64(), fds, rss));
+    let sandbench = SelfUse::from_samples(own);
     let mut lat = host.lock().map(|v| v.clone()).unwrap_or_default();
     lat.sort_by(f64::total_cmp);
     let host_true = HostLatency {
@@ -450,12 +543,34 @@ pub async fn run(
         host_true,
         leftovers,
         processes: ProcessesLeft { zombies, run_uid_processes },
+        sandbench,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leak_shows_as_a_slope_and_the_samples_stay_bounded() {
+        // 2 hours every 10 s: 1 fd and 1 MiB more each minute after a warm-up.
+        let samples: Vec<(f64, u64, u64)> = (0..720)
+            .map(|i| {
+                let t = i as f64 * 10.0;
+                (t, 20 + (t / 60.0) as u64, (100 << 20) + ((t / 60.0) as u64) * (1 << 20))
+            })
+            .collect();
+        let u = SelfUse::from_samples(samples.clone());
+        let fds = u.fds_per_hour.unwrap();
+        assert!((fds - 60.0).abs() < 2.0, "{fds}");
+        assert!((u.rss_mib_per_hour.unwrap() - 60.0).abs() < 2.0);
+        let flat = SelfUse::from_samples(samples.iter().map(|s| (s.0, 20, 100 << 20)).collect());
+        assert_eq!(flat.fds_per_hour, Some(0.0));
+        let long = SelfUse::from_samples((0..3000).map(|i| (i as f64 * 10.0, 20, 1)).collect());
+        assert!(long.samples.len() <= SELF_MAX_SAMPLES);
+        assert_eq!(long.samples.last().unwrap().0, 29_990.0, "the last sample is kept");
+        assert!(SelfUse::from_samples(vec![(0.0, 1, 1)]).fds_per_hour.is_none());
+    }
 
     #[test]
     fn a_language_a_tier_refuses_is_never_scheduled_on_it_and_still_on_the_others() {

@@ -317,6 +317,16 @@ pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
             s.push_str(&format!("  {:<10} n/a    {}\n", "", crate::sanitize::inert_line(n, 160)));
         }
     }
+    let u = &r.sandbench;
+    let slope = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:+.1} {unit}/h"));
+    s.push_str(&format!(
+        "sandbench itself   at most {} descriptors ({}), {} resident ({}) over {} samples\n",
+        u.fds_max,
+        slope(u.fds_per_hour, "fds"),
+        crate::units::size(u.rss_max_bytes),
+        slope(u.rss_mib_per_hour, "MiB"),
+        u.samples.len()
+    ));
     s.push_str("limits             scaled by each tier's measured slowdown: the same Python work, tier CPU and running time vs host CPU\n");
     for t in &r.per_tier {
         let d = &t.slowdown;

@@ -284,3 +284,92 @@ fn a_sessions_container_removed_outside_closes_it_with_the_reason_on_docker() {
 fn a_sessions_container_removed_outside_closes_it_with_the_reason_on_gvisor() {
     session_container_removed_on("gvisor");
 }
+
+/// Unmounts (lazily) the test's own small tmpfs, also when the test fails.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    /// A tmpfs of `bytes` at `at` (the test's own directory), as root.
+    fn mount(at: &std::path::Path, bytes: u64) -> SmallDisk {
+        nix::mount::mount(
+            Some("tmpfs"),
+            at,
+            Some("tmpfs"),
+            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+            Some(format!("size={bytes},mode=0700").as_str()),
+        )
+        .expect("mount the test's tmpfs");
+        SmallDisk(at.to_path_buf())
+    }
+
+    /// Fill it with one file until the disk says no more.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let p = self.0.join("filler");
+        let mut f = std::fs::File::create(&p).unwrap();
+        let chunk = vec![b'x'; 4096];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.write_all(b"x");
+        p
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// The disk that holds the run log full: the run is still delivered whole
+/// (a log that cannot be written never fails a run), the log keeps whole
+/// entries only (no half line from a write the disk cut short), and once
+/// there is room again the next run is logged.
+#[sandbench_testkit::test(needs = ["process"])]
+fn a_full_disk_under_the_run_log_loses_no_run_and_leaves_no_half_entry() {
+    if !common::is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let disk_at = dir.path().join("disk");
+    std::fs::create_dir(&disk_at).unwrap();
+    let disk = SmallDisk::mount(&disk_at, 256 << 10);
+    let state = disk_at.join("state");
+    let prog = dir.path().join("p.py");
+    // A big entry: its output is what the log keeps of it (bounded), more
+    // than the room a nearly full disk has left.
+    std::fs::write(&prog, "print('x' * 60000)\nprint('done')\n").unwrap();
+    let run = || {
+        let net = common::OuterNet::new();
+        let mut cmd = std::process::Command::new(common::bin());
+        cmd.args(["run", "--tier", "process", "--format", "json", prog.to_str().unwrap()])
+            .env("SANDBENCH_STATE_DIR", &state)
+            .env("SANDBENCH_HELPER", common::helper_bin());
+        net.output(&mut cmd, Duration::from_secs(60))
+    };
+    let first = run();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let log = state.join("runs.jsonl");
+    let whole = |at: &std::path::Path| {
+        let text = std::fs::read_to_string(at).unwrap_or_default();
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "a half entry is left: …{:?}",
+            &text[text.len().saturating_sub(80)..]
+        );
+        let entries: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).expect("a whole entry")).collect();
+        entries.len()
+    };
+    assert_eq!(whole(&log), 1);
+    let filler = disk.fill();
+    let full = run();
+    assert!(full.status.success(), "a full run log failed the run: {}", String::from_utf8_lossy(&full.stderr));
+    let r = common::report(&full);
+    assert_eq!(r.outcome, Outcome::Ok, "{}", r.summary_line());
+    assert!(r.stdout.ends_with("done\n"), "the run's output was cut");
+    assert_eq!(whole(&log), 1, "the log took a run the disk had no room for");
+    std::fs::remove_file(filler).unwrap();
+    let again = run();
+    assert!(again.status.success());
+    assert_eq!(whole(&log), 2, "with room again, the next run is logged");
+}

@@ -17,7 +17,7 @@ use sandbench::event::{EventKind, RunEvent, ViolationKind};
 use sandbench::internals::microvm::{self, MicrovmTier};
 use sandbench::report::{Outcome, RunReport};
 use sandbench::runner::{self, Update};
-use sandbench::spec::{Language, RunSpec};
+use sandbench::spec::{Language, Limits, RunSpec};
 use sandbench::tier::Tier;
 
 /// Outer safety net: a containment regression fails instead of hanging.
@@ -684,4 +684,33 @@ fn a_pooled_guest_killed_outside_is_dropped_and_the_next_run_served() {
             .map(|pp| pp == std::process::id().to_string());
         assert!(ours != Some(true), "killed QEMU {p} is still our child: {stat}");
     }
+}
+
+/// Chaos: a session's guest killed from outside while the session is idle:
+/// the session closes within a few seconds, saying why, and a call after
+/// fails with that reason (never `ok`, never a hang).
+#[sandbench_testkit::test(needs = ["microvm"])]
+fn a_sessions_guest_killed_outside_closes_it_with_the_reason() {
+    let Some(e) = env() else { return };
+    rt().block_on(async {
+        let _g = e.serial.lock().await;
+        let t: Arc<dyn sandbench::tier::Tier> = e.tier.clone();
+        let s = sandbench::session::Session::open(t, sandbench::session::SessionSpec::new(Limits::default()))
+            .await
+            .expect("open a microvm session");
+        let first = s.run(spec(Language::Python, "print('first')\n")).await.expect("first call");
+        assert_eq!(first.outcome, Outcome::Ok, "{}", first.summary_line());
+        let qemu = first.details["qemu_pid"].as_i64().expect("the session names its QEMU") as i32;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(qemu), nix::sys::signal::Signal::SIGKILL).unwrap();
+        let t0 = std::time::Instant::now();
+        while !s.is_closed() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "the session is still open 5 s after its guest was killed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let why = s.info().closed.unwrap_or_default();
+        assert!(why.contains("QEMU ended"), "{why}");
+        let after = s.run(spec(Language::Python, "print('after')\n")).await;
+        let err = after.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("QEMU ended"), "{err}");
+    });
 }

@@ -57,6 +57,11 @@ fn a_short_soak_on_the_process_tier_leaves_nothing_and_loses_no_output() {
     assert!(r["host_true"]["samples"].as_u64().unwrap() >= 1, "{r:#}");
     assert!(r["host_true"]["p99_ms"].is_number(), "{r:#}");
     assert_eq!(r["leftovers"]["total"], 0, "{r:#}");
+    // sandbench's own descriptors and memory were sampled (start and end at least).
+    assert!(r["sandbench"]["samples"].as_array().unwrap().len() >= 2, "{r:#}");
+    assert!(r["sandbench"]["fds_max"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(r["sandbench"]["rss_max_bytes"].as_u64().unwrap() > 0, "{r:#}");
+    assert_eq!(r["per_tier"][0]["not_applicable"], serde_json::json!([]), "the process tier runs every language");
     assert_eq!(r["processes"]["zombies"], 0, "{r:#}");
     assert_eq!(r["processes"]["run_uid_processes"], 0, "{r:#}");
     if common::is_root() {
