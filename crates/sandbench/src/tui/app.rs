@@ -2,7 +2,7 @@
 //! events. No terminal here: the event loop (or a test) feeds `Msg`s in,
 //! takes `Effect`s (start / cancel a run) out, and draws with `widgets::draw`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +17,9 @@ use super::gauntlet_view::{GState, GauntletView};
 use super::highlight::{Highlighter, SyntaxAssets};
 use super::keymap::{self, Action, Ctx, ExportFormat};
 pub use super::msg::{Effect, Msg};
+
+/// How often a run's error may make the workbench probe its tier again.
+const REPROBE_AFTER_ERROR: std::time::Duration = std::time::Duration::from_secs(30);
 use super::output_pane::OutputPane;
 pub use super::overlays::Overlay;
 use super::overlays::{GauntletSetup, Help, LimitsForm, Prompt, PromptKind, SamplesPicker};
@@ -86,6 +89,9 @@ pub struct App {
     docs: Vec<DocIdentity>,
     /// Tiers already asked to warm up (each is asked once).
     prewarmed: std::collections::HashSet<String>,
+    /// When each tier was last probed again because a run on it could not
+    /// be made (at most once a [`REPROBE_AFTER_ERROR`]).
+    reprobed: HashMap<String, std::time::Instant>,
     /// Something changed since the last draw.
     pub dirty: bool,
     pub areas: Areas,
@@ -147,6 +153,7 @@ impl App {
             gauntlet_choice: None,
             docs: vec![],
             prewarmed: Default::default(),
+            reprobed: Default::default(),
             dirty: true,
             areas: Areas::default(),
             live_clock: true,
@@ -364,6 +371,17 @@ impl App {
         run.finish(report);
         let line = run.report.as_ref().map(|r| format!("{}: {}", r.tier, r.summary_line())).unwrap_or_default();
         let bad = run.report.as_ref().is_some_and(|r| r.error.is_some());
+        // A run whose sandbox could not be made may mean the tier went away
+        // (its engine stopped, its runtime removed): probe it again, so the
+        // tier list says what is true now. Not more than once in a while: a
+        // probe builds a sandbox too.
+        if let Some(r) = run.report.as_ref().filter(|r| r.outcome == crate::report::Outcome::Error) {
+            let due = self.reprobed.get(&r.tier).is_none_or(|t| t.elapsed() >= REPROBE_AFTER_ERROR);
+            if due && self.tiers.iter().any(|t| t.name == r.tier) {
+                self.reprobed.insert(r.tier.clone(), std::time::Instant::now());
+                self.effects.push(Effect::Probe(r.tier.clone()));
+            }
+        }
         if self.compare.contains(&id) {
             if let (Some(c), Some(rep)) = (self.compare_run.as_mut(), run.report.as_ref()) {
                 c.record(rep);

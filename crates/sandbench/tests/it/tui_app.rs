@@ -521,3 +521,18 @@ fn an_unavailable_tier_is_probed_again_and_found_when_it_recovers() {
     app.update(key(KeyCode::F(5)));
     assert!(matches!(app.take_effects().as_slice(), [Effect::Start { tier, .. }] if tier == "gvisor"));
 }
+
+/// A run that could not build its sandbox probes its tier again (once in a
+/// while), so the tier list follows a tier that went away in use.
+#[sandbench_testkit::test]
+fn a_run_that_could_not_be_made_probes_its_tier_again_once_in_a_while() {
+    let mut app = app();
+    let failed = |app: &mut App| {
+        let id = start(app);
+        let r = sandbench::report::RunReport::failed("process", "python", "-", "cannot reach the helper");
+        app.update(Msg::Finished(id, Box::new(r)));
+        app.take_effects()
+    };
+    assert!(matches!(failed(&mut app).as_slice(), [Effect::Probe(t)] if t == "process"));
+    assert!(failed(&mut app).is_empty(), "probed again at most once in a while");
+}
