@@ -37,6 +37,130 @@ pub struct SoakConfig {
     /// The process tier's run uids (`[process] uid_base`, `uid_count`):
     /// no process may have one once the tiers are shut down.
     pub run_uids: (u32, u32),
+    /// Beside the one-shot runs, one session per tier that has sessions,
+    /// called again and again as an agent would (`--sessions`).
+    pub sessions: bool,
+}
+
+/// One tier's session stream over the soak: an agent's steps, one after
+/// another, each checking that the session kept what the last one wrote.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct SessionSoak {
+    pub tier: String,
+    pub calls: usize,
+    /// Calls that failed, or whose output or kept file was not right.
+    pub failures: usize,
+    /// The first failures, for a look.
+    pub failure_examples: Vec<String>,
+    /// Sessions opened again after one closed (at its lifetime cap, or
+    /// after a failure).
+    pub reopened: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// p99 of each window of [`SESSION_WINDOW`] (start in s, p99 in ms,
+    /// calls): a call that gets slower over the soak shows here.
+    pub p99_by_window: Vec<(f64, f64, usize)>,
+}
+
+/// A session stream's counts and its calls (seconds from the start, ms).
+type Streamed = (SessionSoak, Vec<(f64, f64)>);
+
+pub const SESSION_WINDOW: Duration = Duration::from_secs(60);
+/// Windows reported at most: longer soaks get wider windows.
+const MAX_WINDOWS: usize = 120;
+
+impl SessionSoak {
+    fn finish(mut self, calls: &[(f64, f64)]) -> SessionSoak {
+        let mut all: Vec<f64> = calls.iter().map(|c| c.1).collect();
+        all.sort_by(f64::total_cmp);
+        self.p50_ms = (!all.is_empty()).then(|| crate::stats::percentile(&all, 0.5));
+        self.p99_ms = (!all.is_empty()).then(|| crate::stats::percentile(&all, 0.99));
+        let end = calls.iter().map(|c| c.0).fold(0.0, f64::max);
+        let mut width = SESSION_WINDOW.as_secs_f64();
+        while end / width >= MAX_WINDOWS as f64 {
+            width *= 2.0;
+        }
+        let mut start = 0.0;
+        while start <= end && !calls.is_empty() {
+            let mut w: Vec<f64> = calls.iter().filter(|c| c.0 >= start && c.0 < start + width).map(|c| c.1).collect();
+            if !w.is_empty() {
+                w.sort_by(f64::total_cmp);
+                self.p99_by_window.push((start, crate::stats::percentile(&w, 0.99), w.len()));
+            }
+            start += width;
+        }
+        self
+    }
+}
+
+/// Call a session of `tier` until `until`, one step after another: each
+/// writes a file and reads the one the step before wrote. A session that
+/// closes is opened again (counted); a failed or wrong call is a failure.
+async fn session_stream(tier: Arc<dyn Tier>, limits: Limits, until: Instant, started: Instant) -> Streamed {
+    use crate::session::{Session, SessionSpec};
+    let mut out = SessionSoak { tier: tier.name().to_string(), ..Default::default() };
+    let mut calls = vec![];
+    let spec = || SessionSpec {
+        // Open for the whole soak (and a little over), closed by us at its end.
+        max_life: until.saturating_duration_since(Instant::now()) + Duration::from_secs(300),
+        ..SessionSpec::new(limits.clone())
+    };
+    let fail = |out: &mut SessionSoak, why: String| {
+        out.failures += 1;
+        if out.failure_examples.len() < 10 {
+            out.failure_examples.push(crate::sanitize::inert_line(&why, 300));
+        }
+    };
+    let mut session: Option<Session> = None;
+    let mut step = 0u64;
+    while Instant::now() < until {
+        let s = match &session {
+            Some(s) if !s.is_closed() => s.clone(),
+            _ => match Session::open(tier.clone(), spec()).await {
+                Ok(s) => {
+                    if session.is_some() {
+                        out.reopened += 1;
+                    }
+                    step = 0;
+                    session = Some(s.clone());
+                    s
+                }
+                Err(e) => {
+                    fail(&mut out, format!("cannot open a session: {e:#}"));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+        };
+        step += 1;
+        let code = format!(
+            "import os\nopen('step{step}', 'w').write('{step}')\n\
+             prev = open('step{}').read() if {step} > 1 else '0'\nprint({step}, prev)\n",
+            step - 1
+        );
+        let t = Instant::now();
+        let r = s.run(crate::spec::RunSpec::new(crate::spec::Language::Python, code)).await;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        out.calls += 1;
+        match r {
+            Ok(r) if r.outcome == crate::report::Outcome::Ok && r.stdout == format!("{step} {}\n", step - 1) => {
+                calls.push((started.elapsed().as_secs_f64(), ms));
+            }
+            Ok(r) => fail(&mut out, format!("call {step}: {} · stdout {:?}", r.summary_line(), r.stdout)),
+            Err(e) => {
+                let closed = s.is_closed();
+                fail(&mut out, format!("call {step}: {e}"));
+                if !closed {
+                    // In no known state: a fresh one.
+                    s.close().await;
+                }
+            }
+        }
+    }
+    if let Some(s) = session {
+        s.close().await;
+    }
+    (out, calls)
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -171,6 +295,8 @@ pub struct SoakReport {
     pub processes: ProcessesLeft,
     /// sandbench's own descriptors and memory over the soak.
     pub sandbench: SelfUse,
+    /// The session streams (`--sessions`), one per tier with sessions.
+    pub sessions: Vec<SessionSoak>,
 }
 
 /// What the runs left of processes (issue 42: a few hundred runs once
@@ -195,6 +321,7 @@ impl SoakReport {
             && self.processes.run_uid_processes == 0
             && self.output.lost_runs == 0
             && self.mismatches == 0
+            && self.sessions.iter().all(|s| s.failures == 0 && s.calls > 0)
     }
 }
 
@@ -390,6 +517,15 @@ pub async fn run(
 
     let started = Instant::now();
     let until = started + cfg.duration;
+    let streams: Vec<tokio::task::JoinHandle<Streamed>> = if cfg.sessions {
+        tiers
+            .iter()
+            .filter(|t| t.sessions().is_ok())
+            .map(|t| tokio::spawn(session_stream(t.clone(), cfg.limits.clone(), until, started)))
+            .collect()
+    } else {
+        vec![]
+    };
     let mut set = JoinSet::new();
     let mut next = 0usize;
     let mut output = OutputCheck::default();
@@ -484,6 +620,17 @@ pub async fn run(
         }
         progress(runs, mismatches);
     }
+    let mut sessions = vec![];
+    for h in streams {
+        match h.await {
+            Ok((soak, calls)) => sessions.push(soak.finish(&calls)),
+            Err(e) => sessions.push(SessionSoak {
+                failures: 1,
+                failure_examples: vec![format!("the session stream failed: {e}")],
+                ..Default::default()
+            }),
+        }
+    }
     let elapsed = started.elapsed();
     stop_probe.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || prober.join()).await;
@@ -544,12 +691,28 @@ pub async fn run(
         leftovers,
         processes: ProcessesLeft { zombies, run_uid_processes },
         sandbench,
+        sessions,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_latency_is_reported_per_window_and_the_windows_stay_bounded() {
+        // 10 minutes, a call every second, slower in the last minutes.
+        let calls: Vec<(f64, f64)> = (0..600).map(|i| (i as f64, if i >= 540 { 50.0 } else { 10.0 })).collect();
+        let s = SessionSoak::default().finish(&calls);
+        assert_eq!(s.p99_by_window.len(), 10);
+        assert_eq!(s.p99_by_window[0], (0.0, 10.0, 60));
+        assert_eq!(s.p99_by_window[9].1, 50.0, "the slow last minute shows");
+        assert_eq!(s.p50_ms, Some(10.0));
+        // Ten hours: wider windows, never more than MAX_WINDOWS.
+        let long: Vec<(f64, f64)> = (0..36_000).map(|i| (i as f64, 1.0)).collect();
+        assert!(SessionSoak::default().finish(&long).p99_by_window.len() <= MAX_WINDOWS);
+        assert!(SessionSoak::default().finish(&[]).p99_ms.is_none());
+    }
 
     #[test]
     fn a_leak_shows_as_a_slope_and_the_samples_stay_bounded() {

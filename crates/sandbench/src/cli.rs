@@ -202,6 +202,11 @@ pub struct BenchArgs {
     /// Soak: samples folder (with benign/ and hostile/).
     #[arg(long, value_name = "DIR", requires = "soak")]
     pub samples: Option<PathBuf>,
+    /// Soak: beside the one-shot runs, keep one session per tier that has
+    /// sessions and call it again and again as an agent would (each call
+    /// checks the session kept the last one's file); reports its p99 per minute.
+    #[arg(long, requires = "soak")]
+    pub sessions: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -279,6 +279,7 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         limits: crate::gauntlet::default_limits(),
         host: config.host.clone(),
         run_uids: (config.process.uid_base, config.process.uid_count),
+        sessions: args.sessions,
     };
     let text = args.format == Format::Text;
     // One line every 10 s in a pipe: a soak runs for minutes.
@@ -315,6 +316,24 @@ pub fn render_soak(r: &sandbench_core::soak::SoakReport) -> String {
         ));
         for n in &t.not_applicable {
             s.push_str(&format!("  {:<10} n/a    {}\n", "", crate::sanitize::inert_line(n, 160)));
+        }
+    }
+    for ss in &r.sessions {
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} ms"));
+        let worst =
+            ss.p99_by_window.iter().map(|w| w.1).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        s.push_str(&format!(
+            "session {:<10} {} call(s), {} failure(s), reopened {} · p50 {} p99 {} · worst minute's p99 {}\n",
+            ss.tier,
+            ss.calls,
+            ss.failures,
+            ss.reopened,
+            ms(ss.p50_ms),
+            ms(ss.p99_ms),
+            ms(worst)
+        ));
+        for f in &ss.failure_examples {
+            s.push_str(&format!("  {}\n", crate::sanitize::inert_line(f, 200)));
         }
     }
     let u = &r.sandbench;

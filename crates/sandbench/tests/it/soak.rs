@@ -24,6 +24,7 @@ fn a_short_soak_on_the_process_tier_leaves_nothing_and_loses_no_output() {
                 "process",
                 "--format",
                 "json",
+                "--sessions",
             ])
             .arg("--samples")
             .arg(samples_dir()),
@@ -62,6 +63,12 @@ fn a_short_soak_on_the_process_tier_leaves_nothing_and_loses_no_output() {
     assert!(r["sandbench"]["fds_max"].as_u64().unwrap() > 0, "{r:#}");
     assert!(r["sandbench"]["rss_max_bytes"].as_u64().unwrap() > 0, "{r:#}");
     assert_eq!(r["per_tier"][0]["not_applicable"], serde_json::json!([]), "the process tier runs every language");
+    // The session stream beside the runs: calls that kept each other's files.
+    let ss = &r["sessions"][0];
+    assert_eq!(ss["tier"], "process", "{r:#}");
+    assert!(ss["calls"].as_u64().unwrap() >= 1, "{r:#}");
+    assert_eq!(ss["failures"], 0, "{r:#}");
+    assert!(ss["p99_ms"].is_number(), "{r:#}");
     assert_eq!(r["processes"]["zombies"], 0, "{r:#}");
     assert_eq!(r["processes"]["run_uid_processes"], 0, "{r:#}");
     if common::is_root() {
