@@ -569,6 +569,98 @@ pub async fn plan_session(tier_name: &str, config: &Config, language: Language) 
     Ok((c, targets, vec![]))
 }
 
+/// The tiers `bench --all-tiers` puts in its one table, in its order.
+pub const ALL_TIERS: [&str; 4] = ["process", "docker", "gvisor", "microvm"];
+
+/// `bench --all-tiers`, one tier's part: a cold run (no spare, pool or
+/// warm guest: a sandbox built for the run), a fresh warm run (what a
+/// long-lived sandbench serves a one-shot run from), a call in one kept
+/// session, and bare `python3 -c`, measured in the same interleaved rounds.
+pub async fn plan_all(tier_name: &str, config: &Config) -> anyhow::Result<Plan> {
+    let (cold_name, warm_name, session_name, bare_name) = all_names(tier_name);
+    let cold: Contender = match shape(tier_name) {
+        Some((_, Bench::Spare)) => {
+            let mut cold_cfg = config.clone();
+            cold_cfg.process.spare = false;
+            Contender::tier(cold_name.clone(), tier::by_name(tier_name, &cold_cfg)?)
+        }
+        Some((kind, Bench::Container { runtime })) => {
+            let cold_cfg = Config {
+                docker: crate::config::DockerConfig { pool_size: 0, ..config.docker.clone() },
+                ..config.clone()
+            };
+            Contender::tier(
+                cold_name.clone(),
+                Arc::new(crate::tier::docker::DockerTier::on_runtime(kind, runtime, &cold_cfg)),
+            )
+        }
+        Some((_, Bench::Guest)) => {
+            use crate::tier::microvm::{MicrovmTier, Policy};
+            Contender::tier(cold_name.clone(), Arc::new(MicrovmTier::with_policy(config, Policy::Cold)))
+        }
+        _ => anyhow::bail!("bench --all-tiers covers {}, not {tier_name}", ALL_TIERS.join(", ")),
+    };
+    let (session_plan, _, _) = plan_session(tier_name, config, Language::Python).await?;
+    // plan_session's contenders: the fresh warm run, the session call, bare python3.
+    let mut c = vec![cold];
+    c.extend(session_plan);
+    let targets = vec![
+        (warm_name.clone(), bare_name.clone(), None),
+        (session_name, bare_name.clone(), None),
+        (cold_name, bare_name, None),
+    ];
+    Ok((c, targets, vec![]))
+}
+
+/// The contender names of [`plan_all`]: cold, fresh warm, session call, bare.
+pub fn all_names(tier_name: &str) -> (String, String, String, String) {
+    let (warm, session) = session_names(tier_name);
+    (format!("sandbench {tier_name} cold"), warm, session, "bare python3".into())
+}
+
+/// One row of the `--all-tiers` table: p50s in ms and each over bare python3.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AllRow {
+    pub tier: String,
+    pub fresh_warm_ms: f64,
+    pub session_call_ms: f64,
+    pub cold_ms: f64,
+    pub bare_python_ms: f64,
+    pub fresh_warm_x: f64,
+    pub session_call_x: f64,
+    pub cold_x: f64,
+}
+
+impl AllRow {
+    /// From a tier's [`plan_all`] report (its `print(1)` contenders).
+    pub fn of(r: &BenchReport) -> Option<AllRow> {
+        let (cold, warm, session, bare) = all_names(&r.tier);
+        let p50 = |n: &str| r.contenders.iter().find(|c| c.name == n).map(|c| c.p50_ms);
+        let (cold, warm, session, bare) = (p50(&cold)?, p50(&warm)?, p50(&session)?, p50(&bare)?);
+        let x = |v: f64| if bare > 0.0 { v / bare } else { f64::NAN };
+        Some(AllRow {
+            tier: r.tier.clone(),
+            fresh_warm_ms: warm,
+            session_call_ms: session,
+            cold_ms: cold,
+            bare_python_ms: bare,
+            fresh_warm_x: x(warm),
+            session_call_x: x(session),
+            cold_x: x(cold),
+        })
+    }
+}
+
+/// [`measure`] for `--all-tiers` (a plan from [`plan_all`]).
+pub async fn measure_all(
+    tier: &str,
+    plan: Plan,
+    runs: usize,
+    round_done: &mut (dyn FnMut(usize) + Send),
+) -> anyhow::Result<BenchReport> {
+    measure_path(tier, "all", plan, runs, Language::Python, round_done).await
+}
+
 /// [`measure`] for `--path session` (a plan from [`plan_session`]).
 pub async fn measure_session(
     tier: &str,

@@ -195,9 +195,9 @@ pub struct BenchArgs {
     /// Runs in flight (throughput and soak; default 4).
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
-    /// Soak: comma-separated tiers (default: every available tier of
-    /// sandbench's own; name peers to add them).
-    #[arg(long, value_name = "TIERS", requires = "soak")]
+    /// Soak and --all-tiers: comma-separated tiers (default: every
+    /// available tier of sandbench's own; name peers to add them to a soak).
+    #[arg(long, value_name = "TIERS")]
     pub tiers: Option<String>,
     /// Soak: samples folder (with benign/ and hostile/).
     #[arg(long, value_name = "DIR", requires = "soak")]
@@ -207,6 +207,11 @@ pub struct BenchArgs {
     /// checks the session kept the last one's file); reports its p99 per minute.
     #[arg(long, requires = "soak")]
     pub sessions: bool,
+    /// One table for every local tier available here: a fresh warm run, a
+    /// session call and a cold run of print(1), in ms and × bare python3,
+    /// each tier's contenders in one interleaved run (--runs rounds).
+    #[arg(long, conflicts_with_all = ["soak", "duration", "concurrency", "language"])]
+    pub all_tiers: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

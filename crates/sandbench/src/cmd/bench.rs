@@ -20,8 +20,14 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     if session && (args.soak || args.duration.is_some() || args.concurrency.is_some()) {
         return Err(usage("--path session times single calls: leave out --soak, --duration and --concurrency"));
     }
+    if args.tiers.is_some() && !args.soak && !args.all_tiers {
+        return Err(usage("--tiers goes with --soak or --all-tiers (one tier: --tier NAME)"));
+    }
     if args.soak {
         return soak(args, config).await;
+    }
+    if args.all_tiers {
+        return all_tiers(args, config).await;
     }
     if args.duration.is_some() || args.concurrency.is_some() {
         return throughput(args, config).await;
@@ -61,6 +67,114 @@ pub async fn run(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
         Format::Text => super::emit(&render(&report))?,
     }
     Ok(0)
+}
+
+/// What `bench --all-tiers` prints as JSON.
+#[derive(serde::Serialize)]
+struct AllTiers {
+    /// When it was measured (RFC 3339, UTC) and on what.
+    measured_at: String,
+    host: String,
+    runs: usize,
+    program: &'static str,
+    rows: Vec<bench::AllRow>,
+    /// Tiers not measured, and why.
+    skipped: Vec<(String, String)>,
+    reports: Vec<BenchReport>,
+}
+
+/// `bench --all-tiers`: every local tier available here, one table.
+async fn all_tiers(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
+    if args.runs == 0 {
+        return Err(usage("--runs must be at least 1"));
+    }
+    let names: Vec<String> = match &args.tiers {
+        Some(list) => {
+            let names = crate::tier::parse_list(list).map_err(usage)?;
+            if let Some(n) = names.iter().find(|n| !bench::ALL_TIERS.contains(&n.as_str())) {
+                return Err(usage(format!("--all-tiers covers {}, not {n}", bench::ALL_TIERS.join(", "))));
+            }
+            names
+        }
+        None => bench::ALL_TIERS.iter().map(|s| s.to_string()).collect(),
+    };
+    let (ready, mut skipped) = crate::tier::probe_selected(&names, config).await?;
+    if ready.is_empty() {
+        anyhow::bail!("no local tier is available here (run `sandbench doctor`)");
+    }
+    let text = args.format == Format::Text;
+    let mut reports = vec![];
+    for t in &ready {
+        let name = t.name().to_string();
+        let plan = match bench::plan_all(&name, config).await {
+            Ok(p) => p,
+            Err(e) => {
+                skipped.push((name, format!("{e:#}")));
+                continue;
+            }
+        };
+        let mut bar = super::progress::Progress::new(Some(args.runs as u64), text, std::time::Duration::from_secs(5));
+        let label = format!("bench: {name}");
+        let mut progress = |round: usize| bar.set(round as u64, &label);
+        match bench::measure_all(&name, plan, args.runs, &mut progress).await {
+            Ok(r) => reports.push(r),
+            Err(e) => skipped.push((name, format!("{e:#}"))),
+        }
+        bar.finish();
+    }
+    let rows: Vec<bench::AllRow> = reports.iter().filter_map(bench::AllRow::of).collect();
+    let m = sandbench_core::share::Machine::here(&[]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let out = AllTiers {
+        measured_at: sandbench_core::share::rfc3339(now),
+        host: format!(
+            "{} × {}, {}, Linux {}, cgroup {}, load {}",
+            m.cpus,
+            m.cpu_model.as_deref().unwrap_or("unknown CPU"),
+            m.memory_bytes.map(crate::units::size).unwrap_or_else(|| "?".into()),
+            m.kernel,
+            m.cgroup,
+            load(bench::load_average())
+        ),
+        runs: args.runs,
+        program: "print(1)",
+        rows,
+        skipped,
+        reports,
+    };
+    match args.format {
+        Format::Json => super::emit_json(&out)?,
+        Format::Text => super::emit(&render_all(&out))?,
+    }
+    Ok(0)
+}
+
+fn render_all(a: &AllTiers) -> String {
+    let mut s = format!(
+        "print(1), p50 of {} interleaved rounds per tier · {} · {}\n\n",
+        a.runs, a.measured_at, a.host
+    );
+    s.push_str("| tier | fresh warm run | session call | cold run | bare python3 |\n");
+    s.push_str("|---|---|---|---|---|\n");
+    let cell = |ms: f64, x: f64| format!("{} ({x:.2}×)", crate::units::duration_ms(ms));
+    for r in &a.rows {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r.tier,
+            cell(r.fresh_warm_ms, r.fresh_warm_x),
+            cell(r.session_call_ms, r.session_call_x),
+            cell(r.cold_ms, r.cold_x),
+            crate::units::duration_ms(r.bare_python_ms)
+        ));
+    }
+    for (t, why) in &a.skipped {
+        s.push_str(&format!("\n{t}: not measured: {}", crate::sanitize::inert_line(why, 200)));
+    }
+    if !a.skipped.is_empty() {
+        s.push('\n');
+    }
+    s.push_str("\n× = over bare python3 -c in the same rounds (each tier's own). Command: sandbench bench --all-tiers\n");
+    s
 }
 
 fn load(l: Option<[f64; 3]>) -> String {

@@ -110,3 +110,46 @@ fn session_path_refuses_throughput_flags_in_one_line() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }
+
+/// `bench --all-tiers` on the process tier: one row whose figures are the
+/// p50s of its report's contenders (cold, fresh warm, session call, bare
+/// python3, measured in the same rounds) and each × the bare interpreter.
+#[sandbench_testkit::test(needs = ["process"])]
+fn all_tiers_prints_one_row_per_tier_from_one_interleaved_run() {
+    let out = bench(&["--all-tiers", "--tiers", "process", "--runs", "3", "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["measured_at"].as_str().unwrap().ends_with('Z'), "{v}");
+    let row = &v["rows"][0];
+    assert_eq!(row["tier"], "process");
+    let report = &v["reports"][0];
+    check_contenders(
+        &report["contenders"],
+        &[
+            "sandbench process cold",
+            "sandbench process fresh warm",
+            "sandbench process session call",
+            "bare python3",
+        ],
+        3,
+    );
+    let p50 = |name: &str| {
+        report["contenders"].as_array().unwrap().iter().find(|c| c["name"] == name).map(|c| num(c, "p50_ms")).unwrap()
+    };
+    let bare = p50("bare python3");
+    assert_eq!(num(row, "bare_python_ms"), bare);
+    for (ms, x, name) in [
+        ("cold_ms", "cold_x", "sandbench process cold"),
+        ("fresh_warm_ms", "fresh_warm_x", "sandbench process fresh warm"),
+        ("session_call_ms", "session_call_x", "sandbench process session call"),
+    ] {
+        assert_eq!(num(row, ms), p50(name), "{row}");
+        assert!((num(row, x) - p50(name) / bare).abs() < 1e-9, "{row}");
+    }
+    let text = bench(&["--all-tiers", "--tiers", "process", "--runs", "1"]);
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(t.contains("| process |") && t.contains("sandbench bench --all-tiers"), "{t}");
+    // Not a tier of the table: one line saying which are, exit 2.
+    let e = bench(&["--all-tiers", "--tiers", "bwrap"]);
+    assert_eq!(e.status.code(), Some(2), "{}", String::from_utf8_lossy(&e.stderr));
+}
