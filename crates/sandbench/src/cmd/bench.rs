@@ -150,10 +150,7 @@ async fn all_tiers(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
 }
 
 fn render_all(a: &AllTiers) -> String {
-    let mut s = format!(
-        "print(1), p50 of {} interleaved rounds per tier · {} · {}\n\n",
-        a.runs, a.measured_at, a.host
-    );
+    let mut s = format!("print(1), p50 of {} interleaved rounds per tier · {} · {}\n\n", a.runs, a.measured_at, a.host);
     s.push_str("| tier | fresh warm run | session call | cold run | bare python3 |\n");
     s.push_str("|---|---|---|---|---|\n");
     let cell = |ms: f64, x: f64| format!("{} ({x:.2}×)", crate::units::duration_ms(ms));
@@ -173,7 +170,9 @@ fn render_all(a: &AllTiers) -> String {
     if !a.skipped.is_empty() {
         s.push('\n');
     }
-    s.push_str("\n× = over bare python3 -c in the same rounds (each tier's own). Command: sandbench bench --all-tiers\n");
+    s.push_str(
+        "\n× = over bare python3 -c in the same rounds (each tier's own). Command: sandbench bench --all-tiers\n",
+    );
     s
 }
 

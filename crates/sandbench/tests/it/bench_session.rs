@@ -125,12 +125,7 @@ fn all_tiers_prints_one_row_per_tier_from_one_interleaved_run() {
     let report = &v["reports"][0];
     check_contenders(
         &report["contenders"],
-        &[
-            "sandbench process cold",
-            "sandbench process fresh warm",
-            "sandbench process session call",
-            "bare python3",
-        ],
+        &["sandbench process cold", "sandbench process fresh warm", "sandbench process session call", "bare python3"],
         3,
     );
     let p50 = |name: &str| {

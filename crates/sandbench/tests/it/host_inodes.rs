@@ -219,7 +219,11 @@ fn limits() -> Limits {
 fn tier(name: &str) -> Arc<dyn Tier> {
     // The process tier's helper is the sandbench binary, not this test binary.
     std::env::set_var("SANDBENCH_HELPER", common::bin());
-    sandbench::tier::by_name(name, &Config::load().unwrap()).unwrap()
+    // No warm pool: a pool of this test's runtime would still be making
+    // containers when the runtime ends (left to the next start's reaper).
+    let mut config = Config::load().unwrap();
+    config.docker.pool_size = 0;
+    sandbench::tier::by_name(name, &config).unwrap()
 }
 
 /// The tests here snapshot the same host inodes: one at a time, so that a

@@ -25,7 +25,11 @@ const FLOOD: usize = 100_010;
 
 fn tier(name: &str) -> Arc<dyn Tier> {
     std::env::set_var("SANDBENCH_HELPER", env!("CARGO_BIN_EXE_sandbench"));
-    sandbench::tier::by_name(name, &Config::load().unwrap()).unwrap()
+    // No warm pool: a pool of this test's runtime would still be making
+    // containers when the runtime ends (left to the next start's reaper).
+    let mut config = Config::load().unwrap();
+    config.docker.pool_size = 0;
+    sandbench::tier::by_name(name, &config).unwrap()
 }
 
 fn limits() -> Limits {

@@ -59,6 +59,32 @@ pub(crate) struct Pool {
 
 const MAX_FAILURES: u32 = 3;
 
+/// How long a drain waits for containers being made.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One container being made (or stale ones being removed): counted in
+/// `filling` while it lives and uncounted when it goes — also when its task
+/// is dropped with the runtime it ran on (a front end's runtime that ended
+/// first), so a drain never waits for work that no longer exists.
+struct Filling(Arc<Pool>);
+
+impl Filling {
+    fn count(pool: &Arc<Pool>) -> Filling {
+        pool.lock().filling += 1;
+        Filling(pool.clone())
+    }
+}
+
+impl Drop for Filling {
+    fn drop(&mut self) {
+        {
+            let mut st = self.0.lock();
+            st.filling = st.filling.saturating_sub(1);
+        }
+        self.0.changed.notify_waiters();
+    }
+}
+
 fn registry() -> &'static Mutex<Vec<Arc<Pool>>> {
     static R: std::sync::OnceLock<Mutex<Vec<Arc<Pool>>>> = std::sync::OnceLock::new();
     R.get_or_init(|| Mutex::new(vec![]))
@@ -173,13 +199,12 @@ impl Pool {
         };
         if !stale.is_empty() {
             // Counted as in flight, so that a drain waits for them.
-            self.lock().filling += 1;
+            let guard = Filling::count(self);
             let me = self.clone();
             tokio::spawn(async move {
                 futures_util::future::join_all(stale.iter().map(|id| super::lifecycle::remove(&me.engine.docker, id)))
                     .await;
-                me.lock().filling -= 1;
-                me.changed.notify_waiters();
+                drop(guard);
                 me.refill();
             });
         }
@@ -210,13 +235,13 @@ impl Pool {
                 st.filling += 1;
                 shape
             };
+            let guard = Filling(self.clone());
             let me = self.clone();
             tokio::spawn(async move {
                 let run_id = format!("warm-{}", super::container::new_run_id());
                 let r = super::lifecycle::launch(&me.engine, &shape, &run_id, me.tier).await;
                 let extra = {
                     let mut st = me.lock();
-                    st.filling -= 1;
                     match r {
                         Ok(id) if !st.closed && st.shape.as_ref() == Some(&shape) => {
                             // Not a success yet (see `forget`): failures are
@@ -238,24 +263,43 @@ impl Pool {
                 if let Some(id) = extra {
                     super::lifecycle::remove(&me.engine.docker, &id).await;
                 }
-                me.changed.notify_waiters();
+                drop(guard);
                 me.refill();
             });
         }
     }
 
     /// Wait until the pool is full again (or cannot fill, or is closed).
-    pub(crate) async fn settle(&self) {
-        loop {
-            let notified = self.changed.notified();
-            {
-                let st = self.lock();
-                let full = st.ready.len() >= self.size;
-                if st.shape.is_none() || st.closed || full || (st.filling == 0 && st.failures > 0) {
-                    return;
+    pub(crate) async fn settle(self: &Arc<Self>) {
+        // Whatever left the pool short (members dropped while the refills
+        // were stopped), it fills now; and never a wait without an end.
+        self.refill();
+        let waited = tokio::time::timeout(DRAIN_WAIT, async {
+            loop {
+                let notified = self.changed.notified();
+                {
+                    let st = self.lock();
+                    let full = st.ready.len() >= self.size;
+                    let stuck = st.filling == 0 && st.failures > 0;
+                    if st.shape.is_none() || st.closed || full || stuck {
+                        return;
+                    }
+                    if st.filling == 0 {
+                        // Short, nothing in flight, no failure: not waiting
+                        // for a notice that nothing will send.
+                        drop(st);
+                        self.refill();
+                        if self.lock().filling == 0 {
+                            return;
+                        }
+                        continue;
+                    }
                 }
+                notified.await;
             }
-            notified.await;
+        });
+        if waited.await.is_err() {
+            tracing::warn!("warm pool ({}): not full after {DRAIN_WAIT:?}", self.tier);
         }
     }
 
@@ -280,12 +324,19 @@ impl Pool {
         if let Some(w) = self.watch.lock().unwrap_or_else(|e| e.into_inner()).take() {
             w.abort();
         }
-        loop {
-            let notified = self.changed.notified();
-            if self.lock().filling == 0 {
-                break;
+        let settled = tokio::time::timeout(DRAIN_WAIT, async {
+            loop {
+                let notified = self.changed.notified();
+                if self.lock().filling == 0 {
+                    break;
+                }
+                notified.await;
             }
-            notified.await;
+        });
+        if settled.await.is_err() {
+            // Never a hang at exit: what is still being made goes to the
+            // next start's reaper (its owner label).
+            tracing::warn!("warm pool ({}): containers still being made after {DRAIN_WAIT:?}", self.tier);
         }
         let ids: Vec<String> = self.lock().ready.drain(..).collect();
         let docker = &self.engine.docker;
