@@ -138,8 +138,11 @@ async fn session_stream(tier: Arc<dyn Tier>, limits: Limits, until: Instant, sta
              prev = open('step{}').read() if {step} > 1 else '0'\nprint({step}, prev)\n",
             step - 1
         );
+        // The call asks for what the session was opened with, no more.
+        let mut call = crate::spec::RunSpec::new(crate::spec::Language::Python, code);
+        call.limits = limits.clone();
         let t = Instant::now();
-        let r = s.run(crate::spec::RunSpec::new(crate::spec::Language::Python, code)).await;
+        let r = s.run(call).await;
         let ms = t.elapsed().as_secs_f64() * 1000.0;
         out.calls += 1;
         match r {
@@ -154,6 +157,8 @@ async fn session_stream(tier: Arc<dyn Tier>, limits: Limits, until: Instant, sta
                     // In no known state: a fresh one.
                     s.close().await;
                 }
+                // A failure that repeats is not retried in a tight loop.
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
     }

@@ -17,7 +17,7 @@ use sandbench::event::{EventKind, RunEvent, ViolationKind};
 use sandbench::internals::microvm::{self, MicrovmTier};
 use sandbench::report::{Outcome, RunReport};
 use sandbench::runner::{self, Update};
-use sandbench::spec::{Language, Limits, RunSpec};
+use sandbench::spec::{Language, RunSpec};
 use sandbench::tier::Tier;
 
 /// Outer safety net: a containment regression fails instead of hanging.
@@ -695,7 +695,9 @@ fn a_sessions_guest_killed_outside_closes_it_with_the_reason() {
     rt().block_on(async {
         let _g = e.serial.lock().await;
         let t: Arc<dyn sandbench::tier::Tier> = e.tier.clone();
-        let s = sandbench::session::Session::open(t, sandbench::session::SessionSpec::new(Limits::default()))
+        // The session's limits are the calls' (their wall time is 20 s here).
+        let limits = spec(Language::Python, "").limits;
+        let s = sandbench::session::Session::open(t, sandbench::session::SessionSpec::new(limits))
             .await
             .expect("open a microvm session");
         let first = s.run(spec(Language::Python, "print('first')\n")).await.expect("first call");
