@@ -559,11 +559,25 @@ fn gauntlet_section(h: &mut String, r: &Report) {
         return;
     };
     let m = &g.data;
+    // Say what was run, not "every sample": a gauntlet may have run a
+    // subset (`--samples`, a cancel) or fewer tiers than exist.
+    let kind = |hostile: bool| {
+        m.samples
+            .iter()
+            .filter(|s| m.cells.iter().find(|c| &c.sample == *s).is_some_and(|c| c.hostile == hostile))
+            .count()
+    };
+    let (hostile, benign) = (kind(true), kind(false));
     let _ = writeln!(
         h,
-        "<p class=\"muted\">{} · every hostile sample, and the benign ones as a control, on every tier; judged by \
-host-side canaries, never by what the program says. Select a cell for its evidence.</p>",
-        provenance(g)
+        "<p class=\"muted\">{} · {hostile} hostile sample{}, and {benign} benign one{} as a control, on {} tier{}{}; \
+judged by host-side canaries, never by what the program says. Select a cell for its evidence.</p>",
+        provenance(g),
+        if hostile == 1 { "" } else { "s" },
+        if benign == 1 { "" } else { "s" },
+        m.tiers.len(),
+        if m.tiers.len() == 1 { "" } else { "s" },
+        if m.cancelled { " (stopped before every cell ran: partial)" } else { "" },
     );
     h.push_str(
         "<table><tr><th>tier</th><th class=\"r\">hostile</th><th class=\"r\">contained</th><th class=\"r\">escaped</th>\
@@ -1068,6 +1082,9 @@ mod tests {
         assert!(!page.contains('\x1b') && !page.contains('\x07') && !page.contains('\u{202E}'));
         assert!(page.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;␛]52;c;aGk=^G&lt;U+202E&gt;"));
         assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;"));
+        // It says what ran (one sample on one tier), never "every sample".
+        assert!(page.contains("1 hostile sample, and 0 benign ones as a control, on 1 tier;"), "the gauntlet's count");
+        assert!(!page.contains("every hostile sample"));
         // Nothing loads from anywhere.
         for bad in ["http://", "https://", "src=\"", "<link", "url("] {
             let hits: Vec<&str> = page.matches(bad).collect();
