@@ -9,8 +9,11 @@ use anyhow::{bail, Context};
 use ratatui::style::{Color, Modifier, Style};
 use serde::Deserialize;
 
-const BUILTIN: &[(&str, &str)] =
-    &[("dark", include_str!("../../../../themes/dark.toml")), ("light", include_str!("../../../../themes/light.toml"))];
+const BUILTIN: &[(&str, &str)] = &[
+    ("dark", include_str!("../../../../themes/dark.toml")),
+    ("light", include_str!("../../../../themes/light.toml")),
+    ("contrast", include_str!("../../../../themes/contrast.toml")),
+];
 
 #[derive(Debug, Deserialize)]
 struct ThemeFile {
@@ -161,9 +164,67 @@ mod tests {
 
     #[test]
     fn bad_themes_are_refused_with_a_reason() {
-        assert!(Theme::load("nope").unwrap_err().to_string().contains("built in: dark, light"));
+        assert!(Theme::load("nope").unwrap_err().to_string().contains("built in: dark, light, contrast"));
         let bad = include_str!("../../../../themes/dark.toml").replace("#1c1f26", "blurple");
         let e = Theme::parse(&bad, "x").unwrap_err();
         assert!(format!("{e:#}").contains("'blurple' of 'bg'"), "{e:#}");
+    }
+
+    /// WCAG's contrast ratio of two colours given as RGB.
+    fn contrast(a: Color, b: Color) -> f64 {
+        let lum = |c: Color| {
+            let Color::Rgb(r, g, b) = c else { panic!("{c:?} is not an RGB colour") };
+            let ch = |v: u8| {
+                let v = f64::from(v) / 255.0;
+                if v <= 0.03928 {
+                    v / 12.92
+                } else {
+                    ((v + 0.055) / 1.055).powf(2.4)
+                }
+            };
+            0.2126 * ch(r) + 0.7152 * ch(g) + 0.0722 * ch(b)
+        };
+        let (x, y) = (lum(a), lum(b));
+        (x.max(y) + 0.05) / (x.min(y) + 0.05)
+    }
+
+    #[test]
+    fn the_contrast_theme_keeps_every_colour_readable_on_a_projector() {
+        let t = Theme::load("contrast").unwrap();
+        let u = &t.ui;
+        // Everything drawn on the ground, inactive borders included: AAA (7:1).
+        for (what, c) in [
+            ("fg", u.fg),
+            ("dim", u.dim),
+            ("accent", u.accent),
+            ("border", u.border),
+            ("border_focus", u.border_focus),
+            ("title", u.title),
+            ("line_number", u.line_number),
+            ("stdout", u.stdout),
+            ("stderr", u.stderr),
+            ("phase", u.phase),
+            ("note", u.note),
+            ("violation", u.violation),
+            ("ok", u.ok),
+            ("warn", u.warn),
+            ("error", u.error),
+            ("cpu", u.cpu),
+            ("memory", u.memory),
+            ("gauge", u.gauge),
+            ("key", u.key),
+        ] {
+            for (ground, g) in [("bg", u.bg), ("popup_bg", u.popup_bg), ("keybar_bg", u.keybar_bg)] {
+                let r = contrast(c, g);
+                assert!(r >= 7.0, "{what} on {ground}: {r:.1}:1");
+            }
+        }
+        // Text stays readable on a selected line and the cursor's line.
+        for ground in [u.selection_bg, u.cursor_line] {
+            assert!(contrast(u.fg, ground) >= 7.0);
+        }
+        // The dark theme's inactive border is what vanished on a projector.
+        let dark = Theme::dark();
+        assert!(contrast(dark.ui.border, dark.ui.bg) < 3.0);
     }
 }
