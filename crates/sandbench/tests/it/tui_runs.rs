@@ -69,6 +69,19 @@ fn runs_of_another_process_show_up_open_and_load_into_the_editor() {
         "new runs are followed: {row}"
     );
 
+    // At 80 columns an ok row's total ends where a violation row's does
+    // (the outcome column holds the longest outcome name).
+    let s = screen(&mut app, 80, 24);
+    let chars = |needle: &str| -> Vec<char> {
+        s.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("{s}")).chars().collect()
+    };
+    let head = chars(" violations ");
+    let end = head.windows(5).position(|w| w.iter().collect::<String>() == "total").unwrap() + 5;
+    for row in [chars("print('"), chars("while :")] {
+        let row_s: String = row.iter().collect();
+        assert!(row[end - 1] != ' ' && row[end] == ' ', "the total ends under its heading:\n{s}\n{row_s}");
+    }
+
     // Only violations, then Enter opens the selected one.
     app.update(key(KeyCode::Char('o')));
     let s = screen(&mut app, 140, 30);

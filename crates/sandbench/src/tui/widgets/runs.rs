@@ -44,6 +44,10 @@ fn who_width<'a>(entries: impl Iterator<Item = &'a Entry>) -> usize {
     entries.map(|e| inert_line(&who(e), 22).chars().count()).max().unwrap_or(0).clamp(9, 22)
 }
 
+/// Width of the outcome column: a glyph, a space and the longest outcome's
+/// name ("incomplete"), so every row's total lines up under its heading.
+const OUTCOME_W: usize = 2 + 10;
+
 fn row_text(e: &Entry, who_w: usize) -> String {
     let who = who(e);
     let kinds: Vec<&str> = e.report.violations.iter().map(|v| v.kind.name()).collect();
@@ -70,18 +74,16 @@ pub fn draw(theme: &Theme, v: &RunsView, f: &mut Frame, body: Rect) {
     let t = theme;
     let (list, detail) = layout(v, body);
     let visible = v.visible();
-    let title = format!(
-        " runs · {} of {} · {} · o/t filter · Enter opens · e loads into the editor ",
-        visible.len(),
-        v.entries.len(),
-        v.filter_label()
-    );
+    let counts = format!(" runs · {} of {} · {} ", visible.len(), v.entries.len(), v.filter_label());
+    // The hints go when they would be cut (the key bar names the same keys).
+    let hinted = format!("{counts}· o/t filter · Enter opens · e loads into the editor ");
+    let title = if hinted.chars().count() + 2 <= list.width as usize { hinted } else { counts };
     let rows = list.height.saturating_sub(3) as usize;
     let top = (v.selected + 1).saturating_sub(rows.max(1));
     let who_w = who_width(visible.iter().skip(top).take(rows).map(|i| &v.entries[*i]));
     let mut lines = vec![Line::from(Span::styled(
         format!(
-            "  {:<8}  {:<who_w$} {:<9} {:<10}{:>9}  {:<14} code",
+            "  {:<8}  {:<who_w$} {:<9} {:<OUTCOME_W$}{:>9}  {:<14} code",
             "time", "front end", "tier", "outcome", "total", "violations"
         ),
         t.dim(),
@@ -102,7 +104,7 @@ pub fn draw(theme: &Theme, v: &RunsView, f: &mut Frame, body: Rect) {
         let mut spans = vec![
             Span::raw(if pos == v.selected { "▶ " } else { "  " }),
             Span::raw(head.to_string()),
-            Span::styled(format!("{glyph} {:<8}", e.report.outcome.name()), ostyle),
+            Span::styled(format!("{glyph} {:<w$}", e.report.outcome.name(), w = OUTCOME_W - 2), ostyle),
             Span::raw(rest.to_string()),
         ];
         if pos == v.selected {
