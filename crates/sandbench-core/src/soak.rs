@@ -133,10 +133,14 @@ async fn session_stream(tier: Arc<dyn Tier>, limits: Limits, until: Instant, sta
             },
         };
         step += 1;
+        // The step before's file is read and removed: an hour of steps
+        // keeps two files, not one per step (4096 of them filled /work's
+        // inodes after ~6 minutes).
         let code = format!(
             "import os\nopen('step{step}', 'w').write('{step}')\n\
-             prev = open('step{}').read() if {step} > 1 else '0'\nprint({step}, prev)\n",
-            step - 1
+             prev = open('step{p}').read() if {step} > 1 else '0'\n\
+             if {step} > 1: os.remove('step{p}')\nprint({step}, prev)\n",
+            p = step - 1
         );
         // The call asks for what the session was opened with, no more.
         let mut call = crate::spec::RunSpec::new(crate::spec::Language::Python, code);
@@ -149,7 +153,13 @@ async fn session_stream(tier: Arc<dyn Tier>, limits: Limits, until: Instant, sta
             Ok(r) if r.outcome == crate::report::Outcome::Ok && r.stdout == format!("{step} {}\n", step - 1) => {
                 calls.push((started.elapsed().as_secs_f64(), ms));
             }
-            Ok(r) => fail(&mut out, format!("call {step}: {} · stdout {:?}", r.summary_line(), r.stdout)),
+            Ok(r) => {
+                fail(&mut out, format!("call {step}: {} · stdout {:?}", r.summary_line(), r.stdout));
+                // A session whose call went wrong is in no known state; an
+                // agent would start a fresh one, and so does the soak.
+                s.close().await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             Err(e) => {
                 let closed = s.is_closed();
                 fail(&mut out, format!("call {step}: {e}"));
@@ -342,15 +352,20 @@ fn zombies_in_tree() -> usize {
         .count()
 }
 
-/// Processes on this host with a uid in `base .. base + count`.
+/// Processes on this host with a uid in `base .. base + count` that no live
+/// run holds the lease of (see `uids::leased_now`).
 fn processes_of_uids((base, count): (u32, u32)) -> usize {
     let Ok(rd) = std::fs::read_dir("/proc") else { return 0 };
     rd.flatten()
         .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
         .filter(|e| {
             let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+            // A run uid whose lease a live run holds is that run's (another
+            // sandbench's, a test's beside the soak): not a leftover.
             status.lines().find_map(|l| l.strip_prefix("Uid:")).is_some_and(|ids| {
-                ids.split_whitespace().filter_map(|u| u.parse::<u32>().ok()).any(|u| u >= base && u - base < count)
+                ids.split_whitespace()
+                    .filter_map(|u| u.parse::<u32>().ok())
+                    .any(|u| u >= base && u - base < count && !crate::tier::process::uids::leased_now(u))
             })
         })
         .count()

@@ -95,6 +95,25 @@ pub(crate) fn lease(base: u32, count: u32) -> Result<UidLease, String> {
     lease_with(Path::new(LEASE_DIR), base, count, &busy_uids())
 }
 
+/// Whether a run (of any sandbench) holds `uid`'s lease right now. A
+/// process of a run uid whose lease nobody holds outlived its run; one of a
+/// held uid belongs to a run still going (another sandbench's, say), which
+/// a check for leftovers must leave out.
+pub(crate) fn leased_now(uid: u32) -> bool {
+    leased_in(Path::new(LEASE_DIR), uid)
+}
+
+fn leased_in(dir: &Path, uid: u32) -> bool {
+    // Never created: never leased. The probe takes the lock for a moment
+    // (no run can lease it meanwhile, so none is refused by it either: a
+    // lease skips a busy uid and takes the next).
+    let Ok(f) = File::open(dir.join(uid.to_string())) else { return false };
+    matches!(
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK))
+    )
+}
+
 #[cfg(test)]
 fn lease_in(dir: &Path, base: u32, count: u32) -> Result<UidLease, String> {
     check_range(base, count)?;
@@ -130,6 +149,18 @@ mod tests {
         assert!(check_range(u32::MAX - 5, 10).is_err());
         assert!(check_range(u32::MAX - 5, 5).is_err());
         assert!(check_range(2_000_000_000, 4096).is_ok());
+    }
+
+    #[test]
+    fn a_held_lease_is_seen_as_held_and_a_dropped_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!leased_in(dir.path(), 2_000_300_000), "never leased");
+        let a = lease_in(dir.path(), 2_000_300_000, 1).unwrap();
+        assert!(leased_in(dir.path(), a.uid));
+        drop(a);
+        assert!(!leased_in(dir.path(), 2_000_300_000));
+        // Probing did not take it: it can be leased again.
+        assert!(lease_in(dir.path(), 2_000_300_000, 1).is_ok());
     }
 
     #[test]
