@@ -60,12 +60,14 @@ pub(super) fn tmpfs(dst: &Path, opts: &str, extra: MsFlags) -> Result<(), String
 pub const HOST_BINDS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 /// Files copied (not bound) from the host's `/etc` into the sandbox's own:
-/// the loader's cache, certificates and OpenSSL's config. The interpreters'
+/// the loader's cache, certificates, OpenSSL's config and matplotlib's
+/// defaults (Debian's matplotlib reads `/etc/matplotlibrc` and refuses to
+/// import without it). The interpreters'
 /// config files are [`PYTHON_ETC`]; passwd, group and nsswitch.conf are
 /// generated; `/etc/alternatives` is recreated link by link
 /// ([`copy_alternatives`]). Nothing else of the host's `/etc` exists in the
 /// sandbox.
-pub const ETC_COPIED: &[&str] = &["ld.so.cache", "ssl/certs/ca-certificates.crt", "ssl/openssl.cnf"];
+pub const ETC_COPIED: &[&str] = &["ld.so.cache", "ssl/certs/ca-certificates.crt", "ssl/openssl.cnf", "matplotlibrc"];
 
 /// Python's own config under `/etc/python3*/` (Debian ships them there).
 pub const PYTHON_ETC: &[&str] = &["debian_config", "sitecustomize.py"];
@@ -149,13 +151,13 @@ pub(super) fn copy_alternatives(dst: &Path) -> Result<(), String> {
     use nix::fcntl::{open, readlinkat, OFlag};
     use nix::sys::stat::Mode;
     let host = "/etc/alternatives";
-    let fd = match open(host, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
-    {
-        Ok(fd) => fd,
-        // Not a Debian host, or a link where the directory should be: nothing to recreate.
-        Err(nix::Error::ENOENT | nix::Error::ELOOP | nix::Error::ENOTDIR) => return Ok(()),
-        Err(e) => return Err(format!("open {host}: {e}")),
-    };
+    let fd =
+        match open(host, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
+            Ok(fd) => fd,
+            // Not a Debian host, or a link where the directory should be: nothing to recreate.
+            Err(nix::Error::ENOENT | nix::Error::ELOOP | nix::Error::ENOTDIR) => return Ok(()),
+            Err(e) => return Err(format!("open {host}: {e}")),
+        };
     let mut dir = nix::dir::Dir::from_fd(fd).map_err(|e| format!("read {host}: {e}"))?;
     let mut names = vec![];
     for entry in dir.iter() {
