@@ -140,11 +140,16 @@ mod tests {
         assert_eq!(c.detail, "numpy 1.24.2, pandas 1.5.3, matplotlib 3.6.3 import in the image");
         let c = check("lib numpy 1.24.2\nlib pandas none ModuleNotFoundError\n", "here", "apt-get it");
         assert_eq!(c.level, CheckLevel::Warn);
-        assert!(c.detail.starts_with("pandas (ModuleNotFoundError), matplotlib (no answer) do not import here"), "{}", c.detail);
+        assert!(
+            c.detail.starts_with("pandas (ModuleNotFoundError), matplotlib (no answer) do not import here"),
+            "{}",
+            c.detail
+        );
         assert!(c.detail.ends_with("; numpy 1.24.2 imports"), "{}", c.detail);
         assert_eq!(c.fix.as_deref(), Some("apt-get it"));
         // Hostile answers: escapes, other names, repeated and oversized lines.
-        let evil = "lib numpy 1.0\x1b]52;c;AAAA\x07\nlib numpy 9.9\nlib os 1.0\nlib pandas none \x1b[2J\nlib matplotlib 3 x\n";
+        let evil =
+            "lib numpy 1.0\x1b]52;c;AAAA\x07\nlib numpy 9.9\nlib os 1.0\nlib pandas none \x1b[2J\nlib matplotlib 3 x\n";
         let c = check(evil, "here", "f");
         assert!(!c.detail.contains('\x1b') && !c.detail.contains('\x07'), "{}", c.detail);
         assert!(!c.detail.contains("9.9") && !c.detail.contains("os 1.0"), "{}", c.detail);

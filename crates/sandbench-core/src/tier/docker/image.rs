@@ -68,7 +68,8 @@ pub(crate) async fn ensure(
     if legacy_image_names(cfg).iter().any(|l| l == image) {
         // Built by an earlier sandbench with fewer packages (no Node.js, no
         // data libraries): programs that use them need the new one.
-        progress.line(&format!("{image} (built by an earlier sandbench) lacks packages of {PACKAGES}; moving to {local}"));
+        progress
+            .line(&format!("{image} (built by an earlier sandbench) lacks packages of {PACKAGES}; moving to {local}"));
         if engine.has_image(&local).await? {
             return Ok(Ensured::Switched(local));
         }
