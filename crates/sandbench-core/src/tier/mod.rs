@@ -18,6 +18,7 @@ pub(crate) mod contract;
 pub(crate) mod docker;
 pub(crate) mod e2b;
 pub mod kinds;
+pub(crate) mod libraries;
 pub(crate) mod microvm;
 pub(crate) mod peer;
 pub(crate) mod process;

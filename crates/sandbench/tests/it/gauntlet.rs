@@ -117,3 +117,62 @@ fn full_gauntlet_repeated_on_every_available_tier() {
         gauntlet_everywhere("3");
     }
 }
+
+/// The data corpus (`samples/data`: numpy, pandas from a CSV in /work,
+/// matplotlib's savefig under Agg, awk/sed/grep/ps/which in sh) as the
+/// gauntlet's benign controls on one tier: every cell runs and delivers its
+/// output. (Not in `samples/benign` yet: the microVM guest has no data
+/// libraries, and the full gauntlet runs every sample there.)
+fn data_corpus_on(tier: &str) {
+    let net = OuterNet::new();
+    let state = tempfile::tempdir().unwrap();
+    let out = net.output(
+        Command::new(bin())
+            .env("SANDBENCH_STATE_DIR", state.path())
+            // matplotlib builds its font cache in each fresh HOME (/work):
+            // 2.5 s of CPU on gVisor on a quiet machine, near the default
+            // 5 s beside other tests. The corpus checks what works, not limits.
+            .args([
+                "gauntlet",
+                "--tiers",
+                tier,
+                "--repeat",
+                "1",
+                "--format",
+                "json",
+                "--cpu",
+                "20s",
+                "--timeout",
+                "60s",
+            ])
+            .arg("--samples")
+            .arg(samples_dir().join("data")),
+        Duration::from_secs(600),
+    );
+    let m: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let cells = m["cells"].as_array().unwrap();
+    let names: Vec<&str> = cells.iter().map(|c| c["sample"].as_str().unwrap()).collect();
+    assert_eq!(names, ["matplotlib-savefig", "numpy-math", "pandas-csv", "shell-tools"], "{m:#}");
+    for c in cells {
+        assert_eq!(c["verdict"], "ran", "{} on {tier}: {c:#}", c["sample"]);
+        assert_eq!(c["as_expected"], true, "{} on {tier}: {c:#}", c["sample"]);
+    }
+    assert_eq!(m["mismatches"], 0, "{m:#}");
+    assert_eq!(out.status.code(), Some(0), "{m:#}");
+}
+
+#[sandbench_testkit::test]
+fn data_corpus_runs_on_process() {
+    data_corpus_on("process");
+}
+
+#[sandbench_testkit::test(needs = ["docker"])]
+fn data_corpus_runs_on_docker() {
+    data_corpus_on("docker");
+}
+
+#[sandbench_testkit::test(needs = ["gvisor"])]
+fn data_corpus_runs_on_gvisor() {
+    data_corpus_on("gvisor");
+}

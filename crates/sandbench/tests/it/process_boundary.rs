@@ -117,7 +117,9 @@ fn process_tier_shows_no_planted_host_file_or_socket() {
         .collect();
     assert!(!dirs.is_empty());
     let bound = dirs.len();
-    dirs.extend(["/etc", "/opt", "/etc/ssl/certs", "/etc/python3"].map(PathBuf::from));
+    // /etc/alternatives: its links are recreated, never a file or socket
+    // someone put beside them.
+    dirs.extend(["/etc", "/opt", "/etc/ssl/certs", "/etc/python3", "/etc/alternatives"].map(PathBuf::from));
     let plants: Vec<Plant> = dirs.iter().map(|d| Plant::new(d, &tag)).collect();
     let planted: Vec<String> = plants.iter().map(|p| format!("{},{}", p.file.display(), p.sock.display())).collect();
     let net = OuterNet::new();

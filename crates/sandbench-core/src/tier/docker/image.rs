@@ -18,19 +18,33 @@ use crate::config::{Config, DockerConfig};
 /// How long a pull may stay silent before it counts as failed (no registry).
 const PULL_SILENCE: Duration = Duration::from_secs(20);
 
-/// Name of the image built from Debian packages (python3 and nodejs).
+/// Revision of the built-in image's package set: bumped whenever
+/// [`PACKAGES`] changes, so a new set is built under a new name and never
+/// replaces an image that runs (or that other sandbench versions use) under
+/// the old one.
+pub(crate) const IMAGE_REVISION: u32 = 2;
+
+/// Name of the image built from Debian packages ([`PACKAGES`]).
 pub(crate) fn local_image_name(cfg: &DockerConfig) -> String {
-    format!("sandbench/runtime:{}", cfg.debian_suite)
+    format!("sandbench/runtime:{}-{IMAGE_REVISION}", cfg.debian_suite)
 }
 
-/// The name earlier versions built their image under, with python3 only:
-/// a config that still names it is moved to [`local_image_name`].
-pub(crate) fn legacy_image_name(cfg: &DockerConfig) -> String {
-    format!("sandbench/python:{}", cfg.debian_suite)
+/// The names earlier versions built their image under, with fewer packages
+/// (`sandbench/python:<suite>`: python3 only; `sandbench/runtime:<suite>`:
+/// python3 and nodejs): a config that still names one is moved to
+/// [`local_image_name`].
+pub(crate) fn legacy_image_names(cfg: &DockerConfig) -> [String; 2] {
+    [format!("sandbench/python:{}", cfg.debian_suite), format!("sandbench/runtime:{}", cfg.debian_suite)]
 }
 
-/// Debian packages the local image is built with, besides the essential set.
-pub(crate) const PACKAGES: &str = "python3,nodejs";
+/// Debian packages the local image is built with, besides the essential
+/// set: the interpreters, the data libraries agents import (numpy, pandas,
+/// matplotlib) and the commands their shell snippets use (curl, wget, ps).
+/// python3-munkres meets matplotlib's fonttools' `python3-scipy |
+/// python3-munkres`: without it apt takes scipy, whose pythran brings g++
+/// and boost (a 1.2 GB image instead of a few hundred MB).
+pub(crate) const PACKAGES: &str =
+    "python3,nodejs,python3-numpy,python3-pandas,python3-matplotlib,python3-munkres,curl,wget,procps";
 
 /// What `ensure` did.
 #[derive(Debug, PartialEq)]
@@ -51,9 +65,11 @@ pub(crate) async fn ensure(
     progress: &dyn Progress,
 ) -> anyhow::Result<Ensured> {
     let local = local_image_name(cfg);
-    if image == legacy_image_name(cfg) {
-        // Built by an earlier sandbench without Node.js: JavaScript needs the new one.
-        progress.line(&format!("{image} (built by an earlier sandbench) has no Node.js; moving to {local}"));
+    if legacy_image_names(cfg).iter().any(|l| l == image) {
+        // Built by an earlier sandbench with fewer packages (no Node.js, no
+        // data libraries): programs that use them need the new one.
+        progress
+            .line(&format!("{image} (built by an earlier sandbench) lacks packages of {PACKAGES}; moving to {local}"));
         if engine.has_image(&local).await? {
             return Ok(Ensured::Switched(local));
         }
@@ -125,8 +141,11 @@ async fn build(engine: &Engine, cfg: &DockerConfig, name: &str, progress: &dyn P
     };
     let dir = crate::config::data_dir().join("docker");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let tar = dir.join(format!("rootfs-{}.tar", cfg.debian_suite));
-    let partial = dir.join(format!("rootfs-{}.tar.partial", cfg.debian_suite));
+    // Named after the image: two set-ups building different revisions at
+    // once do not write one file.
+    let stem = format!("rootfs-{}-{IMAGE_REVISION}", cfg.debian_suite);
+    let tar = dir.join(format!("{stem}.tar"));
+    let partial = dir.join(format!("{stem}.tar.partial"));
     let _ = std::fs::remove_file(&partial);
     let pb = progress.step(&format!("mmdebstrap {}", cfg.debian_suite), None);
     let mut child = tokio::process::Command::new(mm)
@@ -278,6 +297,21 @@ mod tests {
         assert_eq!(split_tag("python:3.12-slim"), ("python", "3.12-slim"));
         assert_eq!(split_tag("reg:5000/x/y"), ("reg:5000/x/y", "latest"));
         assert_eq!(split_tag("reg:5000/x/y:1"), ("reg:5000/x/y", "1"));
+    }
+
+    #[test]
+    fn the_new_package_set_has_a_name_of_its_own_and_old_built_in_names_move_to_it() {
+        let cfg = DockerConfig::default();
+        let local = local_image_name(&cfg);
+        assert_eq!(local, format!("sandbench/runtime:bookworm-{IMAGE_REVISION}"));
+        // The image the previous package set was built under stays as it
+        // is (runs may use it); a config naming it is moved.
+        assert!(legacy_image_names(&cfg).contains(&"sandbench/runtime:bookworm".to_string()));
+        assert!(legacy_image_names(&cfg).contains(&"sandbench/python:bookworm".to_string()));
+        assert!(!legacy_image_names(&cfg).contains(&local));
+        for p in ["python3-numpy", "python3-pandas", "python3-matplotlib", "curl", "wget", "procps", "nodejs"] {
+            assert!(PACKAGES.split(',').any(|x| x == p), "{p}");
+        }
     }
 
     #[test]

@@ -16,9 +16,66 @@ use crate::spec::{Language, RunSpec};
 use crate::tier::contract::{Availability, Check};
 
 /// The probe's program: where Node is, and each interpreter's version (its
-/// `--version` only: nothing is loaded, so the probe stays short).
+/// `--version` only: nothing is loaded), then which data libraries import,
+/// which common commands are there and whether `ls` works.
 const PROBE: &str =
     "command -v node || echo none\nnode --version 2>/dev/null || echo none\npython3 --version 2>&1 || echo none\n";
+
+/// Commands agents' shell snippets use that an image may lack.
+const COMMANDS: &[&str] = &["awk", "sed", "grep", "which", "ps", "curl", "wget"];
+
+fn probe_program() -> String {
+    format!(
+        "{PROBE}{}for c in {}; do command -v $c >/dev/null 2>&1 && echo \"cmd $c\"; done\n\
+ls / >/dev/null 2>&1 && echo 'ls ok' || echo \"ls fails: $(ls -d / 2>&1 | head -c 200)\"\n",
+        crate::tier::libraries::probe_sh(),
+        COMMANDS.join(" ")
+    )
+}
+
+/// The image's commands, from the probe's answer: which of [`COMMANDS`]
+/// are missing, and whether `ls` works (gVisor's runsc 20221219 refuses
+/// `statx` and `fstatat` with `AT_NO_AUTOMOUNT`, which coreutils 9 passes:
+/// `ls` and `stat` fail with EINVAL there; nothing sandbench sets can change
+/// that: a seccomp filter cannot rewrite the flag, and glibc's fallback
+/// passes it on).
+fn command_checks(stdout: &str, image: &str, tier: &str) -> Vec<Check> {
+    let lines: Vec<&str> = stdout.lines().take(256).map(str::trim).collect();
+    let missing: Vec<&str> =
+        COMMANDS.iter().copied().filter(|c| !lines.iter().any(|l| l.strip_prefix("cmd ") == Some(*c))).collect();
+    let mut checks = vec![if missing.is_empty() {
+        Check::ok("commands", format!("{} in the image", COMMANDS.join(", ")))
+    } else {
+        Check::warn(
+            "commands",
+            format!("no {} in {image}: shell programs that use them fail", missing.join(", ")),
+            format!("sandbench setup {tier} (builds the sandbench/runtime image with them), or set [docker] image to one with them"),
+        )
+    }];
+    match lines.iter().find_map(|l| l.strip_prefix("ls ")) {
+        Some("ok") => {}
+        Some(failed) => {
+            let said = crate::sanitize::inert_line(failed.trim_start_matches("fails:").trim(), 160);
+            let why = if said.contains("Invalid argument") && tier == "gvisor" {
+                "this runsc refuses statx/fstatat with AT_NO_AUTOMOUNT, which coreutils' ls and stat pass; \
+Python's os.stat, node's fs.stat, find and du work"
+            } else {
+                "coreutils cannot stat files here"
+            };
+            checks.push(Check::warn(
+                "ls",
+                format!("ls fails in the sandbox ({said}): {why}"),
+                if tier == "gvisor" {
+                    "a runsc whose statx accepts AT_NO_AUTOMOUNT; until then list files from Python (os.listdir, os.stat) or use the docker tier"
+                } else {
+                    "see the image's coreutils"
+                },
+            ));
+        }
+        None => checks.push(Check::warn("ls", "the probe did not say whether ls works", "see the log (sandbench.log)")),
+    }
+    checks
+}
 
 /// The image's interpreters, from the probe's answer (the image is the
 /// user's choice: its answer is bounded and made inert): Node's path and
@@ -152,7 +209,7 @@ impl DockerTier {
         if ok {
             // The honest test: a real container runs a trivial program,
             // which also says which interpreters the image has.
-            let mut spec = RunSpec::new(Language::Sh, PROBE);
+            let mut spec = RunSpec::new(Language::Sh, probe_program());
             spec.label = "doctor probe".into();
             let probe = DockerTier {
                 name: self.name,
@@ -183,6 +240,15 @@ SETGID and SETPCAP once the program is its own uid and SETUID once it has killed
 (as root) to make each call's program the session's uid and end the call's processes",
                 ));
                 checks.extend(interpreter_checks(&report.stdout, &self.image, self.name));
+                checks.push(crate::tier::libraries::check(
+                    &report.stdout,
+                    "in the image",
+                    &format!(
+                        "sandbench setup {} (builds the sandbench/runtime image with Debian's python3-numpy, python3-pandas, python3-matplotlib), or set [docker] image to one with them",
+                        self.name
+                    ),
+                ));
+                checks.extend(command_checks(&report.stdout, &self.image, self.name));
                 checks.push(Check::ok("warm", self.warm_check(&engine).await));
             } else {
                 ok = false;
@@ -231,6 +297,31 @@ mod tests {
             let c = interpreter_checks(out, "img", "docker");
             assert_eq!(c[0].level, CheckLevel::Fail, "{out:?}");
         }
+        interpreter_checks_stay_inert();
+    }
+
+    #[test]
+    fn command_checks_name_what_is_missing_and_why_ls_fails() {
+        use crate::tier::contract::CheckLevel;
+        let all: String = COMMANDS.iter().map(|c| format!("cmd {c}\n")).collect();
+        let c = command_checks(&format!("{all}ls ok\n"), "img", "docker");
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].level, CheckLevel::Ok);
+        let c = command_checks("cmd awk\ncmd sed\ncmd grep\ncmd which\nls ok\n", "img", "docker");
+        assert_eq!(c[0].level, CheckLevel::Warn);
+        assert!(c[0].detail.starts_with("no ps, curl, wget in img"), "{}", c[0].detail);
+        let c = command_checks(
+            &format!("{all}ls fails: ls: cannot access '/': Invalid argument\x1b]0;t\x07\n"),
+            "img",
+            "gvisor",
+        );
+        assert_eq!(c[1].level, CheckLevel::Warn);
+        assert!(c[1].detail.contains("AT_NO_AUTOMOUNT"), "{}", c[1].detail);
+        assert!(!c[1].detail.contains('\x1b') && !c[1].detail.contains('\x07'), "{}", c[1].detail);
+        assert_eq!(command_checks(&all, "img", "docker")[1].level, CheckLevel::Warn);
+    }
+
+    fn interpreter_checks_stay_inert() {
         let c = interpreter_checks("/x\x1b]52;c;AAAA\x07\nv1\x1b[2J\nPython \x1b]0;t\x07\n", "img", "docker");
         for c in c {
             assert!(!c.detail.contains('\x1b') && !c.detail.contains('\x07'), "{}", c.detail);

@@ -270,6 +270,13 @@ fn busybox() -> anyhow::Result<PathBuf> {
 /// status file; the tree is sandbench's own, built by `setup`): None where
 /// it cannot be read.
 pub(crate) fn guest_versions(tree: &Path) -> Vec<(&'static str, Option<String>)> {
+    let pkgs: Vec<&'static str> = GUEST_PACKAGES.split(',').collect();
+    package_versions(tree, &pkgs)
+}
+
+/// The versions of `pkgs` in the guest's root tree (its dpkg status, read
+/// bounded): None for a package it lacks.
+pub(crate) fn package_versions<'a>(tree: &Path, pkgs: &[&'a str]) -> Vec<(&'a str, Option<String>)> {
     use std::io::Read;
     let mut status = String::new();
     let read = std::fs::File::open(tree.join("var/lib/dpkg/status"))
@@ -279,7 +286,7 @@ pub(crate) fn guest_versions(tree: &Path) -> Vec<(&'static str, Option<String>)>
             s.lines().find_map(|l| l.strip_prefix("Version: ")).map(|v| crate::sanitize::inert_line(v, 60))
         })
     };
-    GUEST_PACKAGES.split(',').map(|pkg| (pkg, read.is_ok().then(|| version(pkg)).flatten())).collect()
+    pkgs.iter().map(|pkg| (*pkg, read.is_ok().then(|| version(pkg)).flatten())).collect()
 }
 
 /// The guest's packages, each with its version when known.

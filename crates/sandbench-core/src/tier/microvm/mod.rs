@@ -351,6 +351,16 @@ impl MicrovmTier {
                 ),
             ));
         }
+        if ready {
+            // Read from the guest's packages (doctor boots no guest for it).
+            let pkgs: Vec<String> = crate::tier::libraries::LIBRARIES.iter().map(|l| format!("python3-{l}")).collect();
+            let pkgs: Vec<&str> = pkgs.iter().map(String::as_str).collect();
+            checks.push(crate::tier::libraries::check_packages(
+                &artefacts::package_versions(&p.tree, &pkgs),
+                "in the guest (read from its packages)",
+                "not yet built into the guest: run such programs on the process, docker or gvisor tier",
+            ));
+        }
         let node = version("nodejs").map(|v| format!("node {v}")).unwrap_or_else(|| "node".into());
         let mut accel_name = "?";
         if ready {

@@ -63,8 +63,9 @@ each run's helper then starts in about half the CPU time",
                 None => checks.push(Check::fail(lang.name(), missing, fix)),
             }
         }
-        // The honest test: build a real sandbox and run a trivial program.
-        let mut spec = RunSpec::new(Language::Sh, "exit 0\n");
+        // The honest test: build a real sandbox and run a trivial program,
+        // which also says which data libraries import there.
+        let mut spec = RunSpec::new(Language::Sh, format!("{}exit 0\n", crate::tier::libraries::probe_sh()));
         spec.limits.wall_time = Duration::from_secs(10);
         spec.label = "doctor probe".into();
         let probe = ProcessTier {
@@ -108,6 +109,11 @@ each run's helper then starts in about half the CPU time",
                     seccomp::DENIED.len(),
                     seccomp::FAMILIES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
                 ),
+            ));
+            checks.push(crate::tier::libraries::check(
+                &report.stdout,
+                "in the sandbox",
+                "apt-get install --no-install-recommends python3-numpy python3-pandas python3-matplotlib (the sandbox sees the host's /usr)",
             ));
             checks.push(Check::ok("uid", uid_policy(self.uid_base, self.uid_count, &d["uid"])));
             checks.push(holds_check(&d["privileges"]));

@@ -1,10 +1,12 @@
 //! The sandbox's root file system, built by init in its mount namespace:
-//! the host's binaries bound read-only, a fresh `/etc` with copied files
-//! (and the run's CA when it has egress), and the size-capped scratch
+//! the host's binaries bound read-only, a fresh `/etc` with copied files,
+//! Debian's alternatives links (and the run's CA when it has egress), and
+//! the size-capped scratch
 //! mounts. One step of `init_main` (see the table of contents in
 //! `sandbox.rs`).
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -58,13 +60,21 @@ pub(super) fn tmpfs(dst: &Path, opts: &str, extra: MsFlags) -> Result<(), String
 pub const HOST_BINDS: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 /// Files copied (not bound) from the host's `/etc` into the sandbox's own:
-/// the loader's cache, certificates and OpenSSL's config. The interpreters'
+/// the loader's cache, certificates, OpenSSL's config and matplotlib's
+/// defaults (Debian's matplotlib reads `/etc/matplotlibrc` and refuses to
+/// import without it). The interpreters'
 /// config files are [`PYTHON_ETC`]; passwd, group and nsswitch.conf are
-/// generated. Nothing else of the host's `/etc` exists in the sandbox.
-pub const ETC_COPIED: &[&str] = &["ld.so.cache", "ssl/certs/ca-certificates.crt", "ssl/openssl.cnf"];
+/// generated; `/etc/alternatives` is recreated link by link
+/// ([`copy_alternatives`]). Nothing else of the host's `/etc` exists in the
+/// sandbox.
+pub const ETC_COPIED: &[&str] = &["ld.so.cache", "ssl/certs/ca-certificates.crt", "ssl/openssl.cnf", "matplotlibrc"];
 
 /// Python's own config under `/etc/python3*/` (Debian ships them there).
 pub const PYTHON_ETC: &[&str] = &["debian_config", "sitecustomize.py"];
+
+/// Most links of the host's `/etc/alternatives` recreated in the sandbox
+/// (Debian's has a few hundred); the root's inode budget allows for them.
+pub(super) const MAX_ALTERNATIVES: usize = 1024;
 
 /// Largest host file copied into the sandbox's `/etc`.
 pub(super) const MAX_ETC_FILE: u64 = 4 << 20;
@@ -117,6 +127,7 @@ pub(super) fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
             }
         }
     }
+    copy_alternatives(&etc.join("alternatives"))?;
     // localtime: the host's zone, by link into /usr (visible) or by copy.
     match fs::read_link(host.join("localtime")) {
         Ok(t) if t.starts_with("/usr/share/zoneinfo") => {
@@ -125,6 +136,71 @@ pub(super) fn build_etc(etc: &Path, owner: (u32, u32)) -> Result<(), String> {
         _ => copy_host_file(&host.join("localtime"), &etc.join("localtime"))?,
     }
     Ok(())
+}
+
+/// Debian's `/etc/alternatives`, recreated link by link: the bound
+/// binaries and libraries reach many of their names through it (`awk`,
+/// `which`, `nc`, `pager`; numpy's BLAS and LAPACK as `libblas.so.3`).
+/// Only symbolic links are recreated, and only those whose target is an
+/// absolute path into a directory of [`HOST_BINDS`] without `..`: nothing
+/// there reaches past what the sandbox sees anyway, and a file or link
+/// someone put there pointing elsewhere is left out. The directory is opened
+/// without following a link and read fd-relative (readlinkat never follows
+/// the name it reads).
+pub(super) fn copy_alternatives(dst: &Path) -> Result<(), String> {
+    use nix::fcntl::{open, readlinkat, OFlag};
+    use nix::sys::stat::Mode;
+    let host = "/etc/alternatives";
+    let fd =
+        match open(host, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
+            Ok(fd) => fd,
+            // Not a Debian host, or a link where the directory should be: nothing to recreate.
+            Err(nix::Error::ENOENT | nix::Error::ELOOP | nix::Error::ENOTDIR) => return Ok(()),
+            Err(e) => return Err(format!("open {host}: {e}")),
+        };
+    let mut dir = nix::dir::Dir::from_fd(fd).map_err(|e| format!("read {host}: {e}"))?;
+    let mut names = vec![];
+    for entry in dir.iter() {
+        let Ok(entry) = entry else { break };
+        let name = entry.file_name().to_bytes();
+        if names.len() >= MAX_ALTERNATIVES || name.starts_with(b".") {
+            continue;
+        }
+        if entry.file_type().is_some_and(|t| t != nix::dir::Type::Symlink) {
+            continue;
+        }
+        names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
+    }
+    let mut links = vec![];
+    for name in names {
+        // EINVAL: not a link after all.
+        let Ok(target) = readlinkat(&dir, name.as_os_str()) else { continue };
+        if alternative_allowed(Path::new(&target)) {
+            links.push((name, target));
+        }
+    }
+    if links.is_empty() {
+        return Ok(());
+    }
+    fs::create_dir(dst).map_err(|e| format!("mkdir /etc/alternatives: {e}"))?;
+    for (name, target) in links {
+        std::os::unix::fs::symlink(&target, dst.join(&name))
+            .map_err(|e| format!("symlink /etc/alternatives/{}: {e}", name.to_string_lossy()))?;
+    }
+    Ok(())
+}
+
+/// Whether an alternative's target stays inside the host directories the
+/// sandbox binds: absolute, no `.` or `..`, first component one of
+/// [`HOST_BINDS`].
+pub(super) fn alternative_allowed(target: &Path) -> bool {
+    use std::path::Component;
+    let mut parts = target.components();
+    if parts.next() != Some(Component::RootDir) || target.as_os_str().len() > 1024 {
+        return false;
+    }
+    let Some(Component::Normal(first)) = parts.next() else { return false };
+    HOST_BINDS.iter().any(|d| first == *d) && parts.all(|c| matches!(c, Component::Normal(_)))
 }
 
 /// The system bundle as the sandbox sees it (its own copy, in its `/etc`).
@@ -159,7 +235,8 @@ pub(super) fn build_root(disk_bytes: u64, owner: (u32, u32), run_ca: Option<&str
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(|e| r(e, "make mounts private"))?;
     let root = Path::new("/tmp");
-    tmpfs(root, "size=4m,nr_inodes=512,mode=0755", MsFlags::empty())?;
+    // Inodes for the generated /etc and the recreated alternatives.
+    tmpfs(root, &format!("size=4m,nr_inodes={},mode=0755", 512 + MAX_ALTERNATIVES), MsFlags::empty())?;
     for d in HOST_BINDS {
         let src = Path::new("/").join(d);
         let dst = root.join(d);
@@ -266,5 +343,32 @@ pub(super) fn scratch_opts(which: &str, size: u64, (uid, gid): (u32, u32)) -> St
     match which {
         "work" => format!("size={size},nr_inodes=4096,mode=0700,uid={uid},gid={gid}"),
         _ => format!("size={size},nr_inodes=4096,mode=1777"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_alternative_is_kept_only_when_it_points_into_a_bound_directory() {
+        for t in ["/usr/bin/mawk", "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3", "/bin/nc.openbsd", "/usr/./bin/vi"] {
+            assert!(alternative_allowed(Path::new(t)), "{t}");
+        }
+        for t in [
+            "/etc/shadow",
+            "/root/.ssh/id_rsa",
+            "/usr/../etc/shadow",
+            "/usr/bin/../../etc/shadow",
+            "usr/bin/mawk",
+            "../usr/bin/mawk",
+            "/",
+            "/usrx/bin/a",
+            "/proc/self/root",
+            "/var/run/docker.sock",
+        ] {
+            assert!(!alternative_allowed(Path::new(t)), "{t}");
+        }
+        assert!(!alternative_allowed(Path::new(&format!("/usr/{}", "a/".repeat(600)))));
     }
 }
