@@ -112,6 +112,20 @@ fn raw_cause(e: &bollard::errors::Error) -> String {
     }
 }
 
+/// How an error starts when the engine, not the run, failed: a front end
+/// and a test can tell it from a verdict on the program.
+pub(crate) const ENGINE_GONE: &str = "the Docker engine stopped answering";
+
+/// True when the engine never answered the request (the connection was
+/// refused, dropped or timed out), as opposed to answering with an error.
+pub(crate) fn is_unreachable(e: &bollard::errors::Error) -> bool {
+    !matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError { .. }
+            | bollard::errors::Error::DockerContainerWaitError { .. }
+    )
+}
+
 /// True for "404 no such image/container".
 pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
     matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
@@ -157,6 +171,15 @@ impl Engine {
             server_version: version.version.unwrap_or_else(|| "?".into()),
             runtimes,
         })
+    }
+
+    /// Whether the engine answers a ping within `within`; else why not.
+    pub(crate) async fn answers(&self, within: Duration) -> Result<(), String> {
+        match tokio::time::timeout(within, self.docker.ping()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(cause(&e)),
+            Err(_) => Err(format!("no answer within {} s", within.as_secs())),
+        }
     }
 
     /// Is the image there? Ok(false) when the engine says no such image.

@@ -112,13 +112,46 @@ pub(crate) async fn create_and_start(
 }
 
 /// Remove a container for good (kill if running). Errors are logged: the
-/// next start reaps whatever this could not remove.
+/// next start reaps whatever this could not remove. An engine that does
+/// not answer (restarting, stopped for a moment) is asked again in the
+/// background until it does, for up to [`REMOVE_LATER`]: a restarted engine
+/// keeps the containers it held, and these are sandbench's to remove.
 pub(crate) async fn remove(docker: &Docker, id: &str) {
+    if remove_now(docker, id).await.is_err() {
+        let (docker, id) = (docker.clone(), id.to_string());
+        crate::tier::background::spawn(async move {
+            let end = tokio::time::Instant::now() + REMOVE_LATER;
+            while tokio::time::Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if remove_now(&docker, &id).await.is_ok() {
+                    return;
+                }
+            }
+            tracing::warn!("cannot remove container {}: its engine did not answer again", short(&id));
+        });
+    }
+}
+
+/// How long a removal waits for an engine that stopped answering.
+const REMOVE_LATER: Duration = Duration::from_secs(60);
+
+/// Err only when the engine did not answer at all.
+async fn remove_now(docker: &Docker, id: &str) -> Result<(), ()> {
     let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
     for attempt in 0..3 {
         match docker.remove_container(id, Some(opts.clone())).await {
-            Ok(()) => return scratch::release(id),
-            Err(e) if engine::is_not_found(&e) => return scratch::release(id),
+            Ok(()) => {
+                scratch::release(id);
+                return Ok(());
+            }
+            Err(e) if engine::is_not_found(&e) => {
+                scratch::release(id);
+                return Ok(());
+            }
+            Err(e) if engine::is_unreachable(&e) => {
+                tracing::debug!("remove {}: {}", short(id), engine::cause(&e));
+                return Err(());
+            }
             // "removal already in progress" and similar races settle quickly.
             Err(e) => {
                 if attempt == 2 {
@@ -128,6 +161,7 @@ pub(crate) async fn remove(docker: &Docker, id: &str) {
             }
         }
     }
+    Ok(())
 }
 
 /// A container's state, from the engine: its loader's pid (None when

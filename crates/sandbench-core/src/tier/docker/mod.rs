@@ -53,6 +53,10 @@ pub(crate) fn configured_image(config: &Config) -> String {
     config.host.docker_image.clone().unwrap_or_else(|| config.docker.image.clone())
 }
 
+/// How long the engine has to answer a ping before a run counts it as
+/// gone: a healthy one answers in a millisecond, even when busy.
+const ENGINE_CHECK: Duration = Duration::from_secs(2);
+
 pub struct DockerTier {
     name: &'static str,
     /// None = the daemon's default runtime; Some("runsc") for gVisor.
@@ -115,6 +119,41 @@ impl DockerTier {
         let e = Engine::connect(&self.endpoint).await?;
         *slot = Some(e.clone());
         Ok(e)
+    }
+
+    /// Whether the engine answers now (after a run failed: was it the
+    /// engine?). When it does not, the next use connects afresh: a
+    /// restarted engine is found again without a restart of sandbench.
+    async fn engine_answers(&self) -> Result<(), String> {
+        let Some(engine) = self.engine.lock().await.clone() else { return Ok(()) };
+        let r = engine.answers(ENGINE_CHECK).await;
+        if r.is_err() {
+            self.reconnect().await;
+        }
+        r
+    }
+
+    /// The engine for a run, answering: a cached connection to an engine
+    /// that restarted since is replaced, and an engine that does not answer
+    /// (stopped, frozen) fails the run at once instead of holding it for
+    /// the requests' long timeout.
+    async fn engine_for_run(&self) -> anyhow::Result<Engine> {
+        let engine = self.engine_with_runtime().await?;
+        if engine.answers(ENGINE_CHECK).await.is_ok() {
+            return Ok(engine);
+        }
+        self.reconnect().await;
+        let engine = self.engine_with_runtime().await?;
+        if let Err(why) = engine.answers(ENGINE_CHECK).await {
+            self.reconnect().await;
+            anyhow::bail!(
+                "{} at {} ({why}): the run did not start; {}",
+                engine::ENGINE_GONE,
+                engine.host,
+                engine::start_daemon_hint(&engine.host)
+            );
+        }
+        Ok(engine)
     }
 
     /// Connect again at the next use: what the engine said about itself
@@ -329,7 +368,17 @@ impl Tier for DockerTier {
     }
 
     fn run(&self, spec: RunSpec, ctx: RunContext) -> BoxFuture<'_, anyhow::Result<TierExit>> {
-        Box::pin(self.run_inner(spec, ctx))
+        Box::pin(async move {
+            let result = self.run_inner(spec, ctx).await;
+            match result {
+                Err(e) if !e.to_string().starts_with(engine::ENGINE_GONE) => match self.engine_answers().await {
+                    // The engine is fine: the error is the run's own.
+                    Ok(()) => Err(e),
+                    Err(why) => Err(anyhow::anyhow!("{} ({why}) during the run: {e:#}", engine::ENGINE_GONE)),
+                },
+                other => other,
+            }
+        })
     }
 
     /// With the pooled containers' memory (their cgroups' usage; unknown

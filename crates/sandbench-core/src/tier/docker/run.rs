@@ -30,7 +30,7 @@ use crate::tier::contract::TierExit;
 impl DockerTier {
     pub(super) async fn run_inner(&self, spec: RunSpec, ctx: RunContext) -> anyhow::Result<TierExit> {
         ctx.emit(EventKind::Phase(Phase::Preparing)).await;
-        let engine = &self.engine_with_runtime().await?;
+        let engine = &self.engine_for_run().await?;
         let shape = self.shape(&spec);
         let nth = self.runs.fetch_add(1, Ordering::Relaxed);
         let pool = self.pool(engine);
@@ -203,6 +203,7 @@ impl DockerTier {
             guarded: None,
             mux,
             ack: Some(ack_tx),
+            kill_sent: None,
         };
         let mut frames = container::Frames::default();
         let mut pump =
@@ -226,6 +227,9 @@ impl DockerTier {
             None => json!("none (network_mode none)"),
         };
         if let Some(why) = pump.broken.take() {
+            if why.starts_with(engine::ENGINE_GONE) {
+                return Err(anyhow!("{why}"));
+            }
             return Err(anyhow!("the container's loader sent an unreadable stream ({why}); the run is void"));
         }
         if let Some(e) = side.wait_error.take() {
@@ -436,19 +440,48 @@ struct RunSide<'a> {
     guarded: Option<u64>,
     mux: Option<crate::egress::mux::Mux>,
     ack: Option<tokio::sync::oneshot::Sender<()>>,
+    /// When the first kill was asked for: an engine that has not carried it
+    /// out within [`KILL_ANSWER`] (frozen, wedged) would hold the run past
+    /// its limits.
+    kill_sent: Option<tokio::time::Instant>,
+}
+
+/// How long the engine has to end a container it was told to kill before
+/// the run stops waiting for it (a SIGKILL'd container ends in
+/// milliseconds; its output then has [`super::pump`]'s grace on top).
+const KILL_ANSWER: Duration = Duration::from_secs(3);
+
+fn engine_unanswered_kill() -> String {
+    format!(
+        "{}: it did not end the container within {} s of being told to kill it (stopped, frozen or overloaded?); the run is void",
+        engine::ENGINE_GONE,
+        KILL_ANSWER.as_secs()
+    )
 }
 
 impl Side for RunSide<'_> {
     async fn kill(&mut self) -> Result<(), String> {
         kill(self.docker, self.id);
+        self.kill_sent.get_or_insert_with(tokio::time::Instant::now);
         Ok(())
     }
 
     async fn beside(&mut self) -> Beside {
+        let unanswered = async {
+            match self.kill_sent {
+                Some(at) => tokio::time::sleep_until(at + KILL_ANSWER).await,
+                None => std::future::pending().await,
+            }
+        };
         if self.exit_code.is_some() || self.wait_error.is_some() {
-            return std::future::pending().await;
+            unanswered.await;
+            return Beside::Broken(engine_unanswered_kill());
         }
-        match self.wait.next().await {
+        let next = tokio::select! {
+            n = self.wait.next() => n,
+            _ = unanswered => return Beside::Broken(engine_unanswered_kill()),
+        };
+        match next {
             Some(Ok(r)) => self.exit_code = Some(r.status_code),
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => self.exit_code = Some(code),
             Some(Err(e)) => self.wait_error = Some(engine::cause(&e)),

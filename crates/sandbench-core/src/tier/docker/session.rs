@@ -156,16 +156,26 @@ pub(crate) async fn open(
             );
             let _ = wait.next().await;
             // The wait also ends when the engine's connection drops: only a
-            // container the engine no longer runs ends the session.
+            // container the engine no longer runs, or an engine gone, ends
+            // the session.
             match super::lifecycle::state_of(&at, &cid).await {
                 Ok(_) => {}
-                // An engine that does not answer for a moment (restarting
-                // with live-restore, busy) has not ended the container:
-                // asked again, never taken as the end.
+                // The wait's connection dropped and the engine does not
+                // answer: the daemon ended (a crash, a restart). The
+                // session's one attach went through it and is lost with it
+                // (a restarted daemon does not restore attaches), so the
+                // session cannot go on even if its container lives. (A
+                // frozen engine keeps the wait open: that is not this.)
                 Err(cause) if cause.starts_with(super::lifecycle::ENGINE_SILENT) => {
+                    let cause = format!(
+                        "the Docker engine went away (restarted or stopped) and the session's attach to its container with it — {cause}"
+                    );
                     tracing::debug!("session {}: {cause}", short(&cid));
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
+                    if let Ok(mut w) = why.lock() {
+                        w.get_or_insert(cause);
+                    }
+                    fire.cancel();
+                    return;
                 }
                 Err(mut cause) => {
                     // `docker rm -f` kills first and removes a moment later:
