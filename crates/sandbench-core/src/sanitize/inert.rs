@@ -353,12 +353,12 @@ mod tests {
 
     #[test]
     fn every_string_and_key_of_a_serialized_value_is_inert() {
-        #[derive(Serialize)]
+        #[derive(serde::Serialize)]
         enum E {
             V { s: String },
             T(String, char),
         }
-        #[derive(Serialize)]
+        #[derive(serde::Serialize)]
         struct R {
             a: String,
             m: std::collections::BTreeMap<String, Vec<Option<String>>>,
