@@ -389,7 +389,7 @@ mod tests {
             }
         }
         walk(&back, &mut strings);
-        assert_eq!(strings.len(), 11, "{text}");
+        assert_eq!(strings.len(), 15, "{text}");
         for s in &strings {
             assert!(!needs_inert(s), "{s:?} in {text}");
         }
