@@ -196,12 +196,7 @@ pub fn ticks(lo: f64, hi: f64) -> Vec<f64> {
 
 /// Text for SVG/HTML: inert (no control characters) and escaped.
 pub fn escape(s: &str) -> String {
-    crate::sanitize::inert_line(s, 200)
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
+    crate::sanitize::inert::xml_text(s, 200)
 }
 
 /// The chart as one self-contained SVG element (no scripts, no external

@@ -129,7 +129,13 @@ pub struct Usage {
     pub peak_pids: Option<u64>,
 }
 
+/// Its `Serialize` is the one exit for the program's text it carries
+/// (output, violation details, notes, file names, the tier's details):
+/// every string is written inert ([`crate::sanitize::inert`]), whatever the
+/// field, so `run --format json`, the run log, MCP's structured content and
+/// the shared report cannot carry it raw.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct RunReport {
     pub tier: String,
     pub language: String,
@@ -174,6 +180,8 @@ pub struct RunReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incomplete: Vec<Incomplete>,
 }
+
+crate::sanitize::inert::inert_serialize!(RunReport);
 
 /// One secret of a run, as its report shows it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -261,13 +269,13 @@ impl RunReport {
     pub fn summary_line(&self) -> String {
         let mut s = format!("{} · {}", self.outcome.name(), self.exit.describe());
         if let Some(e) = &self.error {
-            s = format!("{} · {e}", self.outcome.name());
+            s = format!("{} · {}", self.outcome.name(), crate::sanitize::inert_line(e, 400));
         }
         for v in &self.violations {
             s.push_str(&format!(" · {} at {}", v.kind.name(), crate::units::duration_ms(v.at_ms)));
         }
         for b in &self.incomplete {
-            s.push_str(&format!(" · incomplete: {}", b.detail));
+            s.push_str(&format!(" · incomplete: {}", crate::sanitize::inert_line(&b.detail, 400)));
         }
         s.push_str(&format!(" · {} total", crate::units::duration_ms(self.timings_ms.total)));
         if let Some(k) = self.start() {

@@ -31,7 +31,10 @@ pub const DEFAULT_MAX_BYTES: u64 = 8 << 20;
 pub const DEFAULT_KEEP: usize = 3;
 
 /// One run as the log keeps it. Field names are a contract like the report's.
+/// Written inert like the report ([`crate::sanitize::inert`]): the code, the
+/// label and the client's name are as untrusted as the program's output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct Entry {
     /// RFC 3339, UTC, milliseconds.
     pub time: String,
@@ -56,6 +59,8 @@ pub struct Entry {
     /// The full verdict and timings; stdout/stderr bounded like the code.
     pub report: RunReport,
 }
+
+crate::sanitize::inert::inert_serialize!(Entry);
 
 impl Entry {
     pub fn new(front_end: &str, client: Option<&str>, spec: &RunSpec, report: &RunReport) -> Entry {

@@ -7,6 +7,8 @@
 //! terminal line or a report field; the workbench's stateful, colour-keeping
 //! sanitizer is built on the same class ([`is_hidden`]) in the front end.
 
+pub mod inert;
+
 use unicode_general_category::{get_general_category, GeneralCategory};
 
 /// Whether `c` is hidden: it does not show as itself, or it changes how the

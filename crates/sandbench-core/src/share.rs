@@ -273,8 +273,10 @@ pub struct Frontier {
     pub missing: Vec<(String, String)>,
 }
 
-/// Everything the page shows, and exactly what `--format json` prints.
+/// Everything the page shows, and exactly what `--format json` prints
+/// (written inert, [`crate::sanitize::inert`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct Report {
     pub sandbench_version: String,
     pub generated_at: String,
@@ -287,6 +289,8 @@ pub struct Report {
     pub host_during_gauntlet: Vec<HostRow>,
     pub frontier: Frontier,
 }
+
+crate::sanitize::inert::inert_serialize!(Report);
 
 fn cut(s: &mut String, truncated: &mut bool) {
     if s.len() > OUTPUT_SHOWN {
@@ -433,12 +437,12 @@ fn html_escape(s: &str) -> String {
 
 /// One line of untrusted text, inert and escaped.
 pub fn esc(s: &str) -> String {
-    html_escape(&crate::sanitize::inert_line(s, 400))
+    crate::sanitize::inert::html_text(s, 400)
 }
 
 /// A block of untrusted output (kept lines), inert and escaped.
 pub fn esc_block(s: &str) -> String {
-    html_escape(&crate::sanitize::visible_controls(s.as_bytes()))
+    crate::sanitize::inert::html_block(s)
 }
 
 fn fmt_num(v: f64, dp: usize) -> String {

@@ -111,7 +111,11 @@ pub struct Latency {
     pub p95_ms: f64,
 }
 
+/// Written inert (`gauntlet --format json`, the state dir), like the
+/// report ([`crate::sanitize::inert`]): findings and verdicts quote what
+/// the programs chose.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct Matrix {
     pub tiers: Vec<String>,
     pub skipped_tiers: Vec<(String, String)>,
@@ -128,6 +132,8 @@ pub struct Matrix {
     #[serde(default)]
     pub scales: Vec<TierScale>,
 }
+
+crate::sanitize::inert::inert_serialize!(Matrix);
 
 /// What one tier's cells ran under: the plan's limits, the wall limit
 /// stretched by the machine's load as measured on the tier, and an emulated

@@ -284,7 +284,7 @@ fn network_summary(r: &RunReport) -> String {
             ),
             Decision::Denied => format!("denied  {} {}:{} — {}", n.method, n.host, n.port, n.detail),
         };
-        s.push_str(&format!("          {}\n", sanitize::visible_controls(line.as_bytes())));
+        s.push_str(&format!("          {}\n", sanitize::inert_line(&line, 400)));
     }
     if r.network.len() > 10 {
         s.push_str(&format!("          … {} more in the report's network list\n", r.network.len() - 10));
@@ -294,12 +294,15 @@ fn network_summary(r: &RunReport) -> String {
 
 /// The closing lines of a text-mode run.
 pub fn summary(r: &RunReport) -> String {
+    // Every text that is not sandbench's own is one inert line: a newline
+    // in it would forge a line of the summary.
+    let line = |s: &str| sanitize::inert_line(s, 400);
     let t = &r.timings_ms;
     let u = &r.usage;
     let mut s = format!(
         "── sandbench · {} · {} ──\noutcome   {}\nexit      {}\n",
-        r.tier,
-        r.label,
+        line(&r.tier),
+        line(&r.label),
         r.outcome.name(),
         r.exit.describe()
     );
@@ -313,16 +316,17 @@ pub fn summary(r: &RunReport) -> String {
         s.push_str(&format!("shell     {}\n", crate::sanitize::inert_line(shell, 120)));
     }
     if let Some(e) = &r.error {
-        s.push_str(&format!("error     {e}\n"));
+        s.push_str(&format!("error     {}\n", line(e)));
     }
     if !r.degraded.is_empty() {
-        s.push_str(&format!("DEGRADED  the sandbox lacked: {}\n", r.degraded.join("; ")));
+        let lacked: Vec<String> = r.degraded.iter().map(|d| line(d)).collect();
+        s.push_str(&format!("DEGRADED  the sandbox lacked: {}\n", lacked.join("; ")));
     }
     for v in &r.violations {
-        s.push_str(&format!("violation {} at {}: {}\n", v.kind.name(), units::duration_ms(v.at_ms), v.detail));
+        s.push_str(&format!("violation {} at {}: {}\n", v.kind.name(), units::duration_ms(v.at_ms), line(&v.detail)));
     }
     for b in &r.incomplete {
-        s.push_str(&format!("INCOMPLETE {}: {}\n", b.bound, b.detail));
+        s.push_str(&format!("INCOMPLETE {}: {}\n", line(&b.bound), line(&b.detail)));
     }
     if !r.limits.network.is_none() || !r.network.is_empty() {
         s.push_str(&network_summary(r));
@@ -343,9 +347,9 @@ pub fn summary(r: &RunReport) -> String {
         };
         s.push_str(&format!(
             "secret    {} → {} (in {}) · substituted {} · scrubbed {}{by} · misdirected {}{leak}\n",
-            x.name,
-            x.hosts.join(", "),
-            x.places,
+            line(&x.name),
+            line(&x.hosts.join(", ")),
+            line(&x.places),
             x.substituted,
             x.scrubbed,
             x.misdirected

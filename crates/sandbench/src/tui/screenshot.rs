@@ -72,19 +72,12 @@ fn indexed(i: u8) -> (u8, u8, u8) {
     }
 }
 
+/// A run of cells as SVG text: the one inert XML form (escaped, hidden
+/// characters and noncharacters shown by name). The sanitizer never lets
+/// such characters into the buffer, but a picture must parse and hold no
+/// control whatever drew the buffer.
 fn xml(s: &str, out: &mut String) {
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            // XML 1.0 has no place for other C0 controls; the sanitizer
-            // never lets them into the buffer, but a picture must parse.
-            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push(' '),
-            c => out.push(c),
-        }
-    }
+    out.push_str(&sandbench_core::sanitize::inert::xml_text(s, s.chars().count()));
 }
 
 /// The buffer as a standalone SVG document; `fg`/`bg` stand for the

@@ -75,6 +75,7 @@ mod tui_runs;
 mod tui_screens;
 mod tui_snapshots;
 mod tui_views;
+mod untrusted_exits;
 
 fn main() {
     support::harness::main();
