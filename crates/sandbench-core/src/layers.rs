@@ -50,8 +50,9 @@ const LAYERS: &Table = &[
     // the table of the own tiers (plain data every list of tiers reads).
     ("contract", &["tier::contract", "tier::kinds"]),
     // What drives any `dyn Tier` and what tiers use while they run: the
-    // runner, sessions, the judge, the egress proxy, background teardowns.
-    ("engine", &["runner", "session", "judge", "egress", "tier::background"]),
+    // runner, sessions, the judge, the egress proxy, background teardowns,
+    // the data-library check every tier's probe asks.
+    ("engine", &["runner", "session", "judge", "egress", "tier::background", "tier::libraries"]),
     // The tiers themselves (a tier may use another's parts: peers run in
     // the process tier's cgroups).
     ("tiers", &["tier::process", "tier::docker", "tier::microvm", "tier::e2b", "tier::peer"]),
