@@ -9,8 +9,10 @@ use crate::spec::Limits;
 
 /// The version of the JSON report's shape (`schema_version` in `run
 /// --format json`, `compare --format json` and error objects): raised when a
-/// field changes meaning or goes; new fields do not raise it.
-pub const SCHEMA_VERSION: u32 = 1;
+/// field changes meaning or goes; new fields do not raise it. 2: every
+/// string is inert (`stdout`, `stderr` and the rest show hidden characters
+/// by name), where 1 carried the program's text as it came.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A report as the headless commands print it: the record with its
 /// `schema_version` first.

@@ -61,7 +61,7 @@ fn bad_input_is_one_line_and_exit_2() {
                 .unwrap_or_else(|e| panic!("{with:?}: stdout is not one JSON value ({e}): {out:?}"));
             assert_eq!(v["outcome"], "error", "{with:?}: {v}");
             assert_eq!(v["exit_code"], 2, "{with:?}: {v}");
-            assert_eq!(v["schema_version"], 1, "{with:?}: {v}");
+            assert_eq!(v["schema_version"], sandbench::report::SCHEMA_VERSION, "{with:?}: {v}");
             assert!(v["error"].as_str().is_some_and(|e| e.contains(want)), "{with:?}: wanted {want:?} in {v}");
         }
     }
