@@ -419,22 +419,6 @@ pub fn json(r: &Report) -> String {
 
 // ---- HTML ----------------------------------------------------------------
 
-/// Text for HTML: escaped, and for text from a sandbox inert first.
-fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// One line of untrusted text, inert and escaped.
 pub fn esc(s: &str) -> String {
     crate::sanitize::inert::html_text(s, 400)
@@ -452,7 +436,10 @@ fn fmt_num(v: f64, dp: usize) -> String {
 /// A number the browser test checks against the JSON at `ptr`.
 fn num(ptr: &str, v: Option<f64>, dp: usize) -> String {
     let text = v.map(|v| fmt_num(v, dp)).unwrap_or_else(|| "—".into());
-    format!("<span class=\"n\" data-json=\"{}\" data-dp=\"{dp}\">{text}</span>", html_escape(ptr))
+    format!(
+        "<span class=\"n\" data-json=\"{}\" data-dp=\"{dp}\">{text}</span>",
+        crate::sanitize::inert::escape_markup(ptr)
+    )
 }
 
 fn int(ptr: &str, v: usize) -> String {

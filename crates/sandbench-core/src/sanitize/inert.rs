@@ -49,7 +49,9 @@ fn is_nonchar(c: char) -> bool {
     (0xFDD0..=0xFDEF).contains(&u) || u & 0xFFFE == 0xFFFE
 }
 
-fn escape_markup(s: &str) -> String {
+/// `& < > " '` escaped and noncharacters named: text (ours or already
+/// inert) for HTML or SVG, in an element or a quoted attribute.
+pub(crate) fn escape_markup(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -87,7 +87,7 @@ async fn list_models(args: &AgentArgs, config: &Config) -> anyhow::Result<i32> {
     let offered = models.iter().any(|m| m.id == configured);
     if args.format == Format::Json {
         let v = serde_json::json!({"configured": configured, "configured_offered": offered, "models": models});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        super::emit_json(&v)?;
         return Ok(0);
     }
     // Everything here is the server's text: bounded, controls made visible.

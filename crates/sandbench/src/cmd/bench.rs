@@ -402,7 +402,7 @@ async fn soak(args: BenchArgs, config: &Config) -> anyhow::Result<i32> {
     let r = sandbench_core::soak::run(tiers, skipped, samples, cfg, &mut progress).await;
     bar.finish();
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
+        Format::Json => super::emit_json(&r)?,
         Format::Text => print!("{}", render_soak(&r)),
     }
     Ok(if r.passed() { 0 } else { 1 })

@@ -29,7 +29,20 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// [`emit`] a value as pretty JSON, newline-terminated.
+/// A value as pretty JSON, newline-terminated, through the inert serializer
+/// whatever the value: a record added later (the agent's transcript was
+/// one) cannot hand a program's or a model's text out raw.
+pub fn json_text(value: &impl serde::Serialize) -> serde_json::Result<String> {
+    struct Inert<'a, T: ?Sized>(&'a T);
+    impl<T: serde::Serialize + ?Sized> serde::Serialize for Inert<'_, T> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            crate::sanitize::inert::serialize(self.0, s)
+        }
+    }
+    Ok(serde_json::to_string_pretty(&Inert(value))? + "\n")
+}
+
+/// [`emit`] a value as [`json_text`].
 pub fn emit_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    emit(&(serde_json::to_string_pretty(value)? + "\n"))
+    emit(&json_text(value)?)
 }

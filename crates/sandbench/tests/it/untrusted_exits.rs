@@ -3,6 +3,7 @@
 //! characters, line separators, NUL, CR, invalid UTF-8, markup, `]]>`, an
 //! entity, noncharacters, forged lines) put in every text field a report
 //! has and fed through every output: the terminal summary, the JSON report,
+//! the agent's transcript (everything the CLI prints as JSON),
 //! the run log's entry, MCP's text and structured content, the shared
 //! report's HTML page and JSON record, the frontier and histogram SVGs and
 //! the workbench's SVG picture.
@@ -201,8 +202,39 @@ fn outputs(s: &str) -> Vec<(&'static str, String, bool)> {
         }
         sandbench::tui::screenshot::svg(&buf, ratatui::style::Color::Reset, ratatui::style::Color::Reset)
     };
+    let transcript = {
+        use sandbench::agent::{EndReason, Transcript, TranscriptEvent};
+        let t = |x: &str| x.to_string();
+        Transcript {
+            task: t(s),
+            model: t("m"),
+            tier: t("process"),
+            reason: EndReason::FinalAnswer,
+            turns: 1,
+            answer: Some(t(s)),
+            error: Some(t(s)),
+            events: vec![
+                TranscriptEvent::Text { turn: 1, text: t(s) },
+                TranscriptEvent::ToolCall { turn: 1, id: t("c1"), language: t("python"), code: t(s) },
+                TranscriptEvent::ToolResult {
+                    id: t("c1"),
+                    outcome: t("ok"),
+                    summary: t(s),
+                    content: t(s),
+                    is_error: false,
+                    report: Some(Box::new(r.clone())),
+                },
+                TranscriptEvent::Finished { reason: EndReason::FinalAnswer, turns: 1, answer: Some(t(s)), error: None },
+            ],
+        }
+    };
     vec![
         ("terminal summary", sandbench::cmd::run::summary(&r), false),
+        (
+            "agent transcript JSON (sandbench agent --format json)",
+            sandbench::cmd::json_text(&transcript).unwrap(),
+            false,
+        ),
         ("summary line", r.summary_line(), false),
         ("JSON report", serde_json::to_string(&r.versioned()).unwrap(), false),
         ("run log entry", serde_json::to_string(&entry).unwrap(), false),
