@@ -76,18 +76,36 @@ pub const PYTHON_ETC: &[&str] = &["debian_config", "sitecustomize.py"];
 /// (Debian's has a few hundred); the root's inode budget allows for them.
 pub(super) const MAX_ALTERNATIVES: usize = 1024;
 
+/// What the recreated links' targets may take of the root tmpfs (4 MiB).
+const ALTERNATIVES_BYTES: usize = 512 << 10;
+
 /// Largest host file copied into the sandbox's `/etc`.
 pub(super) const MAX_ETC_FILE: u64 = 4 << 20;
 
+/// Copy a host file into the sandbox's `/etc` (as root, before the program
+/// exists): the file itself, never what a link in its place points at (a
+/// link from `/etc/matplotlibrc` to `/etc/shadow` would otherwise put the
+/// shadow file in every sandbox), and only what was read from the one open
+/// descriptor, bounded — no check on a path followed by a copy of it.
 pub(super) fn copy_host_file(src: &Path, dst: &Path) -> Result<(), String> {
-    let Ok(meta) = fs::metadata(src) else { return Ok(()) }; // absent on this host: nothing to copy
-    if !meta.is_file() || meta.len() > MAX_ETC_FILE {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened =
+        fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK).open(src);
+    // Absent on this host, or a link, a fifo, a device: nothing to copy.
+    let Ok(file) = opened else { return Ok(()) };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    let mut bytes = vec![];
+    file.take(MAX_ETC_FILE + 1).read_to_end(&mut bytes).map_err(|e| format!("read {}: {e}", src.display()))?;
+    if bytes.len() as u64 > MAX_ETC_FILE {
         return Ok(());
     }
     if let Some(dir) = dst.parent() {
         fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
     }
-    fs::copy(src, dst).map_err(|e| format!("copy {}: {e}", src.display()))?;
+    fs::write(dst, &bytes).map_err(|e| format!("copy {}: {e}", src.display()))?;
     fs::set_permissions(dst, fs::Permissions::from_mode(0o644)).map_err(|e| format!("chmod {}: {e}", dst.display()))
 }
 
@@ -163,21 +181,37 @@ pub(super) fn copy_alternatives(dst: &Path) -> Result<(), String> {
     for entry in dir.iter() {
         let Ok(entry) = entry else { break };
         let name = entry.file_name().to_bytes();
-        if names.len() >= MAX_ALTERNATIVES || name.starts_with(b".") {
-            continue;
+        // Reading stops at a bound well past Debian's few hundred.
+        if names.len() >= 8 * MAX_ALTERNATIVES {
+            break;
         }
-        if entry.file_type().is_some_and(|t| t != nix::dir::Type::Symlink) {
+        if name.starts_with(b".") || entry.file_type().is_some_and(|t| t != nix::dir::Type::Symlink) {
             continue;
         }
         names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
     }
+    // In name order, so which links a bound leaves out does not depend on
+    // the directory's hash order.
+    names.sort();
     let mut links = vec![];
+    // The root tmpfs is 4 MiB: a target longer than a short link's inline
+    // space takes a page of it. What the links may take stays well inside.
+    let mut budget: usize = ALTERNATIVES_BYTES;
     for name in names {
+        if links.len() >= MAX_ALTERNATIVES {
+            break;
+        }
         // EINVAL: not a link after all.
         let Ok(target) = readlinkat(&dir, name.as_os_str()) else { continue };
-        if alternative_allowed(Path::new(&target)) {
-            links.push((name, target));
+        if !alternative_allowed(Path::new(&target)) {
+            continue;
         }
+        let cost = if target.len() > 128 { 4096 } else { target.len() };
+        if cost > budget {
+            break;
+        }
+        budget -= cost;
+        links.push((name, target));
     }
     if links.is_empty() {
         return Ok(());
@@ -349,6 +383,26 @@ pub(super) fn scratch_opts(which: &str, size: u64, (uid, gid): (u32, u32)) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_file_is_copied_but_never_through_a_link_or_past_its_bound() {
+        let d = tempfile::tempdir().unwrap();
+        let secret = d.path().join("shadow");
+        fs::write(&secret, "root:secret-hash").unwrap();
+        let plain = d.path().join("plain.conf");
+        fs::write(&plain, "ok").unwrap();
+        let link = d.path().join("matplotlibrc");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let big = d.path().join("big");
+        fs::File::create(&big).unwrap().set_len(MAX_ETC_FILE + 1).unwrap();
+        let out = d.path().join("out");
+        for (src, want) in [(&plain, Some("ok")), (&link, None), (&big, None), (&d.path().join("absent"), None)] {
+            let dst = out.join(src.file_name().unwrap());
+            copy_host_file(src, &dst).unwrap();
+            assert_eq!(fs::read_to_string(&dst).ok().as_deref(), want, "{}", src.display());
+        }
+        assert_eq!(fs::metadata(out.join("plain.conf")).unwrap().permissions().mode() & 0o777, 0o644);
+    }
 
     #[test]
     fn an_alternative_is_kept_only_when_it_points_into_a_bound_directory() {
