@@ -451,9 +451,36 @@ struct RunSide<'a> {
 /// milliseconds; its output then has [`super::pump`]'s grace on top).
 const KILL_ANSWER: Duration = Duration::from_secs(3);
 
-fn engine_unanswered_kill() -> String {
+/// How long a container the engine answers about may take to end after
+/// its kill (a large sandbox's teardown under gVisor on a loaded machine
+/// takes seconds) before the run stops waiting for it.
+const KILL_GIVE_UP: Duration = Duration::from_secs(30);
+
+/// When a kill was not carried out within [`KILL_ANSWER`]: ask the engine.
+/// An engine that answers is alive and the container is still ending (the
+/// program cannot make that read as the engine's failure): wait on, up to
+/// [`KILL_GIVE_UP`]. One that does not answer voids the run, naming it.
+async fn kill_overdue(docker: &Docker, at: tokio::time::Instant) -> String {
+    let mut next = at + KILL_ANSWER;
+    loop {
+        tokio::time::sleep_until(next).await;
+        match tokio::time::timeout(Duration::from_secs(2), docker.ping()).await {
+            Ok(Ok(_)) if next.duration_since(at) < KILL_GIVE_UP => next += KILL_ANSWER,
+            Ok(Ok(_)) => {
+                return format!(
+                    "the container did not end within {} s of its kill, though the engine answers; the run is void",
+                    KILL_GIVE_UP.as_secs()
+                )
+            }
+            Ok(Err(e)) => return engine_unanswered_kill(&engine::cause(&e)),
+            Err(_) => return engine_unanswered_kill("no answer within 2 s"),
+        }
+    }
+}
+
+fn engine_unanswered_kill(why: &str) -> String {
     format!(
-        "{}: it did not end the container within {} s of being told to kill it (stopped, frozen or overloaded?); the run is void",
+        "{} ({why}): it did not end the container within {} s of being told to kill it (stopped, frozen or overloaded?); the run is void",
         engine::ENGINE_GONE,
         KILL_ANSWER.as_secs()
     )
@@ -467,19 +494,21 @@ impl Side for RunSide<'_> {
     }
 
     async fn beside(&mut self) -> Beside {
+        if self.exit_code.is_some() || self.wait_error.is_some() {
+            // The container ended: the kill was carried out, and what is
+            // left is its output, which the pump bounds by its own grace.
+            return std::future::pending().await;
+        }
+        let docker = self.docker;
         let unanswered = async {
             match self.kill_sent {
-                Some(at) => tokio::time::sleep_until(at + KILL_ANSWER).await,
+                Some(at) => kill_overdue(docker, at).await,
                 None => std::future::pending().await,
             }
         };
-        if self.exit_code.is_some() || self.wait_error.is_some() {
-            unanswered.await;
-            return Beside::Broken(engine_unanswered_kill());
-        }
         let next = tokio::select! {
             n = self.wait.next() => n,
-            _ = unanswered => return Beside::Broken(engine_unanswered_kill()),
+            why = unanswered => return Beside::Broken(why),
         };
         match next {
             Some(Ok(r)) => self.exit_code = Some(r.status_code),
