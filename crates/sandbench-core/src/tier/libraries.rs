@@ -1,7 +1,7 @@
 //! Which of the data libraries agents import (numpy, pandas, matplotlib) a
 //! tier's Python has, for `doctor`: one shell line each tier's probe runs in
-//! a real sandbox (an import, not a look for files: numpy's files can be
-//! there while its BLAS is not), and its answer read back bounded and inert
+//! a real sandbox (numpy imported: its files can be there while its BLAS
+//! is not; the others found, with their version), and its answer read back bounded and inert
 //! (the answer comes from inside the sandbox).
 
 use crate::tier::contract::Check;
@@ -12,13 +12,23 @@ pub(crate) const LIBRARIES: &[&str] = &["numpy", "pandas", "matplotlib"];
 /// Most answer lines read (one per library is expected).
 const MAX_LINES: usize = 64;
 
-/// A shell line: `python3` imports each of [`LIBRARIES`] and prints
-/// `lib NAME VERSION`, or `lib NAME none ERROR` when the import fails. It
-/// always exits 0 (a missing library is an answer, not a failed probe).
+/// A shell line: `python3` prints `lib NAME VERSION` for each of
+/// [`LIBRARIES`] it has, or `lib NAME none ERROR`. numpy is imported (its
+/// files can be there while the BLAS it loads is not: the process tier's
+/// missing `/etc/alternatives`); the others are found and their version read
+/// from their metadata, not imported — importing pandas and matplotlib takes
+/// most of a second of CPU (seconds under gVisor), and this runs at every
+/// probe of a tier, not only in `doctor`. It always exits 0 (a missing
+/// library is an answer, not a failed probe).
 pub(crate) fn probe_sh() -> String {
     let names: Vec<String> = LIBRARIES.iter().map(|l| format!("\"{l}\"")).collect();
     format!(
-        "python3 -I -c 'import importlib\nfor m in ({},):\n    try:\n        print(\"lib\", m, importlib.import_module(m).__version__)\n    except BaseException as e:\n        print(\"lib\", m, \"none\", type(e).__name__)\n' 2>/dev/null || true\n",
+        "python3 -I -c 'import importlib, importlib.util, importlib.metadata\nfor m in ({},):\n    try:\n        \
+         if m == \"numpy\":\n            v = importlib.import_module(m).__version__\n        \
+         elif importlib.util.find_spec(m) is None:\n            raise ModuleNotFoundError(m)\n        \
+         else:\n            v = importlib.metadata.version(m)\n        \
+         print(\"lib\", m, v)\n    except BaseException as e:\n        print(\"lib\", m, \"none\", type(e).__name__)\n' \
+         2>/dev/null || true\n",
         names.join(", ")
     )
 }
@@ -131,6 +141,18 @@ mod tests {
         assert!(out.status.success());
         // Whatever this host has, every library gets an answer.
         assert_eq!(parse(&String::from_utf8_lossy(&out.stdout)).len(), LIBRARIES.len(), "{:?}", out);
+        // With Debian's python3 and its data libraries (as CI installs them),
+        // each is found with its version.
+        let debian = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", "import numpy, pandas, matplotlib"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if debian {
+            let out =
+                std::process::Command::new("/bin/sh").arg("-c").arg(&sh).env("PATH", "/usr/bin:/bin").output().unwrap();
+            let answers = parse(&String::from_utf8_lossy(&out.stdout));
+            assert!(answers.iter().all(|(_, a)| matches!(a, Answer::Imports(_))), "{answers:?}");
+        }
     }
 
     #[test]
