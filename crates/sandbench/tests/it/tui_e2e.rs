@@ -114,7 +114,9 @@ fn workbench_runs_a_sample_on_the_process_tier_in_tmux() {
     let out = tmux.cmd(&["-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-x", "100", "-y", "30", &cmd]);
     assert!(out.status.success(), "tmux new-session: {}", String::from_utf8_lossy(&out.stderr));
 
-    tmux.wait_for_any(&["✔ ready", "⚠ ready"], Duration::from_secs(30));
+    // The process tier's own line: another tier (a peer, the microVM) can
+    // be ready first, and F5 on a tier still being probed is refused.
+    tmux.wait_for_any(&["process  ✔ ready", "process  ⚠ ready"], Duration::from_secs(30));
     tmux.keys(&["F2"]);
     tmux.wait_for("print a computed marker", Duration::from_secs(10));
     tmux.keys(&["Enter"]);
